@@ -1,0 +1,93 @@
+"""The exceptions iomatrix raises. Library code raises these; only ``iomatrix.cli`` turns them into
+an exit code and one line on stderr.
+
+    IomatrixError                  every error iomatrix raises on purpose
+     ├── SuiteError                a suite file is malformed or asks for something invalid
+     │    └── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
+     ├── EnvironmentProblem        a tool or kernel feature is missing (see ``iomatrix doctor``)
+     ├── TargetError               the storage under test is unsafe or unusable
+     │    └── NotEnoughSpace       free space is below what the images need
+     ├── ToolFailed                an external command failed (carries argv, exit code, output)
+     │    └── FioFailed            fio failed or printed no result
+     ├── FioParseError             fio's output could not be parsed
+     ├── TrialFailed               one trial failed; the run records it and goes on
+     ├── StoreError                the results database is unusable
+     │    └── SchemaTooNew         the database was written by a newer iomatrix
+     └── RunNotFound               no run has that id
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class IomatrixError(Exception):
+    """Base of every error iomatrix raises on purpose; ``hint`` says how to recover."""
+
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+class SuiteError(IomatrixError):
+    """A suite is malformed: names the file, the key and the bad value."""
+
+
+class InvalidCombination(SuiteError):
+    """A configuration that QEMU refuses; the message carries QEMU's own reason."""
+
+
+class EnvironmentProblem(IomatrixError):
+    """A tool or kernel feature that iomatrix needs is missing or unusable."""
+
+    hint = "run `iomatrix doctor` to see what is missing and what to install"
+
+
+class TargetError(IomatrixError):
+    """The storage under test cannot be used safely."""
+
+
+class NotEnoughSpace(TargetError):
+    """The target directory has less free space than the images need."""
+
+
+class ToolFailed(IomatrixError):
+    """An external command failed; keeps argv, exit code and the tail of its output."""
+
+    def __init__(self, message: str, *, argv: Sequence[str], returncode: int | None,
+                 output: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.output = output
+
+
+class FioFailed(ToolFailed):
+    """fio exited with an error or printed no JSON result."""
+
+
+class FioParseError(IomatrixError):
+    """fio's output is not the JSON iomatrix expects."""
+
+
+class TrialFailed(IomatrixError):
+    """One trial could not be measured; the run records the reason and continues."""
+
+
+class StoreError(IomatrixError):
+    """The results database cannot be used."""
+
+
+class SchemaTooNew(StoreError):
+    """The database schema is newer than this iomatrix understands."""
+
+    hint = "upgrade iomatrix, or pass --db with another file"
+
+
+class RunNotFound(IomatrixError):
+    """No stored run matches the given id."""
+
+    hint = "list the stored runs with `iomatrix runs`"

@@ -1,0 +1,1 @@
+"""fio: workload → job file (pure), fio output → typed results, and running fio."""

@@ -1,0 +1,83 @@
+"""Typed fio results. Parsed once at the edge (``iomatrix.fio.parse``); nothing downstream sees
+fio's JSON. Times are nanoseconds, bandwidth bytes per second, CPU percent of one core as fio
+reports it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Percentiles(_Frozen):
+    """Latency percentiles in ns; None where fio did not report that percentile."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    p99_9: float | None = None
+    p99_99: float | None = None
+
+
+class Latency(_Frozen):
+    """One latency distribution (fio's lat_ns, clat_ns or slat_ns)."""
+
+    min_ns: float
+    max_ns: float
+    mean_ns: float
+    stdev_ns: float
+    percentiles: Percentiles = Percentiles()
+
+
+class DirectionStats(_Frozen):
+    """What fio measured in one direction (read or write) of one job."""
+
+    io_bytes: int
+    total_ios: int
+    runtime_ms: int
+    iops: float
+    bw_bytes: float
+    lat: Latency | None
+    """Total latency (submission + completion); None when fio did not report it."""
+    clat: Latency | None
+    """Completion latency."""
+    percentile_source: str | None = None
+    """Which distribution the percentiles in ``lat`` came from: "lat" or "clat"."""
+    bins: tuple[tuple[int, int], ...] | None = None
+    """json+ latency histogram: (upper bound ns, count) pairs, when fio wrote them."""
+
+    @property
+    def active(self) -> bool:
+        return self.total_ios > 0
+
+
+class JobStats(_Frozen):
+    """One job group of fio's output (or one client's, or the "All clients" aggregate)."""
+
+    name: str
+    hostname: str | None = None
+    port: int | None = None
+    error: int = 0
+    job_runtime_ms: int = 0
+    read: DirectionStats
+    write: DirectionStats
+    usr_cpu: float
+    sys_cpu: float
+    ctx: int
+    majf: int = 0
+    minf: int = 0
+
+
+class FioResult(_Frozen):
+    """One fio invocation's result."""
+
+    fio_version: str
+    timestamp: int
+    jobs: tuple[JobStats, ...]
+    """Per job (or per client in client/server mode); never includes the aggregate."""
+    aggregate: JobStats | None = None
+    """fio's "All clients" entry, present with more than one client."""
+    prelude: str = ""
+    """Text fio printed before the JSON (client/server progress lines), kept for diagnosis."""
