@@ -1,0 +1,1 @@
+"""Analysis of stored runs (pure): points from samples; later statistics, gains, scores."""

@@ -1,0 +1,73 @@
+"""Samples → points. A point is every ok sample of one (configuration, workload); its figures are
+arithmetic means over samples. Within a sample, read and write IOPS and bandwidth add up; latency
+figures are the I/O-count-weighted mean of the two directions (exact for single-direction
+workloads, an approximation for mixed ones, whose per-direction figures stay in the export)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import fmean
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.results import DirectionSample, StoredRun, TrialRecord
+
+
+class Point(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    config_key: str
+    workload_key: str
+    samples: int
+    failed: int
+    read_iops: float | None
+    write_iops: float | None
+    iops: float | None
+    bw_bytes: float | None
+    lat_mean_ns: float | None
+    lat_p50_ns: float | None
+    lat_p99_ns: float | None
+    usr_cpu: float | None
+    sys_cpu: float | None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
+
+
+def _weighted(samples: tuple[DirectionSample, ...], field: str) -> float | None:
+    pairs = [(getattr(s, field), s.total_ios) for s in samples if getattr(s, field) is not None]
+    total = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / total if total else None
+
+
+def _direction(trial: TrialRecord, name: str) -> float | None:
+    return next((s.iops for s in trial.samples if s.direction == name), None)
+
+
+def points(run: StoredRun) -> list[Point]:
+    """One point per (configuration, workload) that has trials, in the run's order."""
+    groups: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
+    for trial in run.trials:
+        groups[(trial.config_key, trial.workload_key)].append(trial)
+    out = []
+    for config in run.configs:
+        for workload in run.workloads:
+            trials = groups.get((config.key, workload.key))
+            if not trials:
+                continue
+            ok = [t for t in trials if t.status == "ok"]
+            out.append(Point(
+                config_key=config.key, workload_key=workload.key, samples=len(ok),
+                failed=len(trials) - len(ok),
+                read_iops=_mean([_direction(t, "read") for t in ok]),
+                write_iops=_mean([_direction(t, "write") for t in ok]),
+                iops=_mean([sum(s.iops for s in t.samples) for t in ok]),
+                bw_bytes=_mean([sum(s.bw_bytes for s in t.samples) for t in ok]),
+                lat_mean_ns=_mean([_weighted(t.samples, "lat_mean_ns") for t in ok]),
+                lat_p50_ns=_mean([_weighted(t.samples, "p50_ns") for t in ok]),
+                lat_p99_ns=_mean([_weighted(t.samples, "p99_ns") for t in ok]),
+                usr_cpu=_mean([t.usr_cpu for t in ok]),
+                sys_cpu=_mean([t.sys_cpu for t in ok]),
+            ))
+    return out

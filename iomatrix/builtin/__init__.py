@@ -1,0 +1,1 @@
+"""Built-in suites, as TOML data files (``iomatrix suites`` lists them)."""

@@ -1,0 +1,259 @@
+"""``iomatrix``: run suites, list and show runs, write reports and exports, check the host."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from iomatrix import __version__
+from iomatrix.cli.status import EPILOG, ExitStatus, status_for
+from iomatrix.errors import IomatrixError, SuiteError
+
+app = typer.Typer(
+    name="iomatrix",
+    help="Which virtual-disk settings should this QEMU/KVM host use, and how sure are we? "
+         "iomatrix sweeps disk configurations, measures them with fio and stores the results.",
+    epilog=EPILOG, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]})
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+_state = {"traceback": False}
+
+Db = Annotated[Path, typer.Option("--db", envvar="IOMATRIX_DB", help="Results database file.",
+                                  show_default=True)]
+RunRef = Annotated[str, typer.Argument(help="Run number (see `iomatrix runs`), or 'last'.")]
+DEFAULT_DB = Path("iomatrix.db")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"iomatrix {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    traceback: Annotated[bool, typer.Option("--traceback", help="Show the full traceback of an error.")] = False,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    _state["traceback"] = traceback
+
+
+def _store(db: Path, *, must_exist: bool = True):  # type: ignore[no-untyped-def]
+    from iomatrix.errors import StoreError
+    from iomatrix.store import Store
+
+    if must_exist and not db.exists():
+        raise StoreError(f"{db}: no results database here", hint="run a suite first, or pass --db")
+    return Store(db)
+
+
+@app.command()
+def run(
+    suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
+    db: Db = DEFAULT_DB,
+    target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory.")] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
+    report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
+) -> None:
+    """Run a suite: every configuration × workload, stored as one run."""
+    from iomatrix.cli.progress import TerminalProgress
+    from iomatrix.runner import run_suite
+    from iomatrix.suite import load_suite
+
+    loaded = load_suite(suite)
+    if target is not None:
+        if loaded.target.device is not None:
+            raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
+                             "but this suite names a device")
+        loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update={"directory": target})})
+    with _store(db, must_exist=False) as store, TerminalProgress(err) as progress:
+        try:
+            outcome = run_suite(loaded, store, keep=keep, progress=progress)
+        except KeyboardInterrupt:
+            err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
+            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    out.print(f"run {outcome.run_id}: {outcome.trials_ok} trials ok, {outcome.trials_failed} failed, "
+              f"{outcome.wall_seconds:.0f} s ({db})")
+    if report is not None:
+        path = _write_report(db, str(outcome.run_id), report)
+        out.print(f"report: {path}")
+    if outcome.trials_failed:
+        raise typer.Exit(ExitStatus.TRIALS_FAILED)
+
+
+@app.command()
+def runs(db: Db = DEFAULT_DB) -> None:
+    """List the stored runs."""
+    with _store(db) as store:
+        rows = store.list_runs()
+    table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
+    for r in rows:
+        table.add_row(str(r.id), r.suite_name, r.created_at, r.status,
+                      r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
+                      str(r.trials_ok), str(r.trials_failed))
+    out.print(table if rows else "no runs stored")
+
+
+@app.command()
+def show(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
+    """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
+    from iomatrix.analysis.points import points
+
+    with _store(db) as store:
+        stored = store.load_run(store.resolve(run_ref))
+    labels = {c.key: c.label for c in stored.configs}
+    workloads = {w.key: w.label for w in stored.workloads}
+    out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
+              f"{stored.created_at} · {stored.host.get('hostname', '?')} · "
+              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
+    if stored.emulated:
+        out.print("[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]")
+    table = Table("configuration", "workload", "n", "IOPS", "MiB/s", "p50 µs", "p99 µs", box=None)
+    for col in table.columns[2:]:
+        col.justify = "right"
+    for p in points(stored):
+        table.add_row(labels[p.config_key], workloads[p.workload_key],
+                      f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
+                      _num(p.iops, "{:,.0f}"), _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
+                      _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
+                      _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"))
+    out.print(table)
+    failed = [t for t in stored.trials if t.status == "failed"]
+    for t in failed:
+        out.print(f"failed: {labels[t.config_key]} · {workloads[t.workload_key]} "
+                  f"#{t.sample_index + 1}: {t.reason}", markup=False)
+    for note in stored.notes:
+        out.print(f"note: {note}", markup=False)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def _write_report(db: Path, run_ref: str, out_dir: Path) -> Path:
+    from iomatrix.report.data import build_report_data
+    from iomatrix.report.html import write_report
+
+    with _store(db) as store:
+        stored = store.load_run(store.resolve(run_ref))
+    return write_report(build_report_data(stored), out_dir)
+
+
+@app.command()
+def report(
+    run_ref: RunRef,
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory to write index.html into.")] = Path("iomatrix-report"),
+    db: Db = DEFAULT_DB,
+) -> None:
+    """Write a run's self-contained HTML report (charts and a table of every point)."""
+    out.print(f"report: {_write_report(db, run_ref, out_dir)}")
+
+
+@app.command()
+def export(
+    run_ref: RunRef,
+    format: Annotated[str, typer.Option("--format", help="csv (one row per trial and direction) or json (the whole run).")] = "csv",
+    output: Annotated[Optional[Path], typer.Option("--out", help="File to write; default standard output.")] = None,
+    db: Db = DEFAULT_DB,
+) -> None:
+    """Export a run's raw samples as CSV or JSON."""
+    if format not in ("csv", "json"):
+        raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
+    with _store(db) as store:
+        stored = store.load_run(store.resolve(run_ref))
+    text = stored.model_dump_json(indent=1) if format == "json" else _csv(stored)
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        output.write_text(text)
+        err.print(f"wrote {output}")
+
+
+def _csv(stored) -> str:  # type: ignore[no-untyped-def]
+    configs = {c.key: c for c in stored.configs}
+    workloads = {w.key: w for w in stored.workloads}
+    axes = sorted({k for c in stored.configs for k in c.params})
+    fields = ["run", "configuration", "mode", *axes, "rw", "bs", "iodepth", "numjobs", "rate_iops",
+              "sample", "status", "reason", "accelerator", "emulated", "direction", "iops",
+              "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns",
+              "p99_99_ns", "usr_cpu", "sys_cpu", "ctx", "started_at"]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for t in stored.trials:
+        c, w = configs[t.config_key], workloads[t.workload_key]
+        base = {"run": stored.id, "configuration": c.key, "mode": c.mode,
+                **{a: c.params.get(a, "") for a in axes}, "rw": w.rw, "bs": w.bs,
+                "iodepth": w.iodepth, "numjobs": w.numjobs, "rate_iops": w.rate_iops,
+                "sample": t.sample_index, "status": t.status, "reason": t.reason or "",
+                "accelerator": t.accelerator, "emulated": t.accelerator == "tcg",
+                "usr_cpu": t.usr_cpu, "sys_cpu": t.sys_cpu, "ctx": t.ctx,
+                "started_at": t.started_at}
+        for s in t.samples or [None]:
+            row = dict(base)
+            if s is not None:
+                row.update({k: getattr(s, k) for k in ("direction", "iops", "bw_bytes",
+                            "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns",
+                            "p99_9_ns", "p99_99_ns")})
+            writer.writerow(row)
+    return buf.getvalue()
+
+
+@app.command()
+def suites(name: Annotated[Optional[str], typer.Argument(help="Print this built-in suite's TOML.")] = None) -> None:
+    """List the built-in suites, or print one."""
+    from iomatrix.suite import builtin_suites, load_suite_text
+
+    texts = builtin_suites()
+    if name is not None:
+        if name not in texts:
+            raise SuiteError(f"{name}: no built-in suite of that name",
+                             hint="built-in suites: " + ", ".join(texts))
+        out.print(texts[name], markup=False)
+        return
+    table = Table("suite", "mode", "description", box=None)
+    for key, text in texts.items():
+        s = load_suite_text(text, source=f"builtin:{key}")
+        table.add_row(key, s.method.mode + (" + host baseline" if s.method.baseline else ""),
+                      s.suite.description)
+    out.print(table)
+
+
+@app.command()
+def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0) -> None:
+    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM."""
+    from iomatrix.doctor import run_checks
+
+    checks = run_checks(kvm_timeout=kvm_timeout)
+    table = Table("check", "", "detail", box=None)
+    for c in checks:
+        mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")
+        table.add_row(c.name, mark, c.detail + (f"\n  → {c.hint}" if c.hint and not c.ok else ""))
+    out.print(table)
+    if any(c.required and not c.ok for c in checks):
+        raise typer.Exit(ExitStatus.ENVIRONMENT)
+
+
+def main() -> None:
+    """Console entry point: runs the app and turns errors into one stderr line and an exit code."""
+    try:
+        app()
+    except IomatrixError as exc:
+        if _state["traceback"]:
+            raise
+        for line in str(exc).splitlines():
+            err.print(f"iomatrix: {line}", markup=False)
+        if exc.hint:
+            err.print(f"iomatrix: hint: {exc.hint}", markup=False)
+        sys.exit(status_for(exc))

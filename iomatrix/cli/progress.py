@@ -1,0 +1,61 @@
+"""Progress of a run on the terminal: a rich bar with trial n/N, the current configuration and
+workload, and the ETA; plain lines when stderr is not a terminal (CI logs, pipes)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from iomatrix.suite.model import Configuration, Workload
+
+
+class TerminalProgress:
+    """Implements ``iomatrix.runner.Progress`` for people."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.total = 0
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+        self.current = ""
+
+    def __enter__(self) -> "TerminalProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def start(self, trials: int, planned_seconds: float) -> None:
+        self.total = trials
+        self.console.print(f"[bold]{trials} trials[/], about {planned_seconds / 60:.1f} min planned")
+        if self.console.is_terminal:
+            self.bar = Progress(
+                TextColumn("trial"), MofNCompleteColumn(), BarColumn(bar_width=24),
+                TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
+                refresh_per_second=2, transient=False)
+            self.task = self.bar.add_task("", total=trials)
+            self.bar.start()
+
+    def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None:
+        suffix = f" #{sample + 1}" if sample else ""
+        self.current = f"{config.label} · {workload.label}{suffix}"
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description=self.current)
+
+    def trial_finished(self, n: int, ok: bool, detail: str) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=n)
+            if not ok:
+                self.bar.console.print(f"[red]failed[/] {self.current}: {detail}", markup=True,
+                                       highlight=False)
+        else:
+            state = "ok" if ok else "FAILED"
+            self.console.print(f"[{n}/{self.total}] {self.current}: {state} {detail}",
+                               markup=False, highlight=False)
+
+    def note(self, text: str) -> None:
+        target = self.bar.console if self.bar is not None else self.console
+        target.print(f"note: {text}", markup=False, highlight=False)

@@ -1,0 +1,75 @@
+"""The driver boundary. A Driver turns a Configuration (plus its image) into a Session: the
+configuration brought up, with the fio options that reach its disk. The runner never knows which
+kind it holds. A guest driver returns a Session whose ``fio_args`` are ``--client`` options."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from pathlib import Path
+
+from iomatrix.suite.model import Configuration, Method
+from iomatrix.target import Image
+
+
+class Session(abc.ABC):
+    """A configuration brought up and ready for fio; closed by its driver."""
+
+    def __init__(self, config: Configuration, image: Image) -> None:
+        self.config = config
+        self.image = image
+
+    @abc.abstractmethod
+    def fio_target(self) -> dict[str, str]:
+        """fio [global] options that make a job reach this configuration's disk."""
+
+    def fio_args(self) -> list[str]:
+        """Extra fio command-line arguments (a guest driver adds --client here)."""
+        return []
+
+    def observe(self, fio_pid: int) -> None:
+        """Called once while fio runs, to see what the daemon or guest really does."""
+
+    def applied(self) -> dict[str, str]:
+        """What was really applied, as verified, flattened to strings; stored with each sample."""
+        return {}
+
+    def mismatches(self) -> list[str]:
+        """Where the applied settings differ from the configuration; empty when all is as asked."""
+        return []
+
+    def command(self) -> str:
+        """The command line that realized this configuration (shell-quoted), for the record."""
+        return ""
+
+    def pids(self) -> list[int]:
+        """Processes serving this configuration, for telemetry."""
+        return []
+
+
+class Driver(abc.ABC):
+    """Realizes configurations of one mode."""
+
+    mode: str
+
+    def __init__(self, method: Method, workdir: Path) -> None:
+        self.method = method
+        self.workdir = workdir
+
+    @abc.abstractmethod
+    def session(self, config: Configuration, image: Image) -> contextlib.AbstractContextManager[Session]:
+        """Bring ``config`` up on ``image``; on exit, stop everything that was started."""
+
+
+def driver_for(mode: str, method: Method, workdir: Path) -> Driver:
+    """The driver of a mode."""
+    from iomatrix.drivers.blocklayer import BlocklayerDriver
+    from iomatrix.drivers.host import HostDriver
+    from iomatrix.errors import EnvironmentProblem
+
+    drivers: dict[str, type[Driver]] = {"host": HostDriver, "blocklayer": BlocklayerDriver}
+    if mode not in drivers:
+        raise EnvironmentProblem(f"{mode} mode is not available in this version of iomatrix",
+                                 hint="use mode = \"host\" or \"blocklayer\"")
+    return drivers[mode](method, workdir)
+

@@ -1,0 +1,138 @@
+"""blocklayer mode: qemu-storage-daemon holds the image with the configuration's format, aio and
+cache; fio drives it from the host. Without iothread the export is NBD (fio's nbd engine); with
+iothread it is FUSE, because QEMU 7.2 aborts an NBD export that has an iothread when a client
+disconnects. What QEMU applied is read back over QMP (per node) and from /proc (aio)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+from iomatrix.drivers.base import Driver, Session
+from iomatrix.errors import ToolFailed, TrialFailed
+from iomatrix.proc import log_tail, managed, require, wait_for
+from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
+from iomatrix.qemu.procinspect import ProcessIO, inspect_process
+from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
+from iomatrix.suite.model import Configuration
+from iomatrix.target import Image
+
+START_TIMEOUT = 15.0
+
+
+def daemon_argv(config: Configuration, image: Image, workdir: Path) -> list[str]:
+    """The qemu-storage-daemon command line for a configuration (pure)."""
+    argv = [
+        require("qemu-storage-daemon"),
+        "--chardev", f"socket,id=qmp0,path={workdir / 'qmp.sock'},server=on,wait=off",
+        "--monitor", "chardev=qmp0",
+    ]
+    size = image.size if image.is_device else None
+    for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size):
+        argv += ["--blockdev", json.dumps(node, separators=(",", ":"))]
+    writethrough = "off" if cache_flags(config).writeback else "on"
+    if config.iothread:
+        argv += ["--object", "iothread,id=iot0",
+                 "--export", f"type=fuse,id=exp0,node-name={FORMAT_NODE},"
+                             f"mountpoint={workdir / 'fuse.img'},writable=on,iothread=iot0,"
+                             f"writethrough={writethrough}"]
+    else:
+        argv += ["--nbd-server", f"addr.type=unix,addr.path={workdir / 'nbd.sock'}",
+                 "--export", f"type=nbd,id=exp0,node-name={FORMAT_NODE},name=disk,writable=on,"
+                             f"writethrough={writethrough}"]
+    return argv
+
+
+class BlocklayerSession(Session):
+    def __init__(self, config: Configuration, image: Image, workdir: Path, argv: list[str],
+                 pid: int, nodes: dict[str, str], engine: str) -> None:
+        super().__init__(config, image)
+        self.workdir = workdir
+        self.argv = argv
+        self.pid = pid
+        self.nodes = nodes
+        self.engine = engine
+        self.seen: ProcessIO | None = None
+
+    def fio_target(self) -> dict[str, str]:
+        if self.config.iothread:
+            return {"ioengine": self.engine, "direct": "1",
+                    "filename": str(self.workdir / "fuse.img"), "size": str(self.image.size)}
+        return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={self.workdir / 'nbd.sock'}"}
+
+    def observe(self, fio_pid: int) -> None:
+        with contextlib.suppress(OSError):
+            self.seen = inspect_process(self.pid)
+
+    def applied(self) -> dict[str, str]:
+        out = dict(self.nodes)
+        out["export"] = "fuse+iothread" if self.config.iothread else "nbd"
+        if self.seen is not None:
+            out["aio"] = self.seen.aio
+            out["aio.evidence"] = self.seen.evidence()
+        return out
+
+    def mismatches(self) -> list[str]:
+        wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
+                 for key, want in expected_node_flags(self.config).items()
+                 if self.nodes.get(key) != want]
+        if self.seen is None:
+            wrong.append("aio: not observed while fio ran")
+        elif self.seen.aio != self.config.aio:
+            wrong.append(f"aio: asked {self.config.aio}, the daemon shows {self.seen.aio} "
+                         f"({self.seen.evidence()})")
+        return wrong
+
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def pids(self) -> list[int]:
+        return [self.pid]
+
+
+class BlocklayerDriver(Driver):
+    mode = "blocklayer"
+
+    @contextlib.contextmanager
+    def session(self, config: Configuration, image: Image) -> Iterator[Session]:
+        workdir = self.workdir / "qsd"
+        workdir.mkdir(parents=True, exist_ok=True)
+        for stale in ("qmp.sock", "nbd.sock"):
+            (workdir / stale).unlink(missing_ok=True)
+        mountpoint = workdir / "fuse.img"
+        if config.iothread:
+            mountpoint.touch()
+        argv = daemon_argv(config, image, workdir)
+        log = workdir / "daemon.log"
+        log.write_text("")
+        with managed(argv, log=log, stop_timeout=10) as proc:
+            ready = wait_for(lambda: proc.poll() is not None or _ready(config, workdir),
+                             timeout=START_TIMEOUT)
+            if proc.poll() is not None or not ready:
+                raise TrialFailed(f"qemu-storage-daemon did not start: "
+                                  f"{log_tail(log) or 'no output'}")
+            try:
+                nodes, = qmp_execute(workdir / "qmp.sock", [("query-named-block-nodes", None)])
+            except ToolFailed as exc:
+                raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
+            yield BlocklayerSession(config, image, workdir, argv, proc.pid,
+                                    flatten_block_nodes(nodes), self.method.engine)
+        if config.iothread:
+            mountpoint.unlink(missing_ok=True)
+
+
+def _ready(config: Configuration, workdir: Path) -> bool:
+    if not (workdir / "qmp.sock").exists():
+        return False
+    if config.iothread:
+        return _is_mounted(workdir / "fuse.img")
+    return (workdir / "nbd.sock").exists()
+
+
+def _is_mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo") as mounts:
+        return any(line.split()[4] == target for line in mounts)

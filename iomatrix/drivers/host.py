@@ -1,0 +1,31 @@
+"""host mode: fio on the target itself, the physical baseline."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from iomatrix.drivers.base import Driver, Session
+from iomatrix.suite.model import Configuration
+from iomatrix.target import Image
+
+
+class HostSession(Session):
+    def __init__(self, config: Configuration, image: Image, engine: str) -> None:
+        super().__init__(config, image)
+        self.engine = engine
+
+    def fio_target(self) -> dict[str, str]:
+        return {"ioengine": self.engine, "direct": "1", "filename": str(self.image.path),
+                "size": str(self.image.size)}
+
+    def applied(self) -> dict[str, str]:
+        return {"engine": self.engine, "direct": "1"}
+
+
+class HostDriver(Driver):
+    mode = "host"
+
+    @contextlib.contextmanager
+    def session(self, config: Configuration, image: Image) -> Iterator[Session]:
+        yield HostSession(config, image, self.method.engine)

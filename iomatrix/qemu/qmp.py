@@ -1,0 +1,52 @@
+"""Short QMP conversations over a UNIX socket, with the official qemu.qmp client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import QMPClient, QMPError
+
+from iomatrix.errors import ToolFailed
+
+# qemu.qmp logs every failed connection attempt at ERROR; the caller reports failures itself.
+logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
+
+Command = tuple[str, Mapping[str, Any] | None]
+
+
+def qmp_execute(socket: Path, commands: Sequence[Command], *, timeout: float = 10.0) -> list[Any]:
+    """Connect to ``socket``, run ``commands`` in order, disconnect; their return values."""
+    return asyncio.run(_execute(socket, commands, timeout))
+
+
+async def _execute(socket: Path, commands: Sequence[Command], timeout: float) -> list[Any]:
+    client = QMPClient("iomatrix")
+    try:
+        await asyncio.wait_for(client.connect(str(socket)), timeout)
+        results = []
+        for name, args in commands:
+            results.append(await asyncio.wait_for(client.execute(name, args), timeout))
+        return results
+    except (QMPError, OSError, asyncio.TimeoutError) as exc:
+        raise ToolFailed(f"QMP on {socket}: {type(exc).__name__}: {exc}",
+                         argv=[str(socket)], returncode=None) from exc
+    finally:
+        await client.disconnect()
+
+
+def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """``query-named-block-nodes`` → ``<node>.driver`` / ``<node>.cache.direct`` /
+    ``<node>.cache.no-flush`` / ``<node>.cache.writeback`` strings, per node."""
+    out: dict[str, str] = {}
+    for node in nodes:
+        name = node.get("node-name")
+        if not name or name.startswith("#"):
+            continue
+        out[f"{name}.driver"] = str(node.get("drv"))
+        for key, value in (node.get("cache") or {}).items():
+            out[f"{name}.cache.{key}"] = "true" if value else "false"
+    return out

@@ -1,0 +1,127 @@
+"""Stored results as the rest of iomatrix reads them: a run, its configurations, workloads and
+trials, each trial with its per-direction samples. Produced by ``iomatrix.store``; read by
+analysis, show, export and report."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.fio.models import DirectionStats, FioResult
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class DirectionSample(_Frozen):
+    """One direction of one trial. Latencies are fio's total latency (lat_ns), in ns."""
+
+    direction: str
+    iops: float
+    bw_bytes: float
+    io_bytes: int
+    total_ios: int
+    runtime_ms: int
+    lat_mean_ns: float | None = None
+    lat_stdev_ns: float | None = None
+    lat_min_ns: float | None = None
+    lat_max_ns: float | None = None
+    p50_ns: float | None = None
+    p90_ns: float | None = None
+    p99_ns: float | None = None
+    p99_9_ns: float | None = None
+    p99_99_ns: float | None = None
+
+    @classmethod
+    def from_stats(cls, direction: str, stats: DirectionStats) -> "DirectionSample":
+        lat = stats.lat or stats.clat
+        pct = lat.percentiles if lat else None
+        return cls(direction=direction, iops=stats.iops, bw_bytes=stats.bw_bytes,
+                   io_bytes=stats.io_bytes, total_ios=stats.total_ios,
+                   runtime_ms=stats.runtime_ms,
+                   lat_mean_ns=lat.mean_ns if lat else None,
+                   lat_stdev_ns=lat.stdev_ns if lat else None,
+                   lat_min_ns=lat.min_ns if lat else None,
+                   lat_max_ns=lat.max_ns if lat else None,
+                   p50_ns=pct.p50 if pct else None, p90_ns=pct.p90 if pct else None,
+                   p99_ns=pct.p99 if pct else None, p99_9_ns=pct.p99_9 if pct else None,
+                   p99_99_ns=pct.p99_99 if pct else None)
+
+
+def samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
+    """The active directions of a fio result (the aggregate when there are several clients)."""
+    job = result.aggregate or result.jobs[0]
+    return tuple(DirectionSample.from_stats(name, stats)
+                 for name, stats in (("read", job.read), ("write", job.write)) if stats.active)
+
+
+class TrialRecord(_Frozen):
+    """One trial as stored: ok with samples, or failed with its reason."""
+
+    id: int
+    config_key: str
+    workload_key: str
+    sample_index: int
+    status: str
+    reason: str | None
+    started_at: str
+    wall_seconds: float | None
+    accelerator: str
+    usr_cpu: float | None
+    sys_cpu: float | None
+    ctx: int | None
+    applied: dict[str, str]
+    command: str
+    samples: tuple[DirectionSample, ...]
+
+
+class ConfigRecord(_Frozen):
+    key: str
+    label: str
+    mode: str
+    params: dict[str, str]
+
+
+class WorkloadRecord(_Frozen):
+    key: str
+    label: str
+    rw: str
+    bs: int
+    iodepth: int
+    numjobs: int
+    rate_iops: int
+    options: dict[str, str]
+
+
+class RunSummary(_Frozen):
+    id: int
+    suite_name: str
+    created_at: str
+    finished_at: str | None
+    status: str
+    accelerator: str
+    trials_ok: int
+    trials_failed: int
+
+
+class StoredRun(_Frozen):
+    """A whole run as stored."""
+
+    id: int
+    suite_name: str
+    suite_source: str
+    suite_text: str
+    created_at: str
+    finished_at: str | None
+    status: str
+    accelerator: str
+    iomatrix_version: str
+    host: dict[str, str]
+    notes: tuple[str, ...]
+    configs: tuple[ConfigRecord, ...]
+    workloads: tuple[WorkloadRecord, ...]
+    trials: tuple[TrialRecord, ...]
+
+    @property
+    def emulated(self) -> bool:
+        return self.accelerator == "tcg" or any(t.accelerator == "tcg" for t in self.trials)

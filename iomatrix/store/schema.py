@@ -1,0 +1,126 @@
+"""Ordered schema migrations. The database's ``PRAGMA user_version`` is the number of migrations
+applied; each runs in its own transaction, so a crash mid-migration leaves the previous version.
+
+History:
+  1  runs, configurations, workloads, trials (one per measured or failed trial), samples (one per
+     trial and direction: read / write)
+  2  what QEMU really applied and the command that realized it, per trial; the accelerator per
+     trial; the run's notes (skipped combinations, ignored axes)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        suite_name TEXT NOT NULL,
+        suite_source TEXT NOT NULL,
+        suite_text TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        finished_at TEXT,
+        status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'interrupted', 'failed')),
+        host_json TEXT NOT NULL,
+        accelerator TEXT NOT NULL,
+        iomatrix_version TEXT NOT NULL
+    );
+    CREATE TABLE configurations (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        label TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        params_json TEXT NOT NULL,
+        UNIQUE (run_id, key)
+    );
+    CREATE TABLE workloads (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        label TEXT NOT NULL,
+        rw TEXT NOT NULL,
+        bs INTEGER NOT NULL,
+        iodepth INTEGER NOT NULL,
+        numjobs INTEGER NOT NULL,
+        rate_iops INTEGER NOT NULL,
+        options_json TEXT NOT NULL,
+        UNIQUE (run_id, key)
+    );
+    CREATE TABLE trials (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        configuration_id INTEGER NOT NULL REFERENCES configurations(id) ON DELETE CASCADE,
+        workload_id INTEGER NOT NULL REFERENCES workloads(id) ON DELETE CASCADE,
+        sample_index INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+        reason TEXT,
+        started_at TEXT NOT NULL,
+        wall_seconds REAL,
+        fio_version TEXT,
+        usr_cpu REAL,
+        sys_cpu REAL,
+        ctx INTEGER,
+        fio_json BLOB,
+        UNIQUE (configuration_id, workload_id, sample_index)
+    );
+    CREATE TABLE samples (
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        direction TEXT NOT NULL CHECK (direction IN ('read', 'write')),
+        iops REAL NOT NULL,
+        bw_bytes REAL NOT NULL,
+        io_bytes INTEGER NOT NULL,
+        total_ios INTEGER NOT NULL,
+        runtime_ms INTEGER NOT NULL,
+        lat_mean_ns REAL,
+        lat_stdev_ns REAL,
+        lat_min_ns REAL,
+        lat_max_ns REAL,
+        p50_ns REAL,
+        p90_ns REAL,
+        p99_ns REAL,
+        p99_9_ns REAL,
+        p99_99_ns REAL,
+        PRIMARY KEY (trial_id, direction)
+    );
+    CREATE INDEX trials_by_run ON trials(run_id);
+    """,
+    # 2
+    """
+    ALTER TABLE runs ADD COLUMN notes_json TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE trials ADD COLUMN accelerator TEXT NOT NULL DEFAULT 'none';
+    ALTER TABLE trials ADD COLUMN applied_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE trials ADD COLUMN command TEXT NOT NULL DEFAULT '';
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> int:
+    """Apply the migrations the database lacks, each in one transaction; the version reached.
+    The connection must be in autocommit mode (isolation_level=None)."""
+    version = current_version(conn)
+    while version < upto:
+        script = MIGRATIONS[version]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        version += 1
+    return version
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]

@@ -1,0 +1,9 @@
+"""Suites: the TOML a user writes (``load``), its typed model (``model``), and its expansion into
+configurations × workloads (``expand``)."""
+
+from iomatrix.suite.expand import Expansion, expand
+from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text
+from iomatrix.suite.model import Configuration, Suite, Workload
+
+__all__ = ["Configuration", "Expansion", "Suite", "Workload", "builtin_suites", "expand",
+           "load_suite", "load_suite_text"]

@@ -1,0 +1,232 @@
+"""The suite as iomatrix understands it, after validation: frozen models, no loose dicts.
+The pydantic schema here is also what ``load`` validates a TOML file against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator)
+
+from iomatrix.units import format_size, parse_duration, parse_size
+
+Mode = Literal["host", "blocklayer", "guest"]
+Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "sata", "ide", "nvme"]
+Aio = Literal["native", "io_uring", "threads"]
+Cache = Literal["none", "directsync", "writethrough", "writeback", "unsafe"]
+Format = Literal["raw", "qcow2"]
+Preallocation = Literal["off", "metadata", "falloc", "full"]
+Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
+
+CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
+IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
+DIRECT_CACHES = ("none", "directsync")
+
+# fio options that iomatrix itself sets from the suite; a workload may not override them.
+RESERVED_FIO_OPTIONS = frozenset({
+    "name", "filename", "directory", "ioengine", "size", "runtime", "ramp_time", "time_based",
+    "output-format", "output", "direct", "rw", "readwrite", "bs", "blocksize", "iodepth",
+    "numjobs", "rate_iops", "uri", "group_reporting", "lat_percentiles", "percentile_list",
+})
+
+
+def _as_tuple(value: Any) -> Any:
+    """An axis may be written as one value or a list of values."""
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return (value,)
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _sector_multiple(value: int) -> int:
+    if value < 512 or value % 512:
+        raise ValueError(f"block size {value} is not a multiple of 512 (direct I/O needs that)")
+    return value
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+BlockSize = Annotated[int, BeforeValidator(_size), AfterValidator(_sector_multiple)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+def _axis(item_type: Any) -> Any:
+    return Annotated[tuple[item_type, ...], BeforeValidator(_as_tuple), Field(min_length=1)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SuiteInfo(_Frozen):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+
+
+class Target(_Frozen):
+    """Where the images live: a directory (files are created there) or a whole block device."""
+
+    directory: Path | None = None
+    size: Size | None = None
+    device: Path | None = None
+    allow_destroy: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Target":
+        if (self.directory is None) == (self.device is None):
+            raise ValueError("give either directory (with size) or device (with allow_destroy = true)")
+        if self.directory is not None and self.size is None:
+            raise ValueError("a directory target needs a size, e.g. size = \"4GiB\"")
+        if self.size is not None and self.size < 1024 * 1024:
+            raise ValueError(f"size {self.size} is below the minimum of 1MiB")
+        if self.device is not None and not self.allow_destroy:
+            raise ValueError(f"device {self.device} is written to and destroyed; "
+                             "say so with allow_destroy = true")
+        return self
+
+
+class Matrix(_Frozen):
+    """The disk settings swept; defaults are Proxmox VE's for a new Linux VM."""
+
+    controller: _axis(Controller) = ("virtio-scsi-single",)
+    aio: _axis(Aio) = ("io_uring",)
+    iothread: _axis(StrictBool) = (True,)
+    cache: _axis(Cache) = ("none",)
+    format: _axis(Format) = ("raw",)
+    preallocation: _axis(Preallocation) = ("off",)
+    skip_invalid: bool = False
+
+
+class WorkloadGroup(_Frozen):
+    """One [workloads] table: the cross product of its axes."""
+
+    rw: _axis(Rw) = ("randread",)
+    bs: _axis(BlockSize) = (4096,)
+    iodepth: _axis(Annotated[int, Field(ge=1, le=65536)]) = (1,)
+    numjobs: _axis(Annotated[int, Field(ge=1, le=1024)]) = (1,)
+    rate_iops: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    """0 means unlimited."""
+    options: dict[str, str | int | float | bool] = {}
+    """Extra fio options applied as written (e.g. rwmixread = 70)."""
+
+    @field_validator("options")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if key in RESERVED_FIO_OPTIONS:
+                raise ValueError(f"fio option {key!r} is set by iomatrix from the suite; "
+                                 "use the matching [workloads] or [method] key")
+        return value
+
+
+class Method(_Frozen):
+    mode: Mode = "blocklayer"
+    ramp: Duration = 2.0
+    runtime: Duration = 10.0
+    samples: int = Field(default=1, ge=1, le=1000)
+    baseline: bool = False
+    """Also measure every workload in host mode on the same target (the bare-metal baseline)."""
+    engine: Literal["libaio", "io_uring", "psync"] = "libaio"
+    """fio's engine for host mode and FUSE exports."""
+    precondition: bool = True
+    """Write every image fully once before measuring, so reads touch the disk."""
+
+    @field_validator("runtime")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value < 0.5:
+            raise ValueError("runtime must be at least 500ms")
+        return value
+
+
+class Suite(_Frozen):
+    """A validated suite file."""
+
+    suite: SuiteInfo
+    target: Target
+    matrix: Matrix = Matrix()
+    workloads: tuple[WorkloadGroup, ...] = (WorkloadGroup(),)
+    method: Method = Method()
+    source_text: str = ""
+    source_path: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.suite.name
+
+
+class Configuration(_Frozen):
+    """One point of the disk matrix. Fields that the mode ignores are None."""
+
+    mode: Mode
+    controller: str | None = None
+    aio: str | None = None
+    iothread: bool | None = None
+    cache: str | None = None
+    format: str | None = None
+    preallocation: str | None = None
+
+    def params(self) -> dict[str, str]:
+        """Axis → value for the axes this configuration sets, in a stable order."""
+        out: dict[str, str] = {}
+        for axis in ("controller", "aio", "iothread", "cache", "format", "preallocation"):
+            value = getattr(self, axis)
+            if value is not None:
+                out[axis] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        return out
+
+    @property
+    def key(self) -> str:
+        """Stable identity, e.g. ``blocklayer/aio=native/cache=none/format=raw/...``."""
+        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params().items())])
+
+    @property
+    def label(self) -> str:
+        """Short legend text: ``blocklayer native/none/raw`` (+ ``iothread``, ``prealloc=...``)."""
+        if self.mode == "host":
+            return "host (bare metal)"
+        core = [v for v in (self.controller, self.aio, self.cache, self.format) if v is not None]
+        text = f"{self.mode} " + "/".join(core)
+        if self.iothread:
+            text += " iothread"
+        if self.preallocation not in (None, "off"):
+            text += f" prealloc={self.preallocation}"
+        return text
+
+
+class Workload(_Frozen):
+    """One fio job as measured: rw, block size, queue depth, jobs, rate limit, extra options."""
+
+    rw: str
+    bs: int
+    iodepth: int
+    numjobs: int = 1
+    rate_iops: int = 0
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        parts = [self.rw, format_size(self.bs), f"qd{self.iodepth}", f"nj{self.numjobs}"]
+        if self.rate_iops:
+            parts.append(f"rate{self.rate_iops}")
+        parts.extend(f"{k}={v}" for k, v in self.options)
+        return "/".join(parts)
+
+    @property
+    def label(self) -> str:
+        text = f"{format_size(self.bs)} {self.rw} QD{self.iodepth}"
+        if self.numjobs > 1:
+            text += f" ×{self.numjobs} jobs"
+        if self.rate_iops:
+            text += f" @{self.rate_iops} IOPS"
+        return text
+
+    @property
+    def reads(self) -> bool:
+        return self.rw in ("read", "randread", "rw", "readwrite", "randrw")

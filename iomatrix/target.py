@@ -1,0 +1,219 @@
+"""The storage under test: safety checks, free space, image creation with qemu-img, clean-up.
+
+iomatrix writes to what it measures. A block device is used only when the suite names it with
+``allow_destroy = true`` and it is not mounted, not swap, has no holders (LVM, MD, dm-crypt) and
+can be opened exclusively. A directory gets a private subdirectory that is removed at the end
+unless the user asks to keep it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.errors import NotEnoughSpace, TargetError
+from iomatrix.proc import require, run
+from iomatrix.suite.model import Configuration, Target
+from iomatrix.units import format_bytes
+
+SYSFS = Path("/sys")
+QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 KiB clusters
+MARGIN = 64 * 1024 * 1024
+
+
+class Image(BaseModel):
+    """One disk image (or the block device itself) that configurations run on."""
+
+    model_config = ConfigDict(frozen=True)
+    path: Path
+    format: str
+    preallocation: str
+    size: int
+    is_device: bool = False
+
+
+def image_spec(config: Configuration) -> tuple[str, str]:
+    """Which image a configuration needs: (format, preallocation); host mode uses raw."""
+    return (config.format or "raw", config.preallocation or "off")
+
+
+class Workspace:
+    """The target prepared for one run: creates images on demand, removes them on exit."""
+
+    def __init__(self, target: Target, *, keep: bool = False, proc_root: Path = Path("/proc"),
+                 sysfs: Path = SYSFS) -> None:
+        self.target = target
+        self.keep = keep
+        self._proc = proc_root
+        self._sysfs = sysfs
+        self._images: dict[tuple[str, str], Image] = {}
+        self.preconditioned: set[Path] = set()
+        self.directory: Path | None = None
+        self._created_parent: Path | None = None
+        self.device_size: int | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self, configs: Iterable[Configuration]) -> "Workspace":
+        """Check safety and free space for every image the configurations need."""
+        specs = sorted({image_spec(c) for c in configs})
+        if self.target.device is not None:
+            self.device_size = check_device(self.target.device, proc_root=self._proc,
+                                            sysfs=self._sysfs)
+            if self.target.size is not None and self.target.size > self.device_size:
+                raise TargetError(f"[target] size {format_bytes(self.target.size)} exceeds the "
+                                  f"device {self.target.device} ({format_bytes(self.device_size)})")
+            return self
+        assert self.target.directory is not None and self.target.size is not None
+        parent = self.target.directory
+        if not parent.exists():
+            top = parent
+            while not top.parent.exists():
+                top = top.parent
+            try:
+                parent.mkdir(parents=True)
+            except OSError as exc:
+                raise TargetError(f"[target] directory {parent}: cannot create: {exc.strerror}") from exc
+            self._created_parent = top
+        if not parent.is_dir():
+            raise TargetError(f"[target] directory {parent}: not a directory")
+        need = sum(_footprint(self.target.size, fmt) for fmt, _ in specs) + MARGIN
+        free = shutil.disk_usage(parent).free
+        if free < need:
+            raise NotEnoughSpace(
+                f"[target] directory {parent}: {format_bytes(free)} free, "
+                f"{len(specs)} image(s) of {format_bytes(self.target.size)} need {format_bytes(need)}",
+                hint="lower [target] size, or point --target at a larger filesystem")
+        try:
+            self.directory = Path(tempfile.mkdtemp(prefix="iomatrix-", dir=parent))
+        except OSError as exc:
+            raise TargetError(f"[target] directory {parent}: not writable: {exc.strerror}") from exc
+        return self
+
+    def close(self) -> None:
+        """Remove everything created, unless keep was asked for."""
+        if self.keep or self.directory is None:
+            return
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = None
+        if self._created_parent is not None:
+            # only directories we created, and only while empty
+            with contextlib.suppress(OSError):
+                _rmdir_up(self.target.directory, self._created_parent)  # type: ignore[arg-type]
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- images ----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        if self.target.size is not None:
+            return self.target.size
+        assert self.device_size is not None
+        return self.device_size
+
+    def image(self, config: Configuration) -> Image:
+        """The image for a configuration, created with qemu-img on first use."""
+        spec = image_spec(config)
+        if spec in self._images:
+            return self._images[spec]
+        if self.target.device is not None:
+            image = Image(path=self.target.device, format="raw", preallocation="off",
+                          size=self.size, is_device=True)
+        else:
+            assert self.directory is not None, "Workspace.open() first"
+            fmt, prealloc = spec
+            path = self.directory / f"disk-{fmt}-{prealloc}.{'qcow2' if fmt == 'qcow2' else 'raw'}"
+            qemu_img = require("qemu-img")
+            run([qemu_img, "create", "-q", "-f", fmt, "-o", f"preallocation={prealloc}",
+                 str(path), str(self.size)], timeout=max(60.0, self.size / 50e6))
+            image = Image(path=path, format=fmt, preallocation=prealloc, size=self.size)
+        self._images[spec] = image
+        return image
+
+
+def _footprint(size: int, fmt: str) -> int:
+    """Bytes an image occupies once preconditioned (written fully)."""
+    return int(size * QCOW2_OVERHEAD) if fmt == "qcow2" else size
+
+
+def _rmdir_up(path: Path, stop_at: Path) -> None:
+    """rmdir ``path`` and its parents up to ``stop_at`` while they are empty."""
+    current = path
+    while True:
+        current.rmdir()
+        if current == stop_at:
+            return
+        current = current.parent
+
+
+def check_device(device: Path, *, proc_root: Path = Path("/proc"), sysfs: Path = SYSFS) -> int:
+    """Refuse a block device that is not safe to destroy; return its size in bytes."""
+    try:
+        st = os.stat(device)
+    except OSError as exc:
+        raise TargetError(f"[target] device {device}: {exc.strerror}") from exc
+    if not stat.S_ISBLK(st.st_mode):
+        raise TargetError(f"[target] device {device}: not a block device")
+    major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    block = _sysfs_block(major, minor, sysfs)
+    names = {f"{major}:{minor}"}
+    if block is not None:
+        for part in block.iterdir():
+            dev_file = part / "dev"
+            if (part / "partition").exists() and dev_file.exists():
+                names.add(dev_file.read_text().strip())
+                holders = list((part / "holders").iterdir()) if (part / "holders").exists() else []
+                if holders:
+                    raise TargetError(f"[target] device {device}: partition {part.name} is held by "
+                                      f"{', '.join(h.name for h in holders)} (LVM, MD or dm-crypt)")
+        holders = list((block / "holders").iterdir()) if (block / "holders").exists() else []
+        if holders:
+            raise TargetError(f"[target] device {device}: in use by "
+                              f"{', '.join(h.name for h in holders)} (LVM, MD or dm-crypt)")
+    for line in (proc_root / "self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[2] in names:
+            raise TargetError(f"[target] device {device}: mounted at {fields[4]}",
+                              hint="unmount it first; iomatrix never writes to a mounted device")
+    swaps = (proc_root / "swaps").read_text().splitlines()[1:] if (proc_root / "swaps").exists() else []
+    real = os.path.realpath(device)
+    for line in swaps:
+        if line.split() and os.path.realpath(line.split()[0]) == real:
+            raise TargetError(f"[target] device {device}: in use as swap")
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_EXCL)
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise TargetError(f"[target] device {device}: busy (cannot be opened exclusively; "
+                              "another process or the kernel holds it)") from exc
+        raise TargetError(f"[target] device {device}: cannot open: {exc.strerror}") from exc
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def _sysfs_block(major: int, minor: int, sysfs: Path) -> Path | None:
+    link = sysfs / "dev/block" / f"{major}:{minor}"
+    return link.resolve() if link.exists() else None
+
+
+@contextlib.contextmanager
+def workspace(target: Target, configs: Iterable[Configuration], *, keep: bool = False) -> Iterator[Workspace]:
+    """A prepared workspace that is always cleaned up."""
+    ws = Workspace(target, keep=keep)
+    try:
+        ws.open(configs)
+        yield ws
+    finally:
+        ws.close()
