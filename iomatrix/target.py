@@ -72,24 +72,24 @@ class Workspace:
             return self
         assert self.target.directory is not None and self.target.size is not None
         parent = self.target.directory
-        if not parent.exists():
-            top = parent
-            while not top.parent.exists():
-                top = top.parent
-            try:
-                parent.mkdir(parents=True)
-            except OSError as exc:
-                raise TargetError(f"[target] directory {parent}: cannot create: {exc.strerror}") from exc
-            self._created_parent = top
-        if not parent.is_dir():
-            raise TargetError(f"[target] directory {parent}: not a directory")
+        existing = parent
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
         need = sum(_footprint(self.target.size, fmt) for fmt, _ in specs) + MARGIN
-        free = shutil.disk_usage(parent).free
+        free = shutil.disk_usage(existing).free
         if free < need:
             raise NotEnoughSpace(
                 f"[target] directory {parent}: {format_bytes(free)} free, "
                 f"{len(specs)} image(s) of {format_bytes(self.target.size)} need {format_bytes(need)}",
                 hint="lower [target] size, or point --target at a larger filesystem")
+        if existing != parent:
+            try:
+                parent.mkdir(parents=True)
+            except OSError as exc:
+                raise TargetError(f"[target] directory {parent}: cannot create: {exc.strerror}") from exc
+            self._created_parent = next(p for p in [parent, *parent.parents] if p.parent == existing)
         try:
             self.directory = Path(tempfile.mkdtemp(prefix="iomatrix-", dir=parent))
         except OSError as exc:

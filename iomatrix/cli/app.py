@@ -24,7 +24,8 @@ app = typer.Typer(
     epilog=EPILOG, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]})
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output keeps whole table rows on one line: easier to grep and diff than 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state = {"traceback": False}
 

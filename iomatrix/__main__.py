@@ -1,0 +1,3 @@
+from iomatrix.cli.app import main
+
+main()

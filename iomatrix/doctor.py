@@ -1,0 +1,450 @@
+"""``iomatrix doctor``: can this host run iomatrix, and what is missing?
+
+Every check is a real probe under a timeout, never a file-existence test: a tool is run and its
+version line parsed, an fio engine does real direct I/O, the FUSE export is mounted, read and
+unmounted, KVM boots a kernel (:mod:`iomatrix.qemu.kvm`). Each probe cleans up what it made (temp
+files, mounts, processes) before it returns. Nothing here prints or exits: the CLI renders the
+:class:`Check` tuple.
+
+Tools are looked up on the PATH of ``env`` (default: this process's environment), and run with
+that environment, so a test can point PATH at an empty directory to see every tool missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.qemu.kvm import probe_kvm
+
+TOOL_TIMEOUT = 10.0
+FIO_TIMEOUT = 30.0
+FUSE_TIMEOUT = 10.0
+FIO_PROBE_SIZE = 1024 * 1024
+
+
+class Check(BaseModel):
+    """One doctor finding. ``required`` is False for what iomatrix can live without (KVM: guests
+    then run under TCG). ``hint`` names the Debian package or the command that fixes a failure."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    ok: bool
+    detail: str
+    hint: str | None = None
+    required: bool = True
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class _Tool:
+    package: str
+    version_re: str
+    label: str
+
+
+TOOLS: dict[str, _Tool] = {
+    "qemu-system-x86_64": _Tool("qemu-system-x86", r"QEMU emulator version (\S+)", "QEMU"),
+    "qemu-storage-daemon": _Tool("qemu-system-common", r"qemu-storage-daemon version (\S+)",
+                                 "qemu-storage-daemon"),
+    "qemu-img": _Tool("qemu-utils", r"qemu-img version (\S+)", "qemu-img"),
+    "fio": _Tool("fio", r"^fio-(\S+)", "fio"),
+}
+
+
+def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
+               directory: Path | None = None, kernel: Path | None = None,
+               fetch_kernel: bool = True) -> tuple[Check, ...]:
+    """Every check, in a fixed order. ``directory`` is where the fio and FUSE probes make their
+    temporary files (default: /var/tmp, which is disk-backed on Debian; O_DIRECT needs that).
+    ``kernel``/``fetch_kernel`` are passed to the KVM probe (see
+    :func:`iomatrix.qemu.kvm.probe_kvm`)."""
+    checks = [check_tool(tool, env=env) for tool in TOOLS]
+    checks.append(check_fio_nbd(env=env))
+    checks.append(check_fio_engine("libaio", env=env, directory=directory))
+    checks.append(check_fio_engine("io_uring", env=env, directory=directory))
+    checks.append(check_fuse(env=env, directory=directory))
+    checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
+    return tuple(checks)
+
+
+def failed_required(checks: Sequence[Check]) -> tuple[Check, ...]:
+    """The failed checks that iomatrix cannot do without."""
+    return tuple(c for c in checks if c.required and not c.ok)
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+def check_tool(tool: str, *, env: Mapping[str, str] | None = None) -> Check:
+    """``tool --version`` runs and prints a version line iomatrix understands."""
+    spec = TOOLS[tool]
+    hint = f"apt-get install {spec.package}"
+    path = _which(tool, env)
+    if path is None:
+        return Check(name=tool, ok=False, detail=f"{tool} not found on PATH", hint=hint)
+    rc, out, err = _run([path, "--version"], timeout=TOOL_TIMEOUT, env=env)
+    text = out + err
+    if rc != 0:
+        return Check(name=tool, ok=False, hint=hint,
+                     detail=f"`{tool} --version` " + _failure(rc, text, TOOL_TIMEOUT))
+    m = re.search(spec.version_re, text, re.MULTILINE)
+    if m is None:
+        return Check(name=tool, ok=False, hint=hint,
+                     detail=f"`{tool} --version` printed no version line: {_first_line(text)!r}")
+    version = m.group(1)
+    package = re.search(r"\(([^)]*)\)", text[m.end():].split("\n", 1)[0])
+    where = f" ({package.group(1)})" if package else ""
+    return Check(name=tool, ok=True, version=version,
+                 detail=f"{spec.label} {version}{where} at {path}")
+
+
+def check_fio_nbd(*, env: Mapping[str, str] | None = None) -> Check:
+    """fio lists the nbd engine and can load it (``--enghelp=nbd`` shows its ``uri`` option)."""
+    name = "fio nbd engine"
+    hint = "install Debian's fio package (built with libnbd): apt-get install fio"
+    fio = _which("fio", env)
+    if fio is None:
+        return Check(name=name, ok=False, detail="fio not found on PATH", hint="apt-get install fio")
+    rc, out, err = _run([fio, "--enghelp"], timeout=TOOL_TIMEOUT, env=env)
+    if rc != 0:
+        return Check(name=name, ok=False, hint=hint,
+                     detail="`fio --enghelp` " + _failure(rc, out + err, TOOL_TIMEOUT))
+    engines = {line.strip() for line in out.splitlines()[1:] if line.strip()}
+    if "nbd" not in engines:
+        return Check(name=name, ok=False, hint=hint,
+                     detail=f"fio lists {len(engines)} engines but not nbd")
+    rc, out, err = _run([fio, "--enghelp=nbd"], timeout=TOOL_TIMEOUT, env=env)
+    if rc != 0 or "uri" not in out:
+        return Check(name=name, ok=False, hint=hint,
+                     detail="fio lists nbd but cannot load it: "
+                            + _failure(rc, out + err, TOOL_TIMEOUT))
+    return Check(name=name, ok=True, detail="fio lists the nbd engine and loads it (option uri)")
+
+
+def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
+                     directory: Path | None = None) -> Check:
+    """A real 1 MiB ``direct=1`` random-write job with ``ioengine=<engine>`` on a temp file."""
+    hints = {
+        "libaio": "fio needs libaio (apt-get install libaio1) and io_setup allowed (seccomp, "
+                  "/proc/sys/fs/aio-max-nr)",
+        "io_uring": "io_uring must be allowed: `sysctl kernel.io_uring_disabled=0`, no seccomp "
+                    "filter blocking io_uring_setup, Linux >= 5.1",
+    }
+    hint = hints.get(engine)
+    fio = _which("fio", env)
+    if fio is None:
+        return Check(name=engine, ok=False, detail="fio not found on PATH",
+                     hint="apt-get install fio")
+    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-fio-",
+                                     dir=_probe_dir(directory)) as tmp:
+        data = Path(tmp) / "probe.dat"
+        result = Path(tmp) / "result.json"
+        argv = [fio, "--name=iomatrix-doctor", f"--filename={data}", f"--size={FIO_PROBE_SIZE}",
+                "--bs=4k", "--rw=randwrite", f"--ioengine={engine}", "--direct=1",
+                "--iodepth=8", "--thread", "--eta=never", "--output-format=json",
+                f"--output={result}"]
+        rc, out, err = _run(argv, timeout=FIO_TIMEOUT, env=env, cwd=Path(tmp))
+        report = result.read_text(errors="replace") if result.exists() else ""
+    if rc != 0:
+        if engine == "io_uring" and _io_uring_disabled():
+            hint = "io_uring is disabled by sysctl: `sysctl kernel.io_uring_disabled=0`"
+        return Check(name=engine, ok=False, hint=hint,
+                     detail=f"fio ioengine={engine} direct=1 in {_probe_dir(directory)} "
+                            + _failure(rc, err + out + report, FIO_TIMEOUT))
+    try:
+        job = json.loads(report[report.index("{"):])["jobs"][0]
+        error = int(job["error"])
+        written = int(job["write"]["io_bytes"])
+        iops = float(job["write"]["iops"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return Check(name=engine, ok=False, hint=hint,
+                     detail=f"fio ioengine={engine} printed no usable JSON result: "
+                            f"{_first_line(report or out)!r}")
+    if error != 0 or written != FIO_PROBE_SIZE:
+        return Check(name=engine, ok=False, hint=hint,
+                     detail=f"fio ioengine={engine} direct=1 ended with error {error} after "
+                            f"{written} of {FIO_PROBE_SIZE} bytes")
+    return Check(name=engine, ok=True,
+                 detail=f"fio ioengine={engine} direct=1 wrote 1 MiB in 4k random writes "
+                        f"({iops:.0f} IOPS) in {_probe_dir(directory)}")
+
+
+def _io_uring_disabled() -> bool:
+    try:
+        return Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() not in ("", "0")
+    except OSError:
+        return False
+
+
+# --- FUSE ----------------------------------------------------------------------------------------
+
+def check_fuse(*, env: Mapping[str, str] | None = None, directory: Path | None = None) -> Check:
+    """qemu-storage-daemon exports a small raw image over FUSE: the mount appears in
+    /proc/self/mountinfo, serves the image's bytes, and is gone after a QMP ``quit``."""
+    name = "FUSE export"
+    qsd = _which("qemu-storage-daemon", env)
+    if qsd is None:
+        return Check(name=name, ok=False, detail="qemu-storage-daemon not found on PATH",
+                     hint="apt-get install qemu-system-common")
+    if not Path("/dev/fuse").exists():
+        return Check(name=name, ok=False, detail="/dev/fuse does not exist",
+                     hint="modprobe fuse (in a container: pass --device /dev/fuse)")
+    fusermount = _which("fusermount3", env)
+    if fusermount is None:
+        return Check(name=name, ok=False, detail="fusermount3 not found on PATH",
+                     hint="apt-get install fuse3")
+    hint = "apt-get install fuse3; /dev/fuse must be usable (in a container: --device /dev/fuse " \
+           "--cap-add SYS_ADMIN)"
+    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-fuse-",
+                                     dir=_probe_dir(directory)) as tmp:
+        work = Path(os.path.realpath(tmp))
+        try:
+            detail = _fuse_probe(qsd, fusermount, work, env)
+        except _ProbeFailed as e:
+            return Check(name=name, ok=False, detail=str(e), hint=hint)
+    return Check(name=name, ok=True, detail=detail)
+
+
+class _ProbeFailed(Exception):
+    pass
+
+
+_FUSE_PATTERN = b"iomatrix doctor FUSE probe\n"
+
+
+def _fuse_probe(qsd: str, fusermount: str, work: Path, env: Mapping[str, str] | None) -> str:
+    image = work / "disk.raw"
+    with open(image, "wb") as f:
+        f.write(_FUSE_PATTERN)
+        f.truncate(FIO_PROBE_SIZE)
+    mountpoint = work / "export.raw"
+    mountpoint.touch()
+    qmp_path = work / "qmp.sock"
+    stderr_path = work / "qsd.stderr"
+    argv = [
+        qsd,
+        "--chardev", f"socket,id=m0,path={_escape(str(qmp_path))},server=on,wait=off",
+        "--monitor", "chardev=m0",
+        "--blockdev", json.dumps({"driver": "file", "filename": str(image), "node-name": "f0"}),
+        "--blockdev", json.dumps({"driver": "raw", "file": "f0", "node-name": "d0"}),
+        "--export", f"type=fuse,id=e0,node-name=d0,mountpoint={_escape(str(mountpoint))},"
+                    "writable=on",
+    ]
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with open(stderr_path, "wb") as err_file:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err_file,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=dict(env) if env is not None else None)
+        started = time.monotonic()
+        deadline = started + FUSE_TIMEOUT
+        while not _is_mounted(mountpoint):
+            if proc.poll() is not None:
+                raise _ProbeFailed(f"qemu-storage-daemon exited with status {proc.returncode} "
+                                   f"before the FUSE mount appeared: "
+                                   f"{_first_line(_read(stderr_path)) or 'no message'}")
+            if time.monotonic() >= deadline:
+                raise _ProbeFailed(f"the FUSE mount did not appear in /proc/self/mountinfo within "
+                                   f"{FUSE_TIMEOUT:g} s")
+            time.sleep(0.05)
+        mounted_after = time.monotonic() - started
+        fstype = _mount_fstype(mountpoint)
+        head, size = _read_through(mountpoint, proc)
+        if size != FIO_PROBE_SIZE or head != _FUSE_PATTERN:
+            raise _ProbeFailed(f"the FUSE export is mounted but serves the wrong data "
+                               f"(size {size}, first bytes {head[:16]!r})")
+        try:
+            _qmp_quit(qmp_path, timeout=FUSE_TIMEOUT)
+        except (OSError, EOFError, ValueError) as e:
+            raise _ProbeFailed(f"QMP quit failed: {e}") from e
+        try:
+            rc = proc.wait(timeout=FUSE_TIMEOUT)
+        except subprocess.TimeoutExpired as e:
+            raise _ProbeFailed(f"qemu-storage-daemon did not exit within {FUSE_TIMEOUT:g} s of "
+                               "QMP quit") from e
+        if rc != 0:
+            raise _ProbeFailed(f"qemu-storage-daemon exited with status {rc} after quit: "
+                               f"{_first_line(_read(stderr_path)) or 'no message'}")
+        if _is_mounted(mountpoint):
+            raise _ProbeFailed("the FUSE export was still mounted after qemu-storage-daemon quit")
+        return (f"qemu-storage-daemon mounted a FUSE export ({fstype}) in {mounted_after:.2f} s, "
+                f"served the image's bytes, and unmounted it on QMP quit")
+    finally:
+        if proc is not None:
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if _is_mounted(mountpoint):  # the daemon was killed: detach the dead mount
+            _run([fusermount, "-u", "-z", str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
+        if _is_mounted(mountpoint):
+            _run(["umount", "-l", str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
+
+
+def _read_through(mountpoint: Path, proc: subprocess.Popen[bytes]) -> tuple[bytes, int]:
+    """Read the export's first bytes; a watchdog kills the daemon if the read hangs (which makes
+    the kernel fail the FUSE request instead of blocking forever)."""
+    watchdog = threading.Timer(FUSE_TIMEOUT, _signal_group, args=(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        with open(mountpoint, "rb") as f:
+            head = f.read(len(_FUSE_PATTERN))
+            size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise _ProbeFailed(f"the FUSE export is mounted but cannot be read: {e}") from e
+    finally:
+        watchdog.cancel()
+    return head, size
+
+
+def _qmp_quit(path: Path, *, timeout: float) -> None:
+    """A minimal synchronous QMP exchange: greeting, qmp_capabilities, quit.
+
+    The answer to ``quit`` must be read before the socket is closed: qemu-storage-daemon 7.2 with
+    a FUSE export hangs for good in its main loop (seen here, most runs) when the QMP client
+    hangs up right after sending ``quit``. Reading the reply (after a BLOCK_EXPORT_DELETED event)
+    lets it exit cleanly."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        with sock.makefile("rwb") as stream:
+            _qmp_reply(stream, want="QMP")
+            for command in ("qmp_capabilities", "quit"):
+                stream.write(json.dumps({"execute": command}).encode() + b"\n")
+                stream.flush()
+                try:
+                    _qmp_reply(stream, want="return")
+                except (ConnectionError, EOFError):
+                    if command != "quit":  # a daemon that quits may hang up before answering
+                        raise
+
+
+def _qmp_reply(stream, *, want: str) -> dict:  # type: ignore[no-untyped-def]
+    while True:
+        line = stream.readline()
+        if not line:
+            raise EOFError("QMP socket closed")
+        msg = json.loads(line)
+        if want in msg:
+            return msg
+        if "error" in msg:
+            raise ConnectionError(f"QMP error: {msg['error'].get('desc', msg['error'])}")
+
+
+def _mountinfo() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount this process sees."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            if len(fields) >= 5:
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                mounts.append((point, right.split(" ", 1)[0]))
+    return mounts
+
+
+def _is_mounted(path: Path) -> bool:
+    return any(point == str(path) for point, _ in _mountinfo())
+
+
+def _mount_fstype(path: Path) -> str:
+    return next((fstype for point, fstype in _mountinfo() if point == str(path)), "?")
+
+
+# --- KVM -----------------------------------------------------------------------------------------
+
+def check_kvm(timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
+              kernel: Path | None = None, fetch_kernel: bool = True) -> Check:
+    """KVM boots a standard kernel (not required: iomatrix falls back to TCG)."""
+    probe = probe_kvm(kernel, timeout=timeout, env=env, fetch_kernel=fetch_kernel)
+    hint = probe.hint
+    if not probe.usable and hint is None:
+        hint = ("guests will run under TCG (emulated CPU); for real guest numbers use a host "
+                "with hardware virtualization and access to /dev/kvm")
+    return Check(name="KVM", ok=probe.usable, detail=probe.reason,
+                 hint=None if probe.usable else hint, required=False)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _which(name: str, env: Mapping[str, str] | None) -> str | None:
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    return shutil.which(name, path=path)
+
+
+def _probe_dir(directory: Path | None) -> str:
+    if directory is not None:
+        return str(directory)
+    var_tmp = "/var/tmp"
+    if os.path.isdir(var_tmp) and os.access(var_tmp, os.W_OK | os.X_OK):
+        return var_tmp
+    return tempfile.gettempdir()
+
+
+def _run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+         cwd: Path | None = None) -> tuple[int | None, str, str]:
+    """(exit status or None on timeout, stdout, stderr); the process group is killed and reaped
+    on timeout. A command that cannot start gives status 127."""
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True,
+                                env=dict(env) if env is not None else None)
+    except OSError as e:
+        return 127, "", f"cannot run {argv[0]}: {e.strerror or e}"
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out.decode(errors="replace"), err.decode(errors="replace")
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _failure(rc: int | None, text: str, timeout: float) -> str:
+    if rc is None:
+        return f"did not finish within {timeout:g} s"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    interesting = [line for line in lines if "error" in line.lower() or "fail" in line.lower()]
+    message = (interesting or lines or ["no message"])[0][:200]
+    return f"failed with status {rc}: {message}"
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _escape(value: str) -> str:
+    """QEMU option values escape a comma by doubling it."""
+    return value.replace(",", ",,")

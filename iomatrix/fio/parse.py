@@ -1,0 +1,360 @@
+"""fio's JSON output → :class:`~iomatrix.fio.models.FioResult`.
+
+The one place that knows fio's JSON. It accepts what fio 3.x prints with ``--output-format=json``
+or ``json+``, run locally (``jobs``) or as a client of ``fio --server`` (``client_stats``), and
+copes with the differences between releases:
+
+- text before the JSON (client/server progress lines) is kept in ``prelude``; anything after the
+  JSON object is ignored;
+- latencies are ``slat_ns``/``clat_ns``/``lat_ns`` (fio 2.x wrote ``clat``/``lat`` in µs, also
+  accepted and converted); ``N`` (sample count) exists only from fio 3.20;
+- ``bw_bytes`` exists from fio 3.3, older releases only have ``bw`` in KiB/s;
+  ``job_runtime`` exists from fio 3.9;
+- percentile keys are ``"%f"`` of the percentile ("99.900000"); fio before 3.5 pads the dict with
+  ``"0.00": 0`` entries, and omits it or writes it empty when percentiles are off;
+- before fio 3.13, percentiles of the total latency (``lat_percentiles=1``, or
+  ``clat_percentiles=0``, which then implied it) were written under ``clat_ns``; the job's options
+  tell them apart;
+- ``bins`` (json+ only) sit next to the percentiles they were computed from.
+
+Percentiles: those of the total latency (``lat_ns``) are preferred when fio reported them, else
+those of the completion latency; ``DirectionStats.percentile_source`` says which, and ``lat``
+carries the preferred set. A direction that did no I/O has ``lat``/``clat`` None.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from iomatrix.errors import FioParseError
+from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
+
+__all__ = ["parse_fio_output", "parse_fio_json"]
+
+AGGREGATE_NAME = "All clients"
+_PERCENTILE_FIELDS = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p99_9", 99.99: "p99_99"}
+_JSON_START = re.compile(r"^\{", re.MULTILINE)
+# fio formats floats with "%f", so a NaN or infinity comes out as a bare nan/-nan/inf.
+_BARE_NONFINITE = re.compile(r"(:\s*)(-?)(nan|inf)\b", re.IGNORECASE)
+_TRUE = {"", "1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_fio_output(text: str) -> FioResult:
+    """Parse what fio printed (stdout or ``--output`` file) in a JSON output format.
+
+    Raises :class:`FioParseError` when there is no usable result in ``text``."""
+    if not isinstance(text, str):
+        raise FioParseError(f"fio output must be text, got {type(text).__name__}")
+    if not text.strip():
+        raise FioParseError("fio printed no output (empty text where a JSON result was expected)")
+    match = _JSON_START.search(text)
+    if match is None:
+        raise FioParseError("no JSON object in fio output (no line starts with '{'): "
+                            f"{_excerpt(text, 0)}")
+    start = match.start()
+    obj = _decode(text, start)
+    return parse_fio_json(obj, prelude=text[:start])
+
+
+def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
+    """Build a :class:`FioResult` from fio's already decoded JSON object."""
+    if not isinstance(obj, dict):
+        raise FioParseError(f"fio JSON must be an object, got {type(obj).__name__}")
+    version = obj.get("fio version")
+    if not isinstance(version, str) or not version:
+        raise FioParseError(f"fio JSON has no 'fio version' string (keys: {_keys(obj)})")
+    timestamp = _int(obj, "timestamp", "top level")
+
+    if "client_stats" in obj:
+        key = "client_stats"
+    elif "jobs" in obj:
+        key = "jobs"
+    else:
+        raise FioParseError(f"fio JSON has neither 'jobs' nor 'client_stats' (keys: {_keys(obj)})")
+    entries = obj[key]
+    if not isinstance(entries, list):
+        raise FioParseError(f"fio JSON '{key}' is {type(entries).__name__}, expected a list")
+    if not entries:
+        raise FioParseError(f"fio JSON '{key}' is empty: fio reported no job")
+
+    global_options = obj.get("global options")
+    global_options = global_options if isinstance(global_options, dict) else {}
+    jobs: list[JobStats] = []
+    aggregate: JobStats | None = None
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise FioParseError(f"fio job #{index} in '{key}' is {type(entry).__name__}, "
+                                "expected an object")
+        is_aggregate = key == "client_stats" and entry.get("jobname") == AGGREGATE_NAME
+        stats = _job(entry, index, global_options, client=key == "client_stats",
+                     aggregate=is_aggregate)
+        if is_aggregate:
+            aggregate = stats
+        else:
+            jobs.append(stats)
+    if not jobs:
+        raise FioParseError(f"fio JSON '{key}' has only the '{AGGREGATE_NAME}' entry, no job")
+    return FioResult(fio_version=version, timestamp=timestamp, jobs=tuple(jobs),
+                     aggregate=aggregate, prelude=prelude)
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+def _decode(text: str, start: int) -> dict[str, Any]:
+    decoder = json.JSONDecoder()
+    try:
+        obj, _ = decoder.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        # Retry with fio's bare nan/inf spelled the way Python's json reads them.
+        fixed = _BARE_NONFINITE.sub(_nonfinite, text[start:])
+        try:
+            obj, _ = decoder.raw_decode(fixed)
+        except json.JSONDecodeError:
+            raise FioParseError(f"invalid JSON in fio output at line {exc.lineno} column "
+                                f"{exc.colno}: {exc.msg}; near {_excerpt(text, exc.pos)}") from None
+    if not isinstance(obj, dict):  # pragma: no cover - a '{' always decodes to a dict
+        raise FioParseError(f"fio JSON must be an object, got {type(obj).__name__}")
+    return obj
+
+
+def _nonfinite(m: re.Match[str]) -> str:
+    word = "NaN" if m.group(3).lower() == "nan" else m.group(2) + "Infinity"
+    return m.group(1) + word
+
+
+# --- one job ---------------------------------------------------------------------------------------
+
+
+def _job(entry: dict[str, Any], index: int, global_options: Mapping[str, Any], *, client: bool,
+         aggregate: bool) -> JobStats:
+    name = entry.get("jobname")
+    if not isinstance(name, str):
+        raise FioParseError(f"fio job #{index} has no 'jobname' (keys: {_keys(entry)})")
+    where = f"job #{index} '{name}'"
+    if "read" not in entry and "write" not in entry and "mixed" in entry:
+        raise FioParseError(f"fio {where} has only a 'mixed' section "
+                            "(unified_rw_reporting=mixed), which iomatrix does not read")
+    options = dict(global_options)
+    job_options = entry.get("job options")
+    if isinstance(job_options, dict):
+        options.update(job_options)
+
+    read = _direction(_section(entry, "read", where), f"{where} read", options)
+    write = _direction(_section(entry, "write", where), f"{where} write", options)
+    if "job_runtime" in entry:  # fio >= 3.9
+        job_runtime = _int(entry, "job_runtime", where)
+    else:
+        trim = entry.get("trim")
+        trim_runtime = _int(trim, "runtime", f"{where} trim") if isinstance(trim, dict) else 0
+        job_runtime = max(read.runtime_ms, write.runtime_ms, trim_runtime)
+
+    hostname: str | None = None
+    port: int | None = None
+    if client and not aggregate:
+        # fio copies the last client's hostname/port onto the aggregate; they describe no host.
+        hostname = entry.get("hostname") if isinstance(entry.get("hostname"), str) else None
+        port = _int(entry, "port", where) if "port" in entry else None
+    return JobStats(
+        name=name, hostname=hostname, port=port,
+        error=_int(entry, "error", where, default=0),
+        job_runtime_ms=job_runtime,
+        read=read, write=write,
+        usr_cpu=_float(entry, "usr_cpu", where),
+        sys_cpu=_float(entry, "sys_cpu", where),
+        ctx=_int(entry, "ctx", where),
+        majf=_int(entry, "majf", where, default=0),
+        minf=_int(entry, "minf", where, default=0),
+    )
+
+
+def _section(entry: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = entry.get(key)
+    if value is None:
+        raise FioParseError(f"fio {where}: missing '{key}' section (keys: {_keys(entry)})")
+    if not isinstance(value, dict):
+        raise FioParseError(f"fio {where}: '{key}' is {type(value).__name__}, expected an object")
+    return value
+
+
+def _direction(d: dict[str, Any], where: str, options: Mapping[str, Any]) -> DirectionStats:
+    io_bytes = _int(d, "io_bytes", where)
+    total_ios = _int(d, "total_ios", where)
+    runtime = _int(d, "runtime", where)
+    iops = _float(d, "iops", where)
+    if "bw_bytes" in d:  # fio >= 3.3
+        bw_bytes = _float(d, "bw_bytes", where)
+    elif "bw" in d:
+        bw_bytes = _float(d, "bw", where) * 1024.0  # KiB/s
+    else:
+        bw_bytes = io_bytes * 1000.0 / runtime if runtime > 0 else 0.0
+
+    lat_obj, lat_scale = _lat_object(d, "lat", where)
+    clat_obj, clat_scale = _lat_object(d, "clat", where)
+    if total_ios == 0:
+        return DirectionStats(io_bytes=io_bytes, total_ios=0, runtime_ms=runtime, iops=iops,
+                              bw_bytes=bw_bytes, lat=None, clat=None)
+
+    lat_pct = _percentiles(lat_obj, lat_scale, f"{where} lat")
+    clat_pct = _percentiles(clat_obj, clat_scale, f"{where} clat")
+    lat_bins = _bins(lat_obj, lat_scale, f"{where} lat")
+    clat_bins = _bins(clat_obj, clat_scale, f"{where} clat")
+    if lat_pct is None and clat_pct is not None and _wants_lat_percentiles(options):
+        # fio < 3.13 wrote total-latency percentiles (and their bins) under clat.
+        lat_pct, clat_pct = clat_pct, None
+        lat_bins, clat_bins = clat_bins, None
+
+    if lat_pct is not None:
+        source, preferred, bins = "lat", lat_pct, lat_bins
+    elif clat_pct is not None:
+        source, preferred, bins = "clat", clat_pct, clat_bins
+    else:
+        source, preferred, bins = None, None, lat_bins if lat_bins is not None else clat_bins
+    lat = _latency(lat_obj, lat_scale, preferred, f"{where} lat")
+    clat = _latency(clat_obj, clat_scale, clat_pct, f"{where} clat")
+    return DirectionStats(io_bytes=io_bytes, total_ios=total_ios, runtime_ms=runtime, iops=iops,
+                          bw_bytes=bw_bytes, lat=lat, clat=clat, percentile_source=source,
+                          bins=bins)
+
+
+def _lat_object(d: dict[str, Any], kind: str, where: str) -> tuple[dict[str, Any] | None, float]:
+    """fio's ``<kind>_ns`` object (scale 1), or the µs ``<kind>`` of fio 2.x (scale 1000)."""
+    for key, scale in ((f"{kind}_ns", 1.0), (kind, 1000.0)):
+        if key in d:
+            value = d[key]
+            if not isinstance(value, dict):
+                raise FioParseError(f"fio {where}: '{key}' is {type(value).__name__}, "
+                                    "expected an object")
+            return value, scale
+    return None, 1.0
+
+
+def _latency(obj: dict[str, Any] | None, scale: float, percentiles: Percentiles | None,
+             where: str) -> Latency | None:
+    if obj is None:
+        return None
+    if "N" in obj:  # fio >= 3.20 counts samples
+        if _int(obj, "N", where) == 0:
+            return None
+    elif _float(obj, "max", where) == 0 and _float(obj, "mean", where) == 0:
+        return None  # fio writes zeros for a latency it did not measure (e.g. disable_lat=1)
+    return Latency(
+        min_ns=_float(obj, "min", where) * scale,
+        max_ns=_float(obj, "max", where) * scale,
+        mean_ns=_float(obj, "mean", where) * scale,
+        stdev_ns=_float(obj, "stddev", where) * scale,
+        percentiles=percentiles or Percentiles(),
+    )
+
+
+def _percentiles(obj: dict[str, Any] | None, scale: float, where: str) -> Percentiles | None:
+    """The five percentiles iomatrix keeps; None when fio wrote no (non-padding) percentile."""
+    if obj is None:
+        return None
+    raw = obj.get("percentile")
+    if not isinstance(raw, dict):
+        return None
+    found: dict[str, float] = {}
+    any_real = False
+    for key, value in raw.items():
+        try:
+            point = float(key)
+        except ValueError:
+            continue
+        if point <= 0.0:  # fio < 3.5 pads the list with "0.00": 0
+            continue
+        any_real = True
+        for target, field in _PERCENTILE_FIELDS.items():
+            if math.isclose(point, target, rel_tol=0, abs_tol=1e-6):
+                found[field] = _number(value, f"{where} percentile {key}") * scale
+    if not any_real:
+        return None
+    return Percentiles(**found)
+
+
+def _bins(obj: dict[str, Any] | None, scale: float, where: str) -> tuple[tuple[int, int], ...] | None:
+    if obj is None or "bins" not in obj:
+        return None
+    raw = obj["bins"]
+    if not isinstance(raw, dict):
+        raise FioParseError(f"fio {where}: 'bins' is {type(raw).__name__}, expected an object")
+    pairs = []
+    for key, count in raw.items():
+        try:
+            upper = int(key)
+        except ValueError:
+            raise FioParseError(f"fio {where}: bin bound {key!r} is not an integer") from None
+        pairs.append((round(upper * scale), int(_number(count, f"{where} bin {key}"))))
+    return tuple(sorted(pairs))
+
+
+def _wants_lat_percentiles(options: Mapping[str, Any]) -> bool:
+    """Whether the job asked for total-latency percentiles (directly, or, before fio 3.18, by
+    turning completion-latency percentiles off)."""
+    lat = _bool_option(options.get("lat_percentiles"))
+    clat = _bool_option(options.get("clat_percentiles"))
+    return lat is True or clat is False
+
+
+def _bool_option(value: Any) -> bool | None:
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
+# --- small helpers ---------------------------------------------------------------------------------
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FioParseError(f"fio {where} is {_short(value)}, expected a number")
+    return float(value)
+
+
+def _float(obj: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
+    if key not in obj:
+        if default is not None:
+            return default
+        raise FioParseError(f"fio {where}: missing '{key}' (keys: {_keys(obj)})")
+    return _number(obj[key], f"{where} '{key}'")
+
+
+def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    if key not in obj:
+        if default is not None:
+            return default
+        raise FioParseError(f"fio {where}: missing '{key}' (keys: {_keys(obj)})")
+    value = obj[key]
+    number = _number(value, f"{where} '{key}'")
+    if not number.is_integer():
+        raise FioParseError(f"fio {where} '{key}' is {_short(value)}, expected an integer")
+    return int(value)
+
+
+def _keys(obj: Mapping[str, Any]) -> str:
+    keys = list(obj)
+    shown = ", ".join(str(k) for k in keys[:8])
+    return shown + (", …" if len(keys) > 8 else "") if keys else "none"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _excerpt(text: str, pos: int, width: int = 60) -> str:
+    """A one-line excerpt of ``text`` around ``pos``, quoted."""
+    lo = max(0, pos - width // 3)
+    piece = text[lo:lo + width]
+    piece = " ".join(piece.split())  # one line, whitespace collapsed
+    return repr(("…" if lo > 0 else "") + piece + ("…" if lo + width < len(text) else ""))

@@ -1,0 +1,1 @@
+"""QEMU: configuration → arguments (shared by every driver), QMP helpers, probes."""

@@ -1,0 +1,282 @@
+"""Is KVM usable here? Judged only by booting a real, standard Linux kernel under it.
+
+``/dev/kvm`` existing, or even KVM_CREATE_VM succeeding, proves nothing: on a PVM host (our
+development and CI machines) a standard kernel hangs early in boot under KVM while burning CPU.
+So the probe boots a standard kernel with ``-accel kvm`` and a short timeout, and calls KVM usable
+only if the kernel reaches a late boot stage:
+
+* without an initrd: the ``VFS: Unable to mount root fs`` panic (the kernel got all the way to
+  mounting root; ``panic=-1`` plus ``-no-reboot`` then make QEMU exit by itself);
+* with an initrd: ``Run /init as init process``, or the ``marker`` the initrd prints.
+
+The same code boots under ``-accel tcg`` (:func:`probe_accel`), which shows that a failure under
+KVM is KVM's and not the kernel's. Every QEMU started here runs in its own process group under a
+deadline, and is killed and reaped before the function returns, whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.appliance.kernel import find_kernel, kernel_problem
+from iomatrix.errors import IomatrixError
+
+QEMU_BINARY = "qemu-system-x86_64"
+KVM_DEVICE = Path("/dev/kvm")
+
+LATE_BOOT_MARKERS: tuple[str, ...] = (
+    "VFS: Unable to mount root fs",
+    "Run /init as init process",
+    "No working init found",
+)
+"""Serial-console lines that only a kernel which booted (nearly) all the way prints."""
+
+_POLL_INTERVAL = 0.05
+_TERM_GRACE = 1.0
+_ACCEL_NAMES = {"kvm": "KVM", "tcg": "TCG"}
+
+
+class AccelProbe(BaseModel):
+    """The outcome of booting a standard kernel under one QEMU accelerator.
+
+    ``usable`` is True only when the kernel reached the late-boot marker. ``probed`` says whether a
+    kernel was actually booted (False: KVM "not probed", e.g. no kernel or no QEMU, see
+    ``reason``). ``seconds`` is the wall time of the whole probe."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    accel: str
+    usable: bool
+    reason: str
+    seconds: float
+    probed: bool = False
+    kernel: Path | None = None
+    marker: str | None = None
+    serial_tail: str = ""
+    hint: str | None = None
+
+
+KvmProbe = AccelProbe
+"""The result of :func:`probe_kvm` (an :class:`AccelProbe` with ``accel == "kvm"``)."""
+
+
+def probe_kvm(kernel: Path | None = None, initrd: Path | None = None, timeout: float = 10.0, *,
+              marker: str | None = None, qemu: str | os.PathLike[str] | None = None,
+              env: Mapping[str, str] | None = None, cache_dir: Path | None = None,
+              fetch_kernel: bool = True) -> KvmProbe:
+    """Whether KVM can run a standard guest kernel here; never raises for a missing tool or kernel.
+
+    ``kernel`` defaults to :func:`iomatrix.appliance.kernel.find_kernel` (which may download
+    Debian's kernel once into ``cache_dir`` unless ``fetch_kernel`` is False; that time is not
+    part of ``timeout``). ``qemu`` is the binary (a name looked up on ``env``'s PATH, or a path).
+    """
+    return probe_accel("kvm", kernel, initrd, timeout, marker=marker, qemu=qemu, env=env,
+                       cache_dir=cache_dir, fetch_kernel=fetch_kernel)
+
+
+def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = None,
+                timeout: float = 10.0, *, marker: str | None = None,
+                qemu: str | os.PathLike[str] | None = None,
+                env: Mapping[str, str] | None = None, cache_dir: Path | None = None,
+                fetch_kernel: bool = True, memory_mib: int = 256) -> AccelProbe:
+    """Boot a standard kernel under ``-accel <accel>`` ("kvm" or "tcg") and report how far it got."""
+    start = time.monotonic()
+    name = _ACCEL_NAMES.get(accel, accel)
+
+    def result(usable: bool, reason: str, **kw: object) -> AccelProbe:
+        return AccelProbe(accel=accel, usable=usable, reason=reason,
+                          seconds=round(time.monotonic() - start, 3), **kw)  # type: ignore[arg-type]
+
+    binary = _which(qemu or QEMU_BINARY, env)
+    if binary is None:
+        return result(False, f"{name} not probed: {qemu or QEMU_BINARY} not found",
+                      hint="apt-get install qemu-system-x86")
+    if accel == "kvm":
+        problem = kvm_device_problem()
+        if problem is not None:
+            return result(False, f"KVM not usable: {problem}",
+                          hint="load kvm_intel or kvm_amd and give this user access to /dev/kvm "
+                               "(group kvm); without it guests run under TCG")
+    if kernel is None:
+        try:
+            kernel = find_kernel(cache_dir, fetch=fetch_kernel, env=env)
+        except IomatrixError as e:
+            return result(False, f"{name} not probed: no kernel to boot: {e}", hint=e.hint)
+    problem = kernel_problem(Path(kernel))
+    if problem is not None:
+        return result(False, f"{name} not probed: bad kernel: {problem}", kernel=kernel,
+                      hint="pass the path of a bzImage (vmlinuz) kernel")
+    if initrd is not None and not os.access(initrd, os.R_OK):
+        return result(False, f"{name} not probed: initrd {initrd} is not readable",
+                      kernel=kernel)
+
+    markers = (marker,) if marker else LATE_BOOT_MARKERS
+    with tempfile.TemporaryDirectory(prefix="iomatrix-bootprobe-") as tmp:
+        serial = Path(tmp) / "serial.log"
+        stderr_path = Path(tmp) / "qemu.stderr"
+        argv = boot_argv(binary, accel, Path(kernel), serial, initrd=initrd,
+                         memory_mib=memory_mib)
+        boot = _boot(argv, serial, stderr_path, markers, timeout, env)
+    seen, rc, text, err, boot_seconds = boot
+    tail = _tail(text)
+    last = _last_line(text)
+    common = dict(kernel=kernel, probed=True, serial_tail=tail)
+    if seen is not None:
+        return result(True, f"a standard kernel ({Path(kernel).name}) reached {seen!r} under "
+                            f"{name} in {boot_seconds:.1f} s", marker=seen, **common)
+    if rc is None:
+        reason = (f"a standard kernel ({Path(kernel).name}) did not finish booting under {name} "
+                  f"within {timeout:g} s (serial console: {len(text)} bytes"
+                  + (f", last line {last!r}" if last else "") + ")")
+        hint = None
+        if accel == "kvm":
+            reason += ("; /dev/kvm opens but cannot run a standard guest kernel (as on a PVM "
+                       "host)")
+            hint = ("guests will run under TCG: the CPU is emulated and guest numbers measure "
+                    "the emulator; use a host with hardware virtualization for real numbers")
+        return result(False, reason, hint=hint, **common)
+    if rc != 0:
+        err_line = _last_line(err) or "no message"
+        return result(False, f"{Path(binary).name} -accel {accel} exited with status {rc}: "
+                             f"{err_line}", hint=_hint_for_error(err, accel), **common)
+    return result(False, f"the guest stopped before a late boot stage under {name} (QEMU exited "
+                         f"after {boot_seconds:.1f} s"
+                         + (f"; last serial line {last!r}" if last else "; no serial output")
+                         + ")", **common)
+
+
+def kvm_device_problem(device: Path = KVM_DEVICE) -> str | None:
+    """Why ``/dev/kvm`` cannot even be opened, or None. Opening it proves nothing more."""
+    try:
+        fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return f"{device} does not exist (no hardware virtualization, or kvm module not loaded)"
+    except PermissionError:
+        return f"{device} is not accessible to this user (permission denied)"
+    except OSError as e:
+        return f"{device} cannot be opened: {e.strerror or e}"
+    os.close(fd)
+    return None
+
+
+def boot_argv(binary: str, accel: str, kernel: Path, serial: Path, *,
+              initrd: Path | None = None, memory_mib: int = 256) -> list[str]:
+    """The QEMU command line of a probe boot: no devices but a serial port logged to a file."""
+    argv = [binary, "-accel", accel]
+    if accel == "kvm":
+        argv += ["-cpu", "host"]
+    argv += [
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-m", str(memory_mib), "-smp", "1",
+        "-chardev", f"file,id=ser0,path={_qemu_escape(str(serial))}",
+        "-serial", "chardev:ser0",
+        "-kernel", str(kernel),
+        "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1 loglevel=7",
+    ]
+    if initrd is not None:
+        argv += ["-initrd", str(initrd)]
+    return argv
+
+
+def _boot(argv: Sequence[str], serial: Path, stderr_path: Path, markers: Sequence[str],
+          timeout: float, env: Mapping[str, str] | None
+          ) -> tuple[str | None, int | None, str, str, float]:
+    """Run QEMU until a marker shows on the serial log, QEMU exits, or the deadline passes.
+    Returns (marker seen, exit status or None if it was still running, serial text, stderr,
+    seconds from start to the marker or to QEMU's exit)."""
+    seen: str | None = None
+    rc: int | None = None
+    started = time.monotonic()
+    elapsed = 0.0
+    with open(stderr_path, "wb") as err_file:
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err_file,
+                                    env=dict(env) if env is not None else None,
+                                    start_new_session=True)
+        except OSError as e:
+            return None, 127, "", f"cannot start {argv[0]}: {e.strerror or e}", 0.0
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                text = _read(serial)
+                seen = next((m for m in markers if m in text), None)
+                if seen is not None:
+                    break
+                rc = proc.poll()
+                if rc is not None:
+                    text = _read(serial)
+                    seen = next((m for m in markers if m in text), None)
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_POLL_INTERVAL)
+            elapsed = time.monotonic() - started
+        finally:
+            _stop(proc)
+    return seen, rc, _read(serial), _read(stderr_path), elapsed
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the probe's process group, SIGKILL it after a grace period, and reap QEMU."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=_TERM_GRACE)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)  # QEMU is not reaped yet: the group is ours
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _which(name: str | os.PathLike[str], env: Mapping[str, str] | None) -> str | None:
+    text = os.fspath(name)
+    if os.sep in text:
+        return text if os.path.isfile(text) and os.access(text, os.X_OK) else None
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    return shutil.which(text, path=path)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.replace("\r", "").rstrip().splitlines()[-lines:])
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.replace("\r", "").splitlines()):
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def _qemu_escape(value: str) -> str:
+    """QEMU option values escape a comma by doubling it."""
+    return value.replace(",", ",,")
+
+
+def _hint_for_error(stderr: str, accel: str) -> str | None:
+    if accel == "kvm" and ("KVM" in stderr or "kvm" in stderr):
+        return "load kvm_intel or kvm_amd and give this user access to /dev/kvm; " \
+               "without it guests run under TCG"
+    return None

@@ -1,0 +1,1 @@
+"""Reports: ``data`` builds a JSON-ready view model from a stored run; ``html`` only draws it."""

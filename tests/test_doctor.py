@@ -1,0 +1,159 @@
+"""`iomatrix doctor` runs real probes: the installed tools must pass, a missing tool must fail with
+a hint, and nothing (temp files, mounts, processes) may be left behind. The KVM assertion is
+machine-specific (a PVM host: KVM not usable) and skipped when IOMATRIX_EXPECT_KVM=1."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iomatrix.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
+
+EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
+NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
+         "libaio", "io_uring", "FUSE export", "KVM")
+WATCHED = ("qemu-system", "qemu-storage", "fio")
+
+
+def our_processes(marker: str) -> list[str]:
+    """Processes whose command line mentions ``marker`` (our temp dir), and QEMU/fio children of
+    this process, zombies included (not reaped)."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 1:].split()[1])
+        if marker in cmdline or (ppid == me and comm.startswith(WATCHED)):
+            found.append(f"{entry.name} {comm}: {cmdline[:200]}")
+    return found
+
+
+def mounts_under(directory: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line for line in f if str(directory) in line]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every temp file of the probes (fio, FUSE and the KVM probe's serial log) goes here."""
+    path = Path(os.path.realpath(tmp_path_factory.mktemp("doctor")))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def checks(workdir: Path) -> tuple[Check, ...]:
+    start = time.monotonic()
+    result = run_checks(kvm_timeout=10.0, directory=workdir)
+    assert time.monotonic() - start < 45
+    return result
+
+
+def by_name(checks: tuple[Check, ...]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+@pytest.mark.slow
+def test_every_check_runs_in_a_fixed_order(checks: tuple[Check, ...]) -> None:
+    assert tuple(c.name for c in checks) == NAMES
+    assert [c.name for c in checks if not c.required] == ["KVM"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "KVM"])
+def test_the_installed_tools_pass(checks: tuple[Check, ...], name: str) -> None:
+    check = by_name(checks)[name]
+    assert check.ok, check.detail
+    assert check.hint is None
+    assert check.detail
+
+
+@pytest.mark.slow
+def test_versions_are_parsed(checks: tuple[Check, ...]) -> None:
+    found = by_name(checks)
+    for name in ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img"):
+        assert re.fullmatch(r"\d+\.\d+\.\d+", found[name].version or ""), found[name]
+        assert found[name].version in found[name].detail
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", found["fio"].version or ""), found["fio"]
+    assert found["FUSE export"].detail.startswith("qemu-storage-daemon mounted a FUSE export")
+    assert "direct=1" in found["libaio"].detail and "direct=1" in found["io_uring"].detail
+
+
+@pytest.mark.slow
+def test_nothing_required_is_missing_here(checks: tuple[Check, ...]) -> None:
+    assert failed_required(checks) == ()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(EXPECT_KVM, reason="machine-specific: this host is expected to have real KVM")
+def test_kvm_is_reported_unusable_but_not_fatal_here(checks: tuple[Check, ...]) -> None:
+    kvm = by_name(checks)["KVM"]
+    assert kvm.ok is False and kvm.required is False
+    assert "did not finish booting under KVM within 10 s" in kvm.detail, kvm.detail
+    assert kvm.hint and "TCG" in kvm.hint
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPECT_KVM, reason="only on a host with real KVM (IOMATRIX_EXPECT_KVM=1)")
+def test_kvm_passes_on_a_real_kvm_host(checks: tuple[Check, ...]) -> None:
+    assert by_name(checks)["KVM"].ok
+
+
+@pytest.mark.slow
+def test_the_probes_leave_nothing_behind(checks: tuple[Check, ...], workdir: Path) -> None:
+    assert list(workdir.iterdir()) == []
+    assert mounts_under(workdir) == []
+    assert our_processes(str(workdir)) == []
+
+
+def test_every_check_fails_with_a_hint_when_path_is_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    start = time.monotonic()
+    result = run_checks(kvm_timeout=5.0, env={"PATH": str(empty)}, directory=tmp_path)
+    assert time.monotonic() - start < 5
+    assert tuple(c.name for c in result) == NAMES
+    for check in result:
+        assert check.ok is False, check
+        assert check.hint, check
+        assert "not found" in check.detail, check
+    hints = {c.name: c.hint for c in result}
+    assert hints["qemu-system-x86_64"] == "apt-get install qemu-system-x86"
+    assert hints["qemu-storage-daemon"] == "apt-get install qemu-system-common"
+    assert hints["qemu-img"] == "apt-get install qemu-utils"
+    assert hints["fio"] == "apt-get install fio"
+    assert hints["KVM"] == "apt-get install qemu-system-x86"
+    assert [p.name for p in tmp_path.iterdir()] == ["empty-bin"]
+
+
+def test_the_lookup_follows_the_given_path(tmp_path: Path) -> None:
+    """Only fio is on this PATH: fio is found and runs, qemu-img is not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "fio").symlink_to("/usr/bin/fio")
+    env = {"PATH": str(bin_dir)}
+    assert check_tool("fio", env=env).ok
+    missing = check_tool("qemu-img", env=env)
+    assert not missing.ok and missing.hint == "apt-get install qemu-utils"
+
+
+def test_an_unknown_fio_engine_fails_with_fios_reason(tmp_path: Path) -> None:
+    check = check_fio_engine("no-such-engine", directory=tmp_path)
+    assert check.ok is False
+    assert "failed with status" in check.detail
+    assert list(tmp_path.iterdir()) == []
+    assert our_processes(str(tmp_path)) == []

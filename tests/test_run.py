@@ -1,0 +1,159 @@
+"""A whole run for real, through the library and the command line: host baseline plus
+blocklayer, stored, shown, exported; clean-up on success and on Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from iomatrix.cli.status import ExitStatus
+from iomatrix.runner import run_suite
+from iomatrix.store import Store
+from iomatrix.suite import load_suite
+from tests.conftest import processes_mentioning, write_suite
+
+pytestmark = pytest.mark.slow
+IOMATRIX = [sys.executable, "-m", "iomatrix"]
+
+SMALL = """
+[matrix]
+aio = ["native", "threads"]
+cache = ["none", "writeback"]
+format = ["raw", "qcow2"]
+iothread = false
+skip_invalid = true
+[[workloads]]
+rw = "randread"
+bs = "4k"
+iodepth = [1, 16]
+[[workloads]]
+rw = "randwrite"
+bs = "4k"
+iodepth = 16
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = "200ms"
+runtime = "1s"
+"""
+
+
+def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    if check is not None:
+        assert proc.returncode == check, proc.stdout + proc.stderr
+    return proc
+
+
+def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None) -> None:
+    suite = load_suite(write_suite(tmp_path, SMALL, size="32MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store)
+        run = store.load_run(outcome.run_id)
+    # host + native/none × 2 formats + threads × 2 caches × 2 formats = 7 configurations
+    assert len(run.configs) == 7 and len(run.workloads) == 3
+    assert outcome.trials_ok == 21 and outcome.trials_failed == 0
+    assert run.status == "complete"
+    assert all(t.status == "ok" and t.samples for t in run.trials)
+    assert any("skipped" in n and "aio=native" in n for n in run.notes)
+    for t in run.trials:
+        if t.config_key != "host":
+            assert t.applied["aio"] == t.config_key.split("aio=")[1].split("/")[0]
+            assert "qemu-storage-daemon" in t.command
+        direction = "read" if t.workload_key.startswith("randread") else "write"
+        assert [s.direction for s in t.samples] == [direction]
+        assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
+    assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
+    assert outcome.measured_seconds == pytest.approx(21 * 1.0)
+    # images and the scratch directory are gone; the target directory we created too
+    assert not (tmp_path / "target").exists()
+
+
+def test_precondition_writes_images_fully(tmp_path: Path, no_leftovers: None) -> None:
+    body = SMALL.replace('aio = ["native", "threads"]', 'aio = "io_uring"').replace(
+        'cache = ["none", "writeback"]', 'cache = "none"')
+    suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store, keep=True)
+    (workdir,) = (tmp_path / "target").iterdir()
+    for image in workdir.iterdir():
+        assert image.stat().st_blocks * 512 >= 16 << 20, image   # every block written once
+    assert outcome.trials_failed == 0
+
+
+def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
+    body = SMALL.replace('aio = ["native", "threads"]', 'aio = "threads"').replace(
+        'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"')
+    suite = write_suite(tmp_path, body, size="16MiB")
+    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path)
+    assert "run 1: 6 trials ok, 0 failed" in run.stdout
+    assert "[6/6]" in run.stderr            # plain progress lines when not on a terminal
+    assert (tmp_path / "rep/index.html").stat().st_size > 100_000
+    runs = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
+    assert " t " in runs and "complete" in runs
+    show = cli("show", "last", "--db", "r.db", cwd=tmp_path).stdout
+    assert "host (bare metal)" in show and "blocklayer threads/none/raw" in show
+    assert show.count("4k randread QD16") == 2
+    rows = list(csv.DictReader(io.StringIO(cli("export", "1", "--db", "r.db", cwd=tmp_path).stdout)))
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
+    assert all(float(r["iops"]) > 0 for r in rows)
+    data = json.loads(cli("export", "1", "--format", "json", "--db", "r.db", cwd=tmp_path).stdout)
+    assert len(data["trials"]) == 6 and data["suite_text"] == suite.read_text()
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (["run", "nope.toml"], ExitStatus.SUITE_INVALID, "nope.toml: no such file and no built-in suite"),
+    (["show", "1", "--db", "missing.db"], ExitStatus.STORE, "missing.db: no results database here"),
+    (["export", "1", "--format", "xml"], ExitStatus.USAGE, "choose csv or json"),
+    (["suites", "nope"], ExitStatus.SUITE_INVALID, "nope: no built-in suite of that name"),
+    (["frobnicate"], ExitStatus.USAGE, "No such command"),
+])
+def test_cli_bad_input_gives_one_line_and_status(tmp_path: Path, args: list[str], status: int,
+                                                 message: str) -> None:
+    proc = cli(*args, cwd=tmp_path, check=status)
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_not_found_and_not_enough_space(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, SMALL, size="64TiB")
+    proc = cli("run", str(suite), "--db", "r.db", cwd=tmp_path, check=ExitStatus.TARGET)
+    assert "free" in proc.stderr and "need" in proc.stderr
+    assert not list((tmp_path / "target").glob("*"))   # nothing was created
+    proc = cli("show", "9", "--db", "r.db", cwd=tmp_path, check=ExitStatus.NOT_FOUND)
+    assert "no run 9" in proc.stderr
+
+
+def test_sigint_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None) -> None:
+    body = SMALL.replace('runtime = "1s"', 'runtime = "3s"')
+    suite = write_suite(tmp_path, body, size="16MiB")
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not processes_mentioning("qemu-storage-daemon --chardev"):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)           # inside a blocklayer trial: the daemon and fio are running
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert "interrupted" in err
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(1)
+    assert run.status == "interrupted"
+    assert 1 <= len(run.trials) < 21
+    assert not (tmp_path / "target").exists()

@@ -1,0 +1,131 @@
+"""Target safety and preparation: free space, images, block devices (real loop devices)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from iomatrix.errors import NotEnoughSpace, TargetError
+from iomatrix.suite.model import Configuration, Target
+from iomatrix.target import Workspace, check_device
+
+RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw",
+                    preallocation="off", iothread=False)
+
+
+@pytest.mark.parametrize("fmt, prealloc, allocated_min, allocated_max", [
+    ("raw", "off", 0, 64 << 10),
+    ("raw", "falloc", 8 << 20, 9 << 20),
+    ("raw", "full", 8 << 20, 9 << 20),
+    ("qcow2", "off", 0, 1 << 20),
+    ("qcow2", "metadata", 0, 1 << 20),
+    ("qcow2", "full", 8 << 20, 10 << 20),
+])
+def test_images_are_created_with_format_and_preallocation(tmp_path: Path, fmt: str, prealloc: str,
+                                                          allocated_min: int, allocated_max: int) -> None:
+    config = RAW.model_copy(update={"format": fmt, "preallocation": prealloc})
+    with Workspace(Target(directory=tmp_path, size=8 << 20)) as ws:
+        ws.open([config])
+        image = ws.image(config)
+        assert ws.image(config) is image           # one image per (format, preallocation)
+        info = subprocess.run(["qemu-img", "info", "--output=json", str(image.path)],
+                              capture_output=True, text=True, check=True).stdout
+        assert f'"format": "{fmt}"' in info and '"virtual-size": 8388608' in info
+        allocated = image.path.stat().st_blocks * 512
+        assert allocated_min <= allocated <= allocated_max, allocated
+        workdir = image.path.parent
+    assert not workdir.exists()
+
+
+def test_keep_leaves_images(tmp_path: Path) -> None:
+    with Workspace(Target(directory=tmp_path, size=4 << 20), keep=True) as ws:
+        ws.open([RAW])
+        path = ws.image(RAW).path
+    assert path.exists()
+
+
+def test_free_space_is_checked_before_anything_is_created(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(NotEnoughSpace, match="free,"):
+        Workspace(Target(directory=tmp_path / "t", size=free + (1 << 30))).open([RAW])
+    assert not (tmp_path / "t").exists()
+
+
+def test_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(TargetError, match="not a directory"):
+        Workspace(Target(directory=tmp_path / "f", size=4 << 20)).open([RAW])
+
+
+def test_not_a_block_device(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(TargetError, match="not a block device"):
+        check_device(tmp_path / "f")
+    with pytest.raises(TargetError, match="No such file"):
+        check_device(tmp_path / "missing")
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
+    backing = tmp_path / "backing.img"
+    with open(backing, "wb") as f:
+        f.truncate(64 << 20)
+    try:
+        dev = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"loop devices unavailable here: {exc}")
+    try:
+        yield Path(dev)
+    finally:
+        subprocess.run(["umount", dev], capture_output=True)
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+def test_free_block_device_is_accepted(loop_device: Path) -> None:
+    assert check_device(loop_device) == 64 << 20
+
+
+def test_mounted_block_device_is_refused(loop_device: Path, tmp_path: Path) -> None:
+    subprocess.run(["mkfs.ext4", "-q", str(loop_device)], check=True)
+    (tmp_path / "mnt").mkdir()
+    subprocess.run(["mount", str(loop_device), str(tmp_path / "mnt")], check=True)
+    with pytest.raises(TargetError, match=f"mounted at {tmp_path / 'mnt'}"):
+        check_device(loop_device)
+
+
+def test_block_device_held_open_exclusively_is_refused(loop_device: Path) -> None:
+    fd = os.open(loop_device, os.O_RDONLY | os.O_EXCL)
+    try:
+        with pytest.raises(TargetError, match="busy"):
+            check_device(loop_device)
+    finally:
+        os.close(fd)
+
+
+def test_block_device_with_holders_is_refused(loop_device: Path, tmp_path: Path) -> None:
+    """FAKE sysfs: device-mapper cannot run on these machines, so a holder (as LVM would add) is
+    simulated by a copy of the device's sysfs entry with a holders/dm-0 entry."""
+    st = os.stat(loop_device)
+    ident = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    fake = tmp_path / "fakesys"
+    block = fake / "devices/virtual/block" / loop_device.name
+    (block / "holders/dm-0").mkdir(parents=True)
+    (fake / "dev/block").mkdir(parents=True)
+    (fake / "dev/block" / ident).symlink_to(block)
+    with pytest.raises(TargetError, match="in use by dm-0"):
+        check_device(loop_device, sysfs=fake)
+
+
+def test_device_target_workspace_uses_the_device(loop_device: Path) -> None:
+    target = Target(device=loop_device, allow_destroy=True, size=32 << 20)
+    with Workspace(target) as ws:
+        ws.open([RAW])
+        image = ws.image(RAW)
+    assert image.is_device and image.path == loop_device and image.size == 32 << 20
+    with pytest.raises(TargetError, match="exceeds the device"):
+        Workspace(Target(device=loop_device, allow_destroy=True, size=1 << 30)).open([RAW])
