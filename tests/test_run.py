@@ -19,7 +19,9 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import processes_mentioning, write_suite
+from tests.browser import open_page
+from tests.conftest import REPO, processes_mentioning, write_suite
+from tests.test_target import loop_device  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -98,7 +100,15 @@ def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
     run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path)
     assert "run 1: 6 trials ok, 0 failed" in run.stdout
     assert "[6/6]" in run.stderr            # plain progress lines when not on a terminal
-    assert (tmp_path / "rep/index.html").stat().st_size > 100_000
+    page = tmp_path / "rep/index.html"
+    with open_page(page, block_network=True) as report:
+        assert report.problems == []
+        # one IOPS and one p99 chart per workload group (randread 4k, randwrite 4k)
+        assert report.count(".chart .main-svg") >= 4
+        traces = report.evaluate("[...document.querySelectorAll('.chart')].map("
+                                 "c => c.querySelectorAll('.scatterlayer .trace').length)")
+        assert traces and all(n == 2 for n in traces)    # host baseline + the blocklayer config
+        report.screenshot(REPO / "test-artifacts/run-report.png")
     runs = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
     assert " t " in runs and "complete" in runs
     show = cli("show", "last", "--db", "r.db", cwd=tmp_path).stdout
@@ -157,3 +167,36 @@ def test_sigint_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_le
     assert run.status == "interrupted"
     assert 1 <= len(run.trials) < 21
     assert not (tmp_path / "target").exists()
+
+
+def test_run_on_a_block_device(tmp_path: Path, loop_device: Path, no_leftovers: None) -> None:  # noqa: F811
+    """host and blocklayer on a real (loop) block device named with allow_destroy."""
+    suite_path = tmp_path / "dev.toml"
+    suite_path.write_text(f"""
+[suite]
+name = "dev"
+[target]
+device = "{loop_device}"
+allow_destroy = true
+size = "32MiB"
+[matrix]
+aio = ["native", "io_uring"]
+cache = "none"
+iothread = false
+[workloads]
+rw = ["randread", "randwrite"]
+iodepth = 8
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = 0
+runtime = "1s"
+""")
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(load_suite(suite_path), store)
+        run = store.load_run(outcome.run_id)
+    assert outcome.trials_failed == 0 and outcome.trials_ok == 6, [t.reason for t in run.trials]
+    assert run.host["target_fs"] == "(raw block device)"
+    blocklayer = [t for t in run.trials if t.config_key != "host"]
+    assert all(t.applied["file0.driver"] == "host_device" for t in blocklayer)
+    assert loop_device.exists()       # the device itself is never removed
