@@ -4,10 +4,25 @@ workload, and the ETA; plain lines when stderr is not a terminal (CI logs, pipes
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID,
+                           TextColumn, TimeElapsedColumn)
+from rich.text import Text
 
 from iomatrix.suite.model import Configuration, Workload
+
+
+class PlannedEtaColumn(ProgressColumn):
+    """Time left: the plan's per-trial time until a trial has finished, then the measured mean
+    per trial; it counts down between trials instead of waiting for a speed estimate."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None or task.elapsed is None:
+            return Text("ETA --:--", style="progress.remaining")
+        per_trial = (task.elapsed / task.completed if task.completed
+                     else task.fields.get("planned_per_trial", 0.0))
+        left = max(0.0, per_trial * task.total - task.elapsed)
+        minutes, seconds = divmod(int(left + 0.5), 60)
+        return Text(f"ETA {minutes:d}:{seconds:02d}", style="progress.remaining")
 
 
 class TerminalProgress:
@@ -29,14 +44,16 @@ class TerminalProgress:
 
     def start(self, trials: int, planned_seconds: float) -> None:
         self.total = trials
-        self.console.print(f"[bold]{trials} trials[/], about {planned_seconds / 60:.1f} min planned")
+        planned = (f"{planned_seconds:.0f} s" if planned_seconds < 120
+                   else f"{planned_seconds / 60:.0f} min")
+        self.console.print(f"[bold]{trials} trials[/], about {planned} planned")
         if self.console.is_terminal:
             self.bar = Progress(
                 TextColumn("trial"), MofNCompleteColumn(), BarColumn(bar_width=24),
                 TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
-                refresh_per_second=2, transient=False)
-            self.task = self.bar.add_task("", total=trials)
+                PlannedEtaColumn(), console=self.console, refresh_per_second=2, transient=False)
+            self.task = self.bar.add_task("", total=trials,
+                                          planned_per_trial=planned_seconds / max(trials, 1))
             self.bar.start()
 
     def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None:
