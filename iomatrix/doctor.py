@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -28,7 +26,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.qemu.kvm import probe_kvm
+from iomatrix.errors import ToolFailed
+from iomatrix.mounts import fstype, is_mounted
+from iomatrix.proc import first_line, managed, read_text, run, stop, wait_for, which
+from iomatrix.qemu.kvm import probe_kvm, qemu_escape
 
 TOOL_TIMEOUT = 10.0
 FIO_TIMEOUT = 30.0
@@ -93,10 +94,10 @@ def check_tool(tool: str, *, env: Mapping[str, str] | None = None) -> Check:
     """``tool --version`` runs and prints a version line iomatrix understands."""
     spec = TOOLS[tool]
     hint = f"apt-get install {spec.package}"
-    path = _which(tool, env)
+    path = which(tool, env)
     if path is None:
         return Check(name=tool, ok=False, detail=f"{tool} not found on PATH", hint=hint)
-    rc, out, err = _run([path, "--version"], timeout=TOOL_TIMEOUT, env=env)
+    rc, out, err = _try_run([path, "--version"], timeout=TOOL_TIMEOUT, env=env)
     text = out + err
     if rc != 0:
         return Check(name=tool, ok=False, hint=hint,
@@ -104,7 +105,7 @@ def check_tool(tool: str, *, env: Mapping[str, str] | None = None) -> Check:
     m = re.search(spec.version_re, text, re.MULTILINE)
     if m is None:
         return Check(name=tool, ok=False, hint=hint,
-                     detail=f"`{tool} --version` printed no version line: {_first_line(text)!r}")
+                     detail=f"`{tool} --version` printed no version line: {first_line(text)!r}")
     version = m.group(1)
     package = re.search(r"\(([^)]*)\)", text[m.end():].split("\n", 1)[0])
     where = f" ({package.group(1)})" if package else ""
@@ -116,10 +117,10 @@ def check_fio_nbd(*, env: Mapping[str, str] | None = None) -> Check:
     """fio lists the nbd engine and can load it (``--enghelp=nbd`` shows its ``uri`` option)."""
     name = "fio nbd engine"
     hint = "install Debian's fio package (built with libnbd): apt-get install fio"
-    fio = _which("fio", env)
+    fio = which("fio", env)
     if fio is None:
         return Check(name=name, ok=False, detail="fio not found on PATH", hint="apt-get install fio")
-    rc, out, err = _run([fio, "--enghelp"], timeout=TOOL_TIMEOUT, env=env)
+    rc, out, err = _try_run([fio, "--enghelp"], timeout=TOOL_TIMEOUT, env=env)
     if rc != 0:
         return Check(name=name, ok=False, hint=hint,
                      detail="`fio --enghelp` " + _failure(rc, out + err, TOOL_TIMEOUT))
@@ -127,7 +128,7 @@ def check_fio_nbd(*, env: Mapping[str, str] | None = None) -> Check:
     if "nbd" not in engines:
         return Check(name=name, ok=False, hint=hint,
                      detail=f"fio lists {len(engines)} engines but not nbd")
-    rc, out, err = _run([fio, "--enghelp=nbd"], timeout=TOOL_TIMEOUT, env=env)
+    rc, out, err = _try_run([fio, "--enghelp=nbd"], timeout=TOOL_TIMEOUT, env=env)
     if rc != 0 or "uri" not in out:
         return Check(name=name, ok=False, hint=hint,
                      detail="fio lists nbd but cannot load it: "
@@ -145,7 +146,7 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
                     "filter blocking io_uring_setup, Linux >= 5.1",
     }
     hint = hints.get(engine)
-    fio = _which("fio", env)
+    fio = which("fio", env)
     if fio is None:
         return Check(name=engine, ok=False, detail="fio not found on PATH",
                      hint="apt-get install fio")
@@ -157,7 +158,7 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
                 "--bs=4k", "--rw=randwrite", f"--ioengine={engine}", "--direct=1",
                 "--iodepth=8", "--thread", "--eta=never", "--output-format=json",
                 f"--output={result}"]
-        rc, out, err = _run(argv, timeout=FIO_TIMEOUT, env=env, cwd=Path(tmp))
+        rc, out, err = _try_run(argv, timeout=FIO_TIMEOUT, env=env, cwd=Path(tmp))
         report = result.read_text(errors="replace") if result.exists() else ""
     if rc != 0:
         if engine == "io_uring" and _io_uring_disabled():
@@ -173,7 +174,7 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
     except (ValueError, KeyError, IndexError, TypeError):
         return Check(name=engine, ok=False, hint=hint,
                      detail=f"fio ioengine={engine} printed no usable JSON result: "
-                            f"{_first_line(report or out)!r}")
+                            f"{first_line(report or out)!r}")
     if error != 0 or written != FIO_PROBE_SIZE:
         return Check(name=engine, ok=False, hint=hint,
                      detail=f"fio ioengine={engine} direct=1 ended with error {error} after "
@@ -184,26 +185,23 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
 
 
 def _io_uring_disabled() -> bool:
-    try:
-        return Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() not in ("", "0")
-    except OSError:
-        return False
+    return read_text(Path("/proc/sys/kernel/io_uring_disabled")).strip() not in ("", "0")
 
 
 # --- FUSE ----------------------------------------------------------------------------------------
 
 def check_fuse(*, env: Mapping[str, str] | None = None, directory: Path | None = None) -> Check:
     """qemu-storage-daemon exports a small raw image over FUSE: the mount appears in
-    /proc/self/mountinfo, serves the image's bytes, and is gone after a QMP ``quit``."""
+    /proc/self/mountinfo, serves the image's bytes, and is gone after the daemon's SIGTERM."""
     name = "FUSE export"
-    qsd = _which("qemu-storage-daemon", env)
+    qsd = which("qemu-storage-daemon", env)
     if qsd is None:
         return Check(name=name, ok=False, detail="qemu-storage-daemon not found on PATH",
                      hint="apt-get install qemu-system-common")
     if not Path("/dev/fuse").exists():
         return Check(name=name, ok=False, detail="/dev/fuse does not exist",
                      hint="modprobe fuse (in a container: pass --device /dev/fuse)")
-    fusermount = _which("fusermount3", env)
+    fusermount = which("fusermount3", env)
     if fusermount is None:
         return Check(name=name, ok=False, detail="fusermount3 not found on PATH",
                      hint="apt-get install fuse3")
@@ -233,71 +231,56 @@ def _fuse_probe(qsd: str, fusermount: str, work: Path, env: Mapping[str, str] | 
         f.truncate(FIO_PROBE_SIZE)
     mountpoint = work / "export.raw"
     mountpoint.touch()
-    qmp_path = work / "qmp.sock"
-    stderr_path = work / "qsd.stderr"
+    log = work / "qsd.log"
     argv = [
         qsd,
-        "--chardev", f"socket,id=m0,path={_escape(str(qmp_path))},server=on,wait=off",
-        "--monitor", "chardev=m0",
         "--blockdev", json.dumps({"driver": "file", "filename": str(image), "node-name": "f0"}),
         "--blockdev", json.dumps({"driver": "raw", "file": "f0", "node-name": "d0"}),
-        "--export", f"type=fuse,id=e0,node-name=d0,mountpoint={_escape(str(mountpoint))},"
+        "--export", f"type=fuse,id=e0,node-name=d0,mountpoint={qemu_escape(str(mountpoint))},"
                     "writable=on",
     ]
-    proc: subprocess.Popen[bytes] | None = None
     try:
-        with open(stderr_path, "wb") as err_file:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err_file,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    env=dict(env) if env is not None else None)
-        started = time.monotonic()
-        deadline = started + FUSE_TIMEOUT
-        while not _is_mounted(mountpoint):
-            if proc.poll() is not None:
-                raise _ProbeFailed(f"qemu-storage-daemon exited with status {proc.returncode} "
-                                   f"before the FUSE mount appeared: "
-                                   f"{_first_line(_read(stderr_path)) or 'no message'}")
-            if time.monotonic() >= deadline:
+        with managed(argv, log=log, stop_timeout=FUSE_TIMEOUT, env=env) as proc:
+            started = time.monotonic()
+            wait_for(lambda: proc.poll() is not None or is_mounted(mountpoint),
+                     timeout=FUSE_TIMEOUT, interval=0.05)
+            kind = fstype(mountpoint)
+            if kind is None:
+                if proc.poll() is not None:
+                    raise _ProbeFailed(f"qemu-storage-daemon exited with status {proc.returncode} "
+                                       f"before the FUSE mount appeared: "
+                                       f"{first_line(read_text(log)) or 'no message'}")
                 raise _ProbeFailed(f"the FUSE mount did not appear in /proc/self/mountinfo within "
                                    f"{FUSE_TIMEOUT:g} s")
-            time.sleep(0.05)
-        mounted_after = time.monotonic() - started
-        fstype = _mount_fstype(mountpoint)
-        head, size = _read_through(mountpoint, proc)
-        if size != FIO_PROBE_SIZE or head != _FUSE_PATTERN:
-            raise _ProbeFailed(f"the FUSE export is mounted but serves the wrong data "
-                               f"(size {size}, first bytes {head[:16]!r})")
-        try:
-            _qmp_quit(qmp_path, timeout=FUSE_TIMEOUT)
-        except (OSError, EOFError, ValueError) as e:
-            raise _ProbeFailed(f"QMP quit failed: {e}") from e
-        try:
-            rc = proc.wait(timeout=FUSE_TIMEOUT)
-        except subprocess.TimeoutExpired as e:
-            raise _ProbeFailed(f"qemu-storage-daemon did not exit within {FUSE_TIMEOUT:g} s of "
-                               "QMP quit") from e
-        if rc != 0:
-            raise _ProbeFailed(f"qemu-storage-daemon exited with status {rc} after quit: "
-                               f"{_first_line(_read(stderr_path)) or 'no message'}")
-        if _is_mounted(mountpoint):
-            raise _ProbeFailed("the FUSE export was still mounted after qemu-storage-daemon quit")
-        return (f"qemu-storage-daemon mounted a FUSE export ({fstype}) in {mounted_after:.2f} s, "
-                f"served the image's bytes, and unmounted it on QMP quit")
+            mounted_after = time.monotonic() - started
+            head, size = _read_through(mountpoint, proc)
+            if size != FIO_PROBE_SIZE or head != _FUSE_PATTERN:
+                raise _ProbeFailed(f"the FUSE export is mounted but serves the wrong data "
+                                   f"(size {size}, first bytes {head[:16]!r})")
+            stop(proc, timeout=FUSE_TIMEOUT)  # here, not on leaving the block: to see how it ends
+            if proc.returncode == -signal.SIGKILL:
+                raise _ProbeFailed(f"qemu-storage-daemon did not exit within {FUSE_TIMEOUT:g} s "
+                                   "of SIGTERM")
+            if proc.returncode != 0:
+                raise _ProbeFailed(f"qemu-storage-daemon exited with status {proc.returncode} "
+                                   f"after SIGTERM: {first_line(read_text(log)) or 'no message'}")
+            if is_mounted(mountpoint):
+                raise _ProbeFailed("the FUSE export was still mounted after qemu-storage-daemon "
+                                   "exited")
+    except ToolFailed as e:  # the daemon could not be started
+        raise _ProbeFailed(str(e)) from e
     finally:
-        if proc is not None:
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if _is_mounted(mountpoint):  # the daemon was killed: detach the dead mount
-            _run([fusermount, "-u", "-z", str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
-        if _is_mounted(mountpoint):
-            _run(["umount", "-l", str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
+        for detach in ([fusermount, "-u", "-z"], ["umount", "-l"]):
+            if is_mounted(mountpoint):  # the daemon was killed: detach the dead mount
+                _try_run([*detach, str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
+    return (f"qemu-storage-daemon mounted a FUSE export ({kind}) in {mounted_after:.2f} s, "
+            f"served the image's bytes, and unmounted it on SIGTERM")
 
 
 def _read_through(mountpoint: Path, proc: subprocess.Popen[bytes]) -> tuple[bytes, int]:
     """Read the export's first bytes; a watchdog kills the daemon if the read hangs (which makes
     the kernel fail the FUSE request instead of blocking forever)."""
-    watchdog = threading.Timer(FUSE_TIMEOUT, _signal_group, args=(proc.pid, signal.SIGKILL))
+    watchdog = threading.Timer(FUSE_TIMEOUT, proc.kill)
     watchdog.start()
     try:
         with open(mountpoint, "rb") as f:
@@ -308,61 +291,6 @@ def _read_through(mountpoint: Path, proc: subprocess.Popen[bytes]) -> tuple[byte
     finally:
         watchdog.cancel()
     return head, size
-
-
-def _qmp_quit(path: Path, *, timeout: float) -> None:
-    """A minimal synchronous QMP exchange: greeting, qmp_capabilities, quit.
-
-    The answer to ``quit`` must be read before the socket is closed: qemu-storage-daemon 7.2 with
-    a FUSE export hangs for good in its main loop (seen here, most runs) when the QMP client
-    hangs up right after sending ``quit``. Reading the reply (after a BLOCK_EXPORT_DELETED event)
-    lets it exit cleanly."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        with sock.makefile("rwb") as stream:
-            _qmp_reply(stream, want="QMP")
-            for command in ("qmp_capabilities", "quit"):
-                stream.write(json.dumps({"execute": command}).encode() + b"\n")
-                stream.flush()
-                try:
-                    _qmp_reply(stream, want="return")
-                except (ConnectionError, EOFError):
-                    if command != "quit":  # a daemon that quits may hang up before answering
-                        raise
-
-
-def _qmp_reply(stream, *, want: str) -> dict:  # type: ignore[no-untyped-def]
-    while True:
-        line = stream.readline()
-        if not line:
-            raise EOFError("QMP socket closed")
-        msg = json.loads(line)
-        if want in msg:
-            return msg
-        if "error" in msg:
-            raise ConnectionError(f"QMP error: {msg['error'].get('desc', msg['error'])}")
-
-
-def _mountinfo() -> list[tuple[str, str]]:
-    """(mount point, filesystem type) of every mount this process sees."""
-    mounts = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields = left.split()
-            if len(fields) >= 5:
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-                mounts.append((point, right.split(" ", 1)[0]))
-    return mounts
-
-
-def _is_mounted(path: Path) -> bool:
-    return any(point == str(path) for point, _ in _mountinfo())
-
-
-def _mount_fstype(path: Path) -> str:
-    return next((fstype for point, fstype in _mountinfo() if point == str(path)), "?")
 
 
 # --- KVM -----------------------------------------------------------------------------------------
@@ -381,11 +309,6 @@ def check_kvm(timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _which(name: str, env: Mapping[str, str] | None) -> str | None:
-    path = (env if env is not None else os.environ).get("PATH", os.defpath)
-    return shutil.which(name, path=path)
-
-
 def _probe_dir(directory: Path | None) -> str:
     if directory is not None:
         return str(directory)
@@ -395,34 +318,17 @@ def _probe_dir(directory: Path | None) -> str:
     return tempfile.gettempdir()
 
 
-def _run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-         cwd: Path | None = None) -> tuple[int | None, str, str]:
-    """(exit status or None on timeout, stdout, stderr); the process group is killed and reaped
-    on timeout. A command that cannot start gives status 127."""
+def _try_run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None,
+             cwd: Path | None = None) -> tuple[int | None, str, str]:
+    """(exit status, stdout, stderr) of :func:`iomatrix.proc.run`, for a check that reports
+    rather than raises: status None when it timed out, 127 when it could not start."""
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True,
-                                env=dict(env) if env is not None else None)
-    except OSError as e:
-        return 127, "", f"cannot run {argv[0]}: {e.strerror or e}"
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return None, out.decode(errors="replace"), err.decode(errors="replace")
-    except BaseException:
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        done = run(argv, timeout=timeout, check=False, env=env, cwd=cwd)
+    except ToolFailed as e:
+        if isinstance(e.__cause__, subprocess.TimeoutExpired):
+            return None, "", e.output
+        return 127, "", str(e)
+    return done.returncode, done.stdout, done.stderr
 
 
 def _failure(rc: int | None, text: str, timeout: float) -> str:
@@ -432,19 +338,3 @@ def _failure(rc: int | None, text: str, timeout: float) -> str:
     interesting = [line for line in lines if "error" in line.lower() or "fail" in line.lower()]
     message = (interesting or lines or ["no message"])[0][:200]
     return f"failed with status {rc}: {message}"
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _escape(value: str) -> str:
-    """QEMU option values escape a comma by doubling it."""
-    return value.replace(",", ",,")

@@ -5,22 +5,24 @@ from __future__ import annotations
 import os
 import platform
 import re
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 from iomatrix import __version__
+from iomatrix.errors import ToolFailed
+from iomatrix.mounts import mount_of
+from iomatrix.proc import first_line, run, which
 
 
-def _first_line(argv: list[str]) -> str:
-    if shutil.which(argv[0]) is None:
+def _version_line(argv: list[str]) -> str:
+    """The first line a tool prints for --version, or why there is none."""
+    if which(argv[0]) is None:
         return "not installed"
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        out = run(argv, timeout=10, check=False)
+    except ToolFailed:
         return "unknown"
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "unknown"
+    return first_line(out.stdout or out.stderr) or "unknown"
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -41,26 +43,6 @@ def memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
     except OSError:
         pass
     return 0
-
-
-def mount_of(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> tuple[str, str, str]:
-    """(mount point, filesystem type, source device) of the filesystem holding ``path``."""
-    real = os.path.realpath(path)
-    best = ("", "unknown", "unknown")
-    try:
-        lines = mountinfo.read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 2:
-            continue
-        mnt = fields[4].replace("\\040", " ")
-        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-        if inside and len(mnt) >= len(best[0]):
-            best = (mnt, rfields[0], rfields[1])
-    return best
 
 
 def device_model(source: str, sysfs: Path = Path("/sys")) -> str:
@@ -89,8 +71,8 @@ def device_model(source: str, sysfs: Path = Path("/sys")) -> str:
 
 def host_metadata(target: Path | None, accelerator: str) -> dict[str, str]:
     """Hostname, kernel, CPU, memory, tool versions, accelerator and the target's storage."""
-    qemu = _first_line(["qemu-system-x86_64", "--version"])
-    qsd = _first_line(["qemu-storage-daemon", "--version"])
+    qemu = _version_line(["qemu-system-x86_64", "--version"])
+    qsd = _version_line(["qemu-storage-daemon", "--version"])
     meta = {
         "hostname": socket.gethostname(),
         "kernel": platform.release(),
@@ -100,12 +82,13 @@ def host_metadata(target: Path | None, accelerator: str) -> dict[str, str]:
         "memory_bytes": str(memory_bytes()),
         "qemu": _version(qemu),
         "qemu_storage_daemon": _version(qsd),
-        "fio": _first_line(["fio", "--version"]),
+        "fio": _version_line(["fio", "--version"]),
         "accelerator": accelerator,
         "iomatrix": __version__,
     }
     if target is not None:
-        mnt, fstype, source = mount_of(target)
+        mount = mount_of(target)
+        mnt, fstype, source = mount[:3] if mount else ("", "unknown", "unknown")
         if target.exists() and target.is_block_device():
             meta.update(target=str(target), target_fs="(raw block device)",
                         target_device=str(target), target_model=device_model(str(target)))

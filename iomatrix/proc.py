@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from iomatrix.errors import EnvironmentProblem, ToolFailed
@@ -23,45 +23,88 @@ PACKAGES = {
 }
 
 
-def require(tool: str, env: Mapping[str, str] | None = None) -> str:
-    """The absolute path of ``tool`` on PATH, or EnvironmentProblem naming the package."""
-    found = shutil.which(tool, path=(env or os.environ).get("PATH"))
+def which(tool: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> str | None:
+    """The path of ``tool`` on the PATH of ``env`` (default: this process's), or None.
+    A ``tool`` that contains a slash is taken as a path and only checked to be executable."""
+    name = os.fspath(tool)
+    if os.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name, path=(env if env is not None else os.environ).get("PATH", os.defpath))
+
+
+def require(tool: str, env: Mapping[str, str] | None = None, *, hint: str | None = None) -> str:
+    """The absolute path of ``tool`` on PATH, or EnvironmentProblem naming the package
+    (or saying ``hint``)."""
+    found = which(tool, env)
     if not found:
         package = PACKAGES.get(tool, tool)
         raise EnvironmentProblem(f"{tool} not found on PATH",
-                                 hint=f"install it: apt-get install {package}")
+                                 hint=hint or f"install it: apt-get install {package}")
     return found
 
 
 def run(argv: Sequence[str], *, timeout: float, check: bool = True,
-        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion with a timeout; ToolFailed carries argv, code and output."""
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion with a timeout; ToolFailed carries argv, code and output.
+    The command runs in its own process group, which is killed and reaped on timeout or error."""
+    name = Path(argv[0]).name
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", cwd=cwd,
+                                env=dict(env) if env is not None else None,
+                                start_new_session=True)
     except FileNotFoundError as exc:
         raise ToolFailed(f"{argv[0]}: not found", argv=argv, returncode=None) from exc
+    except OSError as exc:
+        raise ToolFailed(f"cannot run {argv[0]}: {exc.strerror or exc}", argv=argv,
+                         returncode=None) from exc
+    try:
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        raise ToolFailed(f"{Path(argv[0]).name} did not finish within {timeout:.0f} s",
-                         argv=argv, returncode=None, output=str(out)[-2000:]) from exc
+        out, err = _kill_group(proc)
+        raise ToolFailed(f"{name} did not finish within {timeout:.0f} s", argv=argv,
+                         returncode=None, output=(out + err)[-2000:]) from exc
+    except BaseException:
+        _kill_group(proc)
+        raise
     if check and proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-        raise ToolFailed(f"{Path(argv[0]).name} failed (exit {proc.returncode}): {tail[0]}",
-                         argv=argv, returncode=proc.returncode,
-                         output=(proc.stdout + proc.stderr)[-4000:])
-    return proc
+        tail = (err or out).strip().splitlines()[-1:] or [""]
+        raise ToolFailed(f"{name} failed (exit {proc.returncode}): {tail[0]}",
+                         argv=argv, returncode=proc.returncode, output=(out + err)[-4000:])
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGKILL the process group of a command started by :func:`run`; what it printed."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.communicate()
+
+
+def orphan_guard(argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped so that the process gets SIGTERM if iomatrix dies without stopping it
+    (kill -9, a crash): util-linux's setpriv sets the parent-death signal, which survives exec.
+    Without setpriv, ``argv`` unchanged."""
+    setpriv = which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
 
 
 @contextlib.contextmanager
 def managed(argv: Sequence[str], *, log: Path, stop_timeout: float = 5.0,
             env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Start a long-running process in its own session, logging to ``log``; on leaving the
-    block, SIGTERM it, then SIGKILL after ``stop_timeout``, and always reap it."""
+    block, SIGTERM it, then SIGKILL after ``stop_timeout``, and always reap it. If iomatrix is
+    killed outright, the process gets SIGTERM from the kernel (see ``orphan_guard``).
+    ToolFailed when it cannot be started."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=dict(env) if env is not None else None)
+        try:
+            proc = subprocess.Popen(orphan_guard(argv), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env=dict(env) if env is not None else None)
+        except OSError as exc:
+            raise ToolFailed(f"cannot start {argv[0]}: {exc.strerror or exc}", argv=argv,
+                             returncode=None) from exc
     try:
         yield proc
     finally:
@@ -93,10 +136,28 @@ def wait_for(predicate, *, timeout: float, interval: float = 0.02) -> bool:  # t
         time.sleep(interval)
 
 
-def log_tail(log: Path, lines: int = 5) -> str:
-    """The last lines of a log file, for error messages."""
+def read_text(path: Path) -> str:
+    """The text of a file (undecodable bytes replaced), or "" when it cannot be read."""
     try:
-        text = log.read_text(errors="replace")
+        return path.read_bytes().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def log_tail(log: Path, lines: int = 5) -> str:
+    """The last lines of a log file, for error messages."""
+    return " | ".join(read_text(log).strip().splitlines()[-lines:])
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of a command's output, stripped, at most 200 characters."""
+    return next(_nonblank(text.splitlines()), "")
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a command's output, stripped, at most 200 characters."""
+    return next(_nonblank(reversed(text.splitlines())), "")
+
+
+def _nonblank(lines: Iterable[str]) -> Iterator[str]:
+    return (line.strip()[:200] for line in lines if line.strip())

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.errors import NotEnoughSpace, TargetError
+from iomatrix.mounts import mounts
 from iomatrix.proc import require, run
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.units import format_bytes
@@ -180,10 +181,9 @@ def check_device(device: Path, *, proc_root: Path = Path("/proc"), sysfs: Path =
         if holders:
             raise TargetError(f"[target] device {device}: in use by "
                               f"{', '.join(h.name for h in holders)} (LVM, MD or dm-crypt)")
-    for line in (proc_root / "self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 4 and fields[2] in names:
-            raise TargetError(f"[target] device {device}: mounted at {fields[4]}",
+    for mount in mounts(proc_root / "self/mountinfo"):
+        if mount.device in names:
+            raise TargetError(f"[target] device {device}: mounted at {mount.point}",
                               hint="unmount it first; iomatrix never writes to a mounted device")
     swaps = (proc_root / "swaps").read_text().splitlines()[1:] if (proc_root / "swaps").exists() else []
     real = os.path.realpath(device)

@@ -4,6 +4,8 @@ started is still running."""
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,26 +22,52 @@ def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64M
     return path
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes whose arguments contain ``text``."""
+WATCHED = ("qemu-system", "qemu-storage", "fio")
+
+
+def our_processes(marker: str) -> list[str]:
+    """Live processes whose command line mentions ``marker`` (a test's temp dir), and QEMU/fio
+    children of this process, zombies included (started but not reaped)."""
+    me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().split(")")[-1].split()[0]
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if text in cmdline and state != "Z":
-            found.append(f"{entry.name}: {cmdline}")
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        state, ppid = stat[stat.rindex(")") + 1:].split()[:2]
+        if (marker in cmdline and state != "Z") or (int(ppid) == me and comm.startswith(WATCHED)):
+            found.append(f"{entry.name} {comm}: {cmdline[:200]}")
     return found
 
 
 @pytest.fixture
-def no_leftovers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Fails the test if a qemu-storage-daemon or fio started under tmp_path outlives it."""
+def no_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Scratch directories (ours and our subprocesses') go under tmp_path; the test fails if a
+    qemu-storage-daemon, QEMU or fio that mentions tmp_path, or a child of pytest, outlives it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     yield
-    left = [p for p in processes_mentioning(str(tmp_path)) + processes_mentioning("iomatrix-run-")
-            if "qemu" in p or "fio" in p]
+    left = our_processes(str(tmp_path))
     assert not left, f"processes left running: {left}"
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
+    backing = tmp_path / "backing.img"
+    with open(backing, "wb") as f:
+        f.truncate(64 << 20)
+    try:
+        dev = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"loop devices unavailable here: {exc}")
+    try:
+        yield Path(dev)
+    finally:
+        subprocess.run(["umount", dev], capture_output=True)
+        subprocess.run(["losetup", "-d", dev], capture_output=True)

@@ -14,31 +14,11 @@ from pathlib import Path
 import pytest
 
 from iomatrix.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
+from tests.conftest import our_processes
 
 EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
 NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
          "libaio", "io_uring", "FUSE export", "KVM")
-WATCHED = ("qemu-system", "qemu-storage", "fio")
-
-
-def our_processes(marker: str) -> list[str]:
-    """Processes whose command line mentions ``marker`` (our temp dir), and QEMU/fio children of
-    this process, zombies included (not reaped)."""
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 1:].split()[1])
-        if marker in cmdline or (ppid == me and comm.startswith(WATCHED)):
-            found.append(f"{entry.name} {comm}: {cmdline[:200]}")
-    return found
 
 
 def mounts_under(directory: Path) -> list[str]:

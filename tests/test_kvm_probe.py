@@ -14,29 +14,9 @@ from iomatrix.appliance.kernel import (cached_kernels, default_cache_dir, find_k
                                        kernel_modules_dir, kernel_problem)
 from iomatrix.errors import EnvironmentProblem
 from iomatrix.qemu.kvm import LATE_BOOT_MARKERS, boot_argv, probe_accel, probe_kvm
+from tests.conftest import our_processes
 
 EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
-QEMU_NAMES = ("qemu-system", "qemu-storage")
-
-
-def our_processes(marker: str) -> list[str]:
-    """Processes this test run left behind: any whose command line mentions ``marker`` (the test's
-    own temp dir), and any QEMU child of this process, zombies included (not reaped)."""
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 1:].split()[1])
-        if marker in cmdline or (ppid == me and comm.startswith(QEMU_NAMES)):
-            found.append(f"{entry.name} {comm}: {cmdline[:200]}")
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,8 +19,7 @@ from iomatrix.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.browser import open_page
-from tests.conftest import REPO, processes_mentioning, write_suite
-from tests.test_target import loop_device  # noqa: F401  (fixture)
+from tests.conftest import REPO, our_processes, write_suite
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -144,18 +142,20 @@ def test_cli_not_found_and_not_enough_space(tmp_path: Path) -> None:
     assert "no run 9" in proc.stderr
 
 
-def test_sigint_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None,
+                                                          signum: int) -> None:
     body = SMALL.replace('runtime = "1s"', 'runtime = "3s"')
     suite = write_suite(tmp_path, body, size="16MiB")
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not processes_mentioning("qemu-storage-daemon --chardev"):
+        while not [p for p in our_processes(str(tmp_path)) if "qemu-storage-daemon" in p]:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         time.sleep(1.0)           # inside a blocklayer trial: the daemon and fio are running
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -169,7 +169,7 @@ def test_sigint_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_le
     assert not (tmp_path / "target").exists()
 
 
-def test_run_on_a_block_device(tmp_path: Path, loop_device: Path, no_leftovers: None) -> None:  # noqa: F811
+def test_run_on_a_block_device(tmp_path: Path, loop_device: Path, no_leftovers: None) -> None:
     """host and blocklayer on a real (loop) block device named with allow_destroy."""
     suite_path = tmp_path / "dev.toml"
     suite_path.write_text(f"""
@@ -200,3 +200,24 @@ runtime = "1s"
     blocklayer = [t for t in run.trials if t.config_key != "host"]
     assert all(t.applied["file0.driver"] == "host_device" for t in blocklayer)
     assert loop_device.exists()       # the device itself is never removed
+
+
+def test_kill_9_leaves_no_daemon_or_fio_running(tmp_path: Path, no_leftovers: None) -> None:
+    """iomatrix killed outright cannot clean up, but the kernel stops what it started
+    (parent-death signal): no qemu-storage-daemon or fio outlives it."""
+    body = SMALL.replace('runtime = "1s"', 'runtime = "3s"').replace("iothread = false", "iothread = true")
+    suite = write_suite(tmp_path, body, size="16MiB")
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not [p for p in our_processes(str(tmp_path)) if "qemu-storage-daemon" in p]:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while [p for p in our_processes(str(tmp_path)) if "qemu" in p or "fio" in p]:
+        assert time.monotonic() < deadline, our_processes(str(tmp_path))
+        time.sleep(0.1)
+    assert not [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(tmp_path) in m]

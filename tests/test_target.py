@@ -69,23 +69,6 @@ def test_not_a_block_device(tmp_path: Path) -> None:
         check_device(tmp_path / "missing")
 
 
-@pytest.fixture
-def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
-    backing = tmp_path / "backing.img"
-    with open(backing, "wb") as f:
-        f.truncate(64 << 20)
-    try:
-        dev = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"loop devices unavailable here: {exc}")
-    try:
-        yield Path(dev)
-    finally:
-        subprocess.run(["umount", dev], capture_output=True)
-        subprocess.run(["losetup", "-d", dev], capture_output=True)
-
-
 def test_free_block_device_is_accepted(loop_device: Path) -> None:
     assert check_device(loop_device) == 64 << 20
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from iomatrix.errors import EnvironmentProblem, ToolFailed
+from iomatrix.proc import require, run
 
 METAPACKAGE = "linux-image-amd64"
 FETCH_TIMEOUT = 900.0
@@ -34,6 +33,7 @@ FETCH_TIMEOUT = 900.0
 _BZIMAGE_MAGIC_OFFSET = 0x202
 _BZIMAGE_MAGIC = b"HdrS"
 _DEPENDS = re.compile(r"^\s*\|?Depends:\s*(linux-image-\S+)\s*$", re.MULTILINE)
+_NO_APT = "install Debian's apt and dpkg (a Debian or Ubuntu host), or pass a kernel explicitly"
 
 
 def default_cache_dir() -> Path:
@@ -101,46 +101,12 @@ def cached_kernels(cache_dir: Path | None = None) -> list[Path]:
     return [image for _, image in sorted(found, key=lambda t: t[0], reverse=True)]
 
 
-def _run(argv: Sequence[str], *, timeout: float, cwd: Path | None = None,
-         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion; on timeout kill its whole process group and reap it."""
-    try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env) if env is not None else None,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-    except FileNotFoundError as e:
-        raise EnvironmentProblem(f"{argv[0]} not found", hint="install Debian's apt and dpkg "
-                                 "(a Debian or Ubuntu host), or pass a kernel explicitly") from e
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        _kill_group(proc)
-        raise ToolFailed(f"{argv[0]} did not finish within {timeout:g} s", argv=argv,
-                         returncode=None) from e
-    except BaseException:
-        _kill_group(proc)
-        raise
-    if proc.returncode != 0:
-        tail = (err or out).strip()[-2000:]
-        raise ToolFailed(f"{' '.join(argv[:2])} failed with status {proc.returncode}: "
-                         f"{tail.splitlines()[-1] if tail else 'no output'}",
-                         argv=argv, returncode=proc.returncode, output=tail)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.communicate()
-
-
 def resolve_image_package(metapackage: str = METAPACKAGE, *,
                           env: Mapping[str, str] | None = None) -> str:
     """The real kernel image package the metapackage depends on (``linux-image-6.1.0-NN-amd64``)."""
     try:
-        result = _run(["apt-cache", "depends", "--important", metapackage], timeout=60, env=env)
+        result = run([require("apt-cache", env, hint=_NO_APT), "depends", "--important",
+                      metapackage], timeout=60, env=env)
     except ToolFailed as e:
         raise EnvironmentProblem(f"apt does not know {metapackage}: {e}",
                                  hint="run `apt-get update`, or pass a kernel explicitly") from e
@@ -164,11 +130,11 @@ def fetch_kernel(cache_dir: Path | None = None, *, metapackage: str = METAPACKAG
     cache_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=cache_dir))
     try:
-        argv = ["apt-get", "download"]
+        argv = [require("apt-get", env, hint=_NO_APT), "download"]
         if os.geteuid() == 0:  # root cannot hand the file to the _apt sandbox user in mkdtemp dirs
             argv += ["-o", "APT::Sandbox::User=root"]
         try:
-            _run([*argv, package], timeout=timeout, cwd=work, env=env)
+            run([*argv, package], timeout=timeout, cwd=work, env=env)
         except ToolFailed as e:
             raise EnvironmentProblem(f"could not download {package}: {e}",
                                      hint="check network access and `apt-get update`, "
@@ -177,12 +143,13 @@ def fetch_kernel(cache_dir: Path | None = None, *, metapackage: str = METAPACKAG
         if len(debs) != 1:
             raise EnvironmentProblem(f"apt-get download {package} left {len(debs)} .deb files")
         deb = debs[0]
-        fields = _run(["dpkg-deb", "-f", str(deb), "Package", "Version"], timeout=60,
-                      env=env).stdout
+        dpkg_deb = require("dpkg-deb", env, hint=_NO_APT)
+        fields = run([dpkg_deb, "-f", str(deb), "Package", "Version"], timeout=60,
+                     env=env).stdout
         info = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
         version = info.get("Version", "unknown").replace(":", "_")
         root = work / "root"
-        _run(["dpkg-deb", "-x", str(deb), str(root)], timeout=600, env=env)
+        run([dpkg_deb, "-x", str(deb), str(root)], timeout=600, env=env)
         deb.unlink()
         images = [p for p in (root / "boot").glob("vmlinuz-*") if kernel_problem(p) is None]
         if not images:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -59,6 +59,10 @@ def _store(db: Path, *, must_exist: bool = True):  # type: ignore[no-untyped-def
     return Store(db)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @app.command()
 def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
@@ -72,6 +76,9 @@ def run(
     from iomatrix.runner import run_suite
     from iomatrix.suite import load_suite
 
+    # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     loaded = load_suite(suite)
     if target is not None:
         if loaded.target.device is not None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.errors import ToolFailed, TrialFailed
-from iomatrix.proc import log_tail, managed, require, wait_for
+from iomatrix.mounts import is_mounted
+from iomatrix.proc import log_tail, managed, require, run, wait_for
 from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
 from iomatrix.qemu.procinspect import ProcessIO, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
@@ -121,6 +122,8 @@ class BlocklayerDriver(Driver):
             yield BlocklayerSession(config, image, workdir, argv, proc.pid,
                                     flatten_block_nodes(nodes), self.method.engine)
         if config.iothread:
+            if is_mounted(mountpoint):   # the daemon was killed before it could unmount
+                run([require("fusermount3"), "-u", "-z", str(mountpoint)], timeout=10, check=False)
             mountpoint.unlink(missing_ok=True)
 
 
@@ -128,11 +131,5 @@ def _ready(config: Configuration, workdir: Path) -> bool:
     if not (workdir / "qmp.sock").exists():
         return False
     if config.iothread:
-        return _is_mounted(workdir / "fuse.img")
+        return is_mounted(workdir / "fuse.img")
     return (workdir / "nbd.sock").exists()
-
-
-def _is_mounted(path: Path) -> bool:
-    target = str(path)
-    with open("/proc/self/mountinfo") as mounts:
-        return any(line.split()[4] == target for line in mounts)

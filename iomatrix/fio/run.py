@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from iomatrix.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.proc import stop
+from iomatrix.proc import orphan_guard, stop
 
 
 class FioRun(BaseModel):
@@ -44,7 +44,7 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     argv = (fio, "--output-format=json", f"--output={out_path}", *extra_args, str(job_path))
     started_at = time.time()
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(orphan_guard(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         if during is not None:

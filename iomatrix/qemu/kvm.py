@@ -17,9 +17,6 @@ deadline, and is killed and reaped before the function returns, whatever happens
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +25,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.appliance.kernel import find_kernel, kernel_problem
-from iomatrix.errors import IomatrixError
+from iomatrix.errors import IomatrixError, ToolFailed
+from iomatrix.proc import last_line, managed, read_text, wait_for, which
 
 QEMU_BINARY = "qemu-system-x86_64"
 KVM_DEVICE = Path("/dev/kvm")
@@ -96,7 +94,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
         return AccelProbe(accel=accel, usable=usable, reason=reason,
                           seconds=round(time.monotonic() - start, 3), **kw)  # type: ignore[arg-type]
 
-    binary = _which(qemu or QEMU_BINARY, env)
+    binary = which(qemu or QEMU_BINARY, env)
     if binary is None:
         return result(False, f"{name} not probed: {qemu or QEMU_BINARY} not found",
                       hint="apt-get install qemu-system-x86")
@@ -127,9 +125,8 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                          memory_mib=memory_mib)
         boot = _boot(argv, serial, stderr_path, markers, timeout, env)
     seen, rc, text, err, boot_seconds = boot
-    tail = _tail(text)
-    last = _last_line(text)
-    common = dict(kernel=kernel, probed=True, serial_tail=tail)
+    last = last_line(text)
+    common = dict(kernel=kernel, probed=True, serial_tail=_tail(text))
     if seen is not None:
         return result(True, f"a standard kernel ({Path(kernel).name}) reached {seen!r} under "
                             f"{name} in {boot_seconds:.1f} s", marker=seen, **common)
@@ -145,7 +142,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                     "the emulator; use a host with hardware virtualization for real numbers")
         return result(False, reason, hint=hint, **common)
     if rc != 0:
-        err_line = _last_line(err) or "no message"
+        err_line = last_line(err) or "no message"
         return result(False, f"{Path(binary).name} -accel {accel} exited with status {rc}: "
                              f"{err_line}", hint=_hint_for_error(err, accel), **common)
     return result(False, f"the guest stopped before a late boot stage under {name} (QEMU exited "
@@ -177,7 +174,7 @@ def boot_argv(binary: str, accel: str, kernel: Path, serial: Path, *,
     argv += [
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-m", str(memory_mib), "-smp", "1",
-        "-chardev", f"file,id=ser0,path={_qemu_escape(str(serial))}",
+        "-chardev", f"file,id=ser0,path={qemu_escape(str(serial))}",
         "-serial", "chardev:ser0",
         "-kernel", str(kernel),
         "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1 loglevel=7",
@@ -193,85 +190,30 @@ def _boot(argv: Sequence[str], serial: Path, stderr_path: Path, markers: Sequenc
     """Run QEMU until a marker shows on the serial log, QEMU exits, or the deadline passes.
     Returns (marker seen, exit status or None if it was still running, serial text, stderr,
     seconds from start to the marker or to QEMU's exit)."""
-    seen: str | None = None
-    rc: int | None = None
     started = time.monotonic()
-    elapsed = 0.0
-    with open(stderr_path, "wb") as err_file:
-        try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err_file,
-                                    env=dict(env) if env is not None else None,
-                                    start_new_session=True)
-        except OSError as e:
-            return None, 127, "", f"cannot start {argv[0]}: {e.strerror or e}", 0.0
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                text = _read(serial)
-                seen = next((m for m in markers if m in text), None)
-                if seen is not None:
-                    break
-                rc = proc.poll()
-                if rc is not None:
-                    text = _read(serial)
-                    seen = next((m for m in markers if m in text), None)
-                    break
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(_POLL_INTERVAL)
+    try:
+        with managed(argv, log=stderr_path, stop_timeout=_TERM_GRACE, env=env) as proc:
+            wait_for(lambda: proc.poll() is not None or _seen(serial, markers) is not None,
+                     timeout=timeout, interval=_POLL_INTERVAL)
+            seen = _seen(serial, markers)  # again: QEMU may have exited right after printing it
+            rc = proc.poll()
             elapsed = time.monotonic() - started
-        finally:
-            _stop(proc)
-    return seen, rc, _read(serial), _read(stderr_path), elapsed
+    except ToolFailed as e:
+        return None, 127, "", str(e), 0.0
+    return seen, rc, read_text(serial), read_text(stderr_path), elapsed
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the probe's process group, SIGKILL it after a grace period, and reap QEMU."""
-    if proc.poll() is None:
-        _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=_TERM_GRACE)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)  # QEMU is not reaped yet: the group is ours
-    proc.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _which(name: str | os.PathLike[str], env: Mapping[str, str] | None) -> str | None:
-    text = os.fspath(name)
-    if os.sep in text:
-        return text if os.path.isfile(text) and os.access(text, os.X_OK) else None
-    path = (env if env is not None else os.environ).get("PATH", os.defpath)
-    return shutil.which(text, path=path)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
+def _seen(serial: Path, markers: Sequence[str]) -> str | None:
+    text = read_text(serial)
+    return next((m for m in markers if m in text), None)
 
 
 def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.replace("\r", "").rstrip().splitlines()[-lines:])
 
 
-def _last_line(text: str) -> str:
-    for line in reversed(text.replace("\r", "").splitlines()):
-        if line.strip():
-            return line.strip()[:200]
-    return ""
-
-
-def _qemu_escape(value: str) -> str:
-    """QEMU option values escape a comma by doubling it."""
+def qemu_escape(value: str) -> str:
+    """A QEMU option value with each comma doubled, as QEMU's option syntax requires."""
     return value.replace(",", ",,")
 
 

@@ -1,0 +1,39 @@
+"""Every command is documented: in --help and in the README; the README starts with the two
+commands, and .ci/run runs the second."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from iomatrix.cli.app import app
+from iomatrix.cli.status import ExitStatus
+from tests.conftest import REPO
+
+COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands)  # type: ignore[union-attr]
+README = (REPO / "README.md").read_text()
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    blocks = re.findall(r"```sh\n(.*?)\n```", README, re.S)
+    assert blocks[:2] == ["./setup.sh && .venv/bin/iomatrix run quick --report iomatrix-report",
+                          "./setup.sh --dev && .venv/bin/pytest"]
+    assert README.index("```sh") < 400
+    ci = (REPO / ".ci/run").read_text()
+    assert ci.strip().splitlines()[-1] == blocks[1]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_is_documented(command: str) -> None:
+    assert f"iomatrix {command}" in README, f"README does not mention `iomatrix {command}`"
+    out = subprocess.run([sys.executable, "-m", "iomatrix", command, "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "Usage:" in out.stdout
+
+
+def test_every_exit_status_is_documented() -> None:
+    for status in ExitStatus:
+        assert re.search(rf"^\| {status.value} \|", README, re.M), status
