@@ -161,3 +161,34 @@ def test_quick_suite_shape() -> None:
 def test_every_builtin_suite_is_valid() -> None:
     for name, text in builtin_suites().items():
         expand(load_suite_text(text, source=name))
+
+
+@pytest.mark.parametrize("matrix, reason", [
+    ("controller = 'virtio-blk'\nnum_queues = 1025", "QEMU 7.2 aborts (exit 134)"),
+    ("controller = 'virtio-scsi-single'\nnum_queues = 1022", "Invalid number of queues (= 1022), must be a positive integer less than 1022."),
+    ("controller = 'virtio-blk'\nqueue_size = 100", "invalid queue-size property (100), must be a power of 2 (max 1024)"),
+    ("data_path = 'vhost-user-blk'\nqueue_size = 2048", "invalid queue-size property (2048)"),
+    ("controller = 'sata'\niothread = false\nnum_queues = 4", "Property 'ide-hd.num-queues' not found"),
+    ("controller = 'pvscsi'\niothread = false\nqueue_size = 256", "Property 'pvscsi.queue-size' not found"),
+])
+def test_queue_limits_in_guest_mode(matrix: str, reason: str) -> None:
+    with pytest.raises(InvalidCombination) as info:
+        expand(load(f"[matrix]\n{matrix}\n[method]\nmode = 'guest'\n"))
+    assert reason in str(info.value)
+
+
+def test_guest_axes_vms_and_vhost_user_blk() -> None:
+    exp = expand(load("[matrix]\ncontroller = ['virtio-blk', 'virtio-scsi-single']\n"
+                      "data_path = ['emulated', 'vhost-user-blk']\niothread = [true, false]\n"
+                      "vms = [1, 4]\n[method]\nmode = 'guest'\n"))
+    # emulated: 2 controllers × 2 iothread; vhost-user-blk: the controller does not apply
+    assert len(exp.configurations) == (2 * 2 + 2) * 2
+    vhost = [c for c in exp.configurations if c.data_path == "vhost-user-blk"]
+    assert all(c.controller is None for c in vhost) and {c.iothread for c in vhost} == {True, False}
+    assert {c.vms for c in exp.configurations} == {1, 4}
+    assert all(c.data_path in (None, "vhost-user-blk") and c.num_queues is None
+               for c in exp.configurations)
+    exp = expand(load("[method]\nmode = 'guest'\nvms = 3\n"))
+    assert [c.vms for c in exp.configurations] == [3]
+    exp = expand(load("[matrix]\nvms = [2]\n[method]\nmode = 'blocklayer'\n"))
+    assert any("[matrix] vms is ignored in blocklayer mode" in n for n in exp.notes)

@@ -8,16 +8,16 @@ import itertools
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.errors import InvalidCombination
-from iomatrix.suite.model import (DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration, Matrix, Suite,
-                                  Workload)
+from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
+                                  Matrix, Suite, Workload)
 
 # Which matrix axes each mode uses. host runs fio on the target itself: no QEMU settings apply.
 MODE_AXES: dict[str, tuple[str, ...]] = {
     "host": (),
     "blocklayer": ("aio", "iothread", "cache", "format", "preallocation"),
-    "guest": ("controller", "aio", "iothread", "cache", "format", "preallocation"),
+    "guest": CONFIG_AXES,
 }
-AXES = ("controller", "aio", "iothread", "cache", "format", "preallocation")
+AXES = CONFIG_AXES
 
 _QEMU_DEVICE = {"pvscsi": "pvscsi", "sata": "ide-hd", "ide": "ide-hd", "nvme": "nvme"}
 
@@ -52,14 +52,60 @@ def invalid_reason(config: Configuration, *, device_target: bool = False) -> str
                 f"(cache={config.cache}; aio=native needs cache=none or directsync)")
     if config.format == "raw" and config.preallocation == "metadata":
         return "Unsupported preallocation mode: metadata (raw images have no metadata to preallocate)"
-    if config.mode == "guest" and config.iothread and config.controller not in IOTHREAD_CONTROLLERS:
+    if (config.mode == "guest" and config.iothread and config.data_path != "vhost-user-blk"
+            and config.controller not in IOTHREAD_CONTROLLERS):
         device = _QEMU_DEVICE.get(str(config.controller), str(config.controller))
         return (f"Property '{device}.iothread' not found "
                 "(only virtio-blk and virtio-scsi controllers accept an iothread)")
+    if config.mode == "guest":
+        reason = _queue_reason(config)
+        if reason:
+            return reason
     if device_target and (config.format not in (None, "raw") or config.preallocation not in (None, "off")):
         return ("a block-device target holds one raw image: format must be raw and "
                 "preallocation off (iomatrix writes qcow2 and preallocates only in files)")
     return None
+
+
+_QUEUE_PROPERTY = {"virtio-blk": "num-queues", "virtio-scsi": "num_queues",
+                   "virtio-scsi-single": "num_queues", "nvme": "max_ioqpairs"}
+_SIZE_PROPERTY = {"virtio-blk": "queue-size", "virtio-scsi": "virtqueue_size",
+                  "virtio-scsi-single": "virtqueue_size"}
+
+
+def _queue_reason(config: Configuration) -> str | None:
+    """QEMU 7.2's limits on queue count and size per controller (vhost-user-blk as virtio-blk)."""
+    kind = "virtio-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
+    device = _QEMU_DEVICE.get(kind, f"{kind}-pci")
+    if config.num_queues:
+        if kind not in _QUEUE_PROPERTY:
+            return f"Property '{device}.num-queues' not found ({kind} has one queue)"
+        if kind == "virtio-blk" and config.num_queues > 1024:
+            return "virtio-blk num-queues above 1024: QEMU 7.2 aborts (exit 134) without a message"
+        if kind in ("virtio-scsi", "virtio-scsi-single") and config.num_queues >= 1022:
+            return (f"Invalid number of queues (= {config.num_queues}), must be a positive "
+                    "integer less than 1022.")
+    if config.queue_size:
+        if kind not in _SIZE_PROPERTY:
+            return f"Property '{device}.queue-size' not found ({kind} has no virtqueues)"
+        size = config.queue_size
+        if size & (size - 1) or size > 1024:
+            return f"invalid queue-size property ({size}), must be a power of 2 (max 1024)"
+    return None
+
+
+def _normalize(config: Configuration) -> Configuration:
+    """One spelling per distinct QEMU setup: defaults as None, no controller under vhost-user-blk."""
+    update: dict[str, object] = {}
+    if config.data_path == "emulated":
+        update["data_path"] = None
+    if config.data_path == "vhost-user-blk":
+        update["controller"] = None
+    if config.num_queues == 0:
+        update["num_queues"] = None
+    if config.queue_size == 0:
+        update["queue_size"] = None
+    return config.model_copy(update=update) if update else config
 
 
 def expand(suite: Suite) -> Expansion:
@@ -71,7 +117,7 @@ def expand(suite: Suite) -> Expansion:
     for axis in AXES:
         values = getattr(suite.matrix, axis)
         default = Matrix.model_fields[axis].default
-        if axis not in used and values != default:
+        if axis not in used and values != default and values is not None:
             notes.append(f"[matrix] {axis} is ignored in {mode} mode "
                          f"(values {', '.join(map(_show, values))} not used)")
     if mode == "blocklayer":
@@ -83,8 +129,14 @@ def expand(suite: Suite) -> Expansion:
     if suite.method.baseline and mode != "host":
         configs.append(Configuration(mode="host"))
     axis_values = [getattr(suite.matrix, axis) if axis in used else (None,) for axis in AXES]
+    if mode == "guest":
+        axis_values[AXES.index("vms")] = suite.matrix.vms or (suite.method.vms,)
+    seen: set[str] = set()
     for combo in itertools.product(*axis_values):
-        config = Configuration(mode=mode, **dict(zip(AXES, combo)))
+        config = _normalize(Configuration(mode=mode, **dict(zip(AXES, combo))))
+        if config.key in seen:
+            continue
+        seen.add(config.key)
         reason = invalid_reason(config, device_target=device_target)
         if reason is None:
             configs.append(config)

@@ -16,8 +16,12 @@ Aio = Literal["native", "io_uring", "threads"]
 Cache = Literal["none", "directsync", "writethrough", "writeback", "unsafe"]
 Format = Literal["raw", "qcow2"]
 Preallocation = Literal["off", "metadata", "falloc", "full"]
+DataPath = Literal["emulated", "vhost-user-blk"]
+Accel = Literal["auto", "kvm", "tcg"]
 Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
 
+CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
+               "num_queues", "queue_size", "vms")
 CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
@@ -100,6 +104,14 @@ class Matrix(_Frozen):
     cache: _axis(Cache) = ("none",)
     format: _axis(Format) = ("raw",)
     preallocation: _axis(Preallocation) = ("off",)
+    data_path: _axis(DataPath) = ("emulated",)
+    """emulated: QEMU's device model serves the disk; vhost-user-blk: qemu-storage-daemon does."""
+    num_queues: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    """Virtqueues (virtio-blk, virtio-scsi, vhost-user-blk) or I/O queue pairs (nvme); 0 = QEMU's default."""
+    queue_size: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    """Entries per virtqueue; 0 = QEMU's default."""
+    vms: _axis(Annotated[int, Field(ge=1, le=64)]) | None = None
+    """Guests booted at once per configuration (guest mode); overrides [method] vms."""
     skip_invalid: bool = False
 
 
@@ -136,6 +148,15 @@ class Method(_Frozen):
     """fio's engine for host mode and FUSE exports."""
     precondition: bool = True
     """Write every image fully once before measuring, so reads touch the disk."""
+    vms: int = Field(default=1, ge=1, le=64)
+    """Guests booted at once per configuration, each with its own image (guest mode)."""
+    vcpus: int = Field(default=2, ge=1, le=64)
+    memory: Size = 512 * 1024 * 1024
+    """Guest memory."""
+    accel: Accel = "auto"
+    """auto: KVM when a probe boot shows it works, otherwise TCG (emulated, said everywhere)."""
+    boot_timeout: Duration = 120.0
+    """How long a guest may take to become ready before its trials fail."""
 
     @field_validator("runtime")
     @classmethod
@@ -171,11 +192,16 @@ class Configuration(_Frozen):
     cache: str | None = None
     format: str | None = None
     preallocation: str | None = None
+    data_path: str | None = None
+    """None or "emulated": QEMU's device model; "vhost-user-blk": served by qemu-storage-daemon."""
+    num_queues: int | None = None
+    queue_size: int | None = None
+    vms: int | None = None
 
     def params(self) -> dict[str, str]:
         """Axis → value for the axes this configuration sets, in a stable order."""
         out: dict[str, str] = {}
-        for axis in ("controller", "aio", "iothread", "cache", "format", "preallocation"):
+        for axis in CONFIG_AXES:
             value = getattr(self, axis)
             if value is not None:
                 out[axis] = ("on" if value else "off") if isinstance(value, bool) else str(value)
@@ -191,12 +217,19 @@ class Configuration(_Frozen):
         """Short legend text: ``blocklayer native/none/raw`` (+ ``iothread``, ``prealloc=...``)."""
         if self.mode == "host":
             return "host (bare metal)"
-        core = [v for v in (self.controller, self.aio, self.cache, self.format) if v is not None]
+        device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller
+        core = [v for v in (device, self.aio, self.cache, self.format) if v is not None]
         text = f"{self.mode} " + "/".join(core)
         if self.iothread:
             text += " iothread"
         if self.preallocation not in (None, "off"):
             text += f" prealloc={self.preallocation}"
+        if self.num_queues:
+            text += f" q={self.num_queues}"
+        if self.queue_size:
+            text += f" qs={self.queue_size}"
+        if self.vms and self.vms > 1:
+            text += f" ×{self.vms} VMs"
         return text
 
 
