@@ -141,13 +141,14 @@ class _Runner:
             drivers[config.mode] = driver
             trials = [(w, k) for w in self.expansion.workloads for k in range(self.method.samples)]
             try:
-                image = workspace.image(config)
-                with driver.session(config, image) as session:
-                    if self.method.precondition and image.path not in workspace.preconditioned:
-                        self.progress.note(f"preconditioning {image.path.name} "
-                                           f"(writing it fully once) through {config.label}")
+                images = workspace.images(config)
+                with driver.session(config, images) as session:
+                    fresh = [i.path for i in images if i.path not in workspace.preconditioned]
+                    if self.method.precondition and fresh:
+                        self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)} "
+                                           f"(writing fully once) through {config.label}")
                         self._precondition(session, workdir)
-                        workspace.preconditioned.add(image.path)
+                        workspace.preconditioned.update(fresh)
                     while trials:
                         workload, k = trials[0]
                         self._trial(session, workdir, config, workload, k)

@@ -45,6 +45,11 @@ def image_spec(config: Configuration) -> tuple[str, str]:
     return (config.format or "raw", config.preallocation or "off")
 
 
+def image_specs(configs: Iterable[Configuration]) -> set[tuple[str, str, int]]:
+    """Every image the configurations need: one per (format, preallocation) and guest index."""
+    return {(*image_spec(c), i) for c in configs for i in range(c.vms or 1)}
+
+
 class Workspace:
     """The target prepared for one run: creates images on demand, removes them on exit."""
 
@@ -63,7 +68,7 @@ class Workspace:
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, configs: Iterable[Configuration]) -> "Workspace":
         """Check safety and free space for every image the configurations need."""
-        specs = sorted({image_spec(c) for c in configs})
+        specs = sorted(image_specs(configs))
         if self.target.device is not None:
             self.device_size = check_device(self.target.device, proc_root=self._proc,
                                             sysfs=self._sysfs)
@@ -78,7 +83,7 @@ class Workspace:
             existing = existing.parent
         if not existing.is_dir():
             raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
-        need = sum(_footprint(self.target.size, fmt) for fmt, _ in specs) + MARGIN
+        need = sum(_footprint(self.target.size, fmt) for fmt, _, _ in specs) + MARGIN
         free = shutil.disk_usage(existing).free
         if free < need:
             raise NotEnoughSpace(
@@ -122,9 +127,13 @@ class Workspace:
         assert self.device_size is not None
         return self.device_size
 
-    def image(self, config: Configuration) -> Image:
-        """The image for a configuration, created with qemu-img on first use."""
-        spec = image_spec(config)
+    def images(self, config: Configuration) -> list[Image]:
+        """One image per guest of the configuration (one for host and blocklayer modes)."""
+        return [self.image(config, index) for index in range(config.vms or 1)]
+
+    def image(self, config: Configuration, index: int = 0) -> Image:
+        """The image for a configuration (guest ``index``), created with qemu-img on first use."""
+        spec = (*image_spec(config), index)
         if spec in self._images:
             return self._images[spec]
         if self.target.device is not None:
@@ -132,8 +141,10 @@ class Workspace:
                           size=self.size, is_device=True)
         else:
             assert self.directory is not None, "Workspace.open() first"
-            fmt, prealloc = spec
-            path = self.directory / f"disk-{fmt}-{prealloc}.{'qcow2' if fmt == 'qcow2' else 'raw'}"
+            fmt, prealloc, _ = spec
+            suffix = f"-vm{index}" if index else ""
+            path = self.directory / (f"disk-{fmt}-{prealloc}{suffix}."
+                                     f"{'qcow2' if fmt == 'qcow2' else 'raw'}")
             qemu_img = require("qemu-img")
             run([qemu_img, "create", "-q", "-f", fmt, "-o", f"preallocation={prealloc}",
                  str(path), str(self.size)], timeout=max(60.0, self.size / 50e6))

@@ -44,7 +44,7 @@ def test_daemon_applies_configuration(tmp_path: Path, no_leftovers: None, aio: s
         ws.open([config])
         image = ws.image(config)
         driver = BlocklayerDriver(method, tmp_path / "work")
-        with driver.session(config, image) as session:
+        with driver.session(config, [image]) as session:
             fio_target = session.fio_target()
             assert fio_target.get("ioengine") == ("libaio" if iothread else "nbd")
             job = job_text(Workload(rw="randwrite", bs=4096, iodepth=8), target=fio_target,
@@ -73,7 +73,7 @@ def test_daemon_failure_is_a_trial_failure(tmp_path: Path, no_leftovers: None) -
         ws.open([config])
         driver = BlocklayerDriver(Method(), tmp_path / "work")
         with pytest.raises(TrialFailed, match="aio=native was specified, but it requires cache.direct=on"):
-            with driver.session(config, ws.image(config)):
+            with driver.session(config, ws.images(config)):
                 pass
 
 
@@ -84,7 +84,7 @@ def test_mismatch_is_detected(tmp_path: Path, no_leftovers: None) -> None:
     target = Target(directory=tmp_path / "target", size=8 << 20)
     with Workspace(target) as ws:
         ws.open([config])
-        with BlocklayerDriver(Method(), tmp_path / "work").session(config, ws.image(config)) as s:
+        with BlocklayerDriver(Method(), tmp_path / "work").session(config, ws.images(config)) as s:
             assert s.mismatches() == ["aio: not observed while fio ran"]
             s.nodes["file0.cache.direct"] = "false"   # as if QEMU had ignored cache.direct
             assert any("file0.cache.direct: asked true, QEMU reports false" in m

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from iomatrix.suite.model import Configuration, Method
@@ -15,9 +16,14 @@ from iomatrix.target import Image
 class Session(abc.ABC):
     """A configuration brought up and ready for fio; closed by its driver."""
 
-    def __init__(self, config: Configuration, image: Image) -> None:
+    def __init__(self, config: Configuration, images: Sequence[Image]) -> None:
         self.config = config
-        self.image = image
+        self.images = list(images)
+
+    @property
+    def image(self) -> Image:
+        """The first (for host and blocklayer modes, the only) image."""
+        return self.images[0]
 
     @abc.abstractmethod
     def fio_target(self) -> dict[str, str]:
@@ -51,14 +57,17 @@ class Driver(abc.ABC):
     """Realizes configurations of one mode."""
 
     mode: str
+    accelerator = "none"
+    """How guest CPUs run: "kvm", "tcg", or "none" when the mode boots no guest."""
 
     def __init__(self, method: Method, workdir: Path) -> None:
         self.method = method
         self.workdir = workdir
 
     @abc.abstractmethod
-    def session(self, config: Configuration, image: Image) -> contextlib.AbstractContextManager[Session]:
-        """Bring ``config`` up on ``image``; on exit, stop everything that was started."""
+    def session(self, config: Configuration,
+                images: Sequence[Image]) -> contextlib.AbstractContextManager[Session]:
+        """Bring ``config`` up on its images (one per guest); on exit, stop everything started."""
 
 
 def driver_for(mode: str, method: Method, workdir: Path) -> Driver:

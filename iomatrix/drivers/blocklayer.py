@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
@@ -48,9 +48,9 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path) -> list[str]
 
 
 class BlocklayerSession(Session):
-    def __init__(self, config: Configuration, image: Image, workdir: Path, argv: list[str],
-                 pid: int, nodes: dict[str, str], engine: str) -> None:
-        super().__init__(config, image)
+    def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
+                 argv: list[str], pid: int, nodes: dict[str, str], engine: str) -> None:
+        super().__init__(config, images)
         self.workdir = workdir
         self.argv = argv
         self.pid = pid
@@ -98,7 +98,8 @@ class BlocklayerDriver(Driver):
     mode = "blocklayer"
 
     @contextlib.contextmanager
-    def session(self, config: Configuration, image: Image) -> Iterator[Session]:
+    def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        image = images[0]
         workdir = self.workdir / "qsd"
         workdir.mkdir(parents=True, exist_ok=True)
         for stale in ("qmp.sock", "nbd.sock"):
@@ -119,7 +120,7 @@ class BlocklayerDriver(Driver):
                 nodes, = qmp_execute(workdir / "qmp.sock", [("query-named-block-nodes", None)])
             except ToolFailed as exc:
                 raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
-            yield BlocklayerSession(config, image, workdir, argv, proc.pid,
+            yield BlocklayerSession(config, images, workdir, argv, proc.pid,
                                     flatten_block_nodes(nodes), self.method.engine)
         if config.iothread:
             if is_mounted(mountpoint):   # the daemon was killed before it could unmount

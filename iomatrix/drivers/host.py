@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.suite.model import Configuration
@@ -11,8 +11,8 @@ from iomatrix.target import Image
 
 
 class HostSession(Session):
-    def __init__(self, config: Configuration, image: Image, engine: str) -> None:
-        super().__init__(config, image)
+    def __init__(self, config: Configuration, images: Sequence[Image], engine: str) -> None:
+        super().__init__(config, images)
         self.engine = engine
 
     def fio_target(self) -> dict[str, str]:
@@ -27,5 +27,5 @@ class HostDriver(Driver):
     mode = "host"
 
     @contextlib.contextmanager
-    def session(self, config: Configuration, image: Image) -> Iterator[Session]:
-        yield HostSession(config, image, self.method.engine)
+    def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        yield HostSession(config, images, self.method.engine)

@@ -61,9 +61,10 @@ def invalid_reason(config: Configuration, *, device_target: bool = False) -> str
         reason = _queue_reason(config)
         if reason:
             return reason
-    if device_target and (config.format not in (None, "raw") or config.preallocation not in (None, "off")):
-        return ("a block-device target holds one raw image: format must be raw and "
-                "preallocation off (iomatrix writes qcow2 and preallocates only in files)")
+    if device_target and (config.format not in (None, "raw") or config.preallocation not in (None, "off")
+                          or (config.vms or 1) > 1):
+        return ("a block-device target holds one raw image: format must be raw, preallocation "
+                "off and vms 1 (iomatrix writes qcow2, preallocates and multiplies images only in files)")
     return None
 
 
