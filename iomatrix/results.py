@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.fio.models import DirectionStats, FioResult
+from iomatrix.fio.bins import merge_bins, percentiles_from_bins
+from iomatrix.fio.models import DirectionStats, FioResult, Percentiles
 
 
 class _Frozen(BaseModel):
@@ -31,12 +32,15 @@ class DirectionSample(_Frozen):
     p99_ns: float | None = None
     p99_9_ns: float | None = None
     p99_99_ns: float | None = None
+    vm: int | None = None
+    """Which guest, in a per-guest sample of a trial that ran on several; None otherwise."""
 
     @classmethod
-    def from_stats(cls, direction: str, stats: DirectionStats) -> "DirectionSample":
+    def from_stats(cls, direction: str, stats: DirectionStats,
+                   percentiles: Percentiles | None = None, vm: int | None = None) -> "DirectionSample":
         lat = stats.lat or stats.clat
-        pct = lat.percentiles if lat else None
-        return cls(direction=direction, iops=stats.iops, bw_bytes=stats.bw_bytes,
+        pct = percentiles or (lat.percentiles if lat else None)
+        return cls(direction=direction, vm=vm, iops=stats.iops, bw_bytes=stats.bw_bytes,
                    io_bytes=stats.io_bytes, total_ios=stats.total_ios,
                    runtime_ms=stats.runtime_ms,
                    lat_mean_ns=lat.mean_ns if lat else None,
@@ -49,9 +53,31 @@ class DirectionSample(_Frozen):
 
 
 def samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
-    """The active directions of a fio result (the aggregate when there are several clients)."""
-    job = result.aggregate or result.jobs[0]
-    return tuple(DirectionSample.from_stats(name, stats)
+    """The active directions of a fio result: of its one job, or of the "All clients" aggregate,
+    whose percentiles come from the clients' merged json+ histograms where fio gives none."""
+    if result.aggregate is None:
+        job = result.jobs[0]
+        return tuple(DirectionSample.from_stats(name, stats)
+                     for name, stats in (("read", job.read), ("write", job.write)) if stats.active)
+    out = []
+    for name in ("read", "write"):
+        stats: DirectionStats = getattr(result.aggregate, name)
+        if not stats.active:
+            continue
+        pct = stats.lat.percentiles if stats.lat else None
+        histograms = [getattr(j, name).bins for j in result.jobs]
+        if (pct is None or pct.p50 is None) and all(h is not None for h in histograms):
+            pct = percentiles_from_bins(merge_bins(h for h in histograms if h is not None))
+        out.append(DirectionSample.from_stats(name, stats, percentiles=pct))
+    return tuple(out)
+
+
+def vm_samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
+    """Each guest's own samples in a client/server result (clients in the order given)."""
+    if not any(j.hostname for j in result.jobs):
+        return ()
+    return tuple(DirectionSample.from_stats(name, stats, vm=index)
+                 for index, job in enumerate(result.jobs)
                  for name, stats in (("read", job.read), ("write", job.write)) if stats.active)
 
 
@@ -73,6 +99,8 @@ class TrialRecord(_Frozen):
     applied: dict[str, str]
     command: str
     samples: tuple[DirectionSample, ...]
+    vm_samples: tuple[DirectionSample, ...] = ()
+    """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""
 
 
 class ConfigRecord(_Frozen):

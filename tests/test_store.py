@@ -162,3 +162,15 @@ def test_killed_writer_leaves_no_partial_sample(tmp_path: Path) -> None:
         orphans = store.conn.execute(
             "SELECT COUNT(*) FROM samples WHERE trial_id NOT IN (SELECT id FROM trials)").fetchone()[0]
         assert orphans == 0
+
+
+def test_per_vm_samples_round_trip(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        run_id = new_run(store)
+        per_vm = [sample("read", 60).model_copy(update={"vm": 0}),
+                  sample("read", 40).model_copy(update={"vm": 1})]
+        store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 0, status="ok", started_at="t",
+                           samples=[sample("read", 100)], vm_samples=per_vm)
+        (trial,) = store.load_run(run_id).trials
+    assert [s.iops for s in trial.samples] == [100] and trial.samples[0].vm is None
+    assert [(s.vm, s.iops) for s in trial.vm_samples] == [(0, 60), (1, 40)]

@@ -214,12 +214,19 @@ def expected_daemon_settings(config: Configuration) -> dict[str, str]:
 def read_daemon_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, str]:
     """Ask a running qemu-storage-daemon what it applied, with the keys of
     :func:`expected_daemon_settings`. ToolFailed when QMP does not answer."""
-    nodes, exports, iothreads = qmp_execute(qmp_socket, [
+    # The daemon has no query-iothreads: its iothreads are counted among its objects, whose
+    # container exists only once an --object was given.
+    nodes, exports, root = qmp_execute(qmp_socket, [
         ("query-named-block-nodes", None), ("query-block-exports", None),
-        ("query-iothreads", None)], timeout=timeout)
+        ("qom-list", {"path": "/"})], timeout=timeout)
+    objects: list[dict[str, str]] = []
+    if any(child["name"] == "objects" for child in root):
+        objects, = qmp_execute(qmp_socket, [("qom-list", {"path": "/objects"})], timeout=timeout)
     export = next((e for e in exports if e["id"] == VHOST_EXPORT), {})
+    iothreads = [o for o in objects if o["type"] == "child<iothread>"]
     return _node_settings(flatten_block_nodes(nodes)) | {
-        "export.type": str(export.get("type", "")), "export.node-name": str(export.get("node-name", "")),
+        "export.type": str(export.get("type", "")),
+        "export.node-name": str(export.get("node-name", "")),
         "iothreads": str(len(iothreads))}
 
 

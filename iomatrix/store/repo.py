@@ -93,7 +93,8 @@ class Store:
 
     def record_trial(self, run_id: int, config_key: str, workload_key: str, sample_index: int,
                      *, status: str, started_at: str, reason: str | None = None,
-                     samples: Iterable[DirectionSample] = (), wall_seconds: float | None = None,
+                     samples: Iterable[DirectionSample] = (),
+                     vm_samples: Iterable[DirectionSample] = (), wall_seconds: float | None = None,
                      fio_version: str | None = None, usr_cpu: float | None = None,
                      sys_cpu: float | None = None, ctx: int | None = None,
                      fio_json: str | None = None, accelerator: str = "none",
@@ -117,6 +118,11 @@ class Store:
                     f"INSERT INTO samples (trial_id, {', '.join(_SAMPLE_COLUMNS)}) "
                     f"VALUES ({placeholders})",
                     (trial_id, *(getattr(s, c) for c in _SAMPLE_COLUMNS)))
+            for s in vm_samples:
+                self.conn.execute(
+                    f"INSERT INTO vm_samples (trial_id, vm, {', '.join(_SAMPLE_COLUMNS)}) "
+                    f"VALUES (?, {placeholders})",
+                    (trial_id, s.vm, *(getattr(s, c) for c in _SAMPLE_COLUMNS)))
         assert trial_id is not None
         return trial_id
 
@@ -166,17 +172,14 @@ class Store:
             for r in self.conn.execute("SELECT key, label, rw, bs, iodepth, numjobs, rate_iops, "
                                        "options_json FROM workloads WHERE run_id = ? ORDER BY id",
                                        (run_id,)))
-        samples: dict[int, list[DirectionSample]] = {}
-        for r in self.conn.execute(
-                f"SELECT s.trial_id, {', '.join('s.' + c for c in _SAMPLE_COLUMNS)} FROM samples s "
-                "JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ? ORDER BY s.trial_id, "
-                "s.direction", (run_id,)):
-            samples.setdefault(r[0], []).append(DirectionSample(**dict(zip(_SAMPLE_COLUMNS, r[1:]))))
+        samples = self._samples("samples", run_id)
+        vm_samples = self._samples("vm_samples", run_id)
         trials = tuple(
             TrialRecord(id=r[0], config_key=r[1], workload_key=r[2], sample_index=r[3], status=r[4],
                         reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
                         usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
-                        command=r[13], samples=tuple(samples.get(r[0], ())))
+                        command=r[13], samples=tuple(samples.get(r[0], ())),
+                        vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
                 "SELECT t.id, c.key, w.key, t.sample_index, t.status, t.reason, t.started_at, "
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
@@ -195,6 +198,18 @@ class Store:
         return zlib.decompress(row[0]).decode() if row and row[0] else None
 
     # -- helpers ---------------------------------------------------------------------------
+    def _samples(self, table: str, run_id: int) -> dict[int, list[DirectionSample]]:
+        """Trial id → its rows of ``samples`` or ``vm_samples``, for one run."""
+        vm = "s.vm" if table == "vm_samples" else "NULL"
+        out: dict[int, list[DirectionSample]] = {}
+        for r in self.conn.execute(
+                f"SELECT s.trial_id, {vm}, {', '.join('s.' + c for c in _SAMPLE_COLUMNS)} "
+                f"FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ? "
+                f"ORDER BY s.trial_id, {vm}, s.direction", (run_id,)):
+            out.setdefault(r[0], []).append(
+                DirectionSample(vm=r[1], **dict(zip(_SAMPLE_COLUMNS, r[2:]))))
+        return out
+
     def _id(self, table: str, run_id: int, key: str) -> int:
         row = self.conn.execute(f"SELECT id FROM {table} WHERE run_id = ? AND key = ?",
                                 (run_id, key)).fetchone()

@@ -6,6 +6,8 @@ History:
      trial and direction: read / write)
   2  what QEMU really applied and the command that realized it, per trial; the accelerator per
      trial; the run's notes (skipped combinations, ignored axes)
+  3  vm_samples: each guest's own figures when several guests run a trial at once (samples then
+     hold the aggregate)
 """
 
 from __future__ import annotations
@@ -93,6 +95,29 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE trials ADD COLUMN accelerator TEXT NOT NULL DEFAULT 'none';
     ALTER TABLE trials ADD COLUMN applied_json TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE trials ADD COLUMN command TEXT NOT NULL DEFAULT '';
+    """,
+    # 3
+    """
+    CREATE TABLE vm_samples (
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        vm INTEGER NOT NULL,
+        direction TEXT NOT NULL CHECK (direction IN ('read', 'write')),
+        iops REAL NOT NULL,
+        bw_bytes REAL NOT NULL,
+        io_bytes INTEGER NOT NULL,
+        total_ios INTEGER NOT NULL,
+        runtime_ms INTEGER NOT NULL,
+        lat_mean_ns REAL,
+        lat_stdev_ns REAL,
+        lat_min_ns REAL,
+        lat_max_ns REAL,
+        p50_ns REAL,
+        p90_ns REAL,
+        p99_ns REAL,
+        p99_9_ns REAL,
+        p99_99_ns REAL,
+        PRIMARY KEY (trial_id, vm, direction)
+    );
     """,
 )
 
