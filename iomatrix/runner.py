@@ -20,7 +20,7 @@ from iomatrix.fio.jobfile import fill_text, job_text
 from iomatrix.fio.run import run_fio
 from iomatrix.hostinfo import host_metadata
 from iomatrix.proc import require
-from iomatrix.results import samples_of
+from iomatrix.results import samples_of, vm_samples_of
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
@@ -67,45 +67,68 @@ def planned_seconds(suite: Suite, expansion: Expansion) -> float:
 
 
 def tools_for(expansion: Expansion) -> list[str]:
-    tools = ["fio"]
-    if any(c.mode != "host" for c in expansion.configurations):
-        tools += ["qemu-img", "qemu-storage-daemon"]
-    elif any(c.format or c.mode == "host" for c in expansion.configurations):
-        tools += ["qemu-img"]
+    """The programs a run needs, checked before anything starts."""
+    tools = ["fio", "qemu-img"]
+    configs = expansion.configurations
+    if any(c.mode == "blocklayer" or c.data_path == "vhost-user-blk" for c in configs):
+        tools.append("qemu-storage-daemon")
+    if any(c.mode == "guest" for c in configs):
+        tools.append("qemu-system-x86_64")
     return tools
 
 
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
-              progress: Progress | None = None) -> RunOutcome:
-    """Measure every trial of ``suite`` and store it; returns how it went. Ctrl-C stops every
-    process started, removes the images (unless ``keep``) and marks the run interrupted."""
+              progress: Progress | None = None, accel: str | None = None) -> RunOutcome:
+    """Measure every trial of ``suite`` and store it; returns how it went. ``accel`` overrides
+    the suite's [method] accel. Ctrl-C stops every process started, removes the images (unless
+    ``keep``) and marks the run interrupted."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
-    target_path = suite.target.directory or suite.target.device
-    host = host_metadata(target_path, accelerator="none")
-    run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
-                              suite_text=suite.source_text, host=host, accelerator="none",
-                              notes=expansion.notes, configs=expansion.configurations,
-                              workloads=expansion.workloads)
-    for text in expansion.notes:
-        progress.note(text)
-    runner = _Runner(suite, expansion, store, run_id, progress)
-    status = "failed"
-    try:
-        with _scratch(keep) as workdir, Workspace(suite.target, keep=keep) as workspace:
-            workspace.open(expansion.configurations)
-            runner.run(workspace, workdir)
-        status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        store.finish_run(run_id, status)
+    with _scratch(keep) as workdir:
+        drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
+        accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
+        expansion = expansion.for_accel(accelerator)
+        target_path = suite.target.directory or suite.target.device
+        host = host_metadata(target_path, accelerator=accelerator)
+        run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
+                                  suite_text=suite.source_text, host=host,
+                                  accelerator=accelerator, notes=expansion.notes,
+                                  configs=expansion.configurations,
+                                  workloads=expansion.workloads)
+        for text in expansion.notes:
+            progress.note(text)
+        runner = _Runner(suite, expansion, store, run_id, progress)
+        status = "failed"
+        try:
+            with Workspace(suite.target, keep=keep) as workspace:
+                workspace.open(expansion.configurations)
+                runner.run(workspace, workdir, drivers)
+            status = "complete"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
+             progress: Progress) -> dict[str, Driver]:
+    """One driver per mode the run uses; for guests the appliance is built (or found cached)
+    and the accelerator resolved first."""
+    drivers: dict[str, Driver] = {}
+    for mode in dict.fromkeys(c.mode for c in expansion.configurations):
+        if mode == "guest":
+            from iomatrix.drivers.guest import prepare_guests
+
+            drivers[mode] = prepare_guests(suite.method, workdir, accel, progress.note)
+        else:
+            drivers[mode] = driver_for(mode, suite.method, workdir)
+    return drivers
 
 
 @contextmanager
@@ -130,16 +153,17 @@ class _Runner:
         self.progress = progress
         self.ok = self.failed = 0
         self.measured = 0.0
+        self.accelerator = "none"
         self.n = 0
 
-    def run(self, workspace: Workspace, workdir: Path) -> None:
+    def run(self, workspace: Workspace, workdir: Path, drivers: dict[str, Driver]) -> None:
         self.progress.start(self.expansion.trials_per_sample * self.method.samples,
                             planned_seconds(self.suite, self.expansion))
-        drivers: dict[str, Driver] = {}
         for config in self.expansion.configurations:
-            driver = drivers.get(config.mode) or driver_for(config.mode, self.method, workdir)
-            drivers[config.mode] = driver
-            trials = [(w, k) for w in self.expansion.workloads for k in range(self.method.samples)]
+            driver = drivers[config.mode]
+            self.accelerator = driver.accelerator
+            trials = [(w, k) for w in self.expansion.workloads_for(config)
+                      for k in range(self.method.samples)]
             try:
                 images = workspace.images(config)
                 with driver.session(config, images) as session:
@@ -163,7 +187,7 @@ class _Runner:
         target = session.fio_target()
         size = session.image.size if "size" not in target else None
         job = fill_text(target=target, size=size)
-        run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 20e6),
+        run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
                 extra_args=session.fio_args())
 
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
@@ -176,7 +200,8 @@ class _Runner:
             fio = run_fio(job, workdir=workdir,
                           timeout=self.method.ramp + self.method.runtime + FIO_GRACE,
                           extra_args=session.fio_args(), during=session.observe,
-                          during_at=self.method.ramp + self.method.runtime / 2)
+                          during_at=self.method.ramp + self.method.runtime / 2,
+                          output_format=session.fio_output_format())
         except IomatrixError as exc:
             self._failed(config, workload, k, str(exc), started=started,
                          applied=session.applied(), command=session.command())
@@ -184,14 +209,16 @@ class _Runner:
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
+        vm_samples = vm_samples_of(fio.result)
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         self.store.record_trial(
             self.run_id, config.key, workload.key, k, status=status, reason=reason,
-            started_at=started, samples=samples, wall_seconds=fio.wall_seconds,
+            started_at=started, samples=samples, vm_samples=vm_samples,
+            wall_seconds=fio.wall_seconds,
             fio_version=fio.result.fio_version, usr_cpu=job_stats.usr_cpu,
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
-            accelerator="none", applied=session.applied(), command=session.command())
+            accelerator=self.accelerator, applied=session.applied(), command=session.command())
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")
@@ -209,6 +236,6 @@ class _Runner:
                 started: str, applied: dict[str, str] | None = None, command: str = "") -> None:
         self.store.record_trial(self.run_id, config.key, workload.key, k, status="failed",
                                 reason=reason, started_at=started, applied=applied,
-                                command=command)
+                                command=command, accelerator=self.accelerator)
         self.failed += 1
         self.progress.trial_finished(self.n, False, reason)

@@ -70,12 +70,15 @@ def run(
     target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory.")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
+    accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
     from iomatrix.runner import run_suite
     from iomatrix.suite import load_suite
 
+    if accel not in (None, "auto", "kvm", "tcg"):
+        raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
@@ -87,7 +90,7 @@ def run(
         loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update={"directory": target})})
     with _store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
-            outcome = run_suite(loaded, store, keep=keep, progress=progress)
+            outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel)
         except KeyboardInterrupt:
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
@@ -114,7 +117,11 @@ def runs(db: Db = DEFAULT_DB) -> None:
 
 
 @app.command()
-def show(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
+def show(
+    run_ref: RunRef,
+    db: Db = DEFAULT_DB,
+    command: Annotated[bool, typer.Option("--command", help="Also print, per configuration, the command lines that realized it and what QEMU applied.")] = False,
+) -> None:
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
     from iomatrix.analysis.points import points
 
@@ -128,10 +135,12 @@ def show(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
     if stored.emulated:
         out.print("[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]")
     table = Table("configuration", "workload", "n", "IOPS", "MiB/s", "p50 µs", "p99 µs", box=None)
+    emulated = {t.config_key for t in stored.trials if t.accelerator == "tcg"}
     for col in table.columns[2:]:
         col.justify = "right"
     for p in points(stored):
-        table.add_row(labels[p.config_key], workloads[p.workload_key],
+        table.add_row(labels[p.config_key] + (" [emulated]" if p.config_key in emulated else ""),
+                      workloads[p.workload_key],
                       f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
                       _num(p.iops, "{:,.0f}"), _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
                       _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
@@ -143,6 +152,15 @@ def show(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
                   f"#{t.sample_index + 1}: {t.reason}", markup=False)
     for note in stored.notes:
         out.print(f"note: {note}", markup=False)
+    if command:
+        for config in stored.configs:
+            trial = next((t for t in stored.trials if t.config_key == config.key and t.command), None)
+            if trial is None:
+                continue
+            out.print(f"\n# {config.label} ({trial.accelerator})", markup=False)
+            out.print(trial.command, markup=False)
+            for key, value in sorted(trial.applied.items()):
+                out.print(f"#   applied {key} = {value}", markup=False)
 
 
 def _num(value: float | None, fmt: str) -> str:

@@ -33,6 +33,10 @@ class Session(abc.ABC):
         """Extra fio command-line arguments (a guest driver adds --client here)."""
         return []
 
+    def fio_output_format(self) -> str:
+        """fio's --output-format for this session's trials."""
+        return "json"
+
     def observe(self, fio_pid: int) -> None:
         """Called once while fio runs, to see what the daemon or guest really does."""
 

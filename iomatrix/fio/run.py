@@ -34,14 +34,15 @@ def fio_version(fio: str = "fio") -> str:
 
 def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             extra_args: Sequence[str] = (), during: Callable[[int], None] | None = None,
-            during_at: float = 0.0) -> FioRun:
+            during_at: float = 0.0, output_format: str = "json") -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation)."""
     job_path = workdir / "job.fio"
     out_path = workdir / "fio.json"
     job_path.write_text(job)
     out_path.unlink(missing_ok=True)
-    argv = (fio, "--output-format=json", f"--output={out_path}", *extra_args, str(job_path))
+    argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *extra_args,
+            str(job_path))
     started_at = time.time()
     t0 = time.monotonic()
     proc = subprocess.Popen(orphan_guard(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,11 +32,13 @@ async def _execute(socket: Path, commands: Sequence[Command], timeout: float) ->
         for name, args in commands:
             results.append(await asyncio.wait_for(client.execute(name, args), timeout))
         return results
-    except (QMPError, OSError, asyncio.TimeoutError) as exc:
+    except (QMPError, OSError, EOFError, asyncio.TimeoutError) as exc:
         raise ToolFailed(f"QMP on {socket}: {type(exc).__name__}: {exc}",
                          argv=[str(socket)], returncode=None) from exc
     finally:
-        await client.disconnect()
+        # After "quit" QEMU closes the socket first: the client then reports EOF on disconnect.
+        with contextlib.suppress(QMPError, OSError, EOFError):
+            await client.disconnect()
 
 
 def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:

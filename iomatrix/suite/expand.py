@@ -39,10 +39,44 @@ class Expansion(BaseModel):
     skipped: tuple[Skipped, ...] = ()
     notes: tuple[str, ...] = ()
     """Ignored axes and skipped combinations, in words, for the run's record and the report."""
+    under_tcg: tuple[tuple[str, str], ...] = ()
+    """(configuration key, rule) for configurations of parts that run differently under TCG."""
+    only: tuple[tuple[str, str], ...] | None = None
+    """The (configuration key, workload key) pairs to measure; None: every combination."""
+
+    def workloads_for(self, config: Configuration) -> tuple[Workload, ...]:
+        """The workloads measured on ``config``."""
+        if self.only is None:
+            return self.workloads
+        keys = {w for c, w in self.only if c == config.key}
+        return tuple(w for w in self.workloads if w.key in keys)
 
     @property
     def trials_per_sample(self) -> int:
-        return len(self.configurations) * len(self.workloads)
+        return sum(len(self.workloads_for(c)) for c in self.configurations)
+
+    def for_accel(self, accel: str) -> "Expansion":
+        """The expansion as it runs with guests under ``accel``: under TCG, parts marked
+        ``under_tcg = "one"`` keep their first configuration's first workload, "skip" none."""
+        rules = dict(self.under_tcg)
+        if accel != "tcg" or not rules:
+            return self
+        configs, pairs, notes = [], [], list(self.notes)
+        kept_one = False
+        for config in self.configurations:
+            rule = rules.get(config.key, "all")
+            if rule == "skip" or (rule == "one" and kept_one):
+                continue
+            workloads = self.workloads_for(config)
+            if rule == "one":
+                kept_one, workloads = True, workloads[:1]
+                notes.append(f"guests are emulated (TCG): the guest part runs one trial only "
+                             f"({config.label} · {workloads[0].label}) to show the chain works; "
+                             "its figures measure QEMU's emulator, not this hardware")
+            configs.append(config)
+            pairs += [(config.key, w.key) for w in workloads]
+        return self.model_copy(update={"configurations": tuple(configs), "only": tuple(pairs),
+                                       "notes": tuple(notes)})
 
 
 def invalid_reason(config: Configuration, *, device_target: bool = False) -> str | None:
@@ -111,47 +145,22 @@ def _normalize(config: Configuration) -> Configuration:
 
 def expand(suite: Suite) -> Expansion:
     """Every configuration × workload the suite asks for, invalid ones rejected or skipped."""
-    mode = suite.method.mode
     device_target = suite.target.device is not None
     notes: list[str] = []
-    used = MODE_AXES[mode]
-    for axis in AXES:
-        values = getattr(suite.matrix, axis)
-        default = Matrix.model_fields[axis].default
-        if axis not in used and values != default and values is not None:
-            notes.append(f"[matrix] {axis} is ignored in {mode} mode "
-                         f"(values {', '.join(map(_show, values))} not used)")
-    if mode == "blocklayer":
-        notes.append("[matrix] iothread in blocklayer mode: on = FUSE export with an iothread, "
-                     "off = NBD export (QEMU 7.2 aborts an NBD export with an iothread on disconnect)")
-
     configs: list[Configuration] = []
     skipped: list[Skipped] = []
+    under_tcg: list[tuple[str, str]] = []
+    mode = suite.method.mode
     if suite.method.baseline and mode != "host":
         configs.append(Configuration(mode="host"))
-    axis_values = [getattr(suite.matrix, axis) if axis in used else (None,) for axis in AXES]
-    if mode == "guest":
-        axis_values[AXES.index("vms")] = suite.matrix.vms or (suite.method.vms,)
-    seen: set[str] = set()
-    for combo in itertools.product(*axis_values):
-        config = _normalize(Configuration(mode=mode, **dict(zip(AXES, combo))))
-        if config.key in seen:
-            continue
-        seen.add(config.key)
-        reason = invalid_reason(config, device_target=device_target)
-        if reason is None:
-            configs.append(config)
-        elif suite.matrix.skip_invalid:
-            skipped.append(Skipped(configuration=config, reason=reason))
-        else:
-            raise InvalidCombination(
-                f"{suite.source_path}: [matrix] {config.key.split('/', 1)[1]}: {reason}",
-                hint="remove the value from [matrix], or set skip_invalid = true to drop such "
-                     "combinations and list them")
-    for item in skipped:
-        notes.append(f"skipped {item.configuration.key}: {item.reason}")
-    if not any(c.mode != "host" for c in configs) and mode != "host":
-        raise InvalidCombination(f"{suite.source_path}: [matrix]: every combination is invalid")
+    parts: list[tuple[str, Matrix, str, str]] = [(mode, suite.matrix, "[matrix]", "all")]
+    parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
+    for part_mode, matrix, where, rule in parts:
+        before, skipped_before = len(configs), len(skipped)
+        _expand_part(suite, part_mode, matrix, where, device_target, configs, skipped, notes)
+        if len(configs) == before and len(skipped) > skipped_before:
+            raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
+        under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
 
     workloads: list[Workload] = []
     seen: set[str] = set()
@@ -165,7 +174,42 @@ def expand(suite: Suite) -> Expansion:
                 seen.add(workload.key)
                 workloads.append(workload)
     return Expansion(configurations=tuple(configs), workloads=tuple(workloads),
-                     skipped=tuple(skipped), notes=tuple(notes))
+                     skipped=tuple(skipped), notes=tuple(notes), under_tcg=tuple(under_tcg))
+
+
+def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_target: bool,
+                 configs: list[Configuration], skipped: list[Skipped], notes: list[str]) -> None:
+    """Append one matrix's valid configurations (not already present) to ``configs``."""
+    used = MODE_AXES[mode]
+    for axis in AXES:
+        values = getattr(matrix, axis)
+        default = Matrix.model_fields[axis].default
+        if axis not in used and values != default and values is not None:
+            notes.append(f"{where} {axis} is ignored in {mode} mode "
+                         f"(values {', '.join(map(_show, values))} not used)")
+    if mode == "blocklayer":
+        notes.append(f"{where} iothread in blocklayer mode: on = FUSE export with an iothread, "
+                     "off = NBD export (QEMU 7.2 aborts an NBD export with an iothread on disconnect)")
+    axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
+    if mode == "guest":
+        axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
+    seen = {c.key for c in configs}
+    for combo in itertools.product(*axis_values):
+        config = _normalize(Configuration(mode=mode, **dict(zip(AXES, combo))))
+        if config.key in seen:
+            continue
+        seen.add(config.key)
+        reason = invalid_reason(config, device_target=device_target)
+        if reason is None:
+            configs.append(config)
+        elif matrix.skip_invalid:
+            skipped.append(Skipped(configuration=config, reason=reason))
+            notes.append(f"skipped {config.key}: {reason}")
+        else:
+            raise InvalidCombination(
+                f"{suite.source_path}: {where} {config.key.split('/', 1)[1]}: {reason}",
+                hint="remove the value from the matrix, or set skip_invalid = true to drop such "
+                     "combinations and list them")
 
 
 def _show(value: object) -> str:

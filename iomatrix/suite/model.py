@@ -115,6 +115,15 @@ class Matrix(_Frozen):
     skip_invalid: bool = False
 
 
+class Part(Matrix):
+    """An extra part of a suite: its own mode and matrix, the suite's target and workloads."""
+
+    mode: Mode
+    under_tcg: Literal["all", "one", "skip"] = "all"
+    """When guests run emulated (TCG): every trial, only the first configuration's first
+    workload (to show the chain works), or none."""
+
+
 class WorkloadGroup(_Frozen):
     """One [workloads] table: the cross product of its axes."""
 
@@ -174,6 +183,9 @@ class Suite(_Frozen):
     matrix: Matrix = Matrix()
     workloads: tuple[WorkloadGroup, ...] = (WorkloadGroup(),)
     method: Method = Method()
+    part: tuple[Part, ...] = ()
+    """[[part]] tables: more modes measured in the same run (e.g. a few guest configurations
+    beside a blocklayer sweep)."""
     source_text: str = ""
     source_path: str = ""
 
