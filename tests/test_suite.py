@@ -156,6 +156,18 @@ def test_quick_suite_shape() -> None:
     assert len(exp.skipped) == 2 and all("aio=native" in s.reason for s in exp.skipped)
     assert [w.key for w in exp.workloads] == ["randread/4k/qd1/nj1", "randread/4k/qd32/nj1",
                                               "randwrite/4k/qd32/nj1"]
+    guests = [c for c in exp.configurations if c.mode == "guest"]
+    assert {(c.controller, c.iothread) for c in guests} == {
+        ("virtio-blk", True), ("virtio-blk", False),
+        ("virtio-scsi-single", True), ("virtio-scsi-single", False)}
+    assert exp.trials_per_sample == (1 + 10 + 4) * 3
+    # under TCG: one emulated guest trial, said in the notes
+    tcg = exp.for_accel("tcg")
+    assert [c for c in tcg.configurations if c.mode == "guest"] == guests[:1]
+    assert tcg.workloads_for(guests[0]) == exp.workloads[:1]
+    assert tcg.trials_per_sample == (1 + 10) * 3 + 1
+    assert any("guests are emulated (TCG)" in n for n in tcg.notes)
+    assert exp.for_accel("kvm") is exp
 
 
 def test_every_builtin_suite_is_valid() -> None:
@@ -165,9 +177,9 @@ def test_every_builtin_suite_is_valid() -> None:
 
 @pytest.mark.parametrize("matrix, reason", [
     ("controller = 'virtio-blk'\nnum_queues = 1025", "QEMU 7.2 aborts (exit 134)"),
-    ("controller = 'virtio-scsi-single'\nnum_queues = 1022", "Invalid number of queues (= 1022), must be a positive integer less than 1022."),
+    ("controller = 'virtio-scsi-single'\nnum_queues = 1023", "Invalid number of queues (= 1023), must be a positive integer less than 1022."),
     ("controller = 'virtio-blk'\nqueue_size = 100", "invalid queue-size property (100), must be a power of 2 (max 1024)"),
-    ("data_path = 'vhost-user-blk'\nqueue_size = 2048", "invalid queue-size property (2048)"),
+    ("data_path = 'vhost-user-blk'\nqueue_size = 2048", "queue size must not exceed 1024"),
     ("controller = 'sata'\niothread = false\nnum_queues = 4", "Property 'ide-hd.num-queues' not found"),
     ("controller = 'pvscsi'\niothread = false\nqueue_size = 256", "Property 'pvscsi.queue-size' not found"),
 ])

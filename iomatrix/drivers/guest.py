@@ -220,7 +220,7 @@ class GuestDriver(Driver):
                 proc.wait(timeout=5)
 
 
-KVM_PROBE_TIMEOUT = 10.0
+KVM_PROBE_TIMEOUT = 6.0  # a kernel reaches /init in about 1 s under KVM
 
 
 def prepare_guests(method: Method, workdir: Path, accel: str,

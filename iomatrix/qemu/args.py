@@ -1,37 +1,40 @@
 """Configuration → QEMU arguments for a guest and for the qemu-storage-daemon that serves a
 vhost-user-blk disk, in one place for every driver (local QEMU now; libvirt and Proxmox map the
-same settings). Pure: nothing here starts a process, except :func:`read_guest_settings` and
-:func:`read_daemon_settings`, which ask a running one over QMP what it applied.
+same settings). Building is pure; :func:`read_guest_settings` and :func:`read_daemon_settings`
+ask a running QEMU over QMP what it applied, to diff with the ``expected_*`` settings.
 
 The disk under test is two ``-blockdev`` nodes with explicit names (see
-:func:`iomatrix.qemu.blockdev.blockdev_nodes`) and the controller's ``-device`` lines with
-explicit ids, named as Proxmox VE names them:
+:func:`iomatrix.qemu.blockdev.blockdev_nodes`) and ``-device`` lines with explicit ids, named
+as Proxmox VE names them. iothread and queue options go to the virtio device:
 
-    controller          devices (ids)                                  iothread on   queues
-    virtio-blk          virtio-blk-pci (virtio0)                       the device    num-queues, queue-size
-    virtio-scsi         virtio-scsi-pci (scsihw0) + scsi-hd (scsi0)    controller    num_queues, virtqueue_size
-    virtio-scsi-single  virtio-scsi-pci (virtioscsi0) + scsi-hd        controller    num_queues, virtqueue_size
-    pvscsi              pvscsi (scsihw0) + scsi-hd (scsi0)             -             -
-    sata                ahci (ahci0) + ide-hd (sata0)                  -             -
-    ide                 ide-hd (ide0) on the PIIX bus ide.0            -             -
-    nvme                nvme (nvme0, serial= is mandatory)             -             max_ioqpairs
-    vhost-user-blk      vhost-user-blk-pci (vhostuserblk0)             the daemon    num-queues, queue-size
+    controller          disk device (id)            controller (id)                 options on
+    virtio-blk          virtio-blk-pci (virtio0)    -                               the disk
+    virtio-scsi         scsi-hd (scsi0)             virtio-scsi-pci (scsihw0)       controller
+    virtio-scsi-single  scsi-hd (scsi0)             virtio-scsi-pci (virtioscsi0)   controller
+    pvscsi              scsi-hd (scsi0)             pvscsi (scsihw0)                -
+    sata                ide-hd (sata0)              ahci (ahci0)                    -
+    ide                 ide-hd (ide0)               the PIIX controller of pc       -
+    nvme                nvme (nvme0; serial= set)   -                               max_ioqpairs
+    vhost-user-blk      vhost-user-blk-pci (vhostuserblk0), chardev vub0            queues; the
+                        daemon holds the image and the iothread
 
 virtio-scsi shares one controller among all disks and virtio-scsi-single gives each disk its
 own; a guest here has one disk under test, so the two differ only in their ids.
 
 ``-blockdev`` has no writeback flag, and a device's ``write-cache=auto`` then means on: the
 device gets ``write-cache=off`` for writethrough and directsync, ``on`` otherwise (what PVE 9
-and libvirt emit). A vhost-user-blk export gets ``writethrough=on`` instead.
+and libvirt emit). A vhost-user-blk export gets ``writethrough=on`` instead. Option values
+that hold a path have their commas doubled; ``-blockdev`` is JSON, ``-kernel``, ``-initrd``
+and ``-append`` are taken verbatim.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from iomatrix.errors import InvalidCombination
 from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
@@ -51,20 +54,46 @@ VHOST_EXPORT = "export0"
 MEMORY_BACKEND = "mem"
 
 # QEMU 7.2's defaults, for what QMP must show when a configuration leaves them unset.
-DEFAULT_QUEUE_SIZE = {"virtio-blk": 256, "virtio-scsi": 256, "virtio-scsi-single": 256,
-                      "vhost-user-blk": 128}
+DEFAULT_QUEUE_SIZE = {"virtio-blk-pci": 256, "virtio-scsi-pci": 256, "vhost-user-blk-pci": 128}
 NVME_DEFAULT_IOQPAIRS = 64
 
-_SCSI_CONTROLLER_ID = {"virtio-scsi": "scsihw0", "virtio-scsi-single": "virtioscsi0",
-                       "pvscsi": "scsihw0"}
-_QUEUE_PROPERTY = {"virtio-blk": "num-queues", "virtio-scsi": "num_queues",
-                   "virtio-scsi-single": "num_queues", "nvme": "max_ioqpairs",
-                   "vhost-user-blk": "num-queues"}
-_SIZE_PROPERTY = {"virtio-blk": "queue-size", "virtio-scsi": "virtqueue_size",
-                  "virtio-scsi-single": "virtqueue_size", "vhost-user-blk": "queue-size"}
-_DISK_TYPES = ("virtio-blk-pci", "scsi-hd", "ide-hd", "nvme", "vhost-user-blk-pci")
-_CONTROLLER_TYPES = ("virtio-scsi-pci", "pvscsi", "ich9-ahci")
+
+class _Layout(NamedTuple):
+    """The devices of one controller kind: QOM types and ids ("" for no separate controller)."""
+
+    disk: str
+    disk_id: str
+    controller: str = ""
+    controller_id: str = ""
+
+    @property
+    def hub(self) -> tuple[str, str]:
+        """(type, id) of the device that takes iothread and queue options: a SCSI disk's
+        controller, otherwise the disk device itself."""
+        if self.disk == "scsi-hd":
+            return self.controller, self.controller_id
+        return self.disk, self.disk_id
+
+
+_LAYOUTS = {
+    "virtio-blk": _Layout("virtio-blk-pci", "virtio0"),
+    "virtio-scsi": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "scsihw0"),
+    "virtio-scsi-single": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "virtioscsi0"),
+    "pvscsi": _Layout("scsi-hd", "scsi0", "pvscsi", "scsihw0"),
+    "sata": _Layout("ide-hd", "sata0", "ich9-ahci", "ahci0"),
+    "ide": _Layout("ide-hd", "ide0"),
+    "nvme": _Layout("nvme", "nvme0"),
+    "vhost-user-blk": _Layout("vhost-user-blk-pci", VHOST_DEVICE),
+}
+_QUEUE_PROPERTIES = {  # hub type → (queue count, queue size) properties
+    "virtio-blk-pci": ("num-queues", "queue-size"),
+    "vhost-user-blk-pci": ("num-queues", "queue-size"),
+    "virtio-scsi-pci": ("num_queues", "virtqueue_size"),
+    "nvme": ("max_ioqpairs", ""),
+}
 _IOTHREAD_HOLDERS = ("virtio-blk-pci", "virtio-scsi-pci")
+_DISK_TYPES = {layout.disk for layout in _LAYOUTS.values()}
+_CONTROLLER_TYPES = {layout.controller for layout in _LAYOUTS.values()} - {""}
 
 
 class GuestSpec(BaseModel):
@@ -78,13 +107,13 @@ class GuestSpec(BaseModel):
     append: str
     """The kernel command line."""
     accel: Literal["kvm", "tcg"]
-    vcpus: int
-    memory_bytes: int
+    vcpus: int = Field(ge=1)
+    memory_bytes: int = Field(ge=1 << 20)
     qmp_socket: Path
     serial_log: Path
-    host_port: int
+    host_port: int = Field(ge=1, le=65535)
     """Host side (on 127.0.0.1) of the user-network forward to ``guest_port`` (fio --server)."""
-    guest_port: int = 8765
+    guest_port: int = Field(default=8765, ge=1, le=65535)
     vhost_socket: Path | None = None
     """The daemon's vhost-user-blk socket; required when the data path is vhost-user-blk."""
     name: str
@@ -141,17 +170,19 @@ def expected_guest_settings(config: Configuration, *, vcpus: int) -> dict[str, s
         out["device.write-cache"] = _onoff(flags.writeback)
     else:
         out["memory.share"] = "true"
-    device, controller = _device_types(kind)
-    out["device.type"] = device
-    out["controller.type"] = controller
-    holds_iothread = kind in ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
-    out["device.iothread"] = _iothread_id(_iothread_holder(kind)) if config.iothread and holds_iothread else ""
-    out["iothreads"] = "1" if config.iothread and holds_iothread else "0"
-    if kind in _QUEUE_PROPERTY:
-        default = NVME_DEFAULT_IOQPAIRS if kind == "nvme" else vcpus
+    layout = _LAYOUTS[kind]
+    hub_type, hub_id = layout.hub
+    out["device.type"] = layout.disk
+    out["controller.type"] = layout.controller
+    in_guest = bool(config.iothread) and hub_type in _IOTHREAD_HOLDERS
+    out["device.iothread"] = _iothread_id(hub_id) if in_guest else ""
+    out["iothreads"] = "1" if in_guest else "0"
+    count, size = _QUEUE_PROPERTIES.get(hub_type, ("", ""))
+    if count:
+        default = NVME_DEFAULT_IOQPAIRS if hub_type == "nvme" else vcpus
         out["device.num-queues"] = str(config.num_queues or default)
-    if kind in _SIZE_PROPERTY:
-        out["device.queue-size"] = str(config.queue_size or DEFAULT_QUEUE_SIZE[kind])
+    if size:
+        out["device.queue-size"] = str(config.queue_size or DEFAULT_QUEUE_SIZE[hub_type])
     return out
 
 
@@ -163,44 +194,32 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
         ("qom-list", {"path": "/machine/peripheral"})], timeout=timeout)
     types = {item["name"]: item["type"][len("child<"):-1] for item in peripheral
              if item["type"].startswith("child<")}
-    disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), None)
-    controller = next((name for name, kind in types.items() if kind in _CONTROLLER_TYPES), None)
-    out: dict[str, str] = {}
-    out.update(_node_settings(flatten_block_nodes(nodes)))
-    if disk is None:
-        return out | {"device.type": "", "controller.type": "", "iothreads": str(len(iothreads))}
-    device_type = types[disk]
-    holder = disk if device_type in _IOTHREAD_HOLDERS else controller
-    queues_on = controller if device_type == "scsi-hd" else disk
-    queue_type = types.get(queues_on or "", "")
-    gets: list[tuple[str, str, str]] = []   # (key, object, property)
-    if device_type != "vhost-user-blk-pci":
-        gets.append(("device.write-cache", disk, "write-cache"))
-    else:
-        gets.append(("memory.share", f"/objects/{MEMORY_BACKEND}", "share"))
-    if holder is not None and types[holder] in _IOTHREAD_HOLDERS:
-        gets.append(("device.iothread", holder, "iothread"))
-    queue_props = {"virtio-blk-pci": ("num-queues", "queue-size"),
-                   "vhost-user-blk-pci": ("num-queues", "queue-size"),
-                   "virtio-scsi-pci": ("num_queues", "virtqueue_size"),
-                   "nvme": ("max_ioqpairs", None)}.get(queue_type, (None, None))
-    if queue_props[0]:
-        gets.append(("device.num-queues", queues_on, queue_props[0]))  # type: ignore[arg-type]
-    if queue_props[1]:
-        gets.append(("device.queue-size", queues_on, queue_props[1]))  # type: ignore[arg-type]
+    disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), "")
+    controller = next((name for name, kind in types.items() if kind in _CONTROLLER_TYPES), "")
+    out = _node_settings(flatten_block_nodes(nodes)) | {
+        "device.type": types.get(disk, ""), "controller.type": types.get(controller, ""),
+        "device.iothread": "", "iothreads": str(len(iothreads))}
+    backend = next((b["inserted"] for b in blocks
+                    if (b.get("inserted") or {}).get("node-name") == FORMAT_NODE), None)
+    if backend is not None:
+        out["backend.write-cache"] = _onoff(backend["cache"]["writeback"])
+    if not disk:
+        return out
+    # The virtio device (a SCSI disk's controller) holds the iothread and the queues.
+    hub = controller if types[disk] == "scsi-hd" else disk
+    gets = [("device.write-cache", disk, "write-cache")]   # (key, device id or path, property)
+    if types[disk] == "vhost-user-blk-pci":
+        gets = [("memory.share", f"/objects/{MEMORY_BACKEND}", "share")]
+    if types.get(hub) in _IOTHREAD_HOLDERS:
+        gets.append(("device.iothread", hub, "iothread"))
+    for key, prop in zip(("device.num-queues", "device.queue-size"),
+                         _QUEUE_PROPERTIES.get(types.get(hub, ""), ("", ""))):
+        if prop:
+            gets.append((key, hub, prop))
     values = qmp_execute(qmp_socket, [
         ("qom-get", {"path": obj if obj.startswith("/") else f"/machine/peripheral/{obj}",
                      "property": prop}) for _, obj, prop in gets], timeout=timeout)
-    for (key, _, _), value in zip(gets, values):
-        out[key] = _qom_text(value)
-    out.setdefault("device.iothread", "")
-    out["device.type"] = device_type
-    out["controller.type"] = types[controller] if controller else ""
-    out["iothreads"] = str(len(iothreads))
-    backend = next((b for b in blocks if (b.get("inserted") or {}).get("node-name") == FORMAT_NODE),
-                   None)
-    if backend is not None:
-        out["backend.write-cache"] = _onoff(backend["inserted"]["cache"]["writeback"])
+    out.update((key, _qom_text(value)) for (key, _, _), value in zip(gets, values))
     return out
 
 
@@ -239,7 +258,8 @@ def _check(config: Configuration, image: Image) -> None:
     if reason is None and config.data_path != "vhost-user-blk" and config.controller is None:
         reason = "no controller given (every emulated disk needs one)"
     if reason is None and (config.format or "raw") != image.format:
-        reason = f"the image {image.path} is {image.format}, the configuration asks for {config.format}"
+        reason = (f"the image {image.path} is {image.format}, "
+                  f"the configuration asks for {config.format or 'raw'}")
     if reason is not None:
         raise InvalidCombination(f"{config.key}: {reason}")
 
@@ -253,11 +273,11 @@ def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
     if kind == "vhost-user-blk":
         # vhost-user needs guest RAM the daemon can map.
         argv += ["-object", f"memory-backend-memfd,id={MEMORY_BACKEND},"
-                            f"size={spec.memory_bytes},share=on"]
+                            f"size={_size(spec.memory_bytes)},share=on"]
         machine += f",memory-backend={MEMORY_BACKEND}"
     argv += ["-machine", machine, "-accel", spec.accel,
              "-cpu", "host" if spec.accel == "kvm" else TCG_CPU,
-             "-smp", str(spec.vcpus), "-m", f"{spec.memory_bytes}B",
+             "-smp", str(spec.vcpus), "-m", _size(spec.memory_bytes),
              "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
              "-kernel", str(spec.kernel), "-initrd", str(spec.initrd), "-append", spec.append,
              "-chardev", f"file,id=ser0,path={qemu_escape(str(spec.serial_log))}",
@@ -272,52 +292,48 @@ def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
 
 def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
     config = spec.config
+    if kind not in _LAYOUTS:
+        raise InvalidCombination(f"{config.key}: unknown controller {kind!r}")
+    layout = _LAYOUTS[kind]
+    hub_type, hub_id = layout.hub
+    # Options go to the device where QEMU looks for them (for a refused configuration, the
+    # device QEMU then names in its error).
+    hub: dict[str, str] = {}
+    if config.iothread and kind != "vhost-user-blk":
+        hub["iothread"] = _iothread_id(hub_id)
+    count, size = _QUEUE_PROPERTIES.get(hub_type, ("num-queues", "queue-size"))
+    if kind == "vhost-user-blk":
+        hub[count] = str(vhost_num_queues(config, spec.vcpus))
+    elif config.num_queues:
+        hub[count] = str(config.num_queues)
+    if config.queue_size:
+        hub[size or "queue-size"] = str(config.queue_size)
+
     if kind == "vhost-user-blk":
         if spec.vhost_socket is None:
             raise InvalidCombination(f"{config.key}: vhost-user-blk needs the daemon's socket")
-        device = (f"vhost-user-blk-pci,id={VHOST_DEVICE},chardev={VHOST_CHARDEV},"
-                  f"num-queues={vhost_num_queues(config, spec.vcpus)}")
-        if config.queue_size:
-            device += f",queue-size={config.queue_size}"
         return ["-chardev", f"socket,id={VHOST_CHARDEV},path={qemu_escape(str(spec.vhost_socket))}",
-                "-device", device]
+                "-device", _device(layout.disk, layout.disk_id, {"chardev": VHOST_CHARDEV} | hub)]
 
     argv: list[str] = []
-    holder = _iothread_holder(kind)
     if config.iothread:
-        argv += ["-object", f"iothread,id={_iothread_id(holder)}"]
+        argv += ["-object", f"iothread,id={_iothread_id(hub_id)}"]
     for node in _nodes(config, spec.image):
         argv += ["-blockdev", node]
-    # Options go where QEMU looks for them; for a refused configuration that is where QEMU
-    # then names the device that lacks the property.
-    disk: dict[str, str] = {"drive": FORMAT_NODE,
-                            "write-cache": _onoff(cache_flags(config).writeback)}
-    hba: dict[str, str] = {}
-    queue_props = hba if kind in _SCSI_CONTROLLER_ID else disk
-    if config.iothread:
-        (hba if kind in _SCSI_CONTROLLER_ID else disk)["iothread"] = _iothread_id(holder)
-    if config.num_queues:
-        queue_props[_QUEUE_PROPERTY.get(kind, "num-queues")] = str(config.num_queues)
-    if config.queue_size:
-        queue_props[_SIZE_PROPERTY.get(kind, "queue-size")] = str(config.queue_size)
-
-    if kind == "virtio-blk":
-        argv += ["-device", _device("virtio-blk-pci", "virtio0", disk)]
-    elif kind in _SCSI_CONTROLLER_ID:
-        hba_type = "pvscsi" if kind == "pvscsi" else "virtio-scsi-pci"
-        argv += ["-device", _device(hba_type, holder, hba),
-                 "-device", _device("scsi-hd", "scsi0", {"bus": f"{holder}.0", "channel": "0",
-                                                         "scsi-id": "0", "lun": "0"} | disk)]
-    elif kind == "sata":
-        argv += ["-device", "ahci,id=ahci0",
-                 "-device", _device("ide-hd", "sata0", {"bus": "ahci0.0"} | disk)]
+    disk = {"drive": FORMAT_NODE, "write-cache": _onoff(cache_flags(config).writeback)}
+    if layout.disk == "scsi-hd":
+        controller = "pvscsi" if kind == "pvscsi" else "virtio-scsi-pci"
+        disk = {"bus": f"{layout.controller_id}.0", "channel": "0", "scsi-id": "0", "lun": "0"} | disk
+        return argv + ["-device", _device(controller, layout.controller_id, hub),
+                       "-device", _device(layout.disk, layout.disk_id, disk)]
+    if kind == "sata":
+        argv += ["-device", f"ahci,id={layout.controller_id}"]
+        disk = {"bus": f"{layout.controller_id}.0"} | disk
     elif kind == "ide":
-        argv += ["-device", _device("ide-hd", "ide0", {"bus": "ide.0", "unit": "0"} | disk)]
+        disk = {"bus": "ide.0", "unit": "0"} | disk   # the PIIX controller of machine pc
     elif kind == "nvme":
-        argv += ["-device", _device("nvme", "nvme0", {"serial": NVME_SERIAL} | disk)]
-    else:
-        raise InvalidCombination(f"{config.key}: unknown controller {kind!r}")
-    return argv
+        disk = {"serial": NVME_SERIAL} | disk
+    return argv + ["-device", _device(layout.disk, layout.disk_id, disk | hub)]
 
 
 def _nodes(config: Configuration, image: Image) -> list[str]:
@@ -331,26 +347,17 @@ def _device(driver: str, ident: str, props: dict[str, str]) -> str:
     return ",".join([driver, f"id={ident}", *(f"{k}={v}" for k, v in props.items())])
 
 
+def _size(value: int) -> str:
+    """Bytes as QEMU reads a size: whole MiB as ``<n>M``, else ``<n>B`` (a bare -m number is MiB)."""
+    return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value}B"
+
+
 def _kind(config: Configuration) -> str:
     return "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
 
 
-def _iothread_holder(kind: str) -> str:
-    """The id of the device (or export) that owns the disk's iothread."""
-    return {"virtio-blk": "virtio0", "sata": "sata0", "ide": "ide0", "nvme": "nvme0",
-            "vhost-user-blk": VHOST_EXPORT}.get(kind) or _SCSI_CONTROLLER_ID[kind]
-
-
 def _iothread_id(holder: str) -> str:
     return f"iothread-{holder}"
-
-
-def _device_types(kind: str) -> tuple[str, str]:
-    """(disk device, controller) QOM types as qom-list shows them; "" for no controller."""
-    return {"virtio-blk": ("virtio-blk-pci", ""), "virtio-scsi": ("scsi-hd", "virtio-scsi-pci"),
-            "virtio-scsi-single": ("scsi-hd", "virtio-scsi-pci"), "pvscsi": ("scsi-hd", "pvscsi"),
-            "sata": ("ide-hd", "ich9-ahci"), "ide": ("ide-hd", ""), "nvme": ("nvme", ""),
-            "vhost-user-blk": ("vhost-user-blk-pci", "")}[kind]
 
 
 # -- reading ----------------------------------------------------------------------------------

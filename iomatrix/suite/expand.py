@@ -109,23 +109,35 @@ _SIZE_PROPERTY = {"virtio-blk": "queue-size", "virtio-scsi": "virtqueue_size",
 
 
 def _queue_reason(config: Configuration) -> str | None:
-    """QEMU 7.2's limits on queue count and size per controller (vhost-user-blk as virtio-blk)."""
-    kind = "virtio-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
+    """QEMU 7.2's limits on queue count and size per controller, as QEMU states them (checked
+    against QEMU itself in tests/test_qemu_args.py)."""
+    kind = "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
     device = _QEMU_DEVICE.get(kind, f"{kind}-pci")
-    if config.num_queues:
-        if kind not in _QUEUE_PROPERTY:
+    queues, size = config.num_queues, config.queue_size
+    if queues:
+        if kind not in _QUEUE_PROPERTY and kind != "vhost-user-blk":
             return f"Property '{device}.num-queues' not found ({kind} has one queue)"
-        if kind == "virtio-blk" and config.num_queues > 1024:
+        if kind == "virtio-blk" and queues > 1024:
             return "virtio-blk num-queues above 1024: QEMU 7.2 aborts (exit 134) without a message"
-        if kind in ("virtio-scsi", "virtio-scsi-single") and config.num_queues >= 1022:
-            return (f"Invalid number of queues (= {config.num_queues}), must be a positive "
-                    "integer less than 1022.")
-    if config.queue_size:
-        if kind not in _SIZE_PROPERTY:
+        if kind in ("virtio-scsi", "virtio-scsi-single") and queues > 1022:
+            return (f"Invalid number of queues (= {queues}), must be a positive integer less "
+                    "than 1022.")
+        if kind == "nvme" and queues > 65535:
+            return "max_ioqpairs must be between 1 and 65535"
+    if size:
+        if kind not in _SIZE_PROPERTY and kind != "vhost-user-blk":
             return f"Property '{device}.queue-size' not found ({kind} has no virtqueues)"
-        size = config.queue_size
-        if size & (size - 1) or size > 1024:
+        if kind == "virtio-blk" and (size <= 2 or size & (size - 1) or size > 1024):
+            if size <= 2:
+                return f"invalid queue-size property ({size}), must be > 2"
             return f"invalid queue-size property ({size}), must be a power of 2 (max 1024)"
+        if kind in ("virtio-scsi", "virtio-scsi-single"):
+            if size <= 2:
+                return f"invalid virtqueue_size property (= {size}), must be > 2"
+            if size > 1024:
+                return "virtio-scsi virtqueue_size above 1024: QEMU 7.2 aborts (exit 134)"
+        if kind == "vhost-user-blk" and size > 1024:
+            return "queue size must not exceed 1024"
     return None
 
 
