@@ -1,0 +1,139 @@
+"""guest mode for real, under TCG here: every controller booted and measured, iothread on and off
+seen by QEMU, vhost-user-blk, two guests at once, a guest that never becomes ready, Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from iomatrix.errors import InvalidCombination
+from iomatrix.runner import run_suite
+from iomatrix.store import Store
+from iomatrix.suite import load_suite
+from tests.conftest import our_processes, write_suite
+
+pytestmark = pytest.mark.slow
+
+METHOD = """
+[workloads]
+rw = "randread"
+iodepth = 4
+[method]
+mode = "guest"
+ramp = 0
+runtime = "1s"
+accel = "tcg"
+vcpus = 1
+memory = "384MiB"
+boot_timeout = "90s"
+"""
+
+
+def run(tmp_path: Path, body: str, **kwargs: object):  # type: ignore[no-untyped-def]
+    suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store, **kwargs)  # type: ignore[arg-type]
+        return outcome, store.load_run(outcome.run_id)
+
+
+def test_every_controller_boots_and_measures(tmp_path: Path, no_leftovers: None) -> None:
+    body = """
+[matrix]
+controller = ["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "sata", "ide", "nvme"]
+iothread = false
+[[part]]
+mode = "guest"
+controller = ["virtio-blk", "virtio-scsi-single"]
+iothread = true
+[[part]]
+mode = "guest"
+data_path = "vhost-user-blk"
+iothread = [false, true]
+""" + METHOD
+    outcome, stored = run(tmp_path, body)
+    assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
+    assert stored.accelerator == "tcg" and stored.emulated
+    by_config = {t.config_key: t for t in stored.trials}
+    assert len(by_config) == 7 + 2 + 2
+    drivers = {"virtio-blk": "virtio_blk", "virtio-scsi": "sd", "virtio-scsi-single": "sd",
+               "pvscsi": "sd", "sata": "sd", "ide": "sd", "nvme": "nvme"}
+    for key, trial in by_config.items():
+        assert trial.accelerator == "tcg" and trial.samples[0].iops > 0
+        applied = trial.applied
+        assert applied["accel"] == "tcg"
+        # the guest saw the disk under test, of the size we gave it
+        assert applied["guest.disk"]
+        controller = next((p.split("=")[1] for p in key.split("/") if p.startswith("controller=")),
+                          "vhost-user-blk")
+        if controller in drivers:
+            assert applied["guest.driver"].startswith(drivers[controller]), applied
+        iothread = "iothread=on" in key
+        # iothread on and off, as QEMU reports it (query-iothreads; the daemon's for vhost)
+        count = applied.get("daemon.iothreads", applied["iothreads"])
+        assert count == ("1" if iothread else "0"), (key, applied)
+        assert "qemu-system-x86_64" in trial.command and "-accel tcg" in trial.command
+
+
+def test_two_guests_give_per_vm_and_aggregate_results(tmp_path: Path, no_leftovers: None) -> None:
+    body = "[matrix]\ncontroller = 'virtio-blk'\niothread = true\n" + METHOD.replace(
+        'vcpus = 1', 'vcpus = 1\nvms = 2')
+    outcome, stored = run(tmp_path, body)
+    assert outcome.trials_failed == 0, [t.reason for t in stored.trials]
+    (trial,) = stored.trials
+    assert [s.vm for s in trial.vm_samples] == [0, 1]
+    (agg,) = trial.samples
+    assert agg.iops == pytest.approx(sum(s.iops for s in trial.vm_samples), rel=0.02)
+    assert agg.p50_ns is not None and agg.p99_ns is not None and agg.p99_ns >= agg.p50_ns
+    assert trial.command.count("qemu-system-x86_64") == 2
+
+
+def test_guest_that_never_gets_ready_fails_its_trials_and_the_run_goes_on(
+        tmp_path: Path, no_leftovers: None) -> None:
+    body = ("[matrix]\ncontroller = 'virtio-blk'\niothread = false\n"
+            "[[part]]\nmode = 'blocklayer'\naio = 'threads'\niothread = false\n"
+            + METHOD.replace('boot_timeout = "90s"', 'boot_timeout = "1s"'))
+    outcome, stored = run(tmp_path, body)
+    guest = [t for t in stored.trials if t.config_key.startswith("guest")]
+    other = [t for t in stored.trials if t.config_key.startswith("blocklayer")]
+    assert [t.status for t in guest] == ["failed"]
+    assert "did not boot" in (guest[0].reason or "") and "not ready within 1 s" in (guest[0].reason or "")
+    assert [t.status for t in other] == ["ok"]
+    assert stored.status == "complete" and outcome.trials_failed == 1
+
+
+def test_invalid_guest_combination_is_refused_before_any_boot(tmp_path: Path) -> None:
+    suite = load_suite(write_suite(tmp_path, "[matrix]\ncontroller = 'nvme'\niothread = true\n" + METHOD))
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(InvalidCombination, match="Property 'nvme.iothread' not found"):
+            run_suite(suite, store)
+        assert store.list_runs() == []
+    assert not our_processes(str(tmp_path))
+
+
+def test_sigint_stops_every_guest(tmp_path: Path, no_leftovers: None) -> None:
+    body = "[matrix]\ncontroller = ['virtio-blk', 'nvme']\niothread = false\n" + METHOD.replace(
+        'runtime = "1s"', 'runtime = "20s"')
+    suite = write_suite(tmp_path, body, size="16MiB")
+    proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db", "r.db"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in our_processes(str(tmp_path)) if "fio --output-format" in p]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)                       # fio is driving the guest now
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert not [p for p in our_processes(str(tmp_path)) if "qemu" in p]
+    with Store(tmp_path / "r.db") as store:
+        assert store.load_run(1).status == "interrupted"
