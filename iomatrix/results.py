@@ -73,8 +73,8 @@ def samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
 
 
 def vm_samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
-    """Each guest's own samples in a client/server result (clients in the order given)."""
-    if not any(j.hostname for j in result.jobs):
+    """Each guest's own samples when several fio clients ran (in the order given); none for one."""
+    if result.aggregate is None:
         return ()
     return tuple(DirectionSample.from_stats(name, stats, vm=index)
                  for index, job in enumerate(result.jobs)

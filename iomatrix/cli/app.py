@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from iomatrix import __version__
+from iomatrix.cli.appliance import app as appliance_app
 from iomatrix.cli.status import EPILOG, ExitStatus, status_for
 from iomatrix.errors import IomatrixError, SuiteError
 
@@ -146,6 +147,13 @@ def show(
                       _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
                       _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"))
     out.print(table)
+    per_vm = [t for t in stored.trials if t.vm_samples]
+    if per_vm:
+        vm_table = Table("configuration", "workload", "#", "per-VM IOPS", box=None)
+        for t in per_vm:
+            vm_table.add_row(labels[t.config_key], workloads[t.workload_key], str(t.sample_index + 1),
+                             "  ".join(f"vm{s.vm}:{s.iops:,.0f}" for s in t.vm_samples))
+        out.print(vm_table)
     failed = [t for t in stored.trials if t.status == "failed"]
     for t in failed:
         out.print(f"failed: {labels[t.config_key]} · {workloads[t.workload_key]} "
@@ -211,7 +219,7 @@ def _csv(stored) -> str:  # type: ignore[no-untyped-def]
     workloads = {w.key: w for w in stored.workloads}
     axes = sorted({k for c in stored.configs for k in c.params})
     fields = ["run", "configuration", "mode", *axes, "rw", "bs", "iodepth", "numjobs", "rate_iops",
-              "sample", "status", "reason", "accelerator", "emulated", "direction", "iops",
+              "sample", "status", "reason", "accelerator", "emulated", "vm", "direction", "iops",
               "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns",
               "p99_99_ns", "usr_cpu", "sys_cpu", "ctx", "started_at"]
     buf = io.StringIO()
@@ -226,9 +234,11 @@ def _csv(stored) -> str:  # type: ignore[no-untyped-def]
                 "accelerator": t.accelerator, "emulated": t.accelerator == "tcg",
                 "usr_cpu": t.usr_cpu, "sys_cpu": t.sys_cpu, "ctx": t.ctx,
                 "started_at": t.started_at}
-        for s in t.samples or [None]:
+        # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
+        for s in [*(t.samples or [None]), *t.vm_samples]:
             row = dict(base)
             if s is not None:
+                row["vm"] = "" if s.vm is None else s.vm
                 row.update({k: getattr(s, k) for k in ("direction", "iops", "bw_bytes",
                             "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns",
                             "p99_9_ns", "p99_99_ns")})
@@ -269,6 +279,9 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
     out.print(table)
     if any(c.required and not c.ok for c in checks):
         raise typer.Exit(ExitStatus.ENVIRONMENT)
+
+
+app.add_typer(appliance_app)
 
 
 def main() -> None:
