@@ -137,3 +137,32 @@ def test_sigint_stops_every_guest(tmp_path: Path, no_leftovers: None) -> None:
     assert not [p for p in our_processes(str(tmp_path)) if "qemu" in p]
     with Store(tmp_path / "r.db") as store:
         assert store.load_run(1).status == "interrupted"
+
+
+def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              no_leftovers: None) -> None:
+    """auto: KVM only if the appliance's kernel reaches its /init under KVM (not the mere
+    existence of /dev/kvm); the same probe under TCG does reach it, so the probe can say yes."""
+    import os
+
+    from iomatrix.appliance.build import MIN_MEMORY_MIB, build_appliance, kernel_cmdline
+    from iomatrix.drivers import guest
+    from iomatrix.qemu.kvm import probe_accel
+
+    appliance = build_appliance()
+    tcg = probe_accel("tcg", appliance.kernel, appliance.initrd, timeout=30,
+                      marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
+                      append=kernel_cmdline("loglevel=7", accel="tcg"))
+    assert tcg.usable, tcg.reason
+    monkeypatch.setattr(guest, "default_cache_dir", lambda: tmp_path)
+    notes: list[str] = []
+    accel = guest.resolve_accel("auto", appliance, notes.append)
+    if os.environ.get("IOMATRIX_EXPECT_KVM") == "1":
+        assert accel == "kvm" and notes == []
+    else:                                    # this machine: /dev/kvm exists, a kernel hangs
+        assert accel == "tcg"
+        assert len(notes) == 1 and notes[0].startswith("warning: KVM is not usable")
+        assert "emulated" in notes[0]
+        with pytest.raises(Exception, match="--accel kvm: KVM is not usable here"):
+            guest.resolve_accel("kvm", appliance, notes.append)
+    assert list(tmp_path.glob("kvm-probe-*.json")), "the probe's answer is remembered"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.appliance.build import (GUEST_FIO_PORT, READY_MARKER, Appliance, GuestDisk,
+from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARKER, Appliance,
+                                      GuestDisk,
                                       build_appliance, console_error, kernel_cmdline,
                                       parse_disk_lines)
 from iomatrix.appliance.kernel import default_cache_dir
@@ -25,7 +26,7 @@ from iomatrix.proc import log_tail, managed, read_text, require, wait_for
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
-from iomatrix.qemu.kvm import KvmProbe, probe_kvm
+from iomatrix.qemu.kvm import KvmProbe, probe_accel
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method
 from iomatrix.target import Image
@@ -158,7 +159,8 @@ class GuestDriver(Driver):
         spec = GuestSpec(
             config=config, image=image, kernel=self.appliance.kernel,
             initrd=self.appliance.initrd,
-            append=kernel_cmdline(port=GUEST_FIO_PORT, disks=1), accel=self.accelerator,
+            append=kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator),
+            accel=self.accelerator,
             vcpus=self.method.vcpus, memory_bytes=self.method.memory,
             qmp_socket=run_dir / "qmp.sock", serial_log=console, host_port=port,
             guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}")
@@ -258,7 +260,11 @@ def _probe(appliance: Appliance) -> KvmProbe:
     memo = default_cache_dir() / f"kvm-probe-{boot_id}-{appliance.key[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
         return KvmProbe.model_validate_json(memo.read_text())
-    probe = probe_kvm(appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT)
+    # The appliance itself, as guests boot it, must get as far as running its /init
+    # (loglevel=7 after the command line's "quiet" lets the kernel say so).
+    probe = probe_accel("kvm", appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT,
+                        marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
+                        append=kernel_cmdline("loglevel=7", accel="kvm"))
     if probe.probed:
         with contextlib.suppress(OSError):
             memo.parent.mkdir(parents=True, exist_ok=True)

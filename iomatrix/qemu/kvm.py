@@ -85,7 +85,8 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                 timeout: float = 10.0, *, marker: str | None = None,
                 qemu: str | os.PathLike[str] | None = None,
                 env: Mapping[str, str] | None = None, cache_dir: Path | None = None,
-                fetch_kernel: bool = True, memory_mib: int = 256) -> AccelProbe:
+                fetch_kernel: bool = True, memory_mib: int = 256,
+                append: str | None = None) -> AccelProbe:
     """Boot a standard kernel under ``-accel <accel>`` ("kvm" or "tcg") and report how far it got."""
     start = time.monotonic()
     name = _ACCEL_NAMES.get(accel, accel)
@@ -109,7 +110,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
             kernel = find_kernel(cache_dir, fetch=fetch_kernel, env=env)
         except IomatrixError as e:
             return result(False, f"{name} not probed: no kernel to boot: {e}", hint=e.hint)
-    problem = kernel_problem(Path(kernel))
+    problem = boot_image_problem(Path(kernel))
     if problem is not None:
         return result(False, f"{name} not probed: bad kernel: {problem}", kernel=kernel,
                       hint="pass the path of a bzImage (vmlinuz) kernel")
@@ -122,7 +123,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
         serial = Path(tmp) / "serial.log"
         stderr_path = Path(tmp) / "qemu.stderr"
         argv = boot_argv(binary, accel, Path(kernel), serial, initrd=initrd,
-                         memory_mib=memory_mib)
+                         memory_mib=memory_mib, append=append)
         boot = _boot(argv, serial, stderr_path, markers, timeout, env)
     seen, rc, text, err, boot_seconds = boot
     last = last_line(text)
@@ -151,6 +152,21 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                          + ")", **common)
 
 
+def boot_image_problem(path: Path) -> str | None:
+    """Why QEMU's -kernel cannot boot ``path``: a bzImage, or an ELF vmlinux with a PVH entry
+    (what the appliance boots, to skip decompressing under TCG), is fine."""
+    try:
+        with open(path, "rb") as f:
+            is_elf = f.read(4) == b"\x7fELF"
+    except OSError:
+        is_elf = False
+    if is_elf:
+        from iomatrix.appliance.build import has_pvh_entry
+
+        return None if has_pvh_entry(path.read_bytes()) else f"{path} is an ELF file without a PVH entry"
+    return kernel_problem(path)
+
+
 def kvm_device_problem(device: Path = KVM_DEVICE) -> str | None:
     """Why ``/dev/kvm`` cannot even be opened, or None. Opening it proves nothing more."""
     try:
@@ -166,7 +182,8 @@ def kvm_device_problem(device: Path = KVM_DEVICE) -> str | None:
 
 
 def boot_argv(binary: str, accel: str, kernel: Path, serial: Path, *,
-              initrd: Path | None = None, memory_mib: int = 256) -> list[str]:
+              initrd: Path | None = None, memory_mib: int = 256,
+              append: str | None = None) -> list[str]:
     """The QEMU command line of a probe boot: no devices but a serial port logged to a file."""
     argv = [binary, "-accel", accel]
     if accel == "kvm":
@@ -177,7 +194,7 @@ def boot_argv(binary: str, accel: str, kernel: Path, serial: Path, *,
         "-chardev", f"file,id=ser0,path={qemu_escape(str(serial))}",
         "-serial", "chardev:ser0",
         "-kernel", str(kernel),
-        "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1 loglevel=7",
+        "-append", append or "console=ttyS0 earlyprintk=ttyS0 panic=-1 loglevel=7",
     ]
     if initrd is not None:
         argv += ["-initrd", str(initrd)]

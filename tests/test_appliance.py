@@ -1,0 +1,240 @@
+"""The guest appliance: built once per module into a private cache, booted under TCG with a real
+QEMU, and driven by the host's real fio as a client of the guest's fio --server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iomatrix.appliance.build import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MIB, MODULES,
+                                      READY_MARKER, Appliance, build_appliance, console_error,
+                                      kernel_cmdline, parse_disk_lines, resolve_modules)
+from iomatrix.appliance.kernel import find_kernel, kernel_modules_dir
+from iomatrix.errors import EnvironmentProblem, IomatrixError
+from iomatrix.fio.parse import parse_fio_output
+from iomatrix.proc import managed, read_text, require, run, wait_for
+from iomatrix.qemu.kvm import qemu_escape
+
+DISK_BYTES = 48 << 20
+BOOT_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Path:
+    try:
+        return find_kernel(require_modules=True)
+    except EnvironmentProblem as e:
+        pytest.skip(f"no kernel with modules: {e}")
+
+
+@pytest.fixture(scope="module")
+def xdg_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private XDG_CACHE_HOME: iomatrix's cache directory is <it>/iomatrix/kernel."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(scope="module")
+def cache(xdg_cache: Path) -> Path:
+    return xdg_cache / "iomatrix" / "kernel"
+
+
+@pytest.fixture(scope="module")
+def appliance(kernel: Path, cache: Path) -> Appliance:
+    return build_appliance(cache_dir=cache, kernel=kernel)
+
+
+def test_build_is_cached_and_force_rebuilds(appliance: Appliance, kernel: Path,
+                                            cache: Path) -> None:
+    assert not appliance.cached and appliance.build_seconds > 0
+    assert appliance.kernel.parent == cache / "appliance" / appliance.key
+    assert appliance.kernel.stat().st_size == appliance.kernel_bytes
+    assert appliance.initrd.stat().st_size == appliance.initrd_bytes
+    assert appliance.fio_version == run([require("fio"), "--version"], timeout=30).stdout.strip()
+    assert {"virtio_blk", "virtio_net", "virtio_pci", "sd_mod", "nvme"} <= set(appliance.modules)
+
+    start = time.monotonic()
+    again = build_appliance(cache_dir=cache, kernel=kernel)
+    assert time.monotonic() - start < 5
+    assert again.cached and again.key == appliance.key and again.kernel == appliance.kernel
+
+    forced = build_appliance(cache_dir=cache, kernel=kernel, force=True)
+    assert not forced.cached and forced.key == appliance.key
+    assert forced.initrd.stat().st_size == appliance.initrd_bytes
+    assert not [p for p in (cache / "appliance").iterdir() if p.name.startswith(".")]
+
+    forced.initrd.unlink()  # a damaged entry is not taken as built
+    rebuilt = build_appliance(cache_dir=cache, kernel=kernel)
+    assert not rebuilt.cached and rebuilt.initrd.is_file()
+
+
+def test_cli_build_reports_the_cached_appliance(appliance: Appliance, kernel: Path,
+                                                xdg_cache: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "iomatrix", "appliance", "build",
+                          "--kernel", str(kernel)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "XDG_CACHE_HOME": str(xdg_cache)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"appliance: {appliance.kernel.parent}"
+    assert lines[-2].startswith("  size    ") and "MiB" in lines[-2]
+    assert lines[-1].startswith("  cached (built in ")
+
+
+def test_cli_build_with_a_missing_kernel_says_so(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "iomatrix", "appliance", "build",
+                          "--kernel", str(tmp_path / "vmlinuz-none")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"iomatrix: cannot build the appliance: {tmp_path / 'vmlinuz-none'} does not exist",
+        "iomatrix: hint: pass --kernel with a bzImage (vmlinuz) file"]
+
+
+def test_bad_inputs_fail_clearly(kernel: Path, cache: Path, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    garbage = tmp_path / "vmlinuz-garbage"
+    garbage.write_bytes(b"\0" * 4096)
+    with pytest.raises(EnvironmentProblem, match="not an x86 Linux kernel image"):
+        build_appliance(cache_dir=cache, kernel=garbage, fetch=False)
+
+    lonely = tmp_path / "boot" / "vmlinuz-9.9.9-lonely"  # a kernel without its modules
+    lonely.parent.mkdir()
+    shutil.copy(kernel, lonely)
+    with pytest.raises(EnvironmentProblem, match="no modules for kernel"):
+        build_appliance(cache_dir=cache, kernel=lonely, fetch=False)
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no fio to put in the appliance
+    with pytest.raises(EnvironmentProblem, match="fio not found on PATH") as e:
+        build_appliance(cache_dir=cache, kernel=kernel, fetch=False)
+    assert e.value.hint == "install it: apt-get install fio"
+
+
+def test_modules_load_after_their_dependencies(kernel: Path) -> None:
+    modules_dir = kernel_modules_dir(kernel)
+    if modules_dir is None:
+        pytest.skip(f"{kernel} has no modules directory")
+    found = resolve_modules(modules_dir, MODULES)
+    order = [name for name, _ in found.files]
+    assert len(order) == len(set(order))
+    for name in order:
+        for dep in found.depends[name]:
+            assert order.index(dep) < order.index(name), (dep, name)
+    assert found.closure("virtio_blk") == ["virtio_ring", "virtio"]
+    assert any(p.startswith("pci:v00001AF4") for p in found.aliases["virtio_pci"])
+    with pytest.raises(EnvironmentProblem, match="no_such_driver is neither built into"):
+        resolve_modules(modules_dir, ["no_such_driver"])
+
+
+def test_disk_lines_parse_and_unfinished_lines_wait() -> None:
+    text = (f"[    1.0] booting\r\n{DISK_MARKER} name=sda size=1073741824 queues=2 "
+            f'scheduler=none rotational=0 driver=sd model="QEMU HARDDISK"\n'
+            f"{DISK_MARKER} name=vdb size=5")
+    (disk,) = parse_disk_lines(text)
+    assert (disk.name, disk.size_bytes, disk.queues, disk.scheduler, disk.rotational,
+            disk.driver, disk.model) == ("sda", 1 << 30, 2, "none", False, "sd", "QEMU HARDDISK")
+    with pytest.raises(IomatrixError, match="malformed IOMATRIX-DISK line"):
+        parse_disk_lines(f"{DISK_MARKER} name=vda queues=1\n")
+    assert console_error("x\nIOMATRIX-ERROR insmod nvme failed\n") == "insmod nvme failed"
+    assert console_error("IOMATRIX-READY uptime=1.0\n") is None
+
+
+def test_cmdline_tunes_for_the_accelerator() -> None:
+    kvm = kernel_cmdline(port=9000, disks=2).split()
+    assert kvm[0] == "console=ttyS0" and "iomatrix.port=9000" in kvm and "iomatrix.disks=2" in kvm
+    assert not any(p.startswith("clearcpuid") for p in kvm)
+    assert "clearcpuid=erms,fsrm" in kernel_cmdline(accel="tcg").split()
+    assert kernel_cmdline("quiet=1").endswith(" quiet=1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+VIRTIO_BLK = ["-device", "virtio-blk-pci,drive=d0"]
+
+
+@contextlib.contextmanager
+def _booted(appliance: Appliance, work: Path, *, devices: list[str] = VIRTIO_BLK, disks: int = 1,
+            nic: bool = True) -> Iterator[tuple[str, int, float]]:
+    """Boot the appliance under TCG with ``disks`` raw disks (drives d0, d1, ... for
+    ``devices``); yields (serial text once READY showed or QEMU exited; the host port of
+    fio --server; seconds to that point)."""
+    serial = work / "serial.log"
+    port = _free_port()
+    argv = [require("qemu-system-x86_64"), "-accel", "tcg", "-machine", "pc", "-cpu", "max",
+            "-m", str(MIN_MEMORY_MIB), "-nodefaults", "-no-user-config", "-display", "none",
+            "-no-reboot",
+            "-chardev", f"file,id=ser0,path={qemu_escape(str(serial))}", "-serial", "chardev:ser0",
+            "-kernel", str(appliance.kernel), "-initrd", str(appliance.initrd),
+            "-append", kernel_cmdline(port=GUEST_FIO_PORT, disks=disks, accel="tcg")]
+    for i in range(disks):
+        disk = work / f"disk{i}.raw"
+        with open(disk, "wb") as f:
+            f.truncate(DISK_BYTES)
+        argv += ["-drive", f"file={qemu_escape(str(disk))},format=raw,if=none,id=d{i},"
+                           "cache=none,aio=threads"]
+    argv += devices
+    if nic:
+        argv += ["-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_FIO_PORT}",
+                 "-device", "virtio-net-pci,netdev=n0,romfile="]
+    start = time.monotonic()
+    with managed(argv, log=work / "qemu.log") as proc:
+        wait_for(lambda: READY_MARKER in read_text(serial) or proc.poll() is not None,
+                 timeout=BOOT_TIMEOUT, interval=0.05)
+        yield read_text(serial), port, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_boots_to_ready_and_serves_fio(appliance: Appliance, tmp_path: Path,
+                                       no_leftovers: None) -> None:
+    with _booted(appliance, tmp_path) as (text, port, seconds):
+        assert READY_MARKER in text, (console_error(text), text[-1500:])
+        (disk,) = parse_disk_lines(text)
+        assert disk.name == "vda" and disk.size_bytes == DISK_BYTES and disk.queues >= 1
+        assert disk.driver == "virtio_blk" and disk.rotational is True
+        job = tmp_path / "job.fio"
+        job.write_text("[randread]\nfilename=/dev/vda\nrw=randread\nbs=4k\niodepth=4\n"
+                       "ioengine=libaio\ndirect=1\nruntime=1\ntime_based=1\n")
+        out = run([require("fio"), f"--client=127.0.0.1,{port}", "--output-format=json",
+                   str(job)], timeout=60).stdout
+        result = parse_fio_output(out)
+        assert result.jobs[0].read.iops > 0 and result.jobs[0].error == 0
+        assert json.loads(out[out.index("{"):])["client_stats"][0]["jobname"] == "randread"
+    assert seconds < 30, f"boot to READY took {seconds:.1f} s under TCG"
+
+
+@pytest.mark.slow
+def test_guest_without_a_nic_reports_the_error_and_powers_off(appliance: Appliance,
+                                                              tmp_path: Path,
+                                                              no_leftovers: None) -> None:
+    with _booted(appliance, tmp_path, nic=False) as (text, _, seconds):
+        assert READY_MARKER not in text
+        assert console_error(text) == "no network interface (is a virtio-net-pci device attached?)"
+        assert seconds < BOOT_TIMEOUT  # the guest powered off: QEMU exited by itself
+
+
+@pytest.mark.slow
+def test_ide_and_nvme_disks_are_found(appliance: Appliance, tmp_path: Path,
+                                      no_leftovers: None) -> None:
+    """IDE is probed last (machine pc's PIIX controller is usually empty), and only because a
+    disk is still missing; NVMe finds its namespace asynchronously."""
+    devices = ["-device", "ide-hd,bus=ide.0,unit=0,drive=d0",
+               "-device", "nvme,drive=d1,serial=IOMATRIX0"]
+    with _booted(appliance, tmp_path, devices=devices, disks=2) as (text, _, _):
+        assert READY_MARKER in text, (console_error(text), text[-1500:])
+        disks = {d.name: d for d in parse_disk_lines(text)}
+    assert set(disks) == {"sda", "nvme0n1"}
+    assert (disks["sda"].driver, disks["sda"].model) == ("sd", "QEMU HARDDISK")
+    assert (disks["nvme0n1"].driver, disks["nvme0n1"].rotational) == ("nvme", False)
+    assert all(d.size_bytes == DISK_BYTES and d.queues >= 1 for d in disks.values())
