@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.errors import ToolFailed
-from iomatrix.mounts import fstype, is_mounted
+from iomatrix.mounts import force_unmount, fstype, is_mounted
 from iomatrix.proc import first_line, managed, read_text, run, stop, wait_for, which
 from iomatrix.qemu.kvm import probe_kvm, qemu_escape
 
@@ -270,9 +270,7 @@ def _fuse_probe(qsd: str, fusermount: str, work: Path, env: Mapping[str, str] | 
     except ToolFailed as e:  # the daemon could not be started
         raise _ProbeFailed(str(e)) from e
     finally:
-        for detach in ([fusermount, "-u", "-z"], ["umount", "-l"]):
-            if is_mounted(mountpoint):  # the daemon was killed: detach the dead mount
-                _try_run([*detach, str(mountpoint)], timeout=TOOL_TIMEOUT, env=env)
+        force_unmount(mountpoint)  # the daemon was killed: detach the dead mount
     return (f"qemu-storage-daemon mounted a FUSE export ({kind}) in {mounted_after:.2f} s, "
             f"served the image's bytes, and unmounted it on SIGTERM")
 

@@ -51,3 +51,14 @@ def mount_of(path: str | os.PathLike[str], mountinfo: Path = MOUNTINFO) -> Mount
         if inside and (best is None or len(m.point) >= len(best.point)):
             best = m
     return best
+
+
+def force_unmount(path: str | os.PathLike[str]) -> None:
+    """Detach a FUSE mount left by a daemon that died before unmounting (fusermount3 -u -z,
+    then umount -l); nothing when nothing is mounted there."""
+    from iomatrix.proc import run, which
+
+    for tool, flags in (("fusermount3", ["-u", "-z"]), ("umount", ["-l"])):
+        found = which(tool)
+        if is_mounted(path) and found:
+            run([found, *flags, os.fspath(path)], timeout=10, check=False)

@@ -122,7 +122,11 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired as exc:   # stuck in the kernel (a dead FUSE mount?)
+            raise ToolFailed(f"{Path(str(proc.args[0])).name} (pid {proc.pid}) did not die on SIGKILL",
+                             argv=[str(a) for a in proc.args], returncode=None) from exc
 
 
 def wait_for(predicate, *, timeout: float, interval: float = 0.02) -> bool:  # type: ignore[no-untyped-def]

@@ -4,8 +4,9 @@ analysis, show, export and report."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
+from iomatrix.errors import FioParseError
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
 from iomatrix.fio.models import DirectionStats, FioResult, Percentiles
 
@@ -72,13 +73,20 @@ def samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
     return tuple(out)
 
 
-def vm_samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
-    """Each guest's own samples when several fio clients ran (in the order given); none for one."""
+def vm_samples_of(result: FioResult, ports: list[int]) -> tuple[DirectionSample, ...]:
+    """Each guest's own samples when several fio clients ran; none for one. fio lists clients in
+    the order their results arrive, so each is matched to its guest by its port."""
     if result.aggregate is None:
         return ()
-    return tuple(DirectionSample.from_stats(name, stats, vm=index)
-                 for index, job in enumerate(result.jobs)
-                 for name, stats in (("read", job.read), ("write", job.write)) if stats.active)
+    by_port = {job.port: job for job in result.jobs}
+    out = []
+    for index, port in enumerate(ports):
+        job = by_port.get(port)
+        if job is None:
+            raise FioParseError(f"fio returned no result for the guest on port {port}")
+        out += [DirectionSample.from_stats(name, stats, vm=index)
+                for name, stats in (("read", job.read), ("write", job.write)) if stats.active]
+    return tuple(out)
 
 
 class TrialRecord(_Frozen):
@@ -150,6 +158,8 @@ class StoredRun(_Frozen):
     workloads: tuple[WorkloadRecord, ...]
     trials: tuple[TrialRecord, ...]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def emulated(self) -> bool:
-        return self.accelerator == "tcg" or any(t.accelerator == "tcg" for t in self.trials)
+        """Whether any measured figure of the run came from guests under TCG."""
+        return any(t.accelerator == "tcg" and t.samples for t in self.trials)

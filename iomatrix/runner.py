@@ -72,6 +72,8 @@ def tools_for(expansion: Expansion) -> list[str]:
     configs = expansion.configurations
     if any(c.mode == "blocklayer" or c.data_path == "vhost-user-blk" for c in configs):
         tools.append("qemu-storage-daemon")
+    if any(c.mode == "blocklayer" and c.iothread for c in configs):
+        tools.append("fusermount3")
     if any(c.mode == "guest" for c in configs):
         tools.append("qemu-system-x86_64")
     return tools
@@ -134,7 +136,8 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
 @contextmanager
 def _scratch(keep: bool) -> Iterator[Path]:
     """Sockets, job files and daemon logs of this run."""
-    path = Path(tempfile.mkdtemp(prefix="iomatrix-run-"))
+    # resolved: mount points are compared with /proc/self/mountinfo, which holds real paths
+    path = Path(tempfile.mkdtemp(prefix="iomatrix-run-")).resolve()
     try:
         yield path
     finally:
@@ -193,6 +196,7 @@ class _Runner:
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
                k: int) -> None:
         self._begin(config, workload, k)
+        session.new_trial()
         started = now()
         job = job_text(workload, target=session.fio_target(), ramp=self.method.ramp,
                        runtime=self.method.runtime)
@@ -209,7 +213,7 @@ class _Runner:
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
-        vm_samples = vm_samples_of(fio.result)
+        vm_samples = vm_samples_of(fio.result, session.client_ports())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         self.store.record_trial(
@@ -224,7 +228,7 @@ class _Runner:
             self.progress.trial_finished(self.n, False, reason or "")
             return
         self.ok += 1
-        self.measured += self.method.runtime
+        self.measured += max(s.runtime_ms for s in samples) / 1000 if samples else 0.0
         iops = sum(s.iops for s in samples)
         self.progress.trial_finished(self.n, True, f"{iops:,.0f} IOPS")
 

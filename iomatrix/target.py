@@ -13,7 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -104,10 +104,11 @@ class Workspace:
 
     def close(self) -> None:
         """Remove everything created, unless keep was asked for."""
-        if self.keep or self.directory is None:
+        if self.keep:
             return
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self.directory = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
         if self._created_parent is not None:
             # only directories we created, and only while empty
             with contextlib.suppress(OSError):
@@ -217,14 +218,3 @@ def check_device(device: Path, *, proc_root: Path = Path("/proc"), sysfs: Path =
 def _sysfs_block(major: int, minor: int, sysfs: Path) -> Path | None:
     link = sysfs / "dev/block" / f"{major}:{minor}"
     return link.resolve() if link.exists() else None
-
-
-@contextlib.contextmanager
-def workspace(target: Target, configs: Iterable[Configuration], *, keep: bool = False) -> Iterator[Workspace]:
-    """A prepared workspace that is always cleaned up."""
-    ws = Workspace(target, keep=keep)
-    try:
-        ws.open(configs)
-        yield ws
-    finally:
-        ws.close()

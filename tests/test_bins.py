@@ -41,9 +41,10 @@ def test_merged_histogram_is_the_sum() -> None:
 def test_client_results_give_aggregate_and_per_vm_samples() -> None:
     result = parse_fio_output((FIXTURES / "3.33/client2-randread.out").read_text())
     (agg,) = samples_of(result)
-    per_vm = vm_samples_of(result)
+    per_vm = vm_samples_of(result, [18331, 18332])
     assert [s.vm for s in per_vm] == [0, 1]
+    assert per_vm[0].iops == next(j.read.iops for j in result.jobs if j.port == 18331)
     assert agg.iops == pytest.approx(sum(s.iops for s in per_vm), rel=0.01)
     assert agg.vm is None
     single = parse_fio_output((FIXTURES / "3.33/randread.json").read_text())
-    assert vm_samples_of(single) == ()
+    assert vm_samples_of(single, []) == ()

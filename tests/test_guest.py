@@ -165,4 +165,5 @@ def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pyte
         assert "emulated" in notes[0]
         with pytest.raises(Exception, match="--accel kvm: KVM is not usable here"):
             guest.resolve_accel("kvm", appliance, notes.append)
-    assert list(tmp_path.glob("kvm-probe-*.json")), "the probe's answer is remembered"
+    # only a success is remembered until reboot; a failure may pass (a busy host) and is re-probed
+    assert bool(list(tmp_path.glob("kvm-probe-*.json"))) == (accel == "kvm")

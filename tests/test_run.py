@@ -74,7 +74,7 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
         assert [s.direction for s in t.samples] == [direction]
         assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
     assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
-    assert outcome.measured_seconds == pytest.approx(21 * 1.0)
+    assert outcome.measured_seconds == pytest.approx(21 * 1.0, rel=0.02)   # fio's own runtimes
     # images and the scratch directory are gone; the target directory we created too
     assert not (tmp_path / "target").exists()
 

@@ -269,7 +269,7 @@ def suites(name: Annotated[Optional[str], typer.Argument(help="Print this built-
 @app.command()
 def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0) -> None:
     """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM."""
-    from iomatrix.doctor import run_checks
+    from iomatrix.doctor import failed_required, run_checks
 
     checks = run_checks(kvm_timeout=kvm_timeout)
     table = Table("check", "", "detail", box=None)
@@ -277,7 +277,7 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
         mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")
         table.add_row(c.name, mark, c.detail + (f"\n  → {c.hint}" if c.hint and not c.ok else ""))
     out.print(table)
-    if any(c.required and not c.ok for c in checks):
+    if failed_required(checks):
         raise typer.Exit(ExitStatus.ENVIRONMENT)
 
 

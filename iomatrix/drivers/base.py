@@ -33,6 +33,13 @@ class Session(abc.ABC):
         """Extra fio command-line arguments (a guest driver adds --client here)."""
         return []
 
+    def new_trial(self) -> None:
+        """Called before each trial: forget what was observed during the previous one."""
+
+    def client_ports(self) -> list[int]:
+        """fio server ports of the guests, in guest order (empty without guests)."""
+        return []
+
     def fio_output_format(self) -> str:
         """fio's --output-format for this session's trials."""
         return "json"

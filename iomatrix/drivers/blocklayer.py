@@ -6,16 +6,17 @@ disconnects. What QEMU applied is read back over QMP (per node) and from /proc (
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.errors import ToolFailed, TrialFailed
-from iomatrix.mounts import is_mounted
-from iomatrix.proc import log_tail, managed, require, run, wait_for
-from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
+from iomatrix.mounts import force_unmount, is_mounted
+from iomatrix.proc import log_tail, managed, require, wait_for
+from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
+from iomatrix.qemu.blockdev import FORMAT_NODE, expected_node_flags
+from iomatrix.qemu.kvm import qemu_escape
 from iomatrix.qemu.procinspect import ProcessIO, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.model import Configuration
@@ -24,27 +25,18 @@ from iomatrix.target import Image
 START_TIMEOUT = 15.0
 
 
-def daemon_argv(config: Configuration, image: Image, workdir: Path) -> list[str]:
-    """The qemu-storage-daemon command line for a configuration (pure)."""
-    argv = [
-        require("qemu-storage-daemon"),
-        "--chardev", f"socket,id=qmp0,path={workdir / 'qmp.sock'},server=on,wait=off",
-        "--monitor", "chardev=qmp0",
-    ]
-    size = image.size if image.is_device else None
-    for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size):
-        argv += ["--blockdev", json.dumps(node, separators=(",", ":"))]
-    writethrough = "off" if cache_flags(config).writeback else "on"
+def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str) -> list[str]:
+    """The qemu-storage-daemon command line for a configuration: NBD export, or FUSE with an
+    iothread."""
+    argv = storage_daemon_argv(config, image, qmp_socket=workdir / "qmp.sock", qsd=qsd)
+    common = f"id=exp0,node-name={FORMAT_NODE},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
-        argv += ["--object", "iothread,id=iot0",
-                 "--export", f"type=fuse,id=exp0,node-name={FORMAT_NODE},"
-                             f"mountpoint={workdir / 'fuse.img'},writable=on,iothread=iot0,"
-                             f"writethrough={writethrough}"]
-    else:
-        argv += ["--nbd-server", f"addr.type=unix,addr.path={workdir / 'nbd.sock'}",
-                 "--export", f"type=nbd,id=exp0,node-name={FORMAT_NODE},name=disk,writable=on,"
-                             f"writethrough={writethrough}"]
-    return argv
+        mountpoint = qemu_escape(str(workdir / "fuse.img"))
+        return argv + ["--object", "iothread,id=iot0",
+                       "--export", f"type=fuse,{common},mountpoint={mountpoint},iothread=iot0"]
+    nbd = qemu_escape(str(workdir / "nbd.sock"))
+    return argv + ["--nbd-server", f"addr.type=unix,addr.path={nbd}",
+                   "--export", f"type=nbd,{common},name=disk"]
 
 
 class BlocklayerSession(Session):
@@ -63,6 +55,9 @@ class BlocklayerSession(Session):
             return {"ioengine": self.engine, "direct": "1",
                     "filename": str(self.workdir / "fuse.img"), "size": str(self.image.size)}
         return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={self.workdir / 'nbd.sock'}"}
+
+    def new_trial(self) -> None:
+        self.seen = None
 
     def observe(self, fio_pid: int) -> None:
         with contextlib.suppress(OSError):
@@ -107,25 +102,26 @@ class BlocklayerDriver(Driver):
         mountpoint = workdir / "fuse.img"
         if config.iothread:
             mountpoint.touch()
-        argv = daemon_argv(config, image, workdir)
+        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"))
         log = workdir / "daemon.log"
         log.write_text("")
-        with managed(argv, log=log, stop_timeout=10) as proc:
-            ready = wait_for(lambda: proc.poll() is not None or _ready(config, workdir),
-                             timeout=START_TIMEOUT)
-            if proc.poll() is not None or not ready:
-                raise TrialFailed(f"qemu-storage-daemon did not start: "
-                                  f"{log_tail(log) or 'no output'}")
-            try:
-                nodes, = qmp_execute(workdir / "qmp.sock", [("query-named-block-nodes", None)])
-            except ToolFailed as exc:
-                raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
-            yield BlocklayerSession(config, images, workdir, argv, proc.pid,
-                                    flatten_block_nodes(nodes), self.method.engine)
-        if config.iothread:
-            if is_mounted(mountpoint):   # the daemon was killed before it could unmount
-                run([require("fusermount3"), "-u", "-z", str(mountpoint)], timeout=10, check=False)
-            mountpoint.unlink(missing_ok=True)
+        try:
+            with managed(argv, log=log, stop_timeout=10) as proc:
+                ready = wait_for(lambda: proc.poll() is not None or _ready(config, workdir),
+                                 timeout=START_TIMEOUT)
+                if proc.poll() is not None or not ready:
+                    raise TrialFailed(f"qemu-storage-daemon did not start: "
+                                      f"{log_tail(log) or 'no output'}")
+                try:
+                    nodes, = qmp_execute(workdir / "qmp.sock", [("query-named-block-nodes", None)])
+                except ToolFailed as exc:
+                    raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
+                yield BlocklayerSession(config, images, workdir, argv, proc.pid,
+                                        flatten_block_nodes(nodes), self.method.engine)
+        finally:
+            if config.iothread:
+                force_unmount(mountpoint)   # only if the daemon died before unmounting
+                mountpoint.unlink(missing_ok=True)
 
 
 def _ready(config: Configuration, workdir: Path) -> bool:

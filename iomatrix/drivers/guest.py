@@ -82,6 +82,9 @@ class GuestSession(Session):
     def fio_output_format(self) -> str:
         return "json+"
 
+    def client_ports(self) -> list[int]:
+        return [g.port for g in self.guests]
+
     def applied(self) -> dict[str, str]:
         return dict(self._applied)
 
@@ -103,12 +106,10 @@ class GuestSession(Session):
 class GuestDriver(Driver):
     mode = "guest"
 
-    def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str,
-                 logdir: Path | None = None) -> None:
+    def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str) -> None:
         super().__init__(method, workdir)
         self.appliance = appliance
         self.accelerator = accel
-        self.logdir = logdir or workdir
         self.boots = 0
 
     @contextlib.contextmanager
@@ -132,7 +133,7 @@ class GuestDriver(Driver):
                index: int) -> tuple[Guest, object]:
         run_dir = self.workdir / f"boot{self.boots}" / f"vm{index}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        logs = self.logdir / f"boot{self.boots}-vm{index}"
+        logs = self.workdir / f"boot{self.boots}-vm{index}"
         console = Path(f"{logs}-console.log")
         console.parent.mkdir(parents=True, exist_ok=True)
         console.write_text("")
@@ -254,8 +255,7 @@ def resolve_accel(accel: str, appliance: Appliance, note: Callable[[str], None])
 
 
 def _probe(appliance: Appliance) -> KvmProbe:
-    """probe_kvm, remembered for this boot of the host and this appliance (the answer cannot
-    change before a reboot, and each probe costs up to its timeout)."""
+    """The KVM probe; a success is remembered for this boot of the host and this appliance."""
     boot_id = read_text(Path("/proc/sys/kernel/random/boot_id")).strip() or "unknown"
     memo = default_cache_dir() / f"kvm-probe-{boot_id}-{appliance.key[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
@@ -265,7 +265,7 @@ def _probe(appliance: Appliance) -> KvmProbe:
     probe = probe_accel("kvm", appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT,
                         marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
                         append=kernel_cmdline("loglevel=7", accel="kvm"))
-    if probe.probed:
+    if probe.usable:   # a failure may be passing (a busy host): it is probed again next run
         with contextlib.suppress(OSError):
             memo.parent.mkdir(parents=True, exist_ok=True)
             memo.write_text(probe.model_dump_json())

@@ -19,9 +19,6 @@ class HostSession(Session):
         return {"ioengine": self.engine, "direct": "1", "filename": str(self.image.path),
                 "size": str(self.image.size)}
 
-    def applied(self) -> dict[str, str]:
-        return {"engine": self.engine, "direct": "1"}
-
 
 class HostDriver(Driver):
     mode = "host"

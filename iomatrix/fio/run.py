@@ -23,13 +23,6 @@ class FioRun(BaseModel):
     raw_json: str
     argv: tuple[str, ...]
     wall_seconds: float
-    started_at: float
-    """Epoch seconds when fio was started."""
-
-
-def fio_version(fio: str = "fio") -> str:
-    out = subprocess.run([fio, "--version"], capture_output=True, text=True, timeout=10)
-    return out.stdout.strip()
 
 
 def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
@@ -43,10 +36,14 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     out_path.unlink(missing_ok=True)
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *extra_args,
             str(job_path))
-    started_at = time.time()
     t0 = time.monotonic()
-    proc = subprocess.Popen(orphan_guard(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc = subprocess.Popen(orphan_guard(argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError as exc:
+        raise FioFailed(f"cannot start fio: {exc.strerror or exc}", argv=argv,
+                        returncode=None) from exc
     try:
         if during is not None:
             try:
@@ -77,7 +74,7 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             raise FioFailed(f"fio job {job_stats.name} ended with error {job_stats.error}: "
                             f"{_first_error(text) or 'see fio output'}", argv=argv,
                             returncode=proc.returncode, output=text[-4000:])
-    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall, started_at=started_at)
+    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall)
 
 
 def _first_error(text: str) -> str:

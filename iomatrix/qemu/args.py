@@ -137,18 +137,31 @@ def vhost_daemon_argv(config: Configuration, image: Image, *, socket: Path, qmp_
     _check(config, image)
     if num_queues < 1:
         raise InvalidCombination("num-queues must be greater than 0")
-    argv = [qsd,
-            "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
-            "--monitor", "chardev=qmp0"]
     export = (f"type=vhost-user-blk,id={VHOST_EXPORT},node-name={FORMAT_NODE},"
               f"addr.type=unix,addr.path={qemu_escape(str(socket))},writable=on,"
-              f"num-queues={num_queues},writethrough={_onoff(not cache_flags(config).writeback)}")
+              f"num-queues={num_queues},writethrough={export_writethrough(config)}")
+    argv = storage_daemon_argv(config, image, qmp_socket=qmp_socket, qsd=qsd)
     if config.iothread:
         argv += ["--object", f"iothread,id={_iothread_id(VHOST_EXPORT)}"]
         export += f",iothread={_iothread_id(VHOST_EXPORT)}"
+    return argv + ["--export", export]
+
+
+def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path,
+                        qsd: str = "qemu-storage-daemon") -> list[str]:
+    """qemu-storage-daemon with a QMP monitor and the image's nodes (format, aio, cache); the
+    caller adds its export."""
+    argv = [qsd,
+            "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
+            "--monitor", "chardev=qmp0"]
     for node in _nodes(config, image):
         argv += ["--blockdev", node]
-    return argv + ["--export", export]
+    return argv
+
+
+def export_writethrough(config: Configuration) -> str:
+    """An export's ``writethrough=``: on where the cache mode has no guest write cache."""
+    return _onoff(not cache_flags(config).writeback)
 
 
 def vhost_num_queues(config: Configuration, vcpus: int) -> int:

@@ -29,6 +29,8 @@ class ConfigView(_Frozen):
     """Axis name → value as the suite wrote it (controller, aio, iothread, cache, format, ...)."""
     applied: dict[str, str] = {}
     """What QEMU really applied, as verified (e.g. "file.cache.direct": "true", "aio": "native")."""
+    accelerator: str = "none"
+    """"tcg" when this configuration's guests were emulated: its label then says so too."""
 
 
 class PointView(_Frozen):
@@ -92,11 +94,16 @@ def build_report_data(run: "StoredRun") -> ReportData:
 
     workloads = {w.key: w for w in run.workloads}
     applied: dict[str, dict[str, str]] = {}
+    accel: dict[str, str] = {}
     for trial in run.trials:
         if trial.applied and trial.config_key not in applied:
             applied[trial.config_key] = trial.applied
-    configs = tuple(ConfigView(key=c.key, label=c.label, mode=c.mode, params=c.params,
-                               applied=applied.get(c.key, {})) for c in run.configs)
+        if trial.accelerator != "none":
+            accel[trial.config_key] = trial.accelerator
+    configs = tuple(ConfigView(key=c.key, mode=c.mode, params=c.params,
+                               label=c.label + (" [emulated: TCG]" if accel.get(c.key) == "tcg" else ""),
+                               applied=applied.get(c.key, {}), accelerator=accel.get(c.key, "none"))
+                    for c in run.configs)
     views = []
     for p in points(run):
         w = workloads[p.workload_key]

@@ -3,10 +3,12 @@ The pydantic schema here is also what ``load`` validates a TOML file against."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
+                      field_validator, model_validator)
 
 from iomatrix.units import format_size, parse_duration, parse_size
 
@@ -26,12 +28,19 @@ CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
 
-# fio options that iomatrix itself sets from the suite; a workload may not override them.
+# fio options that iomatrix itself sets from the suite, or that would let fio touch files or
+# devices other than the target, run commands, or undo direct I/O; a workload may not set them.
 RESERVED_FIO_OPTIONS = frozenset({
     "name", "filename", "directory", "ioengine", "size", "runtime", "ramp_time", "time_based",
     "output-format", "output", "direct", "rw", "readwrite", "bs", "blocksize", "iodepth",
     "numjobs", "rate_iops", "uri", "group_reporting", "lat_percentiles", "percentile_list",
+    "opendir", "filename_format", "unique_filename", "buffered", "timeout", "exec_prerun",
+    "exec_postrun", "write_iolog", "read_iolog", "write_bw_log", "write_lat_log",
+    "write_iops_log", "write_hist_log", "replay_redirect", "unlink", "unlink_each_loop",
+    "create_only", "offset", "offset_increment", "filesize", "io_size", "io_limit", "nrfiles",
+    "ioscheduler", "trim_backlog", "verify", "pre_read", "thread", "cpus_allowed",
 })
+_FIO_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def _as_tuple(value: Any) -> Any:
@@ -139,10 +148,16 @@ class WorkloadGroup(_Frozen):
     @field_validator("options")
     @classmethod
     def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
+        for key, item in value.items():
+            if not _FIO_KEY.match(key):
+                raise ValueError(f"{key!r} is not a fio option name")
             if key in RESERVED_FIO_OPTIONS:
-                raise ValueError(f"fio option {key!r} is set by iomatrix from the suite; "
-                                 "use the matching [workloads] or [method] key")
+                raise ValueError(f"fio option {key!r} is set by iomatrix or not allowed (it could "
+                                 "reach beyond the target); use the matching [workloads] or "
+                                 "[method] key")
+            if any(c in str(item) for c in "\n\r=[]"):
+                raise ValueError(f"fio option {key!r}: value {item!r} may not contain a line "
+                                 "break, '=' or brackets")
         return value
 
 
@@ -271,7 +286,3 @@ class Workload(_Frozen):
         if self.rate_iops:
             text += f" @{self.rate_iops} IOPS"
         return text
-
-    @property
-    def reads(self) -> bool:
-        return self.rw in ("read", "randread", "rw", "readwrite", "randrw")
