@@ -46,6 +46,39 @@ class Timer:
         self.windows.append((t0, time.monotonic(), c0, cpu()))
 
 
+def fio_client_server_cost(work: Path, runtime: float) -> tuple[float, float]:
+    """Wall time of the same 1-job fio run on this host: plain, and through fio's own
+    client/server protocol to a local fio --server (no guest): what the protocol itself costs."""
+    import socket
+    import subprocess
+
+    data = work / "cs.dat"
+    job = work / "cs.fio"
+    job.write_text(f"[j]\nfilename={data}\nsize=16m\nrw=randread\nbs=4k\nioengine=libaio\n"
+                   f"iodepth=4\ntime_based=1\nruntime={int(runtime * 1000)}ms\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(["fio", f"--server=ip:127.0.0.1,{port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        subprocess.run(["fio", str(job), "--output-format=json"], capture_output=True, check=True)
+        plain, client = [], []
+        for _ in range(3):
+            t = time.monotonic()
+            subprocess.run(["fio", str(job), "--output-format=json"], capture_output=True, check=True)
+            plain.append(time.monotonic() - t)
+            t = time.monotonic()
+            subprocess.run(["fio", f"--client=ip:127.0.0.1,{port}", str(job),
+                            "--output-format=json"], capture_output=True, check=True)
+            client.append(time.monotonic() - t)
+        return statistics.median(plain) - runtime, statistics.median(client) - runtime
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=8)
@@ -92,6 +125,10 @@ accel = "{args.accel}"
               f"{med / window:.2f} × the trial window of {window:.1f} s")
         print(f"iomatrix CPU while guests run: {busy:.2f} s over {span:.1f} s = "
               f"{100 * busy / span:.2f} % of one core")
+        plain, client = fio_client_server_cost(work, parse_duration(args.runtime))
+        print(f"same job on this host, no guest: plain fio overhead {plain:.2f} s, through fio "
+              f"--client/--server {client:.2f} s; the protocol alone costs {client - plain:.2f} s "
+              f"= {(client - plain) / med:.2f} of the guest per-trial overhead")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

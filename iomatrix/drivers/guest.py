@@ -24,8 +24,8 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.errors import EnvironmentProblem, ToolFailed, TrialFailed
 from iomatrix.proc import log_tail, managed, read_text, require, wait_for
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
-                                guest_argv, read_daemon_settings, read_guest_settings,
-                                vhost_daemon_argv, vhost_num_queues)
+                                guest_argv, read_blockstats, read_daemon_settings,
+                                read_guest_settings, vhost_daemon_argv, vhost_num_queues)
 from iomatrix.qemu.kvm import KvmProbe, probe_accel
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method
@@ -68,6 +68,7 @@ class GuestSession(Session):
         self.hosts_file = hosts_file
         self._applied = applied
         self._wrong = wrong
+        self._before: dict[str, int] = {}
 
     def fio_target(self) -> dict[str, str]:
         return {"ioengine": "libaio", "direct": "1", "filename": f"/dev/{self.disk.name}"}
@@ -85,8 +86,29 @@ class GuestSession(Session):
     def client_ports(self) -> list[int]:
         return [g.port for g in self.guests]
 
+    def new_trial(self) -> None:
+        self._before = self._blockstats()
+
     def applied(self) -> dict[str, str]:
-        return dict(self._applied)
+        """What QEMU applied, and QEMU's own I/O counters over the last trial (summed over the
+        guests): a cross-check of fio's figures from the other side of the device."""
+        after = self._blockstats()
+        counted = {f"blockstats.{k}": str(after[k] - self._before[k])
+                   for k in after if k in self._before}
+        return self._applied | counted
+
+    def _blockstats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for guest, proc in zip(self.guests, self.procs):
+            if proc.poll() is not None:
+                return {}
+            try:
+                stats = read_blockstats(guest.qmp_socket)
+            except ToolFailed:
+                return {}
+            for key, value in stats.items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     def mismatches(self) -> list[str]:
         return list(self._wrong)

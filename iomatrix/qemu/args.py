@@ -236,6 +236,18 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     return out
 
 
+BLOCKSTATS = ("rd_operations", "wr_operations", "rd_bytes", "wr_bytes", "flush_operations")
+
+
+def read_blockstats(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, int]:
+    """QEMU's own counters for the disk under test (``query-blockstats`` of its device),
+    or an empty dict when the guest's disk is served elsewhere (vhost-user-blk)."""
+    # device (BlockBackend) statistics: the I/O the guest device issued to the format node
+    stats, = qmp_execute(qmp_socket, [("query-blockstats", None)], timeout=timeout)
+    node = next((s for s in stats if s.get("node-name") == FORMAT_NODE), None)
+    return {k: int(node["stats"][k]) for k in BLOCKSTATS} if node else {}
+
+
 def expected_daemon_settings(config: Configuration) -> dict[str, str]:
     """What :func:`read_daemon_settings` must report for a daemon from :func:`vhost_daemon_argv`."""
     return expected_node_flags(config) | {
