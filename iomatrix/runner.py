@@ -230,7 +230,8 @@ class _Runner:
         self.ok += 1
         self.measured += max(s.runtime_ms for s in samples) / 1000 if samples else 0.0
         iops = sum(s.iops for s in samples)
-        self.progress.trial_finished(self.n, True, f"{iops:,.0f} IOPS")
+        emulated = " (emulated: TCG, measures the emulator)" if self.accelerator == "tcg" else ""
+        self.progress.trial_finished(self.n, True, f"{iops:,.0f} IOPS{emulated}")
 
     def _begin(self, config: Configuration, workload: Workload, k: int) -> None:
         self.n += 1
