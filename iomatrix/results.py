@@ -154,6 +154,7 @@ class StoredRun(_Frozen):
     iomatrix_version: str
     host: dict[str, str]
     notes: tuple[str, ...]
+    seed: int | None = None
     configs: tuple[ConfigRecord, ...]
     workloads: tuple[WorkloadRecord, ...]
     trials: tuple[TrialRecord, ...]

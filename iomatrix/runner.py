@@ -4,6 +4,7 @@ a callback object; never prints."""
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 import time
@@ -15,20 +16,19 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.drivers.base import Driver, Session, driver_for
-from iomatrix.errors import IomatrixError, ToolFailed, TrialFailed
+from iomatrix.analysis.stats import needs_more
+from iomatrix.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
 from iomatrix.fio.jobfile import fill_text, job_text
 from iomatrix.fio.run import run_fio
 from iomatrix.hostinfo import host_metadata
 from iomatrix.proc import require
-from iomatrix.results import samples_of, vm_samples_of
+from iomatrix.plan import Block, estimate_seconds, plan, plan_round
+from iomatrix.results import StoredRun, samples_of, vm_samples_of
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
 from iomatrix.target import Workspace
 
-# What a trial costs beyond ramp + runtime (fio start, daemon start shared over its workloads):
-# used only for the ETA shown before the first trials have been timed.
-TRIAL_OVERHEAD = 0.3
 FIO_GRACE = 60.0
 
 
@@ -36,6 +36,7 @@ class Progress(Protocol):
     """What the runner tells its caller; the CLI draws it, tests record it."""
 
     def start(self, trials: int, planned_seconds: float) -> None: ...
+    def more(self, trials: int, planned_seconds: float) -> None: ...
     def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None: ...
     def trial_finished(self, n: int, ok: bool, detail: str) -> None: ...
     def note(self, text: str) -> None: ...
@@ -43,6 +44,7 @@ class Progress(Protocol):
 
 class SilentProgress:
     def start(self, trials: int, planned_seconds: float) -> None: ...
+    def more(self, trials: int, planned_seconds: float) -> None: ...
     def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None: ...
     def trial_finished(self, n: int, ok: bool, detail: str) -> None: ...
     def note(self, text: str) -> None: ...
@@ -60,12 +62,6 @@ class RunOutcome(BaseModel):
     wall_seconds: float
 
 
-def planned_seconds(suite: Suite, expansion: Expansion) -> float:
-    """Estimated wall time of a suite's trials."""
-    per_trial = suite.method.ramp + suite.method.runtime + TRIAL_OVERHEAD
-    return expansion.trials_per_sample * suite.method.samples * per_trial
-
-
 def tools_for(expansion: Expansion) -> list[str]:
     """The programs a run needs, checked before anything starts."""
     tools = ["fio", "qemu-img"]
@@ -80,10 +76,12 @@ def tools_for(expansion: Expansion) -> list[str]:
 
 
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
-              progress: Progress | None = None, accel: str | None = None) -> RunOutcome:
+              progress: Progress | None = None, accel: str | None = None,
+              resume: int | None = None) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. ``accel`` overrides
-    the suite's [method] accel. Ctrl-C stops every process started, removes the images (unless
-    ``keep``) and marks the run interrupted."""
+    the suite's [method] accel. ``resume`` continues that stored run (whose suite must be
+    ``suite``): only trials it does not have are measured. Ctrl-C stops every process started,
+    removes the images (unless ``keep``) and marks the run interrupted."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     expansion = expand(suite)
@@ -93,16 +91,25 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         expansion = expansion.for_accel(accelerator)
-        target_path = suite.target.directory or suite.target.device
-        host = host_metadata(target_path, accelerator=accelerator)
-        run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
-                                  suite_text=suite.source_text, host=host,
-                                  accelerator=accelerator, notes=expansion.notes,
-                                  configs=expansion.configurations,
-                                  workloads=expansion.workloads)
+        if resume is None:
+            seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
+            target_path = suite.target.directory or suite.target.device
+            host = host_metadata(target_path, accelerator=accelerator)
+            run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
+                                      suite_text=suite.source_text, host=host,
+                                      accelerator=accelerator, notes=expansion.notes,
+                                      configs=expansion.configurations,
+                                      workloads=expansion.workloads, seed=seed)
+            done: set[tuple[str, str, int]] = set()
+        else:
+            stored = store.load_run(resume)
+            run_id, seed = stored.id, stored.seed or 0
+            expansion = _as_stored(expansion, stored)
+            done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials}
+            store.reopen_run(run_id)
         for text in expansion.notes:
             progress.note(text)
-        runner = _Runner(suite, expansion, store, run_id, progress)
+        runner = _Runner(suite, expansion, store, run_id, progress, seed, done)
         status = "failed"
         try:
             with Workspace(suite.target, keep=keep) as workspace:
@@ -116,6 +123,23 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _as_stored(expansion: Expansion, stored: StoredRun) -> Expansion:
+    """The expansion restricted to what the stored run recorded (its configurations and
+    workloads are the authority on resume); an error if the suite no longer yields them."""
+    configs = {c.key for c in stored.configs}
+    workloads = {w.key for w in stored.workloads}
+    have = {c.key for c in expansion.configurations} | {w.key for w in expansion.workloads}
+    missing = sorted((configs | workloads) - have)
+    if missing:
+        raise SuiteError(f"run {stored.id} cannot be resumed here: its suite no longer yields "
+                         f"{', '.join(missing[:3])}" + (" …" if len(missing) > 3 else ""))
+    pairs = tuple((c.key, w.key) for c in expansion.configurations if c.key in configs
+                  for w in expansion.workloads_for(c) if w.key in workloads)
+    return expansion.model_copy(update={
+        "configurations": tuple(c for c in expansion.configurations if c.key in configs),
+        "only": pairs, "notes": stored.notes})
 
 
 def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
@@ -147,44 +171,88 @@ def _scratch(keep: bool) -> Iterator[Path]:
 
 class _Runner:
     def __init__(self, suite: Suite, expansion: Expansion, store: Store, run_id: int,
-                 progress: Progress) -> None:
+                 progress: Progress, seed: int, done: set[tuple[str, str, int]]) -> None:
         self.suite = suite
         self.method = suite.method
         self.expansion = expansion
         self.store = store
         self.run_id = run_id
         self.progress = progress
+        self.seed = seed
+        self.done = done
         self.ok = self.failed = 0
         self.measured = 0.0
         self.accelerator = "none"
         self.n = 0
 
+    def _todo(self, blocks: list[Block]) -> list[Block]:
+        """The blocks with only the trials not stored yet (resume), empty blocks dropped."""
+        out = []
+        for b in blocks:
+            left = tuple(w for w in b.workloads if (b.config.key, w.key, b.round) not in self.done)
+            if left:
+                out.append(b.model_copy(update={"workloads": left}))
+        return out
+
     def run(self, workspace: Workspace, workdir: Path, drivers: dict[str, Driver]) -> None:
-        self.progress.start(self.expansion.trials_per_sample * self.method.samples,
-                            planned_seconds(self.suite, self.expansion))
-        for config in self.expansion.configurations:
-            driver = drivers[config.mode]
-            self.accelerator = driver.accelerator
-            trials = [(w, k) for w in self.expansion.workloads_for(config)
-                      for k in range(self.method.samples)]
-            try:
-                images = workspace.images(config)
-                with driver.session(config, images) as session:
-                    fresh = [i.path for i in images if i.path not in workspace.preconditioned]
-                    if self.method.precondition and fresh:
-                        self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)} "
-                                           f"(writing fully once) through {config.label}")
-                        self._precondition(session, workdir)
-                        workspace.preconditioned.update(fresh)
-                    while trials:
-                        workload, k = trials[0]
-                        self._trial(session, workdir, config, workload, k)
-                        trials.pop(0)
-            except (TrialFailed, ToolFailed) as exc:
-                # The configuration could not be brought up: its remaining trials fail alike.
-                for workload, k in trials:
-                    self._begin(config, workload, k)
-                    self._failed(config, workload, k, str(exc), started=now())
+        blocks = self._todo(plan(self.expansion, self.method.samples, self.seed))
+        self.progress.start(sum(len(b.workloads) for b in blocks),
+                            estimate_seconds(blocks, self.method))
+        for block in blocks:
+            self._block(block, workspace, workdir, drivers)
+        if self.method.target_ci is None:
+            return
+        # Adaptive repetition: more interleaved rounds for the points whose CI is still too wide.
+        previous = blocks[-1].config if blocks else None
+        for round_index in range(self.method.samples, self.method.max_samples):
+            wanting = self._points_needing_more()
+            if not wanting:
+                return
+            extra = self._todo(plan_round(self.expansion, round_index, self.seed, wanting,
+                                          previous=previous))
+            if not extra:
+                continue
+            self.progress.more(sum(len(b.workloads) for b in extra),
+                               estimate_seconds(extra, self.method))
+            for block in extra:
+                self._block(block, workspace, workdir, drivers)
+            previous = extra[-1].config
+
+    def _points_needing_more(self) -> list[tuple[str, str]]:
+        """(configuration, workload) pairs whose mean IOPS is not yet known within target_ci."""
+        assert self.method.target_ci is not None
+        iops: dict[tuple[str, str], list[float]] = {}
+        for t in self.store.load_run(self.run_id).trials:
+            if t.status == "ok":
+                iops.setdefault((t.config_key, t.workload_key), []).append(
+                    sum(s.iops for s in t.samples))
+        return [(c.key, w.key) for c in self.expansion.configurations
+                for w in self.expansion.workloads_for(c)
+                if needs_more(iops.get((c.key, w.key), []), self.method.target_ci)]
+
+    def _block(self, block: Block, workspace: Workspace, workdir: Path,
+               drivers: dict[str, Driver]) -> None:
+        config = block.config
+        driver = drivers[config.mode]
+        self.accelerator = driver.accelerator
+        trials = list(block.workloads)
+        try:
+            images = workspace.images(config)
+            with driver.session(config, images) as session:
+                fresh = [i.path for i in images if i.path not in workspace.preconditioned]
+                if self.method.precondition and fresh:
+                    self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)} "
+                                       f"(writing fully once) through {config.label}")
+                    self._precondition(session, workdir)
+                    workspace.preconditioned.update(fresh)
+                while trials:
+                    self._trial(session, workdir, config, trials[0], block.sample)
+                    trials.pop(0)
+        except (TrialFailed, ToolFailed) as exc:
+            # The configuration could not be brought up: the block's remaining trials fail alike.
+            for workload in trials:
+                self._begin(config, workload, block.sample)
+                self._failed(config, workload, block.sample, str(exc), started=now())
 
     def _precondition(self, session: Session, workdir: Path) -> None:
         target = session.fio_target()

@@ -142,6 +142,16 @@ def test_cli_not_found_and_not_enough_space(tmp_path: Path) -> None:
     assert "no run 9" in proc.stderr
 
 
+def _trials_stored(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with Store(db) as store:
+            return sum(r.trials_ok + r.trials_failed for r in store.list_runs())
+    except Exception:   # the run is creating the database right now
+        return 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None,
                                                           signum: int) -> None:
@@ -150,11 +160,13 @@ def test_signal_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_le
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not [p for p in our_processes(str(tmp_path)) if "qemu-storage-daemon" in p]:
+        deadline = time.monotonic() + 90
+        # wait until a trial is stored and a blocklayer trial runs (daemon and fio alive)
+        while not (_trials_stored(tmp_path / "r.db") and
+                   [p for p in our_processes(str(tmp_path)) if "qemu-storage-daemon" in p] and
+                   [p for p in our_processes(str(tmp_path)) if "fio --output" in p]):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        time.sleep(1.0)           # inside a blocklayer trial: the daemon and fio are running
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -10,6 +10,7 @@ from statistics import fmean
 
 from pydantic import BaseModel, ConfigDict
 
+from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.results import DirectionSample, StoredRun, TrialRecord
 
 
@@ -28,6 +29,9 @@ class Point(BaseModel):
     lat_p99_ns: float | None
     usr_cpu: float | None
     sys_cpu: float | None
+    iops_ci: Interval | None = None
+    """95 % confidence interval of the mean IOPS (t, or bootstrap when skewed); None below 2
+    samples."""
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -69,5 +73,7 @@ def points(run: StoredRun) -> list[Point]:
                 lat_p99_ns=_mean([_weighted(t.samples, "p99_ns") for t in ok]),
                 usr_cpu=_mean([t.usr_cpu for t in ok]),
                 sys_cpu=_mean([t.sys_cpu for t in ok]),
+                iops_ci=(confidence_interval([sum(s.iops for s in t.samples) for t in ok])
+                         if len(ok) >= 2 else None),
             ))
     return out

@@ -60,6 +60,38 @@ def _store(db: Path, *, must_exist: bool = True):  # type: ignore[no-untyped-def
     return Store(db)
 
 
+def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
+    """The trials in order, the sessions and the estimate, without running anything."""
+    from iomatrix.plan import estimate_seconds, plan
+    from iomatrix.suite import expand
+
+    expansion = expand(suite)
+    seed = suite.method.seed if suite.method.seed is not None else 0
+    blocks = plan(expansion, suite.method.samples, seed)
+    n = 0
+    for block in blocks:
+        session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
+                   "guest": f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
+        out.print(f"round {block.round + 1} · {block.config.label} · {session}", markup=False)
+        for w in block.workloads:
+            n += 1
+            out.print(f"  {n:>4}  {w.label}", markup=False)
+    boots = sum((b.config.vms or 1) for b in blocks if b.config.mode == "guest")
+    starts = sum(1 for b in blocks if b.config.mode == "blocklayer")
+    seconds = estimate_seconds(blocks, suite.method)
+    extra = ""
+    if suite.method.target_ci is not None:
+        extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds for "
+                 f"points whose 95 % CI is wider than ±{suite.method.target_ci:.1%}")
+    out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
+              f"about {seconds / 60:.1f} min plus preconditioning{extra}"
+              + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
+              markup=False)
+    if any(c.mode == "guest" for c in expansion.configurations):
+        out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter, and "
+                  "under TCG parts marked under_tcg run fewer trials", markup=False)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -72,18 +104,32 @@ def run(
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
+    show_plan: Annotated[bool, typer.Option("--plan", help="Print the trials in order, the sessions (daemon starts, VM boots) and the estimated time; run nothing.")] = False,
+    resume: Annotated[Optional[str], typer.Option(help="Continue this stored run (a number or 'last'): measure only the trials it lacks. SUITE is then ignored.")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
     from iomatrix.runner import run_suite
-    from iomatrix.suite import load_suite
+    from iomatrix.suite import load_suite, load_suite_text
 
     if accel not in (None, "auto", "kvm", "tcg"):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    loaded = load_suite(suite)
+    if resume is not None:
+        with _store(db) as store:
+            stored = store.load_run(store.resolve(resume))
+        if stored.status == "complete":
+            raise SuiteError(f"run {stored.id} is complete: nothing to resume")
+        loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
+        resume_id: int | None = stored.id
+    else:
+        loaded = load_suite(suite)
+        resume_id = None
+    if show_plan:
+        _print_plan(loaded)
+        return
     if target is not None:
         if loaded.target.device is not None:
             raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
@@ -91,7 +137,8 @@ def run(
         loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update={"directory": target})})
     with _store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
-            outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel)
+            outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,
+                                resume=resume_id)
         except KeyboardInterrupt:
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
@@ -124,6 +171,7 @@ def show(
     command: Annotated[bool, typer.Option("--command", help="Also print, per configuration, the command lines that realized it and what QEMU applied.")] = False,
 ) -> None:
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
+    from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.points import points
 
     with _store(db) as store:
@@ -135,17 +183,29 @@ def show(
               f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
     if stored.emulated:
         out.print("[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]")
-    table = Table("configuration", "workload", "n", "IOPS", "MiB/s", "p50 µs", "p99 µs", box=None)
+    found = points(stored)
+    bare = efficiency(found)
+    columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs"]
+    if bare:
+        columns += ["% bare IOPS", "+lat µs"]
+    table = Table(*columns, box=None)
     emulated = {t.config_key for t in stored.trials if t.accelerator == "tcg"}
     for col in table.columns[2:]:
         col.justify = "right"
-    for p in points(stored):
-        table.add_row(labels[p.config_key] + (" [emulated]" if p.config_key in emulated else ""),
-                      workloads[p.workload_key],
-                      f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
-                      _num(p.iops, "{:,.0f}"), _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
-                      _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
-                      _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"))
+    for p in found:
+        ci = p.iops_ci
+        row = [labels[p.config_key] + (" [emulated]" if p.config_key in emulated else ""),
+               workloads[p.workload_key],
+               f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
+               _num(p.iops, "{:,.0f}"),
+               "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
+               _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
+               _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
+               _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}")]
+        if bare:
+            e = bare.get((p.config_key, p.workload_key))
+            row += [_num(e and e.iops_pct, "{:.1f}%"), _num(e and e.added_lat_us, "{:+,.1f}")]
+        table.add_row(*row)
     out.print(table)
     per_vm = [t for t in stored.trials if t.vm_samples]
     if per_vm:

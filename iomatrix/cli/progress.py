@@ -56,6 +56,14 @@ class TerminalProgress:
                                           planned_per_trial=planned_seconds / max(trials, 1))
             self.bar.start()
 
+    def more(self, trials: int, planned_seconds: float) -> None:
+        """Adaptive repetition added trials: the bar grows."""
+        self.total += trials
+        self.console.print(f"{trials} more trials, to narrow confidence intervals "
+                           f"(about {planned_seconds:.0f} s)", markup=False)
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, total=self.total)
+
     def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None:
         suffix = f" #{sample + 1}" if sample else ""
         self.current = f"{config.label} · {workload.label}{suffix}"

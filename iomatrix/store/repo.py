@@ -68,15 +68,16 @@ class Store:
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, *, suite_name: str, suite_source: str, suite_text: str,
                    host: Mapping[str, str], accelerator: str, notes: Iterable[str],
-                   configs: Iterable[Configuration], workloads: Iterable[Workload]) -> int:
+                   configs: Iterable[Configuration], workloads: Iterable[Workload],
+                   seed: int | None = None) -> int:
         """A new run with its configurations and workloads; its id."""
         with self._transaction():
             run_id = self.conn.execute(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
-                "host_json, accelerator, iomatrix_version, notes_json) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                "host_json, accelerator, iomatrix_version, notes_json, seed) "
+                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                 (suite_name, suite_source, suite_text, now(), json.dumps(dict(host)), accelerator,
-                 __version__, json.dumps(list(notes)))).lastrowid
+                 __version__, json.dumps(list(notes)), seed)).lastrowid
             for c in configs:
                 self.conn.execute(
                     "INSERT INTO configurations (run_id, key, label, mode, params_json) "
@@ -131,6 +132,12 @@ class Store:
             self.conn.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
                               (status, now(), run_id))
 
+    def reopen_run(self, run_id: int) -> None:
+        """Mark a run running again, for --resume."""
+        with self._transaction():
+            self.conn.execute("UPDATE runs SET status = 'running', finished_at = NULL "
+                              "WHERE id = ?", (run_id,))
+
     # -- reading ---------------------------------------------------------------------------
     def list_runs(self) -> list[RunSummary]:
         rows = self.conn.execute(
@@ -158,7 +165,7 @@ class Store:
     def load_run(self, run_id: int) -> StoredRun:
         row = self.conn.execute(
             "SELECT id, suite_name, suite_source, suite_text, created_at, finished_at, status, "
-            "accelerator, iomatrix_version, host_json, notes_json FROM runs WHERE id = ?",
+            "accelerator, iomatrix_version, host_json, notes_json, seed FROM runs WHERE id = ?",
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.path}: no run {run_id}")
@@ -189,8 +196,8 @@ class Store:
         return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
                          created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
                          iomatrix_version=row[8], host=json.loads(row[9]),
-                         notes=tuple(json.loads(row[10])), configs=configs, workloads=workloads,
-                         trials=trials)
+                         notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
+                         workloads=workloads, trials=trials)
 
     def fio_json(self, trial_id: int) -> str | None:
         """The raw fio JSON stored with a trial."""

@@ -8,6 +8,7 @@ History:
      trial; the run's notes (skipped combinations, ignored axes)
   3  vm_samples: each guest's own figures when several guests run a trial at once (samples then
      hold the aggregate)
+  4  the run's shuffle seed; per trial: steady state, CPU cost, host telemetry (JSON)
 """
 
 from __future__ import annotations
@@ -118,6 +119,13 @@ MIGRATIONS: tuple[str, ...] = (
         p99_99_ns REAL,
         PRIMARY KEY (trial_id, vm, direction)
     );
+    """,
+    # 4
+    """
+    ALTER TABLE runs ADD COLUMN seed INTEGER;
+    ALTER TABLE trials ADD COLUMN steady_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE trials ADD COLUMN cpu_json TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE trials ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT '{}';
     """,
 )
 

@@ -58,6 +58,15 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
+def _fraction(value: Any) -> float:
+    """ "2%" or 0.02 → 0.02."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        return float(value.strip()[:-1]) / 100
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"not a percentage: {value!r} (write e.g. \"2%\")")
+    return float(value)
+
+
 def _sector_multiple(value: int) -> int:
     if value < 512 or value % 512:
         raise ValueError(f"block size {value} is not a multiple of 512 (direct I/O needs that)")
@@ -67,6 +76,7 @@ def _sector_multiple(value: int) -> int:
 Size = Annotated[int, BeforeValidator(_size)]
 BlockSize = Annotated[int, BeforeValidator(_size), AfterValidator(_sector_multiple)]
 Duration = Annotated[float, BeforeValidator(_duration)]
+Fraction = Annotated[float, BeforeValidator(_fraction), Field(gt=0, lt=1)]
 
 
 def _axis(item_type: Any) -> Any:
@@ -166,6 +176,13 @@ class Method(_Frozen):
     ramp: Duration = 2.0
     runtime: Duration = 10.0
     samples: int = Field(default=1, ge=1, le=1000)
+    """Fixed repetitions of every point, interleaved across configurations."""
+    target_ci: Fraction | None = None
+    """Repeat a point (up to max_samples) until the 95 % CI half-width of its mean IOPS is
+    within this fraction of the mean ("2%")."""
+    max_samples: int = Field(default=10, ge=1, le=1000)
+    seed: int | None = None
+    """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
     baseline: bool = False
     """Also measure every workload in host mode on the same target (the bare-metal baseline)."""
     engine: Literal["libaio", "io_uring", "psync"] = "libaio"

@@ -1,0 +1,47 @@
+"""Bare-metal efficiency (seed 003): each point beside the host-mode point of the same workload
+on the same target in the same run. IOPS and bandwidth as % of bare metal; latency as the
+microseconds added to the bare-metal mean latency."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.analysis.points import Point
+
+HOST = "host"
+
+
+class Efficiency(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    config_key: str
+    workload_key: str
+    iops_pct: float | None
+    bw_pct: float | None
+    added_lat_us: float | None
+    """Mean latency minus the bare-metal mean latency, in µs."""
+    added_p99_us: float | None
+
+
+def efficiency(points: list[Point]) -> dict[tuple[str, str], Efficiency]:
+    """(configuration, workload) → efficiency, for every non-host point that has a host point of
+    the same workload with samples; empty when the run has no baseline."""
+    base = {p.workload_key: p for p in points if p.config_key == HOST and p.samples}
+    out = {}
+    for p in points:
+        b = base.get(p.workload_key)
+        if p.config_key == HOST or b is None or not p.samples:
+            continue
+        out[(p.config_key, p.workload_key)] = Efficiency(
+            config_key=p.config_key, workload_key=p.workload_key,
+            iops_pct=_pct(p.iops, b.iops), bw_pct=_pct(p.bw_bytes, b.bw_bytes),
+            added_lat_us=_diff_us(p.lat_mean_ns, b.lat_mean_ns),
+            added_p99_us=_diff_us(p.lat_p99_ns, b.lat_p99_ns))
+    return out
+
+
+def _pct(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else 100.0 * value / base
+
+
+def _diff_us(value: float | None, base: float | None) -> float | None:
+    return None if value is None or base is None else (value - base) / 1000.0

@@ -1,0 +1,75 @@
+"""The order of a run's trials (pure). Repetitions interleave: round r measures every
+configuration once, in an order shuffled with the run's recorded seed, so that the drift of a
+shared host lands on every configuration alike; the same configuration never runs in two blocks
+back to back. Each block is one session (one daemon start, one set of guest boots) measuring
+that configuration's workloads, also shuffled."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.suite.expand import Expansion
+from iomatrix.suite.model import Configuration, Method, Workload
+
+TRIAL_OVERHEAD = 0.3
+"""Seconds a trial costs beyond ramp + runtime (fio start-up); guests add fio's client/server
+protocol (about 1 s, see bench/guest_overhead.py)."""
+SESSION_COST = {"host": 0.0, "blocklayer": 0.3, "guest": 3.0}
+"""Seconds to bring a configuration up: daemon start, guest boot (TCG here; about 1 s on KVM)."""
+GUEST_TRIAL_OVERHEAD = 1.1
+
+
+class Block(BaseModel):
+    """One session: a configuration brought up once, measuring some workloads once each."""
+
+    model_config = ConfigDict(frozen=True)
+    round: int
+    config: Configuration
+    workloads: tuple[Workload, ...]
+
+    @property
+    def sample(self) -> int:
+        """The sample index these trials record (the round)."""
+        return self.round
+
+
+def plan_round(expansion: Expansion, round_index: int, seed: int,
+               pairs: Iterable[tuple[str, str]] | None = None,
+               previous: Configuration | None = None) -> list[Block]:
+    """Round ``round_index``: every configuration (or only those of ``pairs``, as (config key,
+    workload key)) once, shuffled with ``seed``; never starting with ``previous``."""
+    wanted = None if pairs is None else set(pairs)
+    rng = random.Random(f"{seed}:{round_index}")
+    blocks = []
+    for config in expansion.configurations:
+        workloads = [w for w in expansion.workloads_for(config)
+                     if wanted is None or (config.key, w.key) in wanted]
+        if workloads:
+            rng.shuffle(workloads)
+            blocks.append(Block(round=round_index, config=config, workloads=tuple(workloads)))
+    rng.shuffle(blocks)
+    if previous is not None and len(blocks) > 1 and blocks[0].config == previous:
+        blocks.append(blocks.pop(0))
+    return blocks
+
+
+def plan(expansion: Expansion, samples: int, seed: int) -> list[Block]:
+    """The fixed rounds of a run: ``samples`` rounds of every configuration."""
+    blocks: list[Block] = []
+    for r in range(samples):
+        blocks += plan_round(expansion, r, seed, previous=blocks[-1].config if blocks else None)
+    return blocks
+
+
+def estimate_seconds(blocks: Sequence[Block], method: Method) -> float:
+    """Planned wall time of some blocks (not counting preconditioning)."""
+    total = 0.0
+    for block in blocks:
+        per_trial = method.ramp + method.runtime + TRIAL_OVERHEAD
+        if block.config.mode == "guest":
+            per_trial += GUEST_TRIAL_OVERHEAD
+        total += SESSION_COST[block.config.mode] + per_trial * len(block.workloads)
+    return total

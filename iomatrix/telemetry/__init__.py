@@ -1,0 +1,12 @@
+"""Telemetry during trials, one probe per source: per-thread CPU time and context switches from
+/proc (``procstat``), cycles and instructions from perf where the host has counters (``perf``),
+and host-wide disk, interrupt and context-switch rates sampled in the background (``host``)."""
+
+from iomatrix.telemetry.host import DeviceSeries, HostSampler, HostSeries, device_of
+from iomatrix.telemetry.perf import PerfCounts, PerfStat, count, perf_problem
+from iomatrix.telemetry.procstat import (ROLES, CpuCost, PerUnit, RoleCost, ThreadTimes, classify,
+                                         cpu_delta, per_io, per_mb, process_tree, snapshot)
+
+__all__ = ["DeviceSeries", "HostSampler", "HostSeries", "device_of", "PerfCounts", "PerfStat",
+           "count", "perf_problem", "ROLES", "CpuCost", "PerUnit", "RoleCost", "ThreadTimes",
+           "classify", "cpu_delta", "per_io", "per_mb", "process_tree", "snapshot"]

@@ -1,0 +1,272 @@
+"""Telemetry for real: one fio run observed from /proc (per thread, and after its job process
+exited), by perf and by the host sampler; QEMU under TCG and qemu-storage-daemon classified into
+roles by their thread names and by the thread ids QMP reports."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from iomatrix.fio.live import last_result
+from iomatrix.fio.models import JobStats
+from iomatrix.proc import managed, orphan_guard, stop, wait_for, which
+from iomatrix.qemu.qmp import qmp_execute
+from iomatrix.telemetry import (HostSampler, HostSeries, PerfCounts, PerfStat, ThreadTimes,
+                                classify, cpu_delta, device_of, per_io, per_mb, perf_problem,
+                                process_tree, snapshot)
+from tests.conftest import our_processes
+
+pytestmark = pytest.mark.slow
+
+RUNTIME = 3
+SOFTWARE_EVENTS = ("task-clock", "context-switches")
+
+
+class Observed:
+    """A 3 s fio randwrite on the disk holding /var/tmp, watched by everything at once."""
+
+    def __init__(self, workdir: Path, datadir: Path) -> None:
+        self.device = device_of(Path("/var/tmp"))
+        job = workdir / "job.fio"
+        job.write_text(f"[w]\nioengine=libaio\ndirect=1\nfilename={datadir / 'data'}\nsize=32M\n"
+                       f"rw=randwrite\nbs=4k\niodepth=4\ntime_based=1\nruntime={RUNTIME}\n")
+        out = workdir / "fio.json"
+        sampler = HostSampler(0.5, devices=[self.device] if self.device else []).start()
+        proc = subprocess.Popen(orphan_guard(["fio", "--output-format=json", f"--output={out}",
+                                              str(job)]),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = proc.pid
+        self.first: ThreadTimes | None = None       # first snapshot with the job process
+        self.last: ThreadTimes | None = None        # last one with the job process
+        self.perf: PerfCounts | None = None
+        self.perf_window: tuple[ThreadTimes, ThreadTimes] | None = None
+        perf = None
+        try:
+            while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+                shot = snapshot([proc.pid])
+                if any(t.pid != proc.pid for t in shot.threads):
+                    self.first = self.first or shot
+                    self.last = shot
+                    if perf is None and which("perf"):
+                        perf = PerfStat(process_tree([proc.pid]), events=SOFTWARE_EVENTS)
+                        before = snapshot([proc.pid])
+                        perf.start()
+                    elif perf is not None and self.perf is None and shot.at - before.at > 1.5:
+                        self.perf = perf.stop()
+                        self.perf_window = (before, snapshot([proc.pid]))
+                time.sleep(0.02)
+            # fio has exited but is not reaped: its zombie still shows its final totals.
+            self.zombie = snapshot([proc.pid])
+        finally:
+            if perf is not None and self.perf is None:
+                perf.stop()
+            stop(proc)
+            self.host: HostSeries = sampler.stop()
+        self.returncode = proc.returncode
+        self.result = last_result(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Observed:
+    workdir = tmp_path_factory.mktemp("fio")
+    datadir = Path(tempfile.mkdtemp(prefix="iomatrix-test-", dir="/var/tmp"))
+    try:
+        seen = Observed(workdir, datadir)
+    finally:
+        shutil.rmtree(datadir)
+    assert not our_processes(str(workdir)), "fio outlived the test"
+    return seen
+
+
+def _job(observed: Observed) -> JobStats:
+    assert observed.returncode == 0
+    return observed.result.jobs[0]
+
+
+def test_proc_cpu_of_the_job_process_agrees_with_fio(observed: Observed) -> None:
+    """fio's usr_cpu+sys_cpu are percent of the job's runtime, from getrusage() in the job
+    process; /proc reads the same kernel counters per thread. Tolerance 5 % + 30 ms: /proc
+    truncates each thread to 10 ms ticks, the last snapshot is up to 20 ms before the job process
+    ends, and /proc also counts the job's setup and teardown outside fio's runtime window.
+    Measured here: within 2 %."""
+    job = _job(observed)
+    fio_cpu = (job.usr_cpu + job.sys_cpu) / 100 * job.job_runtime_ms / 1000
+    assert observed.last is not None
+    child = [t for t in observed.last.threads if t.pid != observed.pid]
+    proc_cpu = sum(t.cpu_s for t in child)
+    assert abs(proc_cpu - fio_cpu) <= 0.05 * fio_cpu + 0.03, (proc_cpu, fio_cpu)
+    # fio's ctx is the job process's voluntary + involuntary switches over its runtime.
+    switches = sum(t.voluntary + t.involuntary for t in child)
+    assert switches > 0 and job.ctx > 0
+    assert abs(switches - job.ctx) <= 0.05 * job.ctx + 50, (switches, job.ctx)
+
+
+def test_cpu_delta_groups_fio_threads_and_normalizes(observed: Observed) -> None:
+    assert observed.first is not None and observed.last is not None
+    cost = cpu_delta(observed.first, observed.last)
+    assert [r.role for r in cost.roles] == ["fio"]
+    fio = cost.role("fio")
+    assert fio is not None and fio.threads >= 2 and fio.cpu_s > 0.1
+    assert fio.voluntary > 0
+    assert cost.vanished == 0 and cost.lost_processes == 0
+    ios = _job(observed).write.total_ios
+    per = per_io(cost, ios)
+    assert per.unit == "I/O" and 0 < per.cpu_s < 1e-3 and per.voluntary > 0
+    assert per.by_role["fio"] == pytest.approx(fio.cpu_s / ios)
+    mib = per_mb(cost, _job(observed).write.io_bytes)
+    assert mib.unit == "MiB" and mib.cpu_s == pytest.approx(per.cpu_s * 256, rel=1e-9)
+    with pytest.raises(ValueError):
+        per_io(cost, 0)
+
+
+def test_exited_job_process_is_recovered_from_the_zombie(observed: Observed) -> None:
+    """The job process is gone after fio's end, but fio reaped it: its CPU since the first
+    snapshot is in fio's cutime+cstime, and cpu_delta puts it in exited_cpu_s."""
+    assert observed.first is not None and observed.last is not None
+    cost = cpu_delta(observed.first, observed.zombie)
+    assert cost.vanished >= 2 and cost.lost_processes == 0
+    seen = cpu_delta(observed.first, observed.last)
+    child_seen = sum(r.cpu_s for r in seen.roles) - (cost.cpu_s - cost.exited_cpu_s)
+    # What the thread snapshots saw of the job process, plus its last < 20 ms: same 5 % + 30 ms.
+    assert abs(cost.exited_cpu_s - child_seen) <= 0.05 * child_seen + 0.03, (cost, child_seen)
+
+
+def test_host_sampler_sees_the_writes(observed: Observed) -> None:
+    host = observed.host
+    assert observed.device is not None
+    assert observed.device in host.devices
+    disk = host.devices[observed.device]
+    assert len(host.t) == len(disk.util_pct) == len(host.intr_per_s)
+    assert RUNTIME / 0.5 <= len(host.t) <= RUNTIME / 0.5 + 6
+    assert max(u or 0 for u in disk.util_pct) > 0
+    assert max(w or 0 for w in disk.write_iops) > 100
+    assert max(q or 0 for q in disk.queue_depth) > 0
+    assert min(host.intr_per_s) > 0 and min(host.ctxt_per_s) > 0
+    # Its own cost: a few ms of CPU for a few seconds of sampling every 0.5 s.
+    assert host.sampler_cpu_s < 0.005 * host.t[-1] + 0.01, host.sampler_cpu_s
+
+
+def test_perf_software_events_agree_with_proc(observed: Observed) -> None:
+    """perf's task-clock over a window agrees with /proc's CPU time over the same window: the
+    attach-and-SIGINT path works even where hardware counters are missing."""
+    if not which("perf"):
+        pytest.skip("perf not installed (apt-get install linux-perf)")
+    assert observed.perf is not None and observed.perf_window is not None
+    task_clock = observed.perf.counts["task-clock"]
+    assert task_clock is not None and observed.perf.counts["context-switches"]
+    proc_cpu = cpu_delta(*observed.perf_window).cpu_s
+    # task-clock is in ms; the windows differ by the time perf takes to attach and stop.
+    assert abs(task_clock / 1000 - proc_cpu) <= 0.1 * proc_cpu + 0.05, (task_clock, proc_cpu)
+    assert observed.perf.per(1000)["task-clock"] == pytest.approx(task_clock / 1000)
+
+
+def test_perf_detection_gives_counts_or_a_reason(tmp_path: Path, no_leftovers: None) -> None:
+    problem = perf_problem()
+    if problem is None:
+        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+        try:
+            with PerfStat([busy.pid]) as perf:
+                time.sleep(0.3)
+                counts = perf.stop()
+        finally:
+            stop(busy)
+        assert counts.cycles and counts.instructions
+    else:
+        assert re.fullmatch(r"perf not installed \(apt-get install linux-perf\)"
+                            r"|perf reports cycles not supported (in this VM|on this host) .*"
+                            r"|perf may not count here: .*|perf does not match .*"
+                            r"|perf (stat failed|counted no cycles|cannot run).*", problem), problem
+    assert perf_problem("/nonexistent/perf") == "perf not installed (apt-get install linux-perf)"
+
+
+# --- roles ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("process, thread, main, role", [
+    ("qemu-system-x86", "qemu-system-x86", True, "main loop"),
+    ("qemu-system-x86", "CPU 0/KVM", False, "vcpu"),
+    ("qemu-system-x86", "CPU 3/TCG", False, "vcpu"),
+    ("qemu-system-x86", "IO iothread0", False, "iothread"),
+    ("qemu-system-x86", "worker", False, "worker pool"),
+    ("qemu-system-x86", "call_rcu", False, "other"),
+    ("qemu-storage-da", "qemu-storage-da", True, "daemon"),
+    ("qemu-storage-da", "qemu-storage-da", False, "daemon"),
+    ("fio", "fio", False, "fio"),
+    ("sh", "sh", True, "other"),
+])
+def test_classify(process: str, thread: str, main: bool, role: str) -> None:
+    assert classify(process, thread, main=main) == role
+
+
+def _qemu(tmp_path: Path, *, named: bool) -> tuple[ThreadTimes, ThreadTimes, list, list]:
+    """Two snapshots 0.3 s apart of a QEMU under TCG, stopped (-S), with 2 vCPUs and an
+    iothread; and what QMP says about its vCPUs and iothreads."""
+    qmp = tmp_path / "qmp.sock"
+    argv = ["qemu-system-x86_64", "-name", "guest=x,debug-threads=on" if named else "guest=x",
+            "-S", "-display", "none", "-nodefaults", "-machine", "q35,accel=tcg", "-smp", "2",
+            "-m", "128", "-object", "iothread,id=iothread0",
+            "-qmp", f"unix:{qmp},server=on,wait=off"]
+    with managed(argv, log=tmp_path / "qemu.log") as proc:
+        assert wait_for(lambda: qmp.exists() or proc.poll() is not None, timeout=20)
+        cpus, iothreads = qmp_execute(qmp, [("query-cpus-fast", None), ("query-iothreads", None)])
+        before = snapshot([proc.pid])
+        time.sleep(0.3)
+        after = snapshot([proc.pid])
+    return before, after, cpus, iothreads
+
+
+def test_qemu_tcg_threads_by_role(tmp_path: Path, no_leftovers: None) -> None:
+    before, after, cpus, iothreads = _qemu(tmp_path, named=True)
+    names = {t.tid: t.thread for t in after.threads}
+    vcpus = {c["thread-id"] for c in cpus}
+    assert {names[tid] for tid in vcpus} == {"CPU 0/TCG", "CPU 1/TCG"}
+    assert names[iothreads[0]["thread-id"]] == "IO iothread0"
+    cost = cpu_delta(before, after)
+    roles = {r.role: r.threads for r in cost.roles}
+    # The monitor has an iothread of its own ("IO mon_iothread"); call_rcu is "other".
+    assert roles == {"vcpu": 2, "iothread": 2, "main loop": 1, "other": 1}
+    assert cost.role("vcpu") is not None and cost.appeared == cost.vanished == 0
+    with pytest.raises(ValueError):
+        cpu_delta(before, after, roles={1: "gpu"})
+
+
+def test_unnamed_qemu_threads_take_roles_from_qmp(tmp_path: Path, no_leftovers: None) -> None:
+    """Without debug-threads every thread is "qemu-system-x86"; QMP's thread ids say which are
+    vCPUs and iothreads."""
+    before, after, cpus, iothreads = _qemu(tmp_path, named=False)
+    assert {t.thread for t in after.threads} == {"qemu-system-x86"}
+    untold = {r.role: r.threads for r in cpu_delta(before, after).roles}
+    assert untold == {"main loop": 1, "other": 5}
+    told = {c["thread-id"]: "vcpu" for c in cpus} | {i["thread-id"]: "iothread"
+                                                     for i in iothreads}
+    roles = {r.role: r.threads for r in cpu_delta(before, after, roles=told).roles}
+    assert roles == {"vcpu": 2, "iothread": 1, "main loop": 1, "other": 2}
+
+
+def test_storage_daemon_threads_are_the_daemon(tmp_path: Path, no_leftovers: None) -> None:
+    """QEMU 7.2's qemu-storage-daemon cannot name its threads (no debug-threads option) and has
+    no query-iothreads: every thread is "qemu-storage-da" and counts as daemon."""
+    image = tmp_path / "disk.raw"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    qmp = tmp_path / "qmp.sock"
+    argv = ["qemu-storage-daemon", "--chardev", f"socket,id=m,path={qmp},server=on,wait=off",
+            "--monitor", "chardev=m", "--object", "iothread,id=iot0",
+            "--blockdev", f"driver=file,node-name=f,filename={image}"]
+    with managed(argv, log=tmp_path / "qsd.log") as proc:
+        assert wait_for(lambda: qmp.exists() or proc.poll() is not None, timeout=20)
+        before = snapshot([proc.pid])
+        time.sleep(0.2)
+        after = snapshot([proc.pid])
+    assert len(after.threads) >= 3
+    assert {t.thread for t in after.threads} == {"qemu-storage-da"}
+    cost = cpu_delta(before, after)
+    assert [(r.role, r.threads) for r in cost.roles] == [("daemon", len(after.threads))]
