@@ -68,7 +68,7 @@ def estimate_seconds(blocks: Sequence[Block], method: Method) -> float:
     """Planned wall time of some blocks (not counting preconditioning)."""
     total = 0.0
     for block in blocks:
-        per_trial = method.ramp + method.runtime + TRIAL_OVERHEAD
+        per_trial = method.ramp + method.window + TRIAL_OVERHEAD
         if block.config.mode == "guest":
             per_trial += GUEST_TRIAL_OVERHEAD
         total += SESSION_COST[block.config.mode] + per_trial * len(block.workloads)

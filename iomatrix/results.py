@@ -4,6 +4,8 @@ analysis, show, export and report."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from iomatrix.errors import FioParseError
@@ -106,6 +108,10 @@ class TrialRecord(_Frozen):
     ctx: int | None
     applied: dict[str, str]
     command: str
+    steady: dict[str, Any] = {}
+    """Whether and when the SNIA steady-state rule was met (empty for older runs)."""
+    cpu: dict[str, Any] = {}
+    """CPU cost of the trial: by role, per I/O and per MiB, context switches, perf counts."""
     samples: tuple[DirectionSample, ...]
     vm_samples: tuple[DirectionSample, ...] = ()
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""

@@ -19,7 +19,8 @@ from iomatrix.drivers.base import Driver, Session, driver_for
 from iomatrix.analysis.stats import needs_more
 from iomatrix.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
 from iomatrix.fio.jobfile import fill_text, job_text
-from iomatrix.fio.run import run_fio
+from iomatrix.fio.live import SteadyWatch
+from iomatrix.fio.run import output_path, run_fio
 from iomatrix.hostinfo import host_metadata
 from iomatrix.proc import require
 from iomatrix.plan import Block, estimate_seconds, plan, plan_round
@@ -28,6 +29,9 @@ from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
 from iomatrix.target import Workspace
+from iomatrix.telemetry.host import device_of
+from iomatrix.telemetry.perf import perf_problem
+from iomatrix.telemetry.probe import TrialProbe
 
 FIO_GRACE = 60.0
 
@@ -157,6 +161,12 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
     return drivers
 
 
+def _existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
 @contextmanager
 def _scratch(keep: bool) -> Iterator[Path]:
     """Sockets, job files and daemon logs of this run."""
@@ -184,6 +194,9 @@ class _Runner:
         self.measured = 0.0
         self.accelerator = "none"
         self.n = 0
+        target = suite.target.device or suite.target.directory
+        self.device = device_of(_existing(target)) if target is not None else None
+        self.perf = perf_problem()
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
         """The blocks with only the trials not stored yet (resume), empty blocks dropped."""
@@ -266,14 +279,22 @@ class _Runner:
         self._begin(config, workload, k)
         session.new_trial()
         started = now()
-        job = job_text(workload, target=session.fio_target(), ramp=self.method.ramp,
-                       runtime=self.method.runtime)
+        method = self.method
+        job = job_text(workload, target=session.fio_target(), ramp=method.ramp,
+                       runtime=method.window)
+        steady = method.steady_state and not session.client_ports()
+        watch = (SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
+                             min_seconds=method.min_runtime) if steady else None)
+        probe = TrialProbe(session.pids(), self.device, self.perf)
         try:
-            fio = run_fio(job, workdir=workdir,
-                          timeout=self.method.ramp + self.method.runtime + FIO_GRACE,
-                          extra_args=session.fio_args(), during=session.observe,
-                          during_at=self.method.ramp + self.method.runtime / 2,
-                          output_format=session.fio_output_format())
+            with probe:
+                fio = run_fio(job, workdir=workdir,
+                              timeout=method.ramp + method.window + FIO_GRACE,
+                              extra_args=session.fio_args(), during=session.observe,
+                              during_at=method.ramp + min(method.window, method.min_runtime
+                                                          if steady else method.window) / 2,
+                              output_format=session.fio_output_format(),
+                              stop_when=(lambda _: watch.poll().reached) if watch else None)
         except IomatrixError as exc:
             self._failed(config, workload, k, str(exc), started=started,
                          applied=session.applied(), command=session.command())
@@ -284,13 +305,17 @@ class _Runner:
         vm_samples = vm_samples_of(fio.result, session.client_ports())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
+        steady_state = (watch.finish().model_dump() if watch else
+                        {"checked": False, "reason": "steady_state is off" if not method.steady_state
+                         else "not checked for guests (fio client/server)"})
         self.store.record_trial(
             self.run_id, config.key, workload.key, k, status=status, reason=reason,
             started_at=started, samples=samples, vm_samples=vm_samples,
             wall_seconds=fio.wall_seconds,
             fio_version=fio.result.fio_version, usr_cpu=job_stats.usr_cpu,
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
-            accelerator=self.accelerator, applied=session.applied(), command=session.command())
+            accelerator=self.accelerator, applied=session.applied(), command=session.command(),
+            steady=steady_state, cpu=probe.cost(samples), telemetry=probe.host_series())
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -11,8 +12,13 @@ from pydantic import BaseModel, ConfigDict
 
 from iomatrix.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
+from iomatrix.fio.live import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.proc import orphan_guard, stop
+
+
+POLL_INTERVAL = 0.05
+"""How often a running fio is checked: its exit, the observation time, the stop condition."""
 
 
 class FioRun(BaseModel):
@@ -23,49 +29,61 @@ class FioRun(BaseModel):
     raw_json: str
     argv: tuple[str, ...]
     wall_seconds: float
+    stopped_early: bool = False
+    """fio was stopped (SIGINT) before its runtime ended, as ``stop_when`` asked."""
 
 
 def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             extra_args: Sequence[str] = (), during: Callable[[int], None] | None = None,
-            during_at: float = 0.0, output_format: str = "json") -> FioRun:
+            during_at: float = 0.0, output_format: str = "json",
+            stop_when: Callable[[float], bool] | None = None) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
-    ``during_at`` seconds after start, while fio runs (for /proc observation)."""
+    ``during_at`` seconds after start, while fio runs (for /proc observation). With
+    ``stop_when``, fio writes a status object every second to its output (``output_path``) and
+    gets SIGINT as soon as ``stop_when(elapsed)`` is true; fio then stops its jobs and writes a
+    final result, which is the one parsed."""
     job_path = workdir / "job.fio"
-    out_path = workdir / "fio.json"
+    out_path = output_path(workdir)
+    console_path = workdir / "fio.console"
     job_path.write_text(job)
     out_path.unlink(missing_ok=True)
-    argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *extra_args,
-            str(job_path))
+    status = ["--status-interval=1"] if stop_when is not None else []
+    argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
+            *extra_args, str(job_path))
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(orphan_guard(argv), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        with open(console_path, "wb") as console:   # a file: fio can never block on a pipe
+            proc = subprocess.Popen(orphan_guard(argv), stdout=console, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         raise FioFailed(f"cannot start fio: {exc.strerror or exc}", argv=argv,
                         returncode=None) from exc
+    interrupted = False
     try:
-        if during is not None:
-            try:
-                proc.wait(timeout=during_at)
-            except subprocess.TimeoutExpired:
-                during(proc.pid)
-        try:
-            console, _ = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
-        except subprocess.TimeoutExpired as exc:
-            raise FioFailed(f"fio did not finish within {timeout:.0f} s", argv=argv,
-                            returncode=None) from exc
+        pending = during
+        while proc.poll() is None:
+            elapsed = time.monotonic() - t0
+            if pending is not None and elapsed >= during_at:
+                pending(proc.pid)
+                pending = None
+            if stop_when is not None and not interrupted and stop_when(elapsed):
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+            if elapsed > timeout:
+                raise FioFailed(f"fio did not finish within {timeout:.0f} s", argv=argv,
+                                returncode=None)
+            time.sleep(POLL_INTERVAL)
     finally:
         stop(proc, timeout=5)
     wall = time.monotonic() - t0
-    text = console.decode(errors="replace")
+    text = console_path.read_text(errors="replace") if console_path.exists() else ""
     raw = out_path.read_text(errors="replace") if out_path.exists() else ""
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not (interrupted and proc.returncode == SIGINT_EXIT):
         detail = _first_error(text + raw) or f"exit {proc.returncode}"
         raise FioFailed(f"fio failed: {detail}", argv=argv, returncode=proc.returncode,
                         output=(text + raw)[-4000:])
     try:
-        result = parse_fio_output(raw)
+        result = last_result(raw) if stop_when is not None else parse_fio_output(raw)
     except FioParseError as exc:
         raise FioFailed(f"fio printed no usable result: {exc}", argv=argv,
                         returncode=proc.returncode, output=text[-4000:]) from exc
@@ -74,7 +92,13 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             raise FioFailed(f"fio job {job_stats.name} ended with error {job_stats.error}: "
                             f"{_first_error(text) or 'see fio output'}", argv=argv,
                             returncode=proc.returncode, output=text[-4000:])
-    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall)
+    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall,
+                  stopped_early=interrupted)
+
+
+def output_path(workdir: Path) -> Path:
+    """Where run_fio has fio write its JSON (and, with stop_when, its status objects)."""
+    return workdir / "fio.json"
 
 
 def _first_error(text: str) -> str:

@@ -99,7 +99,9 @@ class Store:
                      fio_version: str | None = None, usr_cpu: float | None = None,
                      sys_cpu: float | None = None, ctx: int | None = None,
                      fio_json: str | None = None, accelerator: str = "none",
-                     applied: Mapping[str, str] | None = None, command: str = "") -> int:
+                     applied: Mapping[str, str] | None = None, command: str = "",
+                     steady: Mapping[str, Any] | None = None, cpu: Mapping[str, Any] | None = None,
+                     telemetry: Mapping[str, Any] | None = None) -> int:
         """One trial and its samples, atomically; the trial's id."""
         with self._transaction():
             cid = self._id("configurations", run_id, config_key)
@@ -107,12 +109,14 @@ class Store:
             trial_id = self.conn.execute(
                 "INSERT INTO trials (run_id, configuration_id, workload_id, sample_index, status, "
                 "reason, started_at, wall_seconds, fio_version, usr_cpu, sys_cpu, ctx, fio_json, "
-                "accelerator, applied_json, command) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "accelerator, applied_json, command, steady_json, cpu_json, telemetry_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, cid, wid, sample_index, status, reason, started_at, wall_seconds,
                  fio_version, usr_cpu, sys_cpu, ctx,
                  zlib.compress(fio_json.encode()) if fio_json else None, accelerator,
-                 json.dumps(dict(applied or {}), sort_keys=True), command)).lastrowid
+                 json.dumps(dict(applied or {}), sort_keys=True), command,
+                 json.dumps(dict(steady or {})), json.dumps(dict(cpu or {})),
+                 json.dumps(dict(telemetry or {})))).lastrowid
             placeholders = ", ".join("?" * (len(_SAMPLE_COLUMNS) + 1))
             for s in samples:
                 self.conn.execute(
@@ -185,12 +189,14 @@ class Store:
             TrialRecord(id=r[0], config_key=r[1], workload_key=r[2], sample_index=r[3], status=r[4],
                         reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
                         usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
-                        command=r[13], samples=tuple(samples.get(r[0], ())),
+                        command=r[13], steady=json.loads(r[14]), cpu=json.loads(r[15]),
+                        samples=tuple(samples.get(r[0], ())),
                         vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
                 "SELECT t.id, c.key, w.key, t.sample_index, t.status, t.reason, t.started_at, "
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
-                "t.command FROM trials t JOIN configurations c ON c.id = t.configuration_id "
+                "t.command, t.steady_json, t.cpu_json FROM trials t "
+                "JOIN configurations c ON c.id = t.configuration_id "
                 "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ? ORDER BY t.id",
                 (run_id,)))
         return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
@@ -198,6 +204,12 @@ class Store:
                          iomatrix_version=row[8], host=json.loads(row[9]),
                          notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
                          workloads=workloads, trials=trials)
+
+    def telemetry(self, trial_id: int) -> dict[str, Any]:
+        """The host time series recorded during a trial (disk utilization, interrupts, ...)."""
+        row = self.conn.execute("SELECT telemetry_json FROM trials WHERE id = ?",
+                                (trial_id,)).fetchone()
+        return json.loads(row[0]) if row else {}
 
     def fio_json(self, trial_id: int) -> str | None:
         """The raw fio JSON stored with a trial."""

@@ -183,6 +183,12 @@ class Method(_Frozen):
     max_samples: int = Field(default=10, ge=1, le=1000)
     seed: int | None = None
     """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
+    steady_state: bool = False
+    """Run each trial until its per-second IOPS meet the SNIA PTS rule (last 5 seconds: range
+    <= 20 % of their mean, least-squares excursion <= 10 %), between min_runtime and
+    max_runtime; runtime is then not used. Host and blocklayer modes."""
+    min_runtime: Duration = 5.0
+    max_runtime: Duration = 60.0
     baseline: bool = False
     """Also measure every workload in host mode on the same target (the bare-metal baseline)."""
     engine: Literal["libaio", "io_uring", "psync"] = "libaio"
@@ -205,6 +211,20 @@ class Method(_Frozen):
         if value < 0.5:
             raise ValueError("runtime must be at least 500ms")
         return value
+
+    @model_validator(mode="after")
+    def _runtimes(self) -> "Method":
+        if self.steady_state and not 5 <= self.min_runtime <= self.max_runtime:
+            raise ValueError("steady_state needs 5s <= min_runtime <= max_runtime "
+                             "(the rule looks at the last 5 one-second intervals)")
+        if self.max_samples < self.samples:
+            raise ValueError(f"max_samples ({self.max_samples}) is below samples ({self.samples})")
+        return self
+
+    @property
+    def window(self) -> float:
+        """The longest measurement window of a trial (ramp excluded)."""
+        return self.max_runtime if self.steady_state else self.runtime
 
 
 class Suite(_Frozen):

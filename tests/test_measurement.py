@@ -1,0 +1,125 @@
+"""Measurement you can trust, for real: steady state stops fio early, CPU accounting agrees with
+fio's own, bare-metal efficiency, adaptive repetition, telemetry stored per trial."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iomatrix.runner import run_suite
+from iomatrix.store import Store
+from iomatrix.suite import load_suite
+from tests.conftest import write_suite
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path: Path, body: str):  # type: ignore[no-untyped-def]
+    suite = load_suite(write_suite(tmp_path, body, size="64MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store)
+        return outcome, store.load_run(outcome.run_id), store
+
+
+def test_steady_state_stops_fio_early_and_is_stored(tmp_path: Path, no_leftovers: None) -> None:
+    body = """
+[workloads]
+rw = "randread"
+iodepth = 8
+[method]
+mode = "host"
+ramp = "1s"
+steady_state = true
+min_runtime = "5s"
+max_runtime = "30s"
+"""
+    outcome, stored, _ = run(tmp_path, body)
+    (trial,) = stored.trials
+    assert trial.status == "ok"
+    steady = trial.steady
+    # a host file at native speed settles quickly: fio was stopped well before max_runtime
+    assert steady["reached"] is True and 5 <= steady["at_seconds"] < 30
+    assert trial.samples[0].runtime_ms < 29_000
+    assert steady["range_ratio"] <= 0.2 and steady["excursion_ratio"] <= 0.1
+
+
+def test_cpu_accounting_and_telemetry(tmp_path: Path, no_leftovers: None) -> None:
+    body = """
+[matrix]
+aio = "io_uring"
+cache = "none"
+iothread = false
+[workloads]
+rw = "randwrite"
+iodepth = 16
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = 0
+runtime = "3s"
+"""
+    outcome, stored, store = run(tmp_path, body)
+    assert outcome.trials_failed == 0
+    for t in stored.trials:
+        cpu = t.cpu
+        # the host fio's CPU from getrusage agrees with fio's own usr+sys (% of its runtime):
+        # both count the job process; ticks are 10 ms, fio adds start-up/teardown
+        runtime_s = t.samples[0].runtime_ms / 1000
+        fio_own = (t.usr_cpu + t.sys_cpu) / 100 * runtime_s
+        assert cpu["cpu_s_by_role"]["fio (host)"] == pytest.approx(fio_own, rel=0.25, abs=0.05)
+        assert cpu["ios"] == t.samples[0].total_ios and cpu["cpu_us_per_io"] > 0
+        assert cpu["voluntary_csw"] > 0
+        assert isinstance(cpu["perf"], (str, dict))
+        with Store(tmp_path / "r.db") as reopened:
+            series = reopened.telemetry(t.id)
+        assert series["t"] and series["ctxt_per_s"] and max(series["ctxt_per_s"]) > 0
+        if t.config_key != "host":
+            # the daemon's own threads did work too
+            assert cpu["cpu_s_by_role"].get("daemon", 0) > 0
+
+
+def test_bare_metal_efficiency_in_show(tmp_path: Path, no_leftovers: None) -> None:
+    body = """
+[matrix]
+aio = "threads"
+cache = "none"
+iothread = false
+[workloads]
+iodepth = 8
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = 0
+runtime = "1s"
+"""
+    run(tmp_path, body)
+    out = subprocess.run([sys.executable, "-m", "iomatrix", "show", "1", "--db", "r.db"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "% bare IOPS" in out and "+lat µs" in out
+    row = next(line for line in out.splitlines() if line.startswith(" blocklayer"))
+    pct = float(next(tok for tok in row.split() if tok.endswith("%") and not tok.startswith("±"))[:-1])
+    assert 1 < pct < 200
+
+
+def test_adaptive_repetition_reaches_the_target_or_the_cap(tmp_path: Path, no_leftovers: None) -> None:
+    body = """
+[workloads]
+iodepth = [1, 8]
+[method]
+mode = "host"
+ramp = 0
+runtime = "1s"
+samples = 2
+target_ci = "5%"
+max_samples = 5
+seed = 3
+"""
+    outcome, stored, _ = run(tmp_path, body)
+    from iomatrix.analysis.points import points
+    for p in points(stored):
+        assert 3 <= p.samples <= 5             # at least 3 for a CI, at most the cap
+        if p.samples < 5:
+            assert p.iops_ci is not None and p.iops_ci.relative <= 0.05
