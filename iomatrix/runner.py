@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from iomatrix.drivers.base import Driver, Session, driver_for
 from iomatrix.analysis.stats import needs_more
-from iomatrix.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
+from iomatrix.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
+                             TrialFailed)
 from iomatrix.fio.jobfile import fill_text, job_text
 from iomatrix.fio.live import SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
@@ -34,6 +35,9 @@ from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
 
 FIO_GRACE = 60.0
+SCRATCH_MAX = 90
+"""Longest scratch path: sockets go up to 18 characters below it, and a UNIX socket path has
+at most 107."""
 
 
 class Progress(Protocol):
@@ -172,6 +176,11 @@ def _scratch(keep: bool) -> Iterator[Path]:
     """Sockets, job files and daemon logs of this run."""
     # resolved: mount points are compared with /proc/self/mountinfo, which holds real paths
     path = Path(tempfile.mkdtemp(prefix="iomatrix-run-")).resolve()
+    if len(str(path)) > SCRATCH_MAX:
+        shutil.rmtree(path, ignore_errors=True)
+        raise EnvironmentProblem(f"scratch directory {path} is too long for the UNIX sockets "
+                                 f"placed in it (over {SCRATCH_MAX} characters)",
+                                 hint="set TMPDIR to a shorter directory, e.g. /tmp")
     try:
         yield path
     finally:

@@ -144,7 +144,7 @@ class GuestDriver(Driver):
                 guests.append(guest)
                 procs.append(proc)
             disk = self._wait_ready(config, guests, procs)
-            hosts = self.workdir / f"boot{self.boots}" / "hosts.list"
+            hosts = self.workdir / f"b{self.boots}" / "hosts.list"
             hosts.write_text("".join(f"ip:127.0.0.1,{g.port}\n" for g in guests))
             applied, wrong = self._verify(config, guests[0], disk)
             stack.callback(self._quit, guests, procs)
@@ -153,7 +153,8 @@ class GuestDriver(Driver):
     # -- start and stop ----------------------------------------------------------------------
     def _start(self, stack: contextlib.ExitStack, config: Configuration, image: Image,
                index: int) -> tuple[Guest, object]:
-        run_dir = self.workdir / f"boot{self.boots}" / f"vm{index}"
+        # short names: UNIX socket paths must stay under 108 bytes
+        run_dir = self.workdir / f"b{self.boots}" / f"v{index}"
         run_dir.mkdir(parents=True, exist_ok=True)
         logs = self.workdir / f"boot{self.boots}-vm{index}"
         console = Path(f"{logs}-console.log")
@@ -163,7 +164,7 @@ class GuestDriver(Driver):
         daemon_argv: list[str] = []
         daemon_pid = None
         if config.data_path == "vhost-user-blk":
-            vhost_socket, daemon_qmp = run_dir / "vub.sock", run_dir / "qsd-qmp.sock"
+            vhost_socket, daemon_qmp = run_dir / "vub", run_dir / "dqmp"
             daemon_argv = vhost_daemon_argv(
                 config, image, socket=vhost_socket, qmp_socket=daemon_qmp,
                 num_queues=vhost_num_queues(config, self.method.vcpus),
@@ -185,7 +186,7 @@ class GuestDriver(Driver):
             append=kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator),
             accel=self.accelerator,
             vcpus=self.method.vcpus, memory_bytes=self.method.memory,
-            qmp_socket=run_dir / "qmp.sock", serial_log=console, host_port=port,
+            qmp_socket=run_dir / "qmp", serial_log=console, host_port=port,
             guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}")
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
         proc = stack.enter_context(managed(argv, log=Path(f"{logs}-qemu.log"), stop_timeout=5))
