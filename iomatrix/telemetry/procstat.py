@@ -35,7 +35,20 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ThreadSample(_Frozen):
+class _Counters(_Frozen):
+    """CPU time and context switches (of one thread, or summed over threads)."""
+
+    user_s: float
+    sys_s: float
+    voluntary: int
+    involuntary: int
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
+
+
+class ThreadSample(_Counters):
     """One thread's counters at one moment."""
 
     pid: int
@@ -46,14 +59,6 @@ class ThreadSample(_Frozen):
     """The process's command name (its main thread's comm, at most 15 characters)."""
     thread: str
     """The thread's name: "CPU 0/KVM", "IO iothread0", "worker", "qemu-system-x86", "fio"."""
-    user_s: float
-    sys_s: float
-    voluntary: int
-    involuntary: int
-
-    @property
-    def cpu_s(self) -> float:
-        return self.user_s + self.sys_s
 
 
 class ProcessSample(_Frozen):
@@ -78,19 +83,11 @@ class ThreadTimes(_Frozen):
     threads: tuple[ThreadSample, ...]
 
 
-class RoleCost(_Frozen):
+class RoleCost(_Counters):
     """CPU time and context switches of the threads of one role between two snapshots."""
 
     role: str
     threads: int
-    user_s: float
-    sys_s: float
-    voluntary: int
-    involuntary: int
-
-    @property
-    def cpu_s(self) -> float:
-        return self.user_s + self.sys_s
 
 
 class CpuCost(_Frozen):
