@@ -16,7 +16,6 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.drivers.base import Driver, Session, driver_for
-from iomatrix.analysis.stats import needs_more
 from iomatrix.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
                              TrialFailed)
 from iomatrix.fio.jobfile import fill_text, job_text
@@ -242,6 +241,8 @@ class _Runner:
 
     def _points_needing_more(self) -> list[tuple[str, str]]:
         """(configuration, workload) pairs whose mean IOPS is not yet known within target_ci."""
+        from iomatrix.analysis.stats import needs_more  # scipy: loaded only when asked for
+
         assert self.method.target_ci is not None
         iops: dict[tuple[str, str], list[float]] = {}
         for t in self.store.load_run(self.run_id).trials:
