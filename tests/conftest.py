@@ -71,3 +71,15 @@ def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
     finally:
         subprocess.run(["umount", dev], capture_output=True)
         subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def kernel() -> Path:
+    """A standard Linux kernel to boot (the host's, or Debian's fetched once), or skip."""
+    from iomatrix.appliance.kernel import find_kernel
+    from iomatrix.errors import IomatrixError
+
+    try:
+        return find_kernel()
+    except IomatrixError as e:
+        pytest.skip(f"no kernel to boot: {e}")

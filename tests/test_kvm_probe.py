@@ -19,14 +19,6 @@ from tests.conftest import our_processes
 EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
 
 
-@pytest.fixture(scope="module")
-def kernel() -> Path:
-    try:
-        return find_kernel()
-    except EnvironmentProblem as e:
-        pytest.skip(f"no kernel to boot: {e}")
-
-
 @pytest.fixture(autouse=True)
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Probe temp dirs go under tmp_path, so a leftover QEMU is recognisable by its command line;

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.appliance.kernel import find_kernel
-from iomatrix.errors import InvalidCombination, IomatrixError
+from iomatrix.errors import InvalidCombination
 from iomatrix.proc import managed, read_text, run, wait_for, which
 from iomatrix.qemu import args
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
@@ -28,14 +27,6 @@ START_TIMEOUT = 15.0
 
 pytestmark = pytest.mark.skipif(not which("qemu-system-x86_64") or not which("qemu-storage-daemon"),
                                 reason="QEMU 7.2 (qemu-system-x86, qemu-system-common) not installed")
-
-
-@pytest.fixture(scope="module")
-def kernel() -> Path:
-    try:
-        return find_kernel()
-    except IomatrixError as e:
-        pytest.skip(f"no kernel for -kernel: {e}")
 
 
 @pytest.fixture
