@@ -54,6 +54,10 @@ def error(extra: str, base: str = BASE) -> str:
     ("[method]\nruntime = '100ms'\n", "[method] runtime = '100ms': runtime must be at least 500ms"),
     ("[method]\nsamples = 0\n", "[method] samples = 0"),
     ("[method]\nengine = 'spdk'\n", "[method] engine = 'spdk'"),
+    ("[method]\ntarget_ci = 'two'\n", "[method] target_ci = 'two': not a percentage"),
+    ("[method]\ntarget_ci = '150%'\n", "[method] target_ci = '150%'"),
+    ("[method]\nsamples = 5\nmax_samples = 3\n", "max_samples (3) is below samples (5)"),
+    ("[method]\nsteady_state = true\nmin_runtime = '2s'\n", "steady_state needs 5s <= min_runtime"),
     ("[extra]\nx = 1\n", "t.toml: [extra]: unknown table"),
 ])
 def test_bad_values_name_file_key_and_value(extra: str, expected: str) -> None:

@@ -60,11 +60,14 @@ def _duration(value: Any) -> float:
 
 def _fraction(value: Any) -> float:
     """ "2%" or 0.02 → 0.02."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        return float(value.strip()[:-1]) / 100
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"not a percentage: {value!r} (write e.g. \"2%\")")
-    return float(value)
+    try:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return float(value.strip()[:-1]) / 100
+        if not isinstance(value, bool) and isinstance(value, (int, float, str)):
+            return float(value)
+    except ValueError:
+        pass
+    raise ValueError(f"not a percentage: {value!r} (write e.g. \"2%\")")
 
 
 def _sector_multiple(value: int) -> int:
