@@ -28,7 +28,7 @@ from iomatrix.results import StoredRun, samples_of, vm_samples_of
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
-from iomatrix.target import Workspace
+from iomatrix.target import Workspace, nearest_existing
 from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -164,12 +164,6 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
     return drivers
 
 
-def _existing(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
-
-
 @contextmanager
 def _scratch(keep: bool) -> Iterator[Path]:
     """Sockets, job files and daemon logs of this run."""
@@ -203,7 +197,7 @@ class _Runner:
         self.accelerator = "none"
         self.n = 0
         target = suite.target.device or suite.target.directory
-        self.device = device_of(_existing(target)) if target is not None else None
+        self.device = device_of(nearest_existing(target)) if target is not None else None
         self.perf = perf_problem()
 
     def _todo(self, blocks: list[Block]) -> list[Block]:

@@ -78,9 +78,7 @@ class Workspace:
             return self
         assert self.target.directory is not None and self.target.size is not None
         parent = self.target.directory
-        existing = parent
-        while not existing.exists():
-            existing = existing.parent
+        existing = nearest_existing(parent)
         if not existing.is_dir():
             raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
         need = sum(_footprint(self.target.size, fmt) for fmt, _, _ in specs) + MARGIN
@@ -152,6 +150,13 @@ class Workspace:
             image = Image(path=path, format=fmt, preallocation=prealloc, size=self.size)
         self._images[spec] = image
         return image
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` itself, or its closest ancestor that exists (a target not created yet)."""
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def _footprint(size: int, fmt: str) -> int:
