@@ -32,6 +32,23 @@ class Point(BaseModel):
     iops_ci: Interval | None = None
     """95 % confidence interval of the mean IOPS (t, or bootstrap when skewed); None below 2
     samples."""
+    iops_samples: tuple[float, ...] = ()
+    """Each ok sample's IOPS (read + write), in trial order: what significance tests compare."""
+    bw_samples: tuple[float, ...] = ()
+    lat_mean_samples: tuple[float, ...] = ()
+    """Each ok sample's mean latency (ns) where fio reported one."""
+    lat_p99_samples: tuple[float, ...] = ()
+
+    def values(self, metric: str) -> tuple[float, ...]:
+        """The per-sample values of ``metric``: iops, bw_bytes, lat_mean_ns or lat_p99_ns."""
+        try:
+            return getattr(self, _SAMPLES[metric])
+        except KeyError:
+            raise ValueError(f"{metric!r}: not a metric; choose one of {', '.join(_SAMPLES)}") from None
+
+
+_SAMPLES = {"iops": "iops_samples", "bw_bytes": "bw_samples", "lat_mean_ns": "lat_mean_samples",
+            "lat_p99_ns": "lat_p99_samples"}
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -61,19 +78,25 @@ def points(run: StoredRun) -> list[Point]:
             if not trials:
                 continue
             ok = [t for t in trials if t.status == "ok"]
+            iops = [sum(s.iops for s in t.samples) for t in ok]
+            lat_mean = [_weighted(t.samples, "lat_mean_ns") for t in ok]
+            lat_p99 = [_weighted(t.samples, "p99_ns") for t in ok]
             out.append(Point(
                 config_key=config.key, workload_key=workload.key, samples=len(ok),
                 failed=len(trials) - len(ok),
                 read_iops=_mean([_direction(t, "read") for t in ok]),
                 write_iops=_mean([_direction(t, "write") for t in ok]),
-                iops=_mean([sum(s.iops for s in t.samples) for t in ok]),
+                iops=_mean(iops),
                 bw_bytes=_mean([sum(s.bw_bytes for s in t.samples) for t in ok]),
-                lat_mean_ns=_mean([_weighted(t.samples, "lat_mean_ns") for t in ok]),
+                lat_mean_ns=_mean(lat_mean),
                 lat_p50_ns=_mean([_weighted(t.samples, "p50_ns") for t in ok]),
-                lat_p99_ns=_mean([_weighted(t.samples, "p99_ns") for t in ok]),
+                lat_p99_ns=_mean(lat_p99),
                 usr_cpu=_mean([t.usr_cpu for t in ok]),
                 sys_cpu=_mean([t.sys_cpu for t in ok]),
-                iops_ci=(confidence_interval([sum(s.iops for s in t.samples) for t in ok])
-                         if len(ok) >= 2 else None),
+                iops_ci=confidence_interval(iops) if len(ok) >= 2 else None,
+                iops_samples=tuple(iops),
+                bw_samples=tuple(sum(s.bw_bytes for s in t.samples) for t in ok),
+                lat_mean_samples=tuple(v for v in lat_mean if v is not None),
+                lat_p99_samples=tuple(v for v in lat_p99 if v is not None),
             ))
     return out

@@ -343,6 +343,10 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
 
 app.add_typer(appliance_app)
 
+# Commands kept in their own modules register themselves on ``app`` when imported (each does
+# ``from iomatrix.cli.app import app`` and decorates its functions with ``@app.command()``).
+from iomatrix.cli import analyze, compare, ingest, recommend  # noqa: E402,F401
+
 
 def main() -> None:
     """Console entry point: runs the app and turns errors into one stderr line and an exit code."""

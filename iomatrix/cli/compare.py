@@ -1,0 +1,1 @@
+"""``iomatrix compare RUN_A RUN_B``: the same points across two runs."""

@@ -1,0 +1,1 @@
+"""``iomatrix import DIR``: existing fio JSON results stored as a run."""

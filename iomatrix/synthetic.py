@@ -1,0 +1,66 @@
+"""Synthetic runs: made-up results written to a real store, for the tests and benchmarks of the
+analysis and the report (hand-computed datasets, or 10,000 points at once). Nothing here is ever
+measured: every synthetic run is named "synthetic" and carries a note saying so."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
+
+from iomatrix.results import DirectionSample
+from iomatrix.store import Store
+from iomatrix.suite.model import Configuration, Workload
+
+NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
+
+
+class Figures(NamedTuple):
+    """One sample of one point: IOPS, bandwidth (bytes/s), mean and p99 latency (ns)."""
+
+    iops: float
+    bw_bytes: float
+    lat_mean_ns: float
+    p99_ns: float
+
+
+Generator = Callable[[Configuration, Workload, int], Figures | None]
+"""(configuration, workload, sample index) → its figures, or None for a failed trial."""
+
+
+def configurations(mode: str, axes: Mapping[str, Iterable[object]]) -> list[Configuration]:
+    """Every combination of ``axes`` (axis → values, as Configuration fields) in ``mode``."""
+    names = list(axes)
+    return [Configuration(mode=mode, **dict(zip(names, combo)))  # type: ignore[arg-type]
+            for combo in itertools.product(*(list(axes[n]) for n in names))]
+
+
+def write_run(store: Store, configs: list[Configuration], workloads: list[Workload],
+              figures: Generator, *, samples: int = 3, accelerator: str = "none",
+              host: Mapping[str, str] | None = None, name: str = "synthetic") -> int:
+    """A finished run in ``store`` whose trials carry ``figures``; returns its id. Each trial's
+    one direction is the workload's (read for reads and mixed workloads, write for writes)."""
+    run_id = store.create_run(
+        suite_name=name, suite_source="synthetic", suite_text=f'[suite]\nname = "{name}"\n',
+        host=dict(host or {"hostname": "synthetic", "target": "synthetic", "target_fs": "none"}),
+        accelerator=accelerator, notes=[NOTE], configs=configs, workloads=workloads, seed=0)
+    for index in range(samples):
+        for config in configs:
+            for workload in workloads:
+                f = figures(config, workload, index)
+                if f is None:
+                    store.record_trial(run_id, config.key, workload.key, index, status="failed",
+                                       started_at="2026-01-01T00:00:00", reason="synthetic failure",
+                                       accelerator=accelerator)
+                    continue
+                direction = "write" if "write" in workload.rw and "rw" not in workload.rw else "read"
+                sample = DirectionSample(
+                    direction=direction, iops=f.iops, bw_bytes=f.bw_bytes,
+                    io_bytes=int(f.bw_bytes * 10), total_ios=max(1, int(f.iops * 10)),
+                    runtime_ms=10_000, lat_mean_ns=f.lat_mean_ns, p50_ns=f.lat_mean_ns,
+                    p99_ns=f.p99_ns)
+                store.record_trial(run_id, config.key, workload.key, index, status="ok",
+                                   started_at="2026-01-01T00:00:00", samples=[sample],
+                                   wall_seconds=10.0, accelerator=accelerator)
+    store.finish_run(run_id, "complete")
+    return run_id
