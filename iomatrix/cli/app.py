@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import signal
 import sys
 from pathlib import Path
@@ -262,48 +260,18 @@ def export(
     db: Db = DEFAULT_DB,
 ) -> None:
     """Export a run's raw samples as CSV or JSON."""
+    from iomatrix.export import samples_csv
+
     if format not in ("csv", "json"):
         raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
     with _store(db) as store:
         stored = store.load_run(store.resolve(run_ref))
-    text = stored.model_dump_json(indent=1) if format == "json" else _csv(stored)
+    text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
         output.write_text(text)
         err.print(f"wrote {output}")
-
-
-def _csv(stored) -> str:  # type: ignore[no-untyped-def]
-    configs = {c.key: c for c in stored.configs}
-    workloads = {w.key: w for w in stored.workloads}
-    axes = sorted({k for c in stored.configs for k in c.params})
-    fields = ["run", "configuration", "mode", *axes, "rw", "bs", "iodepth", "numjobs", "rate_iops",
-              "sample", "status", "reason", "accelerator", "emulated", "vm", "direction", "iops",
-              "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns",
-              "p99_99_ns", "usr_cpu", "sys_cpu", "ctx", "started_at"]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    for t in stored.trials:
-        c, w = configs[t.config_key], workloads[t.workload_key]
-        base = {"run": stored.id, "configuration": c.key, "mode": c.mode,
-                **{a: c.params.get(a, "") for a in axes}, "rw": w.rw, "bs": w.bs,
-                "iodepth": w.iodepth, "numjobs": w.numjobs, "rate_iops": w.rate_iops,
-                "sample": t.sample_index, "status": t.status, "reason": t.reason or "",
-                "accelerator": t.accelerator, "emulated": t.accelerator == "tcg",
-                "usr_cpu": t.usr_cpu, "sys_cpu": t.sys_cpu, "ctx": t.ctx,
-                "started_at": t.started_at}
-        # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
-        for s in [*(t.samples or [None]), *t.vm_samples]:
-            row = dict(base)
-            if s is not None:
-                row["vm"] = "" if s.vm is None else s.vm
-                row.update({k: getattr(s, k) for k in ("direction", "iops", "bw_bytes",
-                            "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns",
-                            "p99_9_ns", "p99_99_ns")})
-            writer.writerow(row)
-    return buf.getvalue()
 
 
 @app.command()
@@ -345,7 +313,9 @@ app.add_typer(appliance_app)
 
 # Commands kept in their own modules register themselves on ``app`` when imported (each does
 # ``from iomatrix.cli.app import app`` and decorates its functions with ``@app.command()``).
-from iomatrix.cli import analyze, compare, ingest, recommend  # noqa: E402,F401
+from iomatrix.cli import analyze, compare, ingest, recommend  # noqa: E402
+
+COMMAND_MODULES = (analyze, compare, ingest, recommend)
 
 
 def main() -> None:
