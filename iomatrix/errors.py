@@ -91,3 +91,7 @@ class RunNotFound(IomatrixError):
     """No stored run matches the given id."""
 
     hint = "list the stored runs with `iomatrix runs`"
+
+
+class AnalysisError(IomatrixError):
+    """An analysis asked of a run that it cannot answer: no such axis, level or metric."""

@@ -19,7 +19,7 @@ from iomatrix.drivers.base import Driver, Session, driver_for
 from iomatrix.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
                              TrialFailed)
 from iomatrix.fio.jobfile import fill_text, job_text
-from iomatrix.fio.live import SteadyWatch
+from iomatrix.fio.live import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.hostinfo import host_metadata
 from iomatrix.proc import require
@@ -286,9 +286,14 @@ class _Runner:
         method = self.method
         job = job_text(workload, target=session.fio_target(), ramp=method.ramp,
                        runtime=method.window)
-        steady = method.steady_state and not session.client_ports()
-        watch = (SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
-                             min_seconds=method.min_runtime) if steady else None)
+        guests = bool(session.client_ports())
+        watch: SteadyWatch | CounterWatch | None = None
+        if method.steady_state and guests:
+            watch = CounterWatch(session.completed_ios, ramp_s=method.ramp,
+                                 min_seconds=method.min_runtime)
+        elif method.steady_state:
+            watch = SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
+                                min_seconds=method.min_runtime)
         probe = TrialProbe(session.pids(), self.device, self.perf)
         try:
             with probe:
@@ -296,9 +301,10 @@ class _Runner:
                               timeout=method.ramp + method.window + FIO_GRACE,
                               extra_args=session.fio_args(), during=session.observe,
                               during_at=method.ramp + min(method.window, method.min_runtime
-                                                          if steady else method.window) / 2,
+                                                          if watch else method.window) / 2,
                               output_format=session.fio_output_format(),
-                              stop_when=(lambda _: watch.poll().reached) if watch else None)
+                              stop_when=(lambda _: watch.poll().reached) if watch else None,
+                              status_stream=not guests)
         except IomatrixError as exc:
             self._failed(config, workload, k, str(exc), started=started,
                          applied=session.applied(), command=session.command())
@@ -309,9 +315,7 @@ class _Runner:
         vm_samples = vm_samples_of(fio.result, session.client_ports())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
-        steady_state = (watch.finish().model_dump() if watch else
-                        {"checked": False, "reason": "steady_state is off" if not method.steady_state
-                         else "not checked for guests (fio client/server)"})
+        steady_state = _steady_record(watch)
         self.store.record_trial(
             self.run_id, config.key, workload.key, k, status=status, reason=reason,
             started_at=started, samples=samples, vm_samples=vm_samples,
@@ -341,3 +345,15 @@ class _Runner:
                                 command=command, accelerator=self.accelerator)
         self.failed += 1
         self.progress.trial_finished(self.n, False, reason)
+
+
+def _steady_record(watch: "SteadyWatch | CounterWatch | None") -> dict[str, object]:
+    """What is stored about steady state with a trial."""
+    if watch is None:
+        return {"checked": False, "reason": "steady_state is off"}
+    if isinstance(watch, CounterWatch):
+        if watch.unavailable:
+            return {"checked": False,
+                    "reason": "QEMU's device counters are unavailable (vhost-user-blk)"}
+        return watch.finish().model_dump() | {"checked": True, "source": "QEMU device counters"}
+    return watch.finish().model_dump() | {"checked": True, "source": "fio status stream"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -83,3 +84,25 @@ def kernel() -> Path:
         return find_kernel()
     except IomatrixError as e:
         pytest.skip(f"no kernel to boot: {e}")
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """The iomatrix command line run in-process as a user runs it, through ``main`` (which turns
+    errors into one line and an exit status): the status, and stdout followed by stderr."""
+    import contextlib
+    import io
+
+    from iomatrix.cli.app import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["iomatrix", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+    return code, stdout.getvalue() + stderr.getvalue()

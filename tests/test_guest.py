@@ -97,6 +97,26 @@ def test_two_guests_give_per_vm_and_aggregate_results(tmp_path: Path, no_leftove
     assert fio_reads <= qemu_reads <= fio_reads * 1.2 + 64
 
 
+def test_guest_steady_state_follows_qemu_counters_and_stops_fio(tmp_path: Path,
+                                                                 no_leftovers: None) -> None:
+    """fio's client prints its status objects only at the end, so a guest's steady state is
+    judged from QEMU's device counters; a rate-limited job is steady and is stopped early."""
+    body = ("[matrix]\ncontroller = 'virtio-blk'\niothread = false\n"
+            + METHOD.replace('iodepth = 4', 'iodepth = 4\nrate_iops = 300')
+                    .replace('runtime = "1s"', 'steady_state = true\nmin_runtime = "5s"\n'
+                                                'max_runtime = "40s"'))
+    outcome, stored = run(tmp_path, body)
+    assert outcome.trials_failed == 0, [t.reason for t in stored.trials]
+    (trial,) = stored.trials
+    steady = trial.steady
+    assert steady["checked"] is True and steady["source"] == "QEMU device counters"
+    assert steady["reached"] is True and 5 <= steady["at_seconds"] < 20, steady
+    (sample,) = trial.samples
+    # stopped by SIGINT through the client well before the 40 s maximum, at the asked rate
+    assert sample.runtime_ms < 25_000
+    assert sample.iops == pytest.approx(300, rel=0.1)
+
+
 def test_guest_that_never_gets_ready_fails_its_trials_and_the_run_goes_on(
         tmp_path: Path, no_leftovers: None) -> None:
     body = ("[matrix]\ncontroller = 'virtio-blk'\niothread = false\n"

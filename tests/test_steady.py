@@ -13,7 +13,7 @@ import pytest
 
 from iomatrix.analysis.steady import first_steady, snia_rule
 from iomatrix.errors import FioParseError
-from iomatrix.fio.live import (SIGINT_EXIT, StatusReport, StatusStream, SteadyWatch,
+from iomatrix.fio.live import (SIGINT_EXIT, CounterWatch, StatusReport, StatusStream, SteadyWatch,
                                interval_iops, intervals, last_result)
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.proc import orphan_guard, stop
@@ -239,3 +239,46 @@ def test_bare_nan_in_a_status_object_is_read(tmp_path: Path, live: LiveRun) -> N
 def test_last_result_without_any_object() -> None:
     with pytest.raises(FioParseError):
         last_result('fio: some error\n{ "fio version"')
+
+
+class _Counter:
+    """A cumulative I/O counter and a clock stepped by hand: the counter rises by ``rates[i]``
+    I/Os per second during second i."""
+
+    def __init__(self, rates: list[float]) -> None:
+        self.rates = rates
+        self.t = 0.0
+
+    def count(self) -> int:
+        whole = int(self.t)
+        return int(sum(self.rates[:whole]) + (self.t - whole) * self.rates[min(whole, len(self.rates) - 1)])
+
+
+def test_counter_watch_skips_connect_and_ramp_then_applies_the_rule() -> None:
+    # 2 s connecting (no I/O), 2 s ramp at a different rate, then steady at 1000 I/O per second
+    counter = _Counter([0, 0, 400, 400] + [1000] * 10)
+    watch = CounterWatch(counter.count, ramp_s=2, min_seconds=3, clock=lambda: counter.t)
+    verdicts = []
+    for step in range(0, 13 * 4 + 1):
+        counter.t = step * 0.25
+        verdicts.append((counter.t, watch.poll()))
+    # the connect and ramp seconds are not in the series: only the 1000/s seconds are
+    assert watch.series and all(v == pytest.approx(1000) for v in watch.series)
+    first = next(t for t, v in verdicts if v.reached)
+    # 2 s connect + 2 s ramp + 5 intervals of the window = 9 s
+    assert first == pytest.approx(9.0)
+    assert verdicts[-1][1].at_seconds == pytest.approx(5.0)
+
+
+def test_counter_watch_never_steady_on_a_drifting_counter() -> None:
+    counter = _Counter([100 + 60 * i for i in range(20)])
+    watch = CounterWatch(counter.count, clock=lambda: counter.t)
+    for step in range(0, 20 * 2):
+        counter.t = step * 0.5
+        state = watch.poll()
+    assert not state.reached and state.windows > 0
+
+
+def test_counter_watch_without_counters_is_never_steady() -> None:
+    watch = CounterWatch(lambda: None, clock=lambda: 5.0)
+    assert not watch.poll().reached and watch.unavailable and watch.series == []

@@ -38,6 +38,11 @@ class Point(BaseModel):
     lat_mean_samples: tuple[float, ...] = ()
     """Each ok sample's mean latency (ns) where fio reported one."""
     lat_p99_samples: tuple[float, ...] = ()
+    cpu_us_per_io: float | None = None
+    """Mean over samples of the host CPU time (every process iomatrix started) per I/O, in µs."""
+    steady_checked: int = 0
+    """Samples whose steady state was checked, and of those, how many reached it."""
+    steady_reached: int = 0
 
     def values(self, metric: str) -> tuple[float, ...]:
         """The per-sample values of ``metric``: iops, bw_bytes, lat_mean_ns or lat_p99_ns."""
@@ -64,6 +69,11 @@ def _weighted(samples: tuple[DirectionSample, ...], field: str) -> float | None:
 
 def _direction(trial: TrialRecord, name: str) -> float | None:
     return next((s.iops for s in trial.samples if s.direction == name), None)
+
+
+def _checked(trial: TrialRecord) -> bool:
+    # runs before schema v4 stored no "checked" key: a verdict ("reached") means it was checked
+    return bool(trial.steady.get("checked", "reached" in trial.steady))
 
 
 def points(run: StoredRun) -> list[Point]:
@@ -98,5 +108,8 @@ def points(run: StoredRun) -> list[Point]:
                 bw_samples=tuple(sum(s.bw_bytes for s in t.samples) for t in ok),
                 lat_mean_samples=tuple(v for v in lat_mean if v is not None),
                 lat_p99_samples=tuple(v for v in lat_p99 if v is not None),
+                cpu_us_per_io=_mean([t.cpu.get("cpu_us_per_io") for t in ok]),
+                steady_checked=sum(1 for t in ok if _checked(t)),
+                steady_reached=sum(1 for t in ok if _checked(t) and t.steady.get("reached")),
             ))
     return out

@@ -286,11 +286,11 @@ def _fieller(ma: float, mb: float, va: float, vb: float, df: float,
     return (ma * mb - root) / a, (ma * mb + root) / a
 
 
-def _percent(x: float) -> str:
+def percent_text(x: float) -> str:
     return f"{x * 100:+.1f}".replace("-", _MINUS)
 
 
-def _p(p: float, alpha: float) -> str:
+def p_text(p: float, alpha: float) -> str:
     if p == 0:
         return "=0"
     if p < 0.001:
@@ -301,31 +301,31 @@ def _p(p: float, alpha: float) -> str:
     return "=" + text
 
 
-_ADJUSTMENT_NAMES = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
+ADJUSTMENT_NAMES = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
 
 def _verdict(c: Comparison) -> str:
     if c.p_value is None:
         return f"not enough samples to compare (n={c.n_a} vs n={c.n_b}; need at least 2 each)"
     if c.adjustment is not None and c.adjusted_p is not None:
-        adjusted = (f", {_ADJUSTMENT_NAMES[c.adjustment]}-adjusted p{_p(c.adjusted_p, c.alpha)}"
-                    f" across {c.family} comparisons")
+        adjusted = (f", {ADJUSTMENT_NAMES[c.adjustment]}-adjusted p{p_text(c.adjusted_p, c.alpha)}"
+                    f" across {c.family} comparison{'s' if c.family != 1 else ''}")
     else:
         adjusted = ""
     level = f"{c.confidence * 100:g} %"
     if c.relative is None:
         effect = "relative difference undefined: mean of A is 0"
     elif c.constant:
-        effect = f"{_percent(c.relative)} %, no variation on either side"
+        effect = f"{percent_text(c.relative)} %, no variation on either side"
     elif c.low is None or c.high is None:
-        effect = f"{_percent(c.relative)} %, {level} CI unbounded: A is too noisy to divide by"
+        effect = f"{percent_text(c.relative)} %, {level} CI unbounded: A is too noisy to divide by"
     else:
-        effect = f"{_percent(c.relative)} %, {level} CI {_percent(c.low)} … {_percent(c.high)} %"
+        effect = f"{percent_text(c.relative)} %, {level} CI {percent_text(c.low)} … {percent_text(c.high)} %"
     if not c.significant:
-        return f"no significant difference ({effect}, p{_p(c.p_value, c.alpha)}{adjusted})"
+        return f"no significant difference ({effect}, p{p_text(c.p_value, c.alpha)}{adjusted})"
     head, _, rest = effect.partition(", ")
     where = f"{head} ({rest})" if rest else head
-    return f"{where}, significant (Welch p{_p(c.p_value, c.alpha)}{adjusted})"
+    return f"{where}, significant (Welch p{p_text(c.p_value, c.alpha)}{adjusted})"
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
@@ -423,9 +423,9 @@ def adjust(comparisons: Sequence[Comparison],
     per-comparison (not simultaneous) intervals, so near the threshold a CI may exclude 0 while
     the adjusted verdict says "no significant difference".
     """
-    if method not in _ADJUSTMENT_NAMES:
+    if method not in ADJUSTMENT_NAMES:
         raise ValueError(f"unknown adjustment {method!r}; "
-                         f"use one of: {', '.join(_ADJUSTMENT_NAMES)}")
+                         f"use one of: {', '.join(ADJUSTMENT_NAMES)}")
     tested = [i for i, c in enumerate(comparisons) if c.p_value is not None]
     out = list(comparisons)
     if not tested:

@@ -183,7 +183,8 @@ def show(
         out.print("[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]")
     found = points(stored)
     bare = efficiency(found)
-    columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs"]
+    columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs",
+               "CPU µs/IO", "steady"]
     if bare:
         columns += ["% bare IOPS", "+lat µs"]
     table = Table(*columns, box=None)
@@ -199,10 +200,12 @@ def show(
                "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
                _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
                _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
-               _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}")]
+               _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"),
+               _num(p.cpu_us_per_io, "{:,.1f}"),
+               f"{p.steady_reached}/{p.steady_checked}" if p.steady_checked else "—"]
         if bare:
             e = bare.get((p.config_key, p.workload_key))
-            row += [_num(e and e.iops_pct, "{:.1f}%"), _num(e and e.added_lat_us, "{:+,.1f}")]
+            row += ["—" if e is None else e.iops_text, _num(e and e.added_lat_us, "{:+,.1f}")]
         table.add_row(*row)
     out.print(table)
     per_vm = [t for t in stored.trials if t.vm_samples]

@@ -1,1 +1,137 @@
 """``iomatrix compare RUN_A RUN_B``: the same points across two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from iomatrix.cli.app import DEFAULT_DB, Db, _store, app, err, out
+
+if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
+    from iomatrix.analysis.crossrun import RunComparison, Side
+    from iomatrix.results import StoredRun
+
+# --metric name → (Point metric, column heading, scale to the shown unit, number format)
+METRICS = {
+    "iops": ("iops", "IOPS", 1.0, "{:,.0f}"),
+    "bw": ("bw_bytes", "MiB/s", 1 / 2**20, "{:,.1f}"),
+    "lat": ("lat_mean_ns", "mean lat µs", 1e-3, "{:,.1f}"),
+    "p99": ("lat_p99_ns", "p99 lat µs", 1e-3, "{:,.1f}"),
+}
+
+
+def _load(db: Path, ref: str) -> StoredRun:
+    with _store(db) as store:
+        return store.load_run(store.resolve(ref))
+
+
+def _header(name: str, run: StoredRun, db: Path) -> str:
+    host = run.host
+    return (f"{name}: run {run.id} ({db}) · suite {run.suite_name} · {run.status} · "
+            f"{run.created_at} · {host.get('hostname', '?')} · "
+            f"target {host.get('target', '?')} ({host.get('target_fs', '?')})")
+
+
+def _figure(side: Side, scale: float, fmt: str) -> str:
+    if side.ci is None:
+        return "— (no sample)"
+    text = fmt.format(side.ci.mean * scale)
+    if side.ci.relative is not None:
+        return f"{text} ±{side.ci.relative:.1%}"
+    if side.ci.half_width == 0:
+        return f"{text} ±0"
+    return f"{text} (n={side.n})"
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x if round(x, 3) else 0.0:+.1%}"   # no "-0.0%" for a change that rounds to nothing
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _line(text: str) -> None:
+    # One unwrapped line: the summary and notes stay greppable whatever the width.
+    out.print(text, markup=False, soft_wrap=True)
+
+
+def _warn(text: str) -> None:
+    err.print(f"warning: {text}", markup=False)
+
+
+def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
+    table = Table("configuration", "workload", f"A {heading}", f"B {heading}", "change",
+                  "95% CI of change", "adj. p", "verdict", box=None)
+    for col in table.columns[2:7]:
+        col.justify = "right"
+    for p in result.points:
+        c = p.comparison
+        tags = [f"emulated in {s}" for s, side in (("A", p.a), ("B", p.b)) if side.emulated]
+        ci = ("—" if c.p_value is None else "unbounded" if c.low is None or c.high is None
+              else f"{_pct(c.low)} … {_pct(c.high)}")
+        table.add_row(escape(p.config_label + "".join(f" [{t}]" for t in tags)),
+                      escape(p.workload_label), _figure(p.a, scale, fmt),
+                      _figure(p.b, scale, fmt), _pct(p.change), ci,
+                      _p(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
+    out.print(table if result.points else "no point was measured in both runs")
+    s = result.summary
+    better = "higher" if result.higher_is_better else "lower"
+    counts = [f"{s.better} significantly better in B", f"{s.worse} significantly worse",
+              f"{s.no_difference} no significant difference"]
+    if s.not_judged:
+        counts.append(f"{s.not_judged} not judged (fewer than 2 samples a side)")
+    method = {"holm": "Holm", "bh": "Benjamini–Hochberg"}[result.adjustment]
+    _line(f"{len(result.points)} points: {', '.join(counts)} ({better} {heading} is better; "
+          f"p {method}-adjusted across {s.family} comparisons)")
+    _line("p-values treat each run's samples as independent draws of one quantity; what a whole "
+          "run shares (file layout, cache state, background load) is not in them: repeat a run "
+          "to see how far two runs of the same setup differ")
+    for name, run, labels in (("A", result.run_a, result.only_a), ("B", result.run_b, result.only_b)):
+        if labels:
+            _line(f"only in {name} (run {run}), not compared: {', '.join(labels)}")
+    for u in result.unpaired:
+        name = "A" if u.measured_in == "a" else "B"
+        _line(f"measured in {name} only, not compared: {u.config_label} · {u.workload_label}")
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The reference run: a number (see `iomatrix runs`) or 'last'.")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run compared against it: a number or 'last' (in --db-b when given).")],
+    metric: Annotated[str, typer.Option(help="iops, bw (MiB/s), lat (mean latency) or p99 (99th percentile latency).")] = "iops",
+    db: Db = DEFAULT_DB,
+    db_b: Annotated[Optional[Path], typer.Option("--db-b", help="Read RUN_B from this database (e.g. copied from another host) instead of --db.")] = None,
+) -> None:
+    """Compare the same points across two runs (another host, storage, or an upgrade): change of B
+    against A, its 95 % CI and a multiple-comparison adjusted Welch test per point."""
+    from iomatrix.analysis.crossrun import compare_runs
+
+    if metric not in METRICS:
+        raise typer.BadParameter(f"{metric!r}: choose iops, bw, lat or p99", param_hint="--metric")
+    name, heading, scale, fmt = METRICS[metric]
+    a = _load(db, run_a)
+    b = _load(db_b or db, run_b)
+    result = compare_runs(a, b, metric=name)
+    _line(_header("A", a, db))
+    _line(_header("B", b, db_b or db))
+    for side, emulated in (("A", result.emulated_a), ("B", result.emulated_b)):
+        if emulated:
+            out.print(f"[bold red]EMULATED (TCG): run {side}'s guest figures measure QEMU's CPU "
+                      "emulator, not the hardware[/]")
+    if result.mixed_emulation:
+        _warn("this comparison mixes emulated (TCG) and native figures: points marked "
+              "'emulated in' one run only compare the emulator with the hardware")
+    for d in result.host_differences:
+        _warn(f"host {d.key} differs: A {d.a or '(not recorded)'} · B {d.b or '(not recorded)'}")
+    for d in result.method_differences:
+        _warn(f"method {d.key} differs: A {d.a} · B {d.b}")
+    _print(result, heading, scale, fmt)

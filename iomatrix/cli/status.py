@@ -28,6 +28,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
         (errors.TargetError, ExitStatus.TARGET),
         (errors.RunNotFound, ExitStatus.NOT_FOUND),
         (errors.StoreError, ExitStatus.STORE),
+        (errors.AnalysisError, ExitStatus.USAGE),
     ):
         if isinstance(exc, kind):
             return status

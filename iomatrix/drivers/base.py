@@ -44,6 +44,11 @@ class Session(abc.ABC):
         """fio's --output-format for this session's trials."""
         return "json"
 
+    def completed_ios(self) -> int | None:
+        """I/Os completed so far as counted outside fio (QEMU's device counters), for steady
+        state where fio's own status stream is not live; None where fio's stream is used."""
+        return None
+
     def observe(self, fio_pid: int) -> None:
         """Called once while fio runs, to see what the daemon or guest really does."""
 

@@ -97,6 +97,15 @@ class GuestSession(Session):
                    for k in after if k in self._before}
         return self._applied | counted
 
+    def completed_ios(self) -> int | None:
+        """Reads and writes QEMU's devices completed, summed over the guests: fio's client
+        prints its status objects only when the job ends, so steady state follows these. None
+        when a guest's disk is served elsewhere (vhost-user-blk: its QEMU counts nothing)."""
+        stats = self._blockstats()
+        if "rd_operations" not in stats:
+            return None
+        return stats["rd_operations"] + stats["wr_operations"]
+
     def _blockstats(self) -> dict[str, int]:
         total: dict[str, int] = {}
         for guest, proc in zip(self.guests, self.procs):

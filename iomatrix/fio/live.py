@@ -29,7 +29,8 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,51 @@ class SteadyWatch:
     def _verdict(self, reports: Sequence[StatusReport]) -> SteadyState:
         return first_steady(interval_iops(reports, ramp=self.ramp), self.interval_s,
                             window=self.window, min_seconds=self.min_seconds)
+
+
+class CounterWatch:
+    """Steady state from a cumulative I/O counter read from outside fio (QEMU's device counters
+    of a guest), sampled about once per ``interval_s``: per-interval IOPS are the counter's
+    increase over the time between two reads. Intervals before the first I/O (fio's client and
+    server still connecting) are not counted, then ``ramp_s`` seconds of fio's ramp; the SNIA
+    rule then applies as for :class:`SteadyWatch`. ``read`` returning None stops the watch
+    (never steady)."""
+
+    def __init__(self, read: Callable[[], int | None], *, interval_s: float = 1.0,
+                 ramp_s: float = 0.0, window: int = PTS_WINDOW, min_seconds: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.read = read
+        self.interval_s = interval_s
+        self.ramp_s = ramp_s
+        self.window = window
+        self.min_seconds = min_seconds
+        self.clock = clock
+        self.series: list[float] = []
+        self.unavailable = False
+        self._last: tuple[float, int] | None = None
+        self._io_started: float | None = None
+
+    def poll(self) -> SteadyState:
+        """Read the counter when an interval has passed; the verdict over the series so far."""
+        now = self.clock()
+        if not self.unavailable and (self._last is None or now - self._last[0] >= self.interval_s):
+            count = self.read()
+            if count is None:
+                self.unavailable = True
+            else:
+                if self._last is not None:
+                    t0, c0 = self._last
+                    if count > c0 and self._io_started is None:
+                        self._io_started = t0
+                    if self._io_started is not None and t0 >= self._io_started + self.ramp_s - 1e-9:
+                        self.series.append((count - c0) / (now - t0))
+                self._last = (now, count)
+        return self.finish()
+
+    def finish(self) -> SteadyState:
+        """The verdict over the intervals read so far (a partial last interval is never read)."""
+        return first_steady(self.series, self.interval_s, window=self.window,
+                            min_seconds=self.min_seconds)
 
 
 def _objects(text: str) -> Iterator[tuple[dict[str, Any], str, int]]:

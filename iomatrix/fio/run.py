@@ -36,18 +36,22 @@ class FioRun(BaseModel):
 def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             extra_args: Sequence[str] = (), during: Callable[[int], None] | None = None,
             during_at: float = 0.0, output_format: str = "json",
-            stop_when: Callable[[float], bool] | None = None) -> FioRun:
+            stop_when: Callable[[float], bool] | None = None,
+            status_stream: bool = True) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation). With
     ``stop_when``, fio writes a status object every second to its output (``output_path``) and
     gets SIGINT as soon as ``stop_when(elapsed)`` is true; fio then stops its jobs and writes a
-    final result, which is the one parsed."""
+    final result, which is the one parsed. ``status_stream=False`` keeps fio from writing status
+    objects (fio's client gathers them into its one final object, useless while it runs): then
+    ``stop_when`` must judge from something else, and the output is fio's one final result."""
     job_path = workdir / "job.fio"
     out_path = output_path(workdir)
     console_path = workdir / "fio.console"
     job_path.write_text(job)
     out_path.unlink(missing_ok=True)
-    status = ["--status-interval=1"] if stop_when is not None else []
+    streaming = stop_when is not None and status_stream
+    status = ["--status-interval=1"] if streaming else []
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
             *extra_args, str(job_path))
     t0 = time.monotonic()
@@ -83,7 +87,7 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
         raise FioFailed(f"fio failed: {detail}", argv=argv, returncode=proc.returncode,
                         output=(text + raw)[-4000:])
     try:
-        result = last_result(raw) if stop_when is not None else parse_fio_output(raw)
+        result = last_result(raw) if streaming else parse_fio_output(raw)
     except FioParseError as exc:
         raise FioFailed(f"fio printed no usable result: {exc}", argv=argv,
                         returncode=proc.returncode, output=text[-4000:]) from exc

@@ -1,0 +1,332 @@
+"""Effects of one axis (seed 000): how much a level of an axis changes a figure against a reference
+level, with everything else held fixed.
+
+- Matched pair: two non-host configurations of the same mode that are identical except for
+  ``axis`` (one at ``level``, one at ``reference``), measured on the same workload. Host-mode
+  configurations (the bare-metal baseline) never take part.
+- A gain rests on the pairs of one group: per queue depth by default (``by``), so that, as in
+  seed 000, the gain at QD1 is an average over the block sizes (and any other workload settings);
+  ``hold`` keeps other axes apart (``hold=("aio",)``: the iothread gain per aio mode).
+- ``relative`` is level / reference − 1 of the metric's mean: +0.12 = the level's figure is 12 %
+  higher. Higher is better for iops and bw_bytes; for lat_mean_ns and lat_p99_ns a NEGATIVE
+  relative means lower latency, i.e. better (``Gain.better`` says which way it went).
+
+How pairs are combined, and how sure we are:
+
+- One pair: ``stats.compare`` on the two points' samples (Welch's test, Fieller CI of the ratio of
+  means). Below 2 samples on either side there is no estimate and no significance.
+- Several pairs: the geometric mean of the per-pair ratios of means, i.e. the mean over pairs of
+  log(mean_level / mean_reference), with a Student-t interval across pairs (``stats.t_interval``)
+  back-transformed with exp, and a one-sample t-test of the log ratios against 0. Each pair counts
+  once whatever its sample count, and the spread across pairs carries both measurement noise and
+  the real variation of the effect over the workloads averaged, so the interval answers "what is
+  the typical gain over these workloads", not "how precisely was each point measured"; this also
+  works when each point was measured once, as in seed 000. Logs make A→B and B→A reciprocal;
+  seed 000 averaged the percentages arithmetically, which differs by second-order terms
+  (≈ variance of the gains / 2). Limits: pairs are treated as independent, though pairs that share
+  a configuration were measured in the same session and can correlate; pairs with a mean of 0 on
+  either side (nothing measured) have no log ratio and are left out (``excluded``).
+- Every gain of one ``gains`` call is one family: p-values are adjusted together
+  (``stats.adjust``, Holm by default) and ``significant`` uses the adjusted p. CIs stay
+  per-gain (95 %, not simultaneous).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field
+from scipy import stats as _scipy
+
+from iomatrix.analysis.points import Point, points
+from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, p_text, percent_text, adjust,
+                                     compare, mean, t_interval)
+from iomatrix.errors import AnalysisError
+from iomatrix.results import ConfigRecord, StoredRun, WorkloadRecord
+
+METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns")
+LOWER_IS_BETTER = frozenset({"lat_mean_ns", "lat_p99_ns"})
+BY = ("iodepth", "bs", "rw", "workload")
+"""What ``by`` may group on: workload settings, or each workload on its own."""
+HOST = "host"
+CONFIDENCE = 0.95
+ALPHA = 0.05
+# Log ratios closer than this are equal up to floating-point rounding (1e-12 ≈ 1e-10 %).
+_SAME_LOG_RATIO = 1e-12
+
+
+class Gain(BaseModel):
+    """One level of an axis against the reference level, for one metric and one group of pairs.
+
+    ``relative`` is mean(level) / mean(reference) − 1 (the geometric mean of the per-pair ratios
+    when there are several pairs): +0.12 = 12 % higher. For iops and bw_bytes higher is better;
+    for lat_mean_ns and lat_p99_ns a NEGATIVE relative means lower latency (better). ``low`` and
+    ``high`` bound it at 95 % (None when unknown or unbounded). ``significant`` uses the
+    adjusted p-value (``adjustment`` across ``family`` gains). ``method``: "samples" (one pair:
+    Welch/Fieller on its samples), "pairs" (several: t across pairs of log ratios), "none" (no
+    usable pair). ``verdict`` is the one line to show with it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    axis: str
+    level: str
+    reference: str
+    metric: str
+    held: dict[str, str]
+    """Other axes held fixed for this gain ({} = pooled over all of them)."""
+    iodepth: int | None
+    """The queue depth this gain is for (None = all depths)."""
+    bs: int | None = None
+    rw: str | None = None
+    workload: str | None = None
+    """The workload key when the gain is for one workload."""
+    pairs: int
+    """Matched point pairs the gain rests on."""
+    excluded: int = 0
+    """Matched pairs left out because one side's mean is 0 (no log ratio)."""
+    relative: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    adjusted_p: float | None
+    adjustment: str | None = None
+    family: int | None = None
+    significant: bool
+    method: Literal["samples", "pairs", "none"]
+    verdict: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def better(self) -> bool | None:
+        """True when the level is significantly better than the reference, False when
+        significantly worse, None when there is no significant difference."""
+        if not self.significant or self.relative is None or self.relative == 0:
+            return None
+        return (self.relative < 0) == (self.metric in LOWER_IS_BETTER)
+
+
+def axes_of(run: StoredRun) -> dict[str, list[str]]:
+    """Axis → its levels in the order configurations first use them, for the axes that take at
+    least two levels among the run's non-host configurations."""
+    levels: dict[str, list[str]] = {}
+    for config in run.configs:
+        if config.mode == HOST:
+            continue
+        for axis, value in config.params.items():
+            seen = levels.setdefault(axis, [])
+            if value not in seen:
+                seen.append(value)
+    return {axis: values for axis, values in levels.items() if len(values) >= 2}
+
+
+def default_reference(axis: str, levels: list[str]) -> str:
+    """The level other levels are compared against: native for aio, off for iothread (when
+    present), else the first level."""
+    preferred = {"aio": "native", "iothread": "off"}.get(axis)
+    return preferred if preferred in levels else levels[0]
+
+
+@dataclass(frozen=True)
+class _Pair:
+    reference: ConfigRecord
+    config: ConfigRecord
+    workload: WorkloadRecord
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise AnalysisError(f"{metric!r}: not a metric", hint=f"choose one of {', '.join(METRICS)}")
+
+
+def _axis_levels(run: StoredRun, axis: str) -> list[str]:
+    axes = axes_of(run)
+    if axis not in axes:
+        listed = "; ".join(f"{a} ({', '.join(v)})" for a, v in axes.items()) or "none"
+        raise AnalysisError(f"run {run.id}: {axis!r} is not an axis with two or more levels",
+                            hint=f"axes of run {run.id}: {listed}")
+    return axes[axis]
+
+
+def _check_level(run: StoredRun, axis: str, level: str, levels: list[str]) -> None:
+    if level not in levels:
+        raise AnalysisError(f"run {run.id}: {axis} has no level {level!r}",
+                            hint=f"levels of {axis}: {', '.join(levels)}")
+
+
+def _matched_pairs(run: StoredRun, found: dict[tuple[str, str], Point], axis: str, level: str,
+                   reference: str, metric: str) -> list[_Pair]:
+    """Every (reference config, level config, workload) with samples of ``metric`` on both sides."""
+    twins: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, ConfigRecord]] = {}
+    for config in run.configs:
+        if config.mode == HOST or axis not in config.params:
+            continue
+        rest = tuple(sorted((k, v) for k, v in config.params.items() if k != axis))
+        twins.setdefault((config.mode, rest), {})[config.params[axis]] = config
+    out = []
+    for by_level in twins.values():
+        ref, other = by_level.get(reference), by_level.get(level)
+        if ref is None or other is None:
+            continue
+        for workload in run.workloads:
+            pa, pb = found.get((ref.key, workload.key)), found.get((other.key, workload.key))
+            if pa is None or pb is None:
+                continue
+            a, b = pa.values(metric), pb.values(metric)
+            if a and b:
+                out.append(_Pair(ref, other, workload, a, b))
+    return out
+
+
+def _group_key(pair: _Pair, by: Sequence[str]) -> tuple[object, ...]:
+    return tuple(pair.workload.key if field == "workload" else getattr(pair.workload, field)
+                 for field in by)
+
+
+def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
+    """The group's comparison before adjustment, its method, and the pairs left out."""
+    if len(pairs) == 1:
+        return compare(pairs[0].a, pairs[0].b, confidence=CONFIDENCE, alpha=ALPHA), "samples", 0
+    usable = [p for p in pairs if mean(p.a) > 0 and mean(p.b) > 0]
+    excluded = len(pairs) - len(usable)
+    if len(usable) == 1:
+        c = compare(usable[0].a, usable[0].b, confidence=CONFIDENCE, alpha=ALPHA)
+        return c, "samples", excluded
+    n = len(usable)
+    if n == 0:
+        return (Comparison(n_a=0, n_b=0, mean_a=None, mean_b=None, relative=None, low=None,
+                           high=None, confidence=CONFIDENCE, p_value=None, alpha=ALPHA,
+                           significant=False, verdict=""), "none", excluded)
+    logs = np.array([math.log(mean(p.b) / mean(p.a)) for p in usable])
+    interval = t_interval(logs.tolist(), CONFIDENCE)
+    assert interval.low is not None and interval.high is not None
+    low, high = interval.low, interval.high
+    # Ratios equal up to rounding: the t statistic is 0/0 or ±∞; same convention as
+    # stats.compare for constant samples.
+    constant = float(np.ptp(logs)) <= _SAME_LOG_RATIO
+    if constant:
+        p = 1.0 if abs(interval.mean) <= _SAME_LOG_RATIO else 0.0
+        low = high = interval.mean
+    else:
+        p = float(_scipy.ttest_1samp(logs, 0.0).pvalue)
+    return (Comparison(n_a=n, n_b=n, mean_a=None, mean_b=None, relative=math.expm1(interval.mean),
+                       low=math.expm1(low), high=math.expm1(high), confidence=CONFIDENCE,
+                       p_value=p, alpha=ALPHA, significant=p < ALPHA, constant=constant,
+                       verdict=""),
+            "pairs", excluded)
+
+
+def _pairs_verdict(c: Comparison, excluded: int) -> str:
+    """The verdict of a gain over several pairs, worded as ``stats.compare`` words its own."""
+    assert c.relative is not None and c.low is not None and c.high is not None
+    assert c.p_value is not None
+    head = f"{percent_text(c.relative)} %"
+    if c.constant:
+        detail = f"the same in each of {c.n_a} pairs"
+    else:
+        detail = (f"{c.confidence * 100:g} % CI {percent_text(c.low)} … {percent_text(c.high)} % "
+                  f"over {c.n_a} pairs")
+    if excluded:
+        detail += f"; {excluded} more left out, a mean of 0"
+    test = f"t-test of log ratios p{p_text(c.p_value, c.alpha)}"
+    if c.adjustment is not None and c.adjusted_p is not None:
+        test += (f", {ADJUSTMENT_NAMES[c.adjustment]}-adjusted p{p_text(c.adjusted_p, c.alpha)}"
+                 f" across {c.family} comparison{'s' if c.family != 1 else ''}")
+    if not c.significant:
+        return f"no significant difference ({head}, {detail}, {test})"
+    return f"{head} ({detail}), significant ({test})"
+
+
+def _no_pairs(axis: str, level: str, reference: str, metric: str) -> Gain:
+    return Gain(axis=axis, level=level, reference=reference, metric=metric, held={}, iodepth=None,
+                pairs=0, relative=None, low=None, high=None, p_value=None, adjusted_p=None,
+                significant=False, method="none",
+                verdict=f"no matched pairs: no configuration with {axis}={level} has a twin with "
+                        f"{axis}={reference} measured on the same workload")
+
+
+def gains(run: StoredRun, axis: str, *, metric: str = "iops", reference: str | None = None,
+          by: tuple[str, ...] = ("iodepth",), hold: tuple[str, ...] = (),
+          adjustment: Adjustment = "holm") -> list[Gain]:
+    """Gain of every non-reference level of ``axis`` over ``reference``, one per group of matched
+    pairs (``by`` × ``hold``), adjusted for multiple comparisons as one family; groups without a
+    pair are absent. Ordered by level, held levels, then the ``by`` values (ascending)."""
+    _check_metric(metric)
+    levels = _axis_levels(run, axis)
+    reference = default_reference(axis, levels) if reference is None else reference
+    _check_level(run, axis, reference, levels)
+    for field in by:
+        if field not in BY:
+            raise AnalysisError(f"cannot group by {field!r}", hint=f"group by {', '.join(BY)}")
+    axes = axes_of(run)
+    for other in hold:
+        if other == axis:
+            raise AnalysisError(f"{axis} is the axis measured: it cannot also be held")
+        if other not in axes and other != "mode":
+            raise AnalysisError(f"run {run.id}: cannot hold {other!r}, not an axis with two or "
+                                "more levels", hint=f"axes of run {run.id}: {', '.join(axes)}")
+    found = {(p.config_key, p.workload_key): p for p in points(run)}
+    workload_order = {w.key: i for i, w in enumerate(run.workloads)}
+    rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}
+    held_order = {a: {v: i for i, v in enumerate(axes.get(a, []))} for a in hold}
+    groups: dict[tuple[str, tuple[str, ...], tuple[object, ...]], list[_Pair]] = {}
+    for level in levels:
+        if level == reference:
+            continue
+        for pair in _matched_pairs(run, found, axis, level, reference, metric):
+            held = tuple(pair.config.mode if a == "mode" else pair.config.params.get(a, "n/a")
+                         for a in hold)
+            groups.setdefault((level, held, _group_key(pair, by)), []).append(pair)
+
+    def order(key: tuple[str, tuple[str, ...], tuple[object, ...]]) -> tuple[object, ...]:
+        level, held, group = key
+        by_rank = [workload_order[v] if f == "workload" else rw_order[v] if f == "rw" else v
+                   for f, v in zip(by, group, strict=True)]
+        held_rank = [held_order[a].get(v, len(held_order[a])) for a, v in zip(hold, held, strict=True)]
+        return (levels.index(level), held_rank, held, by_rank)
+
+    keys = sorted(groups, key=order)
+    computed = [_unadjusted(groups[k]) for k in keys]
+    adjusted = adjust([c for c, _, _ in computed], adjustment)
+    out = []
+    for key, c, (_, method, excluded) in zip(keys, adjusted, computed, strict=True):
+        level, held, group = key
+        pairs = groups[key]
+        fields = dict(zip(by, group, strict=True))
+        one = pairs[0].workload if "workload" in fields else None
+        verdict = _pairs_verdict(c, excluded) if method == "pairs" else (
+            "no usable pair: every pair has a mean of 0 on one side" if method == "none" else c.verdict)
+        out.append(Gain(
+            axis=axis, level=level, reference=reference, metric=metric,
+            held=dict(zip(hold, held, strict=True)),
+            iodepth=one.iodepth if one else fields.get("iodepth"),  # type: ignore[arg-type]
+            bs=one.bs if one else fields.get("bs"),  # type: ignore[arg-type]
+            rw=one.rw if one else fields.get("rw"),  # type: ignore[arg-type]
+            workload=one.key if one else None,
+            pairs=len(pairs) - excluded, excluded=excluded, relative=c.relative, low=c.low,
+            high=c.high, p_value=c.p_value, adjusted_p=c.adjusted_p, adjustment=c.adjustment,
+            family=c.family, significant=c.significant, method=method, verdict=verdict))
+    return out
+
+
+def overall(run: StoredRun, axis: str, level: str, *, metric: str = "iops",
+            reference: str | None = None) -> Gain:
+    """One gain of ``level`` over ``reference`` across every matched pair of the run (all
+    workloads, all other axes); its p-value is adjusted across the axis's non-reference levels.
+    With no matched pair, a Gain with pairs=0 whose verdict says so."""
+    _check_metric(metric)
+    levels = _axis_levels(run, axis)
+    reference = default_reference(axis, levels) if reference is None else reference
+    _check_level(run, axis, reference, levels)
+    _check_level(run, axis, level, levels)
+    if level == reference:
+        raise AnalysisError(f"{axis}={level} is the reference: compare another level with it",
+                            hint=f"levels of {axis}: {', '.join(levels)}")
+    found = next((g for g in gains(run, axis, metric=metric, reference=reference, by=())
+                  if g.level == level), None)
+    return found if found is not None else _no_pairs(axis, level, reference, metric)
