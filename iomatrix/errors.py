@@ -95,3 +95,9 @@ class RunNotFound(IomatrixError):
 
 class AnalysisError(IomatrixError):
     """An analysis asked of a run that it cannot answer: no such axis, level or metric."""
+
+
+class NothingToImport(IomatrixError):
+    """The directory given to import holds no fio result that iomatrix can read."""
+
+    hint = "give the directory that holds fio's --output-format=json (or json+) files"

@@ -9,10 +9,10 @@ from rich.table import Table
 
 from iomatrix.cli.app import DEFAULT_DB, Db, RunRef, _store, app, out
 from iomatrix.errors import AnalysisError
-from iomatrix.results import StoredRun
 
 if TYPE_CHECKING:
     from iomatrix.analysis.effects import Gain
+    from iomatrix.results import StoredRun
 
 EMULATED = "[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]"
 _METRICS = {"iops": "iops", "bw": "bw_bytes", "lat": "lat_mean_ns", "p99": "lat_p99_ns"}

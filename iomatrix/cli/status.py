@@ -29,6 +29,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
         (errors.RunNotFound, ExitStatus.NOT_FOUND),
         (errors.StoreError, ExitStatus.STORE),
         (errors.AnalysisError, ExitStatus.USAGE),
+        (errors.NothingToImport, ExitStatus.USAGE),
     ):
         if isinstance(exc, kind):
             return status

@@ -52,13 +52,18 @@ def parse_fio_output(text: str) -> FioResult:
         raise FioParseError(f"fio output must be text, got {type(text).__name__}")
     if not text.strip():
         raise FioParseError("fio printed no output (empty text where a JSON result was expected)")
+    obj, prelude = decode_fio_output(text)
+    return parse_fio_json(obj, prelude=prelude)
+
+
+def decode_fio_output(text: str) -> tuple[dict[str, Any], str]:
+    """The first JSON object fio printed in ``text`` (bare nan/inf repaired) and the text before
+    it (fio's warnings). Raises :class:`FioParseError` when no line starts an object."""
     match = _JSON_START.search(text)
     if match is None:
         raise FioParseError("no JSON object in fio output (no line starts with '{'): "
                             f"{_excerpt(text, 0)}")
-    start = match.start()
-    obj = _decode(text, start)
-    return parse_fio_json(obj, prelude=text[:start])
+    return _decode(text, match.start()), text[:match.start()]
 
 
 def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:

@@ -1,0 +1,641 @@
+"""fio results made elsewhere — by bench-fio (fio-plot), pbench-fio or a shell loop — stored as
+one iomatrix run, so that ``show``, ``report``, ``export`` and ``compare`` read them like a run of
+iomatrix's own.
+
+What is read: every regular file under the directory that holds ``"fio version"`` in its first
+MiB, parsed by :mod:`iomatrix.fio.parse` (text before the JSON, json+, client/server output).
+Symbolic links are not followed, so pbench's ``reference-result`` link never counts a sample
+twice. Other JSON files, archives and unparsable fio output are skipped, each with its reason.
+
+One fio result becomes one trial per job group (fio's ``groupid``: jobs separated by
+``stonewall`` ran one after the other). The jobs of a group ran at once; they are summed as fio's
+``group_reporting`` sums them, and must share one workload. The workload comes from the jobs'
+options (``job options`` over ``global options``): rw, bs, iodepth, numjobs, rate_iops, and the
+options that change what is measured (rwmixread, ioengine, direct=0, rate, fsync, fdatasync).
+A synchronous engine runs at queue depth 1 whatever ``iodepth`` says (fio caps it), so such a
+workload is stored at QD1.
+
+The configuration is the directory a file lies in, less the parts of its path that name the
+file's own workload or a repetition: bench-fio's ``<target>/<bs>/<rw>-<qd>-<nj>.json`` (with
+``<rw><mix>/`` for mixed workloads and ``run-N/`` for repeated preconditioning) gives one
+configuration per target; pbench-fio's ``<run>/<N>-<rw>-<bs>KiB/sample<M>/fio-result.txt`` gives
+one per pbench run, its samples being samples. Where all configurations share leading
+directories, those are left out of their names. File names never separate configurations: files
+of one configuration with the same workload are samples of one point, in the order fio wrote them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from iomatrix.errors import FioParseError, IomatrixError, NothingToImport
+from iomatrix.fio.bins import merge_bins, percentiles_from_bins
+# The parser's own decoder (text before the JSON, fio's bare nan), so there is one copy of it.
+from iomatrix.fio.parse import decode_fio_output, parse_fio_json
+from iomatrix.fio.models import DirectionStats, FioResult, JobStats
+from iomatrix.results import DirectionSample, samples_of
+from iomatrix.store import Store
+from iomatrix.suite.model import Configuration, Workload
+from iomatrix.units import parse_size
+
+ImportMode = Literal["host", "blocklayer", "guest", "imported"]
+MODES: tuple[str, ...] = ImportMode.__args__  # type: ignore[attr-defined]
+
+HEAD_BYTES = 1 << 20
+"""How much of each file is searched for ``"fio version"`` before the file is read whole."""
+MAX_BYTES = 256 << 20
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".zip", ".gz",
+            ".xz", ".bz2", ".zst")
+# Engines fio runs at queue depth 1 whatever iodepth says ("queue depth will be capped at 1").
+SYNC_ENGINES = frozenset({"sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice"})
+DEFAULT_ENGINE = "psync"  # fio's default on Linux when a job names none
+_TRUE = {"", "1", "true", "yes", "on"}
+
+_REPEAT = re.compile(r"^(?:(?:sample|run|rep|repeat|iter|iteration|loop|pass|round|trial)"
+                     r"[-_]?\d+|\d{1,3})$", re.IGNORECASE)
+_PBENCH_ITERATION = re.compile(r"^\d+-(?P<rw>[a-z]+)-(?P<kib>\d+)KiB$", re.IGNORECASE)
+_PBENCH_FAILED = re.compile(r"^\d+-[a-z]+-\d+KiB-fail\d+$", re.IGNORECASE)
+_TOKEN_SPLIT = re.compile(r"[-_.,+=\s]+")
+_PREFIXED = re.compile(r"^(qd|iodepth|depth|nj|numjobs|jobs|bs|mix|rwmixread)(\d+[kmgt]?i?b?)$")
+_FILLER = frozenset({"qd", "iodepth", "depth", "nj", "numjobs", "jobs", "bs", "mix", "rwmixread"})
+
+
+class ImportedConfiguration(Configuration):
+    """A configuration known only by where its files were. iomatrix applied none of the disk
+    settings, so none is claimed: ``source`` names the directory, ``clients`` how many fio
+    clients ran the jobs at once (client/server output)."""
+
+    mode: ImportMode  # type: ignore[assignment]
+    source: str
+    clients: int | None = None
+
+    def params(self) -> dict[str, str]:
+        out = {"source": self.source}
+        if self.clients:
+            out["clients"] = str(self.clients)
+        return out
+
+    @property
+    def key(self) -> str:
+        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params().items())])
+
+    @property
+    def label(self) -> str:
+        text = self.source if self.mode == "imported" else f"{self.mode}: {self.source}"
+        if self.clients == 1:
+            text += " via a fio client"
+        elif self.clients:
+            text += f" ×{self.clients} fio clients"
+        return text
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file (or one job group of a file) not imported, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FoundTrial:
+    """One job group of one fio result, ready to be stored."""
+
+    path: str
+    """Relative to the imported directory."""
+    location: tuple[str, ...]
+    """The directories that name its configuration (before common leading ones are dropped)."""
+    clients: int | None
+    workload: Workload
+    group: int
+    timestamp: int
+    started_at: str
+    wall_seconds: float | None
+    fio_version: str
+    samples: tuple[DirectionSample, ...]
+    failure: str | None
+    usr_cpu: float
+    sys_cpu: float
+    ctx: int
+    raw: str
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What a directory holds: its fio results as trials, and what was not imported."""
+
+    path: Path
+    """What was asked for: a directory, or one file."""
+    root: Path
+    files: tuple[str, ...]
+    """The fio result files read (relative paths)."""
+    trials: tuple[FoundTrial, ...]
+    skipped: tuple[Skipped, ...]
+    warnings: tuple[str, ...]
+    other_files: int
+    """Files that are not fio output (job files, logs, tool data), not listed one by one."""
+    hosts: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    disks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What ``import_results`` stored."""
+
+    run_id: int
+    files: int
+    skipped: tuple[Skipped, ...]
+    warnings: tuple[str, ...]
+    other_files: int
+    configurations: tuple[str, ...]
+    """Their labels."""
+    workloads: tuple[str, ...]
+    trials_ok: int
+    trials_failed: int
+    notes: tuple[str, ...] = field(default=())
+
+
+# --- the walk ----------------------------------------------------------------------------------
+
+
+def scan(path: Path) -> Scan:
+    """Every fio result under ``path`` (a directory, or one file) as trials; nothing is stored.
+    Raises :class:`NothingToImport` when there is none."""
+    path = Path(path)
+    if path.is_file():
+        root, candidates = path.parent, [path]
+    elif path.is_dir():
+        root, candidates = path, None
+    else:
+        raise NothingToImport(f"{path}: no such file or directory")
+    skipped: list[Skipped] = []
+    warnings: list[str] = []
+    trials: list[FoundTrial] = []
+    files: list[str] = []
+    hosts: set[str] = set()
+    targets: set[str] = set()
+    disks: set[str] = set()
+    other = 0
+    for file in candidates if candidates is not None else _walk(root, skipped):
+        rel = file.relative_to(root).as_posix()
+        parts = file.relative_to(root).parts[:-1]
+        failed_attempt = next((p for p in parts if _PBENCH_FAILED.match(p)), None)
+        before = len(skipped)
+        text = _fio_text(file, rel, skipped)
+        if text is None:
+            other += len(skipped) == before  # not listed: job files, logs, tool data
+            continue
+        if failed_attempt is not None:
+            skipped.append(Skipped(rel, f"under {failed_attempt}: an attempt pbench rejected "
+                                        "and ran again"))
+            continue
+        try:
+            found = _read_result(text, rel, parts)
+        except FioParseError as exc:
+            skipped.append(Skipped(rel, str(exc)))
+            continue
+        files.append(rel)
+        trials += found.trials
+        skipped += found.skipped
+        warnings += found.warnings
+        hosts |= found.hosts
+        targets |= found.targets
+        disks |= found.disks
+    if not trials:
+        looked = len(files) + len({s.path for s in skipped}) + other
+        detail = (f"; skipped {len(skipped)}, e.g. {skipped[0].path}: {skipped[0].reason}"
+                  if skipped else "")
+        raise NothingToImport(f"{path}: no fio result to import ({looked} files looked at{detail})")
+    return Scan(path=path, root=root, files=tuple(files), trials=tuple(trials),
+                skipped=tuple(skipped), warnings=tuple(warnings), other_files=other, hosts=tuple(sorted(hosts)),
+                targets=tuple(sorted(targets)), disks=tuple(sorted(disks)))
+
+
+def _walk(root: Path, skipped: list[Skipped]) -> Iterable[Path]:
+    """Regular files under ``root`` in a stable order; symbolic links are listed, not followed."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        dirnames.sort()
+        for name in list(dirnames):
+            if (base / name).is_symlink():
+                dirnames.remove(name)
+                skipped.append(Skipped((base / name).relative_to(root).as_posix(),
+                                       "symbolic link: not followed, so no result counts twice"))
+        for name in sorted(filenames):
+            file = base / name
+            if file.is_symlink():
+                skipped.append(Skipped(file.relative_to(root).as_posix(),
+                                       "symbolic link: not followed, so no result counts twice"))
+            elif file.is_file():
+                yield file
+
+
+def _fio_text(file: Path, rel: str, skipped: list[Skipped]) -> str | None:
+    """The file's text when it may hold fio output; None (and a reason where one is due)
+    when it does not."""
+    name = file.name.lower()
+    if name.endswith(ARCHIVES):
+        skipped.append(Skipped(rel, "an archive: unpack it to import what it holds"))
+        return None
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+            if b'"fio version"' not in head:
+                if name.endswith(".json"):
+                    skipped.append(Skipped(rel, 'JSON without "fio version": not fio output'))
+                return None
+            if size > MAX_BYTES:
+                skipped.append(Skipped(rel, f"larger than {MAX_BYTES >> 20} MiB"))
+                return None
+            data = head + handle.read()
+    except OSError as exc:
+        skipped.append(Skipped(rel, f"cannot read: {exc.strerror or exc}"))
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+# --- one fio result ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Found:
+    trials: list[FoundTrial] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    hosts: set[str] = field(default_factory=set)
+    targets: set[str] = field(default_factory=set)
+    disks: set[str] = field(default_factory=set)
+
+
+class _Unsupported(Exception):
+    """A job group iomatrix cannot store as one workload; the message says why."""
+
+
+def _read_result(text: str, rel: str, parts: Sequence[str]) -> _Found:
+    obj, prelude = decode_fio_output(text)
+    result = parse_fio_json(obj, prelude=prelude)
+    found = _Found()
+    results = text.count('"fio version"')
+    if results > 1:
+        found.warnings.append(f"{rel}: holds {results} fio results; only the first was imported")
+
+    client = "client_stats" in obj
+    raw_entries = [e for e in obj["client_stats" if client else "jobs"]
+                   if not (client and e.get("jobname") == "All clients")]
+    global_options = _strings(obj.get("global options"))
+    entries = list(zip(raw_entries, result.jobs))  # parse keeps fio's order
+    hostnames = sorted({j.hostname for j in result.jobs if j.hostname})
+    found.hosts.update(hostnames)
+    found.disks.update(d["name"] for d in obj.get("disk_util", ()) or ()
+                       if isinstance(d, dict) and isinstance(d.get("name"), str))
+    clients = len({(j.hostname, j.port) for j in result.jobs}) if client else None
+
+    groups: dict[int, list[tuple[dict[str, Any], JobStats]]] = {}
+    for raw, job in entries:
+        groups.setdefault(_int_or(raw.get("groupid"), 0), []).append((raw, job))
+    elapsed = {g: max(_int_or(raw.get("elapsed"), 0) for raw, _ in members)
+               for g, members in groups.items()}
+    order = sorted(groups)
+    for index, gid in enumerate(order):
+        members = groups[gid]
+        where = rel if len(order) == 1 else f"{rel} (job group {gid})"
+        options = [{**global_options, **_strings(raw.get("job options"))} for raw, _ in members]
+        for opts in options:
+            for key in ("filename", "directory"):
+                if opts.get(key):
+                    found.targets.add(opts[key])
+        try:
+            workload, asked, notes = _group_workload(members, options, clients_per_host=client)
+            samples = _group_samples(result, [job for _, job in members], client, len(order))
+        except _Unsupported as exc:
+            found.skipped.append(Skipped(where, str(exc)))
+            continue
+        found.warnings += [f"{where}: {n}" for n in notes]
+        errors = [f"fio job {job.name} ended with error {job.error}"
+                  for _, job in members if job.error]
+        if not samples and not errors:
+            found.skipped.append(Skipped(where, "no reads or writes measured (trim workloads "
+                                                "are not stored)"))
+            continue
+        started = result.timestamp - sum(elapsed[g] for g in order[index:])
+        jobs = [job for _, job in members]
+        cpu_source = [result.aggregate] if client and result.aggregate and len(order) == 1 else jobs
+        found.trials.append(FoundTrial(
+            path=rel, location=_location(parts, asked), clients=clients, workload=workload,
+            group=index, timestamp=result.timestamp, started_at=_iso(started),
+            wall_seconds=float(elapsed[gid]) if elapsed[gid] else None,
+            fio_version=result.fio_version, samples=() if errors else samples,
+            failure="; ".join(errors) or None,
+            usr_cpu=sum(j.usr_cpu for j in cpu_source), sys_cpu=sum(j.sys_cpu for j in cpu_source),
+            ctx=sum(j.ctx for j in cpu_source), raw=text))
+    return found
+
+
+def _group_workload(members: list[tuple[dict[str, Any], JobStats]],
+                    options: list[dict[str, str]], *,
+                    clients_per_host: bool) -> tuple[Workload, Workload, list[str]]:
+    """The one workload of a job group as fio ran it, as its options asked for it, and notes on
+    where the two differ."""
+    shapes = {_shape(opts): opts for opts in options}
+    if len(shapes) > 1:
+        described = " and ".join(sorted({_describe(s) for s in shapes}))
+        raise _Unsupported(f"its jobs ran different workloads at once ({described}); "
+                           "iomatrix stores one workload per trial")
+    (shape, opts), = shapes.items()
+    rw, bs, iodepth, rate_iops, extra = shape
+    # numjobs: clones of one job share its name; each job section counts its own numjobs.
+    host_of = (lambda job: (job.hostname, job.port)) if clients_per_host else (lambda job: None)
+    first_host = host_of(members[0][1])
+    names: dict[str, int] = {}
+    for (_, job), o in zip(members, options):
+        if host_of(job) == first_host:
+            names.setdefault(job.name, _positive(o.get("numjobs", "1"), "numjobs"))
+    numjobs = sum(names.values())
+    asked = Workload(rw=rw, bs=bs, iodepth=iodepth, numjobs=numjobs, rate_iops=rate_iops,
+                     options=extra)
+    engine = opts.get("ioengine") or DEFAULT_ENGINE
+    if iodepth > 1 and engine.split(":")[0] in SYNC_ENGINES:
+        note = (f"iodepth={iodepth} with the synchronous engine {engine}: stored as QD1, "
+                "as fio ran it")
+        return asked.model_copy(update={"iodepth": 1}), asked, [note]
+    return asked, asked, []
+
+
+_Shape = tuple[str, int, int, int, tuple[tuple[str, str], ...]]
+
+
+def _shape(opts: Mapping[str, str]) -> _Shape:
+    """(rw, bs, iodepth, rate_iops, extra options) of one job's options."""
+    rw = (opts.get("rw") or opts.get("readwrite") or "read").split(":")[0].strip()
+    rw = "rw" if rw == "readwrite" else rw  # one fio workload, two names
+    for key in ("bsrange", "bssplit", "blocksize_range"):
+        if opts.get(key):
+            raise _Unsupported(f"mixed block sizes ({key}={opts[key]}): a workload has one bs")
+    bs = _one_value(opts.get("bs") or opts.get("blocksize") or "4k", "bs")
+    if "-" in bs or ":" in bs:
+        raise _Unsupported(f"a range of block sizes (bs={bs}): a workload has one bs")
+    try:
+        bs_bytes = parse_size(bs)
+    except ValueError:
+        raise _Unsupported(f"block size {bs!r} is not a size iomatrix reads") from None
+    iodepth = _positive(opts.get("iodepth", "1"), "iodepth")
+    rate_iops = int(_number(_one_value(opts.get("rate_iops", "0"), "rate_iops") or "0",
+                            "rate_iops"))
+    extra: dict[str, str] = {}
+    if rw in ("rw", "randrw"):
+        if opts.get("rwmixread"):
+            extra["rwmixread"] = str(int(_number(opts["rwmixread"], "rwmixread")))
+        elif opts.get("rwmixwrite"):
+            extra["rwmixread"] = str(100 - int(_number(opts["rwmixwrite"], "rwmixwrite")))
+        else:
+            extra["rwmixread"] = "50"
+    if opts.get("ioengine"):
+        extra["ioengine"] = opts["ioengine"]
+    direct = (opts.get("direct", "0").strip().lower() in _TRUE
+              or opts.get("buffered", "1").strip().lower() not in _TRUE)
+    if not direct:
+        extra["direct"] = "0"
+    for key in ("rate", "fsync", "fdatasync"):
+        if opts.get(key) and opts[key] != "0":
+            extra[key] = opts[key]
+    return rw, bs_bytes, iodepth, rate_iops, tuple(sorted(extra.items()))
+
+
+def _describe(shape: _Shape) -> str:
+    rw, bs, iodepth, _, _ = shape
+    return f"{rw} bs={bs} iodepth={iodepth}"
+
+
+def _one_value(text: str, key: str) -> str:
+    """fio's "read,write[,trim]" option values: one value, or the same for every direction."""
+    values = {v.strip() for v in str(text).split(",") if v.strip()}
+    if len(values) > 1:
+        raise _Unsupported(f"different values per direction ({key}={text}): a workload has one")
+    return values.pop() if values else ""
+
+
+def _group_samples(result: FioResult, jobs: list[JobStats], client: bool,
+                   groups: int) -> tuple[DirectionSample, ...]:
+    """The group's samples: fio's own figures for one job (or fio's "All clients" aggregate),
+    otherwise the jobs summed as group_reporting would."""
+    if client and result.aggregate is not None and groups == 1:
+        return samples_of(result)
+    if len(jobs) == 1:
+        return tuple(DirectionSample.from_stats(name, stats) for name, stats in
+                     (("read", jobs[0].read), ("write", jobs[0].write)) if stats.active)
+    out = []
+    for name in ("read", "write"):
+        stats = [getattr(j, name) for j in jobs]
+        if any(s.active for s in stats):
+            out.append(_summed(name, stats))
+    return tuple(out)
+
+
+def _summed(direction: str, stats: list[DirectionStats]) -> DirectionSample:
+    """Jobs that ran at once, as one: counts and rates add up; latency moments are pooled over
+    the I/Os of every job; percentiles come from the merged json+ histograms, and are absent
+    without them (percentiles of different jobs cannot be combined)."""
+    active = [s for s in stats if s.active]
+    lats = [(s.lat or s.clat, s.total_ios) for s in active]
+    lat_mean = lat_stdev = lat_min = lat_max = None
+    if all(lat is not None for lat, _ in lats):
+        n = sum(count for _, count in lats)
+        lat_mean = sum(lat.mean_ns * count for lat, count in lats if lat) / n
+        variance = sum(count * (lat.stdev_ns ** 2 + (lat.mean_ns - lat_mean) ** 2)
+                       for lat, count in lats if lat) / n
+        lat_stdev = math.sqrt(variance)
+        lat_min = min(lat.min_ns for lat, _ in lats if lat)
+        lat_max = max(lat.max_ns for lat, _ in lats if lat)
+    histograms = [s.bins for s in active]
+    pct = (percentiles_from_bins(merge_bins(h for h in histograms if h is not None))
+           if all(h is not None for h in histograms) else None)
+    return DirectionSample(
+        direction=direction, iops=sum(s.iops for s in stats),
+        bw_bytes=sum(s.bw_bytes for s in stats),
+        io_bytes=sum(s.io_bytes for s in stats), total_ios=sum(s.total_ios for s in stats),
+        runtime_ms=max(s.runtime_ms for s in stats), lat_mean_ns=lat_mean, lat_stdev_ns=lat_stdev,
+        lat_min_ns=lat_min, lat_max_ns=lat_max,
+        p50_ns=pct.p50 if pct else None, p90_ns=pct.p90 if pct else None,
+        p99_ns=pct.p99 if pct else None, p99_9_ns=pct.p99_9 if pct else None,
+        p99_99_ns=pct.p99_99 if pct else None)
+
+
+# --- where a file lies ----------------------------------------------------------------------------
+
+
+def _location(parts: Sequence[str], workload: Workload) -> tuple[str, ...]:
+    """The directories of a file's path that name its configuration: those that do not just
+    repeat its workload (``4k``, ``randrw70``, ``1-randread-4KiB``) or count repetitions
+    (``sample3``, ``run-2``, ``7``; a number of four digits or more, like a year, is a name)."""
+    return tuple(p for p in parts if not (_REPEAT.match(p) or _names_workload(p, workload)))
+
+
+def _names_workload(part: str, w: Workload) -> bool:
+    m = _PBENCH_ITERATION.match(part)
+    if m:
+        return m.group("rw").lower() == w.rw and int(m.group("kib")) * 1024 == w.bs
+    tokens = [t for t in _TOKEN_SPLIT.split(part.lower()) if t]
+    return bool(tokens) and all(_token_names(t, w) for t in tokens)
+
+
+def _token_names(token: str, w: Workload) -> bool:
+    options = dict(w.options)
+    mix = int(options["rwmixread"]) if "rwmixread" in options else None
+    numbers = {w.iodepth, w.numjobs} | ({mix, 100 - mix} if mix is not None else set())
+    if token in _FILLER or token == w.rw or (w.rw == "rw" and token == "readwrite"):
+        return True
+    if mix is not None and token in (f"{w.rw}{mix}", f"{w.rw}{mix}{100 - mix}"):
+        return True
+    if token.isdigit():
+        return int(token) in numbers or int(token) == w.bs
+    m = _PREFIXED.match(token)
+    if m:
+        kind, value = m.groups()
+        if kind == "bs":
+            return _size_or_none(value) == w.bs
+        if not value.isdigit():
+            return False
+        return int(value) == {"qd": w.iodepth, "iodepth": w.iodepth, "depth": w.iodepth,
+                              "nj": w.numjobs, "numjobs": w.numjobs, "jobs": w.numjobs,
+                              "mix": mix, "rwmixread": mix}[kind]
+    return _size_or_none(token) == w.bs
+
+
+def _size_or_none(text: str) -> int | None:
+    try:
+        return parse_size(text)
+    except ValueError:
+        return None
+
+
+def _names(locations: Iterable[tuple[str, ...]], root: Path) -> dict[tuple[str, ...], str]:
+    """Each location's configuration name: the directories where the locations differ."""
+    unique = sorted(set(locations))
+    common = 0
+    if len(unique) > 1:
+        shortest = min(len(loc) for loc in unique)
+        while common < shortest and len({loc[common] for loc in unique}) == 1:
+            common += 1
+    return {loc: "/".join(loc[common:]) or root.resolve().name or str(root) for loc in unique}
+
+
+# --- storing --------------------------------------------------------------------------------------
+
+
+def import_results(store: Store, path: Path, *, name: str | None = None,
+                   mode: str | None = None) -> ImportSummary:
+    """Store the fio results under ``path`` as one complete run; what was stored and skipped."""
+    return store_scan(store, scan(path), name=name, mode=mode)
+
+
+def store_scan(store: Store, found: Scan, *, name: str | None = None,
+               mode: str | None = None) -> ImportSummary:
+    """Store a scan as one complete run. ``mode`` says how fio reached the storage; without it,
+    host (fio on the storage directly) is assumed, and the run's notes say so."""
+    mode_given = mode is not None
+    mode = mode or "host"
+    if mode not in MODES:
+        raise IomatrixError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
+    path = found.path
+    names = _names((t.location for t in found.trials), found.root)
+    configs: dict[tuple[tuple[str, ...], int | None], ImportedConfiguration] = {}
+    for t in found.trials:
+        configs.setdefault((t.location, t.clients), ImportedConfiguration(
+            mode=mode, source=names[t.location], clients=t.clients))  # type: ignore[arg-type]
+    workloads = list(dict.fromkeys(t.workload for t in
+                                   sorted(found.trials, key=lambda t: _workload_order(t.workload))))
+    source = str(Path(path).resolve())
+    versions = sorted({t.fio_version for t in found.trials})
+    times = sorted(t.timestamp for t in found.trials)
+    host = {
+        "hostname": ", ".join(found.hosts) if found.hosts else "unknown (imported)",
+        "target": ", ".join(found.targets[:4]) + (", …" if len(found.targets) > 4 else "")
+                  if found.targets else "unknown (imported)",
+        "target_fs": "unknown",
+        "fio": ", ".join(versions),
+        "imported_from": source,
+        "first_result": _iso(times[0]),
+        "last_result": _iso(times[-1]),
+        "accelerator": "none",
+    }
+    if found.disks:
+        host["disks"] = ", ".join(found.disks)
+    notes = [f"imported from {source} ({len(found.files)} files)",
+             "iomatrix ran none of these trials: each configuration is the directory its files "
+             "were in, not disk settings iomatrix applied, and no host telemetry was recorded",
+             (f"mode {mode}: as stated when imported" if mode_given else
+              f"mode {mode}: assumed (fio ran on the storage directly); import with --mode to "
+              "say otherwise")]
+    suite_name = name or Path(path).resolve().name or "imported"
+    suite_text = (f"# imported from {source} ({len(found.files)} files); "
+                  "not a suite iomatrix can run\n[suite]\nname = "
+                  + _toml_string(suite_name) + "\n")
+    run_id = store.create_run(
+        suite_name=suite_name, suite_source=f"import:{source}", suite_text=suite_text, host=host,
+        accelerator="none", notes=notes, configs=list(configs.values()), workloads=workloads,
+        seed=None)
+    index: dict[tuple[str, str], int] = {}
+    ok = failed = 0
+    for t in sorted(found.trials, key=lambda t: (t.timestamp, t.path, t.group)):
+        config = configs[(t.location, t.clients)]
+        point = (config.key, t.workload.key)
+        k = index[point] = index.get(point, -1) + 1
+        store.record_trial(
+            run_id, config.key, t.workload.key, k, status="failed" if t.failure else "ok",
+            reason=t.failure, started_at=t.started_at, samples=t.samples,
+            wall_seconds=t.wall_seconds, fio_version=t.fio_version, usr_cpu=t.usr_cpu,
+            sys_cpu=t.sys_cpu, ctx=t.ctx, fio_json=t.raw, accelerator="none")
+        failed += bool(t.failure)
+        ok += not t.failure
+    store.finish_run(run_id, "complete")
+    return ImportSummary(run_id=run_id, files=len(found.files), skipped=found.skipped,
+                         warnings=found.warnings, other_files=found.other_files,
+                         configurations=tuple(c.label for c in configs.values()),
+                         workloads=tuple(w.label for w in workloads), trials_ok=ok,
+                         trials_failed=failed, notes=tuple(notes))
+
+
+def _workload_order(w: Workload) -> tuple[Any, ...]:
+    return (w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, w.options)
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+def _strings(options: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else {}
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _number(text: str, key: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise _Unsupported(f"{key}={text!r} is not a number") from None
+
+
+def _positive(text: str, key: str) -> int:
+    value = _number(text, key)
+    if value < 1 or not value.is_integer():
+        raise _Unsupported(f"{key}={text!r} is not a positive whole number")
+    return int(value)
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,358 @@
+"""A stored run → which disk settings to use on a platform, each with its evidence (pure).
+
+The rule (``RULE``, printed by ``iomatrix recommend``):
+
+1. Evidence comes from guest-mode configurations (the whole stack). A parameter the guest part
+   does not vary is taken from blocklayer configurations when it is one that mode measures
+   faithfully (aio, cache, format, preallocation); never from host-mode ones.
+2. For each parameter the evidence varies, every other level is compared with the platform's
+   default by :func:`iomatrix.analysis.effects.overall` on IOPS (every matched pair of the run,
+   p-values Holm-adjusted across the parameter's levels) and on mean latency.
+3. A level other than the default is recommended only when its IOPS are significantly higher
+   (adjusted) and its latency is not significantly higher. Of several such levels, the one with
+   the largest IOPS gain. Otherwise: keep the default, with the verdict that says why.
+4. Where the platform has no default (libvirt and QEMU name the bus in the XML or command line),
+   the levels are compared with the effects analysis's reference level instead, which is kept
+   unless another level is significantly better as in 3.
+5. Not varied by the run: "not measured: keep the default". Varied, but without the platform's
+   default among the levels: "not evaluated: keep the default". A level the platform cannot be
+   told to use (NVMe on Proxmox) is shown, never recommended.
+6. cache=unsafe is never recommended (it ignores the guest's flushes); cache=writeback, whenever
+   it is the outcome, carries a caveat: safe only while the guest flushes.
+7. The recommended changes are applied strongest first; one that would make a combination QEMU
+   7.2 refuses (:func:`iomatrix.suite.expand.invalid_reason`, e.g. aio=native without a direct
+   cache) is tried again once the others are in, and dropped, with QEMU's reason, if it is
+   still refused: of two changes that exclude each other, the stronger stays.
+8. A run whose guests ran under TCG measured QEMU's CPU emulator: the recommendation says so.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
+from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
+                                         PARAMETERS, UNEXPRESSIBLE, WHAT, Platform,
+                                         PlatformDefault, defaults)
+from iomatrix.results import StoredRun
+from iomatrix.suite.expand import invalid_reason
+from iomatrix.suite.model import Configuration
+
+RULE = (
+    "A level other than the platform's default is recommended only when its IOPS are "
+    "significantly higher than the default's (every matched pair of configurations in the run, "
+    "Holm-adjusted across the parameter's levels) and its mean latency is not significantly "
+    "higher; otherwise keep the default. Evidence comes from guest mode, or for aio, cache, "
+    "format and preallocation from blocklayer mode when the guests did not vary them. "
+    "cache=unsafe is never recommended; cache=writeback comes with a caveat. Changes are applied "
+    "strongest first, and one that would form a combination QEMU 7.2 refuses is dropped.")
+
+IOPS = "iops"
+LATENCY = "lat_mean_ns"
+EVIDENCE_MODES = ("guest", "blocklayer")
+
+CACHE_CAVEATS = {
+    "unsafe": "cache=unsafe ignores the guest's flushes: a host crash or power loss can corrupt "
+              "the guest's filesystems; only for scratch VMs that can be rebuilt",
+    "writeback": "cache=writeback holds writes in the host page cache until the guest flushes: "
+                 "safe only while the guest issues flushes (filesystem barriers on, the default "
+                 "on current Linux); a host crash loses what was not flushed",
+}
+NEVER = {("cache", "unsafe")}
+"""Levels never recommended, whatever they measure."""
+
+Status = Literal["change", "keep", "choose", "not measured", "not evaluated"]
+
+
+class Evidence(BaseModel):
+    """One level against the reference: IOPS and mean-latency gains, and why it may not be
+    recommended on this platform ("" when it may)."""
+
+    model_config = ConfigDict(frozen=True)
+    level: str
+    iops: Gain
+    latency: Gain
+    barred: str = ""
+
+    @property
+    def qualifies(self) -> bool:
+        """Significantly more IOPS, latency not significantly worse (rule 3)."""
+        return self.iops.better is True and self.latency.better is not False
+
+    def text(self) -> str:
+        """The IOPS verdict in full, and the latency in short."""
+        return (f"{self.level} vs {self.iops.reference}: IOPS {self.iops.verdict}; "
+                f"mean latency {_short(self.latency)}")
+
+
+def _short(gain: Gain) -> str:
+    """A gain in a few words: its change and CI, and whether it is significant (adjusted)."""
+    if gain.relative is None:
+        return "not compared (" + gain.verdict.split(":")[0] + ")"
+    text = f"{gain.relative * 100:+.1f} %".replace("-", "\u2212")
+    if gain.low is not None and gain.high is not None:
+        text += (f" (95 % CI {gain.low * 100:+.1f} … {gain.high * 100:+.1f} %)"
+                 .replace("-", "\u2212"))
+    if gain.better is None:
+        return f"no significant difference, {text}"
+    return f"{text}, significantly {'better' if gain.better else 'worse'}"
+
+
+class Decision(BaseModel):
+    """What to do with one parameter, and why."""
+
+    model_config = ConfigDict(frozen=True)
+    axis: str
+    name: str
+    what: str
+    default: PlatformDefault
+    status: Status
+    value: str | None
+    """The level to use; None only for a parameter left to the platform (queues: QEMU's)."""
+    reason: str
+    mode: str | None = None
+    """The mode whose configurations gave the evidence."""
+    levels: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    caveat: str = ""
+    gain: float | None = None
+    """The IOPS gain behind a change (its strength when changes conflict)."""
+
+
+class Recommendation(BaseModel):
+    """The settings to use on a platform, per parameter, with the configuration they make."""
+
+    model_config = ConfigDict(frozen=True)
+    platform: Platform
+    run_id: int
+    suite_name: str
+    emulated: bool
+    storage: str
+    decisions: tuple[Decision, ...]
+    config: Configuration
+    """The whole recommended disk setup, valid for QEMU 7.2 (guest mode)."""
+    fixed: dict[str, dict[str, str]]
+    """mode → the parameters its configurations all share (what the evidence was measured with)."""
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _only(run: StoredRun, mode: str) -> StoredRun:
+    """The run restricted to one mode's configurations and trials."""
+    configs = tuple(c for c in run.configs if c.mode == mode)
+    keys = {c.key for c in configs}
+    return run.model_copy(update={"configs": configs,
+                                  "trials": tuple(t for t in run.trials if t.config_key in keys)})
+
+
+def _fixed(run: StoredRun) -> dict[str, str]:
+    """Parameters with one value across every configuration of the (one-mode) run."""
+    values: dict[str, list[str]] = {}
+    for config in run.configs:
+        for axis in [*values, *(a for a in config.params if a not in values)]:
+            values.setdefault(axis, []).append(config.params.get(axis, ""))
+    return {axis: v[0] for axis, v in values.items()
+            if len(set(v)) == 1 and v[0] and len(v) == len(run.configs)}
+
+
+def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> Recommendation:
+    """The recommendation for ``platform`` from ``run`` (see the module docstring for the rule)."""
+    base = defaults(platform, storage=storage)
+    parts = {mode: _only(run, mode) for mode in EVIDENCE_MODES
+             if any(c.mode == mode for c in run.configs)}
+    axes = {mode: axes_of(part) for mode, part in parts.items()}
+    fixed = {mode: _fixed(part) for mode, part in parts.items()}
+    notes: list[str] = []
+    decisions = [_decide(platform, axis, base[axis], parts, axes, fixed) for axis in PARAMETERS]
+    for axis, why in NOT_SETTINGS.items():
+        # data_path's QEMU default (emulated) is stored as no value: any set one means it varied
+        if any(axis in found for found in axes.values()) or (axis == "data_path" and any(
+                "data_path" in c.params for part in parts.values() for c in part.configs)):
+            notes.append(f"{axis} (set in this run) is not turned into a setting: {why}")
+    config, decisions, dropped = _assemble(platform, storage, decisions)
+    notes += dropped
+    warnings = []
+    if run.emulated:
+        native = any(d.mode == "blocklayer" for d in decisions)
+        warnings.append("EMULATED (TCG): the guests' CPU was emulated; guest evidence measures "
+                        "QEMU's emulator, not this hardware"
+                        + ("; blocklayer evidence (no guest) ran natively" if native else ""))
+    if not parts:
+        warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
+                        "a recommendation on; every parameter keeps the platform's default")
+    return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite_name,
+                          emulated=run.emulated, storage=storage, decisions=tuple(decisions),
+                          config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes))
+
+
+def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | None:
+    if axis in axes.get("guest", {}):
+        return "guest"
+    if axis in BLOCKLAYER_PARAMETERS and axis in axes.get("blocklayer", {}):
+        return "blocklayer"
+    return None
+
+
+def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict[str, StoredRun],
+            axes: dict[str, dict[str, list[str]]], fixed: dict[str, dict[str, str]]) -> Decision:
+    common = dict(axis=axis, name=NAMES[platform][axis], what=WHAT[axis], default=default)
+    mode = _evidence_mode(axis, axes)
+    unpaired = _unpaired(axis, parts)
+    if mode is None and unpaired:
+        return Decision(**common, status="not evaluated", value=default.level, mode=unpaired[0],
+                        levels=tuple(unpaired[1]),
+                        reason=f"not evaluated: the run compared {', '.join(unpaired[1])} with "
+                               "QEMU's default, which is stored as no value and so has no twin to "
+                               "pair with; keep the default")
+    if mode is None:
+        reason = "not measured: keep the default"
+        if axis == "iothread" and "iothread" in axes.get("blocklayer", {}):
+            reason = ("not evaluated: blocklayer's iothread compares a FUSE export with an "
+                      "iothread to an NBD export, not a guest's iothread; keep the default")
+        measured = next((f[axis] for f in fixed.values() if axis in f), None)
+        value = default.level
+        if value is None:
+            # Without a platform default the disk must still be named: as measured, else
+            # iomatrix's own default.
+            value = measured or FALLBACK.get(axis)
+            if value is not None:
+                reason = f"not measured: {value} (no platform default; " + (
+                    "the one value the run used)" if measured else "iomatrix's default)")
+        elif measured is not None and measured != value:
+            reason += f" (the run used {measured} only, so it cannot say {measured} is better)"
+        return Decision(**common, status="not measured", value=value, reason=reason)
+    run, levels = parts[mode], axes[mode][axis]
+    if default.level is not None and default.level not in levels:
+        return Decision(**common, status="not evaluated", value=default.level, mode=mode,
+                        levels=tuple(levels),
+                        reason=f"not evaluated: the run measured {', '.join(levels)} but not the "
+                               f"default {default.level}; keep the default")
+    reference = default.level or default_reference(axis, levels)
+    evidence = tuple(
+        Evidence(level=level, iops=overall(run, axis, level, metric=IOPS, reference=reference),
+                 latency=overall(run, axis, level, metric=LATENCY, reference=reference),
+                 barred=_barred(platform, axis, level))
+        for level in levels if level != reference)
+    common.update(mode=mode, levels=tuple(levels), evidence=evidence)
+    qualified = [e for e in evidence if e.qualifies]
+    eligible = [e for e in qualified if not e.barred]
+    caveats = [CACHE_CAVEATS[e.level] for e in qualified if e.barred and e.level in CACHE_CAVEATS]
+    if eligible:
+        best = max(eligible, key=lambda e: e.iops.relative or 0.0)
+        return Decision(**common, status="change" if default.level else "choose",
+                        value=best.level, gain=best.iops.relative,
+                        reason=f"use {best.level}: significantly more IOPS than {reference}, "
+                               "mean latency not significantly higher",
+                        caveat=_join([CACHE_CAVEATS.get(best.level, ""), *caveats]))
+    what = "the default" if default.level else f"{reference} (no platform default)"
+    if qualified:
+        barred = qualified[0]
+        why = f"{barred.level} measured better but {barred.barred}"
+    elif any(e.iops.better is True for e in evidence):
+        worse = next(e for e in evidence if e.iops.better is True)
+        why = f"{worse.level} has more IOPS but significantly higher latency ({worse.latency.verdict})"
+    elif evidence and all(e.iops.better is False for e in evidence):
+        why = "every other level has significantly fewer IOPS"
+    else:
+        why = "no level has significantly more IOPS"
+    status: Status = "keep" if default.level else "choose"
+    return Decision(**common, status=status, value=reference, reason=f"keep {what}: {why}",
+                    caveat=_join(caveats))
+
+
+def _unpaired(axis: str, parts: dict[str, StoredRun]) -> tuple[str, list[str]] | None:
+    """(mode, levels) when some configurations of a mode set ``axis`` and others leave it at
+    QEMU's default (num_queues, queue_size): the effects analysis pairs only set values."""
+    if axis not in ("num_queues", "queue_size"):
+        return None
+    for mode, part in parts.items():
+        values = [c.params.get(axis) for c in part.configs]
+        if None in values and any(v is not None for v in values):
+            return mode, list(dict.fromkeys(v for v in values if v is not None))
+    return None
+
+
+def _join(parts: list[str]) -> str:
+    return "; ".join(dict.fromkeys(p for p in parts if p))
+
+
+def _barred(platform: Platform, axis: str, level: str) -> str:
+    if (axis, level) in NEVER:
+        return CACHE_CAVEATS.get(level, "it is never recommended")
+    return UNEXPRESSIBLE[platform].get((axis, level), "")
+
+
+def _config(values: dict[str, str | None]) -> Configuration:
+    num = {k: int(v) if v else None for k, v in values.items() if k in ("num_queues", "queue_size")}
+    return Configuration(mode="guest", controller=values["controller"], aio=values["aio"],
+                         iothread=values["iothread"] == "on", cache=values["cache"],
+                         format=values["format"], preallocation=values["preallocation"], **num)
+
+
+def _assemble(platform: Platform, storage: str, decisions: list[Decision]
+              ) -> tuple[Configuration, list[Decision], list[str]]:
+    """Start from the platform's defaults (iomatrix's own where the platform has none, which
+    together are always valid) and apply every decided value that differs, the changes strongest
+    first; one that would make a combination QEMU 7.2 refuses is tried again after the others,
+    and dropped with QEMU's reason if still refused (rule 7). Defaults that depend on other
+    settings (Proxmox's aio on the cache, iothread on the bus) follow the settings chosen."""
+    by_axis = {d.axis: d for d in decisions}
+    start = {d.axis: d.default.level if d.default.level is not None else FALLBACK.get(d.axis)
+             for d in decisions}
+    moves = sorted((d for d in decisions if d.value != start[d.axis]),
+                   key=lambda d: (d.status != "change", -(d.gain or 0.0)))
+    chosen: dict[str, str] = {}
+    notes: list[str] = []
+
+    def values(chosen: dict[str, str]) -> dict[str, str | None]:
+        out = start | chosen
+        derived = defaults(platform, storage=storage, settings={k: v for k, v in out.items() if v})
+        for axis in ("aio", "iothread"):
+            if axis not in chosen and by_axis[axis].default.level is not None:
+                out[axis] = derived[axis].level
+        return out
+
+    # Passes until nothing more fits: a change refused now may fit once a weaker one is in
+    # (aio=native after cache=none, where the default cache is writeback).
+    refused: dict[str, str] = {}
+    pending = moves
+    while pending:
+        refused = {}
+        for move in pending:
+            trial = chosen | {move.axis: str(move.value)}
+            reason = invalid_reason(_config(values(trial)))
+            if reason is None:
+                chosen = trial
+            else:
+                refused[move.axis] = reason
+        if len(refused) == len(pending):
+            break
+        pending = [m for m in pending if m.axis in refused]
+    for move in (m for m in moves if m.axis in refused):
+        reason = refused[move.axis]
+        fallback = start[move.axis]
+        notes.append(f"{move.axis}={move.value} dropped: with the other settings chosen it forms "
+                     f"a combination QEMU 7.2 refuses ({reason})")
+        by_axis[move.axis] = move.model_copy(update={
+            "status": "keep" if move.default.level is not None else move.status,
+            "value": fallback, "gain": None,
+            "reason": f"keep {'the default ' if move.default.level else ''}{fallback}: "
+                      f"{move.value} measured better ({move.reason}) but QEMU 7.2 refuses it "
+                      f"with the other settings: {reason}"})
+    final = values(chosen)
+    config = _config(final)
+    out = []
+    for d in decisions:
+        d = by_axis[d.axis]
+        value = final.get(d.axis)
+        update: dict[str, object] = {}
+        if value != d.value:
+            update = {"value": value, "reason": d.reason + " (with the settings chosen, the "
+                      f"platform's default is {value})"}
+        caveat = CACHE_CAVEATS.get(str(value), "") if d.axis == "cache" else ""
+        if caveat and caveat not in d.caveat:
+            update["caveat"] = _join([d.caveat, caveat])
+        out.append(d.model_copy(update=update) if update else d)
+    return config, out, notes
