@@ -38,8 +38,8 @@ if [ ! -x .venv/bin/uv ]; then
     .venv/bin/pip install -q --disable-pip-version-check "uv==0.13.9"
 fi
 if [ "$dev" = 1 ]; then
-    .venv/bin/uv sync -q --frozen --inexact --extra dev --python .venv/bin/python
+    .venv/bin/uv sync -q --frozen --inexact --compile-bytecode --extra dev --python .venv/bin/python
 else
-    .venv/bin/uv sync -q --frozen --inexact --python .venv/bin/python
+    .venv/bin/uv sync -q --frozen --inexact --compile-bytecode --python .venv/bin/python
 fi
 echo "setup.sh: ready: .venv/bin/iomatrix"

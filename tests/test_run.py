@@ -103,7 +103,7 @@ def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
         assert report.problems == []
         # one IOPS and one p99 chart per workload group (randread 4k, randwrite 4k)
         assert report.count(".chart .main-svg") >= 4
-        traces = report.evaluate("[...document.querySelectorAll('.chart')].map("
+        traces = report.evaluate("[...document.querySelectorAll('#performance .chart')].map("
                                  "c => c.querySelectorAll('.scatterlayer .trace').length)")
         assert traces and all(n == 2 for n in traces)    # host baseline + the blocklayer config
         report.screenshot(REPO / "test-artifacts/run-report.png")

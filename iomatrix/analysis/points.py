@@ -76,8 +76,40 @@ def _checked(trial: TrialRecord) -> bool:
     return bool(trial.steady.get("checked", "reached" in trial.steady))
 
 
+_CACHE: dict[int, tuple[StoredRun, list[Point]]] = {}
+_CACHE_SIZE = 8
+
+
 def points(run: StoredRun) -> list[Point]:
-    """One point per (configuration, workload) that has trials, in the run's order."""
+    """One point per (configuration, workload) that has trials, in the run's order.
+
+    A stored run is immutable, so the points of the last few runs asked for are kept (by object
+    identity, holding the run so that its id cannot be reused): the report, effects, scores and
+    recommend each ask for them, and a 10,000-point run takes seconds to reduce."""
+    cached = _CACHE.get(id(run))
+    if cached is not None and cached[0] is run:
+        return list(cached[1])
+    found = _points(run)
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[id(run)] = (run, found)
+    return list(found)
+
+
+def only_configs(run: StoredRun, keys: set[str]) -> StoredRun:
+    """``run`` restricted to the configurations ``keys`` and their trials. Its points are those
+    of ``run`` for those configurations (a point depends on its own trials only), so they are
+    taken from there rather than reduced again."""
+    sub = run.model_copy(update={"configs": tuple(c for c in run.configs if c.key in keys),
+                                 "trials": tuple(t for t in run.trials if t.config_key in keys)})
+    found = [p for p in points(run) if p.config_key in keys]
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[id(sub)] = (sub, found)
+    return sub
+
+
+def _points(run: StoredRun) -> list[Point]:
     groups: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
         groups[(trial.config_key, trial.workload_key)].append(trial)

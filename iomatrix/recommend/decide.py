@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
+from iomatrix.analysis.points import only_configs
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
                                          PARAMETERS, UNEXPRESSIBLE, WHAT, Platform,
                                          PlatformDefault, defaults)
@@ -141,10 +142,7 @@ class Recommendation(BaseModel):
 
 def _only(run: StoredRun, mode: str) -> StoredRun:
     """The run restricted to one mode's configurations and trials."""
-    configs = tuple(c for c in run.configs if c.mode == mode)
-    keys = {c.key for c in configs}
-    return run.model_copy(update={"configs": configs,
-                                  "trials": tuple(t for t in run.trials if t.config_key in keys)})
+    return only_configs(run, {c.key for c in run.configs if c.mode == mode})
 
 
 def _fixed(run: StoredRun) -> dict[str, str]:

@@ -1,15 +1,41 @@
 """The report's view model: everything a page draws, JSON-ready, built from a stored run.
-Drawing code (``iomatrix.report.html``) reads only this."""
+Drawing code (``iomatrix.report.html``) reads only this.
+
+Every figure here was measured or is computed from measured figures by ``iomatrix.analysis``
+(means, confidence intervals, gains, scores, % of bare metal). A value that was not measured is
+None, never 0 or a guess. Points are indexed (``PointView.config``/``workload`` point into
+``ReportData.configs``/``workloads``) so that a run of 10,000 points stays a few MB of JSON.
+"""
 
 from __future__ import annotations
 
+import math
 import tomllib
-from typing import TYPE_CHECKING
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from statistics import fmean
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from iomatrix.units import format_size
 
 if TYPE_CHECKING:
-    from iomatrix.results import StoredRun
+    from iomatrix.analysis.points import Point
+    from iomatrix.results import StoredRun, TrialRecord
+
+DEFAULT_CI_TARGET = 0.05
+"""The CI half-width (fraction of the mean) above which a point is flagged when the suite set no
+``target_ci``: pbench-fio's 5 % acceptance limit."""
+GAIN_METRICS = ("iops", "lat_mean_ns")
+"""The metrics whose gains per queue depth the report shows (a selector picks one), as seed 000
+shows them. Bandwidth is left out: on one workload it is IOPS × block size, so its gains are the
+IOPS gains; p99 is left out because each metric costs one ``effects.gains`` call per axis."""
+HOST = "host"
+STEADY_MISSED = "steady"
+CI_OVER = "ci"
+FAILED = "failed"
+TCG_TAG = " [emulated: TCG]"
 
 
 class _Frozen(BaseModel):
@@ -20,9 +46,10 @@ class ConfigView(_Frozen):
     """One configuration of the run."""
 
     key: str
-    """Stable identifier, e.g. "blocklayer/aio=native/cache=none/format=raw/prealloc=off"."""
+    """Stable identifier, e.g. "blocklayer/aio=native/cache=none/format=raw"."""
     label: str
-    """Short human label, e.g. "native · none · raw"."""
+    """Short human label, e.g. "blocklayer native/none/raw"; ends in "[emulated: TCG]" when its
+    guests were emulated."""
     mode: str
     """host | blocklayer | guest"""
     params: dict[str, str]
@@ -31,35 +58,211 @@ class ConfigView(_Frozen):
     """What QEMU really applied, as verified (e.g. "file.cache.direct": "true", "aio": "native")."""
     accelerator: str = "none"
     """"tcg" when this configuration's guests were emulated: its label then says so too."""
+    family: str | None = None
+    """With a vms axis: the label of this configuration without its VM count (one scaling
+    curve per family)."""
 
 
-class PointView(_Frozen):
-    """All ok samples of one (configuration, workload), reduced to means; ns and bytes/s."""
+class GroupView(_Frozen):
+    """Workloads that share one chart: same rw, bs, numjobs and rate limit; x is iodepth."""
 
-    config_key: str
-    workload_key: str
+    slug: str
+    title: str
     rw: str
     bs: int
+    numjobs: int
+    rate_iops: int | None = None
+
+
+class WorkloadView(_Frozen):
+    key: str
+    label: str
+    rw: str
+    bs: int
+    bs_label: str
+    """The block size as the suite would write it: "4k"."""
     iodepth: int
     numjobs: int
     rate_iops: int | None = None
+    group: int
+    """Index into ``ReportData.groups``."""
+
+
+class PointView(_Frozen):
+    """All ok samples of one (configuration, workload), reduced to means; ns and bytes/s.
+    ``*_low``/``*_high`` bound a 95 % confidence interval of the mean (None below 2 samples)."""
+
+    config: int
+    """Index into ``ReportData.configs``."""
+    workload: int
+    """Index into ``ReportData.workloads``."""
     samples: int
     failed: int = 0
+    iops: float | None = None
+    """Read + write IOPS."""
+    iops_low: float | None = None
+    iops_high: float | None = None
+    ci_relative: float | None = None
+    """Half-width of the IOPS CI as a fraction of the mean."""
     read_iops: float | None = None
     write_iops: float | None = None
-    iops: float
-    """Read + write IOPS."""
-    bw_bytes: float
+    bw_bytes: float | None = None
+    bw_low: float | None = None
+    bw_high: float | None = None
     lat_mean_ns: float | None = None
+    lat_mean_low: float | None = None
+    lat_mean_high: float | None = None
     lat_p50_ns: float | None = None
     lat_p99_ns: float | None = None
+    lat_p99_low: float | None = None
+    lat_p99_high: float | None = None
     usr_cpu: float | None = None
     sys_cpu: float | None = None
+    """fio's own usr/sys CPU %."""
+    cpu_us_per_io: float | None = None
+    """Host CPU time per I/O of every process serving the disk (QEMU threads, fio), µs."""
+    cpu_ms_per_mib: float | None = None
+    csw_per_io: float | None = None
+    """Voluntary context switches per I/O."""
+    cycles_per_io: float | None = None
+    """CPU cycles per I/O counted by perf, where perf could count."""
+    cpu_roles: dict[str, float] = {}
+    """Role (vcpu, iothread, main loop, worker pool, daemon, fio (host), ...) → µs per I/O."""
+    steady_checked: int = 0
+    """Samples on which the SNIA steady-state rule was checked."""
+    steady_reached: int = 0
+    iops_pct: float | None = None
+    """IOPS as % of the host (bare-metal) point of the same workload."""
+    bare_significant: bool | None = None
+    """Whether those IOPS differ significantly from bare metal's (Welch, Holm-adjusted across
+    the run); None when untested (fewer than 2 samples on a side)."""
+    bw_pct: float | None = None
+    added_lat_us: float | None = None
+    """Mean latency minus the bare-metal mean latency, µs."""
+    added_p99_us: float | None = None
+    vm_iops: tuple[float, ...] = ()
+    """Each guest's mean IOPS, when several guests ran the point."""
+    flags: tuple[str, ...] = ()
+    """Why this point deserves less trust: ``STEADY_MISSED`` (some sample did not reach steady
+    state), ``CI_OVER`` (the IOPS CI is wider than the target), ``FAILED`` (some sample failed).
+    A point with one sample has no CI and is not flagged for it (the quality summary counts
+    them)."""
+
+
+class GainView(_Frozen):
+    """One level of an axis against its reference at one queue depth (``analysis.effects``)."""
+
+    level: str
+    held: dict[str, str] = {}
+    iodepth: int | None = None
+    pairs: int
+    relative: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p_value: float | None = None
+    adjusted_p: float | None = None
+    significant: bool
+    better: bool | None = None
+    """True: the level is significantly better than the reference; False: significantly worse;
+    None: no significant difference."""
+    verdict: str
+
+
+class GainSetView(_Frozen):
+    """The gains of one ``effects.gains`` call: one chart."""
+
+    axis: str
+    reference: str
+    metric: str
+    """iops | bw_bytes | lat_mean_ns | lat_p99_ns"""
+    hold: tuple[str, ...] = ()
+    gains: tuple[GainView, ...]
+
+
+class ComponentView(_Frozen):
+    name: str
+    figure: str
+    """iops | bw_bytes | lat_mean_ns | lat_p99_ns"""
+    label: str
+    """E.g. "IOPS · 512 randread QD128"."""
+    lower_is_better: bool
+    minimum: float | None = None
+    maximum: float | None = None
+    constant: bool = False
+
+
+class ScoreRowView(_Frozen):
+    config: int
+    """Index into ``ReportData.configs``."""
+    values: dict[str, float | None]
+    normalized: dict[str, float | None]
+    score: float | None = None
+    rank: int | None = None
+
+
+class ScoresView(_Frozen):
+    """Seed 002's normalized scores (``analysis.scores``), best first; lower is better."""
+
+    components: tuple[ComponentView, ...]
+    rows: tuple[ScoreRowView, ...]
+    method: str
+    caveat: str
+    notes: tuple[str, ...] = ()
+
+
+class DecisionView(_Frozen):
+    """What to do with one parameter on one platform, and why (``recommend.Decision``)."""
+
+    name: str
+    what: str
+    default: str
+    value: str | None = None
+    status: str
+    reason: str
+    mode: str | None = None
+    levels: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    caveat: str = ""
+
+
+class RecommendationView(_Frozen):
+    platform: str
+    title: str
+    storage: str
+    decisions: tuple[DecisionView, ...]
+    text: str
+    """Ready to paste (``qm set`` line, domain XML, QEMU arguments); "" when it could not be
+    rendered (``text_notes`` says why)."""
+    text_notes: tuple[str, ...] = ()
+    fixed: dict[str, str] = {}
+    """Mode → the settings all its configurations shared ("aio=native, cache=none")."""
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class QualityView(_Frozen):
+    """How far the run's figures can be trusted, counted."""
+
+    trials_ok: int
+    trials_failed: int
+    points: int
+    points_without_ci: int
+    """Points with fewer than 2 ok samples: no confidence interval."""
+    points_ci_over: int
+    ci_target: float
+    ci_target_source: str
+    steady_checked: int
+    """Trials on which the steady-state rule was checked."""
+    steady_reached: int
+    steady_unchecked: dict[str, int] = {}
+    """Why the rule was not checked → how many trials."""
+    points_steady_missed: int
+    points_flagged: int
 
 
 class FailureView(_Frozen):
-    config_key: str
-    workload_key: str
+    config: int
+    workload: int
     sample_index: int
     reason: str
 
@@ -79,42 +282,58 @@ class ReportData(_Frozen):
     """True when any sample was measured under TCG: the page must say so."""
     host: dict[str, str]
     """Host metadata: hostname, kernel, cpu, cores, memory, qemu, fio, target filesystem, ..."""
+    method: dict[str, str] = {}
+    """The suite's [method] settings as it wrote them (none are filled in from defaults)."""
     notes: tuple[str, ...] = ()
     """Skipped invalid combinations, ignored axes, and other things the reader must know."""
+    axes: dict[str, tuple[str, ...]] = {}
+    """Every configuration axis that takes two or more values (and "mode" when the run has
+    several), with its values in order of first use."""
     configs: tuple[ConfigView, ...]
+    groups: tuple[GroupView, ...] = ()
+    workloads: tuple[WorkloadView, ...] = ()
     points: tuple[PointView, ...]
+    gains: tuple[GainSetView, ...] = ()
+    scores: ScoresView | None = None
+    scores_absent: str = ""
+    """Why there are no scores, when there are none."""
+    recommendations: tuple[RecommendationView, ...] = ()
+    recommendation_rule: str = ""
+    quality: QualityView
     failures: tuple[FailureView, ...] = ()
     iomatrix_version: str
+    samples_csv: str = ""
+    """The raw samples as CSV (``iomatrix.export.samples_csv``), offered for download."""
+
+
+# --- building ----------------------------------------------------------------------------------
 
 
 def build_report_data(run: "StoredRun") -> ReportData:
     """The view model of a stored run."""
     from iomatrix import __version__
+    from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.points import points
+    from iomatrix.export import samples_csv
 
-    workloads = {w.key: w for w in run.workloads}
-    applied: dict[str, dict[str, str]] = {}
-    accel: dict[str, str] = {}
+    pts = points(run)
+    configs = _configs(run)
+    groups, workloads = _workloads(run)
+    config_index = {c.key: i for i, c in enumerate(configs)}
+    workload_index = {w.key: i for i, w in enumerate(workloads)}
+    method = _method(run.suite_text)
+    target, source = _ci_target(method)
+    eff = efficiency(pts)
+    trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
-        if trial.applied and trial.config_key not in applied:
-            applied[trial.config_key] = trial.applied
-        if trial.accelerator != "none":
-            accel[trial.config_key] = trial.accelerator
-    configs = tuple(ConfigView(key=c.key, mode=c.mode, params=c.params,
-                               label=c.label + (" [emulated: TCG]" if accel.get(c.key) == "tcg" else ""),
-                               applied=applied.get(c.key, {}), accelerator=accel.get(c.key, "none"))
-                    for c in run.configs)
-    views = []
-    for p in points(run):
-        w = workloads[p.workload_key]
-        views.append(PointView(
-            config_key=p.config_key, workload_key=p.workload_key, rw=w.rw, bs=w.bs,
-            iodepth=w.iodepth, numjobs=w.numjobs, rate_iops=w.rate_iops or None,
-            samples=p.samples, failed=p.failed, read_iops=p.read_iops, write_iops=p.write_iops,
-            iops=p.iops or 0.0, bw_bytes=p.bw_bytes or 0.0, lat_mean_ns=p.lat_mean_ns,
-            lat_p50_ns=p.lat_p50_ns, lat_p99_ns=p.lat_p99_ns, usr_cpu=p.usr_cpu,
-            sys_cpu=p.sys_cpu))
-    failures = tuple(FailureView(config_key=t.config_key, workload_key=t.workload_key,
+        if trial.status == "ok":
+            trials[(trial.config_key, trial.workload_key)].append(trial)
+    views = [_point(p, config_index[p.config_key], workload_index[p.workload_key],
+                    trials.get((p.config_key, p.workload_key), []),
+                    eff.get((p.config_key, p.workload_key)), target)
+             for p in pts if p.samples > 0]
+    failures = tuple(FailureView(config=config_index[t.config_key],
+                                 workload=workload_index[t.workload_key],
                                  sample_index=t.sample_index, reason=t.reason or "")
                      for t in run.trials if t.status == "failed")
     try:
@@ -123,8 +342,303 @@ def build_report_data(run: "StoredRun") -> ReportData:
         description = ""
     return ReportData(
         run_id=run.id, suite_name=run.suite_name, suite_description=description,
-        created_at=run.created_at,
-        finished_at=run.finished_at, status=run.status, accelerator=run.accelerator,
-        emulated=run.emulated, host=run.host, notes=run.notes, configs=configs,
-        points=tuple(v for v in views if v.samples > 0), failures=failures,
-        iomatrix_version=__version__)
+        created_at=run.created_at, finished_at=run.finished_at, status=run.status,
+        accelerator=run.accelerator, emulated=run.emulated, host=run.host,
+        method={k: _show(v) for k, v in method.items()}, notes=run.notes,
+        axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
+        points=tuple(views), gains=_gains(run), **_scores(run, config_index),
+        **_recommendations(run), quality=_quality(run, views, target, source),
+        failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run))
+
+
+def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
+    applied: dict[str, dict[str, str]] = {}
+    accel: dict[str, str] = {}
+    for trial in run.trials:
+        if trial.applied and trial.config_key not in applied:
+            applied[trial.config_key] = trial.applied
+        if trial.accelerator != "none":
+            accel[trial.config_key] = trial.accelerator
+    scaling = len({c.params.get("vms") for c in run.configs if "vms" in c.params}) >= 2
+    out = []
+    for c in run.configs:
+        tcg = TCG_TAG if accel.get(c.key) == "tcg" else ""
+        family = _family(c.mode, c.params) + tcg if scaling and "vms" in c.params else None
+        out.append(ConfigView(key=c.key, label=c.label + tcg, mode=c.mode, params=c.params,
+                              applied=applied.get(c.key, {}), accelerator=accel.get(c.key, "none"),
+                              family=family))
+    return tuple(out)
+
+
+def _family(mode: str, params: dict[str, str]) -> str:
+    """The label a configuration would have with its VM count left out."""
+    from iomatrix.suite.model import Configuration
+
+    rest = {k: v for k, v in params.items() if k != "vms"}
+    try:
+        return Configuration.model_validate({"mode": mode, **rest}).label
+    except ValidationError:   # an axis an older iomatrix stored: name it by its key
+        return "/".join([mode, *(f"{k}={v}" for k, v in rest.items())])
+
+
+def _axes(configs: Sequence[ConfigView]) -> dict[str, tuple[str, ...]]:
+    levels: dict[str, list[str]] = {}
+    modes = list(dict.fromkeys(c.mode for c in configs))
+    if len(modes) >= 2:
+        levels["mode"] = modes
+    for c in configs:
+        for axis, value in c.params.items():
+            seen = levels.setdefault(axis, [])
+            if value not in seen:
+                seen.append(value)
+    return {axis: tuple(values) for axis, values in levels.items() if len(values) >= 2}
+
+
+def _workloads(run: "StoredRun") -> tuple[tuple[GroupView, ...], tuple[WorkloadView, ...]]:
+    """Chart groups (rw in order of first appearance, then bs, numjobs, rate ascending) and the
+    workloads, each pointing at its group."""
+    rw_order: dict[str, int] = {}
+    keys = set()
+    for w in run.workloads:
+        rw_order.setdefault(w.rw, len(rw_order))
+        keys.add((w.rw, w.bs, w.numjobs, w.rate_iops or None))
+    ordered = sorted(keys, key=lambda k: (rw_order[k[0]], k[1], k[2], -1 if k[3] is None else k[3]))
+    groups = tuple(_group(*k) for k in ordered)
+    index = {k: i for i, k in enumerate(ordered)}
+    workloads = tuple(
+        WorkloadView(key=w.key, label=w.label, rw=w.rw, bs=w.bs, bs_label=format_size(w.bs),
+                     iodepth=w.iodepth, numjobs=w.numjobs, rate_iops=w.rate_iops or None,
+                     group=index[(w.rw, w.bs, w.numjobs, w.rate_iops or None)])
+        for w in run.workloads)
+    return groups, workloads
+
+
+def _group(rw: str, bs: int, numjobs: int, rate: int | None) -> GroupView:
+    jobs = "1 job" if numjobs == 1 else f"{numjobs} jobs"
+    parts = [rw, format_size(bs), jobs]
+    slug = f"{rw}-{format_size(bs)}-j{numjobs}"
+    if rate is not None:
+        parts.append(f"rate {rate:,} IOPS")
+        slug += f"-r{rate}"
+    return GroupView(slug=slug, title=" · ".join(parts), rw=rw, bs=bs, numjobs=numjobs,
+                     rate_iops=rate)
+
+
+def _method(suite_text: str) -> dict[str, Any]:
+    try:
+        method = tomllib.loads(suite_text).get("method", {})
+    except tomllib.TOMLDecodeError:
+        return {}
+    return dict(method) if isinstance(method, dict) else {}
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_show(v) for v in value)
+    return str(value)
+
+
+def _ci_target(method: dict[str, Any]) -> tuple[float, str]:
+    """The suite's target_ci, or the report's default when it set none (or one we cannot read)."""
+    from iomatrix.suite.model import Method
+
+    if "target_ci" in method:
+        try:
+            target = Method.model_validate({"target_ci": method["target_ci"]}).target_ci
+        except ValidationError:
+            target = None
+        if target is not None:
+            return target, "the suite's target_ci"
+    return DEFAULT_CI_TARGET, "the report's default (the suite set no target_ci)"
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    return fmean(present) if present else None
+
+
+def _interval(values: Sequence[float]) -> tuple[float | None, float | None]:
+    from iomatrix.analysis.stats import confidence_interval
+
+    if len(values) < 2:
+        return None, None
+    ci = confidence_interval(values)
+    return _finite(ci.low), _finite(ci.high)
+
+
+def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:
+    """Means over the samples that recorded CPU cost (µs per I/O is the point's own); roles as
+    µs per I/O."""
+    costs = [t.cpu for t in trials if t.cpu]
+    if not costs:
+        return {}
+    roles: dict[str, list[float]] = defaultdict(list)
+    for cost in costs:
+        ios = cost.get("ios")
+        if not ios:
+            continue
+        for role, seconds in (cost.get("cpu_s_by_role") or {}).items():
+            roles[role].append(seconds / ios * 1e6)
+    return {
+        "cpu_ms_per_mib": _mean(c.get("cpu_ms_per_mib") for c in costs),
+        "csw_per_io": _mean(c.get("csw_per_io") for c in costs),
+        "cycles_per_io": _mean(c.get("cycles_per_io") for c in costs),
+        "cpu_roles": {role: fmean(v) for role, v in roles.items()},
+    }
+
+
+def _vm_iops(trials: Sequence["TrialRecord"]) -> tuple[float, ...]:
+    per_vm: dict[int, list[float]] = defaultdict(list)
+    for t in trials:
+        sums: dict[int, float] = defaultdict(float)
+        for s in t.vm_samples:
+            if s.vm is not None:
+                sums[s.vm] += s.iops
+        for vm, iops in sums.items():
+            per_vm[vm].append(iops)
+    return tuple(fmean(per_vm[vm]) for vm in sorted(per_vm))
+
+
+def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord"],
+           eff: Any, target: float) -> PointView:
+    ci = p.iops_ci
+    bw_low, bw_high = _interval(p.bw_samples)
+    mean_low, mean_high = _interval(p.lat_mean_samples)
+    p99_low, p99_high = _interval(p.lat_p99_samples)
+    checked, reached = p.steady_checked, p.steady_reached
+    relative = _finite(ci.relative) if ci is not None else None
+    flags = []
+    if checked > reached:
+        flags.append(STEADY_MISSED)
+    if p.samples >= 2 and relative is not None and relative > target:
+        flags.append(CI_OVER)
+    if p.failed:
+        flags.append(FAILED)
+    return PointView(
+        config=config, workload=workload, samples=p.samples, failed=p.failed,
+        iops=_finite(p.iops), iops_low=_finite(ci.low) if ci else None,
+        iops_high=_finite(ci.high) if ci else None, ci_relative=relative,
+        read_iops=_finite(p.read_iops), write_iops=_finite(p.write_iops),
+        bw_bytes=_finite(p.bw_bytes), bw_low=bw_low, bw_high=bw_high,
+        lat_mean_ns=_finite(p.lat_mean_ns), lat_mean_low=mean_low, lat_mean_high=mean_high,
+        lat_p50_ns=_finite(p.lat_p50_ns), lat_p99_ns=_finite(p.lat_p99_ns),
+        lat_p99_low=p99_low, lat_p99_high=p99_high,
+        usr_cpu=_finite(p.usr_cpu), sys_cpu=_finite(p.sys_cpu),
+        cpu_us_per_io=_finite(p.cpu_us_per_io), **_cpu(trials),
+        steady_checked=checked, steady_reached=reached,
+        iops_pct=_finite(eff.iops_pct) if eff else None,
+        bare_significant=(None if eff is None or eff.iops_vs_bare.p_value is None
+                          else eff.iops_vs_bare.significant),
+        bw_pct=_finite(eff.bw_pct) if eff else None,
+        added_lat_us=_finite(eff.added_lat_us) if eff else None,
+        added_p99_us=_finite(eff.added_p99_us) if eff else None,
+        vm_iops=_vm_iops(trials), flags=tuple(flags))
+
+
+def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
+             source: str) -> QualityView:
+    unchecked: dict[str, int] = defaultdict(int)
+    for t in run.trials:
+        if t.status == "ok" and t.steady.get("checked") is False:
+            unchecked[str(t.steady.get("reason") or "not checked")] += 1
+    return QualityView(
+        trials_ok=sum(t.status == "ok" for t in run.trials),
+        trials_failed=sum(t.status == "failed" for t in run.trials),
+        points=len(views), points_without_ci=sum(v.samples < 2 for v in views),
+        points_ci_over=sum(v.samples >= 2 and v.ci_relative is not None and v.ci_relative > target
+                           for v in views),
+        ci_target=target, ci_target_source=source,
+        steady_checked=sum(v.steady_checked for v in views),
+        steady_reached=sum(v.steady_reached for v in views), steady_unchecked=dict(unchecked),
+        points_steady_missed=sum(v.steady_checked > v.steady_reached for v in views),
+        points_flagged=sum(bool(v.flags) for v in views))
+
+
+def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:
+    """Per queue depth, each axis's levels against its reference, pooled over the other axes;
+    with exactly two axes (seed 000's aio × iothread), also held at each level of the other."""
+    from iomatrix.analysis.effects import axes_of, default_reference, gains
+
+    axes = axes_of(run)
+    out = []
+    for axis, levels in axes.items():
+        holds: list[tuple[str, ...]] = [()]
+        if len(axes) == 2:
+            holds.append(tuple(a for a in axes if a != axis))
+        for hold in holds:
+            for metric in GAIN_METRICS:
+                found = gains(run, axis, metric=metric, hold=hold)
+                if not found:
+                    continue
+                out.append(GainSetView(
+                    axis=axis, reference=default_reference(axis, levels), metric=metric,
+                    hold=hold, gains=tuple(
+                        GainView(level=g.level, held=g.held, iodepth=g.iodepth, pairs=g.pairs,
+                                 relative=_finite(g.relative), low=_finite(g.low),
+                                 high=_finite(g.high), p_value=g.p_value,
+                                 adjusted_p=g.adjusted_p, significant=g.significant,
+                                 better=g.better, verdict=g.verdict)
+                        for g in found)))
+    return tuple(out)
+
+
+def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:
+    from iomatrix.analysis.scores import scores
+    from iomatrix.errors import IomatrixError
+
+    try:
+        table = scores(run)
+    except IomatrixError as exc:
+        return {"scores": None, "scores_absent": str(exc)}
+    return {"scores": ScoresView(
+        components=tuple(ComponentView(name=c.name, figure=c.figure, label=c.label,
+                                       lower_is_better=c.lower_is_better, minimum=c.minimum,
+                                       maximum=c.maximum, constant=c.constant)
+                         for c in table.components),
+        rows=tuple(ScoreRowView(config=config_index[r.config_key], values=r.values,
+                                normalized=r.normalized, score=_finite(r.score), rank=r.rank)
+                   for r in table.rows),
+        method=table.method, caveat=table.caveat, notes=table.notes)}
+
+
+def _recommendations(run: "StoredRun") -> dict[str, Any]:
+    """The recommendation for every platform, with the text to paste (placeholders for the VM,
+    volume and image, as ``iomatrix recommend`` prints without its options)."""
+    from iomatrix.errors import IomatrixError
+    from iomatrix.recommend.decide import RULE, recommend
+    from iomatrix.recommend.defaults import PLATFORMS, TITLES
+    from iomatrix.recommend.render import render
+
+    out = []
+    for platform in PLATFORMS:
+        try:
+            rec = recommend(run, platform)
+        except IomatrixError as exc:   # the report still shows everything else
+            out.append(RecommendationView(platform=platform, title=TITLES[platform], storage="",
+                                          decisions=(), text="",
+                                          warnings=(f"no recommendation: {exc}",)))
+            continue
+        try:
+            pasted = render(platform, rec.config)
+            text, text_notes = pasted.text, pasted.notes
+        except IomatrixError as exc:
+            text, text_notes = "", (f"cannot be rendered: {exc}",)
+        out.append(RecommendationView(
+            platform=platform, title=TITLES[platform], storage=rec.storage,
+            decisions=tuple(DecisionView(
+                name=d.name, what=d.what,
+                default=d.default.shown + (f" ({d.default.note})" if d.default.note else ""),
+                value=d.value, status=d.status, reason=d.reason, mode=d.mode, levels=d.levels,
+                evidence=tuple(e.text() for e in d.evidence), caveat=d.caveat)
+                for d in rec.decisions),
+            text=text, text_notes=tuple(text_notes),
+            fixed={mode: ", ".join(f"{k}={v}" for k, v in fixed.items())
+                   for mode, fixed in rec.fixed.items() if fixed},
+            warnings=rec.warnings, notes=rec.notes))
+    return {"recommendations": tuple(out), "recommendation_rule": RULE}
