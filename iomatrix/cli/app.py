@@ -91,7 +91,10 @@ def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    from iomatrix.qemu.qmp import defer_interrupt
+
+    if not defer_interrupt():
+        raise KeyboardInterrupt
 
 
 @app.command()
@@ -113,7 +116,10 @@ def run(
     if accel not in (None, "auto", "kvm", "tcg"):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT gets the same handler rather than Python's default: asyncio.run (QMP) replaces only
+    # the default handler, with one that cancels its task, and a library that absorbs the
+    # cancellation would absorb the Ctrl-C with it.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     if resume is not None:
         with _store(db) as store:

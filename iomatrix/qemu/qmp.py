@@ -19,9 +19,30 @@ logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 Command = tuple[str, Mapping[str, Any] | None]
 
 
+_state = {"busy": False, "interrupted": False}
+
+
+def defer_interrupt() -> bool:
+    """For a signal handler that stops the run: True when a QMP conversation is under way, and
+    the interrupt is then raised as KeyboardInterrupt once it ends (within its timeout). An
+    exception raised inside asyncio's event loop can leave the loop's clean-up waiting on the
+    socket, and the run would never stop."""
+    if _state["busy"]:
+        _state["interrupted"] = True
+        return True
+    return False
+
+
 def qmp_execute(socket: Path, commands: Sequence[Command], *, timeout: float = 10.0) -> list[Any]:
     """Connect to ``socket``, run ``commands`` in order, disconnect; their return values."""
-    return asyncio.run(_execute(socket, commands, timeout))
+    _state["busy"] = True
+    try:
+        return asyncio.run(_execute(socket, commands, timeout))
+    finally:
+        _state["busy"] = False
+        if _state["interrupted"]:
+            _state["interrupted"] = False
+            raise KeyboardInterrupt
 
 
 async def _execute(socket: Path, commands: Sequence[Command], timeout: float) -> list[Any]:
