@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -70,14 +71,35 @@ def ram_loop_device(size_mib: int) -> Iterator[Path]:
 def arm(work: Path, text: str) -> tuple[float, float, int, int]:
     with Store(work / "r.db") as store:
         t0 = time.monotonic()
-        outcome = run_suite(load_suite_text(text, source="bench"), store)
+        try:
+            outcome = run_suite(load_suite_text(text, source="bench"), store)
+        except KeyboardInterrupt:
+            _partial(store, time.monotonic() - t0)
+            raise
         wall = time.monotonic() - t0
         found = points(store.load_run(outcome.run_id))
     worst = max((p.iops_ci.relative or 0.0) if p.iops_ci else float("inf") for p in found)
     return wall, worst, outcome.trials_ok, outcome.trials_failed
 
 
+def _partial(store: Store, wall: float) -> None:
+    """What an interrupted arm had reached: its points' CIs and sample counts so far."""
+    run = store.load_run(store.resolve("last"))
+    found = points(run)
+    cis = sorted(p.iops_ci.relative for p in found if p.iops_ci and p.iops_ci.relative is not None)
+    done = sum(1 for c in cis if c <= 0.02)
+    print(f"interrupted after {wall:.0f} s: {len(run.trials)} trials, {len(found)} points, "
+          f"samples per point {min(p.samples for p in found)}-{max(p.samples for p in found)}; "
+          f"{done} points within ±2 %; CIs now: median ±{cis[len(cis) // 2]:.2%}, "
+          f"worst ±{cis[-1]:.2%}" if cis else f"interrupted after {wall:.0f} s", flush=True)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bs", default="512,4k,8k,16k,32k,64k,128k")
     parser.add_argument("--depths", default="1,2,4,8,16,32,64,128")
@@ -104,6 +126,8 @@ def main() -> None:
             fixed = _arm_subset(work, target, subset, args) if subset is not pairs else arm(
                 work, suite(target, bs, depths, f'runtime = "{args.fixed_runtime}"\n'
                                                 f'samples = {args.fixed_samples}'))
+            print(f"fixed arm: {fixed[0]:.1f} s, worst CI ±{fixed[1]:.2%}, {fixed[2]} trials",
+                  flush=True)
             adaptive = arm(work, suite(target, bs, depths,
                                        f'steady_state = true\nmin_runtime = "{args.min_runtime}"\n'
                                        f'max_runtime = "{args.fixed_runtime}"\nsamples = 3\n'
