@@ -83,10 +83,6 @@ class ImportedConfiguration(Configuration):
         return out
 
     @property
-    def key(self) -> str:
-        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params().items())])
-
-    @property
     def label(self) -> str:
         text = self.source if self.mode == "imported" else f"{self.mode}: {self.source}"
         if self.clients == 1:

@@ -7,23 +7,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from iomatrix.cli.app import DEFAULT_DB, Db, RunRef, _store, app, out
+from iomatrix.cli.app import DEFAULT_DB, EMULATED, Db, RunRef, _load_run, app, out, p_column
 from iomatrix.errors import AnalysisError
 
 if TYPE_CHECKING:
     from iomatrix.analysis.effects import Gain
     from iomatrix.results import StoredRun
 
-EMULATED = "[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]"
 _METRICS = {"iops": "iops", "bw": "bw_bytes", "lat": "lat_mean_ns", "p99": "lat_p99_ns"}
 _METRIC_NAMES = {"iops": "IOPS", "bw_bytes": "bandwidth", "lat_mean_ns": "mean latency",
                  "lat_p99_ns": "p99 latency"}
 _BY = {"iodepth": ("iodepth",), "workload": ("workload",), "none": ()}
-
-
-def _load(db: Db, run_ref: str) -> StoredRun:
-    with _store(db) as store:
-        return store.load_run(store.resolve(run_ref))
 
 
 def _header(run: StoredRun, what: str) -> None:
@@ -34,10 +28,6 @@ def _header(run: StoredRun, what: str) -> None:
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:+.1f}%".replace("-", "\u2212")
-
-
-def _p(x: float | None) -> str:
-    return "—" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
 
 
 def _short(g: Gain) -> str:
@@ -62,7 +52,7 @@ def effect(
     """Gain of each level of one axis over a reference level, all else held fixed (seed 000)."""
     from iomatrix.analysis.effects import axes_of, default_reference, gains
 
-    stored = _load(db, run_ref)
+    stored = _load_run(db, run_ref)
     if axis is None:
         _header(stored, "axes (host baseline excluded)")
         axes = axes_of(stored)
@@ -108,7 +98,7 @@ def effect(
         elif by == "workload":
             row.append(labels[g.workload] if g.workload else "—")
         ci = "—" if g.low is None or g.high is None else f"{_pct(g.low)} … {_pct(g.high)}"
-        row += [str(g.pairs), _pct(g.relative), ci, _p(g.p_value), _p(g.adjusted_p), _short(g)]
+        row += [str(g.pairs), _pct(g.relative), ci, p_column(g.p_value), p_column(g.adjusted_p), _short(g)]
         table.add_row(*row)
     out.print(table)
     family = next((g.family for g in found if g.family), 0)
@@ -144,7 +134,7 @@ def scores(
     """Min-max normalized score per configuration, lower is better (seed 002)."""
     from iomatrix.analysis.scores import scores as score_run
 
-    stored = _load(db, run_ref)
+    stored = _load_run(db, run_ref)
     table_data = score_run(stored, [m.strip() for m in metrics.split(",") if m.strip()],
                            include_host=host)
     _header(stored, "normalized scores (0 best, 1 worst per metric; lower score is better)")

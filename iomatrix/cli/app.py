@@ -58,6 +58,20 @@ def _store(db: Path, *, must_exist: bool = True):  # type: ignore[no-untyped-def
     return Store(db)
 
 
+def _load_run(db: Path, run_ref: str):  # type: ignore[no-untyped-def]
+    """The stored run ``run_ref`` (a number or 'last') of the database ``db``."""
+    with _store(db) as store:
+        return store.load_run(store.resolve(run_ref))
+
+
+EMULATED = "[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]"
+
+
+def p_column(p: float | None) -> str:
+    """A p-value as a table column shows it."""
+    return "—" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
     """The trials in order, the sessions and the estimate, without running anything."""
     from iomatrix.plan import estimate_seconds, plan
@@ -178,15 +192,14 @@ def show(
     from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.points import points
 
-    with _store(db) as store:
-        stored = store.load_run(store.resolve(run_ref))
+    stored = _load_run(db, run_ref)
     labels = {c.key: c.label for c in stored.configs}
     workloads = {w.key: w.label for w in stored.workloads}
     out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · "
               f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
     if stored.emulated:
-        out.print("[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]")
+        out.print(EMULATED)
     found = points(stored)
     bare = efficiency(found)
     columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs",
@@ -246,8 +259,7 @@ def _write_report(db: Path, run_ref: str, out_dir: Path) -> Path:
     from iomatrix.report.data import build_report_data
     from iomatrix.report.html import write_report
 
-    with _store(db) as store:
-        stored = store.load_run(store.resolve(run_ref))
+    stored = _load_run(db, run_ref)
     return write_report(build_report_data(stored), out_dir)
 
 
@@ -273,8 +285,7 @@ def export(
 
     if format not in ("csv", "json"):
         raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
-    with _store(db) as store:
-        stored = store.load_run(store.resolve(run_ref))
+    stored = _load_run(db, run_ref)
     text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

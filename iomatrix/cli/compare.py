@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from iomatrix.cli.app import DEFAULT_DB, Db, _store, app, err, out
+from iomatrix.cli.app import DEFAULT_DB, Db, _load_run, app, err, out, p_column
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
     from iomatrix.analysis.crossrun import RunComparison, Side
@@ -22,11 +22,6 @@ METRICS = {
     "lat": ("lat_mean_ns", "mean lat µs", 1e-3, "{:,.1f}"),
     "p99": ("lat_p99_ns", "p99 lat µs", 1e-3, "{:,.1f}"),
 }
-
-
-def _load(db: Path, ref: str) -> StoredRun:
-    with _store(db) as store:
-        return store.load_run(store.resolve(ref))
 
 
 def _header(name: str, run: StoredRun, db: Path) -> str:
@@ -53,12 +48,6 @@ def _pct(x: float | None) -> str:
     return f"{x if round(x, 3) else 0.0:+.1%}"   # no "-0.0%" for a change that rounds to nothing
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "—"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def _line(text: str) -> None:
     # One unwrapped line: the summary and notes stay greppable whatever the width.
     out.print(text, markup=False, soft_wrap=True)
@@ -81,7 +70,7 @@ def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
         table.add_row(escape(p.config_label + "".join(f" [{t}]" for t in tags)),
                       escape(p.workload_label), _figure(p.a, scale, fmt),
                       _figure(p.b, scale, fmt), _pct(p.change), ci,
-                      _p(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
+                      p_column(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
     out.print(table if result.points else "no point was measured in both runs")
     s = result.summary
     better = "higher" if result.higher_is_better else "lower"
@@ -118,8 +107,8 @@ def compare(
     if metric not in METRICS:
         raise typer.BadParameter(f"{metric!r}: choose iops, bw, lat or p99", param_hint="--metric")
     name, heading, scale, fmt = METRICS[metric]
-    a = _load(db, run_a)
-    b = _load(db_b or db, run_b)
+    a = _load_run(db, run_a)
+    b = _load_run(db_b or db, run_b)
     result = compare_runs(a, b, metric=name)
     _line(_header("A", a, db))
     _line(_header("B", b, db_b or db))

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from iomatrix.cli.app import DEFAULT_DB, Db, RunRef, _store, app, out
+from iomatrix.cli.app import DEFAULT_DB, Db, RunRef, _load_run, app, out
 from iomatrix.recommend.defaults import (PLACEHOLDER_VMID, PLACEHOLDER_VOLUME, PLATFORMS,
                                          PROXMOX_STORAGES, TITLES)
 
@@ -38,8 +38,7 @@ def recommend(
     if storage_type not in PROXMOX_STORAGES:
         raise typer.BadParameter(f"{storage_type!r}: choose {', '.join(PROXMOX_STORAGES)}",
                                  param_hint="--storage-type")
-    with _store(db) as store:
-        stored = store.load_run(store.resolve(run_ref))
+    stored = _load_run(db, run_ref)
     rec = build(stored, platform, storage=storage_type)  # type: ignore[arg-type]
     _print(rec)
     pasted = render(rec.platform, rec.config, vmid=vmid, volume=volume, image=image)
