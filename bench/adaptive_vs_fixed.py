@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from iomatrix.analysis.points import points
-from iomatrix.runner import run_suite
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite_text
 

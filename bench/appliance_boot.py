@@ -29,9 +29,9 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, READY_MARKER, TRACE_MARKER
                                       parse_disk_lines)
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.proc import managed, read_text, require, run, wait_for
-from iomatrix.qemu.kvm import qemu_escape
-from iomatrix.units import format_bytes
+from iomatrix.core.proc import managed, read_text, require, run, wait_for
+from iomatrix.qemu.escape import qemu_escape
+from iomatrix.core.units import format_bytes
 
 TARGET_SECONDS = 8.0
 """Boot-to-ready target under TCG on our machines (on KVM the design target is 1 s)."""

@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from iomatrix.runner import run_suite
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite_text
-from iomatrix.units import parse_duration
+from iomatrix.core.units import parse_duration
 
 
 def cpu() -> float:

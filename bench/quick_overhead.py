@@ -94,7 +94,7 @@ def main() -> None:
 def _runtime(suite_text: str) -> float:
     import tomllib
 
-    from iomatrix.units import parse_duration
+    from iomatrix.core.units import parse_duration
     return parse_duration(tomllib.loads(suite_text)["method"]["runtime"])
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Analysis and HTML report of a 10,000-point run: how long, how big, how quick to open.
 
-Writes a synthetic run (``iomatrix.synthetic``: made-up figures in a real SQLite store) of
+Writes a synthetic run (``iomatrix.testing.synthetic``: made-up figures in a real SQLite store) of
 host + 180 guest configurations (controller 3 × aio 3 × iothread 2 × cache 5 × format 2) ×
 56 workloads (7 block sizes × 8 queue depths) × 3 samples = 10,136 points, 30,408 trials. Every
 trial is given CPU cost by role and a steady-state verdict, as the runner records them (the
@@ -32,10 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from iomatrix.results import StoredRun  # noqa: E402
+from iomatrix.store.records import StoredRun  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
 from iomatrix.suite.model import Configuration, Workload  # noqa: E402
-from iomatrix.synthetic import Figures, configurations, write_run  # noqa: E402
+from iomatrix.testing.synthetic import Figures, configurations, write_run  # noqa: E402
 
 AXES = {"controller": ["virtio-scsi-single", "virtio-blk", "nvme"],
         "aio": ["native", "io_uring", "threads"], "iothread": [True, False],
@@ -98,7 +98,7 @@ def breakdown(run: StoredRun) -> None:
     from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.points import points
     from iomatrix.analysis.scores import scores
-    from iomatrix.export import samples_csv
+    from iomatrix.report.export import samples_csv
     from iomatrix.recommend.decide import recommend
 
     fresh = run.model_copy()

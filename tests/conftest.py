@@ -78,7 +78,7 @@ def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
 def kernel() -> Path:
     """A standard Linux kernel to boot (the host's, or Debian's fetched once), or skip."""
     from iomatrix.appliance.kernel import find_kernel
-    from iomatrix.errors import IomatrixError
+    from iomatrix.core.errors import IomatrixError
 
     try:
         return find_kernel()

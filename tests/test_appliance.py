@@ -20,10 +20,10 @@ from iomatrix.appliance.build import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MI
                                       READY_MARKER, Appliance, build_appliance, console_error,
                                       kernel_cmdline, parse_disk_lines, resolve_modules)
 from iomatrix.appliance.kernel import find_kernel, kernel_modules_dir
-from iomatrix.errors import EnvironmentProblem, IomatrixError
+from iomatrix.core.errors import EnvironmentProblem, IomatrixError
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.proc import managed, read_text, require, run, wait_for
-from iomatrix.qemu.kvm import qemu_escape
+from iomatrix.core.proc import managed, read_text, require, run, wait_for
+from iomatrix.qemu.escape import qemu_escape
 
 DISK_BYTES = 48 << 20
 BOOT_TIMEOUT = 60.0

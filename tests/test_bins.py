@@ -9,7 +9,7 @@ import pytest
 
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.results import samples_of, vm_samples_of
+from iomatrix.fio.samples import samples_of, vm_samples_of
 
 FIXTURES = Path(__file__).parent / "fixtures/fio"
 JSONPLUS = sorted(FIXTURES.glob("*/randread-jsonplus.json"))

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from iomatrix.drivers.blocklayer import BlocklayerDriver
-from iomatrix.errors import TrialFailed
+from iomatrix.core.errors import TrialFailed
 from iomatrix.fio.jobfile import job_text
 from iomatrix.fio.run import run_fio
 from iomatrix.suite.model import Configuration, Method, Target, Workload
-from iomatrix.target import Workspace
+from iomatrix.target.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 

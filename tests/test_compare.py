@@ -13,11 +13,11 @@ import pytest
 
 from iomatrix.analysis.crossrun import compare_runs, method_differences
 from iomatrix.cli.status import ExitStatus
-from iomatrix.errors import AnalysisError
-from iomatrix.results import StoredRun
+from iomatrix.core.errors import AnalysisError
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, configurations, write_run
+from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]

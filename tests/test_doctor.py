@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
+from iomatrix.measure.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
 from tests.conftest import our_processes
 
 EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"

@@ -14,11 +14,11 @@ from scipy import stats as scipy_stats
 
 from iomatrix.analysis.effects import axes_of, default_reference, gains, overall
 from iomatrix.cli.status import ExitStatus
-from iomatrix.errors import IomatrixError
-from iomatrix.results import StoredRun
+from iomatrix.core.errors import IomatrixError
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, Generator, configurations, write_run
+from iomatrix.testing.synthetic import Figures, Generator, configurations, write_run
 from tests.conftest import cli
 
 FIXED = {"controller": ["virtio-scsi-single"], "cache": ["none"], "format": ["raw"]}

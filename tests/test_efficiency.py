@@ -10,7 +10,7 @@ from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, write_run
+from iomatrix.testing.synthetic import Figures, write_run
 
 HOST = Configuration(mode="host")
 SAME = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw")

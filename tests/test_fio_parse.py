@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import FioParseError
+from iomatrix.core.errors import FioParseError
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency
 from iomatrix.fio.parse import parse_fio_json, parse_fio_output
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import InvalidCombination
-from iomatrix.runner import run_suite
+from iomatrix.core.errors import InvalidCombination
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.conftest import our_processes, write_suite
@@ -172,7 +172,7 @@ def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pyte
 
     from iomatrix.appliance.build import MIN_MEMORY_MIB, build_appliance, kernel_cmdline
     from iomatrix.drivers import guest
-    from iomatrix.qemu.kvm import probe_accel
+    from iomatrix.appliance.probe import probe_accel
 
     appliance = build_appliance()
     tcg = probe_accel("tcg", appliance.kernel, appliance.initrd, timeout=30,

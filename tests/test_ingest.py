@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.errors import NothingToImport
-from iomatrix.ingest import _location, _names, import_results, scan
-from iomatrix.results import DirectionSample, StoredRun
+from iomatrix.core.errors import NothingToImport
+from iomatrix.store.ingest import _location, _names, import_results, scan
+from iomatrix.fio.samples import DirectionSample
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Workload
 from tests.conftest import cli

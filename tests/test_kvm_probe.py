@@ -12,8 +12,8 @@ import pytest
 
 from iomatrix.appliance.kernel import (cached_kernels, default_cache_dir, find_kernel, host_kernel,
                                        kernel_modules_dir, kernel_problem)
-from iomatrix.errors import EnvironmentProblem
-from iomatrix.qemu.kvm import LATE_BOOT_MARKERS, boot_argv, probe_accel, probe_kvm
+from iomatrix.core.errors import EnvironmentProblem
+from iomatrix.appliance.probe import LATE_BOOT_MARKERS, boot_argv, probe_accel, probe_kvm
 from tests.conftest import our_processes
 
 EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"

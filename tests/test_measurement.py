@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.runner import run_suite
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.conftest import write_suite

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iomatrix.plan import estimate_seconds, plan, plan_round
+from iomatrix.suite.plan import estimate_seconds, plan, plan_round
 from iomatrix.suite import expand, load_suite_text
 
 AIOS = ["native", "io_uring", "threads"]

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import InvalidCombination
-from iomatrix.proc import managed, read_text, run, wait_for, which
+from iomatrix.core.errors import InvalidCombination
+from iomatrix.core.proc import managed, read_text, run, wait_for, which
 from iomatrix.qemu import args
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 VCPUS = 2
 START_TIMEOUT = 15.0

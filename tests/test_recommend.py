@@ -16,18 +16,18 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from iomatrix.errors import InvalidCombination
-from iomatrix.proc import managed, read_text, run as run_tool, wait_for, which
+from iomatrix.core.errors import InvalidCombination
+from iomatrix.core.proc import managed, read_text, run as run_tool, wait_for, which
 from iomatrix.qemu.args import expected_guest_settings, read_guest_settings
 from iomatrix.qemu.procinspect import inspect_process
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.recommend.decide import Recommendation, recommend
 from iomatrix.recommend.render import render
-from iomatrix.results import StoredRun
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, configurations, write_run
+from iomatrix.testing.synthetic import Figures, configurations, write_run
 
 REFERENCE = Path("/work/shared/reference/qemu-disk-options.md")
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 8, 32)]

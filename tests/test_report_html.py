@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.export import samples_csv
+from iomatrix.report.export import samples_csv
 from iomatrix.report.data import CI_OVER, FAILED, STEADY_MISSED, ReportData, build_report_data
 from iomatrix.report.html import rounded, read_data_json, render_html, write_report
-from iomatrix.results import StoredRun
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, configurations, write_run
+from iomatrix.testing.synthetic import Figures, configurations, write_run
 
 try:
     from tests.browser import chromium, chromium_available, open_page

@@ -10,7 +10,7 @@ import pytest
 
 from iomatrix.report.data import build_report_data
 from iomatrix.report.html import write_report
-from iomatrix.runner import run_suite
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.browser import chromium_available, open_page

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.cli.status import ExitStatus
-from iomatrix.runner import run_suite
+from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.browser import open_page

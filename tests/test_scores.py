@@ -11,11 +11,11 @@ import pytest
 
 from iomatrix.analysis.scores import scores
 from iomatrix.cli.status import ExitStatus
-from iomatrix.errors import IomatrixError
-from iomatrix.results import StoredRun
+from iomatrix.core.errors import IomatrixError
+from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.synthetic import Figures, Generator, configurations, write_run
+from iomatrix.testing.synthetic import Figures, Generator, configurations, write_run
 from tests.conftest import cli
 
 MIB = 1 << 20

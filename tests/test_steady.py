@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.analysis.steady import first_steady, snia_rule
-from iomatrix.errors import FioParseError
-from iomatrix.fio.live import (SIGINT_EXIT, CounterWatch, StatusReport, StatusStream, SteadyWatch,
-                               interval_iops, intervals, last_result)
+from iomatrix.telemetry.steady import first_steady, snia_rule
+from iomatrix.core.errors import FioParseError
+from iomatrix.fio.status import (SIGINT_EXIT, StatusReport, StatusStream, interval_iops, intervals,
+                                 last_result)
+from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.proc import orphan_guard, stop
+from iomatrix.core.proc import orphan_guard, stop
 from tests.conftest import our_processes
 
 # --- the rule ------------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import RunNotFound, SchemaTooNew, StoreError
-from iomatrix.results import DirectionSample
+from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
+from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite.model import Configuration, Workload

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import InvalidCombination, SuiteError
+from iomatrix.core.errors import InvalidCombination, SuiteError
 from iomatrix.suite import builtin_suites, expand, load_suite, load_suite_text
 
 BASE = """

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.errors import NotEnoughSpace, TargetError
+from iomatrix.core.errors import NotEnoughSpace, TargetError
 from iomatrix.suite.model import Configuration, Target
-from iomatrix.target import Workspace, check_device
+from iomatrix.target.workspace import Workspace, check_device
 
 RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw",
                     preallocation="off", iothread=False)

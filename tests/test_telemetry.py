@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.fio.live import last_result
+from iomatrix.fio.status import last_result
 from iomatrix.fio.models import JobStats
-from iomatrix.proc import managed, orphan_guard, stop, wait_for, which
+from iomatrix.core.proc import managed, orphan_guard, stop, wait_for, which
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.telemetry import (HostSampler, HostSeries, PerfCounts, PerfStat, ThreadTimes,
                                 classify, cpu_delta, device_of, per_io, per_mb, perf_problem,

@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, adjust, compare, confidence_interval
-from iomatrix.errors import AnalysisError
-from iomatrix.results import StoredRun
+from iomatrix.core.errors import AnalysisError
+from iomatrix.store.records import StoredRun
 from iomatrix.suite.model import Method
-from iomatrix.units import format_bytes
+from iomatrix.core.units import format_bytes
 
 HIGHER_IS_BETTER = {"iops": True, "bw_bytes": True, "lat_mean_ns": False, "lat_p99_ns": False}
 """The metrics ``compare_runs`` accepts (``Point.values`` names) and which direction is better."""

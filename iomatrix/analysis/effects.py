@@ -45,8 +45,8 @@ from scipy import stats as _scipy
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, adjust, compare,
                                      p_text, percent_text, t_interval)
-from iomatrix.errors import AnalysisError
-from iomatrix.results import ConfigRecord, StoredRun, WorkloadRecord
+from iomatrix.core.errors import AnalysisError
+from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
 
 METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns")
 LOWER_IS_BETTER = frozenset({"lat_mean_ns", "lat_p99_ns"})

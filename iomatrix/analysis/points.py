@@ -11,7 +11,8 @@ from statistics import fmean
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.stats import Interval, confidence_interval
-from iomatrix.results import DirectionSample, StoredRun, TrialRecord
+from iomatrix.fio.samples import DirectionSample
+from iomatrix.store.records import StoredRun, TrialRecord
 
 
 class Point(BaseModel):

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.points import Point, points
-from iomatrix.errors import AnalysisError
-from iomatrix.results import StoredRun, WorkloadRecord
-from iomatrix.units import format_size
+from iomatrix.core.errors import AnalysisError
+from iomatrix.store.records import StoredRun, WorkloadRecord
+from iomatrix.core.units import format_size
 
 HOST = "host"
 DEFAULT_METRICS = ("iops", "bw_bytes", "qd1_lat", "qd128_lat")

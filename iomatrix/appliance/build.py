@@ -70,8 +70,8 @@ from pydantic import BaseModel, ConfigDict
 
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem)
-from iomatrix.errors import EnvironmentProblem, IomatrixError, ToolFailed
-from iomatrix.proc import require, run, which
+from iomatrix.core.errors import EnvironmentProblem, IomatrixError, ToolFailed
+from iomatrix.core.proc import require, run, which
 
 BUILDER_VERSION = 1
 """Bump when the appliance layout or the init changes in a way the inputs' hash cannot see."""

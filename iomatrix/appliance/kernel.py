@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from iomatrix.errors import EnvironmentProblem, ToolFailed
-from iomatrix.proc import require, run
+from iomatrix.core.errors import EnvironmentProblem, ToolFailed
+from iomatrix.core.proc import require, run
 
 METAPACKAGE = "linux-image-amd64"
 FETCH_TIMEOUT = 900.0

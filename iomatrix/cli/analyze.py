@@ -8,11 +8,11 @@ import typer
 from rich.table import Table
 
 from iomatrix.cli.app import DEFAULT_DB, EMULATED, Db, RunRef, _load_run, app, out, p_column
-from iomatrix.errors import AnalysisError
+from iomatrix.core.errors import AnalysisError
 
 if TYPE_CHECKING:
     from iomatrix.analysis.effects import Gain
-    from iomatrix.results import StoredRun
+    from iomatrix.store.records import StoredRun
 
 _METRICS = {"iops": "iops", "bw": "bw_bytes", "lat": "lat_mean_ns", "p99": "lat_p99_ns"}
 _METRIC_NAMES = {"iops": "IOPS", "bw_bytes": "bandwidth", "lat_mean_ns": "mean latency",

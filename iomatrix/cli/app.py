@@ -14,7 +14,7 @@ from rich.table import Table
 from iomatrix import __version__
 from iomatrix.cli.appliance import app as appliance_app
 from iomatrix.cli.status import EPILOG, ExitStatus, status_for
-from iomatrix.errors import IomatrixError, SuiteError
+from iomatrix.core.errors import IomatrixError, SuiteError
 
 app = typer.Typer(
     name="iomatrix",
@@ -50,7 +50,7 @@ def _root(
 
 
 def _store(db: Path, *, must_exist: bool = True):  # type: ignore[no-untyped-def]
-    from iomatrix.errors import StoreError
+    from iomatrix.core.errors import StoreError
     from iomatrix.store import Store
 
     if must_exist and not db.exists():
@@ -74,7 +74,7 @@ def p_column(p: float | None) -> str:
 
 def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
     """The trials in order, the sessions and the estimate, without running anything."""
-    from iomatrix.plan import estimate_seconds, plan
+    from iomatrix.suite.plan import estimate_seconds, plan
     from iomatrix.suite import expand
 
     expansion = expand(suite)
@@ -124,7 +124,7 @@ def run(
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
-    from iomatrix.runner import run_suite
+    from iomatrix.measure.runner import run_suite
     from iomatrix.suite import load_suite, load_suite_text
 
     if accel not in (None, "auto", "kvm", "tcg"):
@@ -281,7 +281,7 @@ def export(
     db: Db = DEFAULT_DB,
 ) -> None:
     """Export a run's raw samples as CSV or JSON."""
-    from iomatrix.export import samples_csv
+    from iomatrix.report.export import samples_csv
 
     if format not in ("csv", "json"):
         raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
@@ -317,7 +317,7 @@ def suites(name: Annotated[Optional[str], typer.Argument(help="Print this built-
 @app.command()
 def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0) -> None:
     """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM."""
-    from iomatrix.doctor import failed_required, run_checks
+    from iomatrix.measure.doctor import failed_required, run_checks
 
     checks = run_checks(kvm_timeout=kvm_timeout)
     table = Table("check", "", "detail", box=None)

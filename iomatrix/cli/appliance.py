@@ -20,7 +20,7 @@ def build(
     """Build the guest appliance (or find it cached) and print where it is and its size."""
     from iomatrix.appliance.build import build_appliance
     from iomatrix.cli.app import out
-    from iomatrix.units import format_bytes
+    from iomatrix.core.units import format_bytes
 
     a = build_appliance(kernel=kernel, force=force)
     kernel_kind = "ELF vmlinux, PVH boot" if a.kernel_format == "pvh" else "bzImage"

@@ -13,7 +13,7 @@ from iomatrix.cli.app import DEFAULT_DB, Db, _load_run, app, err, out, p_column
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
     from iomatrix.analysis.crossrun import RunComparison, Side
-    from iomatrix.results import StoredRun
+    from iomatrix.store.records import StoredRun
 
 # --metric name → (Point metric, column heading, scale to the shown unit, number format)
 METRICS = {

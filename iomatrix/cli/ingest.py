@@ -24,7 +24,7 @@ def import_(
     db: Db = DEFAULT_DB,
 ) -> None:
     """Import existing fio JSON results as a run, to show, report, export and compare them."""
-    from iomatrix.ingest import MODES, scan, store_scan
+    from iomatrix.store.ingest import MODES, scan, store_scan
 
     if mode is not None and mode not in MODES:
         raise typer.BadParameter(f"{mode!r}: choose {', '.join(MODES)}", param_hint="--mode")

@@ -26,7 +26,7 @@ class PlannedEtaColumn(ProgressColumn):
 
 
 class TerminalProgress:
-    """Implements ``iomatrix.runner.Progress`` for people."""
+    """Implements ``iomatrix.measure.runner.Progress`` for people."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from iomatrix import errors
+from iomatrix.core import errors
 
 
 class ExitStatus(IntEnum):

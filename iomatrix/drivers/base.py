@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from iomatrix.suite.model import Configuration, Method
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 
 class Session(abc.ABC):
@@ -90,7 +90,7 @@ def driver_for(mode: str, method: Method, workdir: Path) -> Driver:
     """The driver of a mode."""
     from iomatrix.drivers.blocklayer import BlocklayerDriver
     from iomatrix.drivers.host import HostDriver
-    from iomatrix.errors import EnvironmentProblem
+    from iomatrix.core.errors import EnvironmentProblem
 
     drivers: dict[str, type[Driver]] = {"host": HostDriver, "blocklayer": BlocklayerDriver}
     if mode not in drivers:

@@ -11,16 +11,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
-from iomatrix.errors import ToolFailed, TrialFailed
-from iomatrix.mounts import force_unmount, is_mounted
-from iomatrix.proc import log_tail, managed, require, wait_for
+from iomatrix.core.errors import ToolFailed, TrialFailed
+from iomatrix.core.mounts import force_unmount, is_mounted
+from iomatrix.core.proc import log_tail, managed, require, wait_for
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import FORMAT_NODE, expected_node_flags
-from iomatrix.qemu.kvm import qemu_escape
+from iomatrix.qemu.escape import qemu_escape
 from iomatrix.qemu.procinspect import ProcessIO, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.model import Configuration
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 START_TIMEOUT = 15.0
 

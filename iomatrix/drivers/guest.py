@@ -21,16 +21,16 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       parse_disk_lines)
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.drivers.base import Driver, Session
-from iomatrix.errors import EnvironmentProblem, ToolFailed, TrialFailed
-from iomatrix.proc import log_tail, managed, read_text, require, wait_for
+from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
+from iomatrix.core.proc import log_tail, managed, read_text, require, wait_for
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_blockstats, read_daemon_settings,
                                 read_guest_settings, vhost_daemon_argv, vhost_num_queues)
-from iomatrix.qemu.kvm import KvmProbe, probe_accel
+from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method
-from iomatrix.target import Image
-from iomatrix.units import format_bytes
+from iomatrix.target.workspace import Image
+from iomatrix.core.units import format_bytes
 
 DAEMON_START_TIMEOUT = 15.0
 

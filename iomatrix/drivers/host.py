@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.suite.model import Configuration
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 
 class HostSession(Session):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from iomatrix.suite.model import Workload
-from iomatrix.units import fio_duration
+from iomatrix.core.units import fio_duration
 
 PERCENTILES = "50:90:99:99.9:99.99"
 

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from iomatrix.errors import FioParseError
+from iomatrix.core.errors import FioParseError
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
 
 __all__ = ["parse_fio_output", "parse_fio_json"]
@@ -63,7 +63,7 @@ def decode_fio_output(text: str) -> tuple[dict[str, Any], str]:
     if match is None:
         raise FioParseError("no JSON object in fio output (no line starts with '{'): "
                             f"{_excerpt(text, 0)}")
-    return _decode(text, match.start()), text[:match.start()]
+    return decode_json(text, match.start()), text[:match.start()]
 
 
 def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
@@ -111,7 +111,7 @@ def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
 # --- decoding ------------------------------------------------------------------------------------
 
 
-def _decode(text: str, start: int) -> dict[str, Any]:
+def decode_json(text: str, start: int) -> dict[str, Any]:
     decoder = json.JSONDecoder()
     try:
         obj, _ = decoder.raw_decode(text, start)

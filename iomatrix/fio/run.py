@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import FioFailed, FioParseError
+from iomatrix.core.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
-from iomatrix.fio.live import SIGINT_EXIT, last_result
+from iomatrix.fio.status import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.proc import orphan_guard, stop
+from iomatrix.core.proc import orphan_guard, stop
 
 
 POLL_INTERVAL = 0.05

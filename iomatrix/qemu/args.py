@@ -36,13 +36,13 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from iomatrix.errors import InvalidCombination
+from iomatrix.core.errors import InvalidCombination
 from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
-from iomatrix.qemu.kvm import qemu_escape
+from iomatrix.qemu.escape import qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 MACHINE = "pc"
 """i440fx, Proxmox VE's default machine; its PIIX IDE controller is always present."""

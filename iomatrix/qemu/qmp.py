@@ -11,7 +11,7 @@ from typing import Any
 
 from qemu.qmp import QMPClient, QMPError
 
-from iomatrix.errors import ToolFailed
+from iomatrix.core.errors import ToolFailed
 
 # qemu.qmp logs every failed connection attempt at ERROR; the caller reports failures itself.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)

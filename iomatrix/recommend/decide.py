@@ -37,7 +37,7 @@ from iomatrix.analysis.points import only_configs
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
                                          PARAMETERS, UNEXPRESSIBLE, WHAT, Platform,
                                          PlatformDefault, defaults)
-from iomatrix.results import StoredRun
+from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 

@@ -15,14 +15,14 @@ from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import InvalidCombination
+from iomatrix.core.errors import InvalidCombination
 from iomatrix.qemu.args import GuestSpec, guest_argv
 from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, PLACEHOLDER_VMID,
                                          PLACEHOLDER_VOLUME, PROXMOX_BUSES, PROXMOX_SCSIHW_OF,
                                          TARGET_DEVS, UNEXPRESSIBLE, Platform)
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
-from iomatrix.target import Image
+from iomatrix.target.workspace import Image
 
 PLACEHOLDER_IMAGES = {"libvirt": "/var/lib/libvirt/images/disk", "qemu": "disk"}
 """Without ``--image``, the image path shown (plus ``.raw``/``.qcow2``)."""

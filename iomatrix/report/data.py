@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from iomatrix.units import format_size
+from iomatrix.core.units import format_size
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
-    from iomatrix.results import StoredRun, TrialRecord
+    from iomatrix.store.records import StoredRun, TrialRecord
 
 DEFAULT_CI_TARGET = 0.05
 """The CI half-width (fraction of the mean) above which a point is flagged when the suite set no
@@ -303,7 +303,7 @@ class ReportData(_Frozen):
     failures: tuple[FailureView, ...] = ()
     iomatrix_version: str
     samples_csv: str = ""
-    """The raw samples as CSV (``iomatrix.export.samples_csv``), offered for download."""
+    """The raw samples as CSV (``iomatrix.report.export.samples_csv``), offered for download."""
 
 
 # --- building ----------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
     from iomatrix import __version__
     from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.points import points
-    from iomatrix.export import samples_csv
+    from iomatrix.report.export import samples_csv
 
     pts = points(run)
     configs = _configs(run)
@@ -590,7 +590,7 @@ def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:
 
 def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:
     from iomatrix.analysis.scores import scores
-    from iomatrix.errors import IomatrixError
+    from iomatrix.core.errors import IomatrixError
 
     try:
         table = scores(run)
@@ -610,7 +610,7 @@ def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:
 def _recommendations(run: "StoredRun") -> dict[str, Any]:
     """The recommendation for every platform, with the text to paste (placeholders for the VM,
     volume and image, as ``iomatrix recommend`` prints without its options)."""
-    from iomatrix.errors import IomatrixError
+    from iomatrix.core.errors import IomatrixError
     from iomatrix.recommend.decide import RULE, recommend
     from iomatrix.recommend.defaults import PLATFORMS, TITLES
     from iomatrix.recommend.render import render

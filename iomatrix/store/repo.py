@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix import __version__
-from iomatrix.errors import RunNotFound, SchemaTooNew, StoreError
-from iomatrix.results import (ConfigRecord, DirectionSample, RunSummary, StoredRun, TrialRecord,
+from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
+from iomatrix.fio.samples import DirectionSample
+from iomatrix.store.records import (ConfigRecord, RunSummary, StoredRun, TrialRecord,
                               WorkloadRecord)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, migrate
 from iomatrix.suite.model import Configuration, Workload

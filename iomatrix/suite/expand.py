@@ -7,7 +7,7 @@ import itertools
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import InvalidCombination
+from iomatrix.core.errors import InvalidCombination
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload)
 

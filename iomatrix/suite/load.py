@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from iomatrix.errors import SuiteError
+from iomatrix.core.errors import SuiteError
 from iomatrix.suite.model import Suite
 
 _MESSAGES = {
@@ -20,7 +20,7 @@ _MESSAGES = {
 
 def builtin_suites() -> dict[str, str]:
     """Built-in suite name → its TOML text."""
-    folder = resources.files("iomatrix.builtin")
+    folder = resources.files("iomatrix.suite.builtin")
     return {entry.name.removesuffix(".toml"): entry.read_text(encoding="utf-8")
             for entry in sorted(folder.iterdir(), key=lambda e: e.name)
             if entry.name.endswith(".toml")}

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       field_validator, model_validator)
 
-from iomatrix.units import format_size, parse_duration, parse_size
+from iomatrix.core.units import format_size, parse_duration, parse_size
 
 Mode = Literal["host", "blocklayer", "guest"]
 Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "sata", "ide", "nvme"]

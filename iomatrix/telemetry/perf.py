@@ -21,8 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import ToolFailed
-from iomatrix.proc import last_line, orphan_guard, require, run, which
+from iomatrix.core.errors import ToolFailed
+from iomatrix.core.proc import last_line, orphan_guard, require, run, which
 
 HARDWARE_EVENTS = ("cycles", "instructions")
 INSTALL_HINT = "perf not installed (apt-get install linux-perf)"

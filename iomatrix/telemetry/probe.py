@@ -9,7 +9,7 @@ import resource
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from iomatrix.results import DirectionSample
+from iomatrix.fio.samples import DirectionSample
 from iomatrix.telemetry.host import HostSampler, HostSeries
 from iomatrix.telemetry.perf import PerfCounts, PerfStat
 from iomatrix.telemetry.procstat import CpuCost, ThreadTimes, cpu_delta, snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from iomatrix.results import StoredRun
+from iomatrix.store.records import StoredRun
 
 
 def samples_csv(stored: StoredRun) -> str:

@@ -2,7 +2,7 @@
 
 Every check is a real probe under a timeout, never a file-existence test: a tool is run and its
 version line parsed, an fio engine does real direct I/O, the FUSE export is mounted, read and
-unmounted, KVM boots a kernel (:mod:`iomatrix.qemu.kvm`). Each probe cleans up what it made (temp
+unmounted, KVM boots a kernel (:mod:`iomatrix.appliance.probe`). Each probe cleans up what it made (temp
 files, mounts, processes) before it returns. Nothing here prints or exits: the CLI renders the
 :class:`Check` tuple.
 
@@ -26,10 +26,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import ToolFailed
-from iomatrix.mounts import force_unmount, fstype, is_mounted
-from iomatrix.proc import first_line, managed, read_text, run, stop, wait_for, which
-from iomatrix.qemu.kvm import probe_kvm, qemu_escape
+from iomatrix.core.errors import ToolFailed
+from iomatrix.core.mounts import force_unmount, fstype, is_mounted
+from iomatrix.core.proc import first_line, managed, read_text, run, stop, wait_for, which
+from iomatrix.appliance.probe import probe_kvm
+from iomatrix.qemu.escape import qemu_escape
 
 TOOL_TIMEOUT = 10.0
 FIO_TIMEOUT = 30.0
@@ -73,7 +74,7 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     """Every check, in a fixed order. ``directory`` is where the fio and FUSE probes make their
     temporary files (default: /var/tmp, which is disk-backed on Debian; O_DIRECT needs that).
     ``kernel``/``fetch_kernel`` are passed to the KVM probe (see
-    :func:`iomatrix.qemu.kvm.probe_kvm`)."""
+    :func:`iomatrix.appliance.probe.probe_kvm`)."""
     checks = [check_tool(tool, env=env) for tool in TOOLS]
     checks.append(check_fio_nbd(env=env))
     checks.append(check_fio_engine("libaio", env=env, directory=directory))
@@ -318,7 +319,7 @@ def _probe_dir(directory: Path | None) -> str:
 
 def _try_run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None,
              cwd: Path | None = None) -> tuple[int | None, str, str]:
-    """(exit status, stdout, stderr) of :func:`iomatrix.proc.run`, for a check that reports
+    """(exit status, stdout, stderr) of :func:`iomatrix.core.proc.run`, for a check that reports
     rather than raises: status None when it timed out, 127 when it could not start."""
     try:
         done = run(argv, timeout=timeout, check=False, env=env, cwd=cwd)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from iomatrix.errors import EnvironmentProblem, ToolFailed
+from iomatrix.core.errors import EnvironmentProblem, ToolFailed
 
 # Debian package that provides each tool, for hints.
 PACKAGES = {

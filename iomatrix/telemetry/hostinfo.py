@@ -9,9 +9,9 @@ import socket
 from pathlib import Path
 
 from iomatrix import __version__
-from iomatrix.errors import ToolFailed
-from iomatrix.mounts import mount_of
-from iomatrix.proc import first_line, run, which
+from iomatrix.core.errors import ToolFailed
+from iomatrix.core.mounts import mount_of
+from iomatrix.core.proc import first_line, run, which
 
 
 def _version_line(argv: list[str]) -> str:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from iomatrix.errors import NotEnoughSpace, TargetError
-from iomatrix.mounts import mounts
-from iomatrix.proc import require, run
+from iomatrix.core.errors import NotEnoughSpace, TargetError
+from iomatrix.core.mounts import mounts
+from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target
-from iomatrix.units import format_bytes
+from iomatrix.core.units import format_bytes
 
 SYSFS = Path("/sys")
 QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 KiB clusters

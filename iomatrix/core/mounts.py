@@ -56,7 +56,7 @@ def mount_of(path: str | os.PathLike[str], mountinfo: Path = MOUNTINFO) -> Mount
 def force_unmount(path: str | os.PathLike[str]) -> None:
     """Detach a FUSE mount left by a daemon that died before unmounting (fusermount3 -u -z,
     then umount -l); nothing when nothing is mounted there."""
-    from iomatrix.proc import run, which
+    from iomatrix.core.proc import run, which
 
     for tool, flags in (("fusermount3", ["-u", "-z"]), ("umount", ["-l"])):
         found = which(tool)

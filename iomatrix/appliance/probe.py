@@ -25,8 +25,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.appliance.kernel import find_kernel, kernel_problem
-from iomatrix.errors import IomatrixError, ToolFailed
-from iomatrix.proc import last_line, managed, read_text, wait_for, which
+from iomatrix.core.errors import IomatrixError, ToolFailed
+from iomatrix.core.proc import last_line, managed, read_text, wait_for, which
+from iomatrix.qemu.escape import qemu_escape
 
 QEMU_BINARY = "qemu-system-x86_64"
 KVM_DEVICE = Path("/dev/kvm")
@@ -227,11 +228,6 @@ def _seen(serial: Path, markers: Sequence[str]) -> str | None:
 
 def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.replace("\r", "").rstrip().splitlines()[-lines:])
-
-
-def qemu_escape(value: str) -> str:
-    """A QEMU option value with each comma doubled, as QEMU's option syntax requires."""
-    return value.replace(",", ",,")
 
 
 def _hint_for_error(stderr: str, accel: str) -> str | None:

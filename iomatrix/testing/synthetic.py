@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
-from iomatrix.results import DirectionSample
+from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 

@@ -35,15 +35,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from iomatrix.errors import FioParseError, IomatrixError, NothingToImport
+from iomatrix.core.errors import FioParseError, IomatrixError, NothingToImport
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
 # The parser's own decoder (text before the JSON, fio's bare nan), so there is one copy of it.
 from iomatrix.fio.parse import decode_fio_output, parse_fio_json
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
-from iomatrix.results import DirectionSample, samples_of
+from iomatrix.fio.samples import DirectionSample, samples_of
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.units import parse_size
+from iomatrix.core.units import parse_size
 
 ImportMode = Literal["host", "blocklayer", "guest", "imported"]
 MODES: tuple[str, ...] = ImportMode.__args__  # type: ignore[attr-defined]

@@ -16,19 +16,20 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from iomatrix.drivers.base import Driver, Session, driver_for
-from iomatrix.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
+from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
                              TrialFailed)
 from iomatrix.fio.jobfile import fill_text, job_text
-from iomatrix.fio.live import CounterWatch, SteadyWatch
+from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
-from iomatrix.hostinfo import host_metadata
-from iomatrix.proc import require
-from iomatrix.plan import Block, estimate_seconds, plan, plan_round
-from iomatrix.results import StoredRun, samples_of, vm_samples_of
+from iomatrix.telemetry.hostinfo import host_metadata
+from iomatrix.core.proc import require
+from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round
+from iomatrix.fio.samples import samples_of, vm_samples_of
+from iomatrix.store.records import StoredRun
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
-from iomatrix.target import Workspace, nearest_existing
+from iomatrix.target.workspace import Workspace, nearest_existing
 from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
