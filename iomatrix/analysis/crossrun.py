@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, adjust, compare, confidence_interval
@@ -25,6 +25,7 @@ from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
+from iomatrix.core.model import Frozen, on_off
 
 HIGHER_IS_BETTER = {"iops": True, "bw_bytes": True, "lat_mean_ns": False, "lat_p99_ns": False}
 """The metrics ``compare_runs`` accepts (``Point.values`` names) and which direction is better."""
@@ -37,11 +38,7 @@ _METHOD_FIELDS = ("ramp", "runtime", "steady_state", "min_runtime", "max_runtime
 Outcome = Literal["better", "worse", "no difference", "not judged"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Side(_Frozen):
+class Side(Frozen):
     """One run's figures for one point: ok samples, failed trials, whether any ran under TCG, and
     the confidence interval of the mean (None without a sample)."""
 
@@ -55,7 +52,7 @@ class Side(_Frozen):
         return None if self.ci is None else self.ci.mean
 
 
-class MatchedPoint(_Frozen):
+class MatchedPoint(Frozen):
     """One (configuration, workload) measured in both runs, B against A.
 
     ``change`` is mean_b / mean_a − 1 whenever both sides have a sample and mean_a ≠ 0, even
@@ -76,7 +73,7 @@ class MatchedPoint(_Frozen):
     """Short verdict for a table cell: "significantly better", "no significant difference", …"""
 
 
-class Difference(_Frozen):
+class Difference(Frozen):
     """A key whose value differs between the runs; None where a run did not record it."""
 
     key: str
@@ -84,7 +81,7 @@ class Difference(_Frozen):
     b: str | None
 
 
-class Unpaired(_Frozen):
+class Unpaired(Frozen):
     """A point of a configuration both runs have, measured in only one of them (an unfinished run)."""
 
     config_label: str
@@ -92,7 +89,7 @@ class Unpaired(_Frozen):
     measured_in: Literal["a", "b"]
 
 
-class Summary(_Frozen):
+class Summary(Frozen):
     better: int
     worse: int
     no_difference: int
@@ -101,7 +98,7 @@ class Summary(_Frozen):
     """How many comparisons were adjusted together (those with at least 2 samples a side)."""
 
 
-class RunComparison(_Frozen):
+class RunComparison(Frozen):
     """Run B against run A on one metric: matched points, what could not be matched, and what else
     differs between the runs."""
 
@@ -149,7 +146,7 @@ def _method(run: StoredRun) -> dict[str, Any] | None:
 
 def _show(field: str, value: object) -> str:
     if isinstance(value, bool):
-        return "on" if value else "off"
+        return on_off(value)
     if field == "memory":
         return format_bytes(float(value))  # type: ignore[arg-type]
     if isinstance(value, float):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import computed_field
 from scipy import stats as _scipy
 
 from iomatrix.analysis.points import Point, points
@@ -47,6 +47,7 @@ from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, a
                                      p_text, percent_text, t_interval)
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
+from iomatrix.core.model import Frozen
 
 METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns")
 LOWER_IS_BETTER = frozenset({"lat_mean_ns", "lat_p99_ns"})
@@ -59,7 +60,7 @@ ALPHA = 0.05
 _SAME_LOG_RATIO = 1e-12
 
 
-class Gain(BaseModel):
+class Gain(Frozen):
     """One level of an axis against the reference level, for one metric and one group of pairs.
 
     ``relative`` is mean(level) / mean(reference) − 1 (the geometric mean of the per-pair ratios
@@ -71,7 +72,6 @@ class Gain(BaseModel):
     usable pair). ``verdict`` is the one line to show with it.
     """
 
-    model_config = ConfigDict(frozen=True)
     axis: str
     level: str
     reference: str

@@ -6,16 +6,15 @@ that has a baseline: "no significant difference" is then the answer, not a bare 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.points import Point
 from iomatrix.analysis.stats import Comparison, adjust, compare
+from iomatrix.core.model import Frozen
 
 HOST = "host"
 
 
-class Efficiency(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Efficiency(Frozen):
     config_key: str
     workload_key: str
     iops_pct: float | None

@@ -8,15 +8,14 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import fmean
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import StoredRun, TrialRecord
+from iomatrix.core.model import Frozen
 
 
-class Point(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Point(Frozen):
     config_key: str
     workload_key: str
     samples: int

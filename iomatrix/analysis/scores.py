@@ -28,12 +28,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.points import Point, points
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import StoredRun, WorkloadRecord
 from iomatrix.core.units import format_size
+from iomatrix.core.model import Frozen
 
 HOST = "host"
 DEFAULT_METRICS = ("iops", "bw_bytes", "qd1_lat", "qd128_lat")
@@ -81,11 +81,7 @@ _SPECS = {
 _SPECS["bw"] = _SPECS["bw_bytes"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class Component(_Frozen):
+class Component(Frozen):
     """One metric of the score: which figure of which workload, and its range in this run."""
 
     name: str
@@ -103,7 +99,7 @@ class Component(_Frozen):
     """Every configuration has the same figure: the component is 0 for all."""
 
 
-class ScoreRow(_Frozen):
+class ScoreRow(Frozen):
     """One configuration: its figures, their normalized components (0 best, 1 worst) and score."""
 
     config_key: str
@@ -117,7 +113,7 @@ class ScoreRow(_Frozen):
     """1 = best; equal scores share a rank."""
 
 
-class ScoreTable(_Frozen):
+class ScoreTable(Frozen):
     """A run's configurations scored as seed 002 does, best first, with the method and caveat."""
 
     run_id: int

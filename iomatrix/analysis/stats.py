@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 from scipy import stats as _scipy
 
 # Sample-size and skew thresholds of the t/bootstrap switch; see ``confidence_interval``.
@@ -35,11 +35,7 @@ _BLOCK = 1 << 20
 _MINUS = "\u2212"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Interval(_Frozen):
+class Interval(Frozen):
     """A confidence interval of a mean. ``method`` "none" (n < 2): the bounds are unknown (None).
 
     ``half_width`` is (high − low) / 2, which for an asymmetric bootstrap interval is not the
@@ -60,7 +56,7 @@ class Interval(_Frozen):
 Adjustment = Literal["holm", "bh"]
 
 
-class Comparison(_Frozen):
+class Comparison(Frozen):
     """B against A on one workload: relative difference of means, its CI, Welch's test, verdict.
 
     ``relative`` is mean_b / mean_a − 1; ``low``/``high`` its confidence bounds (None when

@@ -66,12 +66,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem)
 from iomatrix.core.errors import EnvironmentProblem, IomatrixError, ToolFailed
 from iomatrix.core.proc import require, run, which
+from iomatrix.core.model import Frozen
 
 BUILDER_VERSION = 1
 """Bump when the appliance layout or the init changes in a way the inputs' hash cannot see."""
@@ -110,14 +110,13 @@ BUSYBOX_PACKAGE = "busybox-static"
 _NO_APT = "install Debian's apt and dpkg (a Debian or Ubuntu host)"
 
 
-class Appliance(BaseModel):
+class Appliance(Frozen):
     """A built appliance: boot ``kernel`` with ``initrd`` and :func:`kernel_cmdline`.
 
     ``kernel`` is an ELF vmlinux booted through its PVH entry (``kernel_format == "pvh"``), or the
     original bzImage (``"bzimage"``) when the kernel has no PVH entry. ``build_seconds`` is the
     time the build took when it was made; ``cached`` says this call found it already built."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kernel: Path
     initrd: Path
@@ -137,10 +136,9 @@ class Appliance(BaseModel):
         return self.kernel_bytes + self.initrd_bytes
 
 
-class GuestDisk(BaseModel):
+class GuestDisk(Frozen):
     """The guest's view of one disk, parsed from a :data:`DISK_MARKER` console line."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     size_bytes: int

@@ -22,12 +22,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.appliance.kernel import find_kernel, kernel_problem
 from iomatrix.core.errors import IomatrixError, ToolFailed
 from iomatrix.core.proc import last_line, managed, read_text, wait_for, which
 from iomatrix.qemu.escape import qemu_escape
+from iomatrix.core.model import Frozen
 
 QEMU_BINARY = "qemu-system-x86_64"
 KVM_DEVICE = Path("/dev/kvm")
@@ -44,14 +44,13 @@ _TERM_GRACE = 1.0
 _ACCEL_NAMES = {"kvm": "KVM", "tcg": "TCG"}
 
 
-class AccelProbe(BaseModel):
+class AccelProbe(Frozen):
     """The outcome of booting a standard kernel under one QEMU accelerator.
 
     ``usable`` is True only when the kernel reached the late-boot marker. ``probed`` says whether a
     kernel was actually booted (False: KVM "not probed", e.g. no kernel or no QEMU, see
     ``reason``). ``seconds`` is the wall time of the whole probe."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     accel: str
     usable: bool

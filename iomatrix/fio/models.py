@@ -4,14 +4,10 @@ reports it."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Percentiles(_Frozen):
+class Percentiles(Frozen):
     """Latency percentiles in ns; None where fio did not report that percentile."""
 
     p50: float | None = None
@@ -21,7 +17,7 @@ class Percentiles(_Frozen):
     p99_99: float | None = None
 
 
-class Latency(_Frozen):
+class Latency(Frozen):
     """One latency distribution (fio's lat_ns, clat_ns or slat_ns)."""
 
     min_ns: float
@@ -31,7 +27,7 @@ class Latency(_Frozen):
     percentiles: Percentiles = Percentiles()
 
 
-class DirectionStats(_Frozen):
+class DirectionStats(Frozen):
     """What fio measured in one direction (read or write) of one job."""
 
     io_bytes: int
@@ -53,7 +49,7 @@ class DirectionStats(_Frozen):
         return self.total_ios > 0
 
 
-class JobStats(_Frozen):
+class JobStats(Frozen):
     """One job group of fio's output (or one client's, or the "All clients" aggregate)."""
 
     name: str
@@ -70,7 +66,7 @@ class JobStats(_Frozen):
     minf: int = 0
 
 
-class FioResult(_Frozen):
+class FioResult(Frozen):
     """One fio invocation's result."""
 
     fio_version: str

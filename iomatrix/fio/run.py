@@ -8,23 +8,22 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.status import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import orphan_guard, stop
+from iomatrix.core.model import Frozen
 
 
 POLL_INTERVAL = 0.05
 """How often a running fio is checked: its exit, the observation time, the stop condition."""
 
 
-class FioRun(BaseModel):
+class FioRun(Frozen):
     """One fio invocation: its parsed result, its raw output, and what it cost."""
 
-    model_config = ConfigDict(frozen=True)
     result: FioResult
     raw_json: str
     argv: tuple[str, ...]

@@ -3,18 +3,14 @@ aggregate of several clients and each guest's own share."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import FioParseError
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
 from iomatrix.fio.models import DirectionStats, FioResult, Percentiles
+from iomatrix.core.model import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class DirectionSample(_Frozen):
+class DirectionSample(Frozen):
     """One direction of one trial. Latencies are fio's total latency (lat_ns), in ns."""
 
     direction: str

@@ -33,11 +33,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import FioParseError
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.parse import decode_json, parse_fio_json
+from iomatrix.core.model import Frozen
 
 __all__ = ["StatusReport", "StatusStream", "Interval", "intervals", "interval_iops",
            "last_result", "SIGINT_EXIT"]
@@ -53,10 +53,9 @@ _DECODER = json.JSONDecoder()
 _RESET_SLACK_MS = 250
 
 
-class StatusReport(BaseModel):
+class StatusReport(Frozen):
     """One object of fio's status stream: cumulative figures since the job (or its ramp) began."""
 
-    model_config = ConfigDict(frozen=True)
     result: FioResult
     timestamp_ms: int | None
     """fio's wall clock when it wrote the object (``timestamp_ms``; absent in old fio)."""
@@ -111,10 +110,9 @@ class StatusStream:
         return new
 
 
-class Interval(BaseModel):
+class Interval(Frozen):
     """The I/O between two successive status reports."""
 
-    model_config = ConfigDict(frozen=True)
     end_ms: int
     """fio's job runtime at the end of the interval (restarts at 0 when the ramp ends)."""
     seconds: float

@@ -24,13 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import ToolFailed
 from iomatrix.core.mounts import force_unmount, fstype, is_mounted
 from iomatrix.core.proc import first_line, managed, read_text, run, stop, wait_for, which
 from iomatrix.appliance.probe import probe_kvm
 from iomatrix.qemu.escape import qemu_escape
+from iomatrix.core.model import Frozen
 
 TOOL_TIMEOUT = 10.0
 FIO_TIMEOUT = 30.0
@@ -38,11 +38,10 @@ FUSE_TIMEOUT = 10.0
 FIO_PROBE_SIZE = 1024 * 1024
 
 
-class Check(BaseModel):
+class Check(Frozen):
     """One doctor finding. ``required`` is False for what iomatrix can live without (KVM: guests
     then run under TCG). ``hint`` names the Debian package or the command that fixes a failure."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     ok: bool

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.drivers.base import Driver, Session, driver_for
 from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
@@ -33,6 +32,7 @@ from iomatrix.target.workspace import Workspace, nearest_existing
 from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
+from iomatrix.core.model import Frozen
 
 FIO_GRACE = 60.0
 SCRATCH_MAX = 90
@@ -58,10 +58,9 @@ class SilentProgress:
     def note(self, text: str) -> None: ...
 
 
-class RunOutcome(BaseModel):
+class RunOutcome(Frozen):
     """How a run went, with the time accounting that bench/ reports."""
 
-    model_config = ConfigDict(frozen=True)
     run_id: int
     trials_ok: int
     trials_failed: int

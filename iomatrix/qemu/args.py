@@ -34,15 +34,16 @@ import json
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
-from iomatrix.qemu.escape import qemu_escape
+from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
+from iomatrix.core.model import Frozen, on_off
 
 MACHINE = "pc"
 """i440fx, Proxmox VE's default machine; its PIIX IDE controller is always present."""
@@ -96,10 +97,9 @@ _DISK_TYPES = {layout.disk for layout in _LAYOUTS.values()}
 _CONTROLLER_TYPES = {layout.controller for layout in _LAYOUTS.values()} - {""}
 
 
-class GuestSpec(BaseModel):
+class GuestSpec(Frozen):
     """Everything one guest's command line depends on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     config: Configuration
     image: Image
     kernel: Path
@@ -161,7 +161,7 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
 
 def export_writethrough(config: Configuration) -> str:
     """An export's ``writethrough=``: on where the cache mode has no guest write cache."""
-    return _onoff(not cache_flags(config).writeback)
+    return on_off(not cache_flags(config).writeback)
 
 
 def vhost_num_queues(config: Configuration, vcpus: int) -> int:
@@ -179,8 +179,8 @@ def expected_guest_settings(config: Configuration, *, vcpus: int) -> dict[str, s
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
         out.update(expected_node_flags(config))
-        out["backend.write-cache"] = _onoff(flags.writeback)
-        out["device.write-cache"] = _onoff(flags.writeback)
+        out["backend.write-cache"] = on_off(flags.writeback)
+        out["device.write-cache"] = on_off(flags.writeback)
     else:
         out["memory.share"] = "true"
     layout = _LAYOUTS[kind]
@@ -215,7 +215,7 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     backend = next((b["inserted"] for b in blocks
                     if (b.get("inserted") or {}).get("node-name") == FORMAT_NODE), None)
     if backend is not None:
-        out["backend.write-cache"] = _onoff(backend["cache"]["writeback"])
+        out["backend.write-cache"] = on_off(backend["cache"]["writeback"])
     if not disk:
         return out
     # The virtio device (a SCSI disk's controller) holds the iothread and the queues.
@@ -345,7 +345,7 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
         argv += ["-object", f"iothread,id={_iothread_id(hub_id)}"]
     for node in _nodes(config, spec.image):
         argv += ["-blockdev", node]
-    disk = {"drive": FORMAT_NODE, "write-cache": _onoff(cache_flags(config).writeback)}
+    disk = {"drive": FORMAT_NODE, "write-cache": on_off(cache_flags(config).writeback)}
     if layout.disk == "scsi-hd":
         controller = "pvscsi" if kind == "pvscsi" else "virtio-scsi-pci"
         disk = {"bus": f"{layout.controller_id}.0", "channel": "0", "scsi-id": "0", "lun": "0"} | disk
@@ -397,10 +397,8 @@ def _node_settings(flat: dict[str, str]) -> dict[str, str]:
 def _qom_text(value: Any) -> str:
     """A qom-get value as text: links as the object's id, booleans as true/false."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return qemu_bool(value)
     text = str(value)
     return text.rsplit("/", 1)[-1] if text.startswith("/") else text
 
 
-def _onoff(value: bool) -> str:
-    return "on" if value else "off"

@@ -16,13 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.suite.model import Configuration
+from iomatrix.core.model import Frozen
+from iomatrix.qemu.escape import qemu_bool
 
 
-class CacheFlags(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class CacheFlags(Frozen):
     writeback: bool
     direct: bool
     no_flush: bool
@@ -77,10 +77,8 @@ def expected_node_flags(config: Configuration) -> dict[str, str]:
     for node, driver in ((FILE_NODE, None), (FORMAT_NODE, config.format or "raw")):
         if driver is not None:
             out[f"{node}.driver"] = driver
-        out[f"{node}.cache.direct"] = _b(flags.direct)
-        out[f"{node}.cache.no-flush"] = _b(flags.no_flush)
+        out[f"{node}.cache.direct"] = qemu_bool(flags.direct)
+        out[f"{node}.cache.no-flush"] = qemu_bool(flags.no_flush)
     return out
 
 
-def _b(value: bool) -> str:
-    return "true" if value else "false"

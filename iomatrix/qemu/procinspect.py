@@ -12,13 +12,12 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 
 
-class ProcessIO(BaseModel):
+class ProcessIO(Frozen):
     """A snapshot of one process's I/O machinery."""
 
-    model_config = ConfigDict(frozen=True)
     aio_rings: int
     io_uring_fds: int
     threads: int

@@ -12,6 +12,7 @@ from typing import Any
 from qemu.qmp import QMPClient, QMPError
 
 from iomatrix.core.errors import ToolFailed
+from iomatrix.qemu.escape import qemu_bool
 
 # qemu.qmp logs every failed connection attempt at ERROR; the caller reports failures itself.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
@@ -72,5 +73,5 @@ def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             continue
         out[f"{name}.driver"] = str(node.get("drv"))
         for key, value in (node.get("cache") or {}).items():
-            out[f"{name}.cache.{key}"] = "true" if value else "false"
+            out[f"{name}.cache.{key}"] = qemu_bool(value)
     return out

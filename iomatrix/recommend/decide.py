@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
 from iomatrix.analysis.points import only_configs
@@ -40,6 +39,7 @@ from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES,
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
+from iomatrix.core.model import Frozen
 
 RULE = (
     "A level other than the platform's default is recommended only when its IOPS are "
@@ -67,11 +67,10 @@ NEVER = {("cache", "unsafe")}
 Status = Literal["change", "keep", "choose", "not measured", "not evaluated"]
 
 
-class Evidence(BaseModel):
+class Evidence(Frozen):
     """One level against the reference: IOPS and mean-latency gains, and why it may not be
     recommended on this platform ("" when it may)."""
 
-    model_config = ConfigDict(frozen=True)
     level: str
     iops: Gain
     latency: Gain
@@ -101,10 +100,9 @@ def _short(gain: Gain) -> str:
     return f"{text}, significantly {'better' if gain.better else 'worse'}"
 
 
-class Decision(BaseModel):
+class Decision(Frozen):
     """What to do with one parameter, and why."""
 
-    model_config = ConfigDict(frozen=True)
     axis: str
     name: str
     what: str
@@ -122,10 +120,9 @@ class Decision(BaseModel):
     """The IOPS gain behind a change (its strength when changes conflict)."""
 
 
-class Recommendation(BaseModel):
+class Recommendation(Frozen):
     """The settings to use on a platform, per parameter, with the configuration they make."""
 
-    model_config = ConfigDict(frozen=True)
     platform: Platform
     run_id: int
     suite_name: str

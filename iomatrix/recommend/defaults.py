@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.suite.model import DIRECT_CACHES, IOTHREAD_CONTROLLERS, Matrix
+from iomatrix.core.model import Frozen, on_off
 
 Platform = Literal["proxmox", "libvirt", "qemu"]
 PLATFORMS: tuple[Platform, ...] = ("proxmox", "libvirt", "qemu")
@@ -106,12 +106,11 @@ UNEXPRESSIBLE: dict[Platform, dict[tuple[str, str], str]] = {
 """(axis, level) a platform cannot be told to use."""
 
 
-class PlatformDefault(BaseModel):
+class PlatformDefault(Frozen):
     """A platform's default for one parameter: the level it amounts to (as a run spells it), or
     None when the platform has none (the user's XML or command line must name it), and the words
     to show."""
 
-    model_config = ConfigDict(frozen=True)
     level: str | None
     shown: str
     note: str = ""
@@ -155,7 +154,7 @@ def defaults(platform: Platform, *, storage: str = "other",
         elif storage in NON_IO_URING_STORAGES:
             aio_note = f"{NON_IO_URING_STORAGES[storage]}: native with a direct cache, else threads"
         controller = settings.get("controller", "virtio-scsi-single")
-        iothread = "on" if controller in IOTHREAD_CONTROLLERS else "off"
+        iothread = on_off(controller in IOTHREAD_CONTROLLERS)
         return {
             "controller": _d("virtio-scsi-single", note="GUI default for new Linux VMs since "
                              "PVE 7.3; the schema default scsihw is lsi"),

@@ -13,7 +13,6 @@ import shlex
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.qemu.args import GuestSpec, guest_argv
@@ -23,15 +22,15 @@ from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, PLA
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
+from iomatrix.core.model import Frozen
 
 PLACEHOLDER_IMAGES = {"libvirt": "/var/lib/libvirt/images/disk", "qemu": "disk"}
 """Without ``--image``, the image path shown (plus ``.raw``/``.qcow2``)."""
 
 
-class Rendered(BaseModel):
+class Rendered(Frozen):
     """What to paste (``text``), its parts for programs, and notes on what was left out."""
 
-    model_config = ConfigDict(frozen=True)
     platform: Platform
     text: str
     notes: tuple[str, ...] = ()

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Sequence
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from iomatrix.core.units import format_size
+from iomatrix.core.model import Frozen, shown
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
@@ -38,11 +39,7 @@ FAILED = "failed"
 TCG_TAG = " [emulated: TCG]"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ConfigView(_Frozen):
+class ConfigView(Frozen):
     """One configuration of the run."""
 
     key: str
@@ -63,7 +60,7 @@ class ConfigView(_Frozen):
     curve per family)."""
 
 
-class GroupView(_Frozen):
+class GroupView(Frozen):
     """Workloads that share one chart: same rw, bs, numjobs and rate limit; x is iodepth."""
 
     slug: str
@@ -74,7 +71,7 @@ class GroupView(_Frozen):
     rate_iops: int | None = None
 
 
-class WorkloadView(_Frozen):
+class WorkloadView(Frozen):
     key: str
     label: str
     rw: str
@@ -88,7 +85,7 @@ class WorkloadView(_Frozen):
     """Index into ``ReportData.groups``."""
 
 
-class PointView(_Frozen):
+class PointView(Frozen):
     """All ok samples of one (configuration, workload), reduced to means; ns and bytes/s.
     ``*_low``/``*_high`` bound a 95 % confidence interval of the mean (None below 2 samples)."""
 
@@ -149,7 +146,7 @@ class PointView(_Frozen):
     them)."""
 
 
-class GainView(_Frozen):
+class GainView(Frozen):
     """One level of an axis against its reference at one queue depth (``analysis.effects``)."""
 
     level: str
@@ -168,7 +165,7 @@ class GainView(_Frozen):
     verdict: str
 
 
-class GainSetView(_Frozen):
+class GainSetView(Frozen):
     """The gains of one ``effects.gains`` call: one chart."""
 
     axis: str
@@ -179,7 +176,7 @@ class GainSetView(_Frozen):
     gains: tuple[GainView, ...]
 
 
-class ComponentView(_Frozen):
+class ComponentView(Frozen):
     name: str
     figure: str
     """iops | bw_bytes | lat_mean_ns | lat_p99_ns"""
@@ -191,7 +188,7 @@ class ComponentView(_Frozen):
     constant: bool = False
 
 
-class ScoreRowView(_Frozen):
+class ScoreRowView(Frozen):
     config: int
     """Index into ``ReportData.configs``."""
     values: dict[str, float | None]
@@ -200,7 +197,7 @@ class ScoreRowView(_Frozen):
     rank: int | None = None
 
 
-class ScoresView(_Frozen):
+class ScoresView(Frozen):
     """Seed 002's normalized scores (``analysis.scores``), best first; lower is better."""
 
     components: tuple[ComponentView, ...]
@@ -210,7 +207,7 @@ class ScoresView(_Frozen):
     notes: tuple[str, ...] = ()
 
 
-class DecisionView(_Frozen):
+class DecisionView(Frozen):
     """What to do with one parameter on one platform, and why (``recommend.Decision``)."""
 
     name: str
@@ -225,7 +222,7 @@ class DecisionView(_Frozen):
     caveat: str = ""
 
 
-class RecommendationView(_Frozen):
+class RecommendationView(Frozen):
     platform: str
     title: str
     storage: str
@@ -240,7 +237,7 @@ class RecommendationView(_Frozen):
     notes: tuple[str, ...] = ()
 
 
-class QualityView(_Frozen):
+class QualityView(Frozen):
     """How far the run's figures can be trusted, counted."""
 
     trials_ok: int
@@ -260,14 +257,14 @@ class QualityView(_Frozen):
     points_flagged: int
 
 
-class FailureView(_Frozen):
+class FailureView(Frozen):
     config: int
     workload: int
     sample_index: int
     reason: str
 
 
-class ReportData(_Frozen):
+class ReportData(Frozen):
     """A whole run, ready to draw."""
 
     run_id: int
@@ -344,7 +341,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
         run_id=run.id, suite_name=run.suite_name, suite_description=description,
         created_at=run.created_at, finished_at=run.finished_at, status=run.status,
         accelerator=run.accelerator, emulated=run.emulated, host=run.host,
-        method={k: _show(v) for k, v in method.items()}, notes=run.notes,
+        method={k: shown(v) for k, v in method.items()}, notes=run.notes,
         axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
         points=tuple(views), gains=_gains(run), **_scores(run, config_index),
         **_recommendations(run), quality=_quality(run, views, target, source),
@@ -432,12 +429,6 @@ def _method(suite_text: str) -> dict[str, Any]:
     return dict(method) if isinstance(method, dict) else {}
 
 
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_show(v) for v in value)
-    return str(value)
 
 
 def _ci_target(method: dict[str, Any]) -> tuple[float, str]:

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import computed_field
 
 from iomatrix.fio.samples import DirectionSample
+from iomatrix.core.model import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class TrialRecord(_Frozen):
+class TrialRecord(Frozen):
     """One trial as stored: ok with samples, or failed with its reason."""
 
     id: int
@@ -41,14 +38,14 @@ class TrialRecord(_Frozen):
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""
 
 
-class ConfigRecord(_Frozen):
+class ConfigRecord(Frozen):
     key: str
     label: str
     mode: str
     params: dict[str, str]
 
 
-class WorkloadRecord(_Frozen):
+class WorkloadRecord(Frozen):
     key: str
     label: str
     rw: str
@@ -59,7 +56,7 @@ class WorkloadRecord(_Frozen):
     options: dict[str, str]
 
 
-class RunSummary(_Frozen):
+class RunSummary(Frozen):
     id: int
     suite_name: str
     created_at: str
@@ -70,7 +67,7 @@ class RunSummary(_Frozen):
     trials_failed: int
 
 
-class StoredRun(_Frozen):
+class StoredRun(Frozen):
     """A whole run as stored."""
 
     id: int

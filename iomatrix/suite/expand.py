@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import InvalidCombination
+from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload)
 
@@ -22,18 +22,16 @@ AXES = CONFIG_AXES
 _QEMU_DEVICE = {"pvscsi": "pvscsi", "sata": "ide-hd", "ide": "ide-hd", "nvme": "nvme"}
 
 
-class Skipped(BaseModel):
+class Skipped(Frozen):
     """A combination dropped by ``skip_invalid``, with QEMU's reason."""
 
-    model_config = ConfigDict(frozen=True)
     configuration: Configuration
     reason: str
 
 
-class Expansion(BaseModel):
+class Expansion(Frozen):
     """What a suite expands to."""
 
-    model_config = ConfigDict(frozen=True)
     configurations: tuple[Configuration, ...]
     workloads: tuple[Workload, ...]
     skipped: tuple[Skipped, ...] = ()
@@ -177,7 +175,7 @@ def expand(suite: Suite) -> Expansion:
     workloads: list[Workload] = []
     seen: set[str] = set()
     for group in suite.workloads:
-        options = tuple(sorted((k, _show(v)) for k, v in group.options.items()))
+        options = tuple(sorted((k, shown(v)) for k, v in group.options.items()))
         for rw, bs, depth, jobs, rate in itertools.product(group.rw, group.bs, group.iodepth,
                                                            group.numjobs, group.rate_iops):
             workload = Workload(rw=rw, bs=bs, iodepth=depth, numjobs=jobs, rate_iops=rate,
@@ -198,7 +196,7 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_tar
         default = Matrix.model_fields[axis].default
         if axis not in used and values != default and values is not None:
             notes.append(f"{where} {axis} is ignored in {mode} mode "
-                         f"(values {', '.join(map(_show, values))} not used)")
+                         f"(values {', '.join(map(shown, values))} not used)")
     if mode == "blocklayer":
         notes.append(f"{where} iothread in blocklayer mode: on = FUSE export with an iothread, "
                      "off = NBD export (QEMU 7.2 aborts an NBD export with an iothread on disconnect)")
@@ -224,7 +222,3 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_tar
                      "combinations and list them")
 
 
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

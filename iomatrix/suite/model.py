@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, field_validator,
+                      model_validator)
 
 from iomatrix.core.units import format_size, parse_duration, parse_size
+from iomatrix.core.model import Frozen, shown
 
 Mode = Literal["host", "blocklayer", "guest"]
 Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "sata", "ide", "nvme"]
@@ -86,16 +87,12 @@ def _axis(item_type: Any) -> Any:
     return Annotated[tuple[item_type, ...], BeforeValidator(_as_tuple), Field(min_length=1)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SuiteInfo(_Frozen):
+class SuiteInfo(Frozen):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
 
 
-class Target(_Frozen):
+class Target(Frozen):
     """Where the images live: a directory (files are created there) or a whole block device."""
 
     directory: Path | None = None
@@ -117,7 +114,7 @@ class Target(_Frozen):
         return self
 
 
-class Matrix(_Frozen):
+class Matrix(Frozen):
     """The disk settings swept; defaults are Proxmox VE's for a new Linux VM."""
 
     controller: _axis(Controller) = ("virtio-scsi-single",)
@@ -146,7 +143,7 @@ class Part(Matrix):
     workload (to show the chain works), or none."""
 
 
-class WorkloadGroup(_Frozen):
+class WorkloadGroup(Frozen):
     """One [workloads] table: the cross product of its axes."""
 
     rw: _axis(Rw) = ("randread",)
@@ -174,7 +171,7 @@ class WorkloadGroup(_Frozen):
         return value
 
 
-class Method(_Frozen):
+class Method(Frozen):
     mode: Mode = "blocklayer"
     ramp: Duration = 2.0
     runtime: Duration = 10.0
@@ -230,7 +227,7 @@ class Method(_Frozen):
         return self.max_runtime if self.steady_state else self.runtime
 
 
-class Suite(_Frozen):
+class Suite(Frozen):
     """A validated suite file."""
 
     suite: SuiteInfo
@@ -249,7 +246,7 @@ class Suite(_Frozen):
         return self.suite.name
 
 
-class Configuration(_Frozen):
+class Configuration(Frozen):
     """One point of the disk matrix. Fields that the mode ignores are None."""
 
     mode: Mode
@@ -271,7 +268,7 @@ class Configuration(_Frozen):
         for axis in CONFIG_AXES:
             value = getattr(self, axis)
             if value is not None:
-                out[axis] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+                out[axis] = shown(value)
         return out
 
     @property
@@ -300,7 +297,7 @@ class Configuration(_Frozen):
         return text
 
 
-class Workload(_Frozen):
+class Workload(Frozen):
     """One fio job as measured: rw, block size, queue depth, jobs, rate limit, extra options."""
 
     rw: str

@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.core.model import Frozen
 
 TRIAL_OVERHEAD = 0.3
 """Seconds a trial costs beyond ramp + runtime (fio start-up); guests add fio's client/server
@@ -22,10 +22,9 @@ SESSION_COST = {"host": 0.0, "blocklayer": 0.3, "guest": 3.0}
 GUEST_TRIAL_OVERHEAD = 1.1
 
 
-class Block(BaseModel):
+class Block(Frozen):
     """One session: a configuration brought up once, measuring some workloads once each."""
 
-    model_config = ConfigDict(frozen=True)
     round: int
     config: Configuration
     workloads: tuple[Workload, ...]

@@ -16,23 +16,22 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError
 from iomatrix.core.mounts import mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.core.units import format_bytes
+from iomatrix.core.model import Frozen
 
 SYSFS = Path("/sys")
 QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 KiB clusters
 MARGIN = 64 * 1024 * 1024
 
 
-class Image(BaseModel):
+class Image(Frozen):
     """One disk image (or the block device itself) that configurations run on."""
 
-    model_config = ConfigDict(frozen=True)
     path: Path
     format: str
     preallocation: str

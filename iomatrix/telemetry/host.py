@@ -16,18 +16,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 
 SECTOR = 512
 # The final, partial interval is kept only when it is at least this fraction of an interval.
 _MIN_PARTIAL = 0.2
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DeviceSeries(_Frozen):
+class DeviceSeries(Frozen):
     """One block device, one value per interval (None where the device was absent)."""
 
     util_pct: tuple[float | None, ...]
@@ -38,7 +34,7 @@ class DeviceSeries(_Frozen):
     write_bytes_s: tuple[float | None, ...]
 
 
-class HostSeries(_Frozen):
+class HostSeries(Frozen):
     """Host time series of one trial, one value per interval."""
 
     interval_s: float

@@ -19,20 +19,19 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 
 from iomatrix.core.errors import ToolFailed
 from iomatrix.core.proc import last_line, orphan_guard, require, run, which
+from iomatrix.core.model import Frozen
 
 HARDWARE_EVENTS = ("cycles", "instructions")
 INSTALL_HINT = "perf not installed (apt-get install linux-perf)"
 _STOP_TIMEOUT = 10.0
 
 
-class PerfCounts(BaseModel):
+class PerfCounts(Frozen):
     """What ``perf stat`` counted over a window."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     seconds: float
     counts: dict[str, float | None]
     """Per event as asked for; None where perf counted nothing ("<not counted>": the threads

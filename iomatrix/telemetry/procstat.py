@@ -24,18 +24,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 
 ROLES = ("vcpu", "iothread", "main loop", "worker pool", "daemon", "fio", "other")
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Counters(_Frozen):
+class _Counters(Frozen):
     """CPU time and context switches (of one thread, or summed over threads)."""
 
     user_s: float
@@ -61,7 +57,7 @@ class ThreadSample(_Counters):
     """The thread's name: "CPU 0/KVM", "IO iothread0", "worker", "qemu-system-x86", "fio"."""
 
 
-class ProcessSample(_Frozen):
+class ProcessSample(Frozen):
     """One process's totals at one moment (exited threads and reaped children included)."""
 
     pid: int
@@ -74,7 +70,7 @@ class ProcessSample(_Frozen):
     """cutime + cstime: children the process has reaped (and their reaped children)."""
 
 
-class ThreadTimes(_Frozen):
+class ThreadTimes(Frozen):
     """A snapshot of some processes, their descendants and all their threads."""
 
     at: float
@@ -90,7 +86,7 @@ class RoleCost(_Counters):
     threads: int
 
 
-class CpuCost(_Frozen):
+class CpuCost(Frozen):
     """What the observed processes cost between two snapshots."""
 
     seconds: float
@@ -122,7 +118,7 @@ class CpuCost(_Frozen):
         return next((r for r in self.roles if r.role == name), None)
 
 
-class PerUnit(_Frozen):
+class PerUnit(Frozen):
     """A :class:`CpuCost` divided by the I/Os or the MiB it served."""
 
     unit: str

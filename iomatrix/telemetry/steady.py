@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from iomatrix.core.model import Frozen
 
 RANGE_LIMIT = 0.20
 EXCURSION_LIMIT = 0.10
@@ -30,10 +30,9 @@ RULE = ("SNIA PTS steady state: over {window} consecutive intervals, max-min <= 
 _EPSILON = 1e-12
 
 
-class SteadyState(BaseModel):
+class SteadyState(Frozen):
     """Whether and when a series met the SNIA PTS rule."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     reached: bool
     at_seconds: float | None
     """End of the first window that met the rule, in seconds from the series' start."""
