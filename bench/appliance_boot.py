@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from iomatrix.appliance.build import (GUEST_FIO_PORT, READY_MARKER, TRACE_MARKER, Appliance,
-                                      build_appliance, console_error, kernel_cmdline,
-                                      parse_disk_lines)
+from iomatrix.appliance.build import Appliance, build_appliance
+from iomatrix.appliance.protocol import (GUEST_FIO_PORT, READY_MARKER, TRACE_MARKER, console_error,
+                                         kernel_cmdline, parse_disk_lines)
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import managed, read_text, require, run, wait_for

@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.appliance.build import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MIB, MODULES,
-                                      READY_MARKER, Appliance, build_appliance, console_error,
-                                      kernel_cmdline, parse_disk_lines, resolve_modules)
+from iomatrix.appliance import build
+from iomatrix.appliance.build import (MODULES, Appliance, build_appliance, init_script,
+                                      init_template, render_template)
 from iomatrix.appliance.kernel import find_kernel, kernel_modules_dir
+from iomatrix.appliance.modules import resolve_modules
+from iomatrix.appliance.protocol import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MIB,
+                                         READY_MARKER, console_error, kernel_cmdline,
+                                         parse_disk_lines)
 from iomatrix.core.errors import EnvironmentProblem, IomatrixError
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import managed, read_text, require, run, wait_for
@@ -75,6 +79,49 @@ def test_build_is_cached_and_force_rebuilds(appliance: Appliance, kernel: Path,
     forced.initrd.unlink()  # a damaged entry is not taken as built
     rebuilt = build_appliance(cache_dir=cache, kernel=kernel)
     assert not rebuilt.cached and rebuilt.initrd.is_file()
+
+
+def test_init_template_changes_change_the_key(appliance: Appliance, kernel: Path, cache: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    template = init_template()
+    monkeypatch.setattr(build, "init_template", lambda: template + "# changed by a test\n")
+    changed = build_appliance(cache_dir=cache, kernel=kernel)
+    try:
+        assert not changed.cached and changed.key != appliance.key
+        tail = b'\nfail "fio --server exited"\n# changed by a test\n'
+        assert tail in changed.initrd.read_bytes()
+    finally:
+        shutil.rmtree(changed.kernel.parent)
+
+
+def test_init_is_valid_sh_with_every_placeholder_filled(kernel: Path, tmp_path: Path) -> None:
+    template = init_template()
+    assert template.startswith("#!/bin/sh\n") and "@READY_MARKER@" in template
+    modules_dir = kernel_modules_dir(kernel)
+    if modules_dir is None:
+        pytest.skip(f"{kernel} has no modules directory")
+    init = init_script(resolve_modules(modules_dir, MODULES))
+    assert "@" not in init and f'echo "{READY_MARKER} uptime=' in init
+    assert 'case "$1" in pci:v00001AF4' in init and "deps_virtio_blk=" in init
+    for name, text in (("init.sh", template), ("init", init)):
+        (tmp_path / name).write_text(text)
+        out = subprocess.run(["sh", "-n", str(tmp_path / name)], capture_output=True, text=True)
+        assert out.returncode == 0, (name, out.stderr)
+
+
+def test_template_placeholders_are_filled_exactly() -> None:
+    assert render_template("a=@A@ b=@B@ $@ @A@", {"A": "@B@", "B": "2"}) == "a=@B@ b=2 $@ @B@"
+    with pytest.raises(ValueError, match="has @C@, which has no value"):
+        render_template("@A@ @C@", {"A": "1"})
+    with pytest.raises(ValueError, match="lacks @B@"):
+        render_template("@A@", {"A": "1", "B": "2"})
+
+
+def test_build_still_offers_the_names_other_layers_import() -> None:
+    for name in ("GUEST_FIO_PORT", "MIN_MEMORY_MIB", "READY_MARKER", "TRACE_MARKER",
+                 "DISK_MARKER", "Appliance", "GuestDisk", "build_appliance", "console_error",
+                 "kernel_cmdline", "parse_disk_lines", "has_pvh_entry", "resolve_modules"):
+        assert name in build.__all__ and hasattr(build, name), name
 
 
 def test_cli_build_reports_the_cached_appliance(appliance: Appliance, kernel: Path,

@@ -1,18 +1,17 @@
 """The guest appliance: a kernel plus an initramfs that boots to a listening ``fio --server``.
 
 The initramfs holds a static busybox (Debian's ``busybox-static``, fetched with ``apt-get
-download`` into the cache), the host's own fio with its shared-library closure (``ldd``) and
-dynamic loader (so client and server fio versions always match), the kernel modules of the disk
-controllers and of virtio-net with their dependencies, and ``/init``, a busybox sh script. The
-init starts ``fio --server``, loads only the modules whose aliases match a device that is present
-(PCI, then virtio, then SCSI), prints one :data:`DISK_MARKER` line per disk, configures the NIC
-for QEMU user networking and prints :data:`READY_MARKER` once fio listens. A failure prints a
-line starting with :data:`ERROR_MARKER` and powers the guest off, so QEMU exits at once.
-
-Module dependencies come from each module's ``.modinfo`` section (``depends=``, the field modpost
-writes and depmod and modinfo read), so neither depmod nor a ``modules.dep`` is needed (Debian's
-kernel package ships none, and kmod is not installed everywhere). Built-in modules
-(``modules.builtin``) are skipped; compressed modules are stored decompressed.
+download`` into the cache: :mod:`~iomatrix.appliance.busybox`), the host's own fio with its
+shared-library closure (``ldd``: :mod:`~iomatrix.appliance.libraries`) and dynamic loader (so
+client and server fio versions always match), the kernel modules of the disk controllers and of
+virtio-net with their dependencies (:mod:`~iomatrix.appliance.modules`), and ``/init``, a busybox
+sh script rendered from ``init.sh`` (:func:`init_script`). The init starts ``fio --server``, loads
+only the modules whose aliases match a device that is present (PCI, then virtio, then SCSI),
+prints one :data:`DISK_MARKER` line per disk, configures the NIC for QEMU user networking and
+prints :data:`READY_MARKER` once fio listens. A failure prints a line starting with
+:data:`ERROR_MARKER` and powers the guest off, so QEMU exits at once. The markers and the kernel
+command line are in :mod:`~iomatrix.appliance.protocol`; the archive is written by
+:mod:`~iomatrix.appliance.cpio`.
 
 Where the boot time goes under TCG (QEMU start to READY; Debian 6.1 kernel, machine pc, -cpu max,
 2 busy host cores; traces from printk times, ``initcall_debug`` and ``iomatrix.trace=1``):
@@ -40,57 +39,51 @@ uncompressed initramfs 3.8 s; this command line 2.3-2.8 s (host load varies), wh
 own uptime at READY is 2.0-2.5 s. ``bench/appliance_boot.py`` measures it.
 
 Cache: ``<cache>/appliance/<key>/`` where the key hashes every input (kernel, busybox, fio and its
-libraries, module files, the init text, :data:`BUILDER_VERSION`). A build is written into a
+libraries, module files, the rendered init, :data:`BUILDER_VERSION`). A build is written into a
 hidden temporary directory and renamed into place, so a half-built appliance never looks valid.
 """
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import gzip
 import hashlib
 import json
-import lzma
 import os
 import re
-import shlex
 import shutil
-import stat
-import struct
 import tempfile
 import time
-import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import BinaryIO
 
-
+from iomatrix.appliance.busybox import static_busybox
+from iomatrix.appliance.bzimage import extract_vmlinux, kernel_release
+from iomatrix.appliance.cpio import CpioWriter
+from iomatrix.appliance.elf import has_pvh_entry
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem)
-from iomatrix.core.errors import EnvironmentProblem, IomatrixError, ToolFailed
-from iomatrix.core.proc import require, run, which
+from iomatrix.appliance.libraries import library_closure
+from iomatrix.appliance.modules import ModuleSet, module_bytes, resolve_modules
+from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
+                                         MIN_MEMORY_MIB, READY_MARKER, TRACE_MARKER, GuestDisk,
+                                         console_error, kernel_cmdline, parse_disk_lines)
+from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.model import Frozen
+from iomatrix.core.proc import require, run
+
+__all__ = [
+    "BUILDER_VERSION", "BUSES", "KEEP_APPLIANCES", "LAST_RESORT", "MODULES", "Appliance",
+    "build_appliance", "init_script", "init_template", "render_template",
+    # defined elsewhere in the package, importable from here as before the split
+    "DISK_MARKER", "ERROR_MARKER", "GUEST_FIO_PORT", "GUEST_IP", "MIN_MEMORY_MIB", "READY_MARKER",
+    "TRACE_MARKER", "GuestDisk", "console_error", "kernel_cmdline", "parse_disk_lines",
+    "has_pvh_entry", "resolve_modules",
+]
 
 BUILDER_VERSION = 1
 """Bump when the appliance layout or the init changes in a way the inputs' hash cannot see."""
-
-READY_MARKER = "IOMATRIX-READY"
-"""Printed on the serial console once ``fio --server`` listens:
-``IOMATRIX-READY uptime=<s> init=<s at /init> port=<guest port> nic=<interface>``."""
-DISK_MARKER = "IOMATRIX-DISK"
-"""Prefix of one console line per guest disk, followed by ``key=value`` fields (see GuestDisk)."""
-ERROR_MARKER = "IOMATRIX-ERROR"
-"""Prefix of the console line the init prints when it cannot get fio ready (then it powers off)."""
-TRACE_MARKER = "IOMATRIX-TRACE"
-"""With ``iomatrix.trace=1``: ``IOMATRIX-TRACE <uptime> <stage>`` as the init reaches each stage."""
-GUEST_FIO_PORT = 8765
-GUEST_IP = "10.0.2.15"
-"""The guest's address on QEMU's user-mode network (10.0.2.0/24, gateway 10.0.2.2)."""
-MIN_MEMORY_MIB = 320
-"""Guest memory the appliance needs, with a margin (288 MiB booted, 256 MiB did not: the ~90 MB
-initramfs is held twice while it is unpacked)."""
 
 MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ahci", "ata_piix", "ata_generic",
@@ -106,8 +99,6 @@ driver (virtio_pci, a SCSI host) creates the devices of the next bus."""
 
 KEEP_APPLIANCES = 3
 """Appliances kept in the cache (~150 MB each); older ones are deleted after a build."""
-BUSYBOX_PACKAGE = "busybox-static"
-_NO_APT = "install Debian's apt and dpkg (a Debian or Ubuntu host)"
 
 
 class Appliance(Frozen):
@@ -116,7 +107,6 @@ class Appliance(Frozen):
     ``kernel`` is an ELF vmlinux booted through its PVH entry (``kernel_format == "pvh"``), or the
     original bzImage (``"bzimage"``) when the kernel has no PVH entry. ``build_seconds`` is the
     time the build took when it was made; ``cached`` says this call found it already built."""
-
 
     kernel: Path
     initrd: Path
@@ -134,83 +124,6 @@ class Appliance(Frozen):
     def size_bytes(self) -> int:
         """Kernel plus initrd, as stored."""
         return self.kernel_bytes + self.initrd_bytes
-
-
-class GuestDisk(Frozen):
-    """The guest's view of one disk, parsed from a :data:`DISK_MARKER` console line."""
-
-
-    name: str
-    size_bytes: int
-    queues: int
-    scheduler: str
-    rotational: bool
-    driver: str = ""
-    model: str = ""
-
-
-def kernel_cmdline(extra: str = "", *, port: int | None = None, disks: int | None = None,
-                   accel: str = "kvm", trace: bool = False) -> str:
-    """The appliance's kernel command line: serial console, fast boot, the init's options
-    (``port``: fio's port in the guest; ``disks``: how many disks to wait for before READY;
-    ``trace``: print TRACE lines), and for ``accel="tcg"`` what only helps an emulated CPU."""
-    parts = [
-        "console=ttyS0", "panic=-1", "quiet",
-        # ramfs, not tmpfs: tmpfs caps the root at half of RAM, which ~90 MB of initramfs
-        # exceeds below ~384 MiB of guest memory (see MIN_MEMORY_MIB).
-        "rootfstype=ramfs",
-        # SCSI hosts scan their targets before insmod returns: the init then sees every disk.
-        "scsi_mod.scan=sync",
-        # Boot-time costs measured under TCG (see the module docstring); none changes the I/O
-        # path: crypto self-tests, the W+X page-table walk after write-protecting the kernel,
-        # and ACPI interrupt-link evaluation per PCI device (virtio, NVMe and AHCI use MSI or
-        # MSI-X anyway). pci=noacpi would also skip it, but leaves PIIX IDE's BARs unassigned.
-        "cryptomgr.notests", "rodata=off", "acpi=noirq",
-    ]
-    if accel == "tcg":
-        # TCG runs `rep movsb` a byte at a time; without ERMS/FSRM the kernel copies with
-        # 8-byte moves, which halves the initramfs unpack. On KVM rep movsb is the fast path.
-        parts.append("clearcpuid=erms,fsrm")
-    if port is not None:
-        parts.append(f"iomatrix.port={port}")
-    if disks is not None:
-        parts.append(f"iomatrix.disks={disks}")
-    if trace:
-        parts.append("iomatrix.trace=1")
-    if extra:
-        parts.append(extra)
-    return " ".join(parts)
-
-
-def parse_disk_lines(console_text: str) -> list[GuestDisk]:
-    """Every complete :data:`DISK_MARKER` line of a serial console log, in order."""
-    disks = []
-    lines = console_text.replace("\r", "").split("\n")[:-1]  # the last one may be unfinished
-    for line in lines:
-        start = line.find(DISK_MARKER + " ")
-        if start < 0:
-            continue
-        try:
-            fields = dict(tok.split("=", 1) for tok in shlex.split(line[start + len(DISK_MARKER):])
-                          if "=" in tok)
-            disks.append(GuestDisk(
-                name=fields["name"], size_bytes=int(fields["size"]),
-                queues=int(fields.get("queues") or 0), scheduler=fields.get("scheduler", ""),
-                rotational=fields.get("rotational") == "1", driver=fields.get("driver", ""),
-                model=fields.get("model", "")))
-        except (KeyError, ValueError) as exc:
-            raise IomatrixError(f"malformed {DISK_MARKER} line from the guest: {line.strip()!r}"
-                                ) from exc
-    return disks
-
-
-def console_error(console_text: str) -> str | None:
-    """The message of the first :data:`ERROR_MARKER` line of a console log, or None."""
-    for line in console_text.replace("\r", "").splitlines():
-        start = line.find(ERROR_MARKER)
-        if start >= 0:
-            return line[start + len(ERROR_MARKER):].strip()
-    return None
 
 
 def build_appliance(*, cache_dir: Path | None = None, kernel: Path | None = None,
@@ -296,24 +209,30 @@ def _gather(kernel: Path, cache_dir: Path, fetch: bool) -> _Inputs:
                                       "is installed, or let iomatrix fetch Debian's")
     modules = resolve_modules(modules_dir, MODULES)
     fio = Path(require("fio"))
-    interpreter, libraries = _library_closure(fio)
+    interpreter, libraries = library_closure(fio)
     fio_version = run([str(fio), "--version"], timeout=30).stdout.strip()
-    busybox = _busybox(cache_dir, fetch)
-    init = init_script(modules)
+    busybox = static_busybox(cache_dir, fetch)
     inputs = _Inputs(kernel=kernel, release=release, busybox=busybox, fio=fio,
                      fio_version=fio_version, interpreter=interpreter, libraries=libraries,
-                     modules=modules, init=init)
+                     modules=modules, init=init_script(modules))
+    inputs.key = _cache_key(inputs)
+    return inputs
+
+
+def _cache_key(inputs: _Inputs) -> str:
+    """16 hex digits of a SHA-256 over :data:`BUILDER_VERSION`, the rendered init and the
+    contents of every file that goes into the appliance, each under its label."""
     digest = hashlib.sha256()
     digest.update(f"iomatrix-appliance {BUILDER_VERSION}\n".encode())
-    digest.update(init.encode())
-    loader = [("loader", Path(interpreter))] if interpreter else []
-    for label, path in [("kernel", kernel), ("busybox", busybox), ("fio", fio), *loader,
-                        *((f"lib {s}", p) for s, p in sorted(libraries.items())),
-                        *((f"module {n}", p) for n, p in modules.files)]:
+    digest.update(inputs.init.encode())
+    loader = [("loader", Path(inputs.interpreter))] if inputs.interpreter else []
+    for label, path in [("kernel", inputs.kernel), ("busybox", inputs.busybox),
+                        ("fio", inputs.fio), *loader,
+                        *((f"lib {s}", p) for s, p in sorted(inputs.libraries.items())),
+                        *((f"module {n}", p) for n, p in inputs.modules.files)]:
         digest.update(f"\n{label}\n".encode())
         digest.update(_file_digest(path))
-    inputs.key = digest.hexdigest()[:16]
-    return inputs
+    return digest.hexdigest()[:16]
 
 
 def _file_digest(path: Path) -> bytes:
@@ -324,266 +243,39 @@ def _file_digest(path: Path) -> bytes:
     return h.digest()
 
 
-def kernel_release(kernel: Path) -> str:
-    """The release a bzImage announces in its header (``6.1.0-56-amd64``)."""
-    with open(kernel, "rb") as f:
-        head = f.read(0x10000)
-    (offset,) = struct.unpack_from("<H", head, 0x20E)
-    if offset:
-        raw = head[offset + 0x200: offset + 0x200 + 256].split(b"\0", 1)[0].decode(errors="replace")
-        if raw.split():
-            return raw.split()[0]
-    name = kernel.name
-    return name[len("vmlinuz-"):] if name.startswith("vmlinuz-") else name
+# --- the init ----------------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 
 
-def _library_closure(binary: Path) -> tuple[str, dict[str, Path]]:
-    """The ELF interpreter path of ``binary`` and every shared library it loads (by soname)."""
-    interpreter = _elf_interpreter(binary.read_bytes())
-    if interpreter is None:
-        return "", {}
-    out = run([require("ldd", hint="install libc-bin"), str(binary)], timeout=60).stdout
-    libraries: dict[str, Path] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[1] == "=>":
-            if parts[2] == "not":
-                raise EnvironmentProblem(f"{binary} needs {parts[0]}, which is not installed",
-                                         hint=f"reinstall the package that provides {binary}")
-            libraries[parts[0]] = Path(parts[2])
-    return interpreter, libraries
+def init_template() -> str:
+    """``init.sh``, the template of the appliance's /init shipped in this package."""
+    return resources.files("iomatrix.appliance").joinpath("init.sh").read_text(encoding="utf-8")
 
 
-def _busybox(cache_dir: Path, fetch: bool) -> Path:
-    """A static busybox from Debian's busybox-static package, unpacked in the cache."""
-    found = sorted(cache_dir.glob(f"{BUSYBOX_PACKAGE}_*/bin/busybox"),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
-    if found:
-        return found[0]
-    if not fetch:
-        raise EnvironmentProblem(f"no static busybox in {cache_dir}",
-                                 hint=f"allow fetching (`apt-get download {BUSYBOX_PACKAGE}`)")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=cache_dir))
-    try:
-        argv = [require("apt-get", hint=_NO_APT), "download"]
-        if os.geteuid() == 0:  # root cannot hand the file to the _apt sandbox user in mkdtemp dirs
-            argv += ["-o", "APT::Sandbox::User=root"]
-        try:
-            run([*argv, BUSYBOX_PACKAGE], timeout=300, cwd=work)
-        except ToolFailed as e:
-            raise EnvironmentProblem(f"could not download {BUSYBOX_PACKAGE}: {e}",
-                                     hint="check network access and `apt-get update`") from e
-        debs = sorted(work.glob("*.deb"))
-        if len(debs) != 1:
-            raise EnvironmentProblem(f"apt-get download {BUSYBOX_PACKAGE} left {len(debs)} files")
-        dpkg_deb = require("dpkg-deb", hint=_NO_APT)
-        version = run([dpkg_deb, "-f", str(debs[0]), "Version"], timeout=60).stdout.strip()
-        root = work / "root"
-        run([dpkg_deb, "-x", str(debs[0]), str(root)], timeout=120)
-        binary = root / "bin" / "busybox"
-        if not binary.is_file() or _elf_interpreter(binary.read_bytes()) is not None:
-            raise EnvironmentProblem(f"{debs[0].name} holds no static bin/busybox")
-        target = cache_dir / f"{BUSYBOX_PACKAGE}_{version.replace(':', '_')}"
-        try:
-            root.rename(target)
-        except OSError:
-            if not (target / "bin" / "busybox").is_file():
-                raise
-        return target / "bin" / "busybox"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def render_template(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with every ``@NAME@`` replaced by ``values["NAME"]``, in one pass (a value is
+    never scanned for placeholders). Raises ValueError for a placeholder without a value or a
+    value without a placeholder."""
+    used: set[str] = set()
 
+    def value(match: re.Match[str]) -> str:
+        name = match[1]
+        if name not in values:
+            raise ValueError(f"the init template has @{name}@, which has no value")
+        used.add(name)
+        return values[name]
 
-# --- modules -----------------------------------------------------------------------------------
+    text = _PLACEHOLDER.sub(value, template)
+    if unused := sorted(set(values) - used):
+        raise ValueError(f"the init template lacks {', '.join(f'@{n}@' for n in unused)}")
+    return text
 
-def _module_name(path: Path) -> str:
-    return path.name.split(".ko", 1)[0].replace("-", "_")
-
-
-@dataclass(frozen=True)
-class ModuleSet:
-    """Kernel modules to put in the appliance: ``files`` in load order (each after what it
-    depends on), each module's direct dependencies, and the modalias patterns of the wanted ones."""
-
-    files: list[tuple[str, Path]]
-    depends: dict[str, list[str]]
-    aliases: dict[str, list[str]]
-
-    def closure(self, name: str) -> list[str]:
-        """``name``'s dependencies, transitively, in load order (``name`` itself excluded)."""
-        needed: set[str] = set()
-        stack = list(self.depends.get(name, []))
-        while stack:
-            dep = stack.pop()
-            if dep not in needed:
-                needed.add(dep)
-                stack += self.depends.get(dep, [])
-        return [n for n, _ in self.files if n in needed]
-
-
-def resolve_modules(modules_dir: Path, wanted: Iterable[str]) -> ModuleSet:
-    """The modules of ``wanted`` and their dependencies, from each module's ``.modinfo``.
-    Built-in modules are left out; a module neither built in nor present raises
-    EnvironmentProblem."""
-    files = {_module_name(p): p for p in modules_dir.rglob("*.ko*") if ".ko" in p.name}
-    builtin_list = modules_dir / "modules.builtin"
-    builtin = ({_module_name(Path(line.strip())) for line in builtin_list.read_text().splitlines()
-                if line.strip()} if builtin_list.is_file() else set())
-    order: list[tuple[str, Path]] = []
-    depends: dict[str, list[str]] = {}
-    aliases: dict[str, list[str]] = {}
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        if name in builtin or name in depends:
-            return
-        if name in chain:
-            raise EnvironmentProblem(f"module dependency cycle: {' -> '.join(chain + (name,))}")
-        path = files.get(name)
-        if path is None:
-            raise EnvironmentProblem(f"kernel module {name} is neither built into the kernel nor "
-                                     f"present in {modules_dir}",
-                                     hint="use a kernel built with the virtio, SCSI, AHCI and "
-                                          "NVMe drivers (Debian's linux-image-amd64 has them)")
-        info = modinfo(_module_bytes(path))
-        deps = [d.replace("-", "_") for field in info.get("depends", []) for d in field.split(",")
-                if d]
-        for dep in deps:
-            visit(dep, chain + (name,))
-        depends[name] = [d for d in deps if d not in builtin]
-        aliases[name] = info.get("alias", [])
-        order.append((name, path))
-
-    for name in wanted:
-        visit(name, ())
-    return ModuleSet(files=order, depends=depends,
-                     aliases={n: aliases[n] for n in wanted if n in aliases})
-
-
-def modinfo(module: bytes) -> dict[str, list[str]]:
-    """The ``key=value`` fields of a kernel module's ``.modinfo`` section (values per key)."""
-    section = _elf_sections(module).get(".modinfo", b"")
-    fields: dict[str, list[str]] = {}
-    for entry in section.split(b"\0"):
-        if b"=" in entry:
-            key, value = entry.decode(errors="replace").split("=", 1)
-            fields.setdefault(key, []).append(value)
-    return fields
-
-
-def _module_bytes(path: Path) -> bytes:
-    """A module file's contents, decompressed (the guest's busybox insmod wants plain ELF)."""
-    data = path.read_bytes()
-    if path.name.endswith(".xz"):
-        return lzma.decompress(data)
-    if path.name.endswith(".gz"):
-        return gzip.decompress(data)
-    if path.name.endswith(".zst"):
-        return _decompress_tool("zstd", data)
-    return data
-
-
-def _decompress_tool(tool: str, data: bytes) -> bytes:
-    """``data`` decompressed by ``tool -d`` (zstd, lz4): Python's standard library lacks them."""
-    binary = require(tool, hint=f"install {tool} (apt-get install {tool})")
-    with tempfile.TemporaryDirectory(prefix="iomatrix-unpack-") as tmp:
-        src, dst = Path(tmp) / "in", Path(tmp) / "out"
-        src.write_bytes(data)
-        run([binary, "-d", "-q", "-f", str(src), "-o", str(dst)], timeout=120)
-        return dst.read_bytes()
-
-
-# --- ELF ---------------------------------------------------------------------------------------
-
-_PT_INTERP, _PT_NOTE = 3, 4
-_XEN_ELFNOTE_PHYS32_ENTRY = 18
-
-
-def _elf_check(data: bytes) -> None:
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise EnvironmentProblem("not a 64-bit little-endian ELF file")
-
-
-def _program_headers(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(type, file offset, file size) of each ELF64 program header."""
-    _elf_check(data)
-    phoff, = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    for i in range(phnum):
-        p_type, _flags, offset, _vaddr, _paddr, filesz = struct.unpack_from(
-            "<IIQQQQ", data, phoff + i * phentsize)
-        yield p_type, offset, filesz
-
-
-def _elf_interpreter(data: bytes) -> str | None:
-    """The PT_INTERP path of an ELF executable, or None for a static one."""
-    for p_type, offset, size in _program_headers(data):
-        if p_type == _PT_INTERP:
-            return data[offset:offset + size].rstrip(b"\0").decode()
-    return None
-
-
-def _elf_sections(data: bytes) -> dict[str, bytes]:
-    """Section name -> contents of an ELF64 relocatable or executable file."""
-    _elf_check(data)
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    _n, _t, _f, _a, str_off, str_size = headers[shstrndx]
-    names = data[str_off:str_off + str_size]
-    sections = {}
-    for name_off, sh_type, _flags, _addr, offset, size in headers:
-        name = names[name_off:names.index(b"\0", name_off)].decode()
-        sections[name] = b"" if sh_type == 8 else data[offset:offset + size]  # 8: SHT_NOBITS
-    return sections
-
-
-def has_pvh_entry(elf: bytes) -> bool:
-    """Whether an ELF vmlinux has the Xen PVH entry note that QEMU's ``-kernel`` boots."""
-    for p_type, offset, size in _program_headers(elf):
-        if p_type != _PT_NOTE:
-            continue
-        pos, end = offset, offset + size
-        while pos + 12 <= end:
-            namesz, descsz, n_type = struct.unpack_from("<III", elf, pos)
-            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
-            if name == b"Xen" and n_type == _XEN_ELFNOTE_PHYS32_ENTRY:
-                return True
-            pos += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
-    return False
-
-
-def extract_vmlinux(bzimage: bytes) -> bytes | None:
-    """The ELF vmlinux inside a bzImage (boot protocol >= 2.08), or None when its compression is
-    one this host cannot undo."""
-    setup_sects = bzimage[0x1F1] or 4
-    payload_offset, payload_length = struct.unpack_from("<II", bzimage, 0x248)
-    start = (setup_sects + 1) * 512 + payload_offset
-    payload = bzimage[start:start + payload_length]
-    try:
-        if payload.startswith(b"\x1f\x8b"):
-            out = zlib.decompressobj(wbits=31).decompress(payload)
-        elif payload.startswith(b"\xfd7zXZ\x00"):
-            out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(payload)
-        elif payload.startswith(b"\x5d\x00"):
-            out = lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(payload)
-        elif payload.startswith(b"BZh"):
-            out = bz2.BZ2Decompressor().decompress(payload)
-        elif payload.startswith(b"\x28\xb5\x2f\xfd") and which("zstd"):
-            out = _decompress_tool("zstd", payload[:-4])  # the last 4 bytes are the size
-        elif payload.startswith(b"\x02\x21\x4c\x18") and which("lz4"):
-            out = _decompress_tool("lz4", payload[:-4])
-        else:
-            return None
-    except (zlib.error, lzma.LZMAError, OSError, ToolFailed):
-        return None
-    return out if out.startswith(b"\x7fELF") else None
-
-
-# --- the initramfs -----------------------------------------------------------------------------
 
 def init_script(modules: ModuleSet) -> str:
-    """The appliance's /init: a busybox sh script (see the module docstring)."""
+    """The appliance's /init: ``init.sh`` with the markers, the default port, the guest's address,
+    the buses, :data:`BUILDER_VERSION`, each module's dependencies and the modalias matchers
+    substituted (see the module docstring)."""
     # Modalias globs are sh case patterns as they stand (fnmatch: *, ?, [...]); an alias with any
     # other character is left out rather than quoted (no controller driver we load has one).
     safe = re.compile(r"[A-Za-z0-9_:*?\[\]\-.,]+")
@@ -595,158 +287,20 @@ def init_script(modules: ModuleSet) -> str:
                 f'    case "$1" in {"|".join(usable)}) load {name} ;; esac')
     deps = [f'deps_{name}="{" ".join(modules.closure(name))}"'
             for name, _ in modules.files if modules.closure(name)]
-    return _INIT.format(
-        ready=READY_MARKER, disk=DISK_MARKER, error=ERROR_MARKER, trace=TRACE_MARKER,
-        port=GUEST_FIO_PORT, ip=GUEST_IP, deps="\n".join(deps), buses=" ".join(BUSES),
-        version=BUILDER_VERSION,
-        match_first="\n".join(matchers[False]) or "    :",
-        match_last="\n".join(matchers[True]) or "    :")
+    return render_template(init_template(), {
+        "BUILDER_VERSION": str(BUILDER_VERSION), "READY_MARKER": READY_MARKER,
+        "DISK_MARKER": DISK_MARKER, "ERROR_MARKER": ERROR_MARKER, "TRACE_MARKER": TRACE_MARKER,
+        "PORT": str(GUEST_FIO_PORT), "GUEST_IP": GUEST_IP, "BUSES": " ".join(BUSES),
+        "DEPS": "\n".join(deps),
+        "MATCH_FIRST": "\n".join(matchers[False]) or "    :",
+        "MATCH_LAST": "\n".join(matchers[True]) or "    :"})
 
 
-_INIT = r"""#!/bin/sh
-# iomatrix appliance init (builder version {version}); generated by iomatrix/appliance/build.py
-export PATH=/bin LD_LIBRARY_PATH=/lib/fio
-fail() {{ echo "{error} $*"; poweroff -f; sleep 60; }}
-mount -t proc proc /proc && mount -t sysfs sys /sys && mount -t devtmpfs dev /dev \
-    || fail "cannot mount /proc, /sys or /dev"
-read -r started _ < /proc/uptime
-port={port}; disks=0; trace=0
-read -r cmdline < /proc/cmdline
-for arg in $cmdline; do
-    case "$arg" in
-        iomatrix.port=*) port="${{arg#*=}}" ;;
-        iomatrix.disks=*) disks="${{arg#*=}}" ;;
-        iomatrix.trace=*) trace="${{arg#*=}}" ;;
-    esac
-done
-stage() {{ [ "$trace" = 1 ] && read -r up _ < /proc/uptime && echo "{trace} $up $*"; }}
-stage init
-# fio maps its ~80 MB of libraries while the drivers probe.
-fio --server=ip:0.0.0.0,"$port" > /dev/console 2>&1 &
-fio=$!
-# Each module's dependencies in load order (from .modinfo depends=).
-{deps}
-load() {{
-    eval "mods=\"\$deps_$1 $1\""
-    for m in $mods; do
-        [ -d "/sys/module/$m" ] && continue
-        stage "insmod $m"
-        insmod "/lib/modules/$m.ko" || fail "insmod $m failed"
-    done
-}}
-match_first() {{
-{match_first}
-}}
-match_last() {{
-{match_last}
-}}
-probe() {{ # $1: match_first or match_last, tried on every device of every bus, in bus order
-    for bus in {buses}; do
-        for a in /sys/bus/$bus/devices/*/modalias; do
-            [ -r "$a" ] && read -r alias < "$a" && $1 "$alias"
-        done
-    done
-}}
-blockdevs() {{
-    for d in /sys/block/*; do
-        case "${{d##*/}}" in ram*|loop*|'*') ;; *) echo "${{d##*/}}" ;; esac
-    done
-}}
-probe match_first
-# Legacy IDE (always present on machine pc, mostly empty) only when disks are still missing.
-if [ "$disks" -eq 0 ] || [ "$(blockdevs | wc -l)" -lt "$disks" ]; then
-    probe match_last
-    probe match_first
-fi
-stage modules
-n=0
-while [ "$(blockdevs | wc -l)" -lt "$disks" ]; do
-    n=$((n + 1)); [ "$n" -gt 600 ] && fail "found $(blockdevs | wc -l) disks, expected $disks"
-    usleep 50000
-    probe match_first  # a controller that finds its disks late (NVMe, libata) gets sd_mod now
-done
-for name in $(blockdevs); do
-    q=/sys/block/$name/queue
-    queues=$(ls -d /sys/block/$name/mq/* 2>/dev/null | wc -l)
-    sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $q/scheduler); [ -n "$sched" ] || sched=none
-    read -r rotational < $q/rotational
-    read -r sectors < /sys/block/$name/size
-    dev=/sys/block/$name/device; driver=; model=
-    for p in $dev $dev/device $dev/device/device; do
-        [ -z "$driver" ] && [ -e $p/driver ] && driver=$(basename $(readlink $p/driver))
-        [ -z "$model" ] && [ -r $p/model ] && model=$(tr -d '"' < $p/model | sed 's/ *$//')
-    done
-    echo "{disk} name=$name size=$((sectors * 512)) queues=$queues scheduler=$sched" \
-         "rotational=$rotational driver=$driver model=\"$model\""
-done
-stage disks
-nic=
-for n in /sys/class/net/*; do
-    case "${{n##*/}}" in lo) ;; *) nic=${{n##*/}}; break ;; esac
-done
-[ -n "$nic" ] || fail "no network interface (is a virtio-net-pci device attached?)"
-ip link set lo up && ip addr add {ip}/24 dev "$nic" && ip link set "$nic" up \
-    && ip route add default via 10.0.2.2 || fail "cannot configure $nic"
-stage network
-hexport=$(printf '%04X' "$port")
-n=0
-until grep -q ":$hexport 00000000:0000 0A" /proc/net/tcp; do
-    kill -0 $fio 2>/dev/null || fail "fio --server exited"
-    n=$((n + 1)); [ "$n" -gt 1500 ] && fail "fio --server does not listen on port $port"
-    usleep 20000
-done
-read -r up _ < /proc/uptime
-echo "{ready} uptime=$up init=$started port=$port nic=$nic"
-wait $fio
-fail "fio --server exited"
-"""
-
-
-class _Cpio:
-    """Writes a newc (SVR4, no CRC) cpio archive, the format the kernel unpacks an initramfs
-    from, to a binary file."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.ino = 1
-        self.names: set[str] = set()
-
-    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0),
-               nlink: int = 1) -> None:
-        encoded = name.encode() + b"\0"
-        header = "070701" + "".join(f"{v:08X}" for v in (
-            self.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0))
-        self.ino += 1
-        self.names.add(name)
-        for chunk in (header.encode(), encoded, b"\0" * (-(110 + len(encoded)) % 4), data,
-                      b"\0" * (-len(data) % 4)):
-            self.out.write(chunk)
-
-    def directory(self, name: str) -> None:
-        parts = name.split("/")
-        for i in range(1, len(parts) + 1):
-            sub = "/".join(parts[:i])
-            if sub not in self.names:
-                self._entry(sub, stat.S_IFDIR | 0o755, nlink=2)
-
-    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
-        if "/" in name:
-            self.directory(name.rsplit("/", 1)[0])
-        self._entry(name, stat.S_IFREG | mode, data)
-
-    def symlink(self, name: str, target: str) -> None:
-        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
-
-    def device(self, name: str, major: int, minor: int) -> None:
-        self._entry(name, stat.S_IFCHR | 0o600, rdev=(major, minor))
-
-    def finish(self) -> None:
-        self._entry("TRAILER!!!", 0)
-
+# --- the build ---------------------------------------------------------------------------------
 
 def _write_initramfs(inputs: _Inputs, path: Path) -> None:
     with open(path, "wb") as out:
-        cpio = _Cpio(out)
+        cpio = CpioWriter(out)
         for d in ("bin", "dev", "proc", "sys", "tmp", "lib/modules", "lib/fio"):
             cpio.directory(d)
         cpio.device("dev/console", 5, 1)
@@ -762,7 +316,7 @@ def _write_initramfs(inputs: _Inputs, path: Path) -> None:
             cpio.file(inputs.interpreter.lstrip("/"), Path(inputs.interpreter).read_bytes(),
                       0o755)
         for name, module in inputs.modules.files:
-            cpio.file(f"lib/modules/{name}.ko", _module_bytes(module))
+            cpio.file(f"lib/modules/{name}.ko", module_bytes(module))
         cpio.file("init", inputs.init.encode(), 0o755)
         cpio.finish()
 

@@ -161,7 +161,7 @@ def boot_image_problem(path: Path) -> str | None:
     except OSError:
         is_elf = False
     if is_elf:
-        from iomatrix.appliance.build import has_pvh_entry
+        from iomatrix.appliance.elf import has_pvh_entry
 
         return None if has_pvh_entry(path.read_bytes()) else f"{path} is an ELF file without a PVH entry"
     return kernel_problem(path)

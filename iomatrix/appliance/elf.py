@@ -1,0 +1,67 @@
+"""Reading 64-bit little-endian ELF files: program headers, the interpreter (``PT_INTERP``),
+sections by name, and the Xen PVH entry note of a vmlinux."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from iomatrix.core.errors import EnvironmentProblem
+
+_PT_INTERP, _PT_NOTE = 3, 4
+_SHT_NOBITS = 8
+_XEN_ELFNOTE_PHYS32_ENTRY = 18
+
+
+def _elf_check(data: bytes) -> None:
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise EnvironmentProblem("not a 64-bit little-endian ELF file")
+
+
+def program_headers(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(type, file offset, file size) of each ELF64 program header."""
+    _elf_check(data)
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, _flags, offset, _vaddr, _paddr, filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize)
+        yield p_type, offset, filesz
+
+
+def elf_interpreter(data: bytes) -> str | None:
+    """The PT_INTERP path of an ELF executable, or None for a static one."""
+    for p_type, offset, size in program_headers(data):
+        if p_type == _PT_INTERP:
+            return data[offset:offset + size].rstrip(b"\0").decode()
+    return None
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """Section name -> contents of an ELF64 relocatable or executable file."""
+    _elf_check(data)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    _n, _t, _f, _a, str_off, str_size = headers[shstrndx]
+    names = data[str_off:str_off + str_size]
+    sections = {}
+    for name_off, sh_type, _flags, _addr, offset, size in headers:
+        name = names[name_off:names.index(b"\0", name_off)].decode()
+        sections[name] = b"" if sh_type == _SHT_NOBITS else data[offset:offset + size]
+    return sections
+
+
+def has_pvh_entry(elf: bytes) -> bool:
+    """Whether an ELF vmlinux has the Xen PVH entry note that QEMU's ``-kernel`` boots."""
+    for p_type, offset, size in program_headers(elf):
+        if p_type != _PT_NOTE:
+            continue
+        pos, end = offset, offset + size
+        while pos + 12 <= end:
+            namesz, descsz, n_type = struct.unpack_from("<III", elf, pos)
+            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            if name == b"Xen" and n_type == _XEN_ELFNOTE_PHYS32_ENTRY:
+                return True
+            pos += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
+    return False
