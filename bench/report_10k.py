@@ -32,9 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from iomatrix.store.records import StoredRun  # noqa: E402
+from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
 from iomatrix.suite.model import Configuration, Workload  # noqa: E402
+from iomatrix.telemetry.steady import SteadyState  # noqa: E402
 from iomatrix.testing.synthetic import Figures, configurations, write_run  # noqa: E402
 
 AXES = {"controller": ["virtio-scsi-single", "virtio-blk", "nvme"],
@@ -71,14 +72,15 @@ def with_telemetry(run: StoredRun) -> StoredRun:
                       ("iothread" if "iothread=on" in t.config_key else "worker pool"): ios * 3e-6}
         total = sum(roles.values())
         nbytes = sum(s.io_bytes for s in t.samples) or 1
-        cpu = {"window_s": 10.0, "cpu_s_by_role": roles, "cpu_s": total, "ios": ios, "bytes": nbytes,
-               "voluntary_csw": ios // 2, "involuntary_csw": 0, "cpu_us_per_io": total / ios * 1e6,
-               "cpu_ms_per_mib": total / (nbytes / 2**20) * 1e3, "csw_per_io": 0.5,
-               "perf": "not counted (synthetic)"}
+        cpu = CpuRecord(window_s=10.0, cpu_s_by_role=roles, exited_cpu_s=0.0, cpu_s=total,
+                        ios=ios, bytes=nbytes, voluntary_csw=ios // 2, involuntary_csw=0,
+                        cpu_us_per_io=total / ios * 1e6,
+                        cpu_ms_per_mib=total / (nbytes / 2**20) * 1e3, csw_per_io=0.5,
+                        perf="not counted (synthetic)")
         reached = _rng("steady", t.id).random() > 0.02
-        steady = {"checked": True, "reached": reached, "at_seconds": 6.0 if reached else None,
-                  "windows": 5, "range_ratio": 0.1, "excursion_ratio": 0.05, "rule": "SNIA PTS",
-                  "source": "fio status stream"}
+        steady = SteadyRecord(checked=True, source="fio status stream", verdict=SteadyState(
+            reached=reached, at_seconds=6.0 if reached else None, windows=5, range_ratio=0.1,
+            excursion_ratio=0.05, rule="SNIA PTS"))
         trials.append(t.model_copy(update={"cpu": cpu, "steady": steady}))
     return run.model_copy(update={"trials": tuple(trials)})
 

@@ -1,8 +1,12 @@
-"""Shared test helpers: small suite files in a temporary directory, and a check that nothing we
-started is still running."""
+"""Shared test helpers: small suite files in a temporary directory, a check that nothing we
+started is still running, and what this host's KVM is expected to do.
+
+Nothing here may assume one machine: not root, not a CPU count, not a file system for /tmp, not
+KVM working or failing (nor how it fails), not a network."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -14,6 +18,62 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def accepts_direct_io(directory: str | os.PathLike[str]) -> bool:
+    """Whether a file in ``directory`` can be written with O_DIRECT (fio's direct=1, QEMU's
+    cache=none); tmpfs refused it before Linux 6.6."""
+    try:
+        fd, path = tempfile.mkstemp(dir=directory, prefix="iomatrix-direct-")
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        try:
+            with mmap.mmap(-1, 4096) as block:          # page-aligned, as O_DIRECT wants
+                os.write(fd, block)
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.unlink(path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests put their images and fio files in tmp_path and read them with O_DIRECT. Where the
+    temporary directory cannot do that (e.g. /tmp on tmpfs under an older kernel), everything
+    temporary (ours, pytest's, QEMU's and fio's) goes to /var/tmp instead, as iomatrix itself
+    does; nothing changes on hosts where it can."""
+    if config.option.basetemp or accepts_direct_io(tempfile.gettempdir()):
+        return
+    if accepts_direct_io("/var/tmp"):
+        os.environ["TMPDIR"] = "/var/tmp"
+        tempfile.tempdir = None                      # gettempdir() reads TMPDIR again
+
+
+def declared_kvm() -> bool | None:
+    """What IOMATRIX_EXPECT_KVM declares about this host's KVM: "1" it must work, "0" it must
+    not; unset (or anything else): not declared, the tests take whatever the probe finds."""
+    return {"1": True, "0": False}.get(os.environ.get("IOMATRIX_EXPECT_KVM", "").strip())
+
+
+def for_kvm(usable: bool, *, wanted: bool, detail: str) -> None:
+    """Call at the start of a test written for one KVM outcome, with what a probe found here
+    (``usable``, and the probe's reason as ``detail``). A host with the other outcome skips the
+    test, unless IOMATRIX_EXPECT_KVM declared this host's outcome: then a disagreeing probe fails.
+    KVM's ways of failing differ from host to host (a guest that hangs, a QEMU that aborts, no
+    /dev/kvm...): tests may rely on "usable or not, and why", never on which way it failed."""
+    declared = declared_kvm()
+    if declared is not None:
+        assert usable == declared, (
+            f"IOMATRIX_EXPECT_KVM={int(declared)}, but KVM is {'' if usable else 'not '}usable "
+            f"here: {detail}")
+    if usable != wanted:
+        pytest.skip(f"for hosts where KVM is {'' if wanted else 'not '}usable; here it is "
+                    f"{'' if usable else 'not '}({detail})")
+
+
 def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64MiB",
                 target: Path | None = None) -> Path:
     """A suite file with a directory target under ``directory``."""
@@ -21,6 +81,30 @@ def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64M
     path.write_text(f'[suite]\nname = "{name}"\n[target]\ndirectory = "{target or directory / "target"}"\n'
                     f'size = "{size}"\n' + body)
     return path
+
+
+REFERENCE = REPO / "docs" / "qemu-disk-options.md"
+"""The project's reference on Proxmox, libvirt and QEMU 7.2 disk settings; tests check iomatrix's
+output against its tables."""
+
+
+def reference_table(section: str, first_column: str) -> dict[str, list[str]]:
+    """The table in the reference's ``section`` (e.g. "## 3.") whose header starts with
+    ``first_column``: each row's first cell (without backticks) → its other cells."""
+    text = REFERENCE.read_text(encoding="utf-8")
+    body = text.split(f"\n{section} ", 1)[1].split("\n## ", 1)[0]
+    lines = iter(body.splitlines())
+    for line in lines:
+        if line.startswith(f"| {first_column} |"):
+            next(lines)                                        # the |---| line
+            rows: dict[str, list[str]] = {}
+            for row in lines:
+                if not row.startswith("|"):
+                    break
+                first, *rest = [c.strip() for c in row.strip().strip("|").split(" | ")]
+                rows[first.replace("`", "")] = rest
+            return rows
+    raise AssertionError(f"{REFERENCE.name} {section}: no table starting with {first_column!r}")
 
 
 WATCHED = ("qemu-system", "qemu-storage", "fio")

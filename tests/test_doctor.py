@@ -1,11 +1,14 @@
 """`iomatrix doctor` runs real probes: the installed tools must pass, a missing tool must fail with
-a hint, and nothing (temp files, mounts, processes) may be left behind. The KVM assertion is
-machine-specific (a PVM host: KVM not usable) and skipped when IOMATRIX_EXPECT_KVM=1."""
+a hint, and nothing (temp files, mounts, processes) may be left behind. Whether KVM is usable
+differs from host to host, and so does the way it fails where it is not (a PVM host: a guest that
+hangs, or a QEMU that aborts, ...): the KVM tests take this host's outcome, skip the other one
+(unless IOMATRIX_EXPECT_KVM=1 or 0 declares it), and never rely on how KVM failed."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -13,12 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.appliance.kernel import find_kernel
+from iomatrix.core.errors import IomatrixError
 from iomatrix.measure.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
-from tests.conftest import our_processes
+from tests.conftest import for_kvm, our_processes
 
-EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
 NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
          "libaio", "io_uring", "FUSE export", "KVM")
+KVM_TIMEOUT = 10.0
+OTHER_CHECKS = 35.0
+"""Seconds the checks other than KVM's may take together: about 1 s on our machines, but a slow
+or busy host gets ample time; a probe stuck until its own timeout (30 s for fio) still fails."""
 
 
 def mounts_under(directory: Path) -> list[str]:
@@ -37,9 +45,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def checks(workdir: Path) -> tuple[Check, ...]:
+    try:             # found (or downloaded once) before the clock starts: no network in the timing
+        kernel = find_kernel()
+    except IomatrixError:
+        kernel = None    # then KVM is "not probed", with the reason
     start = time.monotonic()
-    result = run_checks(kvm_timeout=10.0, directory=workdir)
-    assert time.monotonic() - start < 45
+    result = run_checks(kvm_timeout=KVM_TIMEOUT, directory=workdir, kernel=kernel,
+                        fetch_kernel=False)
+    assert time.monotonic() - start < KVM_TIMEOUT + OTHER_CHECKS
     return result
 
 
@@ -79,18 +92,21 @@ def test_nothing_required_is_missing_here(checks: tuple[Check, ...]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(EXPECT_KVM, reason="machine-specific: this host is expected to have real KVM")
-def test_kvm_is_reported_unusable_but_not_fatal_here(checks: tuple[Check, ...]) -> None:
+def test_unusable_kvm_is_reported_but_not_fatal(checks: tuple[Check, ...]) -> None:
     kvm = by_name(checks)["KVM"]
+    for_kvm(kvm.ok, wanted=False, detail=kvm.detail)
     assert kvm.ok is False and kvm.required is False
-    assert "did not finish booting under KVM within 10 s" in kvm.detail, kvm.detail
-    assert kvm.hint and "TCG" in kvm.hint
+    assert "kvm" in kvm.detail.lower(), kvm.detail     # the reason, naming what failed
+    assert kvm.hint and "TCG" in kvm.hint              # what happens instead
+    assert failed_required(checks) == ()               # and nothing else fails because of it
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not EXPECT_KVM, reason="only on a host with real KVM (IOMATRIX_EXPECT_KVM=1)")
 def test_kvm_passes_on_a_real_kvm_host(checks: tuple[Check, ...]) -> None:
-    assert by_name(checks)["KVM"].ok
+    kvm = by_name(checks)["KVM"]
+    for_kvm(kvm.ok, wanted=True, detail=kvm.detail)
+    assert kvm.ok and kvm.required is False and kvm.hint is None
+    assert "under KVM in" in kvm.detail, kvm.detail
 
 
 @pytest.mark.slow
@@ -103,9 +119,10 @@ def test_the_probes_leave_nothing_behind(checks: tuple[Check, ...], workdir: Pat
 def test_every_check_fails_with_a_hint_when_path_is_empty(tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
+    timeout = 60.0
     start = time.monotonic()
-    result = run_checks(kvm_timeout=5.0, env={"PATH": str(empty)}, directory=tmp_path)
-    assert time.monotonic() - start < 5
+    result = run_checks(kvm_timeout=timeout, env={"PATH": str(empty)}, directory=tmp_path)
+    assert time.monotonic() - start < timeout / 10     # nothing to run, nothing waited for
     assert tuple(c.name for c in result) == NAMES
     for check in result:
         assert check.ok is False, check
@@ -124,7 +141,9 @@ def test_the_lookup_follows_the_given_path(tmp_path: Path) -> None:
     """Only fio is on this PATH: fio is found and runs, qemu-img is not."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "fio").symlink_to("/usr/bin/fio")
+    fio = shutil.which("fio")
+    assert fio, "fio is not installed (./setup.sh installs it)"
+    (bin_dir / "fio").symlink_to(fio)
     env = {"PATH": str(bin_dir)}
     assert check_tool("fio", env=env).ok
     missing = check_tool("qemu-img", env=env)

@@ -15,7 +15,7 @@ from iomatrix.core.errors import InvalidCombination
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import our_processes, write_suite
+from tests.conftest import declared_kvm, our_processes, write_suite
 
 pytestmark = pytest.mark.slow
 
@@ -109,8 +109,10 @@ def test_guest_steady_state_follows_qemu_counters_and_stops_fio(tmp_path: Path,
     assert outcome.trials_failed == 0, [t.reason for t in stored.trials]
     (trial,) = stored.trials
     steady = trial.steady
-    assert steady["checked"] is True and steady["source"] == "QEMU device counters"
-    assert steady["reached"] is True and 5 <= steady["at_seconds"] < 20, steady
+    assert steady is not None and steady.verdict is not None
+    assert steady.checked is True and steady.source == "QEMU device counters"
+    assert steady.verdict.reached is True, steady
+    assert steady.verdict.at_seconds is not None and 5 <= steady.verdict.at_seconds < 20, steady
     (sample,) = trial.samples
     # stopped by SIGINT through the client well before the 40 s maximum, at the asked rate
     assert sample.runtime_ms < 25_000
@@ -167,24 +169,26 @@ def test_sigint_stops_every_guest(tmp_path: Path, no_leftovers: None) -> None:
 def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               no_leftovers: None) -> None:
     """auto: KVM only if the appliance's kernel reaches its /init under KVM (not the mere
-    existence of /dev/kvm); the same probe under TCG does reach it, so the probe can say yes."""
-    import os
-
+    existence of /dev/kvm); the same probe under TCG does reach it, so the probe can say yes.
+    Either outcome is right on some host; each must be handled completely (and must be the one
+    IOMATRIX_EXPECT_KVM declares, when it does). How KVM fails is not this test's business."""
     from iomatrix.appliance.build import MIN_MEMORY_MIB, build_appliance, kernel_cmdline
     from iomatrix.drivers import guest
     from iomatrix.appliance.probe import probe_accel
 
     appliance = build_appliance()
-    tcg = probe_accel("tcg", appliance.kernel, appliance.initrd, timeout=30,
+    tcg = probe_accel("tcg", appliance.kernel, appliance.initrd, timeout=120,  # a slow host too
                       marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
                       append=kernel_cmdline("loglevel=7", accel="tcg"))
     assert tcg.usable, tcg.reason
     monkeypatch.setattr(guest, "default_cache_dir", lambda: tmp_path)
     notes: list[str] = []
     accel = guest.resolve_accel("auto", appliance, notes.append)
-    if os.environ.get("IOMATRIX_EXPECT_KVM") == "1":
-        assert accel == "kvm" and notes == []
-    else:                                    # this machine: /dev/kvm exists, a kernel hangs
+    if declared_kvm() is not None:
+        assert accel == ("kvm" if declared_kvm() else "tcg"), notes
+    if accel == "kvm":
+        assert notes == []
+    else:                                    # e.g. a PVM host: /dev/kvm exists, KVM is unusable
         assert accel == "tcg"
         assert len(notes) == 1 and notes[0].startswith("warning: KVM is not usable")
         assert "emulated" in notes[0]

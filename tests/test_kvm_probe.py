@@ -1,5 +1,8 @@
-"""The KVM probe boots a real kernel. On our development machines (a PVM host) KVM is NOT usable:
-those assertions are machine-specific and skipped when IOMATRIX_EXPECT_KVM=1 (a real KVM host)."""
+"""The KVM probe boots a real kernel. Whether KVM is usable differs from host to host: on our PVM
+development hosts /dev/kvm exists but KVM is not usable, and how it fails differs from one such
+host to the next (a guest that hangs early in boot, a QEMU that aborts, ...). So this host's
+outcome is probed once; the tests for the other outcome skip (or fail, when IOMATRIX_EXPECT_KVM=1
+or 0 declares what this host must do). No test relies on the way KVM fails."""
 
 from __future__ import annotations
 
@@ -13,10 +16,18 @@ import pytest
 from iomatrix.appliance.kernel import (cached_kernels, default_cache_dir, find_kernel, host_kernel,
                                        kernel_modules_dir, kernel_problem)
 from iomatrix.core.errors import EnvironmentProblem
-from iomatrix.appliance.probe import LATE_BOOT_MARKERS, boot_argv, probe_accel, probe_kvm
-from tests.conftest import our_processes
+from iomatrix.appliance import probe as probe_module
+from iomatrix.appliance.probe import (LATE_BOOT_MARKERS, AccelProbe, boot_argv, kvm_device_problem,
+                                      probe_accel, probe_kvm)
+from tests.conftest import for_kvm, our_processes
 
-EXPECT_KVM = os.environ.get("IOMATRIX_EXPECT_KVM") == "1"
+KVM_TIMEOUT = 10.0
+
+
+def _leftovers(directory: Path) -> None:
+    left = our_processes(str(directory))
+    assert not left, f"processes left behind: {left}"
+    assert not [p for p in directory.iterdir() if p.name.startswith("iomatrix-bootprobe-")]
 
 
 @pytest.fixture(autouse=True)
@@ -25,91 +36,134 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignor
     after each test nothing that mentions tmp_path (and no QEMU child) may still exist."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     yield tmp_path
-    left = our_processes(str(tmp_path))
-    assert not left, f"processes left behind: {left}"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("iomatrix-bootprobe-")]
+    _leftovers(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def kvm(kernel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[AccelProbe, float]:
+    """This host's KVM, probed once with the usual timeout: (the probe, wall seconds it took)."""
+    directory = Path(os.path.realpath(tmp_path_factory.mktemp("kvm")))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(directory))
+        start = time.monotonic()
+        probe = probe_kvm(kernel, timeout=KVM_TIMEOUT)
+        elapsed = time.monotonic() - start
+    _leftovers(directory)
+    return probe, elapsed
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(EXPECT_KVM, reason="machine-specific: this host is expected to have real KVM")
-def test_kvm_is_not_usable_on_this_pvm_host(kernel: Path) -> None:
-    timeout = 10.0
-    start = time.monotonic()
-    probe = probe_kvm(kernel, timeout=timeout)
-    elapsed = time.monotonic() - start
-    assert elapsed < timeout + 5, elapsed
-    assert probe.accel == "kvm"
-    assert probe.usable is False
-    assert probe.probed is True
-    assert "did not finish booting under KVM within 10 s" in probe.reason, probe.reason
-    assert probe.hint and "TCG" in probe.hint
-    assert timeout <= probe.seconds < timeout + 5
+def test_the_kvm_probe_keeps_its_deadline_either_way(kvm: tuple[AccelProbe, float],
+                                                     kernel: Path) -> None:
+    """Usable or not, the probe answers within its timeout (plus QEMU's stop), says why, and
+    keeps the end of the console log when it booted a kernel."""
+    probe, elapsed = kvm
+    assert probe.accel == "kvm" and probe.reason
+    assert probe.seconds <= elapsed + 0.001 < 2 * KVM_TIMEOUT, (elapsed, probe.reason)  # ms
+    assert probe.usable == (probe.marker is not None)
+    if probe.probed:
+        assert probe.kernel == kernel
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not EXPECT_KVM, reason="only on a host with real KVM (IOMATRIX_EXPECT_KVM=1)")
-def test_kvm_is_usable_on_a_real_kvm_host(kernel: Path) -> None:
-    probe = probe_kvm(kernel, timeout=10.0)
-    assert probe.usable, probe.reason
-    assert probe.marker in LATE_BOOT_MARKERS
+def test_unusable_kvm_is_reported_with_a_reason(kvm: tuple[AccelProbe, float]) -> None:
+    probe, _ = kvm
+    for_kvm(probe.usable, wanted=False, detail=probe.reason)
+    assert probe.usable is False and probe.marker is None
+    assert "kvm" in probe.reason.lower(), probe.reason      # it names the accelerator that failed
+    # /dev/kvm opens here (a PVM host): then a kernel was really booted under it, and failed
+    assert probe.probed == (kvm_device_problem() is None), probe.reason
+
+
+@pytest.mark.slow
+def test_kvm_is_usable_on_a_real_kvm_host(kvm: tuple[AccelProbe, float]) -> None:
+    probe, _ = kvm
+    for_kvm(probe.usable, wanted=True, detail=probe.reason)
+    assert probe.probed and probe.marker in LATE_BOOT_MARKERS
+    assert "under KVM in" in probe.reason and probe.hint is None
 
 
 @pytest.mark.slow
 def test_the_same_kernel_boots_to_the_late_marker_under_tcg(kernel: Path) -> None:
-    """The probe logic is right both ways: what hangs under KVM here boots fine when emulated."""
-    probe = probe_accel("tcg", kernel, timeout=60.0)
+    """The probe logic is right both ways: the kernel that KVM cannot run on a host where KVM is
+    unusable boots fine when emulated, so such a failure is KVM's, not the kernel's."""
+    timeout = 120.0                        # emulated boots are slow; a slow host gets time
+    probe = probe_accel("tcg", kernel, timeout=timeout)
     assert probe.usable, (probe.reason, probe.serial_tail)
     assert probe.marker == "VFS: Unable to mount root fs"
     assert "under TCG in" in probe.reason and probe.probed
     assert probe.serial_tail  # the end of the console log is kept for the report
-    assert probe.seconds < 60
+    assert probe.seconds < timeout
 
 
-def test_a_missing_qemu_binary_gives_a_reason(kernel: Path, tmp_path: Path) -> None:
-    probe = probe_kvm(kernel, qemu=tmp_path / "no-such-qemu", timeout=5)
+NO_WAIT = 60.0
+"""The timeout of probes that must answer without booting anything: they answer in a small
+fraction of it (a probe that waited for it would take a minute)."""
+
+
+@pytest.fixture
+def kvm_opens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a host where /dev/kvm opens (whether or not KVM then works): the probe goes on to
+    its own checks of QEMU and the kernel, whatever this host's /dev/kvm is like."""
+    monkeypatch.setattr(probe_module, "kvm_device_problem", lambda device=None: None)
+
+
+def test_a_missing_qemu_binary_gives_a_reason(tmp_path: Path) -> None:
+    probe = probe_kvm(tmp_path / "vmlinuz", qemu=tmp_path / "no-such-qemu", timeout=NO_WAIT)
     assert probe.usable is False and probe.probed is False
     assert "not probed" in probe.reason and "not found" in probe.reason
     assert probe.hint == "apt-get install qemu-system-x86"
-    assert probe.seconds < 1
+    assert probe.seconds < NO_WAIT / 10
 
 
-def test_qemu_missing_from_path_gives_a_reason(kernel: Path, tmp_path: Path) -> None:
+def test_qemu_missing_from_path_gives_a_reason(tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    probe = probe_kvm(kernel, env={"PATH": str(empty)}, timeout=5)
+    probe = probe_kvm(tmp_path / "vmlinuz", env={"PATH": str(empty)}, timeout=NO_WAIT)
     assert probe.usable is False and probe.probed is False
     assert "qemu-system-x86_64 not found" in probe.reason
 
 
-def test_a_qemu_that_fails_gives_its_exit_status(kernel: Path) -> None:
-    probe = probe_kvm(kernel, qemu="/bin/false", timeout=5)
+def test_a_qemu_that_fails_gives_its_exit_status(kernel: Path, kvm_opens: None) -> None:
+    probe = probe_kvm(kernel, qemu="/bin/false", timeout=NO_WAIT)
     assert probe.usable is False
     assert "exited with status 1" in probe.reason
+    assert probe.seconds < NO_WAIT / 10
+
+
+def test_a_kvm_device_that_does_not_open_is_said_before_any_boot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "does not exist" in (kvm_device_problem(tmp_path / "no-kvm") or "")
+    monkeypatch.setattr(probe_module, "kvm_device_problem", lambda device=None: "it is gone")
+    probe = probe_kvm(tmp_path / "vmlinuz", timeout=NO_WAIT)
+    assert probe.usable is False and probe.probed is False
+    assert probe.reason == "KVM not usable: it is gone" and probe.hint and "TCG" in probe.hint
+    assert probe.seconds < NO_WAIT / 10
 
 
 @pytest.mark.parametrize("what", ["missing", "text", "directory"])
-def test_a_broken_kernel_path_gives_a_reason(tmp_path: Path, what: str) -> None:
+def test_a_broken_kernel_path_gives_a_reason(tmp_path: Path, what: str, kvm_opens: None) -> None:
     path = tmp_path / "vmlinuz-broken"
     if what == "text":
         path.write_text("not a kernel\n" * 100)
     elif what == "directory":
         path.mkdir()
-    probe = probe_kvm(path, timeout=5)
+    probe = probe_kvm(path, timeout=NO_WAIT)
     assert probe.usable is False and probe.probed is False
     assert probe.reason.startswith("KVM not probed: bad kernel:"), probe.reason
     expected = {"missing": "does not exist", "text": "not an x86 Linux kernel image",
                 "directory": "is a directory"}[what]
     assert expected in probe.reason
-    assert probe.seconds < 1
+    assert probe.seconds < NO_WAIT / 10
 
 
-def test_no_kernel_at_all_means_not_probed(tmp_path: Path) -> None:
+def test_no_kernel_at_all_means_not_probed(tmp_path: Path, kvm_opens: None) -> None:
     if host_kernel() is not None:
         pytest.skip("this host's own kernel is readable, so a kernel is always found")
     with pytest.raises(EnvironmentProblem) as info:
         find_kernel(tmp_path / "empty-cache", fetch=False)
     assert info.value.hint
-    probe = probe_kvm(cache_dir=tmp_path / "empty-cache", fetch_kernel=False, timeout=5)
+    probe = probe_kvm(cache_dir=tmp_path / "empty-cache", fetch_kernel=False, timeout=NO_WAIT)
     assert probe.usable is False and probe.probed is False
     assert probe.reason.startswith("KVM not probed: no kernel to boot"), probe.reason
 

@@ -1,7 +1,10 @@
 """Configuration → QEMU arguments, checked against the real QEMU 7.2: every controller starts
 (under TCG, with -S, so no guest runs) and shows over QMP what the configuration asked for; and
 every combination that ``invalid_reason`` refuses is refused by QEMU itself with the words that
-``invalid_reason`` quotes. All paths contain a comma, so QEMU's escaping is exercised too."""
+``invalid_reason`` quotes. All paths contain a comma, so QEMU's escaping is exercised too.
+
+The tests that only build command lines run everywhere; only those that start QEMU (or
+qemu-img) are skipped where it is not installed."""
 
 from __future__ import annotations
 
@@ -21,12 +24,15 @@ from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_gu
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
+from tests.conftest import reference_table
 
 VCPUS = 2
 START_TIMEOUT = 15.0
 
-pytestmark = pytest.mark.skipif(not which("qemu-system-x86_64") or not which("qemu-storage-daemon"),
-                                reason="QEMU 7.2 (qemu-system-x86, qemu-system-common) not installed")
+needs_qemu = pytest.mark.skipif(
+    not (which("qemu-system-x86_64") and which("qemu-storage-daemon") and which("qemu-img")),
+    reason="QEMU 7.2 (qemu-system-x86, qemu-system-common, qemu-utils) not installed")
+"""For the tests that start QEMU; the others build command lines only."""
 
 
 @pytest.fixture
@@ -97,6 +103,7 @@ CONTROLLERS = [
 ]
 
 
+@needs_qemu
 @pytest.mark.parametrize("controller, aio, cache, fmt, iothread", CONTROLLERS)
 def test_every_controller_starts_as_configured(workdir: Path, kernel: Path, controller: str,
                                               aio: str, cache: str, fmt: str,
@@ -109,6 +116,7 @@ def test_every_controller_starts_as_configured(workdir: Path, kernel: Path, cont
     assert seen["device.type"] == device
 
 
+@needs_qemu
 @pytest.mark.parametrize("controller", ["virtio-blk", "virtio-scsi-single"])
 @pytest.mark.parametrize("iothread", [True, False])
 def test_iothread_on_and_off(workdir: Path, kernel: Path, controller: str, iothread: bool) -> None:
@@ -128,6 +136,7 @@ CACHE_TABLE = {  # cache → (cache.direct, cache.no-flush, device write-cache)
 }
 
 
+@needs_qemu
 @pytest.mark.parametrize("cache", list(CACHE_TABLE))
 def test_cache_modes(workdir: Path, kernel: Path, cache: str) -> None:
     config = _config("virtio-scsi-single", aio="threads", cache=cache, format="qcow2")
@@ -140,6 +149,7 @@ def test_cache_modes(workdir: Path, kernel: Path, cache: str) -> None:
     assert seen["backend.write-cache"] == write_cache   # what the block backend really does
 
 
+@needs_qemu
 @pytest.mark.parametrize("controller", ["virtio-blk", "virtio-scsi-single"])
 def test_queues(workdir: Path, kernel: Path, controller: str) -> None:
     default = _check_guest(_spec(_config(controller), workdir, kernel))
@@ -150,6 +160,7 @@ def test_queues(workdir: Path, kernel: Path, controller: str) -> None:
     assert (seen["device.num-queues"], seen["device.queue-size"]) == ("4", "512")
 
 
+@needs_qemu
 @pytest.mark.parametrize("iothread", [True, False])
 def test_vhost_user_blk(workdir: Path, kernel: Path, iothread: bool) -> None:
     config = _config(None, data_path="vhost-user-blk", iothread=iothread, cache="writethrough",
@@ -173,6 +184,7 @@ def test_vhost_user_blk(workdir: Path, kernel: Path, iothread: bool) -> None:
     assert seen["memory.share"] == "true"
 
 
+@needs_qemu
 def test_vhost_user_blk_needs_as_many_queues_from_the_export(workdir: Path, kernel: Path) -> None:
     """The reason both sides get the same num-queues: the device refuses to ask for more."""
     config = _config(None, data_path="vhost-user-blk")
@@ -210,6 +222,7 @@ REFUSED = [
 ]
 
 
+@needs_qemu
 @pytest.mark.parametrize("config, qemu_says", REFUSED)
 def test_qemu_refuses_what_invalid_reason_refuses(workdir: Path, kernel: Path,
                                                   config: Configuration, qemu_says: str) -> None:
@@ -224,6 +237,7 @@ def test_qemu_refuses_what_invalid_reason_refuses(workdir: Path, kernel: Path,
     assert qemu_says in result.stderr
 
 
+@needs_qemu
 def test_too_many_virtio_blk_queues_abort_qemu(workdir: Path, kernel: Path) -> None:
     """invalid_reason's claim for num-queues above 1024: QEMU 7.2 aborts without a message."""
     config = _config("virtio-blk", num_queues=1025)
@@ -252,6 +266,7 @@ LIMITS = [
 ]
 
 
+@needs_qemu
 @pytest.mark.parametrize("config, qemu_does", LIMITS)
 def test_queue_limits_match_qemu(workdir: Path, kernel: Path, config: Configuration,
                                  qemu_does: str) -> None:
@@ -272,17 +287,38 @@ def test_queue_limits_match_qemu(workdir: Path, kernel: Path, config: Configurat
         assert reason is not None and qemu_does in reason
 
 
-def test_guest_argv_refuses_what_invalid_reason_refuses(workdir: Path, kernel: Path) -> None:
-    image = _image(workdir)
+@pytest.mark.parametrize("config, qemu_says", REFUSED)
+def test_invalid_reason_quotes_what_qemu_says(config: Configuration, qemu_says: str) -> None:
+    """No QEMU needed: the words are the ones QEMU 7.2 prints (as
+    test_qemu_refuses_what_invalid_reason_refuses shows where QEMU is installed)."""
+    reason = invalid_reason(config)
+    assert reason is not None and qemu_says.rstrip(".") in reason
+
+
+def test_guest_argv_refuses_what_invalid_reason_refuses(tmp_path: Path) -> None:
+    """Pure: no file is made and nothing starts."""
+    image = Image(path=tmp_path / "disk,0.raw", format="raw", preallocation="off", size=32 << 20)
+    kernel = Path("/k/vmlinuz")
     for param in REFUSED:
         config = param.values[0]
         with pytest.raises(InvalidCombination):
-            guest_argv(_spec(config, workdir, kernel, image=image))
+            guest_argv(_spec(config, tmp_path, kernel, image=image))
     with pytest.raises(InvalidCombination, match="qcow2"):
-        guest_argv(_spec(_config(format="qcow2"), workdir, kernel, image=image))
+        guest_argv(_spec(_config(format="qcow2"), tmp_path, kernel, image=image))
     vhost = _config(None, data_path="vhost-user-blk")
     with pytest.raises(InvalidCombination, match="socket"):
-        guest_argv(_spec(vhost, workdir, kernel, image=image))
+        guest_argv(_spec(vhost, tmp_path, kernel, image=image))
+    assert guest_argv(_spec(_config(), tmp_path, kernel, image=image))[0] == "qemu-system-x86_64"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cache_table_is_the_references() -> None:
+    """CACHE_TABLE is docs/qemu-disk-options.md §3 (the guest write cache is the device's
+    write-cache property)."""
+    on = {"on": "true", "off": "false"}
+    table = reference_table("## 3.", "cache=")
+    assert {cache: (on[direct], on[no_flush], write_cache)
+            for cache, (write_cache, direct, no_flush) in table.items()} == CACHE_TABLE
 
 
 def test_example_command_line() -> None:

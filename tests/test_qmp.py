@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.cli.app import _interrupt
+from iomatrix.cli.run import _interrupt
 from iomatrix.qemu import qmp
 
 

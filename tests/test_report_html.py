@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import math
+import os
 import random
 import re
 import zlib
@@ -15,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.analysis.metrics import METRICS
 from iomatrix.report.export import samples_csv
 from iomatrix.report.data import CI_OVER, FAILED, STEADY_MISSED, ReportData, build_report_data
 from iomatrix.report.html import rounded, read_data_json, render_html, write_report
-from iomatrix.store.records import StoredRun
+from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
+from iomatrix.telemetry.steady import SteadyState
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 
 try:
@@ -77,13 +80,15 @@ def telemetry(run: StoredRun) -> StoredRun:
             roles |= {"vcpu": ios * 6e-6, "main loop": ios * 1e-6,
                       ("iothread" if "iothread=on" in t.config_key else "worker pool"): ios * 3e-6}
         total = sum(roles.values())
-        cpu = {"cpu_s_by_role": roles, "cpu_s": total, "ios": ios, "bytes": sample.io_bytes,
-               "cpu_us_per_io": total / ios * 1e6, "cpu_ms_per_mib": total / (sample.io_bytes / 2**20) * 1e3,
-               "csw_per_io": 0.5, "perf": "perf unavailable"}
+        cpu = CpuRecord(window_s=10.0, cpu_s_by_role=roles, exited_cpu_s=0.0, cpu_s=total,
+                        voluntary_csw=ios // 2, involuntary_csw=0, ios=ios, bytes=sample.io_bytes,
+                        cpu_us_per_io=total / ios * 1e6,
+                        cpu_ms_per_mib=total / (sample.io_bytes / 2**20) * 1e3, csw_per_io=0.5,
+                        perf="perf unavailable")
         missed = t.config_key == NOISY and "qd1/" in t.workload_key
-        steady = {"checked": True, "reached": not missed, "at_seconds": None if missed else 6.0,
-                  "windows": 5, "range_ratio": 0.1, "excursion_ratio": 0.05, "rule": "SNIA PTS",
-                  "source": "fio status stream"}
+        steady = SteadyRecord(checked=True, source="fio status stream", verdict=SteadyState(
+            reached=not missed, at_seconds=None if missed else 6.0, windows=5, range_ratio=0.1,
+            excursion_ratio=0.05, rule="SNIA PTS"))
         trials.append(t.model_copy(update={"samples": (sample,), "cpu": cpu, "steady": steady,
                                            "accelerator": accelerator}))
     return run.model_copy(update={"trials": tuple(trials)})
@@ -276,9 +281,75 @@ def test_view_model(data):
 
 
 def test_write_report(data, tmp_path):
+    """The file written is the whole page: one document, its sections, the data and CSV it
+    embeds readable back; nothing else is left in the directory, and writing again replaces it."""
     out = write_report(data, tmp_path / "a" / "b")
     assert out == tmp_path / "a" / "b" / "index.html"
-    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert [p.name for p in out.parent.iterdir()] == ["index.html"]   # no temporary file left
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    html = out.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert html == render_html(data)
+    outline = _Outline()
+    outline.feed(html)
+    outline.close()
+    # one document: html holds head then body; every section is closed before the next opens
+    assert outline.events[:4] == ["<html>", "<head>", "</head>", "<body>"]
+    assert outline.events[-2:] == ["</body>", "</html>"] and outline.depth == {}
+    sections = outline.section_ids
+    assert outline.events.count("<section>") == outline.events.count("</section>") == len(sections)
+    assert "<section> <section>" not in " ".join(outline.events)
+    s = scan(html)
+    # the data and the samples it embeds parse back
+    expected = ReportData.model_validate(rounded(data.model_dump(mode="json")))
+    assert read_data_json(script(s, "report-data")) == expected.model_copy(update={"samples_csv": ""})
+    csv_text = gzip.decompress(base64.b64decode(script(s, "samples-csv"))).decode()
+    assert csv_text == data.samples_csv
+    # every section the data calls for, each listed in the table of contents
+    assert set(sections) == {"summary", "notes", "recommendation", "quality", "performance",
+                             "gains", "scores", "cpu", "bare-metal", "points", "failures",
+                             "configurations"}
+    toc = re.findall(r'<a href="#([^"]+)">', html.split('<nav class="toc"', 1)[1].split("</nav>", 1)[0])
+    assert toc == sections
+    assert {"run-facts", "recommendation", "quality", "scores", "configs-table"} <= set(s.testids)
+    # a second report over the first replaces it, still alone in its directory
+    empty = data.model_copy(update={"notes": ()})
+    assert write_report(empty, out.parent) == out
+    assert [p.name for p in out.parent.iterdir()] == ["index.html"]
+    assert out.read_text(encoding="utf-8") == render_html(empty)
+
+
+class _Outline(HTMLParser):
+    """The page's skeleton: start and end tags of html, head, body, main and section in order
+    (script contents are not parsed as tags), the section ids, and tags left open."""
+
+    TAGS = ("html", "head", "body", "main", "section")
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.events: list[str] = []
+        self.section_ids: list[str] = []
+        self.depth: dict[str, int] = {}
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.TAGS:
+            self.events.append(f"<{tag}>")
+            self.depth[tag] = self.depth.get(tag, 0) + 1
+            if tag == "section":
+                self.section_ids.append(dict(attrs)["id"])
+
+    def handle_endtag(self, tag):
+        if tag in self.TAGS:
+            self.events.append(f"</{tag}>")
+            self.depth[tag] -= 1
+            if not self.depth[tag]:
+                del self.depth[tag]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --- in a real browser ----------------------------------------------------------------------------
@@ -308,7 +379,7 @@ def chart_state(page) -> dict[str, dict]:
 def expected_charts(data: ReportData) -> set[str]:
     ids = set()
     for g in data.groups:
-        ids |= {f"chart-{m}-{g.slug}" for m in ("iops", "bw", "lat_mean", "lat_p99", "cpu",
+        ids |= {f"chart-{m}-{g.slug}" for m in (*(f.stem for f in METRICS.values()), "cpu",
                                                   "bare_iops", "bare_lat")}
     ids |= {f"chart-gain-{s.axis}" + (f"-by-{'-'.join(s.hold)}" if s.hold else "") for s in data.gains}
     return ids | {"chart-roles"}

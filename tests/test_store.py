@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,8 +17,11 @@ import pytest
 from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
+from iomatrix.store.records import CpuRecord, SteadyRecord, TrialResult
 from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite.model import Configuration, Workload
+from iomatrix.telemetry.host import DeviceSeries, HostSeries
+from iomatrix.telemetry.steady import SteadyState
 
 FIXTURE = Path(__file__).parent / "fixtures/store/schema-v1.db"
 CONFIG = Configuration(mode="blocklayer", aio="io_uring", iothread=False, cache="none",
@@ -31,6 +35,12 @@ def sample(direction: str, iops: float) -> DirectionSample:
                            lat_mean_ns=1e5, p50_ns=9e4, p99_ns=3e5)
 
 
+def trial(k: int, status: str = "ok", started_at: str = "t", **fields: object) -> TrialResult:
+    """A trial of CONFIG × WORKLOAD to store."""
+    return TrialResult(config_key=CONFIG.key, workload_key=WORKLOAD.key, sample_index=k,
+                       status=status, started_at=started_at, **fields)  # type: ignore[arg-type]
+
+
 def new_run(store: Store) -> int:
     return store.create_run(suite_name="t", suite_source="t.toml", suite_text="[suite]\n",
                             host={"hostname": "h"}, accelerator="none", notes=["a note"],
@@ -41,11 +51,11 @@ def test_fresh_database_round_trip(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         assert store.version == SCHEMA_VERSION
         run_id = new_run(store)
-        store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 0, status="ok", started_at="t0",
-                           samples=[sample("read", 100), sample("write", 50)],
-                           fio_json='{"x": 1}', applied={"aio": "io_uring"}, command="qsd ...")
-        store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 1, status="failed", started_at="t1",
-                           reason="boom")
+        store.record_trial(run_id, trial(0, started_at="t0",
+                                         samples=[sample("read", 100), sample("write", 50)],
+                                         fio_json='{"x": 1}', applied={"aio": "io_uring"},
+                                         command="qsd ..."))
+        store.record_trial(run_id, trial(1, "failed", started_at="t1", reason="boom"))
         store.finish_run(run_id, "complete")
         run = store.load_run(store.resolve("last"))
     assert run.status == "complete" and run.notes == ("a note",)
@@ -61,11 +71,9 @@ def test_fresh_database_round_trip(tmp_path: Path) -> None:
 def test_duplicate_trial_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         run_id = new_run(store)
-        store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 0, status="ok", started_at="t",
-                           samples=[sample("read", 1)])
+        store.record_trial(run_id, trial(0, samples=[sample("read", 1)]))
         with pytest.raises(sqlite3.IntegrityError):
-            store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 0, status="ok", started_at="t",
-                               samples=[sample("read", 2)])
+            store.record_trial(run_id, trial(0, samples=[sample("read", 2)]))
         assert store.conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
 
 
@@ -88,9 +96,10 @@ def test_migrates_committed_v1_database(tmp_path: Path) -> None:
         assert store.version == SCHEMA_VERSION
         run = store.load_run(1)
         assert run.notes == ()
-        (trial,) = run.trials
-        assert trial.accelerator == "none" and trial.applied == {} and trial.command == ""
-        assert trial.samples[0].iops > 0
+        (old,) = run.trials
+        assert old.accelerator == "none" and old.applied == {} and old.command == ""
+        assert old.samples[0].iops > 0
+        assert old.steady is None and old.cpu is None and store.telemetry(old.id) is None
         # the migrated database takes new runs
         run_id = new_run(store)
         assert run_id == 2
@@ -117,23 +126,27 @@ WRITER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from tests.test_store import CONFIG, WORKLOAD, new_run, sample
+from tests.test_store import new_run, sample, trial
 from iomatrix.store import Store
 
 store = Store(sys.argv[1])
 run_id = new_run(store)
 for k in range(3):
-    store.record_trial(run_id, CONFIG.key, WORKLOAD.key, k, status="ok", started_at="t",
-                       samples=[sample("read", 10), sample("write", 5)])
+    store.record_trial(run_id, trial(k, samples=[sample("read", 10), sample("write", 5)]))
 
-def stalled():
-    yield sample("read", 10)
-    Path(sys.argv[2]).write_text("inside")   # the trial row and one sample are written
-    time.sleep(600)
-    yield sample("write", 5)
+class Stalling:   # the store's connection, stalling before a trial's second sample
+    def __init__(self, conn):
+        self.conn, self.samples = conn, 0
+    def execute(self, sql, *args):
+        if sql.startswith("INSERT INTO samples"):
+            self.samples += 1
+            if self.samples == 2:
+                Path(sys.argv[2]).write_text("inside")   # the trial row and one sample are written
+                time.sleep(600)
+        return self.conn.execute(sql, *args)
 
-store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 3, status="ok", started_at="t",
-                   samples=stalled())
+store.conn = Stalling(store.conn)
+store.record_trial(run_id, trial(3, samples=[sample("read", 10), sample("write", 5)]))
 """
 
 
@@ -169,8 +182,52 @@ def test_per_vm_samples_round_trip(tmp_path: Path) -> None:
         run_id = new_run(store)
         per_vm = [sample("read", 60).model_copy(update={"vm": 0}),
                   sample("read", 40).model_copy(update={"vm": 1})]
-        store.record_trial(run_id, CONFIG.key, WORKLOAD.key, 0, status="ok", started_at="t",
-                           samples=[sample("read", 100)], vm_samples=per_vm)
-        (trial,) = store.load_run(run_id).trials
-    assert [s.iops for s in trial.samples] == [100] and trial.samples[0].vm is None
-    assert [(s.vm, s.iops) for s in trial.vm_samples] == [(0, 60), (1, 40)]
+        store.record_trial(run_id, trial(0, samples=[sample("read", 100)], vm_samples=per_vm))
+        (stored,) = store.load_run(run_id).trials
+    assert [s.iops for s in stored.samples] == [100] and stored.samples[0].vm is None
+    assert [(s.vm, s.iops) for s in stored.vm_samples] == [(0, 60), (1, 40)]
+
+
+def test_steady_cpu_and_telemetry_round_trip(tmp_path: Path) -> None:
+    verdict = SteadyState(reached=True, at_seconds=6.0, windows=2, range_ratio=0.1,
+                          excursion_ratio=0.05, rule="SNIA PTS")
+    cpu = CpuRecord(window_s=1.0, cpu_s_by_role={"daemon": 0.2, "fio (host)": 0.1},
+                    exited_cpu_s=0.0, cpu_s=0.3, voluntary_csw=10, involuntary_csw=1, ios=100,
+                    bytes=409600, cpu_us_per_io=3000.0, cpu_ms_per_mib=768.0, csw_per_io=0.11,
+                    perf="perf is not installed")
+    series = HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
+                        sampler_cpu_s=0.01,
+                        devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
+                                                     read_iops=(1.0,), write_iops=(0.0,),
+                                                     read_bytes_s=(4096.0,),
+                                                     write_bytes_s=(0.0,))})
+    steady = SteadyRecord(checked=True, source="fio status stream", verdict=verdict)
+    with Store(tmp_path / "r.db") as store:
+        run_id = new_run(store)
+        trial_id = store.record_trial(run_id, trial(0, samples=[sample("read", 1)],
+                                                    steady=steady, cpu=cpu, telemetry=series))
+        store.record_trial(run_id, trial(1, samples=[sample("read", 1)], steady=SteadyRecord(
+            checked=False, reason="steady_state is off")))
+        checked, off = store.load_run(run_id).trials
+        assert store.telemetry(trial_id) == series and store.telemetry(off.id) is None
+        # stored flat, as every run since schema v4
+        stored = store.conn.execute("SELECT steady_json FROM trials ORDER BY id").fetchall()
+    assert checked.steady == steady and checked.steady.reached and checked.cpu == cpu
+    assert off.steady == SteadyRecord(checked=False, reason="steady_state is off")
+    assert not off.steady.reached and off.cpu is None
+    assert json.loads(stored[0][0]) == verdict.model_dump() | {"checked": True,
+                                                               "source": "fio status stream"}
+    assert json.loads(stored[1][0]) == {"checked": False, "reason": "steady_state is off"}
+
+
+def test_steady_state_of_the_first_v4_runs(tmp_path: Path) -> None:
+    """They stored the verdict alone, without "checked": a verdict means it was checked."""
+    verdict = SteadyState(reached=False, at_seconds=None, windows=3, range_ratio=0.4,
+                          excursion_ratio=0.2, rule="SNIA PTS")
+    with Store(tmp_path / "r.db") as store:
+        run_id = new_run(store)
+        trial_id = store.record_trial(run_id, trial(0, samples=[sample("read", 1)]))
+        store.conn.execute("UPDATE trials SET steady_json = ? WHERE id = ?",
+                           (json.dumps(verdict.model_dump()), trial_id))
+        (old,) = store.load_run(run_id).trials
+    assert old.steady == SteadyRecord(checked=True, verdict=verdict) and not old.steady.reached

@@ -17,6 +17,30 @@ RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw"
                     preallocation="off", iothread=False)
 
 
+@pytest.fixture(scope="module")
+def counts_allocation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bool]:
+    """Whether the file system under tmp_path counts the blocks of fallocate() ("falloc") and of
+    written zeros ("full"). ext4 and XFS do; ZFS with compression stores zeros as holes, and some
+    file systems cannot fallocate: there an image's allocation has no lower bound to check."""
+    directory = tmp_path_factory.mktemp("alloc")
+    found = {}
+    for how in ("falloc", "full"):
+        path = directory / how
+        with open(path, "wb") as f:
+            try:
+                if how == "falloc":
+                    os.posix_fallocate(f.fileno(), 0, 1 << 20)
+                else:
+                    f.write(bytes(1 << 20))
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                pass
+        found[how] = path.stat().st_blocks * 512 >= 1 << 20
+        path.unlink()
+    return found
+
+
 @pytest.mark.parametrize("fmt, prealloc, allocated_min, allocated_max", [
     ("raw", "off", 0, 64 << 10),
     ("raw", "falloc", 8 << 20, 9 << 20),
@@ -26,7 +50,10 @@ RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw"
     ("qcow2", "full", 8 << 20, 10 << 20),
 ])
 def test_images_are_created_with_format_and_preallocation(tmp_path: Path, fmt: str, prealloc: str,
-                                                          allocated_min: int, allocated_max: int) -> None:
+                                                          allocated_min: int, allocated_max: int,
+                                                          counts_allocation: dict[str, bool]) -> None:
+    if not counts_allocation.get(prealloc, True):
+        allocated_min = 0         # this file system does not show that allocation (see above)
     config = RAW.model_copy(update={"format": fmt, "preallocation": prealloc})
     with Workspace(Target(directory=tmp_path, size=8 << 20)) as ws:
         ws.open([config])

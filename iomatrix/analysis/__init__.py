@@ -1,1 +1,2 @@
-"""Analysis of stored runs (pure): points from samples; later statistics, gains, scores."""
+"""Analysis of stored runs (pure): points from samples, statistics, gains, % of bare metal,
+scores and comparisons between runs."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, adjust, compare, confidence_interval
 from iomatrix.core.errors import AnalysisError
@@ -26,9 +27,6 @@ from iomatrix.store.records import StoredRun
 from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen, on_off
-
-HIGHER_IS_BETTER = {"iops": True, "bw_bytes": True, "lat_mean_ns": False, "lat_p99_ns": False}
-"""The metrics ``compare_runs`` accepts (``Point.values`` names) and which direction is better."""
 
 # Method fields that change what a trial measures; samples/target_ci/seed only change how
 # precisely, which the statistics already account for.
@@ -188,7 +186,7 @@ def _outcome(c: Comparison, higher_is_better: bool) -> tuple[Outcome, str]:
 
 def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
                  adjustment: Adjustment = "holm") -> RunComparison:
-    """Run B against run A on ``metric`` (iops, bw_bytes, lat_mean_ns, lat_p99_ns), point by point.
+    """Run B against run A on ``metric`` (a key of ``metrics.METRICS``), point by point.
 
     Raises AnalysisError, naming the workloads on each side, when the runs' workload sets differ.
     Each matched point's Welch p-value is adjusted with ``adjustment`` (Holm by default, which
@@ -202,15 +200,15 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
     two back-to-back runs of one suite on one host can differ "significantly". Repeating a run
     shows how large that run-to-run effect is.
     """
-    if metric not in HIGHER_IS_BETTER:
-        raise ValueError(f"{metric!r}: not a metric; choose one of {', '.join(HIGHER_IS_BETTER)}")
+    if metric not in METRICS:
+        raise ValueError(f"{metric!r}: not a metric; choose one of {', '.join(METRICS)}")
     only_in_a, only_in_b = workload_differences(a, b)
     if only_in_a or only_in_b:
         parts = [f"only run {r.id} has {', '.join(labels)}"
                  for r, labels in ((a, only_in_a), (b, only_in_b)) if labels]
         raise AnalysisError(f"runs {a.id} and {b.id} measured different workloads: {'; '.join(parts)}",
                          hint="compare runs of the same suite (see `iomatrix show RUN`)")
-    higher = HIGHER_IS_BETTER[metric]
+    higher = not METRICS[metric].lower_is_better
     points_a = {(p.config_key, p.workload_key): p for p in points(a)}
     points_b = {(p.config_key, p.workload_key): p for p in points(b)}
     emulated_a, emulated_b = _emulated_points(a), _emulated_points(b)

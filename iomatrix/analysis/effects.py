@@ -42,6 +42,7 @@ import numpy as np
 from pydantic import computed_field
 from scipy import stats as _scipy
 
+from iomatrix.analysis.metrics import METRICS, get_metric
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, adjust, compare,
                                      p_text, percent_text, t_interval)
@@ -49,8 +50,6 @@ from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
 from iomatrix.core.model import Frozen
 
-METRICS = ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns")
-LOWER_IS_BETTER = frozenset({"lat_mean_ns", "lat_p99_ns"})
 BY = ("iodepth", "bs", "rw", "workload")
 """What ``by`` may group on: workload settings, or each workload on its own."""
 HOST = "host"
@@ -106,7 +105,7 @@ class Gain(Frozen):
         significantly worse, None when there is no significant difference."""
         if not self.significant or self.relative is None or self.relative == 0:
             return None
-        return (self.relative < 0) == (self.metric in LOWER_IS_BETTER)
+        return (self.relative < 0) == METRICS[self.metric].lower_is_better
 
 
 def axes_of(run: StoredRun) -> dict[str, list[str]]:
@@ -137,11 +136,6 @@ class _Pair:
     workload: WorkloadRecord
     a: tuple[float, ...]
     b: tuple[float, ...]
-
-
-def _check_metric(metric: str) -> None:
-    if metric not in METRICS:
-        raise AnalysisError(f"{metric!r}: not a metric", hint=f"choose one of {', '.join(METRICS)}")
 
 
 def _axis_levels(run: StoredRun, axis: str) -> list[str]:
@@ -280,7 +274,7 @@ def gains(run: StoredRun, axis: str, *, metric: str = "iops", reference: str | N
 
 def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
            by: tuple[str, ...], hold: tuple[str, ...], adjustment: Adjustment) -> list[Gain]:
-    _check_metric(metric)
+    get_metric(metric)   # raises for an unknown name
     levels = _axis_levels(run, axis)
     reference = default_reference(axis, levels) if reference is None else reference
     _check_level(run, axis, reference, levels)
@@ -343,7 +337,7 @@ def overall(run: StoredRun, axis: str, level: str, *, metric: str = "iops",
     """One gain of ``level`` over ``reference`` across every matched pair of the run (all
     workloads, all other axes); its p-value is adjusted across the axis's non-reference levels.
     With no matched pair, a Gain with pairs=0 whose verdict says so."""
-    _check_metric(metric)
+    get_metric(metric)   # raises for an unknown name
     levels = _axis_levels(run, axis)
     reference = default_reference(axis, levels) if reference is None else reference
     _check_level(run, axis, reference, levels)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from statistics import fmean
+from typing import Any
 
-
+from iomatrix.analysis.metrics import METRICS, get_metric
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import StoredRun, TrialRecord
@@ -45,15 +46,11 @@ class Point(Frozen):
     steady_reached: int = 0
 
     def values(self, metric: str) -> tuple[float, ...]:
-        """The per-sample values of ``metric``: iops, bw_bytes, lat_mean_ns or lat_p99_ns."""
-        try:
-            return getattr(self, _SAMPLES[metric])
-        except KeyError:
-            raise ValueError(f"{metric!r}: not a metric; choose one of {', '.join(_SAMPLES)}") from None
+        """The per-sample values of ``metric`` (a key of ``metrics.METRICS``)."""
+        return getattr(self, _SAMPLES.get(metric) or get_metric(metric).samples)
 
 
-_SAMPLES = {"iops": "iops_samples", "bw_bytes": "bw_samples", "lat_mean_ns": "lat_mean_samples",
-            "lat_p99_ns": "lat_p99_samples"}
+_SAMPLES = {m.key: m.samples for m in METRICS.values()}   # a dict: effects asks millions of times
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -72,8 +69,7 @@ def _direction(trial: TrialRecord, name: str) -> float | None:
 
 
 def _checked(trial: TrialRecord) -> bool:
-    # runs before schema v4 stored no "checked" key: a verdict ("reached") means it was checked
-    return bool(trial.steady.get("checked", "reached" in trial.steady))
+    return trial.steady is not None and trial.steady.checked
 
 
 _CACHE: dict[int, tuple[StoredRun, list[Point]]] = {}
@@ -120,28 +116,27 @@ def _points(run: StoredRun) -> list[Point]:
             if not trials:
                 continue
             ok = [t for t in trials if t.status == "ok"]
-            iops = [sum(s.iops for s in t.samples) for t in ok]
-            lat_mean = [_weighted(t.samples, "lat_mean_ns") for t in ok]
-            lat_p99 = [_weighted(t.samples, "p99_ns") for t in ok]
+            figures: dict[str, Any] = {}   # each metric's mean and per-sample values
+            for metric in METRICS.values():
+                field = metric.sample_field
+                if metric.additive:   # a rate: the directions add up
+                    values = [sum(getattr(s, field) for s in t.samples) for t in ok]
+                else:                 # a latency: the directions' I/O-weighted mean
+                    values = [v for t in ok if (v := _weighted(t.samples, field)) is not None]
+                figures[metric.key] = fmean(values) if values else None
+                figures[metric.samples] = tuple(values)
             out.append(Point(
                 config_key=config.key, workload_key=workload.key, samples=len(ok),
                 failed=len(trials) - len(ok),
                 read_iops=_mean([_direction(t, "read") for t in ok]),
                 write_iops=_mean([_direction(t, "write") for t in ok]),
-                iops=_mean(iops),
-                bw_bytes=_mean([sum(s.bw_bytes for s in t.samples) for t in ok]),
-                lat_mean_ns=_mean(lat_mean),
                 lat_p50_ns=_mean([_weighted(t.samples, "p50_ns") for t in ok]),
-                lat_p99_ns=_mean(lat_p99),
                 usr_cpu=_mean([t.usr_cpu for t in ok]),
                 sys_cpu=_mean([t.sys_cpu for t in ok]),
-                iops_ci=confidence_interval(iops) if len(ok) >= 2 else None,
-                iops_samples=tuple(iops),
-                bw_samples=tuple(sum(s.bw_bytes for s in t.samples) for t in ok),
-                lat_mean_samples=tuple(v for v in lat_mean if v is not None),
-                lat_p99_samples=tuple(v for v in lat_p99 if v is not None),
-                cpu_us_per_io=_mean([t.cpu.get("cpu_us_per_io") for t in ok]),
+                iops_ci=confidence_interval(figures["iops_samples"]) if len(ok) >= 2 else None,
+                **figures,
+                cpu_us_per_io=_mean([t.cpu.cpu_us_per_io if t.cpu else None for t in ok]),
                 steady_checked=sum(1 for t in ok if _checked(t)),
-                steady_reached=sum(1 for t in ok if _checked(t) and t.steady.get("reached")),
+                steady_reached=sum(1 for t in ok if t.steady is not None and t.steady.reached),
             ))
     return out

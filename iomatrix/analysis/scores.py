@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+from iomatrix.analysis.metrics import METRICS, Metric, get_metric, metric_named
 from iomatrix.analysis.points import Point, points
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import StoredRun, WorkloadRecord
@@ -37,10 +38,6 @@ from iomatrix.core.model import Frozen
 
 HOST = "host"
 DEFAULT_METRICS = ("iops", "bw_bytes", "qd1_lat", "qd128_lat")
-FIGURES = {"iops": ("IOPS", False), "bw_bytes": ("bandwidth", False),
-           "lat_mean_ns": ("mean latency", True), "lat_p99_ns": ("p99 latency", True)}
-"""Figure → (name, lower is better)."""
-_ALIASES = {"bw": "bw_bytes", "lat": "lat_mean_ns", "p99": "lat_p99_ns"}
 _RANDOM_FIRST = ("randread", "read", "randrw", "rw", "readwrite", "randwrite", "write")
 _SEQUENTIAL_FIRST = ("read", "randread", "randrw", "rw", "readwrite", "write", "randwrite")
 _MIB = 1 << 20
@@ -87,7 +84,7 @@ class Component(Frozen):
     name: str
     """As asked: iops, bw_bytes, qd1_lat, qd128_lat, … or FIGURE@WORKLOAD."""
     figure: str
-    """iops, bw_bytes, lat_mean_ns or lat_p99_ns."""
+    """A key of ``metrics.METRICS``: the figure taken from the workload."""
     workload: str
     """Key of the workload the figure is taken from."""
     label: str
@@ -181,26 +178,26 @@ def _pick(name: str, spec: _Spec, candidates: list[WorkloadRecord]) -> tuple[Wor
     return chosen, notes
 
 
-def _resolve(name: str, workloads: list[WorkloadRecord]) -> tuple[str, WorkloadRecord, list[str]]:
-    """Metric name → (figure, workload, notes)."""
+def _resolve(name: str, workloads: list[WorkloadRecord]) -> tuple[Metric, WorkloadRecord, list[str]]:
+    """Score metric name → (figure, workload, notes)."""
     if "@" in name:
         figure, _, ref = name.partition("@")
-        figure = _ALIASES.get(figure, figure)
-        if figure not in FIGURES:
+        found = metric_named(figure)
+        if found is None:
             raise AnalysisError(f"{name!r}: {figure!r} is not a figure",
-                                hint=f"figures: {', '.join(FIGURES)}")
+                                hint=f"figures: {', '.join(METRICS)}")
         chosen = next((w for w in workloads if ref in (w.key, w.label)), None)
         if chosen is None:
             raise AnalysisError(f"{name!r}: no workload {ref!r} measured in this run",
                                 hint="workloads: " + ", ".join(w.key for w in workloads))
-        return figure, chosen, []
+        return found, chosen, []
     spec = _SPECS.get(name)
     if spec is None:
         raise AnalysisError(f"{name!r}: not a score metric",
                             hint=f"use {', '.join(_SPECS)}, or FIGURE@WORKLOAD "
-                                 f"(figure {', '.join(FIGURES)})")
+                                 f"(figure {', '.join(METRICS)})")
     workload, notes = _pick(name, spec, workloads)
-    return spec.figure, workload, notes
+    return get_metric(spec.figure), workload, notes
 
 
 def _value(p: Point | None, figure: str) -> float | None:
@@ -240,20 +237,20 @@ def scores(run: StoredRun, metrics: Sequence[str] = DEFAULT_METRICS, *,
     for name in metrics:
         figure, workload, picked = _resolve(name, measured)
         notes += picked
-        column = [_value(found.get((c.key, workload.key)), figure) for c in configs]
+        column = [_value(found.get((c.key, workload.key)), figure.key) for c in configs]
         present = [v for v in column if v is not None]
         low, high = (min(present), max(present)) if present else (None, None)
         constant = bool(present) and low == high
-        what, lower = FIGURES[figure]
         if constant:
-            notes.append(f"{name}: every configuration has the same {what}; its component is 0 "
-                         "for all")
+            notes.append(f"{name}: every configuration has the same {figure.name}; its component "
+                         "is 0 for all")
         missing = len(column) - len(present)
         if missing:
-            notes.append(f"{name}: {missing} configuration(s) have no {what} for "
+            notes.append(f"{name}: {missing} configuration(s) have no {figure.name} for "
                          f"{workload.label} and get no score")
-        components.append(Component(name=name, figure=figure, workload=workload.key,
-                                    label=f"{what} · {workload.label}", lower_is_better=lower,
+        components.append(Component(name=name, figure=figure.key, workload=workload.key,
+                                    label=f"{figure.name} · {workload.label}",
+                                    lower_is_better=figure.lower_is_better,
                                     minimum=low, maximum=high, constant=constant))
         values[name] = column
     normalized: dict[str, list[float | None]] = {}

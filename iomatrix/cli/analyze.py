@@ -7,16 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from iomatrix.cli.app import DEFAULT_DB, EMULATED, Db, RunRef, _load_run, app, out, p_column
+from iomatrix.analysis.metrics import KEY_CHOICES, METRICS, OPTION_CHOICES, OPTION_HELP, metric_named
+from iomatrix.cli.common import DEFAULT_DB, EMULATED, Db, RunRef, load_run, out, p_column
 from iomatrix.core.errors import AnalysisError
 
 if TYPE_CHECKING:
     from iomatrix.analysis.effects import Gain
     from iomatrix.store.records import StoredRun
 
-_METRICS = {"iops": "iops", "bw": "bw_bytes", "lat": "lat_mean_ns", "p99": "lat_p99_ns"}
-_METRIC_NAMES = {"iops": "IOPS", "bw_bytes": "bandwidth", "lat_mean_ns": "mean latency",
-                 "lat_p99_ns": "p99 latency"}
 _BY = {"iodepth": ("iodepth",), "workload": ("workload",), "none": ()}
 
 
@@ -39,11 +37,10 @@ def _short(g: Gain) -> str:
     return "better" if g.better else "worse"
 
 
-@app.command()
 def effect(
     run_ref: RunRef,
     axis: Annotated[Optional[str], typer.Option("--axis", help="The axis whose levels are compared, e.g. iothread, aio, cache. Without it, list the run's axes.")] = None,
-    metric: Annotated[str, typer.Option("--metric", help="iops, bw, lat (mean latency) or p99.")] = "iops",
+    metric: Annotated[str, typer.Option("--metric", help=OPTION_HELP)] = "iops",
     reference: Annotated[Optional[str], typer.Option("--reference", help="The level the others are compared with (default: native for aio, off for iothread, else the first level).")] = None,
     by: Annotated[str, typer.Option("--by", help="iodepth (one gain per queue depth, averaged over block sizes, as seed 000), workload (one per workload) or none (one over everything).")] = "iodepth",
     hold: Annotated[Optional[list[str]], typer.Option("--hold", help="Keep this other axis's levels apart (repeat, or comma-separate): --axis iothread --hold aio gives the iothread gain per aio mode.")] = None,
@@ -52,7 +49,7 @@ def effect(
     """Gain of each level of one axis over a reference level, all else held fixed (seed 000)."""
     from iomatrix.analysis.effects import axes_of, default_reference, gains
 
-    stored = _load_run(db, run_ref)
+    stored = load_run(db, run_ref)
     if axis is None:
         _header(stored, "axes (host baseline excluded)")
         axes = axes_of(stored)
@@ -65,18 +62,18 @@ def effect(
         out.print(table)
         out.print("compare one with: iomatrix effect RUN --axis AXIS", markup=False)
         return
-    figure = _METRICS.get(metric, metric)
-    if figure not in _METRIC_NAMES:
-        raise AnalysisError(f"--metric {metric!r}: not a metric", hint="use iops, bw, lat or p99")
+    chosen = metric_named(metric)
+    if chosen is None:
+        raise AnalysisError(f"--metric {metric!r}: not a metric", hint=f"use {OPTION_CHOICES}")
     if by not in _BY:
         raise AnalysisError(f"--by {by!r}: not a grouping", hint="use iodepth, workload or none")
     held = tuple(h.strip() for item in hold or () for h in item.split(",") if h.strip())
-    found = gains(stored, axis, metric=figure, reference=reference, by=_BY[by], hold=held)
+    found = gains(stored, axis, metric=chosen.key, reference=reference, by=_BY[by], hold=held)
     levels = axes_of(stored)[axis]
     ref = reference or default_reference(axis, levels)
     grouping = {"iodepth": "per queue depth, averaged over the other workload settings",
                 "workload": "per workload", "none": "over every matched pair"}[by]
-    _header(stored, f"{axis}: each level against {axis}={ref} · {_METRIC_NAMES[figure]} · {grouping}")
+    _header(stored, f"{axis}: each level against {axis}={ref} · {chosen.name} · {grouping}")
     if not found:
         out.print(f"no matched pairs: no two configurations differ only in {axis} on a "
                   "workload measured on both", markup=False)
@@ -102,7 +99,7 @@ def effect(
         table.add_row(*row)
     out.print(table)
     family = next((g.family for g in found if g.family), 0)
-    sign = ("negative: lower latency, better" if figure.startswith("lat")
+    sign = ("negative: lower latency, better" if chosen.lower_is_better
             else "positive: higher, better")
     out.print(f"gain = {axis}=level / {axis}={ref} − 1 ({sign}). One pair: Welch's t-test and a "
               "Fieller CI on its samples. Several pairs: geometric mean of the per-pair ratios, "
@@ -111,30 +108,16 @@ def effect(
                  "adjusted p." if family > 1 else ""), markup=False)
 
 
-def _figure(value: float | None, figure: str) -> str:
-    if value is None:
-        return "—"
-    if figure == "iops":
-        return f"{value:,.0f}"
-    if figure == "bw_bytes":
-        return f"{value / 2**20:,.1f}"
-    return f"{value / 1000:,.1f}"
-
-
-_UNITS = {"iops": "IOPS", "bw_bytes": "MiB/s", "lat_mean_ns": "µs", "lat_p99_ns": "µs"}
-
-
-@app.command()
 def scores(
     run_ref: RunRef,
-    metrics: Annotated[str, typer.Option("--metrics", help="Comma-separated: iops, bw_bytes, qd1_lat, qd128_lat (seed 002's four, the default), qd1_p99, qd128_p99, or FIGURE@WORKLOAD (figure iops, bw_bytes, lat_mean_ns or lat_p99_ns; workload key or label).")] = "iops,bw_bytes,qd1_lat,qd128_lat",
+    metrics: Annotated[str, typer.Option("--metrics", help="Comma-separated: iops, bw_bytes, qd1_lat, qd128_lat (seed 002's four, the default), qd1_p99, qd128_p99, or FIGURE@WORKLOAD (figure " + KEY_CHOICES + "; workload key or label).")] = "iops,bw_bytes,qd1_lat,qd128_lat",
     host: Annotated[bool, typer.Option("--host", help="Score the host baseline (bare metal) too.")] = False,
     db: Db = DEFAULT_DB,
 ) -> None:
     """Min-max normalized score per configuration, lower is better (seed 002)."""
     from iomatrix.analysis.scores import scores as score_run
 
-    stored = _load_run(db, run_ref)
+    stored = load_run(db, run_ref)
     table_data = score_run(stored, [m.strip() for m in metrics.split(",") if m.strip()],
                            include_host=host)
     _header(stored, "normalized scores (0 best, 1 worst per metric; lower score is better)")
@@ -143,13 +126,13 @@ def scores(
                   markup=False)
     comps = table_data.components
     table = Table("rank", "configuration",
-                  *(f"{c.name} {_UNITS[c.figure]}" for c in comps),
+                  *(f"{c.name} {METRICS[c.figure].unit}" for c in comps),
                   *(f"{c.name} norm." for c in comps), "score", box=None)
     for col in table.columns[2:]:
         col.justify = "right"
     for r in table_data.rows:
         table.add_row("—" if r.rank is None else str(r.rank), r.label,
-                      *(_figure(r.values[c.name], c.figure) for c in comps),
+                      *(METRICS[c.figure].text(r.values[c.name]) for c in comps),
                       *("—" if r.normalized[c.name] is None else f"{r.normalized[c.name]:.3f}"
                         for c in comps),
                       "—" if r.score is None else f"{r.score:.3f}")

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from iomatrix.cli.common import out
+
 app = typer.Typer(name="appliance", no_args_is_help=True,
                   help="The guest appliance: a kernel plus a tiny initramfs that starts the "
                        "host's fio as a server. Built on demand and cached; `build` makes it now.")
@@ -19,7 +21,6 @@ def build(
 ) -> None:
     """Build the guest appliance (or find it cached) and print where it is and its size."""
     from iomatrix.appliance.build import build_appliance
-    from iomatrix.cli.app import out
     from iomatrix.core.units import format_bytes
 
     a = build_appliance(kernel=kernel, force=force)

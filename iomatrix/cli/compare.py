@@ -9,20 +9,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from iomatrix.cli.app import DEFAULT_DB, Db, _load_run, app, err, out, p_column
+from iomatrix.analysis.metrics import OPTION_CHOICES, OPTION_HELP, Metric, metric_named
+from iomatrix.cli.common import DEFAULT_DB, Db, err, load_run, out, p_column
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
     from iomatrix.analysis.crossrun import RunComparison, Side
     from iomatrix.store.records import StoredRun
-
-# --metric name → (Point metric, column heading, scale to the shown unit, number format)
-METRICS = {
-    "iops": ("iops", "IOPS", 1.0, "{:,.0f}"),
-    "bw": ("bw_bytes", "MiB/s", 1 / 2**20, "{:,.1f}"),
-    "lat": ("lat_mean_ns", "mean lat µs", 1e-3, "{:,.1f}"),
-    "p99": ("lat_p99_ns", "p99 lat µs", 1e-3, "{:,.1f}"),
-}
-
 
 def _header(name: str, run: StoredRun, db: Path) -> str:
     host = run.host
@@ -31,10 +23,10 @@ def _header(name: str, run: StoredRun, db: Path) -> str:
             f"target {host.get('target', '?')} ({host.get('target_fs', '?')})")
 
 
-def _figure(side: Side, scale: float, fmt: str) -> str:
+def _figure(side: Side, metric: Metric) -> str:
     if side.ci is None:
         return "— (no sample)"
-    text = fmt.format(side.ci.mean * scale)
+    text = metric.text(side.ci.mean)
     if side.ci.relative is not None:
         return f"{text} ±{side.ci.relative:.1%}"
     if side.ci.half_width == 0:
@@ -57,9 +49,9 @@ def _warn(text: str) -> None:
     err.print(f"warning: {text}", markup=False)
 
 
-def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
-    table = Table("configuration", "workload", f"A {heading}", f"B {heading}", "change",
-                  "95% CI of change", "adj. p", "verdict", box=None)
+def _print(result: RunComparison, metric: Metric) -> None:
+    table = Table("configuration", "workload", f"A {metric.heading}", f"B {metric.heading}",
+                  "change", "95% CI of change", "adj. p", "verdict", box=None)
     for col in table.columns[2:7]:
         col.justify = "right"
     for p in result.points:
@@ -68,8 +60,8 @@ def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
         ci = ("—" if c.p_value is None else "unbounded" if c.low is None or c.high is None
               else f"{_pct(c.low)} … {_pct(c.high)}")
         table.add_row(escape(p.config_label + "".join(f" [{t}]" for t in tags)),
-                      escape(p.workload_label), _figure(p.a, scale, fmt),
-                      _figure(p.b, scale, fmt), _pct(p.change), ci,
+                      escape(p.workload_label), _figure(p.a, metric),
+                      _figure(p.b, metric), _pct(p.change), ci,
                       p_column(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
     out.print(table if result.points else "no point was measured in both runs")
     s = result.summary
@@ -79,7 +71,7 @@ def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
     if s.not_judged:
         counts.append(f"{s.not_judged} not judged (fewer than 2 samples a side)")
     method = {"holm": "Holm", "bh": "Benjamini–Hochberg"}[result.adjustment]
-    _line(f"{len(result.points)} points: {', '.join(counts)} ({better} {heading} is better; "
+    _line(f"{len(result.points)} points: {', '.join(counts)} ({better} {metric.name} is better; "
           f"p {method}-adjusted across {s.family} comparisons)")
     _line("p-values treat each run's samples as independent draws of one quantity; what a whole "
           "run shares (file layout, cache state, background load) is not in them: repeat a run "
@@ -92,11 +84,10 @@ def _print(result: RunComparison, heading: str, scale: float, fmt: str) -> None:
         _line(f"measured in {name} only, not compared: {u.config_label} · {u.workload_label}")
 
 
-@app.command()
 def compare(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The reference run: a number (see `iomatrix runs`) or 'last'.")],
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run compared against it: a number or 'last' (in --db-b when given).")],
-    metric: Annotated[str, typer.Option(help="iops, bw (MiB/s), lat (mean latency) or p99 (99th percentile latency).")] = "iops",
+    metric: Annotated[str, typer.Option(help=OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
     db_b: Annotated[Optional[Path], typer.Option("--db-b", help="Read RUN_B from this database (e.g. copied from another host) instead of --db.")] = None,
 ) -> None:
@@ -104,12 +95,12 @@ def compare(
     against A, its 95 % CI and a multiple-comparison adjusted Welch test per point."""
     from iomatrix.analysis.crossrun import compare_runs
 
-    if metric not in METRICS:
-        raise typer.BadParameter(f"{metric!r}: choose iops, bw, lat or p99", param_hint="--metric")
-    name, heading, scale, fmt = METRICS[metric]
-    a = _load_run(db, run_a)
-    b = _load_run(db_b or db, run_b)
-    result = compare_runs(a, b, metric=name)
+    chosen = metric_named(metric)
+    if chosen is None:
+        raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
+    a = load_run(db, run_a)
+    b = load_run(db_b or db, run_b)
+    result = compare_runs(a, b, metric=chosen.key)
     _line(_header("A", a, db))
     _line(_header("B", b, db_b or db))
     for side, emulated in (("A", result.emulated_a), ("B", result.emulated_b)):
@@ -123,4 +114,4 @@ def compare(
         _warn(f"host {d.key} differs: A {d.a or '(not recorded)'} · B {d.b or '(not recorded)'}")
     for d in result.method_differences:
         _warn(f"method {d.key} differs: A {d.a} · B {d.b}")
-    _print(result, heading, scale, fmt)
+    _print(result, chosen)

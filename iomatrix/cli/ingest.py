@@ -7,13 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from iomatrix.cli.app import DEFAULT_DB, Db, _store, app, out
+from iomatrix.cli.common import DEFAULT_DB, Db, open_store, out
 
 SHOWN = 20
 """Skipped files and warnings listed one by one; the rest are counted."""
 
 
-@app.command("import")
 def import_(
     directory: Annotated[Path, typer.Argument(
         help="Directory of fio --output-format=json (or json+) files, searched recursively, "
@@ -29,7 +28,7 @@ def import_(
     if mode is not None and mode not in MODES:
         raise typer.BadParameter(f"{mode!r}: choose {', '.join(MODES)}", param_hint="--mode")
     found = scan(directory)  # before the database is opened: a failed import creates no file
-    with _store(db, must_exist=False) as store:
+    with open_store(db, must_exist=False) as store:
         summary = store_scan(store, found, name=name, mode=mode)
     line = lambda text: out.print(text, markup=False, soft_wrap=True)  # noqa: E731
     line(f"run {summary.run_id}: imported {summary.files} fio result files from {directory} ({db})")

@@ -74,7 +74,9 @@ class TerminalProgress:
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=n)
             if not ok:
-                self.bar.console.print(f"[red]failed[/] {self.current}: {detail}", markup=True,
+                # Labels and reasons come from the suite and from fio: never markup.
+                self.bar.console.print(Text.assemble(("failed", "red"),
+                                                     f" {self.current}: {detail}"),
                                        highlight=False)
         else:
             state = "ok" if ok else "FAILED"

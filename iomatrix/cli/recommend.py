@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from iomatrix.cli.app import DEFAULT_DB, Db, RunRef, _load_run, app, out
+from iomatrix.cli.common import DEFAULT_DB, Db, RunRef, load_run, out
 from iomatrix.recommend.defaults import (PLACEHOLDER_VMID, PLACEHOLDER_VOLUME, PLATFORMS,
                                          PROXMOX_STORAGES, TITLES)
 
@@ -19,7 +19,6 @@ _SHOWN_STATUS = {"change": "", "choose": "", "keep": " (default)", "not measured
                  "not evaluated": " (default)"}
 
 
-@app.command()
 def recommend(
     run_ref: RunRef,
     platform: Annotated[str, typer.Option("--for", help="proxmox (a qm set line), libvirt (domain XML) or qemu (-blockdev/-device arguments).")],
@@ -38,7 +37,7 @@ def recommend(
     if storage_type not in PROXMOX_STORAGES:
         raise typer.BadParameter(f"{storage_type!r}: choose {', '.join(PROXMOX_STORAGES)}",
                                  param_hint="--storage-type")
-    stored = _load_run(db, run_ref)
+    stored = load_run(db, run_ref)
     rec = build(stored, platform, storage=storage_type)  # type: ignore[arg-type]
     _print(rec)
     pasted = render(rec.platform, rec.config, vmid=vmid, volume=volume, image=image)

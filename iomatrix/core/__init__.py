@@ -1,0 +1,1 @@
+"""The ground every step stands on: errors, units, typed models, processes and mounts."""

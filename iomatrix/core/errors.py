@@ -13,7 +13,9 @@ an exit code and one line on stderr.
      ├── TrialFailed               one trial failed; the run records it and goes on
      ├── StoreError                the results database is unusable
      │    └── SchemaTooNew         the database was written by a newer iomatrix
-     └── RunNotFound               no run has that id
+     ├── RunNotFound               no run has that id
+     ├── AnalysisError             an analysis asks for an axis, level or metric the run lacks
+     └── NothingToImport           a directory to import holds no fio result iomatrix can read
 """
 
 from __future__ import annotations

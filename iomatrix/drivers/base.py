@@ -1,12 +1,13 @@
 """The driver boundary. A Driver turns a Configuration (plus its image) into a Session: the
 configuration brought up, with the fio options that reach its disk. The runner never knows which
-kind it holds. A guest driver returns a Session whose ``fio_args`` are ``--client`` options."""
+kind it holds. A guest driver returns a Session whose ``fio_args`` are ``--client`` options.
+``iomatrix.drivers.registry`` knows the driver of each mode."""
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from iomatrix.suite.model import Configuration, Method
@@ -80,21 +81,16 @@ class Driver(abc.ABC):
         self.method = method
         self.workdir = workdir
 
+    @classmethod
+    def prepare(cls, method: Method, workdir: Path, *, accel: str,
+                note: Callable[[str], None]) -> Driver:
+        """The driver, ready for a run's sessions. ``accel`` (auto, kvm or tcg) is how guests
+        should run; what preparing did or chose is told through ``note``. Most modes need
+        nothing prepared."""
+        return cls(method, workdir)
+
     @abc.abstractmethod
     def session(self, config: Configuration,
                 images: Sequence[Image]) -> contextlib.AbstractContextManager[Session]:
         """Bring ``config`` up on its images (one per guest); on exit, stop everything started."""
-
-
-def driver_for(mode: str, method: Method, workdir: Path) -> Driver:
-    """The driver of a mode."""
-    from iomatrix.drivers.blocklayer import BlocklayerDriver
-    from iomatrix.drivers.host import HostDriver
-    from iomatrix.core.errors import EnvironmentProblem
-
-    drivers: dict[str, type[Driver]] = {"host": HostDriver, "blocklayer": BlocklayerDriver}
-    if mode not in drivers:
-        raise EnvironmentProblem(f"{mode} mode is not available in this version of iomatrix",
-                                 hint="use mode = \"host\" or \"blocklayer\"")
-    return drivers[mode](method, workdir)
 

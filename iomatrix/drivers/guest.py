@@ -143,6 +143,19 @@ class GuestDriver(Driver):
         self.accelerator = accel
         self.boots = 0
 
+    @classmethod
+    def prepare(cls, method: Method, workdir: Path, *, accel: str,
+                note: Callable[[str], None]) -> GuestDriver:
+        """The guest driver with its appliance built (or found cached) and its accelerator
+        chosen."""
+        appliance = build_appliance()
+        if not appliance.cached:
+            note(f"built the guest appliance in {appliance.build_seconds:.1f} s "
+                 f"({format_bytes(appliance.size_bytes)}: kernel {appliance.kernel_release}, "
+                 f"{appliance.fio_version})")
+        return cls(method, workdir, appliance=appliance,
+                   accel=resolve_accel(accel, appliance, note))
+
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         self.boots += 1
@@ -256,18 +269,6 @@ class GuestDriver(Driver):
 
 
 KVM_PROBE_TIMEOUT = 6.0  # a kernel reaches /init in about 1 s under KVM
-
-
-def prepare_guests(method: Method, workdir: Path, accel: str,
-                   note: Callable[[str], None]) -> GuestDriver:
-    """The guest driver with its appliance built (or found cached) and its accelerator chosen."""
-    appliance = build_appliance()
-    if not appliance.cached:
-        note(f"built the guest appliance in {appliance.build_seconds:.1f} s "
-             f"({format_bytes(appliance.size_bytes)}: kernel {appliance.kernel_release}, "
-             f"{appliance.fio_version})")
-    return GuestDriver(method, workdir, appliance=appliance,
-                       accel=resolve_accel(accel, appliance, note))
 
 
 def resolve_accel(accel: str, appliance: Appliance, note: Callable[[str], None]) -> str:

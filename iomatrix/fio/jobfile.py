@@ -1,13 +1,29 @@
-"""Workload → fio job file text (pure)."""
+"""Workload → fio job file text (pure).
+
+fio reads a job file line by line, as ``key=value`` under ``[section]`` headers, expands ``$``
+(``${VAR}``, ``$ncpus``) and splits ``filename`` at ``:``. Every line written here is checked
+so that no value can start a line, a section or a variable: the workload's options against the
+suite's allow-list again (they were checked when the suite was loaded; this is the last gate
+before fio runs as root), the target's values (paths iomatrix made under [target], or a
+``--target`` given on the command line) for line breaks, ``$`` and backslashes, with ``:`` in a
+file name escaped as fio wants (``\\:``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 
-from iomatrix.suite.model import Workload
+from iomatrix.core.errors import SuiteError, TargetError
 from iomatrix.core.units import fio_duration
+from iomatrix.suite.model import Workload, fio_option_problem
 
 PERCENTILES = "50:90:99:99.9:99.99"
+
+_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f$\\]")
+FILE_OPTIONS = ("filename",)
+"""Target options whose value fio splits into files at ``:`` (escaped here)."""
 
 
 def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runtime: float,
@@ -15,7 +31,7 @@ def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runt
     """A job file measuring ``workload`` for ``runtime`` seconds after ``ramp``, on ``target``
     (fio options naming the engine and the file, device or URI)."""
     lines = ["[global]"]
-    lines += [f"{k}={v}" for k, v in target.items()]
+    lines += _target_lines(target)
     lines += [
         "time_based=1",
         f"ramp_time={fio_duration(ramp)}" if ramp > 0 else "ramp_time=0",
@@ -24,24 +40,60 @@ def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runt
         "lat_percentiles=1",
         f"percentile_list={PERCENTILES}",
         "randrepeat=0",
-        f"[{name}]",
-        f"rw={workload.rw}",
-        f"bs={workload.bs}",
-        f"iodepth={workload.iodepth}",
-        f"numjobs={workload.numjobs}",
+        _section(name),
+        f"rw={_plain(workload.rw)}",
+        f"bs={int(workload.bs)}",
+        f"iodepth={int(workload.iodepth)}",
+        f"numjobs={int(workload.numjobs)}",
     ]
     if workload.rate_iops:
-        lines.append(f"rate_iops={workload.rate_iops}")
-    lines += [f"{k}={v}" for k, v in workload.options]
+        lines.append(f"rate_iops={int(workload.rate_iops)}")
+    lines += _option_lines(workload.options)
     return "\n".join(lines) + "\n"
 
 
 def fill_text(*, target: Mapping[str, str], size: int | None, name: str = "precondition") -> str:
     """A job file that writes the whole target once, sequentially, with incompressible data."""
     lines = ["[global]"]
-    lines += [f"{k}={v}" for k, v in target.items()]
+    lines += _target_lines(target)
     if size is not None:
-        lines.append(f"size={size}")
-    lines += [f"[{name}]", "rw=write", "bs=1m", "iodepth=16", "numjobs=1",
+        lines.append(f"size={int(size)}")
+    lines += [_section(name), "rw=write", "bs=1m", "iodepth=16", "numjobs=1",
               "refill_buffers=1", "end_fsync=1"]
     return "\n".join(lines) + "\n"
+
+
+def _section(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise SuiteError(f"fio job name {name!r}: letters, digits, '.', '_' and '-' only")
+    return f"[{name}]"
+
+
+def _plain(word: str) -> str:
+    if not _KEY.fullmatch(word):
+        raise SuiteError(f"fio rw={word!r}: not an I/O pattern")
+    return word
+
+
+def _target_lines(target: Mapping[str, str]) -> list[str]:
+    lines = []
+    for key, value in target.items():
+        text = str(value)
+        if not _KEY.fullmatch(key) or _UNSAFE.search(text) or text != text.strip() or not text:
+            raise TargetError(f"fio {key}={text!r}: the target's path may not hold control "
+                              "characters, '$', '\\' or surrounding blanks (fio reads them as "
+                              "a line break, a variable or an escape)")
+        if key in FILE_OPTIONS:
+            text = text.replace(":", "\\:")
+        lines.append(f"{key}={text}")
+    return lines
+
+
+def _option_lines(options: Iterable[tuple[str, str]]) -> list[str]:
+    lines = []
+    for key, value in options:
+        problem = fio_option_problem(key, value)
+        if problem:
+            raise SuiteError(f"[workloads] options: {problem}")
+        lines.append(f"{key}={value}")
+    return lines

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -15,10 +19,14 @@ from iomatrix.fio.status import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import orphan_guard, stop
 from iomatrix.core.model import Frozen
+from iomatrix.core.units import format_bytes
 
 
 POLL_INTERVAL = 0.05
 """How often a running fio is checked: its exit, the observation time, the stop condition."""
+LOW_SPACE = 16 * 1024 * 1024
+"""Free space below which a failed or unparsable fio run is blamed (also) on a full scratch
+directory: fio's JSON, status stream and console go there."""
 
 
 class FioRun(Frozen):
@@ -47,8 +55,13 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     job_path = workdir / "job.fio"
     out_path = output_path(workdir)
     console_path = workdir / "fio.console"
-    job_path.write_text(job)
-    out_path.unlink(missing_ok=True)
+    try:
+        job_path.write_text(job)
+        out_path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise FioFailed(f"cannot write fio's job file {job_path}: {exc.strerror or exc}"
+                        + _space_cause(workdir), argv=(fio, str(job_path)),
+                        returncode=None) from exc
     streaming = stop_when is not None and status_stream
     status = ["--status-interval=1"] if streaming else []
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
@@ -56,11 +69,13 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     t0 = time.monotonic()
     try:
         with open(console_path, "wb") as console:   # a file: fio can never block on a pipe
+            # cwd: a relative name fio might still open lands in the run's private directory
             proc = subprocess.Popen(orphan_guard(argv), stdout=console, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=job_path.parent)
     except OSError as exc:
-        raise FioFailed(f"cannot start fio: {exc.strerror or exc}", argv=argv,
-                        returncode=None) from exc
+        raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
+                        argv=argv, returncode=None) from exc
     interrupted = False
     try:
         pending = during
@@ -82,19 +97,19 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     text = console_path.read_text(errors="replace") if console_path.exists() else ""
     raw = out_path.read_text(errors="replace") if out_path.exists() else ""
     if proc.returncode != 0 and not (interrupted and proc.returncode == SIGINT_EXIT):
-        detail = _first_error(text + raw) or f"exit {proc.returncode}"
-        raise FioFailed(f"fio failed: {detail}", argv=argv, returncode=proc.returncode,
-                        output=(text + raw)[-4000:])
+        detail = _first_error(text + raw) or _json_error(raw) or f"exit {proc.returncode}"
+        raise FioFailed(f"fio failed: {detail}" + _space_cause(workdir), argv=argv,
+                        returncode=proc.returncode, output=(text + raw)[-4000:])
     try:
         result = last_result(raw) if streaming else parse_fio_output(raw)
     except FioParseError as exc:
-        raise FioFailed(f"fio printed no usable result: {exc}", argv=argv,
-                        returncode=proc.returncode, output=text[-4000:]) from exc
+        raise FioFailed(f"fio printed no usable result: {exc}" + _space_cause(workdir),
+                        argv=argv, returncode=proc.returncode, output=text[-4000:]) from exc
     for job_stats in result.jobs:
         if job_stats.error:
-            raise FioFailed(f"fio job {job_stats.name} ended with error {job_stats.error}: "
-                            f"{_first_error(text) or 'see fio output'}", argv=argv,
-                            returncode=proc.returncode, output=text[-4000:])
+            raise FioFailed(f"fio job {job_stats.name} ended with error {_errno(job_stats.error)}: "
+                            f"{_first_error(text) or 'see fio output'}" + _space_cause(workdir),
+                            argv=argv, returncode=proc.returncode, output=text[-4000:])
     return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall,
                   stopped_early=interrupted)
 
@@ -105,8 +120,42 @@ def output_path(workdir: Path) -> Path:
 
 
 def _first_error(text: str) -> str:
+    """fio's first complaint on its console; JSON lines (``"error" : 0,``) are not one."""
     for line in text.splitlines():
         stripped = line.strip()
+        if stripped.startswith(('"', "{", "}")):
+            continue
         if stripped.startswith("fio:") or "error" in stripped.lower() or "err=" in stripped:
             return stripped[:300]
     return ""
+
+
+_JSON_ERROR = re.compile(r'"error"\s*:\s*([1-9]\d*)')
+
+
+def _json_error(raw: str) -> str:
+    """The first non-zero job error in fio's JSON output, with its meaning."""
+    found = _JSON_ERROR.search(raw)
+    return f"a job ended with error {_errno(int(found.group(1)))}" if found else ""
+
+
+def _errno(number: int) -> str:
+    """An errno as fio reports it, with its meaning: ``28 (No space left on device)``."""
+    try:
+        meaning = os.strerror(number) if number in errno.errorcode else ""
+    except (ValueError, OverflowError):
+        meaning = ""
+    return f"{number} ({meaning})" if meaning else str(number)
+
+
+def _space_cause(workdir: Path) -> str:
+    """``; only 12.0 KiB free in /tmp/x ...`` when the filesystem of fio's job file, output and
+    console is (nearly) full: the likely cause of a failure or of output that does not parse."""
+    try:
+        free = shutil.disk_usage(workdir).free
+    except OSError:
+        return ""
+    if free >= LOW_SPACE:
+        return ""
+    return (f"; only {format_bytes(free)} free in {workdir} (fio's job file, output and console "
+            "go there: free space there or point TMPDIR elsewhere)")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 
-from iomatrix.drivers.base import Driver, Session, driver_for
+from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
                              TrialFailed)
 from iomatrix.fio.jobfile import fill_text, job_text
@@ -24,12 +25,12 @@ from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.core.proc import require
 from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round
 from iomatrix.fio.samples import samples_of, vm_samples_of
-from iomatrix.store.records import StoredRun
+from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, TrialResult
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
 from iomatrix.target.workspace import Workspace, nearest_existing
-from iomatrix.telemetry.host import device_of
+from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
@@ -151,17 +152,10 @@ def _as_stored(expansion: Expansion, stored: StoredRun) -> Expansion:
 
 def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
              progress: Progress) -> dict[str, Driver]:
-    """One driver per mode the run uses; for guests the appliance is built (or found cached)
-    and the accelerator resolved first."""
-    drivers: dict[str, Driver] = {}
-    for mode in dict.fromkeys(c.mode for c in expansion.configurations):
-        if mode == "guest":
-            from iomatrix.drivers.guest import prepare_guests
-
-            drivers[mode] = prepare_guests(suite.method, workdir, accel, progress.note)
-        else:
-            drivers[mode] = driver_for(mode, suite.method, workdir)
-    return drivers
+    """One driver per mode the run uses, each prepared for the run (for guests: the appliance
+    built or found cached, the accelerator resolved)."""
+    return {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
+            for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
 
 
 @contextmanager
@@ -315,15 +309,16 @@ class _Runner:
         vm_samples = vm_samples_of(fio.result, session.client_ports())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
-        steady_state = _steady_record(watch)
-        self.store.record_trial(
-            self.run_id, config.key, workload.key, k, status=status, reason=reason,
-            started_at=started, samples=samples, vm_samples=vm_samples,
+        series = probe.host_series()
+        self.store.record_trial(self.run_id, TrialResult(
+            config_key=config.key, workload_key=workload.key, sample_index=k, status=status,
+            reason=reason, started_at=started, samples=samples, vm_samples=vm_samples,
             wall_seconds=fio.wall_seconds,
             fio_version=fio.result.fio_version, usr_cpu=job_stats.usr_cpu,
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
-            steady=steady_state, cpu=probe.cost(samples), telemetry=probe.host_series())
+            steady=_steady_record(watch), cpu=CpuRecord.model_validate(probe.cost(samples)),
+            telemetry=HostSeries.model_validate(series) if series else None))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")
@@ -340,20 +335,21 @@ class _Runner:
 
     def _failed(self, config: Configuration, workload: Workload, k: int, reason: str, *,
                 started: str, applied: dict[str, str] | None = None, command: str = "") -> None:
-        self.store.record_trial(self.run_id, config.key, workload.key, k, status="failed",
-                                reason=reason, started_at=started, applied=applied,
-                                command=command, accelerator=self.accelerator)
+        self.store.record_trial(self.run_id, TrialResult(
+            config_key=config.key, workload_key=workload.key, sample_index=k, status="failed",
+            reason=reason, started_at=started, applied=applied or {}, command=command,
+            accelerator=self.accelerator))
         self.failed += 1
         self.progress.trial_finished(self.n, False, reason)
 
 
-def _steady_record(watch: "SteadyWatch | CounterWatch | None") -> dict[str, object]:
+def _steady_record(watch: "SteadyWatch | CounterWatch | None") -> SteadyRecord:
     """What is stored about steady state with a trial."""
     if watch is None:
-        return {"checked": False, "reason": "steady_state is off"}
+        return SteadyRecord(checked=False, reason="steady_state is off")
     if isinstance(watch, CounterWatch):
         if watch.unavailable:
-            return {"checked": False,
-                    "reason": "QEMU's device counters are unavailable (vhost-user-blk)"}
-        return watch.finish().model_dump() | {"checked": True, "source": "QEMU device counters"}
-    return watch.finish().model_dump() | {"checked": True, "source": "fio status stream"}
+            return SteadyRecord(checked=False,
+                                reason="QEMU's device counters are unavailable (vhost-user-blk)")
+        return SteadyRecord(checked=True, source="QEMU device counters", verdict=watch.finish())
+    return SteadyRecord(checked=True, source="fio status stream", verdict=watch.finish())

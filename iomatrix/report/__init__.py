@@ -1,1 +1,2 @@
-"""Reports: ``data`` builds a JSON-ready view model from a stored run; ``html`` only draws it."""
+"""Reports: ``data`` builds a JSON-ready view model from a stored run; ``html`` only draws it;
+``export`` writes the samples as CSV."""

@@ -10,7 +10,6 @@ None, never 0 or a guess. Points are indexed (``PointView.config``/``workload`` 
 from __future__ import annotations
 
 import math
-import tomllib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from statistics import fmean
@@ -171,7 +170,7 @@ class GainSetView(Frozen):
     axis: str
     reference: str
     metric: str
-    """iops | bw_bytes | lat_mean_ns | lat_p99_ns"""
+    """A key of ``analysis.metrics.METRICS`` (iops, lat_mean_ns, ...)."""
     hold: tuple[str, ...] = ()
     gains: tuple[GainView, ...]
 
@@ -179,7 +178,7 @@ class GainSetView(Frozen):
 class ComponentView(Frozen):
     name: str
     figure: str
-    """iops | bw_bytes | lat_mean_ns | lat_p99_ns"""
+    """A key of ``analysis.metrics.METRICS`` (iops, lat_mean_ns, ...)."""
     label: str
     """E.g. "IOPS · 512 randread QD128"."""
     lower_is_better: bool
@@ -318,7 +317,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
     groups, workloads = _workloads(run)
     config_index = {c.key: i for i, c in enumerate(configs)}
     workload_index = {w.key: i for i, w in enumerate(workloads)}
-    method = _method(run.suite_text)
+    method = run.suite_settings.method
     target, source = _ci_target(method)
     eff = efficiency(pts)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
@@ -333,12 +332,9 @@ def build_report_data(run: "StoredRun") -> ReportData:
                                  workload=workload_index[t.workload_key],
                                  sample_index=t.sample_index, reason=t.reason or "")
                      for t in run.trials if t.status == "failed")
-    try:
-        description = str(tomllib.loads(run.suite_text).get("suite", {}).get("description", ""))
-    except tomllib.TOMLDecodeError:
-        description = ""
     return ReportData(
-        run_id=run.id, suite_name=run.suite_name, suite_description=description,
+        run_id=run.id, suite_name=run.suite_name,
+        suite_description=run.suite_settings.description,
         created_at=run.created_at, finished_at=run.finished_at, status=run.status,
         accelerator=run.accelerator, emulated=run.emulated, host=run.host,
         method={k: shown(v) for k, v in method.items()}, notes=run.notes,
@@ -421,16 +417,6 @@ def _group(rw: str, bs: int, numjobs: int, rate: int | None) -> GroupView:
                      rate_iops=rate)
 
 
-def _method(suite_text: str) -> dict[str, Any]:
-    try:
-        method = tomllib.loads(suite_text).get("method", {})
-    except tomllib.TOMLDecodeError:
-        return {}
-    return dict(method) if isinstance(method, dict) else {}
-
-
-
-
 def _ci_target(method: dict[str, Any]) -> tuple[float, str]:
     """The suite's target_ci, or the report's default when it set none (or one we cannot read)."""
     from iomatrix.suite.model import Method
@@ -471,15 +457,15 @@ def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:
         return {}
     roles: dict[str, list[float]] = defaultdict(list)
     for cost in costs:
-        ios = cost.get("ios")
+        ios = cost.ios
         if not ios:
             continue
-        for role, seconds in (cost.get("cpu_s_by_role") or {}).items():
+        for role, seconds in cost.cpu_s_by_role.items():
             roles[role].append(seconds / ios * 1e6)
     return {
-        "cpu_ms_per_mib": _mean(c.get("cpu_ms_per_mib") for c in costs),
-        "csw_per_io": _mean(c.get("csw_per_io") for c in costs),
-        "cycles_per_io": _mean(c.get("cycles_per_io") for c in costs),
+        "cpu_ms_per_mib": _mean(c.cpu_ms_per_mib for c in costs),
+        "csw_per_io": _mean(c.csw_per_io for c in costs),
+        "cycles_per_io": _mean(c.cycles_per_io for c in costs),
         "cpu_roles": {role: fmean(v) for role, v in roles.items()},
     }
 
@@ -536,8 +522,8 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
              source: str) -> QualityView:
     unchecked: dict[str, int] = defaultdict(int)
     for t in run.trials:
-        if t.status == "ok" and t.steady.get("checked") is False:
-            unchecked[str(t.steady.get("reason") or "not checked")] += 1
+        if t.status == "ok" and t.steady is not None and not t.steady.checked:
+            unchecked[t.steady.reason or "not checked"] += 1
     return QualityView(
         trials_ok=sum(t.status == "ok" for t in run.trials),
         trials_failed=sum(t.status == "failed" for t in run.trials),

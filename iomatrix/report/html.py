@@ -24,9 +24,10 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from iomatrix.analysis.metrics import METRICS, MISSING
+from iomatrix.core.files import write_file_atomically
 from iomatrix.report.data import PointView, ReportData
 
-MISSING = "—"
 TEMPLATE = "report.html.j2"
 _TEMPLATES = Path(__file__).parent / "templates"
 SIGNIFICANT = 6
@@ -34,8 +35,6 @@ SIGNIFICANT = 6
 COLOR_BY_CONFIG_MAX = 12
 """Up to this many configurations, every chart gives each its own colour; above it, lines are
 coloured by the first axis of the matrix (the reader can switch)."""
-METRIC_NAMES = {"iops": "IOPS", "bw_bytes": "bandwidth", "lat_mean_ns": "mean latency",
-                "lat_p99_ns": "p99 latency"}
 
 
 # --- number formatting: None, NaN and infinities are "not in the data" ----------------------------
@@ -62,15 +61,8 @@ def fmt_decimals(digits: int):  # type: ignore[no-untyped-def]
 
 
 def fmt_figure(value: float | None, figure: str) -> str:
-    """A score component's figure in the unit the page uses for it."""
-    v = _num(value)
-    if v is None:
-        return MISSING
-    if figure == "bw_bytes":
-        return f"{v / 2**20:,.1f} MiB/s"
-    if figure in ("lat_mean_ns", "lat_p99_ns"):
-        return f"{v / 1000:,.1f} µs"
-    return f"{v:,.0f} IOPS"
+    """A figure (a key of ``METRICS``) in the unit the page shows it in."""
+    return METRICS[figure].text(_num(value), unit=True)
 
 
 def fmt_text(value: object) -> str:
@@ -129,7 +121,12 @@ def data_json(data: ReportData) -> str:
         row = point.model_dump(mode="json")
         rows.append([None if (v := row[c]) == defaults[c] else rounded(v) for c in columns])
     dumped["points"] = {"columns": columns, "rows": rows}
-    text = json.dumps(rounded(dumped), ensure_ascii=False, separators=(",", ":"))
+    return _script_json(rounded(dumped))
+
+
+def _script_json(value: object) -> str:
+    """``value`` as JSON that no string in it can end a <script> element with (see ``data_json``)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")
@@ -137,6 +134,12 @@ def data_json(data: ReportData) -> str:
         .replace("\u2028", "\\u2028")
         .replace("\u2029", "\\u2029")
     )
+
+
+def metrics_json() -> str:
+    """The metrics for the page's script (``report.js``): each field of ``Metric`` and its axis
+    title, in the order charts show them."""
+    return _script_json([{**m.model_dump(), "axis": m.axis} for m in METRICS.values()])
 
 
 def read_data_json(text: str) -> ReportData:
@@ -213,7 +216,8 @@ def render_html(data: ReportData) -> str:
         color_by=_color_by(data),
         gain_charts=_gain_charts(data),
         gain_metrics=list(dict.fromkeys(s.metric for s in data.gains)),
-        metric_names=METRIC_NAMES,
+        metrics=METRICS,
+        metrics_json=Markup(metrics_json()),
         has_cpu=any(p.cpu_us_per_io is not None for p in data.points),
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),
@@ -232,7 +236,5 @@ def write_report(data: ReportData, out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(data), encoding="utf-8")
-    tmp.replace(path)
+    write_file_atomically(path, render_html(data))
     return path

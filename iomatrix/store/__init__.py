@@ -1,5 +1,6 @@
-"""The results store: one SQLite file, a versioned schema migrated forward (``schema``), and the
-only module that writes SQL (``repo``)."""
+"""The results store: one SQLite file, a versioned schema migrated forward (``schema``), the only
+module that writes SQL (``repo``), the records it reads back (``records``), and fio results
+measured elsewhere brought in as runs (``ingest``)."""
 
 from iomatrix.store.repo import Store
 

@@ -42,6 +42,7 @@ from iomatrix.fio.parse import decode_fio_output, parse_fio_json
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.fio.samples import DirectionSample, samples_of
 from iomatrix.store import Store
+from iomatrix.store.records import TrialResult
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.core.units import parse_size
 
@@ -585,11 +586,11 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
         config = configs[(t.location, t.clients)]
         point = (config.key, t.workload.key)
         k = index[point] = index.get(point, -1) + 1
-        store.record_trial(
-            run_id, config.key, t.workload.key, k, status="failed" if t.failure else "ok",
-            reason=t.failure, started_at=t.started_at, samples=t.samples,
-            wall_seconds=t.wall_seconds, fio_version=t.fio_version, usr_cpu=t.usr_cpu,
-            sys_cpu=t.sys_cpu, ctx=t.ctx, fio_json=t.raw, accelerator="none")
+        store.record_trial(run_id, TrialResult(
+            config_key=config.key, workload_key=t.workload.key, sample_index=k,
+            status="failed" if t.failure else "ok", reason=t.failure, started_at=t.started_at,
+            samples=t.samples, wall_seconds=t.wall_seconds, fio_version=t.fio_version,
+            usr_cpu=t.usr_cpu, sys_cpu=t.sys_cpu, ctx=t.ctx, fio_json=t.raw, accelerator="none"))
         failed += bool(t.failure)
         ok += not t.failure
     store.finish_run(run_id, "complete")

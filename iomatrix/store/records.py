@@ -1,15 +1,85 @@
 """Stored results as the rest of iomatrix reads them: a run, its configurations, workloads and
 trials, each trial with its per-direction samples. Produced by ``iomatrix.store``; read by
-analysis, show, export and report."""
+analysis, show, export and report. A trial to be stored is a ``TrialResult``."""
 
 from __future__ import annotations
 
+import tomllib
+from functools import cached_property
 from typing import Any
 
 from pydantic import computed_field
 
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.core.model import Frozen
+from iomatrix.telemetry.host import HostSeries
+from iomatrix.telemetry.steady import SteadyState
+
+
+class SteadyRecord(Frozen):
+    """What a trial recorded about steady state: the SNIA PTS verdict and what it was judged
+    from, or why it was not judged."""
+
+    checked: bool
+    source: str | None = None
+    """What the rule was applied to: "fio status stream" or "QEMU device counters" (None for
+    runs that did not record it)."""
+    reason: str | None = None
+    """Why steady state was not checked."""
+    verdict: SteadyState | None = None
+
+    @property
+    def reached(self) -> bool:
+        """Checked, and the rule was met."""
+        return self.checked and self.verdict is not None and self.verdict.reached
+
+
+class CpuRecord(Frozen):
+    """What a trial cost the host's CPU (``iomatrix.telemetry.probe``): the serving processes
+    by thread role plus the host fio, per I/O and per MiB, context switches, perf counts."""
+
+    window_s: float
+    cpu_s_by_role: dict[str, float]
+    """CPU seconds per thread role, "fio (host)" included."""
+    exited_cpu_s: float
+    """CPU seconds of threads and processes that ended during the trial (role unknown)."""
+    cpu_s: float
+    voluntary_csw: int
+    involuntary_csw: int
+    ios: int
+    bytes: int
+    cpu_us_per_io: float | None
+    cpu_ms_per_mib: float | None
+    csw_per_io: float | None
+    perf: dict[str, float | None] | str
+    """perf's counts per event, or why perf did not count."""
+    cycles_per_io: float | None = None
+
+
+class TrialResult(Frozen):
+    """One trial as measured, or failed with its reason: what ``Store.record_trial`` stores."""
+
+    config_key: str
+    workload_key: str
+    sample_index: int
+    status: str
+    started_at: str
+    reason: str | None = None
+    samples: tuple[DirectionSample, ...] = ()
+    vm_samples: tuple[DirectionSample, ...] = ()
+    wall_seconds: float | None = None
+    fio_version: str | None = None
+    usr_cpu: float | None = None
+    sys_cpu: float | None = None
+    ctx: int | None = None
+    fio_json: str | None = None
+    """fio's own output, as it wrote it."""
+    accelerator: str = "none"
+    applied: dict[str, str] = {}
+    command: str = ""
+    steady: SteadyRecord | None = None
+    cpu: CpuRecord | None = None
+    telemetry: HostSeries | None = None
 
 
 class TrialRecord(Frozen):
@@ -29,10 +99,11 @@ class TrialRecord(Frozen):
     ctx: int | None
     applied: dict[str, str]
     command: str
-    steady: dict[str, Any] = {}
-    """Whether and when the SNIA steady-state rule was met (empty for older runs)."""
-    cpu: dict[str, Any] = {}
-    """CPU cost of the trial: by role, per I/O and per MiB, context switches, perf counts."""
+    steady: SteadyRecord | None = None
+    """Whether and when the SNIA steady-state rule was met (None for failed trials and older
+    runs)."""
+    cpu: CpuRecord | None = None
+    """CPU cost of the trial (None for failed trials, imported and older runs)."""
     samples: tuple[DirectionSample, ...]
     vm_samples: tuple[DirectionSample, ...] = ()
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""
@@ -67,6 +138,14 @@ class RunSummary(Frozen):
     trials_failed: int
 
 
+class SuiteSettings(Frozen):
+    """What a run's suite text says about the run, as written: its description and its [method]
+    table (values as in the TOML, no defaults filled in). Empty where the text is not TOML."""
+
+    description: str = ""
+    method: dict[str, Any] = {}
+
+
 class StoredRun(Frozen):
     """A whole run as stored."""
 
@@ -91,3 +170,15 @@ class StoredRun(Frozen):
     def emulated(self) -> bool:
         """Whether any measured figure of the run came from guests under TCG."""
         return any(t.accelerator == "tcg" and t.samples for t in self.trials)
+
+    @cached_property
+    def suite_settings(self) -> SuiteSettings:
+        """The suite text's settings, parsed once (a stored run is immutable)."""
+        try:
+            tables = tomllib.loads(self.suite_text)
+        except tomllib.TOMLDecodeError:
+            return SuiteSettings()
+        info, method = tables.get("suite", {}), tables.get("method", {})
+        return SuiteSettings(
+            description=str(info.get("description", "")) if isinstance(info, dict) else "",
+            method=dict(method) if isinstance(method, dict) else {})

@@ -4,7 +4,10 @@ one transaction with its samples, so a crash never leaves a half-written sample.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
+import time
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -12,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix import __version__
-from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
+from iomatrix.core.errors import RunNotFound, StoreError
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.store.records import (ConfigRecord, RunSummary, StoredRun, TrialRecord,
-                              WorkloadRecord)
-from iomatrix.store.schema import SCHEMA_VERSION, current_version, migrate
+from iomatrix.store.records import (ConfigRecord, CpuRecord, RunSummary, SteadyRecord,
+                                    StoredRun, TrialRecord, TrialResult, WorkloadRecord)
+from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
 from iomatrix.suite.model import Configuration, Workload
+from iomatrix.telemetry.host import HostSeries
+from iomatrix.telemetry.steady import SteadyState
 
 _SAMPLE_COLUMNS = ("direction", "iops", "bw_bytes", "io_bytes", "total_ios", "runtime_ms",
                    "lat_mean_ns", "lat_stdev_ns", "lat_min_ns", "lat_max_ns", "p50_ns", "p90_ns",
@@ -29,28 +34,73 @@ def now() -> str:
 
 
 class Store:
-    """The results database. Opening it migrates it forward; a newer schema is refused."""
+    """The results database. Opening it migrates it forward; a newer schema is refused, and so
+    is any file that is not an iomatrix database, before anything is written to it.
 
-    def __init__(self, path: Path | str, *, migrate_to: int = SCHEMA_VERSION) -> None:
+    ``readonly=True`` opens for reading only: the file, and the files beside it, are left as they
+    are. A missing or empty file is refused rather than created; an older schema is migrated in
+    a private copy in memory, not on disk; writing raises ``StoreError``."""
+
+    def __init__(self, path: Path | str, *, migrate_to: int = SCHEMA_VERSION,
+                 readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
+        header = _check_file(self.path, readonly)
         try:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot open the results database: {exc}") from exc
-        try:
-            self.conn.execute("PRAGMA foreign_keys = ON")
-            self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute("PRAGMA synchronous = NORMAL")
-            version = current_version(self.conn)
-            if version > SCHEMA_VERSION:
-                raise SchemaTooNew(f"{self.path}: schema version {version} is newer than this "
-                                   f"iomatrix understands ({SCHEMA_VERSION})")
-            migrate(self.conn, migrate_to)
+            self.conn = (self._open_readonly(header, migrate_to) if readonly
+                         else self._open_writable(migrate_to))
         except sqlite3.DatabaseError as exc:
-            self.conn.close()
-            raise StoreError(f"{self.path}: not an iomatrix results database ({exc})") from exc
+            what = ("not an iomatrix results database" if "not a database" in str(exc)
+                    else "cannot use the results database")
+            raise StoreError(f"{self.path}: {what} ({exc})") from exc
+
+    def _open_writable(self, migrate_to: int) -> sqlite3.Connection:
+        """Creates the file if need be. The database is identified, and migrated, each time
+        under the write lock, before it is switched to WAL."""
+        conn = _connect(self.path, str(self.path))
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(conn, migrate_to, where=str(self.path))
+            _switch_to_wal(conn)
+            return conn
         except BaseException:
-            self.conn.close()
+            conn.close()
+            raise
+
+    def _open_readonly(self, header: bytes, migrate_to: int) -> sqlite3.Connection:
+        """``mode=ro``; and ``immutable=1`` for a WAL database that no one has open (no -wal
+        file beside it: all of it is in the main file), since a read-only connection to it would
+        create -wal and -shm files, and cannot be made at all on read-only media."""
+        real = Path(os.path.realpath(self.path))
+        wal = header[18:20] == b"\x02\x02"
+        immutable = wal and not Path(f"{real}-wal").exists()
+        conn = _connect(f"{real.as_uri()}?mode=ro" + ("&immutable=1" if immutable else ""),
+                        str(self.path), uri=True)
+        try:
+            try:
+                version = _identify(conn, str(self.path))
+            except sqlite3.OperationalError:
+                if not wal or immutable:
+                    raise
+                # a WAL database with a -wal file, on read-only media without its -shm file:
+                # only its main file can be read
+                conn.close()
+                conn = _connect(f"{real.as_uri()}?mode=ro&immutable=1", str(self.path),
+                                uri=True)
+                version = _identify(conn, str(self.path))
+            if version == 0:
+                raise StoreError(f"{self.path}: not an iomatrix results database (it is empty)")
+            if version < migrate_to:
+                copy = sqlite3.connect(":memory:", isolation_level=None)
+                conn.backup(copy)
+                conn.close()
+                conn = copy
+                migrate(conn, migrate_to, where=str(self.path))
+            conn.execute("PRAGMA query_only = ON")
+            return conn
+        except BaseException:
+            conn.close()
             raise
 
     def close(self) -> None:
@@ -93,38 +143,31 @@ class Store:
         assert run_id is not None
         return run_id
 
-    def record_trial(self, run_id: int, config_key: str, workload_key: str, sample_index: int,
-                     *, status: str, started_at: str, reason: str | None = None,
-                     samples: Iterable[DirectionSample] = (),
-                     vm_samples: Iterable[DirectionSample] = (), wall_seconds: float | None = None,
-                     fio_version: str | None = None, usr_cpu: float | None = None,
-                     sys_cpu: float | None = None, ctx: int | None = None,
-                     fio_json: str | None = None, accelerator: str = "none",
-                     applied: Mapping[str, str] | None = None, command: str = "",
-                     steady: Mapping[str, Any] | None = None, cpu: Mapping[str, Any] | None = None,
-                     telemetry: Mapping[str, Any] | None = None) -> int:
+    def record_trial(self, run_id: int, result: TrialResult) -> int:
         """One trial and its samples, atomically; the trial's id."""
         with self._transaction():
-            cid = self._id("configurations", run_id, config_key)
-            wid = self._id("workloads", run_id, workload_key)
+            cid = self._id("configurations", run_id, result.config_key)
+            wid = self._id("workloads", run_id, result.workload_key)
             trial_id = self.conn.execute(
                 "INSERT INTO trials (run_id, configuration_id, workload_id, sample_index, status, "
                 "reason, started_at, wall_seconds, fio_version, usr_cpu, sys_cpu, ctx, fio_json, "
                 "accelerator, applied_json, command, steady_json, cpu_json, telemetry_json) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, cid, wid, sample_index, status, reason, started_at, wall_seconds,
-                 fio_version, usr_cpu, sys_cpu, ctx,
-                 zlib.compress(fio_json.encode()) if fio_json else None, accelerator,
-                 json.dumps(dict(applied or {}), sort_keys=True), command,
-                 json.dumps(dict(steady or {})), json.dumps(dict(cpu or {})),
-                 json.dumps(dict(telemetry or {})))).lastrowid
+                (run_id, cid, wid, result.sample_index, result.status, result.reason,
+                 result.started_at, result.wall_seconds, result.fio_version, result.usr_cpu,
+                 result.sys_cpu, result.ctx,
+                 zlib.compress(result.fio_json.encode()) if result.fio_json else None,
+                 result.accelerator, json.dumps(result.applied, sort_keys=True), result.command,
+                 json.dumps(_stored_steady(result.steady)),
+                 json.dumps(result.cpu.model_dump() if result.cpu else {}),
+                 json.dumps(result.telemetry.model_dump() if result.telemetry else {}))).lastrowid
             placeholders = ", ".join("?" * (len(_SAMPLE_COLUMNS) + 1))
-            for s in samples:
+            for s in result.samples:
                 self.conn.execute(
                     f"INSERT INTO samples (trial_id, {', '.join(_SAMPLE_COLUMNS)}) "
                     f"VALUES ({placeholders})",
                     (trial_id, *(getattr(s, c) for c in _SAMPLE_COLUMNS)))
-            for s in vm_samples:
+            for s in result.vm_samples:
                 self.conn.execute(
                     f"INSERT INTO vm_samples (trial_id, vm, {', '.join(_SAMPLE_COLUMNS)}) "
                     f"VALUES (?, {placeholders})",
@@ -190,7 +233,8 @@ class Store:
             TrialRecord(id=r[0], config_key=r[1], workload_key=r[2], sample_index=r[3], status=r[4],
                         reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
                         usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
-                        command=r[13], steady=json.loads(r[14]), cpu=json.loads(r[15]),
+                        command=r[13], steady=_steady(json.loads(r[14])),
+                        cpu=_cpu(json.loads(r[15])),
                         samples=tuple(samples.get(r[0], ())),
                         vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
@@ -206,11 +250,13 @@ class Store:
                          notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
                          workloads=workloads, trials=trials)
 
-    def telemetry(self, trial_id: int) -> dict[str, Any]:
-        """The host time series recorded during a trial (disk utilization, interrupts, ...)."""
+    def telemetry(self, trial_id: int) -> HostSeries | None:
+        """The host time series recorded during a trial (disk utilization, interrupts, ...);
+        None when it recorded none (failed, imported and older trials)."""
         row = self.conn.execute("SELECT telemetry_json FROM trials WHERE id = ?",
                                 (trial_id,)).fetchone()
-        return json.loads(row[0]) if row else {}
+        series = json.loads(row[0]) if row else {}
+        return HostSeries.model_validate(series) if series else None
 
     def fio_json(self, trial_id: int) -> str | None:
         """The raw fio JSON stored with a trial."""
@@ -238,7 +284,38 @@ class Store:
         return int(row[0])
 
     def _transaction(self) -> "_Transaction":
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only")
         return _Transaction(self.conn)
+
+
+def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:
+    """Steady state as stored since schema v4: flat, the verdict's fields beside "checked" and
+    "source" (or "checked": false and "reason"); nothing for a failed trial."""
+    if steady is None:
+        return {}
+    out: dict[str, Any] = steady.verdict.model_dump() if steady.verdict else {}
+    out["checked"] = steady.checked
+    for key in ("source", "reason"):
+        if getattr(steady, key) is not None:
+            out[key] = getattr(steady, key)
+    return out
+
+
+def _steady(stored: dict[str, Any]) -> SteadyRecord | None:
+    """What ``_stored_steady`` wrote. The first runs of schema v4 stored a verdict without
+    "checked": a verdict means it was checked."""
+    if not stored:
+        return None
+    verdict = (SteadyState.model_validate({k: v for k, v in stored.items()
+                                           if k in SteadyState.model_fields})
+               if "reached" in stored else None)
+    return SteadyRecord(checked=stored.get("checked", verdict is not None),
+                        source=stored.get("source"), reason=stored.get("reason"), verdict=verdict)
+
+
+def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
+    return CpuRecord.model_validate(stored) if stored else None
 
 
 class _Transaction:
@@ -249,4 +326,80 @@ class _Transaction:
         self.conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *rest: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:     # SQLite may have rolled back already (disk full, ...)
+            self.conn.execute("ROLLBACK")
+
+
+_SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _check_file(path: Path, readonly: bool) -> bytes:
+    """The first 100 bytes of the database file (the SQLite header), or b"" for a new file;
+    refuses, with one line and before SQLite touches it, what cannot be a results database."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if readonly:
+            raise StoreError(f"{path}: no results database here") from None
+        parent = Path(os.path.realpath(path)).parent
+        if not parent.is_dir():
+            raise StoreError(f"{path}: cannot create the results database: "
+                             f"no directory {parent}") from None
+        if not os.access(parent, os.W_OK):
+            raise StoreError(f"{path}: cannot create the results database: the directory "
+                             f"{parent} is read-only") from None
+        return b""
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot open the results database: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"{path}: is a directory, not a results database")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"{path}: not a regular file, not a results database")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the results database: {exc.strerror}") from None
+    if header and not header.startswith(_SQLITE_MAGIC):
+        raise StoreError(f"{path}: not an iomatrix results database (not an SQLite file)")
+    if readonly and not header:
+        raise StoreError(f"{path}: not an iomatrix results database (the file is empty)")
+    if not readonly and not (os.access(path, os.W_OK)
+                             and os.access(Path(os.path.realpath(path)).parent, os.W_OK)):
+        raise StoreError(f"{path}: cannot write the results database (the file or its directory "
+                         f"is read-only)")
+    return header
+
+
+def _connect(target: Path | str, where: str, *, uri: bool = False) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(target, isolation_level=None, timeout=30, uri=uri)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{where}: cannot open the results database ({exc})") from exc
+
+
+def _switch_to_wal(conn: sqlite3.Connection, timeout: float = 30) -> None:
+    """``PRAGMA journal_mode = WAL``. Switching needs the file to itself, and SQLite does not
+    always wait for that (the busy timeout does not cover it): while other processes open the
+    same new file, try again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _identify(conn: sqlite3.Connection, where: str) -> int:
+    """``identify`` in one read transaction."""
+    conn.execute("BEGIN")
+    try:
+        return identify(conn, where)
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")

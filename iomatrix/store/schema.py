@@ -9,11 +9,18 @@ History:
   3  vm_samples: each guest's own figures when several guests run a trial at once (samples then
      hold the aggregate)
   4  the run's shuffle seed; per trial: steady state, CPU cost, host telemetry (JSON)
+
+Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
+iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
+else (another program's database, a schema newer than this iomatrix) is refused before a byte of
+it is written.
 """
 
 from __future__ import annotations
 
 import sqlite3
+
+from iomatrix.core.errors import SchemaTooNew, StoreError
 
 MIGRATIONS: tuple[str, ...] = (
     # 1
@@ -131,27 +138,70 @@ MIGRATIONS: tuple[str, ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
+APPLICATION_ID = 0x696F6D78
+"""``PRAGMA application_id`` of an iomatrix results database: "iomx"."""
+
+IOMATRIX_TABLES = frozenset({"runs", "configurations", "workloads", "trials", "samples"})
+"""The tables of schema 1: how a database made before ``APPLICATION_ID`` is recognized."""
+
 
 def current_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> int:
-    """Apply the migrations the database lacks, each in one transaction; the version reached.
-    The connection must be in autocommit mode (isolation_level=None)."""
+def identify(conn: sqlite3.Connection, where: str = "database") -> int:
+    """The schema version of the iomatrix results database on ``conn``; 0 for an empty database
+    (a new file). Reads only. Raises ``StoreError`` for a database that is not iomatrix's, and
+    ``SchemaTooNew`` for one newer than this iomatrix. Call it inside a transaction, so that what
+    it reads is one state of the file."""
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
     version = current_version(conn)
+    objects = conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+    tables = sorted(r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, 7) != 'sqlite_'"))
+    if app_id in (0, APPLICATION_ID) and version == 0 and objects == 0:
+        return 0
+    if app_id == APPLICATION_ID or (app_id == 0 and version > 0 and IOMATRIX_TABLES <= set(tables)):
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(f"{where}: schema version {version} is newer than this iomatrix "
+                               f"understands ({SCHEMA_VERSION})")
+        return version
+    if app_id != 0:
+        why = f"its application_id is {app_id:#010x}"
+    elif tables:
+        why = "it holds the tables " + ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+    else:
+        why = f"schema version {version} but no iomatrix tables"
+    raise StoreError(f"{where}: not an iomatrix results database ({why})")
+
+
+def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION, *,
+            where: str = "database") -> int:
+    """Apply the migrations the database lacks, each in one transaction; the version reached.
+    Each transaction reads the version it starts from only once it holds the write lock, so
+    processes that open a new file at once create it once. Refuses, unchanged, a database that
+    ``identify`` refuses. The connection must be in autocommit mode (isolation_level=None)."""
+    conn.execute("BEGIN")                   # a consistent read; up to date needs no write lock
+    try:
+        version = identify(conn, where)
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
     while version < upto:
-        script = MIGRATIONS[version]
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(script):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
+            version = identify(conn, where)
+            if version < upto:
+                for statement in _statements(MIGRATIONS[version]):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                version += 1
+                conn.execute(f"PRAGMA user_version = {version}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        version += 1
     return version
 
 

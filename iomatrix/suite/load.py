@@ -48,6 +48,8 @@ def load_suite_text(text: str, *, source: str = "<suite>") -> Suite:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{source}: TOML syntax error: {exc}") from exc
+    except RecursionError:
+        raise SuiteError(f"{source}: TOML nested too deeply") from None
     single_workloads = isinstance(raw.get("workloads"), dict)
     if single_workloads:
         raw["workloads"] = [raw["workloads"]]

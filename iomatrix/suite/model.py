@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo,
+                      field_validator, model_validator)
 
-from iomatrix.core.units import format_size, parse_duration, parse_size
+from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
 
 Mode = Literal["host", "blocklayer", "guest"]
@@ -29,19 +29,176 @@ CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
 
-# fio options that iomatrix itself sets from the suite, or that would let fio touch files or
-# devices other than the target, run commands, or undo direct I/O; a workload may not set them.
-RESERVED_FIO_OPTIONS = frozenset({
-    "name", "filename", "directory", "ioengine", "size", "runtime", "ramp_time", "time_based",
-    "output-format", "output", "direct", "rw", "readwrite", "bs", "blocksize", "iodepth",
-    "numjobs", "rate_iops", "uri", "group_reporting", "lat_percentiles", "percentile_list",
-    "opendir", "filename_format", "unique_filename", "buffered", "timeout", "exec_prerun",
-    "exec_postrun", "write_iolog", "read_iolog", "write_bw_log", "write_lat_log",
-    "write_iops_log", "write_hist_log", "replay_redirect", "unlink", "unlink_each_loop",
-    "create_only", "offset", "offset_increment", "filesize", "io_size", "io_limit", "nrfiles",
-    "ioscheduler", "trim_backlog", "verify", "pre_read", "thread", "cpus_allowed",
-})
-_FIO_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+# -- fio options a workload may set ---------------------------------------------------------------
+# fio runs as root, from a suite that may come from anyone, and its job file is text. So a
+# workload's extra ``options`` pass an ALLOW-list: an option fio adds later, or one overlooked
+# here, is refused until someone has checked that it is safe. The list was made from fio 3.33's
+# ``fio --cmdhelp=all`` (every job option, with its type, range and valid values) and
+# ``fio --enghelp=libaio`` / ``--enghelp=io_uring`` (the only engines whose options can apply:
+# iomatrix alone chooses the engine); tests/test_hardening.py checks every name and choice here
+# against the installed fio. An option is listed only if, whatever its value, it names no file,
+# directory, device, cgroup or sysfs entry, runs no command and touches no file but the one
+# iomatrix points the job at; where one spelling of a value could still name a file
+# (``mem=mmap:FILE``), the value's shape excludes it. Values also pass ``_FIO_VALUE``: no line
+# break (a new option or ``[section]``), no ``$`` (fio expands ``${VAR}`` and ``$ncpus``, and
+# hands keyword expressions to bc), no quotes, backslashes, ``=``, ``;``, ``#`` or blanks.
+_NUM = r"\d+(?:\.\d+)?[A-Za-z%]{0,4}"
+"""One fio number: 70, 4k, 1.5m, 10ms, 2MiB, 50%."""
+_NUMS = rf"{_NUM}(?:/(?:{_NUM})?|[-,:]{_NUM})*"
+"""Numbers in fio's list and range syntax: 1k-4k,8k-16k (bsrange), 4k/50:64k/ (bssplit),
+10m,5m (rate: reads, writes), 99:99.9 (latency_percentile). A number starts it and follows
+every '-', ',' and ':' (only a bssplit share after '/' may be left empty): never a path."""
+_BOOL = (r"[01]", "0 or 1 (or true/false)")
+_UINT = (_NUM, "a number such as 70, 4k or 10ms")
+_INT = (r"-?\d+", "a whole number")
+_LIST = (_NUMS, "numbers in fio's list syntax, such as 4k/50:64k/50, 1k-4k or 10m,5m")
+
+
+def _choice(*names: str, param: str | None = None) -> tuple[str, str]:
+    """One of fio's named values, with ``:PARAM`` after it where ``param`` allows."""
+    alt = "(?:" + "|".join(map(re.escape, names)) + ")"
+    return (alt + (f"(?::{param})?" if param else ""),
+            "one of " + ", ".join(names) + (" (a :number may follow)" if param else ""))
+
+
+FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
+    # Block sizes, alignment and mixes beside [workloads] bs: numbers only.
+    "ba": _LIST, "blockalign": _LIST, "bsrange": _LIST, "blocksize_range": _LIST,
+    "bssplit": _LIST, "bs_unaligned": _BOOL, "blocksize_unaligned": _BOOL,
+    # The random and sequential offset pattern: numbers and fio's fixed names.
+    "randrepeat": _BOOL, "allrandrepeat": _BOOL, "randseed": _UINT, "norandommap": _BOOL,
+    "random_generator": _choice("tausworthe", "lfsr", "tausworthe64"),
+    "random_distribution": _choice("random", "zipf", "pareto", "normal", "zoned", "zoned_abs",
+                                   param=_NUMS),
+    "percentage_random": _LIST, "rw_sequencer": _choice("sequential", "identical"),
+    "offset_align": _UINT, "number_ios": _UINT,
+    # Mixed workloads (percent of reads/writes).
+    "rwmixread": _UINT, "rwmixwrite": _UINT,
+    # Queueing inside the job: how many I/Os are submitted and reaped at once.
+    "iodepth_batch": _UINT, "iodepth_batch_submit": _UINT, "iodepth_batch_complete_min": _UINT,
+    "iodepth_batch_complete": _UINT, "iodepth_batch_complete_max": _UINT, "iodepth_low": _UINT,
+    "serialize_overlap": _BOOL, "io_submit_mode": _choice("inline", "offload"),
+    # Flushes and syncs of the job's own file (the target): counts, on/off, fio's sync names.
+    "fsync": _UINT, "fdatasync": _UINT, "write_barrier": _UINT, "end_fsync": _BOOL,
+    "fsync_on_close": _BOOL, "sync": _choice("none", "0", "sync", "1", "dsync"),
+    "sync_file_range": (r"(?:wait_before|write|wait_after)(?:,(?:wait_before|write|wait_after))*"
+                        rf"(?::{_NUM})?",
+                        "wait_before, write or wait_after, comma-joined, :N after"),
+    "fadvise_hint": _choice("0", "1", "random", "sequential"), "invalidate": _BOOL,
+    "write_hint": _choice("none", "short", "medium", "long", "extreme"), "overwrite": _BOOL,
+    # Pacing: rates, think time, latency targets, delays, loops (numbers and durations).
+    "rate": _LIST, "rate_min": _LIST, "ratemin": _LIST, "rate_iops_min": _LIST,
+    "rate_process": _choice("linear", "poisson"), "rate_cycle": _UINT, "ratecycle": _UINT,
+    "rate_ignore_thinktime": _BOOL, "thinktime": _UINT, "thinktime_spin": _UINT,
+    "thinktime_blocks": _UINT, "thinktime_blocks_type": _choice("complete", "issue"),
+    "thinktime_iotime": _UINT, "max_latency": _UINT, "latency_target": _UINT,
+    "latency_window": _UINT, "latency_percentile": _LIST, "latency_run": _BOOL,
+    "startdelay": _LIST, "loops": _UINT,
+    # Zones of the target walked in strides (zbd, which resets a zoned device's zones, is not).
+    "zonemode": _choice("none", "strided"), "zonesize": _UINT, "zonerange": _UINT,
+    "zoneskip": _UINT,
+    # CPU and I/O priority of the job (numbers; no cpu sets, which differ per host and guest).
+    "nice": _INT, "prio": _UINT, "prioclass": _UINT,
+    # What the data buffers hold and where they live in memory; mem/iomem only without a
+    # ``:FILE`` (mmap:FILE and mmaphuge:FILE create or truncate FILE).
+    "mem": _choice("malloc", "shm", "shmhuge", "mmap", "mmapshared", "mmaphuge"),
+    "iomem": _choice("malloc", "shm", "shmhuge", "mmap", "mmapshared", "mmaphuge"),
+    "zero_buffers": _BOOL, "refill_buffers": _BOOL, "scramble_buffers": _BOOL,
+    "buffer_pattern": (r"0x[0-9A-Fa-f]+|\d+", "a number, or 0x and hex digits"),
+    "buffer_compress_percentage": _UINT,
+    "buffer_compress_chunk": _UINT, "dedupe_percentage": _UINT,
+    "dedupe_mode": _choice("repeat", "working_set"), "dedupe_working_set_percentage": _UINT,
+    "dedupe_global": _BOOL,
+    # What fio reports beside what iomatrix asks for (numbers and on/off; no logs).
+    "clat_percentiles": _BOOL, "slat_percentiles": _BOOL, "significant_figures": _UINT,
+    "bwavgtime": _UINT, "iopsavgtime": _UINT, "disk_util": _BOOL,
+    "clocksource": _choice("gettimeofday", "clock_gettime", "cpu"),
+    # fio's own steady-state detection (README: "fio's own ss options can be passed").
+    "steadystate": _choice("iops", "iops_slope", "bw", "bw_slope", param=_NUM),
+    "ss": _choice("iops", "iops_slope", "bw", "bw_slope", param=_NUM),
+    "steadystate_duration": _UINT, "ss_dur": _UINT,
+    "steadystate_ramp_time": _UINT, "ss_ramp": _UINT,
+    # libaio and io_uring engine options (fio --enghelp): polling, registered buffers and files,
+    # submission threads, per-command priority. Numbers and on/off; none names a path.
+    "userspace_reap": _BOOL, "nowait": _BOOL, "hipri": _BOOL, "fixedbufs": _BOOL,
+    "registerfiles": _BOOL, "sqthread_poll": _BOOL, "sqthread_poll_cpu": _UINT,
+    "nonvectored": _INT, "force_async": _UINT, "cmdprio_percentage": _LIST,
+    "cmdprio_class": _LIST, "cmdprio": _LIST,
+}
+"""fio option → the shape its value must have: (regular expression matched whole, in words)."""
+WORKLOAD_FIO_OPTIONS = frozenset(FIO_OPTION_SHAPES)
+_SHAPES = {name: re.compile(shape) for name, (shape, _) in FIO_OPTION_SHAPES.items()}
+
+# Why the options fio knows but a workload may not set are refused, for the one-line message.
+SET_BY_IOMATRIX: dict[str, str] = {
+    "rw": "[workloads] rw", "readwrite": "[workloads] rw", "bs": "[workloads] bs",
+    "blocksize": "[workloads] bs", "iodepth": "[workloads] iodepth",
+    "numjobs": "[workloads] numjobs", "rate_iops": "[workloads] rate_iops",
+    "ioengine": "[method] engine", "runtime": "[method] runtime", "timeout": "[method] runtime",
+    "time_based": "[method] runtime", "ramp_time": "[method] ramp",
+    "filename": "[target]", "directory": "[target]", "size": "[target] size", "uri": "[target]",
+    "direct": "nothing: iomatrix always measures direct I/O",
+    "buffered": "nothing: iomatrix always measures direct I/O",
+    "name": "nothing: iomatrix names its jobs", "group_reporting": "nothing: iomatrix sets it",
+    "lat_percentiles": "nothing: iomatrix sets it", "percentile_list": "nothing: iomatrix sets it",
+}
+_REFUSED_BECAUSE: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("exec_", "trigger"), "it runs a command"),
+    (("cgroup", "uid", "gid"), "it moves fio into another cgroup or user"),
+    (("ioscheduler",), "it writes to the device's sysfs queue/scheduler"),
+    (("write_", "read_iolog", "replay_", "merge_blktrace", "log_", "per_job_logs",
+      "verify_state", "filename_format", "opendir", "unique_filename", "nrfiles",
+      "nr_files", "openfiles", "file_service_type", "profile"),
+     "it names, creates or reads files other than the target"),
+    (("fill_device", "fill_fs", "file_append", "offset", "fileoffset", "filesize", "io_size",
+      "io_limit", "fallocate", "create_", "unlink"),
+     "it reaches beyond the image iomatrix created, or creates, grows or deletes files"),
+    (("allow_mounted_write", "allow_file_create"), "it turns off one of fio's own safety checks"),
+)
+_FIO_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_FIO_VALUE = re.compile(r"[A-Za-z0-9_.%,:/-]{1,200}")
+
+
+def fio_option_text(value: object) -> str:
+    """A TOML option value as fio reads it: booleans as 1/0 (fio refuses on/off), numbers as
+    written. Raises ValueError for anything else (tables, arrays, dates)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not a number fio reads")
+        return repr(value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"a {type(value).__name__} is not an option value (write a string, number "
+                     "or true/false)")
+
+
+def fio_option_problem(key: str, value: str) -> str | None:
+    """Why a workload may not pass ``key=value`` to fio (one line naming the option), or None."""
+    if not isinstance(key, str) or not _FIO_KEY.fullmatch(key):
+        return f"{key!r} is not a fio option name (lower-case letters, digits and _)"
+    if key not in _SHAPES:
+        if key in SET_BY_IOMATRIX:
+            return f"fio option {key!r} is set by iomatrix; use {SET_BY_IOMATRIX[key]}"
+        for prefixes, why in _REFUSED_BECAUSE:
+            if key.startswith(prefixes):
+                return f"fio option {key!r} is refused: {why} (fio runs as root)"
+        return (f"fio option {key!r} is not one iomatrix lets a workload set (fio runs as root, so "
+                "only options known to touch nothing but the target pass; see "
+                "WORKLOAD_FIO_OPTIONS in iomatrix/suite/model.py)")
+    if not isinstance(value, str) or not _FIO_VALUE.fullmatch(value):
+        return (f"fio option {key!r}: value {value!r} may hold only letters, digits and "
+                "_ . % , : / - (no line break, '$', '=', brackets, quotes or blanks), 1 to 200 of them")
+    if not _SHAPES[key].fullmatch(value):
+        if key in ("mem", "iomem") and ":" in value:
+            return (f"fio option {key!r} = {value!r}: a ':FILE' after the memory type makes fio "
+                    "create or truncate that file; write the type alone (e.g. mmap, shmhuge)")
+        return (f"fio option {key!r}: value {value!r} does not have the form fio expects "
+                f"(expected {FIO_OPTION_SHAPES[key][1]})")
+    return None
 
 
 def _as_tuple(value: Any) -> Any:
@@ -51,12 +208,27 @@ def _as_tuple(value: Any) -> Any:
     return (value,)
 
 
+MAX_SIZE = 1 << 60
+"""The largest size a suite may write (1 EiB): beyond it numbers overflow SQLite and fio."""
+MAX_DURATION = 30 * 24 * 3600.0
+"""The longest duration a suite may write (30 days)."""
+
+
 def _size(value: Any) -> int:
-    return parse_size(value)
+    try:
+        size = parse_size(value)
+    except OverflowError:
+        raise ValueError("not a size (too large)") from None
+    if size > MAX_SIZE:
+        raise ValueError("above the largest size iomatrix takes (1 EiB)")
+    return size
 
 
 def _duration(value: Any) -> float:
-    return parse_duration(value)
+    seconds = parse_duration(value)
+    if not seconds <= MAX_DURATION:    # also refuses inf and nan
+        raise ValueError("above the longest duration iomatrix takes (30 days)")
+    return seconds
 
 
 def _fraction(value: Any) -> float:
@@ -77,7 +249,28 @@ def _sector_multiple(value: int) -> int:
     return value
 
 
+MIN_GUEST_MEMORY_MIB = 320
+"""Guest memory the appliance needs to boot: iomatrix.appliance.build.MIN_MEMORY_MIB, which this
+layer cannot import (tests/test_hardening.py checks they agree)."""
+
+
+def _guest_memory(value: Any) -> int:
+    """ "512MiB" → bytes; a unit is required (a bare 512 would be 512 bytes), whole MiB, and at
+    least what the guest appliance needs to boot."""
+    if not isinstance(value, str) or not re.search(r"\d\s*[kKmMgGtTpP]", value):
+        raise ValueError("write guest memory with a unit, e.g. memory = \"512MiB\" "
+                         "(a bare number would be bytes)")
+    size = _size(value)
+    if size % (1 << 20):
+        raise ValueError(f"guest memory must be a whole number of MiB ({format_bytes(size)})")
+    if size < MIN_GUEST_MEMORY_MIB << 20:
+        raise ValueError(f"guest memory {format_bytes(size)} is below the "
+                         f"{MIN_GUEST_MEMORY_MIB} MiB the guest appliance needs to boot")
+    return size
+
+
 Size = Annotated[int, BeforeValidator(_size)]
+GuestMemory = Annotated[int, BeforeValidator(_guest_memory)]
 BlockSize = Annotated[int, BeforeValidator(_size), AfterValidator(_sector_multiple)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 Fraction = Annotated[float, BeforeValidator(_fraction), Field(gt=0, lt=1)]
@@ -87,9 +280,45 @@ def _axis(item_type: Any) -> Any:
     return Annotated[tuple[item_type, ...], BeforeValidator(_as_tuple), Field(min_length=1)]
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters (a tab and a line break aside): terminal escapes have no place in a suite."""
+_UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
+"""What a target path may not hold: fio reads its job file line by line and expands ``$``
+(``${VAR}``, ``$ncpus``); ``\\`` is its escape character (iomatrix escapes ``:`` as ``\\:``)."""
+
+
 class SuiteInfo(Frozen):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    description: str = ""
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = Field(default="", max_length=10_000)
+
+    @field_validator("description")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError("the description may not hold control characters")
+        return value
+
+
+def _target_path(value: Path | None, key: str) -> Path | None:
+    """A [target] path as fio and qemu-img will get it: absolute (a relative ``nbd:x`` would
+    read as a protocol to qemu-img), with nothing fio reads as syntax."""
+    if value is None:
+        return None
+    text = str(value)
+    if _UNSAFE_PATH.search(text):
+        raise ValueError("a target path may not hold control characters, '$' or '\\' "
+                         "(fio would read them as a line break, a variable or an escape)")
+    if text != text.strip():
+        raise ValueError("a target path may not begin or end with a blank")
+    if key == "device" and not value.is_absolute():
+        raise ValueError("write the device's full path, e.g. /dev/sdb")
+    if value.is_absolute():
+        return value
+    try:
+        return Path.cwd() / value
+    except OSError as exc:
+        raise ValueError(f"a relative path needs a current directory ({exc.strerror}); "
+                         "write the full path") from None
 
 
 class Target(Frozen):
@@ -99,6 +328,13 @@ class Target(Frozen):
     size: Size | None = None
     device: Path | None = None
     allow_destroy: bool = False
+    allow_tmpfs: bool = False
+    """The directory is on tmpfs (RAM) on purpose: no warning that figures measure memory."""
+
+    @field_validator("directory", "device")
+    @classmethod
+    def _path(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return _target_path(value, info.field_name)
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Target":
@@ -125,9 +361,9 @@ class Matrix(Frozen):
     preallocation: _axis(Preallocation) = ("off",)
     data_path: _axis(DataPath) = ("emulated",)
     """emulated: QEMU's device model serves the disk; vhost-user-blk: qemu-storage-daemon does."""
-    num_queues: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    num_queues: _axis(Annotated[int, Field(ge=0, le=65535)]) = (0,)
     """Virtqueues (virtio-blk, virtio-scsi, vhost-user-blk) or I/O queue pairs (nvme); 0 = QEMU's default."""
-    queue_size: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    queue_size: _axis(Annotated[int, Field(ge=0, le=65535)]) = (0,)
     """Entries per virtqueue; 0 = QEMU's default."""
     vms: _axis(Annotated[int, Field(ge=1, le=64)]) | None = None
     """Guests booted at once per configuration (guest mode); overrides [method] vms."""
@@ -150,25 +386,30 @@ class WorkloadGroup(Frozen):
     bs: _axis(BlockSize) = (4096,)
     iodepth: _axis(Annotated[int, Field(ge=1, le=65536)]) = (1,)
     numjobs: _axis(Annotated[int, Field(ge=1, le=1024)]) = (1,)
-    rate_iops: _axis(Annotated[int, Field(ge=0)]) = (0,)
+    rate_iops: _axis(Annotated[int, Field(ge=0, le=1_000_000_000)]) = (0,)
     """0 means unlimited."""
-    options: dict[str, str | int | float | bool] = {}
-    """Extra fio options applied as written (e.g. rwmixread = 70)."""
+    options: dict[str, str] = {}
+    """Extra fio options (e.g. rwmixread = 70), each on WORKLOAD_FIO_OPTIONS with a value of
+    its shape; true/false are written 1/0, as fio reads them."""
 
-    @field_validator("options")
+    @field_validator("options", mode="before")
     @classmethod
-    def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _allowed(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value                # pydantic says it is not a table
+        checked: dict[str, str] = {}
         for key, item in value.items():
-            if not _FIO_KEY.match(key):
-                raise ValueError(f"{key!r} is not a fio option name")
-            if key in RESERVED_FIO_OPTIONS:
-                raise ValueError(f"fio option {key!r} is set by iomatrix or not allowed (it could "
-                                 "reach beyond the target); use the matching [workloads] or "
-                                 "[method] key")
-            if any(c in str(item) for c in "\n\r=[]"):
-                raise ValueError(f"fio option {key!r}: value {item!r} may not contain a line "
-                                 "break, '=' or brackets")
-        return value
+            text = ""
+            if isinstance(key, str) and _FIO_KEY.fullmatch(key):
+                try:
+                    text = fio_option_text(item)
+                except ValueError as exc:
+                    raise ValueError(f"fio option {key!r}: {exc}") from None
+            problem = fio_option_problem(key, text)
+            if problem:
+                raise ValueError(problem)
+            checked[key] = text
+        return checked
 
 
 class Method(Frozen):
@@ -181,7 +422,7 @@ class Method(Frozen):
     """Repeat a point (up to max_samples) until the 95 % CI half-width of its mean IOPS is
     within this fraction of the mean ("2%")."""
     max_samples: int = Field(default=10, ge=1, le=1000)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
     steady_state: bool = False
     """Run each trial until its per-second IOPS meet the SNIA PTS rule (last 5 seconds: range
@@ -198,8 +439,8 @@ class Method(Frozen):
     vms: int = Field(default=1, ge=1, le=64)
     """Guests booted at once per configuration, each with its own image (guest mode)."""
     vcpus: int = Field(default=2, ge=1, le=64)
-    memory: Size = 512 * 1024 * 1024
-    """Guest memory."""
+    memory: GuestMemory = 512 * 1024 * 1024
+    """Guest memory, with a unit ("512MiB"), whole MiB, at least MIN_GUEST_MEMORY_MIB."""
     accel: Accel = "auto"
     """auto: KVM when a probe boot shows it works, otherwise TCG (emulated, said everywhere)."""
     boot_timeout: Duration = 120.0

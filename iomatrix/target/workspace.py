@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError
-from iomatrix.core.mounts import mounts
+from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.core.units import format_bytes
@@ -27,6 +27,8 @@ from iomatrix.core.model import Frozen
 SYSFS = Path("/sys")
 QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 KiB clusters
 MARGIN = 64 * 1024 * 1024
+RAM_FILESYSTEMS = ("tmpfs", "ramfs")
+"""Filesystems held in memory: a target there measures RAM, not storage."""
 
 
 class Image(Frozen):
@@ -63,6 +65,8 @@ class Workspace:
         self.directory: Path | None = None
         self._created_parent: Path | None = None
         self.device_size: int | None = None
+        self.notes: list[str] = []
+        """Warnings found by ``open`` (see target_notes), for the run's notes."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, configs: Iterable[Configuration]) -> "Workspace":
@@ -76,6 +80,7 @@ class Workspace:
                                   f"device {self.target.device} ({format_bytes(self.device_size)})")
             return self
         assert self.target.directory is not None and self.target.size is not None
+        self.notes = target_notes(self.target, mountinfo=self._proc / "self/mountinfo")
         parent = self.target.directory
         existing = nearest_existing(parent)
         if not existing.is_dir():
@@ -149,6 +154,24 @@ class Workspace:
             image = Image(path=path, format=fmt, preallocation=prealloc, size=self.size)
         self._images[spec] = image
         return image
+
+
+def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
+    """Warnings about the target for the run's notes (shown and stored with the run): a
+    directory on tmpfs or ramfs measures memory, unless the suite says so with
+    ``allow_tmpfs = true``."""
+    if target.directory is None or target.allow_tmpfs:
+        return []
+    try:
+        mount = mount_of(nearest_existing(target.directory), mountinfo)
+    except OSError:
+        return []
+    if mount is None or mount.fstype not in RAM_FILESYSTEMS:
+        return []
+    return [f"[target] directory {target.directory} is on {mount.fstype} ({mount.point}): the "
+            "images live in RAM, so every figure measures memory, not storage; point [target] "
+            "(or --target) at the storage to measure, or set [target] allow_tmpfs = true if "
+            "RAM is what you mean to measure"]
 
 
 def nearest_existing(path: Path) -> Path:

@@ -1,6 +1,8 @@
 """Telemetry during trials, one probe per source: per-thread CPU time and context switches from
 /proc (``procstat``), cycles and instructions from perf where the host has counters (``perf``),
-and host-wide disk, interrupt and context-switch rates sampled in the background (``host``)."""
+host-wide disk, interrupt and context-switch rates sampled in the background (``host``), the
+SNIA steady-state rule over a throughput series (``steady``), and the host's metadata stored with
+every run (``hostinfo``)."""
 
 from iomatrix.telemetry.host import DeviceSeries, HostSampler, HostSeries, device_of
 from iomatrix.telemetry.perf import PerfCounts, PerfStat, count, perf_problem

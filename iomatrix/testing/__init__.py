@@ -1,0 +1,1 @@
+"""Support for tests and benchmarks: synthetic runs stored in a real database."""

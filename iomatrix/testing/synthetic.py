@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
+from iomatrix.store.records import TrialResult
 from iomatrix.suite.model import Configuration, Workload
 
 NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
@@ -49,9 +50,10 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
             for workload in workloads:
                 f = figures(config, workload, index)
                 if f is None:
-                    store.record_trial(run_id, config.key, workload.key, index, status="failed",
-                                       started_at="2026-01-01T00:00:00", reason="synthetic failure",
-                                       accelerator=accelerator)
+                    store.record_trial(run_id, TrialResult(
+                        config_key=config.key, workload_key=workload.key, sample_index=index,
+                        status="failed", started_at="2026-01-01T00:00:00",
+                        reason="synthetic failure", accelerator=accelerator))
                     continue
                 direction = "write" if "write" in workload.rw and "rw" not in workload.rw else "read"
                 sample = DirectionSample(
@@ -59,8 +61,9 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                     io_bytes=int(f.bw_bytes * 10), total_ios=max(1, int(f.iops * 10)),
                     runtime_ms=10_000, lat_mean_ns=f.lat_mean_ns, p50_ns=f.lat_mean_ns,
                     p99_ns=f.p99_ns)
-                store.record_trial(run_id, config.key, workload.key, index, status="ok",
-                                   started_at="2026-01-01T00:00:00", samples=[sample],
-                                   wall_seconds=10.0, accelerator=accelerator)
+                store.record_trial(run_id, TrialResult(
+                    config_key=config.key, workload_key=workload.key, sample_index=index,
+                    status="ok", started_at="2026-01-01T00:00:00", samples=(sample,),
+                    wall_seconds=10.0, accelerator=accelerator))
     store.finish_run(run_id, "complete")
     return run_id

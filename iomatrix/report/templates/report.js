@@ -4,6 +4,9 @@
 (() => {
   "use strict";
   const D = JSON.parse(document.getElementById("report-data").textContent);
+  // IOPS, bandwidth and the latencies as iomatrix.analysis.metrics defines them, by key.
+  const FIGURES = JSON.parse(document.getElementById("report-metrics").textContent);
+  const FIGURE = Object.fromEntries(FIGURES.map((f) => [f.key, f]));
   const root = document.documentElement;
   // Timings since navigation started, for the benchmark: script start, first chart drawn, every
   // chart near the viewport drawn, every chart drawn.
@@ -19,7 +22,6 @@
   });
   const axes = D.axes ?? {};
   const MISSING = "—";
-  const MiB = 1024 * 1024;
   const DENSE_POINTS = 400;
   const LEGEND_UNDER = 12;
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -100,17 +102,12 @@
   // --- charts ------------------------------------------------------------------------------------
   const bareText = (p) => p.iops_pct == null ? "" : (p.bare_significant == null ? " (untested: n<2)"
     : p.bare_significant ? "" : " (no significant difference)");
+  // A figure's chart, by its stem: the mean and 95 % CI fields of a point are KEY, STEM_low, STEM_high.
+  const figureChart = (f) => ({title: f.title, axis: f.axis, y: (p) => scaled(p[f.key], f.scale),
+                               lo: (p) => scaled(p[f.stem + "_low"], f.scale), hi: (p) => scaled(p[f.stem + "_high"], f.scale),
+                               show: (v) => fmt(v, f.digits) + " " + f.unit});
   const METRICS = {
-    iops: {title: "IOPS", axis: "IOPS", y: (p) => p.iops, lo: (p) => p.iops_low, hi: (p) => p.iops_high,
-           show: (v) => fmt(v) + " IOPS"},
-    bw: {title: "Bandwidth", axis: "MiB/s", y: (p) => scaled(p.bw_bytes, MiB), lo: (p) => scaled(p.bw_low, MiB),
-         hi: (p) => scaled(p.bw_high, MiB), show: (v) => fmt(v, 1) + " MiB/s"},
-    lat_mean: {title: "Mean latency", axis: "mean latency (µs)", y: (p) => scaled(p.lat_mean_ns, 1000),
-               lo: (p) => scaled(p.lat_mean_low, 1000), hi: (p) => scaled(p.lat_mean_high, 1000),
-               show: (v) => fmt(v, 1) + " µs", lower: true},
-    lat_p99: {title: "p99 latency", axis: "p99 latency (µs)", y: (p) => scaled(p.lat_p99_ns, 1000),
-              lo: (p) => scaled(p.lat_p99_low, 1000), hi: (p) => scaled(p.lat_p99_high, 1000),
-              show: (v) => fmt(v, 1) + " µs", lower: true},
+    ...Object.fromEntries(FIGURES.map((f) => [f.stem, figureChart(f)])),
     cpu: {title: "Host CPU per I/O", axis: "CPU µs per I/O", y: (p) => p.cpu_us_per_io,
           show: (v) => fmt(v, 2) + " µs CPU per I/O", extra: (p) => p.csw_per_io == null ? ""
             : `<br>${fmt(p.csw_per_io, 3)} context switches per I/O` + (p.cycles_per_io == null ? "" : `<br>${fmt(p.cycles_per_io)} cycles per I/O`)},
@@ -238,12 +235,11 @@
 
   // Gains of one axis per queue depth: bars with CI error bars, non-significant ones marked.
   const gainMetric = document.getElementById("gain-metric");
-  const GAIN_NAMES = {iops: "IOPS", bw_bytes: "Bandwidth", lat_mean_ns: "Mean latency", lat_p99_ns: "p99 latency"};
   function drawGain(el) {
     const metric = gainMetric.value;
     const hold = el.dataset.hold;
     const set = (D.gains ?? []).find((s) => s.axis === el.dataset.axis && (s.hold ?? []).join(",") === hold && s.metric === metric);
-    const title = `${GAIN_NAMES[metric]}: ${el.dataset.axis}` + (set ? ` vs ${el.dataset.axis}=${set.reference}` : "")
+    const title = `${FIGURE[metric].title}: ${el.dataset.axis}` + (set ? ` vs ${el.dataset.axis}=${set.reference}` : "")
       + (hold ? ` · per ${hold.split(",").join(", ")}` : " · pooled over the other axes");
     const traces = [];
     const depths = [];
@@ -284,7 +280,7 @@
     const layout = baseLayout(el, title, traces.map((t) => t.name));
     layout.barmode = "group";
     layout.xaxis = {type: "category", categoryarray: depths, title: {text: "iodepth", standoff: 8}, automargin: true};
-    const lower = metric.startsWith("lat");
+    const lower = FIGURE[metric].lower_is_better;
     layout.yaxis = {title: {text: "% change" + (lower ? " (negative = lower latency, better)" : " (positive = better)")},
                     zeroline: true, zerolinecolor: "#59636e", ticksuffix: " %", automargin: true};
     if (!traces.length) note(layout, "no matched pairs for this metric");
@@ -468,6 +464,7 @@
   const hasBare = points.some((p) => p.iops_pct != null);
   const hasSteady = points.some((p) => p.steady_checked);
   const w = (p) => workloads[p.workload];
+  const figureColumn = (f) => ({title: f.heading, num: true, value: (p) => scaled(p[f.key], f.scale), digits: f.digits});
   const pointColumns = [
     {title: "configuration", text: (p) => configs[p.config].label, sort: (p) => p.config, cls: () => "label"},
     {title: "mode", text: (p) => configs[p.config].mode},
@@ -478,13 +475,13 @@
     ...(hasRate ? [{title: "rate (IOPS)", num: true, value: (p) => w(p).rate_iops ?? null}] : []),
     {title: "samples", num: true, text: (p) => String(p.samples) + (p.failed ? ` (${p.failed} failed)` : ""),
      sort: (p) => p.samples, cls: (p) => (p.failed ? "failed" : "")},
-    {title: "IOPS", num: true, value: (p) => p.iops ?? null},
+    figureColumn(FIGURE.iops),
     {title: "IOPS ±", num: true, value: (p) => p.ci_relative ?? null,
      text: (p) => (p.ci_relative == null ? MISSING : fmt(p.ci_relative * 100, 1) + " %")},
-    {title: "MiB/s", num: true, value: (p) => scaled(p.bw_bytes, MiB), digits: 1},
-    {title: "lat mean µs", num: true, value: (p) => scaled(p.lat_mean_ns, 1000), digits: 1},
-    {title: "lat p50 µs", num: true, value: (p) => scaled(p.lat_p50_ns, 1000), digits: 1},
-    {title: "lat p99 µs", num: true, value: (p) => scaled(p.lat_p99_ns, 1000), digits: 1},
+    figureColumn(FIGURE.bw_bytes),
+    figureColumn(FIGURE.lat_mean_ns),
+    {title: "lat p50 µs", num: true, value: (p) => scaled(p.lat_p50_ns, 1000), digits: 1},  // p50: no metric, no CI
+    figureColumn(FIGURE.lat_p99_ns),
     {title: "usr %", num: true, value: (p) => p.usr_cpu ?? null, digits: 1},
     {title: "sys %", num: true, value: (p) => p.sys_cpu ?? null, digits: 1},
     ...(hasCpu ? [{title: "CPU µs/I/O", num: true, value: (p) => p.cpu_us_per_io ?? null, digits: 2}] : []),

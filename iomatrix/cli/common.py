@@ -1,0 +1,114 @@
+"""What the command modules share: the environment they print to, the database and run options,
+the run loader, and the pieces of output more than one command shows.
+
+Commands print through ``out`` and ``err``, which write to the current ``Environment``'s consoles.
+A test swaps the environment to run a command in-process and read what it printed::
+
+    with use_environment(Environment(stdout=Console(file=buf), stderr=Console(file=errs))):
+        main(["show", "1", "--db", str(db)])
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, cast
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from iomatrix.store import Store
+    from iomatrix.store.records import StoredRun
+
+
+def _stdout() -> Console:
+    # Piped output keeps whole table rows on one line: easier to grep and diff than 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a command's output goes: ``stdout`` for results, ``stderr`` for progress, warnings
+    and errors. The default writes to the process's standard streams; tests replace it."""
+
+    stdout: Console = field(default_factory=_stdout)
+    stderr: Console = field(default_factory=_stderr)
+
+
+_current: ContextVar[Environment] = ContextVar("iomatrix_environment", default=Environment())
+
+
+def environment() -> Environment:
+    """The environment commands run in now."""
+    return _current.get()
+
+
+@contextmanager
+def use_environment(env: Environment) -> Iterator[Environment]:
+    """Run the commands invoked inside the block in ``env``; the previous one is restored after."""
+    token = _current.set(env)
+    try:
+        yield env
+    finally:
+        _current.reset(token)
+
+
+class _CurrentConsole:
+    """One console of the current environment, looked up at each use: command modules import
+    ``out`` once, and a test's ``use_environment`` still reaches them."""
+
+    def __init__(self, stream: str) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(getattr(_current.get(), self._stream), name)
+
+
+out = cast(Console, _CurrentConsole("stdout"))
+err = cast(Console, _CurrentConsole("stderr"))
+
+Db = Annotated[Path, typer.Option("--db", envvar="IOMATRIX_DB", help="Results database file.",
+                                  show_default=True)]
+RunRef = Annotated[str, typer.Argument(help="Run number (see `iomatrix runs`), or 'last'.")]
+DEFAULT_DB = Path("iomatrix.db")
+
+
+def open_store(db: Path, *, must_exist: bool = True) -> Store:
+    """The results database ``db``; unless ``must_exist`` is false, a missing file is an error."""
+    from iomatrix.core.errors import StoreError
+    from iomatrix.store import Store
+
+    if must_exist and not db.exists():
+        raise StoreError(f"{db}: no results database here", hint="run a suite first, or pass --db")
+    return Store(db, readonly=must_exist)  # the commands that need the file only read it
+
+
+def load_run(db: Path, run_ref: str) -> StoredRun:
+    """The stored run ``run_ref`` (a number or 'last') of the database ``db``."""
+    with open_store(db) as store:
+        return store.load_run(store.resolve(run_ref))
+
+
+def write_report(db: Path, run_ref: str, out_dir: Path) -> Path:
+    """The HTML report of run ``run_ref`` written into ``out_dir``; returns the page's path."""
+    from iomatrix.report.data import build_report_data
+    from iomatrix.report.html import write_report as write
+
+    return write(build_report_data(load_run(db, run_ref)), out_dir)
+
+
+EMULATED = "[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]"
+
+
+def p_column(p: float | None) -> str:
+    """A p-value as a table column shows it."""
+    return "—" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"

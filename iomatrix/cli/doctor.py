@@ -1,0 +1,25 @@
+"""``iomatrix doctor``: can this host run iomatrix, and what is missing."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from iomatrix.cli.common import out
+from iomatrix.cli.status import ExitStatus
+
+
+def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0) -> None:
+    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM."""
+    from iomatrix.measure.doctor import failed_required, run_checks
+
+    checks = run_checks(kvm_timeout=kvm_timeout)
+    table = Table("check", "", "detail", box=None)
+    for c in checks:
+        mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")
+        table.add_row(c.name, mark, c.detail + (f"\n  → {c.hint}" if c.hint and not c.ok else ""))
+    out.print(table)
+    if failed_required(checks):
+        raise typer.Exit(ExitStatus.ENVIRONMENT)

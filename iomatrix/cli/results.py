@@ -1,0 +1,128 @@
+"""``iomatrix runs``, ``show``, ``report`` and ``export``: the stored runs as a list, a table, an
+HTML page or a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, err, load_run,
+                                 open_store, out, write_report)
+from iomatrix.core.files import write_file_atomically
+
+
+def runs(db: Db = DEFAULT_DB) -> None:
+    """List the stored runs."""
+    with open_store(db) as store:
+        rows = store.list_runs()
+    table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
+    for r in rows:
+        table.add_row(str(r.id), r.suite_name, r.created_at, r.status,
+                      r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
+                      str(r.trials_ok), str(r.trials_failed))
+    out.print(table if rows else "no runs stored")
+
+
+def show(
+    run_ref: RunRef,
+    db: Db = DEFAULT_DB,
+    command: Annotated[bool, typer.Option("--command", help="Also print, per configuration, the command lines that realized it and what QEMU applied.")] = False,
+) -> None:
+    """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
+    from iomatrix.analysis.efficiency import efficiency
+    from iomatrix.analysis.points import points
+
+    stored = load_run(db, run_ref)
+    labels = {c.key: c.label for c in stored.configs}
+    workloads = {w.key: w.label for w in stored.workloads}
+    out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
+              f"{stored.created_at} · {stored.host.get('hostname', '?')} · "
+              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
+    if stored.emulated:
+        out.print(EMULATED)
+    found = points(stored)
+    bare = efficiency(found)
+    columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs",
+               "CPU µs/IO", "steady"]
+    if bare:
+        columns += ["% bare IOPS", "+lat µs"]
+    table = Table(*columns, box=None)
+    emulated = {t.config_key for t in stored.trials if t.accelerator == "tcg"}
+    for col in table.columns[2:]:
+        col.justify = "right"
+    for p in found:
+        ci = p.iops_ci
+        row = [labels[p.config_key] + (" [emulated]" if p.config_key in emulated else ""),
+               workloads[p.workload_key],
+               f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
+               _num(p.iops, "{:,.0f}"),
+               "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
+               _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
+               _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
+               _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"),
+               _num(p.cpu_us_per_io, "{:,.1f}"),
+               f"{p.steady_reached}/{p.steady_checked}" if p.steady_checked else "—"]
+        if bare:
+            e = bare.get((p.config_key, p.workload_key))
+            row += ["—" if e is None else e.iops_text, _num(e and e.added_lat_us, "{:+,.1f}")]
+        table.add_row(*row)
+    out.print(table)
+    per_vm = [t for t in stored.trials if t.vm_samples]
+    if per_vm:
+        vm_table = Table("configuration", "workload", "#", "per-VM IOPS", box=None)
+        for t in per_vm:
+            vm_table.add_row(labels[t.config_key], workloads[t.workload_key], str(t.sample_index + 1),
+                             "  ".join(f"vm{s.vm}:{s.iops:,.0f}" for s in t.vm_samples))
+        out.print(vm_table)
+    failed = [t for t in stored.trials if t.status == "failed"]
+    for t in failed:
+        out.print(f"failed: {labels[t.config_key]} · {workloads[t.workload_key]} "
+                  f"#{t.sample_index + 1}: {t.reason}", markup=False)
+    for note in stored.notes:
+        out.print(f"note: {note}", markup=False)
+    if command:
+        for config in stored.configs:
+            trial = next((t for t in stored.trials if t.config_key == config.key and t.command), None)
+            if trial is None:
+                continue
+            out.print(f"\n# {config.label} ({trial.accelerator})", markup=False)
+            out.print(trial.command, markup=False)
+            for key, value in sorted(trial.applied.items()):
+                out.print(f"#   applied {key} = {value}", markup=False)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def report(
+    run_ref: RunRef,
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory to write index.html into.")] = Path("iomatrix-report"),
+    db: Db = DEFAULT_DB,
+) -> None:
+    """Write a run's self-contained HTML report (charts and a table of every point)."""
+    out.print(f"report: {write_report(db, run_ref, out_dir)}")
+
+
+def export(
+    run_ref: RunRef,
+    format: Annotated[str, typer.Option("--format", help="csv (one row per trial and direction) or json (the whole run).")] = "csv",
+    output: Annotated[Optional[Path], typer.Option("--out", help="File to write; default standard output.")] = None,
+    db: Db = DEFAULT_DB,
+) -> None:
+    """Export a run's raw samples as CSV or JSON."""
+    from iomatrix.report.export import samples_csv
+
+    if format not in ("csv", "json"):
+        raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
+    stored = load_run(db, run_ref)
+    text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
+    if output is None:
+        # Raw text, not through rich: the file a script reads must be exactly what was exported.
+        environment().stdout.file.write(text if text.endswith("\n") else text + "\n")
+    else:
+        write_file_atomically(output, text)
+        err.print(f"wrote {output}")

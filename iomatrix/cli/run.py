@@ -1,0 +1,114 @@
+"""``iomatrix run``: measure a suite, print its plan (``--plan``), or finish an interrupted run
+(``--resume``)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from iomatrix.cli.common import DEFAULT_DB, Db, environment, open_store, out, write_report
+from iomatrix.cli.status import ExitStatus
+from iomatrix.core.errors import SuiteError
+
+
+def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
+    """The trials in order, the sessions and the estimate, without running anything."""
+    from iomatrix.suite.plan import estimate_seconds, plan
+    from iomatrix.suite import expand
+
+    expansion = expand(suite)
+    seed = suite.method.seed if suite.method.seed is not None else 0
+    blocks = plan(expansion, suite.method.samples, seed)
+    n = 0
+    for block in blocks:
+        session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
+                   "guest": f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
+        out.print(f"round {block.round + 1} · {block.config.label} · {session}", markup=False)
+        for w in block.workloads:
+            n += 1
+            out.print(f"  {n:>4}  {w.label}", markup=False)
+    boots = sum((b.config.vms or 1) for b in blocks if b.config.mode == "guest")
+    starts = sum(1 for b in blocks if b.config.mode == "blocklayer")
+    seconds = estimate_seconds(blocks, suite.method)
+    extra = ""
+    if suite.method.target_ci is not None:
+        extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds for "
+                 f"points whose 95 % CI is wider than ±{suite.method.target_ci:.1%}")
+    out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
+              f"about {seconds / 60:.1f} min plus preconditioning{extra}"
+              + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
+              markup=False)
+    if any(c.mode == "guest" for c in expansion.configurations):
+        out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter, and "
+                  "under TCG parts marked under_tcg run fewer trials", markup=False)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    from iomatrix.qemu.qmp import defer_interrupt
+
+    if not defer_interrupt():
+        raise KeyboardInterrupt
+
+
+def run(
+    suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
+    db: Db = DEFAULT_DB,
+    target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory.")] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
+    report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
+    accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
+    show_plan: Annotated[bool, typer.Option("--plan", help="Print the trials in order, the sessions (daemon starts, VM boots) and the estimated time; run nothing.")] = False,
+    resume: Annotated[Optional[str], typer.Option(help="Continue this stored run (a number or 'last'): measure only the trials it lacks. SUITE is then ignored.")] = None,
+) -> None:
+    """Run a suite: every configuration × workload, stored as one run."""
+    from iomatrix.cli.progress import TerminalProgress
+    from iomatrix.measure.runner import run_suite
+    from iomatrix.suite import load_suite, load_suite_text
+
+    if accel not in (None, "auto", "kvm", "tcg"):
+        raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
+    # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
+    # SIGINT gets the same handler rather than Python's default: asyncio.run (QMP) replaces only
+    # the default handler, with one that cancels its task, and a library that absorbs the
+    # cancellation would absorb the Ctrl-C with it.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    if resume is not None:
+        with open_store(db) as store:
+            stored = store.load_run(store.resolve(resume))
+        if stored.status == "complete":
+            raise SuiteError(f"run {stored.id} is complete: nothing to resume")
+        loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
+        resume_id: int | None = stored.id
+    else:
+        loaded = load_suite(suite)
+        resume_id = None
+    if show_plan:
+        _print_plan(loaded)
+        return
+    if target is not None:
+        if loaded.target.device is not None:
+            raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
+                             "but this suite names a device")
+        # validated like the suite's own [target]: --target is as untrusted as the file
+        target_model = type(loaded.target).model_validate(
+            {**loaded.target.model_dump(), "directory": str(target)})
+        loaded = loaded.model_copy(update={"target": target_model})
+    err = environment().stderr
+    with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
+        try:
+            outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,
+                                resume=resume_id)
+        except KeyboardInterrupt:
+            err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
+            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    out.print(f"run {outcome.run_id}: {outcome.trials_ok} trials ok, {outcome.trials_failed} failed, "
+              f"{outcome.wall_seconds:.0f} s ({db})")
+    if report is not None:
+        path = write_report(db, str(outcome.run_id), report)
+        out.print(f"report: {path}")
+    if outcome.trials_failed:
+        raise typer.Exit(ExitStatus.TRIALS_FAILED)

@@ -1,0 +1,22 @@
+"""Which driver realizes each mode. The runner asks here for every mode alike; whatever a mode
+must do before its first session (guests: build the appliance, choose the accelerator) is its
+driver's ``prepare``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from iomatrix.drivers.base import Driver
+from iomatrix.drivers.blocklayer import BlocklayerDriver
+from iomatrix.drivers.guest import GuestDriver
+from iomatrix.drivers.host import HostDriver
+from iomatrix.suite.model import Method, Mode
+
+DRIVERS: dict[str, type[Driver]] = {d.mode: d for d in (HostDriver, BlocklayerDriver, GuestDriver)}
+
+
+def driver_for(mode: Mode, method: Method, workdir: Path, *, accel: str,
+               note: Callable[[str], None]) -> Driver:
+    """The driver of ``mode``, prepared for a run (see ``Driver.prepare``)."""
+    return DRIVERS[mode].prepare(method, workdir, accel=accel, note=note)
