@@ -55,11 +55,12 @@ def kvm(kernel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[AccelPr
 @pytest.mark.slow
 def test_the_kvm_probe_keeps_its_deadline_either_way(kvm: tuple[AccelProbe, float],
                                                      kernel: Path) -> None:
-    """Usable or not, the probe answers within its timeout (plus QEMU's stop), says why, and
-    keeps the end of the console log when it booted a kernel."""
+    """Usable or not, the probe answers within its timeout (plus the time to stop QEMU), says
+    why, and a kernel booted is the one it was given."""
     probe, elapsed = kvm
     assert probe.accel == "kvm" and probe.reason
-    assert probe.seconds <= elapsed + 0.001 < 2 * KVM_TIMEOUT, (elapsed, probe.reason)  # ms
+    assert probe.seconds <= elapsed + 0.001, (probe.seconds, elapsed)   # seconds: rounded to ms
+    assert elapsed < 2 * KVM_TIMEOUT, (elapsed, probe.reason)
     assert probe.usable == (probe.marker is not None)
     if probe.probed:
         assert probe.kernel == kernel

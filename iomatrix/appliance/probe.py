@@ -230,7 +230,9 @@ def _tail(text: str, lines: int = 8) -> str:
 
 
 def _hint_for_error(stderr: str, accel: str) -> str | None:
+    # Only reached once /dev/kvm has opened: the module is loaded and the user has access, so
+    # the hypervisor itself refused (a PVM host, nested virtualization without support).
     if accel == "kvm" and ("KVM" in stderr or "kvm" in stderr):
-        return "load kvm_intel or kvm_amd and give this user access to /dev/kvm; " \
-               "without it guests run under TCG"
+        return ("/dev/kvm opens but QEMU cannot run a guest with it; guests will run under TCG: "
+                "the CPU is emulated and guest numbers measure the emulator")
     return None

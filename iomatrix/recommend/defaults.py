@@ -1,6 +1,6 @@
 """What each platform does with a disk when nobody sets anything, and what it accepts (pure).
 
-Everything here is transcribed from ``reference/qemu-disk-options.md`` (the project's notes on
+Everything here is transcribed from ``docs/qemu-disk-options.md`` (the project's notes on
 Proxmox qemu-server, libvirt and QEMU 7.2); each table names the section it comes from. A value
 that the reference does not document is not invented: the platform then has no default for that
 parameter (``PlatformDefault.level`` None) and the recommendation compares against a measured
