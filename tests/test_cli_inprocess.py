@@ -71,7 +71,7 @@ def test_suites_lists_the_builtin_suites() -> None:
     lines = captured.out().splitlines()
     assert lines[0].split() == ["suite", "mode", "description"]
     assert [line.split()[0] for line in lines[1:]] == list(builtin_suites())
-    assert "quick  blocklayer + host baseline  Host baseline" in captured.out()
+    assert re.search(r"^ quick +blocklayer \+ host baseline +Host baseline", captured.out(), re.M)
     assert captured.stderr.getvalue() == ""
 
 
@@ -89,9 +89,10 @@ def test_show_prints_the_points_of_a_stored_run(db: Path) -> None:
     assert text == (
         "run 1 · suite synthetic · complete · CREATED · synthetic · target synthetic (none)\n"
         "EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware\n"
-        " configuration                                 workload         n   IOPS  ±95% CI  MiB/s   p50 µs   p99 µs  CPU µs/IO  steady\n"
-        " guest virtio-blk/native/none/raw iothread     4k randread QD1  3  2,000    ±1.2%    3.9  1,000.0  2,000.0          —       —\n"
-        " guest virtio-blk/io_uring/none/raw iothread   4k randread QD1  3  1,000    ±2.5%    3.9  1,000.0  2,000.0          —       —\n"
+        " configuration                                 workload         n   IOPS  ±95% CI  MiB/s  lat mean µs  lat p50 µs  lat p99 µs  CPU µs/IO  steady\n"
+        " guest virtio-blk/native/none/raw iothread     4k randread QD1  3  2,000    ±1.2%   3.91        1,000       1,000       2,000          —       —\n"
+        " guest virtio-blk/io_uring/none/raw iothread   4k randread QD1  3  1,000    ±2.5%   3.91        1,000       1,000       2,000          —       —\n"
+        "latency columns (µs): total latency (fio's lat: submission + completion)\n"
         f"note: {NOTE}\n")
     assert captured.stderr.getvalue() == ""
 
@@ -141,7 +142,7 @@ def test_clirunner_reaches_the_environment_too() -> None:
         result = CliRunner().invoke(app, ["suites"])
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert captured.out().startswith(" suite  mode")
+    assert captured.out().split()[:2] == ["suite", "mode"]
 
 
 def test_the_environment_is_restored_after_the_block() -> None:

@@ -13,18 +13,22 @@ from pathlib import Path
 import pytest
 
 from iomatrix.core.errors import FioParseError
-from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency
+from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
 from iomatrix.fio.parse import parse_fio_json, parse_fio_output
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fio"
-FILES = sorted(p for p in FIXTURES.glob("*/*") if p.suffix in (".json", ".out"))
-VERSIONS = sorted({p.parent.name for p in FILES}, key=lambda v: tuple(map(int, v.split("."))))
 BS = 4096  # every fixture job used bs=4k
 PCT_ORDER = ("p50", "p90", "p99", "p99_9", "p99_99")
 
 
 def _version(path: Path) -> tuple[int, ...]:
     return tuple(int(x) for x in path.parent.name.split("."))
+
+
+# fio 3.x releases: the same set of runs each (fio 2.x, in 2.1.10/ and 2.20/, below)
+FILES = sorted(p for p in FIXTURES.glob("*/*") if p.suffix in (".json", ".out")
+               and _version(p) >= (3,))
+VERSIONS = sorted({p.parent.name for p in FILES}, key=lambda v: tuple(map(int, v.split("."))))
 
 
 def _kind(path: Path) -> str:
@@ -190,13 +194,14 @@ def test_percentiles_source_and_order(fixture: tuple[Path, FioResult]) -> None:
                 assert d.lat.percentiles == d.clat.percentiles
                 assert all(getattr(d.lat.percentiles, p) is None for p in PCT_ORDER)
                 continue
-            values = _ordered(d.lat)
+            # each distribution carries its own percentiles, never another's
+            source = d.lat if expected == "lat" else d.clat
+            values = _ordered(source)
             assert values == sorted(values), (name, values)
             # fio's percentiles are histogram bucket values: within a bucket (< 2 %) of the range
-            source = d.lat if expected == "lat" else d.clat
             assert values[0] >= source.min_ns * 0.98 and values[-1] <= source.max_ns * 1.02
             if expected == "clat":
-                assert d.clat.percentiles == d.lat.percentiles
+                assert all(getattr(d.lat.percentiles, p) is None for p in PCT_ORDER)
 
 
 @pytest.mark.parametrize("path", LATPCT)
@@ -277,11 +282,63 @@ def test_client_aggregate(path: Path) -> None:
     # fio 3.41 is the first of these to report percentiles for the aggregate
     if _version(path) >= (3, 41):
         assert agg.read.percentile_source == "clat"
-        assert agg.read.lat is not None
-        values = _ordered(agg.read.lat)
+        assert agg.read.clat is not None
+        values = _ordered(agg.read.clat)
         assert values == sorted(values)
     else:
         assert agg.read.percentile_source is None
+
+
+# --- fio 2.x ------------------------------------------------------------------------------------------
+
+
+def test_fio_2_1_json_has_no_timestamp_no_total_ios_and_io_bytes_in_kib() -> None:
+    """fio 2.1.10 (built from the tag): no timestamp, no job options, no total_ios, io_bytes in
+    KiB, integer iops and bw (KiB/s), latencies in µs, percentiles of clat padded with "0.00"."""
+    obj = _obj("2.1.10/randread.json")
+    raw = obj["jobs"][0]["read"]
+    assert "timestamp" not in obj and "job options" not in obj["jobs"][0]
+    assert "total_ios" not in raw and "io_kbytes" not in raw
+    result = _parsed(FIXTURES / "2.1.10/randread.json")
+    assert result.fio_version == "fio-2.1.10" and result.timestamp is None
+    d = result.jobs[0].read
+    assert d.io_bytes == raw["io_bytes"] * 1024
+    # total I/Os from iops × runtime: within an I/O per second of the bytes fio counted
+    assert abs(d.total_ios - d.io_bytes / BS) <= d.runtime_ms / 1000 + 1
+    assert d.bw_bytes == raw["bw"] * 1024 and d.iops == raw["iops"]
+    assert d.percentile_source == "clat" and d.clat is not None and d.lat is not None
+    assert d.clat.mean_ns == pytest.approx(raw["clat"]["mean"] * 1000)
+    assert d.clat.percentiles.p99 == raw["clat"]["percentile"]["99.000000"] * 1000
+    assert d.lat.percentiles == Percentiles()   # fio 2.x computes no total-latency percentiles
+    assert not result.jobs[0].write.active
+    both = _parsed(FIXTURES / "2.1.10/randrw.json").jobs[0]
+    assert both.read.active and both.write.active
+    assert 0.6 < both.read.total_ios / (both.read.total_ios + both.write.total_ios) < 0.8
+    # clat_percentiles=0: in fio 2.1 (no lat_percentiles yet) simply none
+    nopct = _parsed(FIXTURES / "2.1.10/randread-nopct.json").jobs[0].read
+    assert nopct.percentile_source is None
+
+
+def test_fio_2_20_io_bytes_in_kib_with_job_options_and_microsecond_bins() -> None:
+    obj = _obj("2.20/randread-jsonplus.json")
+    raw = obj["jobs"][0]["read"]
+    assert "io_kbytes" not in raw and obj["jobs"][0]["job options"]["rw"] == "randread"
+    result = _parsed(FIXTURES / "2.20/randread-jsonplus.json")
+    assert result.timestamp == obj["timestamp"]
+    d = result.jobs[0].read
+    assert d.io_bytes == raw["io_bytes"] * 1024 == d.total_ios * BS
+    assert d.bins is not None and d.clat is not None and d.clat.bins == d.bins
+    assert sum(c for _, c in d.bins) == d.total_ios
+    assert d.bins[0][0] == 1000 * int(next(iter(raw["clat"]["bins"])))   # µs bounds, now ns
+    mixed = _parsed(FIXTURES / "2.20/randrw-jsonplus.json").jobs[0]
+    for stats in (mixed.read, mixed.write):
+        assert stats.io_bytes == stats.total_ios * BS and stats.bins
+
+
+def test_fio_older_than_2_1_is_refused_with_its_version() -> None:
+    obj = _obj("2.1.10/randread.json")
+    obj["fio version"] = "fio-2.0.15"
+    assert _error_json(obj) == "fio-2.0.15 output: fio older than 2.1 is not supported"
 
 
 # --- variations the fixtures do not show ------------------------------------------------------------
@@ -341,7 +398,9 @@ def test_old_microsecond_latency_keys() -> None:
     assert old.percentile_source == "clat"
     assert old.lat is not None and new.lat is not None
     assert old.lat.mean_ns == pytest.approx(new.lat.mean_ns)
-    assert old.lat.percentiles.p99 == pytest.approx(new.lat.percentiles.p99)
+    assert old.clat is not None and new.clat is not None
+    assert old.clat.percentiles.p99 == pytest.approx(new.clat.percentiles.p99)
+    assert old.clat.bins == old.bins and old.lat.bins is None
     assert old.bw_bytes == pytest.approx(new.bw_bytes, rel=0.001)  # from KiB/s
     assert old.bins is not None and new.bins is not None
     assert sum(c for _, c in old.bins) == sum(c for _, c in new.bins)
@@ -439,8 +498,8 @@ def test_error_missing_version_or_timestamp() -> None:
     del obj["fio version"]
     assert "'fio version'" in _error_json(obj)
     obj = _job_obj()
-    del obj["timestamp"]
-    assert "missing 'timestamp'" in _error_json(obj)
+    del obj["timestamp"]  # fio before 2.2.8 wrote none
+    assert parse_fio_json(obj).timestamp is None
 
 
 @pytest.mark.parametrize("path, expect", [

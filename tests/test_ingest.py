@@ -72,7 +72,10 @@ def test_every_release_imports_as_one_run(tmp_path: Path, directory: Path) -> No
     assert run.host["hostname"] == "unknown (imported)"
     assert run.host["target"] == f"/var/tmp/iomx-ingest/{version}/data.img"
     assert run.notes[0] == f"imported from {directory.resolve()} (9 files)"
-    assert "mode host: assumed" in run.notes[2]
+    assert "mode host: assumed" in run.notes[-1]
+    # no result asked fio for total-latency percentiles: every latency is fio's clat
+    assert run.host["latency"] == "clat"
+    assert run.notes[2].startswith("latency: fio's completion latency (clat), mean and percentiles")
     # samples of one point are in the order fio wrote them, sample_index counting from 0
     for key in counts:
         trials = _trials(run, key)
@@ -91,7 +94,7 @@ def test_one_job_keeps_fios_own_figures_and_the_raw_output(tmp_path: Path, direc
         trial = stored[text]                 # the whole file, as fio wrote it, is kept
         assert trial.workload_key == key
         job = parse_fio_output(text).jobs[0]
-        assert trial.samples == tuple(DirectionSample.from_stats(d, s) for d, s in
+        assert trial.samples == tuple(DirectionSample.from_stats(d, s, latency="clat") for d, s in
                                       (("read", job.read), ("write", job.write)) if s.active)
         assert (trial.usr_cpu, trial.sys_cpu, trial.ctx) == (job.usr_cpu, job.sys_cpu, job.ctx)
         obj = _raw(directory / name)
@@ -119,10 +122,11 @@ def test_jobs_without_group_reporting_are_summed(tmp_path: Path, directory: Path
     assert s.total_ios == n and s.io_bytes == sum(r["io_bytes"] for r in reads)
     assert s.iops == pytest.approx(sum(r["iops"] for r in reads))
     assert s.runtime_ms == max(r["runtime"] for r in reads)
-    assert s.lat_mean_ns == pytest.approx(sum(r["lat_ns"]["mean"] * r["total_ios"] for r in reads) / n)
-    assert s.lat_min_ns == min(r["lat_ns"]["min"] for r in reads)
-    assert s.lat_max_ns == max(r["lat_ns"]["max"] for r in reads)
-    lo, hi = sorted(r["lat_ns"]["stddev"] for r in reads)
+    # the run's latency is clat (no lat percentiles): mean and percentiles of the same one
+    assert s.lat_mean_ns == pytest.approx(sum(r["clat_ns"]["mean"] * r["total_ios"] for r in reads) / n)
+    assert s.lat_min_ns == min(r["clat_ns"]["min"] for r in reads)
+    assert s.lat_max_ns == max(r["clat_ns"]["max"] for r in reads)
+    lo, hi = sorted(r["clat_ns"]["stddev"] for r in reads)
     assert lo <= s.lat_stdev_ns  # pooled: at least the smaller spread, plus the means' distance
     assert s.p50_ns is None and s.p99_ns is None  # plain json has no histograms to merge
     assert ungrouped.ctx == sum(j["ctx"] for j in jobs)
@@ -148,8 +152,8 @@ def test_synchronous_engine_is_stored_at_the_depth_fio_ran(tmp_path: Path, direc
     (trial,) = [t for t in found.trials if t.path == "psync-warning.out"]
     assert trial.workload == Workload(rw="randread", bs=4096, iodepth=1,
                                       options=(("ioengine", "psync"),))
-    assert found.warnings == ("psync-warning.out: iodepth=4 with the synchronous engine psync: "
-                              "stored as QD1, as fio ran it",)
+    assert found.warnings[0] == ("psync-warning.out: iodepth=4 with the synchronous engine psync: "
+                                 "stored as QD1, as fio ran it")
     text = (directory / "psync-warning.out").read_text()
     if tuple(map(int, directory.parent.name.split("."))) >= (3, 33):
         assert text.startswith("note: both iodepth >= 1 and synchronous I/O engine are selected")
@@ -231,7 +235,8 @@ def test_client_output_uses_fios_all_clients_aggregate(tmp_path: Path) -> None:
     assert result.aggregate is not None
     (trial,) = run.trials
     assert trial.samples[0].iops == result.aggregate.read.iops
-    assert trial.samples[0].p99_ns == result.aggregate.read.lat.percentiles.p99  # type: ignore[union-attr]
+    assert trial.samples[0].p99_ns == result.aggregate.read.clat.percentiles.p99  # type: ignore[union-attr]
+    assert trial.samples[0].lat_mean_ns == result.aggregate.read.clat.mean_ns  # type: ignore[union-attr]
 
 
 def test_a_job_that_failed_is_a_failed_trial(tmp_path: Path) -> None:
@@ -284,6 +289,9 @@ def test_cli_import_then_show(tmp_path: Path) -> None:
         "  workloads (4): 4k randread QD1 ×2 jobs; 4k randread QD4 ×2 jobs; "
         "64k randread QD1 ×2 jobs; 64k randread QD4 ×2 jobs",
         "  trials: 4 ok, 0 failed (fio reported an error)",
+        "  note: latency: fio's completion latency (clat), mean and percentiles: fio computes "
+        "percentiles of the total latency only with lat_percentiles=1",
+        "  note: configuration names leave out the folders that name each file's workload: 4k, 64k",
         f"  not fio output: {len(list(directory.rglob('*.log')))} other files (job files, logs, tool data)",
         "  mode host: assumed (fio ran on the storage directly); import with --mode to say otherwise",
     ]
@@ -301,7 +309,7 @@ def test_cli_import_then_show(tmp_path: Path) -> None:
 def test_mode_is_stated_or_refused(tmp_path: Path) -> None:
     run = _import(tmp_path, FIXTURES / "3.33" / "failed", mode="imported")
     assert [(c.label, c.mode) for c in run.configs] == [("failed", "imported")]
-    assert run.notes[2] == "mode imported: as stated when imported"
+    assert run.notes[-1] == "mode imported: as stated when imported"
     code, output = cli("import", str(FIXTURES / "3.33" / "failed"), "--mode", "vm",
                        "--db", str(tmp_path / "x.db"))
     assert code == 2 and "choose host, blocklayer, guest, imported" in output

@@ -51,7 +51,11 @@ def test_points_add_rates_and_weight_latencies_by_ios(tmp_path: Path) -> None:
     assert point.values("iops") == (400, 1000) and point.iops == 700
     assert point.values("bw_bytes") == (400 * 4096, 1000 * 4096)
     assert point.values("lat_mean_ns") == (1500, 2000) and point.lat_mean_ns == 1750
-    assert point.values("lat_p99_ns") == (5000, 6000)
+    # percentiles are never averaged: a mixed point has them per direction only
+    assert point.values("lat_p99_ns") == () and point.lat_p99_ns is None and point.mixed
+    assert point.values("lat_p99_ns", "read") == (4000, 6000)
+    assert point.values("lat_p99_ns", "write") == (8000, 6000)
+    assert point.directions["write"].lat_p99_ns == 7000 and point.directions["read"].iops == 400
     with pytest.raises(AnalysisError, match="'bw': not a metric"):
         point.values("bw")
 
@@ -59,8 +63,8 @@ def test_points_add_rates_and_weight_latencies_by_ios(tmp_path: Path) -> None:
 def test_figures_are_shown_in_their_unit() -> None:
     iops, bw, lat, p99 = METRICS.values()
     assert iops.text(12345.6) == "12,346" and iops.text(12345.6, unit=True) == "12,346 IOPS"
-    assert bw.text(1.5 * 2**20, unit=True) == "1.5 MiB/s" and bw.heading == "MiB/s"
-    assert lat.text(1234.5) == "1.2" and p99.text(2_000_000, unit=True) == "2,000.0 µs"
+    assert bw.text(1.5 * 2**20, unit=True) == "1.50 MiB/s" and bw.heading == "MiB/s"
+    assert lat.text(1234.5) == "1.23" and p99.text(2_000_000, unit=True) == "2,000 µs"
     assert all(m.text(v) == "—" for m in METRICS.values() for v in (None, math.nan, math.inf))
     assert [m.axis for m in METRICS.values()] == [
         "IOPS", "bandwidth (MiB/s)", "mean latency (µs)", "p99 latency (µs)"]

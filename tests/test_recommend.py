@@ -42,7 +42,8 @@ def _one(_: Configuration) -> float:
 
 def make_run(tmp_path: Path, mode: str, axes: dict[str, list[object]], iops: Effect = _one,
              latency: Effect | None = None, *, noise: float = 0.01, accelerator: str = "none",
-             extra: list[Configuration] | None = None) -> StoredRun:
+             extra: list[Configuration] | None = None,
+             method: dict[str, str | int] | None = None) -> StoredRun:
     """A stored run of every valid combination of ``axes``: IOPS scaled by ``iops(config)``,
     mean latency by ``latency(config)`` (default: Little's law, iodepth / IOPS), with a seeded
     noise of about ``noise`` on both."""
@@ -59,7 +60,8 @@ def make_run(tmp_path: Path, mode: str, axes: dict[str, list[object]], iops: Eff
     tmp_path.mkdir(parents=True, exist_ok=True)
     db = tmp_path / "r.db"
     with Store(db) as store:
-        run_id = write_run(store, configs, WORKLOADS, figures, accelerator=accelerator)
+        run_id = write_run(store, configs, WORKLOADS, figures, accelerator=accelerator,
+                           method=method)
         return store.load_run(run_id)
 
 
@@ -90,7 +92,8 @@ def test_seed_000_recommendation_for_proxmox(tmp_path: Path) -> None:
     assert render("proxmox", rec.config).text == (
         "qm set <vmid> --scsihw virtio-scsi-single "
         "--scsi0 <storage>:<volume>,aio=native,iothread=1,cache=none")
-    assert not rec.warnings
+    # made with iomatrix's own graph, not PVE's: said (rule 9)
+    assert len(rec.warnings) == 1 and "block graph differed from Proxmox VE's" in rec.warnings[0]
 
 
 def test_seed_000_for_libvirt_compares_with_libvirts_defaults(tmp_path: Path) -> None:
@@ -533,3 +536,51 @@ def test_emitted_qemu_arguments_start_a_guest_under_tcg(tmp_path: Path, no_lefto
         qmp_execute(qmp, [("quit", None)])
         proc.wait(timeout=15)
     assert proc.returncode == 0, read_text(log)
+
+
+# -- platform graphs and corrected Proxmox defaults (issue 11) --------------------------------
+
+def test_a_run_with_pves_graph_says_its_findings_transfer(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "guest", SEED_000, seed_000_effect,
+                   method={"mode": "guest", "platform": "proxmox", "pve_version": 8})
+    rec = recommend(run, "proxmox")
+    assert not rec.warnings
+    assert any("Proxmox VE's own block graph" in n and "PVE 8" in n for n in rec.notes)
+    # for libvirt the same run is another platform's graph
+    assert "differed from libvirt's" in recommend(run, "libvirt").warnings[0]
+    assert not any("block graph" in w for w in recommend(run, "qemu").warnings)
+
+
+def test_a_run_with_iomatrixs_graph_warns_for_proxmox(tmp_path: Path) -> None:
+    rec = recommend(make_run(tmp_path, "guest", SEED_000, seed_000_effect), "proxmox")
+    warning = rec.warnings[0]
+    assert 'platform = "qemu"' in warning and "detect-zeroes=on" in warning
+    assert "throttle filter" in warning
+
+
+def test_virtio_scsi_iothread_default_is_off_on_proxmox() -> None:
+    from iomatrix.recommend.defaults import defaults
+    scsi = defaults("proxmox", settings={"controller": "virtio-scsi"})["iothread"]
+    assert scsi.level == "off" and "ignored by qemu-server" in scsi.shown
+    assert defaults("proxmox", settings={"controller": "virtio-scsi-single"})["iothread"].level == "on"
+    assert defaults("proxmox", settings={"controller": "virtio-blk"})["iothread"].level == "on"
+
+
+def test_librbd_has_no_aio_and_the_recommendation_says_so(tmp_path: Path) -> None:
+    from iomatrix.recommend.defaults import defaults
+    aio = defaults("proxmox", storage="rbd")["aio"]
+    assert aio.level is None and "does nothing" in aio.note
+    assert defaults("proxmox", storage="krbd", settings={"cache": "writeback"})["aio"].level == "threads"
+    rec = recommend(make_run(tmp_path, "guest", SEED_000, seed_000_effect), "proxmox",
+                    storage="rbd")
+    decided = decision(rec, "aio")
+    assert decided.status == "not evaluated" and "does nothing on librbd" in decided.reason
+    pasted = render("proxmox", rec.config, storage="rbd")
+    assert "aio=" not in pasted.text and any("no aio=" in n for n in pasted.notes)
+
+
+def test_btrfs_nocow_is_direct() -> None:
+    from iomatrix.recommend.defaults import PROXMOX_STORAGES, defaults
+    assert "btrfs-nocow" in PROXMOX_STORAGES
+    assert defaults("proxmox", storage="btrfs")["cache"].level == "writeback"
+    assert defaults("proxmox", storage="btrfs-nocow")["cache"].level == "none"

@@ -599,3 +599,53 @@ def test_many_configurations_draw_as_lines_by_axis(browser, tmp_path):
         # 20 configurations for each aio mode: 8 depths each, a gap between two configurations
         assert iops[0]["n"] == 20 * 8 + 19
         page.page.locator("#performance .chart").first.screenshot(path=str(ARTIFACTS / "report-many.png"))
+
+
+@needs_chromium
+def test_latency_labels_mixed_percentiles_and_significant_figures(browser, tmp_path):
+    """Real fio output imported (fio's clat: no lat_percentiles): every latency heading says
+    clat; a mixed workload's percentiles are in read and write columns, its own p99 cell empty;
+    every figure cell is written as ``metrics.figure_text`` writes it (the page's script mirrors
+    it), small ones too."""
+    from iomatrix.analysis.metrics import figure_text
+    from iomatrix.store.ingest import import_results
+
+    fixtures = Path(__file__).parent / "fixtures" / "fio" / "3.33"
+    directory = tmp_path / "results" / "ssd"
+    directory.mkdir(parents=True)
+    for name in ("randrw.json", "randread.json"):
+        (directory / name).write_bytes((fixtures / name).read_bytes())
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(import_results(store, tmp_path / "results").run_id)
+    # a slow device's figures: 2.657 IOPS and ~10 KiB/s must not round away
+    slow = tuple(t.model_copy(update={"samples": tuple(
+        s.model_copy(update={"iops": s.iops / 12_000, "bw_bytes": s.bw_bytes / 12_000})
+        for s in t.samples)}) if t.workload_key.startswith("randread") else t for t in run.trials)
+    data = build_report_data(run.model_copy(update={"trials": slow}))
+    assert (data.latency_mean, data.latency_percentiles) == ("clat", "clat")
+    mixed = next(p for p in data.points if p.read_lat_p99_ns is not None)
+    assert mixed.lat_p99_ns is None and mixed.write_lat_p99_ns is not None
+    with open_page(write_report(data, tmp_path / "report"), browser=browser) as page:
+        assert page.problems == []
+        p = page.page
+        assert "completion latency (fio's clat: without submission)" in p.get_by_test_id("points-hint").inner_text()
+        table = p.get_by_test_id("points-table")
+        header = [h.strip(" ▲▼") for h in table.locator("thead th").all_inner_texts()]
+        assert {"clat mean µs", "clat p50 µs", "clat p99 µs", "read clat p50 µs", "read clat p99 µs",
+                "write clat p50 µs", "write clat p99 µs"} <= set(header)
+        assert not any(h.startswith("lat ") for h in header)
+        col = {name: i for i, name in enumerate(header)}
+        rows = {r[col["rw"]]: r for r in (row.locator("td").all_inner_texts()
+                                           for row in table.locator("tbody tr").all())}
+        by_rw = {data.workloads[v.workload].rw: v for v in data.points}
+        mix, read = rows["randrw"], rows["randread"]
+        assert mix[col["clat p99 µs"]] == "—" and read[col["read clat p99 µs"]] == "—"
+        for field, title in (("read_lat_p99_ns", "read clat p99 µs"),
+                             ("write_lat_p50_ns", "write clat p50 µs")):
+            assert mix[col[title]] == figure_text(rounded(getattr(by_rw["randrw"], field)) / 1000)
+        for rw, row in rows.items():
+            v = by_rw[rw]   # the page has the figures to six significant digits (data_json)
+            for title, key in (("IOPS", "iops"), ("MiB/s", "bw_bytes"), ("clat mean µs", "lat_mean_ns")):
+                assert row[col[title]] == METRICS[key].text(rounded(getattr(v, key))), (rw, title)
+        assert re.fullmatch(r"\d\.\d\d", read[col["IOPS"]])           # ~2.9 IOPS, not "3"
+        assert re.fullmatch(r"0\.0\d{3}", read[col["MiB/s"]])         # ~11 KiB/s, not "0.0"

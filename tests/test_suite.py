@@ -34,7 +34,7 @@ def error(extra: str, base: str = BASE) -> str:
     ("[matrix]\ncache = 'writebak'\n", "t.toml: [matrix] cache[0] = 'writebak'"),
     ("[matrix]\nformat = ['vmdk']\n", "[matrix] format[0] = 'vmdk'"),
     ("[matrix]\npreallocation = 'thick'\n", "[matrix] preallocation[0] = 'thick'"),
-    ("[matrix]\ncontroller = 'lsi'\n", "[matrix] controller[0] = 'lsi'"),
+    ("[matrix]\ncontroller = 'lsi53c810'\n", "[matrix] controller[0] = 'lsi53c810'"),
     ("[matrix]\niothread = 'yes'\n", "[matrix] iothread[0] = 'yes'"),
     ("[matrix]\naio = []\n", "[matrix] aio = []"),
     ("[matrix]\nbogus = 1\n", "[matrix] bogus = 1: unknown key"),

@@ -1,7 +1,8 @@
 """Samples → points. A point is every ok sample of one (configuration, workload); its figures are
-arithmetic means over samples. Within a sample, read and write IOPS and bandwidth add up; latency
-figures are the I/O-count-weighted mean of the two directions (exact for single-direction
-workloads, an approximation for mixed ones, whose per-direction figures stay in the export)."""
+arithmetic means over samples. Within a sample, read and write IOPS and bandwidth add up, mean
+latencies are their I/O-weighted mean (the mean of all the sample's I/Os), and percentiles are
+never averaged: a mixed workload's point has no percentile of its own (None), and each direction's
+figures, percentiles included, are in ``Point.directions`` (``metrics.Metric.combine``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any
 
-from iomatrix.analysis.metrics import METRICS, get_metric
+from iomatrix.analysis.metrics import METRICS, combined, get_metric
 from iomatrix.analysis.stats import Interval, confidence_interval
-from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import StoredRun, TrialRecord
 from iomatrix.core.model import Frozen
+
+
+class DirectionFigures(Frozen):
+    """One direction (read or write) of a mixed workload's point: means over the samples that
+    measured it, and each metric's per-sample values (by metric key)."""
+
+    iops: float | None = None
+    bw_bytes: float | None = None
+    lat_mean_ns: float | None = None
+    lat_p50_ns: float | None = None
+    lat_p99_ns: float | None = None
+    values: dict[str, tuple[float, ...]] = {}
 
 
 class Point(Frozen):
@@ -27,6 +39,7 @@ class Point(Frozen):
     bw_bytes: float | None
     lat_mean_ns: float | None
     lat_p50_ns: float | None
+    """Percentiles: of the point's one direction; None for a mixed workload (``directions``)."""
     lat_p99_ns: float | None
     usr_cpu: float | None
     sys_cpu: float | None
@@ -44,9 +57,21 @@ class Point(Frozen):
     steady_checked: int = 0
     """Samples whose steady state was checked, and of those, how many reached it."""
     steady_reached: int = 0
+    directions: dict[str, DirectionFigures] = {}
+    """A mixed workload's directions ("read", "write") each on its own; empty when the point's
+    samples measured one direction."""
 
-    def values(self, metric: str) -> tuple[float, ...]:
-        """The per-sample values of ``metric`` (a key of ``metrics.METRICS``)."""
+    @property
+    def mixed(self) -> bool:
+        """Whether the point measured reads and writes (its percentiles are per direction)."""
+        return bool(self.directions)
+
+    def values(self, metric: str, direction: str | None = None) -> tuple[float, ...]:
+        """The per-sample values of ``metric`` (a key of ``metrics.METRICS``), of the point or of
+        one of its ``directions``."""
+        if direction is not None:
+            figures = self.directions.get(direction)
+            return figures.values.get(get_metric(metric).key, ()) if figures else ()
         return getattr(self, _SAMPLES.get(metric) or get_metric(metric).samples)
 
 
@@ -58,14 +83,26 @@ def _mean(values: list[float | None]) -> float | None:
     return fmean(present) if present else None
 
 
-def _weighted(samples: tuple[DirectionSample, ...], field: str) -> float | None:
-    pairs = [(getattr(s, field), s.total_ios) for s in samples if getattr(s, field) is not None]
-    total = sum(n for _, n in pairs)
-    return sum(v * n for v, n in pairs) / total if total else None
-
-
 def _direction(trial: TrialRecord, name: str) -> float | None:
     return next((s.iops for s in trial.samples if s.direction == name), None)
+
+
+def _directions(ok: list[TrialRecord]) -> dict[str, DirectionFigures]:
+    """Each direction of a mixed workload's samples on its own; empty unless some sample
+    measured both."""
+    if not any(len(t.samples) > 1 for t in ok):
+        return {}
+    out = {}
+    for name in ("read", "write"):
+        mine = [s for t in ok for s in t.samples if s.direction == name]
+        values = {m.key: tuple(v for s in mine if (v := getattr(s, m.sample_field)) is not None)
+                  for m in METRICS.values()}
+        out[name] = DirectionFigures(
+            iops=_mean([s.iops for s in mine]), bw_bytes=_mean([s.bw_bytes for s in mine]),
+            lat_mean_ns=_mean([s.lat_mean_ns for s in mine]),
+            lat_p50_ns=_mean([s.p50_ns for s in mine]),
+            lat_p99_ns=_mean([s.p99_ns for s in mine]), values=values)
+    return out
 
 
 def _checked(trial: TrialRecord) -> bool:
@@ -118,11 +155,7 @@ def _points(run: StoredRun) -> list[Point]:
             ok = [t for t in trials if t.status == "ok"]
             figures: dict[str, Any] = {}   # each metric's mean and per-sample values
             for metric in METRICS.values():
-                field = metric.sample_field
-                if metric.additive:   # a rate: the directions add up
-                    values = [sum(getattr(s, field) for s in t.samples) for t in ok]
-                else:                 # a latency: the directions' I/O-weighted mean
-                    values = [v for t in ok if (v := _weighted(t.samples, field)) is not None]
+                values = [v for t in ok if (v := metric.of_sample(t.samples)) is not None]
                 figures[metric.key] = fmean(values) if values else None
                 figures[metric.samples] = tuple(values)
             out.append(Point(
@@ -130,7 +163,7 @@ def _points(run: StoredRun) -> list[Point]:
                 failed=len(trials) - len(ok),
                 read_iops=_mean([_direction(t, "read") for t in ok]),
                 write_iops=_mean([_direction(t, "write") for t in ok]),
-                lat_p50_ns=_mean([_weighted(t.samples, "p50_ns") for t in ok]),
+                lat_p50_ns=_mean([combined(t.samples, "p50_ns", "percentile") for t in ok]),
                 usr_cpu=_mean([t.usr_cpu for t in ok]),
                 sys_cpu=_mean([t.sys_cpu for t in ok]),
                 iops_ci=confidence_interval(figures["iops_samples"]) if len(ok) >= 2 else None,
@@ -138,5 +171,6 @@ def _points(run: StoredRun) -> list[Point]:
                 cpu_us_per_io=_mean([t.cpu.cpu_us_per_io if t.cpu else None for t in ok]),
                 steady_checked=sum(1 for t in ok if _checked(t)),
                 steady_reached=sum(1 for t in ok if t.steady is not None and t.steady.reached),
+                directions=_directions(ok),
             ))
     return out

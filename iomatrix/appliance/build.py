@@ -87,7 +87,7 @@ BUILDER_VERSION = 1
 
 MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ahci", "ata_piix", "ata_generic",
-    "vmw_pvscsi", "nvme", "virtio_net",
+    "vmw_pvscsi", "sym53c8xx", "megaraid_sas", "nvme", "virtio_net",
 )
 """Drivers of every disk controller the matrix can ask for, and of the guest's NIC."""
 LAST_RESORT: tuple[str, ...] = ("ata_piix", "ata_generic")

@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from iomatrix import __version__
-from iomatrix.cli import analyze, appliance, compare, doctor, ingest, recommend, results, run, suites
+from iomatrix.cli import (analyze, appliance, clean, compare, doctor, findings, ingest, recommend,
+                          results, run, suites, translate)
 from iomatrix.cli.common import err, out
 from iomatrix.cli.status import EPILOG, status_for
 from iomatrix.core.errors import IomatrixError
@@ -47,6 +48,9 @@ for command in (run.run, results.runs, results.show, results.report, results.exp
     app.command()(command)
 app.command("import")(ingest.import_)
 app.command()(recommend.recommend)
+app.command()(translate.translate)
+app.command()(clean.clean)
+app.command()(findings.findings)
 app.add_typer(appliance.app)
 
 

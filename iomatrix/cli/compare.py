@@ -1,4 +1,5 @@
-"""``iomatrix compare RUN_A RUN_B``: the same points across two runs."""
+"""``iomatrix compare RUN_A RUN_B [--match workload|A=B]``: the same points across two runs;
+configurations paired by name, by ``--match``, or, one in each run, with each other."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from iomatrix.analysis.metrics import OPTION_CHOICES, OPTION_HELP, Metric, metric_named
+from iomatrix.analysis.metrics import (OPTION_CHOICES, OPTION_HELP, Metric, metric_named,
+                                       run_latency)
 from iomatrix.cli.common import DEFAULT_DB, Db, err, load_run, out, p_column
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
@@ -49,21 +51,41 @@ def _warn(text: str) -> None:
     err.print(f"warning: {text}", markup=False)
 
 
-def _print(result: RunComparison, metric: Metric) -> None:
-    table = Table("configuration", "workload", f"A {metric.heading}", f"B {metric.heading}",
+_HOW = {"only configuration": "each run has only this configuration",
+        "workload": "--match workload: the configuration each run measured the workloads in",
+        "mapping": "--match"}
+
+
+def _print(result: RunComparison, metric: Metric, headings: tuple[str, str]) -> None:
+    renamed = any(p.a_key != p.b_key for p in result.pairings)
+    for p in result.pairings:
+        if p.how != "same key":
+            _line(f"compared: A {p.a_label} with B {p.b_label} ({_HOW[p.how]})")
+    table = Table("configuration", "workload", f"A {headings[0]}", f"B {headings[1]}",
                   "change", "95% CI of change", "adj. p", "verdict", box=None)
     for col in table.columns[2:7]:
         col.justify = "right"
     for p in result.points:
         c = p.comparison
         tags = [f"emulated in {s}" for s, side in (("A", p.a), ("B", p.b)) if side.emulated]
+        name = p.config_label
+        if renamed and p.config_label_b != p.config_label:
+            name += f" ↔ {p.config_label_b}"
         ci = ("—" if c.p_value is None else "unbounded" if c.low is None or c.high is None
               else f"{_pct(c.low)} … {_pct(c.high)}")
-        table.add_row(escape(p.config_label + "".join(f" [{t}]" for t in tags)),
+        table.add_row(escape(name + "".join(f" [{t}]" for t in tags)),
                       escape(p.workload_label), _figure(p.a, metric),
                       _figure(p.b, metric), _pct(p.change), ci,
                       p_column(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
-    out.print(table if result.points else "no point was measured in both runs")
+    if result.points:
+        out.print(table)
+    else:
+        _line("no point was measured in both runs"
+              + ("" if result.pairings else ": no configuration of A has the name of one of B; "
+                 "pair them with --match CONFIG_A=CONFIG_B (or --match workload)"))
+    if any(p.direction for p in result.points):
+        _line(f"mixed workloads: {metric.name} compared per direction (read, write); "
+              "percentiles of reads and writes are never averaged")
     s = result.summary
     better = "higher" if result.higher_is_better else "lower"
     counts = [f"{s.better} significantly better in B", f"{s.worse} significantly worse",
@@ -90,6 +112,7 @@ def compare(
     metric: Annotated[str, typer.Option(help=OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
     db_b: Annotated[Optional[Path], typer.Option("--db-b", help="Read RUN_B from this database (e.g. copied from another host) instead of --db.")] = None,
+    match: Annotated[Optional[list[str]], typer.Option("--match", metavar="workload|A=B", help="Pair configurations other than by name: 'workload' pairs the configuration each run measured a workload in; CONFIG_A=CONFIG_B (repeatable) pairs run A's configuration with run B's, by label, key or imported folder name. Runs of one configuration each are paired without it.")] = None,
 ) -> None:
     """Compare the same points across two runs (another host, storage, or an upgrade): change of B
     against A, its 95 % CI and a multiple-comparison adjusted Welch test per point."""
@@ -100,7 +123,7 @@ def compare(
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
     a = load_run(db, run_a)
     b = load_run(db_b or db, run_b)
-    result = compare_runs(a, b, metric=chosen.key)
+    result = compare_runs(a, b, metric=chosen.key, match=match or ())
     _line(_header("A", a, db))
     _line(_header("B", b, db_b or db))
     for side, emulated in (("A", result.emulated_a), ("B", result.emulated_b)):
@@ -114,4 +137,7 @@ def compare(
         _warn(f"host {d.key} differs: A {d.a or '(not recorded)'} · B {d.b or '(not recorded)'}")
     for d in result.method_differences:
         _warn(f"method {d.key} differs: A {d.a} · B {d.b}")
-    _print(result, chosen)
+    if result.latency_difference is not None:
+        d = result.latency_difference
+        _warn(f"{d.key} is not the same latency: A {d.a} · B {d.b}")
+    _print(result, chosen, (chosen.heading_for(run_latency(a)), chosen.heading_for(run_latency(b))))

@@ -40,7 +40,8 @@ def recommend(
     stored = load_run(db, run_ref)
     rec = build(stored, platform, storage=storage_type)  # type: ignore[arg-type]
     _print(rec)
-    pasted = render(rec.platform, rec.config, vmid=vmid, volume=volume, image=image)
+    pasted = render(rec.platform, rec.config, vmid=vmid, volume=volume, image=image,
+                    storage=storage_type)
     out.print(f"\n# ready to paste ({TITLES[rec.platform]}):", markup=False)
     out.print(pasted.text, markup=False, soft_wrap=True)
     for note in pasted.notes:

@@ -33,6 +33,7 @@ def show(
 ) -> None:
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
     from iomatrix.analysis.efficiency import efficiency
+    from iomatrix.analysis.metrics import METRICS, figure_text, run_latency
     from iomatrix.analysis.points import points
 
     stored = load_run(db, run_ref)
@@ -45,7 +46,12 @@ def show(
         out.print(EMULATED)
     found = points(stored)
     bare = efficiency(found)
-    columns = ["configuration", "workload", "n", "IOPS", "±95% CI", "MiB/s", "p50 µs", "p99 µs",
+    latency = run_latency(stored)
+    iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
+    p50_heading = p99.heading_for(latency).replace("p99", "p50")
+    us = lambda ns: figure_text(None if ns is None else ns / 1000)  # noqa: E731
+    columns = ["configuration", "workload", "n", iops.heading, "±95% CI", bw.heading,
+               mean.heading_for(latency), p50_heading, p99.heading_for(latency),
                "CPU µs/IO", "steady"]
     if bare:
         columns += ["% bare IOPS", "+lat µs"]
@@ -55,27 +61,37 @@ def show(
         col.justify = "right"
     for p in found:
         ci = p.iops_ci
-        row = [labels[p.config_key] + (" [emulated]" if p.config_key in emulated else ""),
-               workloads[p.workload_key],
+        label = labels[p.config_key] + (" [emulated]" if p.config_key in emulated else "")
+        row = [label, workloads[p.workload_key],
                f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
-               _num(p.iops, "{:,.0f}"),
+               iops.text(p.iops),
                "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
-               _num(p.bw_bytes and p.bw_bytes / 2**20, "{:,.1f}"),
-               _num(p.lat_p50_ns and p.lat_p50_ns / 1000, "{:,.1f}"),
-               _num(p.lat_p99_ns and p.lat_p99_ns / 1000, "{:,.1f}"),
-               _num(p.cpu_us_per_io, "{:,.1f}"),
+               bw.text(p.bw_bytes), mean.text(p.lat_mean_ns),
+               "r/w ↓" if p.mixed and p.lat_p50_ns is None else us(p.lat_p50_ns),
+               "r/w ↓" if p.mixed and p.lat_p99_ns is None else p99.text(p.lat_p99_ns),
+               figure_text(p.cpu_us_per_io),
                f"{p.steady_reached}/{p.steady_checked}" if p.steady_checked else "—"]
         if bare:
             e = bare.get((p.config_key, p.workload_key))
-            row += ["—" if e is None else e.iops_text, _num(e and e.added_lat_us, "{:+,.1f}")]
+            row += ["—" if e is None else e.iops_text,
+                    figure_text(e and e.added_lat_us, signed=True)]
         table.add_row(*row)
+        for name, d in p.directions.items():   # a mixed workload: each direction on its own
+            table.add_row(label, f"{workloads[p.workload_key]} · {name}", "",
+                          iops.text(d.iops), "", bw.text(d.bw_bytes), mean.text(d.lat_mean_ns),
+                          us(d.lat_p50_ns), p99.text(d.lat_p99_ns), "", "",
+                          *([""] * (len(columns) - 11)))
     out.print(table)
+    out.print(latency.sentence, markup=False)
+    if any(p.mixed for p in found):
+        out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
+                  "percentiles of reads and writes cannot be averaged into one", markup=False)
     per_vm = [t for t in stored.trials if t.vm_samples]
     if per_vm:
         vm_table = Table("configuration", "workload", "#", "per-VM IOPS", box=None)
         for t in per_vm:
             vm_table.add_row(labels[t.config_key], workloads[t.workload_key], str(t.sample_index + 1),
-                             "  ".join(f"vm{s.vm}:{s.iops:,.0f}" for s in t.vm_samples))
+                             "  ".join(f"vm{s.vm}:{iops.text(s.iops)}" for s in t.vm_samples))
         out.print(vm_table)
     failed = [t for t in stored.trials if t.status == "failed"]
     for t in failed:
@@ -92,10 +108,6 @@ def show(
             out.print(trial.command, markup=False)
             for key, value in sorted(trial.applied.items()):
                 out.print(f"#   applied {key} = {value}", markup=False)
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return "—" if value is None else fmt.format(value)
 
 
 def report(

@@ -1,5 +1,5 @@
-"""``iomatrix run``: measure a suite, print its plan (``--plan``), or finish an interrupted run
-(``--resume``)."""
+"""``iomatrix run``: measure a suite, print its plan (``--plan``), finish an interrupted run
+(``--resume``), or measure a run's failed trials again (``--resume RUN --retry-failed``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from iomatrix.core.errors import SuiteError
 
 def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
     """The trials in order, the sessions and the estimate, without running anything."""
-    from iomatrix.suite.plan import estimate_seconds, plan
+    from iomatrix.suite.plan import duration_text, estimate_seconds, plan
     from iomatrix.suite import expand
 
     expansion = expand(suite)
@@ -37,13 +37,19 @@ def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
     if suite.method.target_ci is not None:
         extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds for "
                  f"points whose 95 % CI is wider than ±{suite.method.target_ci:.1%}")
+    bound = "up to" if suite.method.steady_state else "about"
     out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
-              f"about {seconds / 60:.1f} min plus preconditioning{extra}"
+              f"{bound} {duration_text(seconds)} plus preconditioning{extra}"
               + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
               markup=False)
     if any(c.mode == "guest" for c in expansion.configurations):
         out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter, and "
                   "under TCG parts marked under_tcg run fewer trials", markup=False)
+    if suite.scale is not None:
+        described = {s.name: s.description for s in suite.scales}
+        out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
+                                             if described.get(suite.scale) else ""),
+                  markup=False, soft_wrap=True)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -62,6 +68,8 @@ def run(
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
     show_plan: Annotated[bool, typer.Option("--plan", help="Print the trials in order, the sessions (daemon starts, VM boots) and the estimated time; run nothing.")] = False,
     resume: Annotated[Optional[str], typer.Option(help="Continue this stored run (a number or 'last'): measure only the trials it lacks. SUITE is then ignored.")] = None,
+    scale: Annotated[Optional[str], typer.Option(help="Run the suite at this scale: one of its [scale.NAME] tables (built-in suites have quick and full; `iomatrix suites NAME` lists them). Without it, the suite's own tables.")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="With --resume: also measure the run's failed trials again (complete or not); each failed attempt is kept, with its reason, in the run's trial history.")] = False,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
@@ -70,6 +78,11 @@ def run(
 
     if accel not in (None, "auto", "kvm", "tcg"):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
+    if retry_failed and resume is None:
+        raise typer.BadParameter("goes with --resume RUN", param_hint="--retry-failed")
+    if scale is not None and resume is not None:
+        raise typer.BadParameter("a resumed run keeps the scale it was started at",
+                                 param_hint="--scale")
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
     # SIGINT gets the same handler rather than Python's default: asyncio.run (QMP) replaces only
     # the default handler, with one that cancels its task, and a library that absorbs the
@@ -79,15 +92,27 @@ def run(
     if resume is not None:
         with open_store(db) as store:
             stored = store.load_run(store.resolve(resume))
-        if stored.status == "complete":
-            raise SuiteError(f"run {stored.id} is complete: nothing to resume")
+        failed = sum(1 for t in stored.trials if t.status == "failed")
+        if stored.status == "complete" and not retry_failed:
+            raise SuiteError(f"run {stored.id} is complete: nothing to resume",
+                             hint=f"{failed} of its trials failed: `iomatrix run --resume "
+                                  f"{stored.id} --retry-failed` measures them again"
+                                  if failed else None)
+        if stored.status == "complete" and not failed:
+            raise SuiteError(f"run {stored.id} is complete and none of its trials failed: "
+                             "nothing to retry")
         loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
         resume_id: int | None = stored.id
     else:
-        loaded = load_suite(suite)
+        loaded = load_suite(suite, scale=scale)
         resume_id = None
     if show_plan:
         _print_plan(loaded)
+        if resume is None and scale is None and loaded.scales:
+            from iomatrix.cli.suites import scale_lines
+
+            out.print("\n".join(scale_lines(suite, loaded, loaded.name)), markup=False,
+                      soft_wrap=True)
         return
     if target is not None:
         if loaded.target.device is not None:
@@ -101,7 +126,7 @@ def run(
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
             outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,
-                                resume=resume_id)
+                                resume=resume_id, retry_failed=retry_failed)
         except KeyboardInterrupt:
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None

@@ -17,6 +17,7 @@ class ExitStatus(IntEnum):
     TRIALS_FAILED = 6         # the run finished but some trials failed (they are stored)
     NOT_FOUND = 7             # no such run
     STORE = 8                 # the results database cannot be used
+    BUSY = 9                  # another live process is measuring that run
     INTERRUPTED = 130         # Ctrl-C; what was measured is stored and the run marked interrupted
 
 
@@ -27,6 +28,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
         (errors.EnvironmentProblem, ExitStatus.ENVIRONMENT),
         (errors.TargetError, ExitStatus.TARGET),
         (errors.RunNotFound, ExitStatus.NOT_FOUND),
+        (errors.RunBusy, ExitStatus.BUSY),
         (errors.StoreError, ExitStatus.STORE),
         (errors.AnalysisError, ExitStatus.USAGE),
         (errors.NothingToImport, ExitStatus.USAGE),

@@ -14,6 +14,7 @@ an exit code and one line on stderr.
      ├── StoreError                the results database is unusable
      │    └── SchemaTooNew         the database was written by a newer iomatrix
      ├── RunNotFound               no run has that id
+     ├── RunBusy                   another live process is measuring that run
      ├── AnalysisError             an analysis asks for an axis, level or metric the run lacks
      └── NothingToImport           a directory to import holds no fio result iomatrix can read
 """
@@ -93,6 +94,10 @@ class RunNotFound(IomatrixError):
     """No stored run matches the given id."""
 
     hint = "list the stored runs with `iomatrix runs`"
+
+
+class RunBusy(IomatrixError):
+    """The run is being measured by another process that still lives: one line naming it."""
 
 
 class AnalysisError(IomatrixError):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -165,3 +170,78 @@ def last_line(text: str) -> str:
 
 def _nonblank(lines: Iterable[str]) -> Iterator[str]:
     return (line.strip()[:200] for line in lines if line.strip())
+
+
+# --- a private network namespace ---------------------------------------------------------------
+
+CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_NETNS_HINT = ("run iomatrix as root: creating a network namespace needs CAP_SYS_ADMIN "
+               "(in a container: --cap-add SYS_ADMIN, and no seccomp profile refusing unshare)")
+
+
+def network_namespace() -> int:
+    """The inode of the calling thread's network namespace (what ``/proc/PID/ns/net`` of a
+    process in the same namespace points to)."""
+    return os.stat("/proc/thread-self/ns/net").st_ino
+
+
+@contextlib.contextmanager
+def private_network() -> Iterator[int]:
+    """Move the calling thread, and every process it starts from now on, into a new network
+    namespace whose only interface is a loopback (brought up here); yields its inode. On
+    leaving the block the thread returns to its own namespace; the private one ends with the
+    last process in it, so processes started inside must be stopped (and are, when they run
+    under :func:`managed`: iomatrix killed outright kills them, and so the namespace).
+
+    Only this thread moves (a network namespace is per thread): other threads and sockets
+    already open keep theirs. UNIX sockets named by a path are reachable across namespaces.
+    EnvironmentProblem, with the kernel's reason, when a namespace cannot be made (not root:
+    it needs CAP_SYS_ADMIN)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot open this thread's network namespace: {exc.strerror}",
+                                 hint="mount /proc (Linux 3.17 or later)") from exc
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            why = {errno.EPERM: "not permitted (needs CAP_SYS_ADMIN)",
+                   errno.EINVAL: "the kernel has no network namespaces (CONFIG_NET_NS)"}.get(
+                       code, os.strerror(code))
+            raise EnvironmentProblem(f"cannot create a network namespace: {why}",
+                                     hint=_NETNS_HINT)
+        try:
+            _loopback_up()
+            yield network_namespace()
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:   # as root this cannot fail; never ignore it
+                code = ctypes.get_errno()
+                raise OSError(code, "cannot return to the original network namespace: "
+                                    f"{os.strerror(code)}")
+    finally:
+        os.close(home)
+
+
+def private_network_problem() -> str | None:
+    """Why :func:`private_network` cannot be used here, or None when it can (tried for real)."""
+    try:
+        with private_network():
+            pass
+    except EnvironmentProblem as exc:
+        return str(exc)
+    return None
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` of the calling thread's network namespace (ioctl SIOCSIFFLAGS, as
+    ``ip link set lo up`` does; no iproute2 needed)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            request = struct.pack("16sh22x", b"lo", 0)           # struct ifreq: 40 bytes
+            flags = struct.unpack_from("16sh", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+            fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | _IFF_UP))
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot bring up the loopback interface of a new network "
+                                 f"namespace: {exc.strerror or exc}", hint=_NETNS_HINT) from exc

@@ -2,13 +2,55 @@
 configuration says, fio --server inside, driven by the host's fio as client (seed 000's setup).
 One boot serves every workload of a configuration. A guest that does not become ready within the
 boot timeout, or dies, fails its configuration's trials with the console's last lines; the run
-goes on with the next configuration."""
+goes on with the next configuration.
+
+**The channel to the guests is private.** QEMU forwards a TCP port on 127.0.0.1 to each guest's
+fio server (user networking), and fio's server has no authentication: on the host's own network
+any local user could run jobs on the disk under test. So a session first moves iomatrix's thread
+into a network namespace of its own (:func:`iomatrix.core.proc.private_network`, loopback only);
+its QEMUs and daemons, and the fio client the runner starts from the same thread, inherit it, and
+the forwarded ports exist only there. Nobody else can enter it (that needs CAP_SYS_ADMIN), and it
+ends with its last process, which the kernel stops if iomatrix is killed (``orphan_guard``).
+Sockets (QMP, vhost-user) and logs are in the run's 0700 scratch directory. Where no namespace can
+be made (iomatrix not root), the guests use the host's loopback as before: ``prepare`` says so in
+a warning, every sample stores it (``guest.channel``) and ``iomatrix doctor`` explains it; the
+check below still catches what a foreign client does.
+
+**Foreign I/O fails the trial** (:meth:`GuestSession.check_trial`): QEMU's byte counters of each
+guest's disk (``query-blockstats``) over the trial must not exceed fio's own count for that guest
+by more than fio provably leaves uncounted:
+
+* its ramp: fio counts nothing until ``ramp_time`` after its job's start (``td->epoch``, set
+  before its first I/O), and resets on the first completion after that. A sampler thread reads
+  QEMU's counters every 50 ms until the first I/O shows (at host time ``s``: the epoch was before
+  ``s``), then at ``s + ramp × 1.02 + m`` for the margins ``m`` of :data:`MARGINS`; whatever QEMU
+  counted up to the first reading whose margin covers :func:`ramp_margin` is allowed: 0.1 s for
+  one job (reading and scheduling delays; the 2 % covers the guest's clock, measured within
+  0.1 % of the host's under TCG, and exact under KVM's kvmclock), plus 0.25 s per further job:
+  the jobs of a group are released together but each opens the device (and sizes its random
+  map) before setting its own epoch, measured 0.05 s apart per job under TCG (8 jobs, 2 vCPUs);
+* the I/O that completes as fio resets (one per job) and any still in flight when it stops
+  (``iodepth`` per job; fio reaps and counts those, this is a margin): ``numjobs × (iodepth + 1)``
+  times the largest block size the workload can issue;
+* 1 MiB for the guest kernel itself (it issues none on the disk under test: nothing is mounted,
+  fio uses O_DIRECT).
+
+Bytes, not operations: the guest's block layer may split or merge fio's requests, never change
+their bytes. Flushes and discards are not compared. What QEMU counted before the trial
+(preconditioning, earlier trials) is outside it: each trial starts from a fresh reading.
+vhost-user-blk guests are not checked (their QEMU counts nothing; the daemon serves the disk), nor
+are trials whose jobs start at staggered times (``startdelay`` with a range) or that end before
+the reading after the ramp; ``io_check`` in each sample's applied settings says which.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -22,17 +64,38 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
-from iomatrix.core.proc import log_tail, managed, read_text, require, wait_for
-from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
-                                guest_argv, read_blockstats, read_daemon_settings,
-                                read_guest_settings, vhost_daemon_argv, vhost_num_queues)
+from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
+                                read_text, require, wait_for)
+from iomatrix.fio.models import FioResult, JobStats
+from iomatrix.qemu.args import (BLOCKSTATS, GuestSpec, expected_daemon_settings,
+                                expected_guest_settings, guest_argv, read_blockstats,
+                                read_daemon_settings, read_guest_settings, vhost_daemon_argv,
+                                vhost_num_queues)
+from iomatrix.qemu.blockdev import FORMAT_NODE
 from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.qemu.qmp import qmp_execute
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
-from iomatrix.core.units import format_bytes
+from iomatrix.core.units import format_bytes, parse_size
 
 DAEMON_START_TIMEOUT = 15.0
+PRIVATE = "private network namespace"
+"""``guest.channel`` of a session whose guests are reachable only from its own namespace."""
+SHARED = "host loopback, reachable by every local user"
+"""``guest.channel`` when no private namespace could be made (followed by the reason)."""
+
+POLL_SECONDS = 0.05
+"""How often the sampler reads QEMU's counters until a guest's first I/O shows."""
+CLOCK_TOLERANCE = 0.02
+"""How much longer than ``ramp`` (host time) fio's ramp may last by the guest's clock."""
+ONE_JOB_MARGIN = 0.1
+SKEW_PER_JOB = 0.25
+MARGINS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+"""Seconds after ``first I/O + ramp × (1 + CLOCK_TOLERANCE)`` at which the sampler reads what
+fio's ramp may have done (one reading each, while the trial lasts)."""
+GUEST_SLACK_BYTES = 1 << 20
+"""Allowed for I/O of the guest kernel's own on the disk under test (none is expected)."""
+_SIZE_OPTIONS = ("bsrange", "blocksize_range", "bssplit")
 
 
 class Guest(BaseModel):
@@ -57,18 +120,175 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# --- the foreign-I/O check ---------------------------------------------------------------------
+
+def query_blockstats(qmp_socket: Path, *, timeout: float = 5.0) -> dict[str, int]:
+    """:func:`iomatrix.qemu.args.read_blockstats` with a plain blocking socket, for the sampler
+    thread: :func:`iomatrix.qemu.qmp.qmp_execute` runs an event loop and defers Ctrl-C to its
+    caller, which must be the main thread."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(qmp_socket))
+        stream = s.makefile("rb")
+
+        def answer() -> object:
+            while True:                        # events may come before the answer
+                line = stream.readline()
+                if not line:
+                    raise ConnectionError("QEMU closed the QMP connection")
+                message = json.loads(line)
+                if "error" in message:
+                    raise ConnectionError(f"QMP error: {message['error']}")
+                if "return" in message:
+                    return message["return"]
+
+        json.loads(stream.readline() or b"null")            # the greeting
+        s.sendall(b'{"execute": "qmp_capabilities"}\n')
+        answer()
+        s.sendall(b'{"execute": "query-blockstats"}\n')
+        stats = answer()
+    node = next((n for n in stats if isinstance(n, dict) and n.get("node-name") == FORMAT_NODE),
+                None) if isinstance(stats, list) else None
+    return {k: int(node["stats"][k]) for k in BLOCKSTATS} if node else {}
+
+
+def _bytes(stats: dict[str, int]) -> int:
+    return stats["rd_bytes"] + stats["wr_bytes"]
+
+
+class RampSampler:
+    """QEMU's byte counters of each guest's disk, read in a thread from a trial's start: every
+    :data:`POLL_SECONDS` until the guest's first I/O shows, then once for each margin of
+    :data:`MARGINS` after the ramp (see the module docstring). ``base`` holds each guest's
+    counters before the trial (empty: not counted, e.g. vhost-user-blk)."""
+
+    def __init__(self, sockets: Sequence[Path], base: Sequence[dict[str, int]], ramp: float,
+                 lock: threading.Lock) -> None:
+        self.sockets = list(sockets)
+        self.base = list(base)
+        self.ramp = ramp
+        self.lock = lock
+        self.first_io: list[float | None] = [None] * len(self.sockets)
+        self.after_ramp: list[dict[float, int]] = [{} for _ in self.sockets]
+        """Per guest: margin → bytes QEMU counted from the trial's start to that reading."""
+        self.errors: list[str | None] = [None] * len(self.sockets)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="iomatrix-io-check", daemon=True)
+
+    def start(self) -> RampSampler:
+        self._thread.start()
+        return self
+
+    def finish(self) -> None:
+        """Stop reading (a reading under way ends within its timeout)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _read(self, index: int) -> int | None:
+        try:
+            with self.lock:
+                stats = query_blockstats(self.sockets[index])
+            return _bytes(stats) - _bytes(self.base[index])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.errors[index] = f"QMP: {exc}"
+            return None
+
+    def _run(self) -> None:
+        margins = sorted(MARGINS)
+        while not self._stop.is_set():
+            waits = []
+            for i in range(len(self.sockets)):
+                if not self.base[i] or self.errors[i] is not None:
+                    continue
+                if self.first_io[i] is None:
+                    moved = self._read(i)
+                    if moved:
+                        self.first_io[i] = time.monotonic()
+                    elif moved is not None:
+                        waits.append(POLL_SECONDS)
+                        continue
+                    else:
+                        continue
+                first = self.first_io[i]
+                assert first is not None
+                for margin in margins:
+                    if margin in self.after_ramp[i]:
+                        continue
+                    due = first + self.ramp * (1 + CLOCK_TOLERANCE) + margin
+                    if time.monotonic() >= due:
+                        value = self._read(i)
+                        if value is None:
+                            break
+                        self.after_ramp[i][margin] = value
+                    else:
+                        waits.append(due - time.monotonic())
+                        break
+            if not waits:
+                return
+            self._stop.wait(max(0.0, min(waits)))
+
+
+def ramp_margin(workload: Workload) -> float:
+    """Seconds after ``first I/O + ramp × (1 + CLOCK_TOLERANCE)`` by which every job of
+    ``workload`` has ended its ramp (see the module docstring)."""
+    return ONE_JOB_MARGIN + SKEW_PER_JOB * (workload.numjobs - 1)
+
+
+def after_ramp(readings: dict[float, int], workload: Workload) -> tuple[float, int] | None:
+    """The first reading (margin, bytes) taken late enough for ``workload``, or None."""
+    needed = ramp_margin(workload)
+    return next(((m, readings[m]) for m in sorted(readings) if m >= needed - 1e-9), None)
+
+
+def largest_io(workload: Workload) -> int:
+    """The largest request fio can issue for ``workload``: its bs, or the largest size in a
+    bsrange/bssplit option (their percentages are below any block size)."""
+    sizes = [workload.bs]
+    for key, value in workload.options:
+        if key in _SIZE_OPTIONS:
+            for token in re.split(r"[,:/\-]", value):
+                with contextlib.suppress(ValueError):
+                    sizes.append(parse_size(token))
+    return max(sizes)
+
+
+def unchecked_reason(workload: Workload) -> str | None:
+    """Why the foreign-I/O check cannot bound fio's ramp for ``workload``, or None."""
+    for key, value in workload.options:
+        if key == "startdelay" and ("-" in value or ":" in value):
+            return ("startdelay with a range starts fio's jobs, and their ramps, at different "
+                    "times")
+    return None
+
+
+def client_result(result: FioResult, port: int, guests: int) -> JobStats | None:
+    """fio's result for the client of the guest on ``port`` (the only one with one guest)."""
+    found = next((job for job in result.jobs if job.port == port), None)
+    if found is None and guests == 1 and len(result.jobs) == 1:
+        found = result.jobs[0]
+    return found
+
+
 class GuestSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], guests: list[Guest],
                  procs: list, disk: GuestDisk, hosts_file: Path, applied: dict[str, str],
-                 wrong: list[str]) -> None:  # type: ignore[type-arg]
+                 wrong: list[str], *, ramp: float = 0.0,
+                 channel: str = PRIVATE) -> None:  # type: ignore[type-arg]
         super().__init__(config, images)
         self.guests = guests
         self.procs = procs
         self.disk = disk
         self.hosts_file = hosts_file
-        self._applied = applied
+        self.ramp = ramp
+        self.channel = channel
+        self._applied = applied | {"guest.channel": channel}
         self._wrong = wrong
-        self._before: dict[str, int] = {}
+        self._lock = threading.Lock()
+        """One QMP conversation at a time per guest: QEMU's monitor takes one client at a time
+        and queues one more; the sampler thread and the main thread both read counters."""
+        self._base: list[dict[str, int]] = []
+        self._sampler: RampSampler | None = None
+        self._io_check = ""
 
     def fio_target(self) -> dict[str, str]:
         return {"ioengine": "libaio", "direct": "1", "filename": f"/dev/{self.disk.name}"}
@@ -87,15 +307,75 @@ class GuestSession(Session):
         return [g.port for g in self.guests]
 
     def new_trial(self) -> None:
-        self._before = self._blockstats()
+        self.close()
+        self._base = self._guest_stats()
+        self._io_check = ""
+        self._sampler = RampSampler([g.qmp_socket for g in self.guests], self._base, self.ramp,
+                                    self._lock).start()
+
+    def close(self) -> None:
+        """Stop the sampler of the last trial, if it still runs."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.finish()
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        """TrialFailed when QEMU saw materially more I/O on a guest's disk than fio counted over
+        the trial: another process used the disk (bound derived in the module docstring)."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is None:
+            return
+        sampler.finish()
+        after = self._guest_stats()
+        skip = unchecked_reason(workload)
+        slack = workload.numjobs * (workload.iodepth + 1) * largest_io(workload) + GUEST_SLACK_BYTES
+        verdicts, foreign = [], []
+        for i, guest in enumerate(self.guests):
+            name = f"vm{guest.index}"
+            base, now = self._base[i] if i < len(self._base) else {}, after[i]
+            job = client_result(result, guest.port, len(self.guests))
+            reading = after_ramp(sampler.after_ramp[i], workload)
+            why = ("QEMU counts nothing (vhost-user-blk: the daemon serves the disk)"
+                   if not base or not now else skip
+                   or (f"fio returned no result for {name}" if job is None else None)
+                   or (f"QEMU's counters could not be read: {sampler.errors[i]}"
+                       if sampler.errors[i] else None)
+                   or (f"the trial ended before {ramp_margin(workload):g} s after fio's ramp"
+                       if reading is None else None))
+            if why is not None:
+                verdicts.append(f"{name} not checked: {why}")
+                continue
+            assert job is not None and reading is not None
+            margin, ramp_bytes = reading
+            qemu = _bytes(now) - _bytes(base)
+            fio = job.read.io_bytes + job.write.io_bytes
+            allowed = ramp_bytes + slack
+            text = (f"QEMU {format_bytes(qemu)}, fio {format_bytes(fio)}, allowed "
+                    f"{format_bytes(allowed)} more (ramp + {margin:g} s {format_bytes(ramp_bytes)}, "
+                    f"in flight and guest {format_bytes(slack)})")
+            if qemu - fio > allowed:
+                verdicts.append(f"{name} FOREIGN I/O: {text}")
+                foreign.append(f"{name}'s disk moved {format_bytes(qemu)} in QEMU, fio counted "
+                               f"{format_bytes(fio)}: {format_bytes(qemu - fio - allowed)} beyond "
+                               f"the {format_bytes(allowed)} that fio's ramp and in-flight I/O "
+                               "explain")
+            else:
+                verdicts.append(f"{name} ok: {text}")
+        self._io_check = "; ".join(verdicts)
+        if foreign:
+            raise TrialFailed("foreign I/O on the disk under test during the trial (another "
+                              "process used the guest's disk): " + "; ".join(foreign))
 
     def applied(self) -> dict[str, str]:
         """What QEMU applied, and QEMU's own I/O counters over the last trial (summed over the
-        guests): a cross-check of fio's figures from the other side of the device."""
+        guests): a cross-check of fio's figures from the other side of the device; the guests'
+        channel and the foreign-I/O check's verdict."""
+        before = _sum(self._base)
         after = self._blockstats()
-        counted = {f"blockstats.{k}": str(after[k] - self._before[k])
-                   for k in after if k in self._before}
-        return self._applied | counted
+        counted = {f"blockstats.{k}": str(after[k] - before[k])
+                   for k in after if k in before}
+        check = {"io_check": self._io_check} if self._io_check else {}
+        return self._applied | counted | check
 
     def completed_ios(self) -> int | None:
         """Reads and writes QEMU's devices completed, summed over the guests: fio's client
@@ -107,17 +387,19 @@ class GuestSession(Session):
         return stats["rd_operations"] + stats["wr_operations"]
 
     def _blockstats(self) -> dict[str, int]:
-        total: dict[str, int] = {}
+        stats = self._guest_stats()
+        return {} if any(not s for s in stats) else _sum(stats)
+
+    def _guest_stats(self) -> list[dict[str, int]]:
+        """Each guest's counters ({} when its QEMU is gone, does not answer or counts nothing)."""
+        out = []
         for guest, proc in zip(self.guests, self.procs):
-            if proc.poll() is not None:
-                return {}
-            try:
-                stats = read_blockstats(guest.qmp_socket)
-            except ToolFailed:
-                return {}
-            for key, value in stats.items():
-                total[key] = total.get(key, 0) + value
-        return total
+            stats: dict[str, int] = {}
+            if proc.poll() is None:
+                with contextlib.suppress(ToolFailed), self._lock:
+                    stats = read_blockstats(guest.qmp_socket)
+            out.append(stats)
+        return out
 
     def mismatches(self) -> list[str]:
         return list(self._wrong)
@@ -134,32 +416,58 @@ class GuestSession(Session):
         return [p for g in self.guests for p in (g.pid, g.daemon_pid) if p is not None]
 
 
+def _sum(stats: Sequence[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in stats:
+        for key, value in one.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
 class GuestDriver(Driver):
     mode = "guest"
 
-    def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str) -> None:
+    def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str,
+                 shared_reason: str | None = None) -> None:
         super().__init__(method, workdir)
         self.appliance = appliance
         self.accelerator = accel
         self.boots = 0
+        self.shared_reason = shared_reason
+        """Why the guests cannot have a private network namespace here; None: they get one."""
 
     @classmethod
     def prepare(cls, method: Method, workdir: Path, *, accel: str,
                 note: Callable[[str], None]) -> GuestDriver:
-        """The guest driver with its appliance built (or found cached) and its accelerator
-        chosen."""
+        """The guest driver with its appliance built (or found cached), its accelerator chosen
+        and its channel to the guests tried: a warning when it cannot be private."""
         appliance = build_appliance()
         if not appliance.cached:
             note(f"built the guest appliance in {appliance.build_seconds:.1f} s "
                  f"({format_bytes(appliance.size_bytes)}: kernel {appliance.kernel_release}, "
                  f"{appliance.fio_version})")
+        shared = private_network_problem()
+        if shared is not None:
+            note(f"warning: {shared_warning(shared)}")
         return cls(method, workdir, appliance=appliance,
-                   accel=resolve_accel(accel, appliance, note))
+                   accel=resolve_accel(accel, appliance, note), shared_reason=shared)
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        """The guests booted in a private network namespace (see the module docstring), entered
+        by this thread first and left last, after every process in it was stopped; the fio
+        client started from this thread while the session is open runs there too."""
         self.boots += 1
         with contextlib.ExitStack() as stack:
+            channel = PRIVATE
+            if self.shared_reason is None:
+                try:
+                    stack.enter_context(private_network())
+                except EnvironmentProblem as exc:   # the probe in prepare passed: unexpected
+                    raise TrialFailed(f"cannot give the guests a private network namespace: "
+                                      f"{exc}") from exc
+            else:
+                channel = f"{SHARED} ({self.shared_reason})"
             guests, procs = [], []
             for index, image in enumerate(images):
                 guest, proc = self._start(stack, config, image, index)
@@ -170,7 +478,10 @@ class GuestDriver(Driver):
             hosts.write_text("".join(f"ip:127.0.0.1,{g.port}\n" for g in guests))
             applied, wrong = self._verify(config, guests[0], disk)
             stack.callback(self._quit, guests, procs)
-            yield GuestSession(config, images, guests, procs, disk, hosts, applied, wrong)
+            session = GuestSession(config, images, guests, procs, disk, hosts, applied, wrong,
+                                   ramp=self.method.ramp, channel=channel)
+            stack.callback(session.close)
+            yield session
 
     # -- start and stop ----------------------------------------------------------------------
     def _start(self, stack: contextlib.ExitStack, config: Configuration, image: Image,
@@ -201,7 +512,8 @@ class GuestDriver(Driver):
                             timeout=DAEMON_START_TIMEOUT) or daemon.poll() is not None:
                 raise TrialFailed(f"qemu-storage-daemon for vm{index} did not start: "
                                   f"{log_tail(daemon_log) or 'no output'}")
-        port = free_port()
+        # In the private namespace nothing else listens: fixed ports, no race for a free one.
+        port = GUEST_FIO_PORT + index if self.shared_reason is None else free_port()
         spec = GuestSpec(
             config=config, image=image, kernel=self.appliance.kernel,
             initrd=self.appliance.initrd,
@@ -266,6 +578,14 @@ class GuestDriver(Driver):
         for proc in procs:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=5)
+
+
+def shared_warning(reason: str) -> str:
+    """What a run and ``iomatrix doctor`` say when the guests cannot have a private network."""
+    return (f"the guests' fio servers will listen on 127.0.0.1 of this host, where every local "
+            f"user can run fio jobs on the disks under test ({reason}); run iomatrix as root to "
+            "give each guest session a private network namespace (foreign I/O still fails its "
+            "trial)")
 
 
 KVM_PROBE_TIMEOUT = 6.0  # a kernel reaches /init in about 1 s under KVM

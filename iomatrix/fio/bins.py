@@ -1,6 +1,8 @@
 """Percentiles from fio's json+ latency histograms. fio reports no percentiles for its
-"All clients" aggregate before 3.41; merging the clients' bins gives them exactly as fio computes
-them for one job (the value of the first bin whose cumulative count reaches the percentile)."""
+"All clients" aggregate before 3.41, none for jobs summed without group_reporting, and none for
+the reads and writes of a mixed workload together; merging their bins gives them exactly as fio
+computes them for one job (the value of the first bin whose cumulative count reaches the
+percentile): for both directions, what fio itself reports with ``unified_rw_reporting=both``."""
 
 from __future__ import annotations
 

@@ -18,13 +18,16 @@ class Percentiles(Frozen):
 
 
 class Latency(Frozen):
-    """One latency distribution (fio's lat_ns, clat_ns or slat_ns)."""
+    """One latency distribution (fio's lat_ns, clat_ns or slat_ns), with the percentiles and the
+    json+ histogram fio computed of this distribution (never of another one)."""
 
     min_ns: float
     max_ns: float
     mean_ns: float
     stdev_ns: float
     percentiles: Percentiles = Percentiles()
+    bins: tuple[tuple[int, int], ...] | None = None
+    """json+ histogram of this distribution: (upper bound ns, count) pairs, when fio wrote it."""
 
 
 class DirectionStats(Frozen):
@@ -40,9 +43,10 @@ class DirectionStats(Frozen):
     clat: Latency | None
     """Completion latency."""
     percentile_source: str | None = None
-    """Which distribution the percentiles in ``lat`` came from: "lat" or "clat"."""
+    """The distribution fio computed percentiles of, "lat" preferred when it did of both;
+    None when it computed none."""
     bins: tuple[tuple[int, int], ...] | None = None
-    """json+ latency histogram: (upper bound ns, count) pairs, when fio wrote them."""
+    """json+ histogram of ``percentile_source``'s distribution (each ``Latency`` has its own)."""
 
     @property
     def active(self) -> bool:
@@ -70,7 +74,8 @@ class FioResult(Frozen):
     """One fio invocation's result."""
 
     fio_version: str
-    timestamp: int
+    timestamp: int | None
+    """When fio finished (Unix time); None from fio before 2.2.8, which wrote none."""
     jobs: tuple[JobStats, ...]
     """Per job (or per client in client/server mode); never includes the aggregate."""
     aggregate: JobStats | None = None

@@ -1,8 +1,8 @@
 """fio's JSON output → :class:`~iomatrix.fio.models.FioResult`.
 
-The one place that knows fio's JSON. It accepts what fio 3.x prints with ``--output-format=json``
-or ``json+``, run locally (``jobs``) or as a client of ``fio --server`` (``client_stats``), and
-copes with the differences between releases:
+The one place that knows fio's JSON. It accepts what fio 2.1 and later print with
+``--output-format=json`` or ``json+``, run locally (``jobs``) or as a client of ``fio --server``
+(``client_stats``), and copes with the differences between releases (fio's own ``stat.c`` history):
 
 - text before the JSON (client/server progress lines) is kept in ``prelude``; anything after the
   JSON object is ignored;
@@ -10,6 +10,10 @@ copes with the differences between releases:
   accepted and converted); ``N`` (sample count) exists only from fio 3.20;
 - ``bw_bytes`` exists from fio 3.3, older releases only have ``bw`` in KiB/s;
   ``job_runtime`` exists from fio 3.9;
+- ``io_bytes`` is in KiB before fio 2.21 (which added ``io_kbytes`` and made it bytes);
+  ``total_ios`` exists from fio 2.1.14 (before, it is estimated from ``iops`` × ``runtime``);
+  ``timestamp`` from fio 2.2.8 (before, ``FioResult.timestamp`` is None); ``job options`` from
+  fio 2.3. Output of fio before 2.1 is refused, naming the version;
 - percentile keys are ``"%f"`` of the percentile ("99.900000"); fio before 3.5 pads the dict with
   ``"0.00": 0`` entries, and omits it or writes it empty when percentiles are off;
 - before fio 3.13, percentiles of the total latency (``lat_percentiles=1``, or
@@ -17,9 +21,10 @@ copes with the differences between releases:
   tell them apart;
 - ``bins`` (json+ only) sit next to the percentiles they were computed from.
 
-Percentiles: those of the total latency (``lat_ns``) are preferred when fio reported them, else
-those of the completion latency; ``DirectionStats.percentile_source`` says which, and ``lat``
-carries the preferred set. A direction that did no I/O has ``lat``/``clat`` None.
+Percentiles: each ``Latency`` carries only the percentiles and bins fio computed of that
+distribution (``lat`` those of the total latency, ``clat`` those of the completion latency);
+``DirectionStats.percentile_source`` names the one fio computed ("lat" preferred when both), and
+``DirectionStats.bins`` is its histogram. A direction that did no I/O has ``lat``/``clat`` None.
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ _JSON_START = re.compile(r"^\{", re.MULTILINE)
 _BARE_NONFINITE = re.compile(r"(:\s*)(-?)(nan|inf)\b", re.IGNORECASE)
 _TRUE = {"", "1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+_VERSION = re.compile(r"fio-(\d+)\.(\d+)(?:\.(\d+))?")
+OLDEST = (2, 1)
+"""The oldest fio release whose JSON is read."""
+_IO_BYTES_IN_BYTES = (2, 21)   # before: io_bytes in KiB
+_TOTAL_IOS = (2, 1, 14)        # before: no total_ios
 
 
 def parse_fio_output(text: str) -> FioResult:
@@ -73,7 +83,11 @@ def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
     version = obj.get("fio version")
     if not isinstance(version, str) or not version:
         raise FioParseError(f"fio JSON has no 'fio version' string (keys: {_keys(obj)})")
-    timestamp = _int(obj, "timestamp", "top level")
+    release = version_of(version)
+    if release is not None and release[:2] < OLDEST:
+        raise FioParseError(f"{version} output: fio older than {'.'.join(map(str, OLDEST))} "
+                            "is not supported")
+    timestamp = _int(obj, "timestamp", "top level") if "timestamp" in obj else None  # fio >= 2.2.8
 
     if "client_stats" in obj:
         key = "client_stats"
@@ -97,7 +111,7 @@ def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
                                 "expected an object")
         is_aggregate = key == "client_stats" and entry.get("jobname") == AGGREGATE_NAME
         stats = _job(entry, index, global_options, client=key == "client_stats",
-                     aggregate=is_aggregate)
+                     aggregate=is_aggregate, release=release)
         if is_aggregate:
             aggregate = stats
         else:
@@ -106,6 +120,15 @@ def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
         raise FioParseError(f"fio JSON '{key}' has only the '{AGGREGATE_NAME}' entry, no job")
     return FioResult(fio_version=version, timestamp=timestamp, jobs=tuple(jobs),
                      aggregate=aggregate, prelude=prelude)
+
+
+def version_of(version: str) -> tuple[int, int, int] | None:
+    """fio's version string as (major, minor, patch): "fio-2.1.10" → (2, 1, 10), "fio-3.33" →
+    (3, 33, 0); None when it does not look like a release."""
+    m = _VERSION.match(version.strip())
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
 # --- decoding ------------------------------------------------------------------------------------
@@ -137,7 +160,7 @@ def _nonfinite(m: re.Match[str]) -> str:
 
 
 def _job(entry: dict[str, Any], index: int, global_options: Mapping[str, Any], *, client: bool,
-         aggregate: bool) -> JobStats:
+         aggregate: bool, release: tuple[int, int, int] | None = None) -> JobStats:
     name = entry.get("jobname")
     if not isinstance(name, str):
         raise FioParseError(f"fio job #{index} has no 'jobname' (keys: {_keys(entry)})")
@@ -150,8 +173,8 @@ def _job(entry: dict[str, Any], index: int, global_options: Mapping[str, Any], *
     if isinstance(job_options, dict):
         options.update(job_options)
 
-    read = _direction(_section(entry, "read", where), f"{where} read", options)
-    write = _direction(_section(entry, "write", where), f"{where} write", options)
+    read = _direction(_section(entry, "read", where), f"{where} read", options, release)
+    write = _direction(_section(entry, "write", where), f"{where} write", options, release)
     if "job_runtime" in entry:  # fio >= 3.9
         job_runtime = _int(entry, "job_runtime", where)
     else:
@@ -187,11 +210,17 @@ def _section(entry: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _direction(d: dict[str, Any], where: str, options: Mapping[str, Any]) -> DirectionStats:
+def _direction(d: dict[str, Any], where: str, options: Mapping[str, Any],
+               release: tuple[int, int, int] | None = None) -> DirectionStats:
     io_bytes = _int(d, "io_bytes", where)
-    total_ios = _int(d, "total_ios", where)
+    if release is not None and release < _IO_BYTES_IN_BYTES:
+        io_bytes *= 1024  # KiB before fio 2.21
     runtime = _int(d, "runtime", where)
     iops = _float(d, "iops", where)
+    if "total_ios" not in d and release is not None and release < _TOTAL_IOS:
+        total_ios = round(iops * runtime / 1000)  # fio < 2.1.14: iops = 1000 × ios / runtime
+    else:
+        total_ios = _int(d, "total_ios", where)
     if "bw_bytes" in d:  # fio >= 3.3
         bw_bytes = _float(d, "bw_bytes", where)
     elif "bw" in d:
@@ -215,13 +244,13 @@ def _direction(d: dict[str, Any], where: str, options: Mapping[str, Any]) -> Dir
         lat_bins, clat_bins = clat_bins, None
 
     if lat_pct is not None:
-        source, preferred, bins = "lat", lat_pct, lat_bins
+        source, bins = "lat", lat_bins
     elif clat_pct is not None:
-        source, preferred, bins = "clat", clat_pct, clat_bins
+        source, bins = "clat", clat_bins
     else:
-        source, preferred, bins = None, None, lat_bins if lat_bins is not None else clat_bins
-    lat = _latency(lat_obj, lat_scale, preferred, f"{where} lat")
-    clat = _latency(clat_obj, clat_scale, clat_pct, f"{where} clat")
+        source, bins = None, lat_bins if lat_bins is not None else clat_bins
+    lat = _latency(lat_obj, lat_scale, lat_pct, lat_bins, f"{where} lat")
+    clat = _latency(clat_obj, clat_scale, clat_pct, clat_bins, f"{where} clat")
     return DirectionStats(io_bytes=io_bytes, total_ios=total_ios, runtime_ms=runtime, iops=iops,
                           bw_bytes=bw_bytes, lat=lat, clat=clat, percentile_source=source,
                           bins=bins)
@@ -240,7 +269,7 @@ def _lat_object(d: dict[str, Any], kind: str, where: str) -> tuple[dict[str, Any
 
 
 def _latency(obj: dict[str, Any] | None, scale: float, percentiles: Percentiles | None,
-             where: str) -> Latency | None:
+             bins: tuple[tuple[int, int], ...] | None, where: str) -> Latency | None:
     if obj is None:
         return None
     if "N" in obj:  # fio >= 3.20 counts samples
@@ -254,6 +283,7 @@ def _latency(obj: dict[str, Any] | None, scale: float, percentiles: Percentiles 
         mean_ns=_float(obj, "mean", where) * scale,
         stdev_ns=_float(obj, "stddev", where) * scale,
         percentiles=percentiles or Percentiles(),
+        bins=bins,
     )
 
 

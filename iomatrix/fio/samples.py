@@ -1,17 +1,36 @@
 """fio's results as iomatrix keeps them: one sample per active direction of a trial, with the
-aggregate of several clients and each guest's own share."""
+aggregate of several clients and each guest's own share.
+
+A sample's latency figures (mean, spread, extremes and percentiles) all describe ONE of fio's
+latency distributions, named by ``Latency``: ``lat``, the total latency (submission +
+completion), or ``clat``, the completion latency alone. fio computes percentiles of ``lat`` only
+with ``lat_percentiles=1`` (iomatrix's job files set it; fio before 3.1 cannot), so a sample of
+the other distribution has no percentiles rather than another distribution's.
+
+A mixed workload's percentiles are per direction: percentiles of two directions cannot be
+averaged into one. ``mixed_percentiles`` gives the true percentiles of both directions together,
+from fio's json+ histograms, where fio wrote them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal
 
 from iomatrix.core.errors import FioParseError
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
-from iomatrix.fio.models import DirectionStats, FioResult, Percentiles
+from iomatrix.fio.models import DirectionStats, FioResult, Latency, Percentiles
 from iomatrix.core.model import Frozen
+
+LatencyKind = Literal["lat", "clat"]
+LATENCIES: tuple[LatencyKind, ...] = ("lat", "clat")
+DEFAULT_LATENCY: LatencyKind = "lat"
+"""What iomatrix's own runs measure: their job files set ``lat_percentiles=1``."""
 
 
 class DirectionSample(Frozen):
-    """One direction of one trial. Latencies are fio's total latency (lat_ns), in ns."""
+    """One direction of one trial. Latencies in ns, all of one fio distribution (``lat`` unless
+    the run says ``clat``: see the module's docstring)."""
 
     direction: str
     iops: float
@@ -33,42 +52,80 @@ class DirectionSample(Frozen):
 
     @classmethod
     def from_stats(cls, direction: str, stats: DirectionStats,
-                   percentiles: Percentiles | None = None, vm: int | None = None) -> "DirectionSample":
-        lat = stats.lat or stats.clat
-        pct = percentiles or (lat.percentiles if lat else None)
+                   percentiles: Percentiles | None = None, vm: int | None = None, *,
+                   latency: LatencyKind = DEFAULT_LATENCY) -> "DirectionSample":
+        """The sample of one direction, its latency figures all of ``latency``'s distribution;
+        ``percentiles`` (of that distribution, e.g. from merged histograms) replace fio's."""
+        dist = distribution(stats, latency)
+        pct = percentiles if percentiles is not None else (dist.percentiles if dist else None)
         return cls(direction=direction, vm=vm, iops=stats.iops, bw_bytes=stats.bw_bytes,
                    io_bytes=stats.io_bytes, total_ios=stats.total_ios,
                    runtime_ms=stats.runtime_ms,
-                   lat_mean_ns=lat.mean_ns if lat else None,
-                   lat_stdev_ns=lat.stdev_ns if lat else None,
-                   lat_min_ns=lat.min_ns if lat else None,
-                   lat_max_ns=lat.max_ns if lat else None,
+                   lat_mean_ns=dist.mean_ns if dist else None,
+                   lat_stdev_ns=dist.stdev_ns if dist else None,
+                   lat_min_ns=dist.min_ns if dist else None,
+                   lat_max_ns=dist.max_ns if dist else None,
                    p50_ns=pct.p50 if pct else None, p90_ns=pct.p90 if pct else None,
                    p99_ns=pct.p99 if pct else None, p99_9_ns=pct.p99_9 if pct else None,
                    p99_99_ns=pct.p99_99 if pct else None)
 
 
-def samples_of(result: FioResult) -> tuple[DirectionSample, ...]:
+def distribution(stats: DirectionStats, latency: LatencyKind) -> Latency | None:
+    """``stats``'s ``lat`` or ``clat`` distribution (None where fio did not measure it)."""
+    if latency not in LATENCIES:
+        raise ValueError(f"latency {latency!r}: choose lat or clat")
+    return stats.lat if latency == "lat" else stats.clat
+
+
+def has_percentiles(stats: DirectionStats, latency: LatencyKind) -> bool:
+    """Whether fio computed percentiles of ``latency``'s distribution for this direction."""
+    dist = distribution(stats, latency)
+    return dist is not None and dist.percentiles.p50 is not None
+
+
+def merged_percentiles(stats: Sequence[DirectionStats],
+                       latency: LatencyKind) -> Percentiles | None:
+    """The percentiles of several directions' I/Os together (jobs or clients that ran at once,
+    or the two directions of a mixed workload), from their merged json+ histograms of
+    ``latency``'s distribution; None unless every active one has its histogram."""
+    active = [s for s in stats if s.active]
+    histograms = [d.bins if (d := distribution(s, latency)) is not None else None for s in active]
+    if not histograms or any(h is None for h in histograms):
+        return None
+    return percentiles_from_bins(merge_bins(h for h in histograms if h is not None))
+
+
+def mixed_percentiles(read: DirectionStats, write: DirectionStats,
+                      latency: LatencyKind = DEFAULT_LATENCY) -> Percentiles | None:
+    """The true percentiles of a mixed workload's reads and writes together, from both
+    directions' json+ histograms; None without them (never an average of the two)."""
+    if not (read.active and write.active):
+        return None
+    return merged_percentiles([read, write], latency)
+
+
+def samples_of(result: FioResult,
+               latency: LatencyKind = DEFAULT_LATENCY) -> tuple[DirectionSample, ...]:
     """The active directions of a fio result: of its one job, or of the "All clients" aggregate,
     whose percentiles come from the clients' merged json+ histograms where fio gives none."""
     if result.aggregate is None:
         job = result.jobs[0]
-        return tuple(DirectionSample.from_stats(name, stats)
+        return tuple(DirectionSample.from_stats(name, stats, latency=latency)
                      for name, stats in (("read", job.read), ("write", job.write)) if stats.active)
     out = []
     for name in ("read", "write"):
         stats: DirectionStats = getattr(result.aggregate, name)
         if not stats.active:
             continue
-        pct = stats.lat.percentiles if stats.lat else None
-        histograms = [getattr(j, name).bins for j in result.jobs]
-        if (pct is None or pct.p50 is None) and all(h is not None for h in histograms):
-            pct = percentiles_from_bins(merge_bins(h for h in histograms if h is not None))
-        out.append(DirectionSample.from_stats(name, stats, percentiles=pct))
+        pct = None
+        if not has_percentiles(stats, latency):
+            pct = merged_percentiles([getattr(j, name) for j in result.jobs], latency)
+        out.append(DirectionSample.from_stats(name, stats, percentiles=pct, latency=latency))
     return tuple(out)
 
 
-def vm_samples_of(result: FioResult, ports: list[int]) -> tuple[DirectionSample, ...]:
+def vm_samples_of(result: FioResult, ports: list[int],
+                  latency: LatencyKind = DEFAULT_LATENCY) -> tuple[DirectionSample, ...]:
     """Each guest's own samples when several fio clients ran; none for one. fio lists clients in
     the order their results arrive, so each is matched to its guest by its port."""
     if result.aggregate is None:
@@ -79,6 +136,6 @@ def vm_samples_of(result: FioResult, ports: list[int]) -> tuple[DirectionSample,
         job = by_port.get(port)
         if job is None:
             raise FioParseError(f"fio returned no result for the guest on port {port}")
-        out += [DirectionSample.from_stats(name, stats, vm=index)
+        out += [DirectionSample.from_stats(name, stats, vm=index, latency=latency)
                 for name, stats in (("read", job.read), ("write", job.write)) if stats.active]
     return tuple(out)

@@ -12,10 +12,12 @@ that environment, so a test can point PATH at an empty directory to see every to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,7 +29,9 @@ from pathlib import Path
 
 from iomatrix.core.errors import ToolFailed
 from iomatrix.core.mounts import force_unmount, fstype, is_mounted
-from iomatrix.core.proc import first_line, managed, read_text, run, stop, wait_for, which
+from iomatrix.core.errors import EnvironmentProblem
+from iomatrix.core.proc import (first_line, managed, private_network, read_text, run, stop,
+                                wait_for, which)
 from iomatrix.appliance.probe import probe_kvm
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.core.model import Frozen
@@ -80,6 +84,7 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     checks.append(check_fio_engine("io_uring", env=env, directory=directory))
     checks.append(check_fuse(env=env, directory=directory))
     checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
+    checks.append(check_guest_channel(env=env))
     return tuple(checks)
 
 
@@ -303,6 +308,71 @@ def check_kvm(timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
                 "with hardware virtualization and access to /dev/kvm")
     return Check(name="KVM", ok=probe.usable, detail=probe.reason,
                  hint=None if probe.usable else hint, required=False)
+
+
+# --- the guests' channel -----------------------------------------------------------------------
+
+CHANNEL_TIMEOUT = 10.0
+
+
+def check_guest_channel(*, env: Mapping[str, str] | None = None) -> Check:
+    """QEMU's forward to a guest's fio server is reachable only by iomatrix: QEMU started in a
+    private network namespace (as guest sessions start it) forwards a port on 127.0.0.1 there,
+    a connection from inside reaches it, and the same port on this host's loopback is closed.
+    Not required: without it, runs go on with the guests on the host's loopback, and say so."""
+    name = "guest channel"
+    qemu = which("qemu-system-x86_64", env)
+    if qemu is None:
+        return Check(name=name, ok=False, required=False,
+                     detail="qemu-system-x86_64 not found on PATH",
+                     hint="apt-get install qemu-system-x86")
+    from iomatrix.drivers.guest import shared_warning   # measure may import drivers
+
+    with socket.socket() as outside, tempfile.TemporaryDirectory(
+            prefix="iomatrix-doctor-net-") as tmp:      # this socket stays in the host's namespace
+        with socket.socket() as free:                   # a port nothing listens on out here
+            free.bind(("127.0.0.1", 0))
+            port = int(free.getsockname()[1])
+        try:
+            with private_network():
+                detail = _channel_probe(qemu, Path(tmp), outside, port, env)
+        except EnvironmentProblem as exc:
+            return Check(name=name, ok=False, required=False, detail=shared_warning(str(exc)),
+                         hint=exc.hint)
+        except _ProbeFailed as exc:
+            return Check(name=name, ok=False, required=False, detail=str(exc),
+                         hint="see the QEMU message; guests would fail to start the same way")
+    return Check(name=name, ok=True, required=False, detail=detail)
+
+
+def _channel_probe(qemu: str, work: Path, outside: socket.socket, port: int,
+                   env: Mapping[str, str] | None) -> str:
+    argv = [qemu, "-machine", "none", "-nodefaults", "-no-user-config", "-display", "none",
+            "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:{port}"]
+    log = work / "qemu.log"
+    try:
+        with managed(argv, log=log, stop_timeout=CHANNEL_TIMEOUT, env=env) as proc:
+            def listening() -> bool:
+                with socket.socket() as inside, contextlib.suppress(OSError):
+                    inside.connect(("127.0.0.1", port))
+                    return True
+                return proc.poll() is not None
+            wait_for(listening, timeout=CHANNEL_TIMEOUT, interval=0.05)
+            if proc.poll() is not None or not listening():
+                raise _ProbeFailed(f"QEMU with a user-network forward did not listen in a "
+                                   f"private network namespace: "
+                                   f"{first_line(read_text(log)) or 'no message'}")
+            try:
+                outside.connect(("127.0.0.1", port))
+            except ConnectionRefusedError:
+                pass
+            else:
+                raise _ProbeFailed(f"port {port} on this host's loopback accepted a connection "
+                                   "while QEMU forwarded it only in a private network namespace")
+    except ToolFailed as exc:
+        raise _ProbeFailed(str(exc)) from exc
+    return ("each guest session gets a private network namespace: QEMU's forward to the "
+            "guest's fio server is reachable there and not on this host's loopback")
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -4,28 +4,27 @@ a callback object; never prints."""
 
 from __future__ import annotations
 
+import os
 import secrets
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.registry import driver_for
-from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, SuiteError, ToolFailed,
-                             TrialFailed)
+from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
 from iomatrix.fio.jobfile import fill_text, job_text
+from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.core.proc import require
 from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round
 from iomatrix.fio.samples import samples_of, vm_samples_of
-from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, TrialResult
+from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, StoredRun,
+                                    TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
@@ -36,9 +35,6 @@ from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
 
 FIO_GRACE = 60.0
-SCRATCH_MAX = 90
-"""Longest scratch path: sockets go up to 18 characters below it, and a UNIX socket path has
-at most 107."""
 
 
 class Progress(Protocol):
@@ -85,43 +81,77 @@ def tools_for(expansion: Expansion) -> list[str]:
 
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
-              resume: int | None = None) -> RunOutcome:
+              resume: int | None = None, retry_failed: bool = False) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. ``accel`` overrides
     the suite's [method] accel. ``resume`` continues that stored run (whose suite must be
-    ``suite``): only trials it does not have are measured. Ctrl-C stops every process started,
-    removes the images (unless ``keep``) and marks the run interrupted."""
+    ``suite``): only trials it does not have are measured, and with ``retry_failed`` its failed
+    trials too (each failed attempt is kept in the run's trial history). Ctrl-C stops every
+    process started, removes the images (unless ``keep``) and marks the run interrupted.
+
+    The target is checked before anything is stored or created. This process owns the run while
+    it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
+    records every directory it creates; what dead processes left behind for this run or this
+    target is removed first (``iomatrix.measure.reclaim``)."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
-    with _scratch(keep) as workdir:
+    workspace = Workspace(suite.target, keep=keep)
+    workspace.check(expansion.configurations)
+    with run_process(store, keep=keep) as me:
+        assert me.id is not None and me.scratch is not None
+        workdir = me.scratch
+        if resume is not None:
+            previous = store.claim_run(resume, me.id)
+            me.run_id = resume
+            if previous is not None:
+                progress.note(f"run {resume} was left by pid {previous.pid} (since "
+                              f"{previous.started_at}), which is gone: this process takes it over")
+        for done_item in reclaim(store, me=me.id, scope=_scope(suite, resume)):
+            if done_item.action == "removed":
+                progress.note(describe(done_item))
+        workspace.record = me.record
+        stale = stale_parents(store, me=me.id)
+        for level in workspace.adopt(stale):
+            store.adopt_resource(stale[os.path.realpath(level)], me.id, me.run_id)
         drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         expansion = expansion.for_accel(accelerator)
+        retry: set[tuple[str, str, int]] = set()
         if resume is None:
             seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
+            notes = [*expansion.notes, *workspace.notes]
             run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
                                       suite_text=suite.source_text, host=host,
-                                      accelerator=accelerator, notes=expansion.notes,
+                                      accelerator=accelerator, notes=notes,
                                       configs=expansion.configurations,
-                                      workloads=expansion.workloads, seed=seed)
+                                      workloads=expansion.workloads, seed=seed, owner=me.id)
+            me.run_id = run_id
             done: set[tuple[str, str, int]] = set()
         else:
             stored = store.load_run(resume)
             run_id, seed = stored.id, stored.seed or 0
             expansion = _as_stored(expansion, stored)
-            done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials}
+            done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+                    if t.status == "ok" or not retry_failed}
+            retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+                     if t.status == "failed" and retry_failed}
+            added = [n for n in workspace.notes if n not in stored.notes]
+            if retry:
+                added.append(_retry_note(stored, retry))
+            notes = [*stored.notes, *added]
+            store.add_notes(run_id, added)
             store.reopen_run(run_id)
-        for text in expansion.notes:
+        for text in notes:
             progress.note(text)
-        runner = _Runner(suite, expansion, store, run_id, progress, seed, done)
         status = "failed"
         try:
-            with Workspace(suite.target, keep=keep) as workspace:
-                workspace.open(expansion.configurations)
+            runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry)
+            with workspace:
+                workspace.create()
                 runner.run(workspace, workdir, drivers)
             status = "complete"
         except KeyboardInterrupt:
@@ -131,6 +161,33 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
+    """The run note that says which failed trials --retry-failed measures again, and why they
+    had failed (each failed attempt is kept whole in the run's trial history)."""
+    reasons: dict[str, int] = {}
+    for t in stored.trials:
+        if (t.config_key, t.workload_key, t.sample_index) in retry:
+            reason = (t.reason or "no reason recorded").splitlines()[0][:200]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    listed = "; ".join(f"{n}× {reason}" for reason, n in list(reasons.items())[:5])
+    more = f"; and {len(reasons) - 5} other reasons" if len(reasons) > 5 else ""
+    return (f"{now()}: --retry-failed measures {len(retry)} failed trial(s) again; they had "
+            f"failed with: {listed}{more} (each failed attempt is kept in the run's trial "
+            "history)")
+
+
+def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
+    """What a run reclaims when it starts: scratch directories, and the image directories of
+    the run it resumes or of its target directory (``iomatrix clean`` reclaims everything)."""
+    target = (os.path.realpath(suite.target.directory) if suite.target.directory is not None
+              else None)
+
+    def wanted(r: ResourceRecord) -> bool:
+        return r.kind == "scratch" or (r.kind == "workspace" and (
+            r.within == target or (resume is not None and r.run_id == resume)))
+    return wanted
 
 
 def _as_stored(expansion: Expansion, stored: StoredRun) -> Expansion:
@@ -158,26 +215,10 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
             for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
 
 
-@contextmanager
-def _scratch(keep: bool) -> Iterator[Path]:
-    """Sockets, job files and daemon logs of this run."""
-    # resolved: mount points are compared with /proc/self/mountinfo, which holds real paths
-    path = Path(tempfile.mkdtemp(prefix="iomatrix-run-")).resolve()
-    if len(str(path)) > SCRATCH_MAX:
-        shutil.rmtree(path, ignore_errors=True)
-        raise EnvironmentProblem(f"scratch directory {path} is too long for the UNIX sockets "
-                                 f"placed in it (over {SCRATCH_MAX} characters)",
-                                 hint="set TMPDIR to a shorter directory, e.g. /tmp")
-    try:
-        yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 class _Runner:
     def __init__(self, suite: Suite, expansion: Expansion, store: Store, run_id: int,
-                 progress: Progress, seed: int, done: set[tuple[str, str, int]]) -> None:
+                 progress: Progress, seed: int, done: set[tuple[str, str, int]],
+                 retry: set[tuple[str, str, int]] | None = None) -> None:
         self.suite = suite
         self.method = suite.method
         self.expansion = expansion
@@ -186,6 +227,8 @@ class _Runner:
         self.progress = progress
         self.seed = seed
         self.done = done
+        self.retry = set(retry or ())
+        """Failed trials to measure again (--retry-failed), until they are."""
         self.ok = self.failed = 0
         self.measured = 0.0
         self.accelerator = "none"
@@ -215,10 +258,13 @@ class _Runner:
         previous = blocks[-1].config if blocks else None
         for round_index in range(self.method.samples, self.method.max_samples):
             wanting = self._points_needing_more()
-            if not wanting:
+            # --retry-failed: a failed trial of an extra round is measured again even when its
+            # point no longer needs more samples
+            retrying = [(c, w) for c, w, k in self.retry if k == round_index]
+            if not wanting and not any(k >= round_index for _, _, k in self.retry):
                 return
-            extra = self._todo(plan_round(self.expansion, round_index, self.seed, wanting,
-                                          previous=previous))
+            extra = self._todo(plan_round(self.expansion, round_index, self.seed,
+                                          [*wanting, *retrying], previous=previous))
             if not extra:
                 continue
             self.progress.more(sum(len(b.workloads) for b in extra),
@@ -310,7 +356,7 @@ class _Runner:
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         series = probe.host_series()
-        self.store.record_trial(self.run_id, TrialResult(
+        self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status=status,
             reason=reason, started_at=started, samples=samples, vm_samples=vm_samples,
             wall_seconds=fio.wall_seconds,
@@ -333,9 +379,15 @@ class _Runner:
         self.n += 1
         self.progress.trial_started(self.n, config, workload, k)
 
+    def _record(self, result: TrialResult) -> None:
+        """Store a trial; one being retried replaces its failed attempt (kept in the history)."""
+        key = (result.config_key, result.workload_key, result.sample_index)
+        self.store.record_trial(self.run_id, result, replace_failed=key in self.retry)
+        self.retry.discard(key)
+
     def _failed(self, config: Configuration, workload: Workload, k: int, reason: str, *,
                 started: str, applied: dict[str, str] | None = None, command: str = "") -> None:
-        self.store.record_trial(self.run_id, TrialResult(
+        self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status="failed",
             reason=reason, started_at=started, applied=applied or {}, command=command,
             accelerator=self.accelerator))

@@ -12,6 +12,8 @@ as Proxmox VE names them. iothread and queue options go to the virtio device:
     virtio-scsi         scsi-hd (scsi0)             virtio-scsi-pci (scsihw0)       controller
     virtio-scsi-single  scsi-hd (scsi0)             virtio-scsi-pci (virtioscsi0)   controller
     pvscsi              scsi-hd (scsi0)             pvscsi (scsihw0)                -
+    lsi                 scsi-hd (scsi0)             lsi53c895a (scsihw0)            -
+    megasas             scsi-hd (scsi0)             megasas (scsihw0)               -
     sata                ide-hd (sata0)              ahci (ahci0)                    -
     ide                 ide-hd (ide0)               the PIIX controller of pc       -
     nvme                nvme (nvme0; serial= set)   -                               max_ioqpairs
@@ -26,6 +28,12 @@ device gets ``write-cache=off`` for writethrough and directsync, ``on`` otherwis
 and libvirt emit). A vhost-user-blk export gets ``writethrough=on`` instead. Option values
 that hold a path have their commas doubled; ``-blockdev`` is JSON, ``-kernel``, ``-initrd``
 and ``-append`` are taken verbatim.
+
+That is the ``qemu`` platform. With ``platform = "proxmox"`` (PVE 8 or 9) or ``"libvirt"`` the
+disk's arguments are the ones that platform generates for the same settings
+(:mod:`iomatrix.platform`): PVE's detect-zeroes, discard, throttle filter and node names,
+libvirt's ``libvirt-1-storage``/``-format`` nodes. Reading back, nodes are named by their role
+(``file0`` protocol, ``disk0`` format, ``throttle0`` filter) whatever the platform called them.
 """
 
 from __future__ import annotations
@@ -37,11 +45,14 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field
 
 from iomatrix.core.errors import InvalidCombination
-from iomatrix.qemu.blockdev import FORMAT_NODE, blockdev_nodes, cache_flags, expected_node_flags
+from iomatrix.platform import libvirt as lv
+from iomatrix.platform import proxmox as pve
+from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, blockdev_nodes, cache_flags,
+                                   expected_node_flags)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.model import Configuration, Platform, PveVersion
 from iomatrix.target.workspace import Image
 from iomatrix.core.model import Frozen, on_off
 
@@ -53,6 +64,8 @@ VHOST_CHARDEV = "vub0"
 VHOST_DEVICE = "vhostuserblk0"
 VHOST_EXPORT = "export0"
 MEMORY_BACKEND = "mem"
+THROTTLE_NODE = "throttle0"
+"""How :func:`read_guest_settings` names a platform's throttle filter node (PVE 9)."""
 
 # QEMU 7.2's defaults, for what QMP must show when a configuration leaves them unset.
 DEFAULT_QUEUE_SIZE = {"virtio-blk-pci": 256, "virtio-scsi-pci": 256, "vhost-user-blk-pci": 128}
@@ -81,6 +94,8 @@ _LAYOUTS = {
     "virtio-scsi": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "scsihw0"),
     "virtio-scsi-single": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "virtioscsi0"),
     "pvscsi": _Layout("scsi-hd", "scsi0", "pvscsi", "scsihw0"),
+    "lsi": _Layout("scsi-hd", "scsi0", "lsi53c895a", "scsihw0"),
+    "megasas": _Layout("scsi-hd", "scsi0", "megasas", "scsihw0"),
     "sata": _Layout("ide-hd", "sata0", "ich9-ahci", "ahci0"),
     "ide": _Layout("ide-hd", "ide0"),
     "nvme": _Layout("nvme", "nvme0"),
@@ -117,12 +132,16 @@ class GuestSpec(Frozen):
     vhost_socket: Path | None = None
     """The daemon's vhost-user-blk socket; required when the data path is vhost-user-blk."""
     name: str
+    platform: Platform = "qemu"
+    """Whose block graph and devices the disk gets (``[method] platform``)."""
+    pve_version: PveVersion | None = None
+    """With platform proxmox: qemu-server 8 (-drive) or 9 (-blockdev, throttle filter; None)."""
 
 
 def guest_argv(spec: GuestSpec, qemu: str = "qemu-system-x86_64") -> list[str]:
     """The QEMU command line of one guest with its disk under test; InvalidCombination, with
     QEMU's own reason, for a configuration QEMU would refuse."""
-    _check(spec.config, spec.image)
+    _check(spec.config, spec.image, platform=spec.platform)
     return _guest_argv(spec, qemu)
 
 
@@ -171,9 +190,11 @@ def vhost_num_queues(config: Configuration, vcpus: int) -> int:
     return config.num_queues or vcpus
 
 
-def expected_guest_settings(config: Configuration, *, vcpus: int) -> dict[str, str]:
+def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Platform = "qemu",
+                            pve_version: PveVersion | None = None) -> dict[str, str]:
     """What :func:`read_guest_settings` must report for a guest started from
-    :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count)."""
+    :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
+    ``platform``."""
     kind = _kind(config)
     flags = cache_flags(config)
     out: dict[str, str] = {}
@@ -181,6 +202,18 @@ def expected_guest_settings(config: Configuration, *, vcpus: int) -> dict[str, s
         out.update(expected_node_flags(config))
         out["backend.write-cache"] = on_off(flags.writeback)
         out["device.write-cache"] = on_off(flags.writeback)
+        if platform == "proxmox":
+            # Drive.pm detect_zeroes_cmdline_option: "on" without discard= (PVE 8 sets it on the
+            # -drive's top node only); PVE 8's device has no write-cache= ("auto").
+            pve9 = (pve_version or pve.DEFAULT_PVE_VERSION) >= 9
+            nodes = (FILE_NODE, FORMAT_NODE, THROTTLE_NODE) if pve9 else (FORMAT_NODE,)
+            out |= {f"{node}.detect-zeroes": "on" for node in nodes}
+            if not pve9:
+                out["device.write-cache"] = "auto"
+            else:   # the throttle filter: QEMU's default cache flags (none given)
+                out |= {f"{THROTTLE_NODE}.driver": "throttle",
+                        f"{THROTTLE_NODE}.cache.direct": "false",
+                        f"{THROTTLE_NODE}.cache.no-flush": "false"}
     else:
         out["memory.share"] = "true"
     layout = _LAYOUTS[kind]
@@ -189,6 +222,8 @@ def expected_guest_settings(config: Configuration, *, vcpus: int) -> dict[str, s
     out["controller.type"] = layout.controller
     in_guest = bool(config.iothread) and hub_type in _IOTHREAD_HOLDERS
     out["device.iothread"] = _iothread_id(hub_id) if in_guest else ""
+    if in_guest and platform == "libvirt":
+        out["device.iothread"] = "iothread1"      # libvirt numbers <iothreads> from 1
     out["iothreads"] = "1" if in_guest else "0"
     count, size = _QUEUE_PROPERTIES.get(hub_type, ("", ""))
     if count:
@@ -205,6 +240,7 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     nodes, blocks, iothreads, peripheral = qmp_execute(qmp_socket, [
         ("query-named-block-nodes", None), ("query-block", None), ("query-iothreads", None),
         ("qom-list", {"path": "/machine/peripheral"})], timeout=timeout)
+    nodes = _by_role(nodes)
     types = {item["name"]: item["type"][len("child<"):-1] for item in peripheral
              if item["type"].startswith("child<")}
     disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), "")
@@ -212,8 +248,13 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     out = _node_settings(flatten_block_nodes(nodes)) | {
         "device.type": types.get(disk, ""), "controller.type": types.get(controller, ""),
         "device.iothread": "", "iothreads": str(len(iothreads))}
+    out |= {f"{n['node-name']}.detect-zeroes": str(n["detect_zeroes"]) for n in nodes
+            if n.get("detect_zeroes", "off") != "off" and not n["node-name"].startswith("#")}
     backend = next((b["inserted"] for b in blocks
                     if (b.get("inserted") or {}).get("node-name") == FORMAT_NODE), None)
+    if backend is None:     # another platform's graph: the backend its one disk device has
+        backend = next((b["inserted"] for b in blocks if b.get("inserted") and b.get("qdev")),
+                       None)
     if backend is not None:
         out["backend.write-cache"] = on_off(backend["cache"]["writeback"])
     if not disk:
@@ -245,6 +286,8 @@ def read_blockstats(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, int
     # device (BlockBackend) statistics: the I/O the guest device issued to the format node
     stats, = qmp_execute(qmp_socket, [("query-blockstats", None)], timeout=timeout)
     node = next((s for s in stats if s.get("node-name") == FORMAT_NODE), None)
+    if node is None:        # another platform's graph: its disk device's backend
+        node = next((s for s in stats if s.get("qdev")), None)
     return {k: int(node["stats"][k]) for k in BLOCKSTATS} if node else {}
 
 
@@ -276,10 +319,11 @@ def read_daemon_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str
 
 # -- building ---------------------------------------------------------------------------------
 
-def _check(config: Configuration, image: Image) -> None:
-    """InvalidCombination for what QEMU (or iomatrix) refuses, judged as in guest mode."""
+def _check(config: Configuration, image: Image, *, platform: Platform = "qemu") -> None:
+    """InvalidCombination for what QEMU (or iomatrix, or the platform) refuses, judged as in
+    guest mode."""
     reason = invalid_reason(config.model_copy(update={"mode": "guest"}),
-                            device_target=image.is_device)
+                            device_target=image.is_device, platform=platform)
     if reason is None and config.data_path != "vhost-user-blk" and config.controller is None:
         reason = "no controller given (every emulated disk needs one)"
     if reason is None and (config.format or "raw") != image.format:
@@ -319,6 +363,9 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
     config = spec.config
     if kind not in _LAYOUTS:
         raise InvalidCombination(f"{config.key}: unknown controller {kind!r}")
+    if spec.platform != "qemu" and kind != "vhost-user-blk":
+        return platform_disk_argv(config, spec.image, platform=spec.platform,
+                                  pve_version=spec.pve_version)
     layout = _LAYOUTS[kind]
     hub_type, hub_id = layout.hub
     # Options go to the device where QEMU looks for them (for a refused configuration, the
@@ -347,7 +394,7 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
         argv += ["-blockdev", node]
     disk = {"drive": FORMAT_NODE, "write-cache": on_off(cache_flags(config).writeback)}
     if layout.disk == "scsi-hd":
-        controller = "pvscsi" if kind == "pvscsi" else "virtio-scsi-pci"
+        controller = layout.controller
         disk = {"bus": f"{layout.controller_id}.0", "channel": "0", "scsi-id": "0", "lun": "0"} | disk
         return argv + ["-device", _device(controller, layout.controller_id, hub),
                        "-device", _device(layout.disk, layout.disk_id, disk)]
@@ -359,6 +406,48 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
     elif kind == "nvme":
         disk = {"serial": NVME_SERIAL} | disk
     return argv + ["-device", _device(layout.disk, layout.disk_id, disk | hub)]
+
+
+def platform_disk_argv(config: Configuration, image: Image, *, platform: Platform,
+                       pve_version: PveVersion | None = None) -> list[str]:
+    """The disk's arguments as ``platform`` generates them for the configuration's settings
+    (Proxmox VE: the drive line a user would write, with the image as an absolute path)."""
+    kind = _kind(config)
+    size = image.size if image.is_device else None
+    try:
+        if platform == "proxmox":
+            drive, scsihw = pve.drive_for(kind, volume=str(image.path), aio=config.aio,
+                                          cache=config.cache, iothread=bool(config.iothread),
+                                          fmt=config.format or "raw", num_queues=config.num_queues)
+            volume = pve.resolve_volume(drive, is_device=image.is_device)
+            return list(pve.disk_args(drive, volume, scsihw=scsihw,
+                                      version=pve_version or pve.DEFAULT_PVE_VERSION,
+                                      size=size, escape=True).argv)
+        disk, threads = lv.disk_for(kind, source=str(image.path), block=image.is_device,
+                                    aio=config.aio, cache=config.cache,
+                                    iothread=bool(config.iothread), fmt=config.format or "raw",
+                                    num_queues=config.num_queues, queue_size=config.queue_size)
+        return list(lv.disk_args(disk, iothreads=threads, size=size).argv)
+    except ValueError as exc:
+        raise InvalidCombination(f"{config.key}: {exc}") from None
+
+
+def _by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``query-named-block-nodes`` with each node named by its role in the disk's graph
+    (protocol ``file0``, format ``disk0``, filter ``throttle0``), as iomatrix's own graph names
+    them; a graph of iomatrix's own is returned unchanged."""
+    roles = {"file": FILE_NODE, "host_device": FILE_NODE, "rbd": FILE_NODE, "raw": FORMAT_NODE,
+             "qcow2": FORMAT_NODE, "throttle": THROTTLE_NODE}
+    if any(n.get("node-name") in (FILE_NODE, FORMAT_NODE) for n in nodes):
+        return nodes
+    out, seen = [], set()
+    for node in nodes:
+        role = roles.get(str(node.get("drv")))
+        if role is not None and role not in seen:
+            seen.add(role)
+            node = {**node, "node-name": role}
+        out.append(node)
+    return out
 
 
 def _nodes(config: Configuration, image: Image) -> list[str]:
@@ -391,7 +480,8 @@ def _node_settings(flat: dict[str, str]) -> dict[str, str]:
     """The node keys :func:`iomatrix.qemu.blockdev.expected_node_flags` gives: every node's
     cache.direct and cache.no-flush, and the format node's driver."""
     return {key: value for key, value in flat.items()
-            if key.endswith((".cache.direct", ".cache.no-flush")) or key == f"{FORMAT_NODE}.driver"}
+            if key.endswith((".cache.direct", ".cache.no-flush"))
+            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")}
 
 
 def _qom_text(value: Any) -> str:

@@ -24,6 +24,11 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
    cache) is tried again once the others are in, and dropped, with QEMU's reason, if it is
    still refused: of two changes that exclude each other, the stronger stays.
 8. A run whose guests ran under TCG measured QEMU's CPU emulator: the recommendation says so.
+9. A finding transfers to a platform only if the guests had that platform's block graph and
+   devices: a run made with ``[method] platform`` equal to the target platform says so; one made
+   with another (iomatrix's own ``qemu`` graph by default) carries a warning naming what differed.
+10. On Proxmox's librbd storage (``rbd`` without krbd) a disk gets no aio at all: the aio
+    parameter is "not evaluated" and no aio= is written.
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ from typing import Literal
 
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
 from iomatrix.analysis.points import only_configs
-from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
-                                         PARAMETERS, UNEXPRESSIBLE, WHAT, Platform,
-                                         PlatformDefault, defaults)
+from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
+                                         NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
+                                         Platform, PlatformDefault, defaults)
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
@@ -161,6 +166,13 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     fixed = {mode: _fixed(part) for mode, part in parts.items()}
     notes: list[str] = []
     decisions = [_decide(platform, axis, base[axis], parts, axes, fixed) for axis in PARAMETERS]
+    if platform == "proxmox" and storage in NO_AIO_STORAGES:
+        decisions = [d.model_copy(update={
+            "status": "not evaluated", "value": FALLBACK["aio"], "gain": None,
+            "reason": f"aio does nothing on {NO_AIO_STORAGES[storage]}: qemu-server gives an rbd "
+                      "node no aio (Blockdev.pm generate_file_blockdev: only file, host_device "
+                      "and host_cdrom nodes), so whatever the run measured for aio does not "
+                      "apply; no aio= is written"}) if d.axis == "aio" else d for d in decisions]
     for axis, why in NOT_SETTINGS.items():
         # data_path's QEMU default (emulated) is stored as no value: any set one means it varied
         if any(axis in found for found in axes.values()) or (axis == "data_path" and any(
@@ -174,12 +186,46 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
         warnings.append("EMULATED (TCG): the guests' CPU was emulated; guest evidence measures "
                         "QEMU's emulator, not this hardware"
                         + ("; blocklayer evidence (no guest) ran natively" if native else ""))
+    graph_warning, graph_note = _graph(run, platform, parts)
+    warnings += graph_warning
+    notes += graph_note
     if not parts:
         warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
                         "a recommendation on; every parameter keeps the platform's default")
     return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite_name,
                           emulated=run.emulated, storage=storage, decisions=tuple(decisions),
                           config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes))
+
+
+GRAPH_DIFFERENCES = {
+    "proxmox": "Proxmox VE gives every disk detect-zeroes=on (unmap with discard=on), discard on "
+               "every node, and in PVE 9 a throttle filter node with an empty throttle group "
+               "above it; its controllers and iothread naming are qemu-server's",
+    "libvirt": "libvirt names its nodes libvirt-N-storage/-format with auto-read-only and "
+               "discard=unmap on the storage node, and its own device and iothread ids",
+}
+
+
+def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
+           ) -> tuple[list[str], list[str]]:
+    """Rule 9: (warnings, notes) on whether the measured block graph was ``platform``'s."""
+    if platform == "qemu" or not parts:
+        return [], []
+    method = run.suite_settings.method
+    measured = str(method.get("platform", "qemu"))
+    if measured == platform and "guest" in parts:
+        version = f", PVE {method.get('pve_version', 9)}" if platform == "proxmox" else ""
+        note = (f"the guests were measured with {TITLES[platform]}'s own block graph and devices "
+                f'([method] platform = "{platform}"{version}): the findings transfer to it')
+        if "blocklayer" in parts:
+            note += "; blocklayer evidence (qemu-storage-daemon) had iomatrix's own graph"
+        return [], [note]
+    return [f"the measured block graph differed from {TITLES[platform]}'s: run {run.id} was made "
+            f'with [method] platform = "{measured}" ('
+            + ("iomatrix's own graph" if measured == "qemu"
+               else f"{TITLES.get(measured, measured)}'s graph")  # type: ignore[call-overload]
+            + f"); {GRAPH_DIFFERENCES[platform]}. Measure with platform = \"{platform}\" "
+            "for findings that transfer"], []
 
 
 def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | None:

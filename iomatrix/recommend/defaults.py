@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 
-from iomatrix.suite.model import DIRECT_CACHES, IOTHREAD_CONTROLLERS, Matrix
+from iomatrix.suite.model import DIRECT_CACHES, Matrix
 from iomatrix.core.model import Frozen, on_off
 
 Platform = Literal["proxmox", "libvirt", "qemu"]
@@ -67,8 +67,15 @@ NAMES: dict[Platform, dict[str, str]] = {
 
 # -- Proxmox VE (reference §1) ----------------------------------------------------------------
 PROXMOX_STORAGES = ("other", "dir", "lvm", "lvmthin", "zfspool", "rbd", "krbd", "cifs", "nfs",
-                    "btrfs")
-"""Storage types ``--storage-type`` accepts; "other" means any storage without an exception."""
+                    "btrfs", "btrfs-nocow")
+"""Storage types ``--storage-type`` accepts; "other" means any storage without an exception.
+"rbd" is librbd (rbd without krbd); "btrfs-nocow" a btrfs storage with ``nocow 1``."""
+
+NO_AIO_STORAGES = {"rbd": "librbd (rbd without krbd)"}
+"""Storages whose disks get no aio at all. qemu-server Blockdev.pm generate_file_blockdev:
+``# only certain drivers have the aio setting`` / ``if ($driver eq 'file' || $driver eq
+'host_cdrom' || $driver eq 'host_device')``: an rbd node gets none (PVE 9); PVE 8's -drive passes
+one, which librbd ignores. So an aio setting does nothing there."""
 
 NON_IO_URING_STORAGES = {"lvm": "thick LVM (qemu-server 7.0-11)",
                          "krbd": "rbd with krbd and a non-direct cache (qemu-server 7.0-6)",
@@ -76,23 +83,29 @@ NON_IO_URING_STORAGES = {"lvm": "thick LVM (qemu-server 7.0-11)",
 """Storages on which qemu-server's default aio is not io_uring (§1 "Default aio", point 2)."""
 
 PROXMOX_SCSIHW = ("lsi", "megasas", "pvscsi", "virtio-scsi-pci", "virtio-scsi-single")
+PROXMOX_IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi-single")
+"""Where qemu-server creates an iothread. QemuServer.pm config_to_command: ``push @$cmd,
+'-object', "iothread,id=iothread-$ds" if $drive->{iothread}`` for virtio drives, and for scsi
+``if ($conf->{scsihw} && $conf->{scsihw} eq "virtio-scsi-single" && $drive->{iothread})``, else
+``log_warn("iothread is only valid with virtio disk or virtio-scsi-single controller,
+ignoring")``: on virtio-scsi-pci iothread=1 is ignored."""
 """``scsihw`` values the reference names (§1 "iothread"); the schema default is lsi."""
 PROXMOX_AIO = ("native", "io_uring", "threads")
 PROXMOX_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
 """Values of a drive's ``cache=`` (§1 "Direct cache" table)."""
 PROXMOX_BUSES = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "scsi",
-                 "pvscsi": "scsi", "sata": "sata", "ide": "ide"}
+                 "pvscsi": "scsi", "lsi": "scsi", "megasas": "scsi", "sata": "sata", "ide": "ide"}
 """iomatrix controller → Proxmox drive bus (``<bus>0``); NVMe has no Proxmox drive bus."""
 PROXMOX_SCSIHW_OF = {"virtio-scsi": "virtio-scsi-pci", "virtio-scsi-single": "virtio-scsi-single",
-                     "pvscsi": "pvscsi"}
+                     "pvscsi": "pvscsi", "lsi": "lsi", "megasas": "megasas"}
 
 # -- libvirt (reference §2) -------------------------------------------------------------------
 LIBVIRT_IO = ("native", "threads", "io_uring")
 LIBVIRT_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
 LIBVIRT_BUSES = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "scsi",
-                 "pvscsi": "scsi", "sata": "sata", "ide": "ide"}
+                 "pvscsi": "scsi", "lsi": "scsi", "megasas": "scsi", "sata": "sata", "ide": "ide"}
 LIBVIRT_SCSI_MODELS = {"virtio-scsi": "virtio-scsi", "virtio-scsi-single": "virtio-scsi",
-                       "pvscsi": "vmpvscsi"}
+                       "pvscsi": "vmpvscsi", "lsi": "lsilogic", "megasas": "megasas"}
 """``<controller type='scsi' model=…>``; libvirt's name for pvscsi is vmpvscsi (formatdomain)."""
 TARGET_DEVS = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}
 
@@ -120,9 +133,12 @@ def _d(level: str | None, shown: str | None = None, note: str = "") -> PlatformD
     return PlatformDefault(level=level, shown=shown or (level or "none"), note=note)
 
 
-def proxmox_aio_default(storage: str, cache: str | None) -> str:
+def proxmox_aio_default(storage: str, cache: str | None) -> str | None:
     """qemu-server's aio when a drive gives none (§1 "Default aio"): io_uring, except on thick
-    LVM, krbd and CIFS, where it is native if the cache is direct and threads otherwise."""
+    LVM, krbd and CIFS, where it is native if the cache is direct and threads otherwise; None on
+    librbd, whose disks get no aio (``NO_AIO_STORAGES``)."""
+    if storage in NO_AIO_STORAGES:
+        return None
     direct = cache in DIRECT_CACHES
     if storage == "krbd":   # the exception covers a non-direct cache only
         return "io_uring" if direct else "threads"
@@ -133,7 +149,10 @@ def proxmox_aio_default(storage: str, cache: str | None) -> str:
 
 def proxmox_cache_default(storage: str) -> str:
     """The cache a drive without ``cache=`` gets (§1 table, row "unset"): ``cache=none``, except
-    on btrfs (without nocow), where qemu-server passes nothing and QEMU's writeback applies."""
+    on btrfs without nocow, where qemu-server passes nothing and QEMU's writeback applies.
+    qemu-server Drive.pm drive_uses_cache_direct: ``elsif (!drive_is_cdrom($drive) && !($scfg &&
+    $scfg->{type} eq 'btrfs' && !$scfg->{nocow})) { $cache_direct = 1; }``: btrfs with nocow
+    ("btrfs-nocow") is direct, cache=none, like any other storage."""
     return "writeback" if storage == "btrfs" else "none"
 
 
@@ -149,19 +168,27 @@ def defaults(platform: Platform, *, storage: str = "other",
         aio = proxmox_aio_default(storage, settings.get("cache", cache))
         aio_note = ("io_uring except on thick LVM, krbd (non-direct cache) and CIFS, where it is "
                     "native with a direct cache, else threads")
-        if storage == "krbd":
+        if storage in NO_AIO_STORAGES:
+            aio_note = (f"{NO_AIO_STORAGES[storage]}: qemu-server passes no aio (only file, "
+                        "host_device and host_cdrom nodes get one): an aio setting does nothing")
+        elif storage == "krbd":
             aio_note = f"{NON_IO_URING_STORAGES[storage]}: io_uring with a direct cache, else threads"
         elif storage in NON_IO_URING_STORAGES:
             aio_note = f"{NON_IO_URING_STORAGES[storage]}: native with a direct cache, else threads"
         controller = settings.get("controller", "virtio-scsi-single")
-        iothread = on_off(controller in IOTHREAD_CONTROLLERS)
+        # The GUI ticks IO thread for new Linux VMs on virtio-scsi-single and virtio disks only;
+        # on virtio-scsi-pci qemu-server ignores it (PROXMOX_IOTHREAD_CONTROLLERS).
+        iothread = on_off(controller in PROXMOX_IOTHREAD_CONTROLLERS)
+        iothread_shown = "on" if iothread == "on" else (
+            "off (ignored by qemu-server on virtio-scsi-pci)" if controller == "virtio-scsi"
+            else "off (not on this bus)")
         return {
             "controller": _d("virtio-scsi-single", note="GUI default for new Linux VMs since "
                              "PVE 7.3; the schema default scsihw is lsi"),
-            "aio": _d(aio, note=aio_note),
-            "iothread": _d(iothread, "on" if iothread == "on" else "off (not on this bus)",
+            "aio": _d(aio, "none (librbd: no aio)" if aio is None else None, note=aio_note),
+            "iothread": _d(iothread, iothread_shown,
                            note="ticked by the GUI for new Linux VMs since PVE 7.3 (schema "
-                                "default off)"),
+                                "default off); virtio disks and virtio-scsi-single only"),
             "cache": _d(cache, "none (cache unset)" if cache == "none" else "unset → QEMU's writeback",
                         note="an unset cache means cache=none, except on btrfs"),
             "format": _d(None, "set by the storage", "chosen when the volume is allocated"),

@@ -16,7 +16,8 @@ from xml.etree import ElementTree as ET
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.qemu.args import GuestSpec, guest_argv
-from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, PLACEHOLDER_VMID,
+from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, NO_AIO_STORAGES,
+                                         PLACEHOLDER_VMID,
                                          PLACEHOLDER_VOLUME, PROXMOX_BUSES, PROXMOX_SCSIHW_OF,
                                          TARGET_DEVS, UNEXPRESSIBLE, Platform)
 from iomatrix.suite.expand import invalid_reason
@@ -41,11 +42,12 @@ class Rendered(Frozen):
 
 
 def render(platform: Platform, config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
-           volume: str = PLACEHOLDER_VOLUME, image: str | None = None) -> Rendered:
+           volume: str = PLACEHOLDER_VOLUME, image: str | None = None,
+           storage: str = "other") -> Rendered:
     """``config`` for ``platform``; InvalidCombination when QEMU 7.2 or the platform refuses it."""
     _check(platform, config)
     if platform == "proxmox":
-        return proxmox(config, vmid=vmid, volume=volume)
+        return proxmox(config, vmid=vmid, volume=volume, storage=storage)
     path = image or f"{PLACEHOLDER_IMAGES[platform]}.{config.format or 'raw'}"
     if platform == "libvirt":
         return libvirt(config, image=path)
@@ -71,7 +73,7 @@ def _image_notes(config: Configuration, where: str) -> list[str]:
 # -- Proxmox VE (reference §1) ----------------------------------------------------------------
 
 def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
-            volume: str = PLACEHOLDER_VOLUME) -> Rendered:
+            volume: str = PLACEHOLDER_VOLUME, storage: str = "other") -> Rendered:
     """``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…[,queues=N]``.
 
     qemu-server gives an iothread only to virtio disks and to SCSI disks on virtio-scsi-single;
@@ -88,6 +90,10 @@ def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
                      "virtio-scsi-single (qemu-server ignores iothread on virtio-scsi-pci)")
     bus = PROXMOX_BUSES[controller]
     options = [f"aio={config.aio or 'threads'}"]
+    if storage in NO_AIO_STORAGES:
+        # Blockdev.pm generate_file_blockdev: an rbd node gets no aio; writing one does nothing
+        options = []
+        notes.append(f"no aio= written: on {NO_AIO_STORAGES[storage]} qemu-server passes none")
     if bus == "virtio" or scsihw == "virtio-scsi-single":
         options.append(f"iothread={1 if config.iothread else 0}")
     options.append(f"cache={config.cache or 'writeback'}")

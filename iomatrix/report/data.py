@@ -109,9 +109,16 @@ class PointView(Frozen):
     lat_mean_low: float | None = None
     lat_mean_high: float | None = None
     lat_p50_ns: float | None = None
+    """Percentiles: of the point's one direction; None for a mixed workload (``read_*``,
+    ``write_*``: percentiles of reads and writes are never averaged)."""
     lat_p99_ns: float | None = None
     lat_p99_low: float | None = None
     lat_p99_high: float | None = None
+    read_lat_p50_ns: float | None = None
+    """A mixed workload's reads and writes, each on its own."""
+    read_lat_p99_ns: float | None = None
+    write_lat_p50_ns: float | None = None
+    write_lat_p99_ns: float | None = None
     usr_cpu: float | None = None
     sys_cpu: float | None = None
     """fio's own usr/sys CPU %."""
@@ -236,6 +243,26 @@ class RecommendationView(Frozen):
     notes: tuple[str, ...] = ()
 
 
+class FindingView(Frozen):
+    """One claim of the study the suite transcribes, checked on the run
+    (``iomatrix.analysis.findings``)."""
+
+    id: str
+    study: str
+    """The citation: seed and section."""
+    claim: str
+    published: str
+    verdict: str
+    """confirmed, contradicted, no significant difference, not decided, not measurable here."""
+    mode: str | None = None
+    """The mode whose check decided; None when none measured the claim."""
+    measured: str = "—"
+    """The deciding effect with its 95 % CI, as text."""
+    adjusted_p: float | None = None
+    checks: tuple[str, ...] = ()
+    """One line per mode checked: its verdict, figure and reason."""
+
+
 class QualityView(Frozen):
     """How far the run's figures can be trusted, counted."""
 
@@ -280,6 +307,12 @@ class ReportData(Frozen):
     """Host metadata: hostname, kernel, cpu, cores, memory, qemu, fio, target filesystem, ..."""
     method: dict[str, str] = {}
     """The suite's [method] settings as it wrote them (none are filled in from defaults)."""
+    latency_mean: str = "lat"
+    """The fio latency the mean latencies are of: "lat" (total) or "clat" (completion)."""
+    latency_percentiles: str = "lat"
+    """The fio latency the percentiles are of."""
+    latency_note: str = ""
+    """What the latency columns are, in a sentence (``metrics.RunLatency.sentence``)."""
     notes: tuple[str, ...] = ()
     """Skipped invalid combinations, ignored axes, and other things the reader must know."""
     axes: dict[str, tuple[str, ...]] = {}
@@ -299,6 +332,10 @@ class ReportData(Frozen):
     failures: tuple[FailureView, ...] = ()
     iomatrix_version: str
     samples_csv: str = ""
+    findings: tuple[FindingView, ...] = ()
+    """The study's claims checked on this run; empty when its suite states none."""
+    findings_rules: str = ""
+    """How findings are decided, in words."""
     """The raw samples as CSV (``iomatrix.report.export.samples_csv``), offered for download."""
 
 
@@ -309,6 +346,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
     """The view model of a stored run."""
     from iomatrix import __version__
     from iomatrix.analysis.efficiency import efficiency
+    from iomatrix.analysis.metrics import run_latency
     from iomatrix.analysis.points import points
     from iomatrix.report.export import samples_csv
 
@@ -332,7 +370,10 @@ def build_report_data(run: "StoredRun") -> ReportData:
                                  workload=workload_index[t.workload_key],
                                  sample_index=t.sample_index, reason=t.reason or "")
                      for t in run.trials if t.status == "failed")
+    latency = run_latency(run)
     return ReportData(
+        latency_mean=latency.mean, latency_percentiles=latency.percentiles,
+        latency_note=latency.sentence,
         run_id=run.id, suite_name=run.suite_name,
         suite_description=run.suite_settings.description,
         created_at=run.created_at, finished_at=run.finished_at, status=run.status,
@@ -341,7 +382,26 @@ def build_report_data(run: "StoredRun") -> ReportData:
         axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
         points=tuple(views), gains=_gains(run), **_scores(run, config_index),
         **_recommendations(run), quality=_quality(run, views, target, source),
-        failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run))
+        failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run),
+        **_findings(run))
+
+
+def _findings(run: "StoredRun") -> dict[str, Any]:
+    """The study's claims (its suite's [[finding]] tables) checked on the run."""
+    from iomatrix.analysis.findings import NOT_MEASURABLE, check_text, effect_text, evaluate
+
+    found = evaluate(run)
+    views = []
+    for r in found.results:
+        check = r.decisive
+        measured = r.verdict != NOT_MEASURABLE
+        views.append(FindingView(
+            id=r.finding.id, study=r.finding.study, claim=r.finding.claim,
+            published=r.finding.published, verdict=r.verdict, mode=r.mode,
+            measured=effect_text(r.finding, check) if measured else "—",
+            adjusted_p=check.adjusted_p if measured else None,
+            checks=tuple(check_text(r.finding, c) for c in r.checks)))
+    return {"findings": tuple(views), "findings_rules": found.rules if views else ""}
 
 
 def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
@@ -506,6 +566,8 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
         lat_mean_ns=_finite(p.lat_mean_ns), lat_mean_low=mean_low, lat_mean_high=mean_high,
         lat_p50_ns=_finite(p.lat_p50_ns), lat_p99_ns=_finite(p.lat_p99_ns),
         lat_p99_low=p99_low, lat_p99_high=p99_high,
+        **{f"{name}_{field}": _finite(getattr(d, field)) for name, d in p.directions.items()
+           for field in ("lat_p50_ns", "lat_p99_ns")},
         usr_cpu=_finite(p.usr_cpu), sys_cpu=_finite(p.sys_cpu),
         cpu_us_per_io=_finite(p.cpu_us_per_io), **_cpu(trials),
         steady_checked=checked, steady_reached=reached,

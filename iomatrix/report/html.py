@@ -24,7 +24,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from iomatrix.analysis.metrics import METRICS, MISSING
+from iomatrix.analysis.metrics import METRICS, MISSING, RunLatency
 from iomatrix.core.files import write_file_atomically
 from iomatrix.report.data import PointView, ReportData
 
@@ -136,10 +136,13 @@ def _script_json(value: object) -> str:
     )
 
 
-def metrics_json() -> str:
-    """The metrics for the page's script (``report.js``): each field of ``Metric`` and its axis
-    title, in the order charts show them."""
-    return _script_json([{**m.model_dump(), "axis": m.axis} for m in METRICS.values()])
+def metrics_json(latency: RunLatency | None = None) -> str:
+    """The metrics for the page's script (``report.js``): each field of ``Metric``, its heading
+    and axis title naming the fio latency the run's figures are of (``latency``; fio's total
+    latency when not given), in the order charts show them."""
+    latency = latency or RunLatency(mean="lat", percentiles="lat")
+    return _script_json([{**m.model_dump(), "heading": m.heading_for(latency),
+                          "axis": m.axis_for(latency)} for m in METRICS.values()])
 
 
 def read_data_json(text: str) -> ReportData:
@@ -217,7 +220,8 @@ def render_html(data: ReportData) -> str:
         gain_charts=_gain_charts(data),
         gain_metrics=list(dict.fromkeys(s.metric for s in data.gains)),
         metrics=METRICS,
-        metrics_json=Markup(metrics_json()),
+        metrics_json=Markup(metrics_json(RunLatency(mean=data.latency_mean,  # type: ignore[arg-type]
+                                                    percentiles=data.latency_percentiles))),
         has_cpu=any(p.cpu_us_per_io is not None for p in data.points),
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),

@@ -22,25 +22,36 @@ configuration per target; pbench-fio's ``<run>/<N>-<rw>-<bs>KiB/sample<M>/fio-re
 one per pbench run, its samples being samples. Where all configurations share leading
 directories, those are left out of their names. File names never separate configurations: files
 of one configuration with the same workload are samples of one point, in the order fio wrote them.
+Nothing is left out or merged silently: the run's notes name the folders left out of names, and
+folders that differ by more than a repetition never merge: where leaving out their names would
+make two folders of the same workload one configuration, those names are kept.
+
+Latency: every sample of a run is of one fio latency (``iomatrix.fio.samples``), recorded as
+the run's ``host["latency"]``: the total latency ``lat`` where fio computed its percentiles for
+every result (``lat_percentiles=1``), otherwise fio's default, the completion latency ``clat``.
+
+fio 2.3 and later are read (``iomatrix.fio.parse`` reads back to 2.1, but fio before 2.3 writes
+no job options, so its results name no workload and are skipped, saying so).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from iomatrix.core.errors import FioParseError, IomatrixError, NothingToImport
-from iomatrix.fio.bins import merge_bins, percentiles_from_bins
 # The parser's own decoder (text before the JSON, fio's bare nan), so there is one copy of it.
-from iomatrix.fio.parse import decode_fio_output, parse_fio_json
+from iomatrix.fio.parse import decode_fio_output, parse_fio_json, version_of
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
-from iomatrix.fio.samples import DirectionSample, samples_of
+from iomatrix.fio.samples import (DEFAULT_LATENCY, LATENCIES, DirectionSample, LatencyKind,
+                                  distribution, has_percentiles, merged_percentiles, samples_of)
 from iomatrix.store import Store
 from iomatrix.store.records import TrialResult
 from iomatrix.suite.model import Configuration, Workload
@@ -66,6 +77,11 @@ _PBENCH_FAILED = re.compile(r"^\d+-[a-z]+-\d+KiB-fail\d+$", re.IGNORECASE)
 _TOKEN_SPLIT = re.compile(r"[-_.,+=\s]+")
 _PREFIXED = re.compile(r"^(qd|iodepth|depth|nj|numjobs|jobs|bs|mix|rwmixread)(\d+[kmgt]?i?b?)$")
 _FILLER = frozenset({"qd", "iodepth", "depth", "nj", "numjobs", "jobs", "bs", "mix", "rwmixread"})
+JOB_OPTIONS = (2, 3)
+"""The first fio release that writes its jobs' options (the workload) into its JSON."""
+LATENCY_KEY = "latency"
+"""The key of ``host`` that records which fio latency the run's samples are of (as
+``iomatrix.analysis.metrics`` reads it)."""
 
 
 class ImportedConfiguration(Configuration):
@@ -108,7 +124,8 @@ class FoundTrial:
     path: str
     """Relative to the imported directory."""
     location: tuple[str, ...]
-    """The directories that name its configuration (before common leading ones are dropped)."""
+    """The directories that name its configuration (before common leading ones are dropped):
+    ``_location`` of its path, then ``configuration_locations`` of the whole scan."""
     clients: int | None
     workload: Workload
     group: int
@@ -117,11 +134,24 @@ class FoundTrial:
     wall_seconds: float | None
     fio_version: str
     samples: tuple[DirectionSample, ...]
+    """Of the scan's latency (``Scan.latency``; ``variants`` holds both)."""
     failure: str | None
     usr_cpu: float
     sys_cpu: float
     ctx: int
     raw: str
+    variants: Mapping[str, tuple[DirectionSample, ...]] = field(default_factory=dict)
+    """The samples of each fio latency ("lat", "clat"), with that latency's mean and
+    percentiles."""
+    percentiles: frozenset[str] = frozenset()
+    """The fio latencies that have percentiles in every direction of these samples."""
+    parts: tuple[str, ...] = ()
+    """The directories of its path (relative to the imported directory)."""
+    names_workload: tuple[bool, ...] = ()
+    """For each of ``parts``, whether it names the file's workload (``4k``, ``randrw70``)."""
+
+    def samples_of(self, latency: LatencyKind) -> tuple[DirectionSample, ...]:
+        return self.variants.get(latency, self.samples)
 
 
 @dataclass(frozen=True)
@@ -141,6 +171,10 @@ class Scan:
     hosts: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
     disks: tuple[str, ...] = ()
+    latency: LatencyKind = "lat"
+    """The fio latency every trial's samples are of (``choose_latency``)."""
+    notes: tuple[str, ...] = ()
+    """What the run's notes must say about how the results were read (latency, names)."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +214,9 @@ def scan(path: Path) -> Scan:
     hosts: set[str] = set()
     targets: set[str] = set()
     disks: set[str] = set()
-    other = 0
+    other = looked = 0
     for file in candidates if candidates is not None else _walk(root, skipped):
+        looked += 1
         rel = file.relative_to(root).as_posix()
         parts = file.relative_to(root).parts[:-1]
         failed_attempt = next((p for p in parts if _PBENCH_FAILED.match(p)), None)
@@ -195,11 +230,12 @@ def scan(path: Path) -> Scan:
                                         "and ran again"))
             continue
         try:
-            found = _read_result(text, rel, parts)
+            found = _read_result(text, rel, parts, mtime=_mtime(file))
         except FioParseError as exc:
             skipped.append(Skipped(rel, str(exc)))
             continue
-        files.append(rel)
+        if found.trials:   # a file whose every job group was skipped is not imported
+            files.append(rel)
         trials += found.trials
         skipped += found.skipped
         warnings += found.warnings
@@ -207,13 +243,26 @@ def scan(path: Path) -> Scan:
         targets |= found.targets
         disks |= found.disks
     if not trials:
-        looked = len(files) + len({s.path for s in skipped}) + other
+        looked += sum(1 for s in skipped if s.reason.startswith("symbolic link"))
         detail = (f"; skipped {len(skipped)}, e.g. {skipped[0].path}: {skipped[0].reason}"
                   if skipped else "")
         raise NothingToImport(f"{path}: no fio result to import ({looked} files looked at{detail})")
+    latency, latency_notes = choose_latency(trials)
+    locations, location_notes = configuration_locations(trials)
+    trials = [replace(t, location=locations[i], samples=t.samples_of(latency))
+              for i, t in enumerate(trials)]
     return Scan(path=path, root=root, files=tuple(files), trials=tuple(trials),
-                skipped=tuple(skipped), warnings=tuple(warnings), other_files=other, hosts=tuple(sorted(hosts)),
-                targets=tuple(sorted(targets)), disks=tuple(sorted(disks)))
+                skipped=tuple(skipped), warnings=tuple(warnings + latency_notes + location_notes),
+                other_files=other, hosts=tuple(sorted(hosts)),
+                targets=tuple(sorted(targets)), disks=tuple(sorted(disks)), latency=latency,
+                notes=tuple(latency_notes + location_notes))
+
+
+def _mtime(file: Path) -> int | None:
+    try:
+        return int(file.stat().st_mtime)
+    except OSError:
+        return None
 
 
 def _walk(root: Path, skipped: list[Skipped]) -> Iterable[Path]:
@@ -248,7 +297,7 @@ def _fio_text(file: Path, rel: str, skipped: list[Skipped]) -> str | None:
             head = handle.read(HEAD_BYTES)
             if b'"fio version"' not in head:
                 if name.endswith(".json"):
-                    skipped.append(Skipped(rel, 'JSON without "fio version": not fio output'))
+                    skipped.append(Skipped(rel, _not_fio(head, size)))
                 return None
             if size > MAX_BYTES:
                 skipped.append(Skipped(rel, f"larger than {MAX_BYTES >> 20} MiB"))
@@ -258,6 +307,29 @@ def _fio_text(file: Path, rel: str, skipped: list[Skipped]) -> str | None:
         skipped.append(Skipped(rel, f"cannot read: {exc.strerror or exc}"))
         return None
     return data.decode("utf-8", errors="replace")
+
+
+def _not_fio(head: bytes, size: int) -> str:
+    """Why a .json file whose first MiB holds no ``"fio version"`` is not fio output."""
+    if size == 0:
+        return "empty file (0 bytes)"
+    if b"\x00" in head:
+        return f"binary data ({size} bytes), not JSON text"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if size <= len(head) or exc.start < len(head) - 4:   # not a character cut at 1 MiB
+            return f"binary data ({size} bytes), not UTF-8 text"
+        text = head[:exc.start].decode("utf-8")
+    if not text.strip():
+        return f"only blank space ({size} bytes), no fio output"
+    if size <= len(head):
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
+        return 'JSON without "fio version": not fio output'
+    return f'no "fio version" in its first {HEAD_BYTES >> 20} MiB: not fio output'
 
 
 # --- one fio result ------------------------------------------------------------------------------
@@ -277,17 +349,34 @@ class _Unsupported(Exception):
     """A job group iomatrix cannot store as one workload; the message says why."""
 
 
-def _read_result(text: str, rel: str, parts: Sequence[str]) -> _Found:
+def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None = None) -> _Found:
     obj, prelude = decode_fio_output(text)
     result = parse_fio_json(obj, prelude=prelude)
     found = _Found()
-    results = text.count('"fio version"')
-    if results > 1:
-        found.warnings.append(f"{rel}: holds {results} fio results; only the first was imported")
-
     client = "client_stats" in obj
     raw_entries = [e for e in obj["client_stats" if client else "jobs"]
                    if not (client and e.get("jobname") == "All clients")]
+    release = version_of(result.fio_version)
+    if (not isinstance(obj.get("global options"), dict)
+            and not any(isinstance(e.get("job options"), dict) for e in raw_entries)):
+        old = release is not None and release[:2] < JOB_OPTIONS
+        found.skipped.append(Skipped(rel, (
+            f"{result.fio_version} output: fio before {'.'.join(map(str, JOB_OPTIONS))} writes "
+            if old else f"{result.fio_version} output: it holds ")
+            + "no job options, so the workload (rw, bs, iodepth) of its results is unknown"))
+        return found
+    results = text.count('"fio version"')
+    if results > 1:
+        found.warnings.append(f"{rel}: holds {results} fio results; only the first was imported")
+    timestamp = result.timestamp
+    if timestamp is None:   # fio before 2.2.8
+        if mtime is None:
+            found.skipped.append(Skipped(rel, f"{result.fio_version} output has no timestamp "
+                                              "and the file's time cannot be read"))
+            return found
+        timestamp = mtime
+        found.warnings.append(f"{rel}: {result.fio_version} wrote no timestamp; the file's "
+                              "modification time stands for when fio finished")
     global_options = _strings(obj.get("global options"))
     entries = list(zip(raw_entries, result.jobs))  # parse keeps fio's order
     hostnames = sorted({j.hostname for j in result.jobs if j.hostname})
@@ -310,30 +399,43 @@ def _read_result(text: str, rel: str, parts: Sequence[str]) -> _Found:
             for key in ("filename", "directory"):
                 if opts.get(key):
                     found.targets.add(opts[key])
+        jobs = [job for _, job in members]
         try:
             workload, asked, notes = _group_workload(members, options, clients_per_host=client)
-            samples = _group_samples(result, [job for _, job in members], client, len(order))
+            variants = {kind: _group_samples(result, jobs, client, len(order), kind)
+                        for kind in LATENCIES}
         except _Unsupported as exc:
             found.skipped.append(Skipped(where, str(exc)))
             continue
         found.warnings += [f"{where}: {n}" for n in notes]
+        targets = sorted({o.get("filename") or o.get("directory") or "" for o in options} - {""})
+        if len(jobs) > 1 and len(targets) > 1:
+            found.warnings.append(
+                f"{where}: its {len(jobs)} jobs ran at once on different files or devices "
+                f"({', '.join(targets[:4])}{', …' if len(targets) > 4 else ''}); stored summed "
+                "as one trial, as fio's group_reporting sums them")
         errors = [f"fio job {job.name} ended with error {job.error}"
                   for _, job in members if job.error]
+        samples = variants[DEFAULT_LATENCY]
         if not samples and not errors:
             found.skipped.append(Skipped(where, "no reads or writes measured (trim workloads "
                                                 "are not stored)"))
             continue
-        started = result.timestamp - sum(elapsed[g] for g in order[index:])
-        jobs = [job for _, job in members]
+        started = timestamp - sum(elapsed[g] for g in order[index:])
         cpu_source = [result.aggregate] if client and result.aggregate and len(order) == 1 else jobs
+        directions = [s for job in cpu_source for s in (job.read, job.write) if s.active]
         found.trials.append(FoundTrial(
             path=rel, location=_location(parts, asked), clients=clients, workload=workload,
-            group=index, timestamp=result.timestamp, started_at=_iso(started),
+            group=index, timestamp=timestamp, started_at=_iso(started),
             wall_seconds=float(elapsed[gid]) if elapsed[gid] else None,
             fio_version=result.fio_version, samples=() if errors else samples,
             failure="; ".join(errors) or None,
             usr_cpu=sum(j.usr_cpu for j in cpu_source), sys_cpu=sum(j.sys_cpu for j in cpu_source),
-            ctx=sum(j.ctx for j in cpu_source), raw=text))
+            ctx=sum(j.ctx for j in cpu_source), raw=text,
+            variants={k: () if errors else v for k, v in variants.items()},
+            percentiles=frozenset(k for k in LATENCIES
+                                  if directions and all(has_percentiles(d, k) for d in directions)),
+            parts=tuple(parts), names_workload=tuple(_names_workload(p, asked) for p in parts)))
     return found
 
 
@@ -420,29 +522,30 @@ def _one_value(text: str, key: str) -> str:
     return values.pop() if values else ""
 
 
-def _group_samples(result: FioResult, jobs: list[JobStats], client: bool,
-                   groups: int) -> tuple[DirectionSample, ...]:
-    """The group's samples: fio's own figures for one job (or fio's "All clients" aggregate),
-    otherwise the jobs summed as group_reporting would."""
+def _group_samples(result: FioResult, jobs: list[JobStats], client: bool, groups: int,
+                   latency: LatencyKind = DEFAULT_LATENCY) -> tuple[DirectionSample, ...]:
+    """The group's samples, of ``latency``: fio's own figures for one job (or fio's "All
+    clients" aggregate), otherwise the jobs summed as group_reporting would."""
     if client and result.aggregate is not None and groups == 1:
-        return samples_of(result)
+        return samples_of(result, latency)
     if len(jobs) == 1:
-        return tuple(DirectionSample.from_stats(name, stats) for name, stats in
+        return tuple(DirectionSample.from_stats(name, stats, latency=latency) for name, stats in
                      (("read", jobs[0].read), ("write", jobs[0].write)) if stats.active)
     out = []
     for name in ("read", "write"):
         stats = [getattr(j, name) for j in jobs]
         if any(s.active for s in stats):
-            out.append(_summed(name, stats))
+            out.append(_summed(name, stats, latency))
     return tuple(out)
 
 
-def _summed(direction: str, stats: list[DirectionStats]) -> DirectionSample:
+def _summed(direction: str, stats: list[DirectionStats],
+            latency: LatencyKind = DEFAULT_LATENCY) -> DirectionSample:
     """Jobs that ran at once, as one: counts and rates add up; latency moments are pooled over
     the I/Os of every job; percentiles come from the merged json+ histograms, and are absent
     without them (percentiles of different jobs cannot be combined)."""
     active = [s for s in stats if s.active]
-    lats = [(s.lat or s.clat, s.total_ios) for s in active]
+    lats = [(distribution(s, latency), s.total_ios) for s in active]
     lat_mean = lat_stdev = lat_min = lat_max = None
     if all(lat is not None for lat, _ in lats):
         n = sum(count for _, count in lats)
@@ -452,9 +555,7 @@ def _summed(direction: str, stats: list[DirectionStats]) -> DirectionSample:
         lat_stdev = math.sqrt(variance)
         lat_min = min(lat.min_ns for lat, _ in lats if lat)
         lat_max = max(lat.max_ns for lat, _ in lats if lat)
-    histograms = [s.bins for s in active]
-    pct = (percentiles_from_bins(merge_bins(h for h in histograms if h is not None))
-           if all(h is not None for h in histograms) else None)
+    pct = merged_percentiles(active, latency)
     return DirectionSample(
         direction=direction, iops=sum(s.iops for s in stats),
         bw_bytes=sum(s.bw_bytes for s in stats),
@@ -481,7 +582,9 @@ def _names_workload(part: str, w: Workload) -> bool:
     if m:
         return m.group("rw").lower() == w.rw and int(m.group("kib")) * 1024 == w.bs
     tokens = [t for t in _TOKEN_SPLIT.split(part.lower()) if t]
-    return bool(tokens) and all(_token_names(t, w) for t in tokens)
+    # a word alone ("mix", "qd") says what kind of value follows, not the workload's own value
+    return (any(t not in _FILLER for t in tokens)
+            and all(_token_names(t, w) for t in tokens))
 
 
 def _token_names(token: str, w: Workload) -> bool:
@@ -514,15 +617,112 @@ def _size_or_none(text: str) -> int | None:
         return None
 
 
+def configuration_locations(trials: Sequence[FoundTrial]) -> tuple[dict[int, tuple[str, ...]],
+                                                                   list[str]]:
+    """Each trial's configuration directories (by its index), and what the run's notes say about
+    them. A trial's configuration leaves out the directories that count repetitions and those that
+    name its workload, but only where every folder beside it does too (``<target>/4k/`` and
+    ``<target>/1m/``, not ``randrw/`` beside ``mix/``); where that still makes files of one workload
+    from folders that differ by more than a repetition samples of one point (``ssd/4k/`` and
+    ``ssd/4096/``), the directories that tell those folders apart are kept in their names."""
+    like: dict[tuple[tuple[str, ...], str], bool] = {}   # (parent, folder) → names every workload
+    children: dict[tuple[str, ...], set[str]] = {}
+    for t in trials:
+        for i, (part, named) in enumerate(zip(t.parts, t.names_workload)):
+            key = (t.parts[:i], part)
+            like[key] = like.get(key, True) and (named or bool(_REPEAT.match(part)))
+            children.setdefault(t.parts[:i], set()).add(part)
+
+    def short(t: FoundTrial) -> tuple[str, ...]:
+        out = []
+        for i, (part, named) in enumerate(zip(t.parts, t.names_workload)):
+            if _REPEAT.match(part):
+                continue
+            if named and all(like[(t.parts[:i], c)] for c in children[t.parts[:i]]):
+                continue
+            out.append(part)
+        return tuple(out)
+
+    def kept(t: FoundTrial) -> tuple[str, ...]:
+        return tuple(p for p in t.parts if not _REPEAT.match(p))
+
+    shorts = [short(t) if len(t.names_workload) == len(t.parts) else t.location for t in trials]
+    groups: dict[tuple[Any, ...], set[tuple[str, ...]]] = {}
+    for t, loc in zip(trials, shorts):
+        groups.setdefault((loc, t.clients, t.workload), set()).add(kept(t))
+    restore: dict[tuple[str, ...], tuple[str, ...]] = {}   # kept path → its location
+    notes: list[str] = []
+    for (loc, _, workload), variants in groups.items():
+        if len(variants) < 2:
+            continue
+        shared = set.intersection(*(set(v) for v in variants))
+        named = {v: tuple(p for p in v if p in loc or p not in shared) for v in variants}
+        if len(set(named.values())) < len(variants):
+            named = {v: v for v in variants}
+        restore.update(named)
+        folders = sorted("/".join(v) or "." for v in variants)
+        notes.append(f"{' and '.join(folders)} hold the same workload ({workload.label}) and would "
+                     f"be one configuration ({'/'.join(loc) or '.'}): kept apart as "
+                     + ", ".join(sorted("/".join(n) or "." for n in set(named.values()))))
+    locations = {i: restore.get(kept(t), shorts[i]) for i, t in enumerate(trials)}
+    dropped = sorted({p for i, t in enumerate(trials) for p in t.parts
+                      if p not in locations[i] and not _REPEAT.match(p)})
+    repeats = sorted({p for t in trials for p in t.parts if _REPEAT.match(p)})
+    if dropped:
+        notes.append("configuration names leave out the folders that name each file's workload: "
+                     + _listed(dropped))
+    if repeats:
+        notes.append("folders taken as repetitions (their files are samples of one point): "
+                     + _listed(repeats))
+    return locations, notes
+
+
+def _listed(names: Sequence[str], shown: int = 8) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def choose_latency(trials: Sequence[FoundTrial]) -> tuple[LatencyKind, list[str]]:
+    """The one fio latency a run's samples are of, and the notes that say so: the total latency
+    ``lat`` where fio computed its percentiles for every result with percentiles, else the
+    completion latency ``clat`` (fio's default), else the one more results have percentiles of
+    (the others' percentiles are left out, never mixed in)."""
+    measured = [t for t in trials if t.failure is None and t.samples]
+    with_pct = [t for t in measured if t.percentiles]
+    if not with_pct:
+        return "lat", ["latency: fio's total latency (lat: submission + completion); "
+                       "no result has percentiles"]
+    covered = {k: sum(k in t.percentiles for t in with_pct) for k in LATENCIES}
+    kind: LatencyKind = ("lat" if covered["lat"] == len(with_pct)
+                         else "clat" if covered["clat"] == len(with_pct)
+                         else max(LATENCIES, key=lambda k: covered[k]))
+    notes = []
+    if kind == "lat":
+        notes.append("latency: fio's total latency (lat: submission + completion), mean and "
+                     "percentiles")
+    else:
+        notes.append("latency: fio's completion latency (clat), mean and percentiles: fio computes "
+                     "percentiles of the total latency only with lat_percentiles=1")
+    left = len(with_pct) - covered[kind]
+    if left:
+        notes.append(f"{left} of {len(with_pct)} results have percentiles of the other latency "
+                     f"only: their percentiles are left out (one latency per run)")
+    return kind, notes
+
+
 def _names(locations: Iterable[tuple[str, ...]], root: Path) -> dict[tuple[str, ...], str]:
-    """Each location's configuration name: the directories where the locations differ."""
+    """Each location's configuration name: the directories where the locations differ (never
+    the same name for two locations)."""
     unique = sorted(set(locations))
     common = 0
     if len(unique) > 1:
         shortest = min(len(loc) for loc in unique)
         while common < shortest and len({loc[common] for loc in unique}) == 1:
             common += 1
-    return {loc: "/".join(loc[common:]) or root.resolve().name or str(root) for loc in unique}
+    top = root.resolve().name or str(root)
+    names = {loc: "/".join(loc[common:]) or top for loc in unique}
+    if () in names and list(names.values()).count(names[()]) > 1:
+        names[()] = f"{top} (top level)"
+    return names
 
 
 # --- storing --------------------------------------------------------------------------------------
@@ -563,12 +763,14 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
         "first_result": _iso(times[0]),
         "last_result": _iso(times[-1]),
         "accelerator": "none",
+        LATENCY_KEY: found.latency,
     }
     if found.disks:
         host["disks"] = ", ".join(found.disks)
     notes = [f"imported from {source} ({len(found.files)} files)",
              "iomatrix ran none of these trials: each configuration is the directory its files "
              "were in, not disk settings iomatrix applied, and no host telemetry was recorded",
+             *found.notes,
              (f"mode {mode}: as stated when imported" if mode_given else
               f"mode {mode}: assumed (fio ran on the storage directly); import with --mode to "
               "say otherwise")]

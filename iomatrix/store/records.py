@@ -182,3 +182,45 @@ class StoredRun(Frozen):
         return SuiteSettings(
             description=str(info.get("description", "")) if isinstance(info, dict) else "",
             method=dict(method) if isinstance(method, dict) else {})
+
+
+class ProcessRecord(Frozen):
+    """An iomatrix process that measured (or measures) runs: who it was, precisely enough that
+    a later process with the same pid is not taken for it (``iomatrix.core.owner``)."""
+
+    id: int
+    pid: int
+    host: str
+    boot_id: str
+    start_ticks: int
+    uid: int
+    lock_path: str
+    """The file it holds an exclusive flock on while it lives."""
+    started_at: str
+    ended_at: str | None = None
+
+
+class ResourceRecord(Frozen):
+    """Something a process created on disk, recorded before it was created: a scratch
+    directory under $TMPDIR, an image directory in the target, or a target directory (and its
+    parents) that did not exist."""
+
+    id: int
+    kind: str
+    """scratch | workspace | parent"""
+    path: str
+    within: str
+    """The directory it was created in (resolved): it is removed only while still there."""
+    keep: bool
+    """Created by a run with --keep: never removed by iomatrix."""
+    created_at: str
+    run_id: int | None
+    run_status: str | None
+    process: ProcessRecord
+
+
+class RetiredTrial(Frozen):
+    """A failed trial that ``--retry-failed`` measured again, kept whole."""
+
+    retired_at: str
+    trial: TrialRecord

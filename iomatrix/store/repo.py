@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix import __version__
-from iomatrix.core.errors import RunNotFound, StoreError
+from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
+from iomatrix.core.owner import Identity, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.store.records import (ConfigRecord, CpuRecord, RunSummary, SteadyRecord,
-                                    StoredRun, TrialRecord, TrialResult, WorkloadRecord)
+from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
+                                    RetiredTrial, RunSummary, SteadyRecord, StoredRun,
+                                    TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import HostSeries
@@ -120,15 +122,19 @@ class Store:
     def create_run(self, *, suite_name: str, suite_source: str, suite_text: str,
                    host: Mapping[str, str], accelerator: str, notes: Iterable[str],
                    configs: Iterable[Configuration], workloads: Iterable[Workload],
-                   seed: int | None = None) -> int:
-        """A new run with its configurations and workloads; its id."""
+                   seed: int | None = None, owner: int | None = None) -> int:
+        """A new run with its configurations and workloads; its id. ``owner`` (a process from
+        ``register_process``) owns it from the start, and its resources are the run's."""
         with self._transaction():
             run_id = self.conn.execute(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
-                "host_json, accelerator, iomatrix_version, notes_json, seed) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id) "
+                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
                 (suite_name, suite_source, suite_text, now(), json.dumps(dict(host)), accelerator,
-                 __version__, json.dumps(list(notes)), seed)).lastrowid
+                 __version__, json.dumps(list(notes)), seed, owner)).lastrowid
+            if owner is not None:
+                self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
+                                  "AND run_id IS NULL", (run_id, owner))
             for c in configs:
                 self.conn.execute(
                     "INSERT INTO configurations (run_id, key, label, mode, params_json) "
@@ -143,11 +149,16 @@ class Store:
         assert run_id is not None
         return run_id
 
-    def record_trial(self, run_id: int, result: TrialResult) -> int:
-        """One trial and its samples, atomically; the trial's id."""
+    def record_trial(self, run_id: int, result: TrialResult, *,
+                     replace_failed: bool = False) -> int:
+        """One trial and its samples, atomically; the trial's id. With ``replace_failed``, a
+        failed trial stored under the same key moves, whole, to the run's trial history in the
+        same transaction (``trial_history``); an ok one still makes this a duplicate."""
         with self._transaction():
             cid = self._id("configurations", run_id, result.config_key)
             wid = self._id("workloads", run_id, result.workload_key)
+            if replace_failed:
+                self._retire_failed(run_id, cid, wid, result.sample_index)
             trial_id = self.conn.execute(
                 "INSERT INTO trials (run_id, configuration_id, workload_id, sample_index, status, "
                 "reason, started_at, wall_seconds, fio_version, usr_cpu, sys_cpu, ctx, fio_json, "
@@ -176,15 +187,121 @@ class Store:
         return trial_id
 
     def finish_run(self, run_id: int, status: str) -> None:
+        """The run's final status; it has no owner any more."""
         with self._transaction():
-            self.conn.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
-                              (status, now(), run_id))
+            self.conn.execute("UPDATE runs SET status = ?, finished_at = ?, owner_id = NULL "
+                              "WHERE id = ?", (status, now(), run_id))
 
     def reopen_run(self, run_id: int) -> None:
         """Mark a run running again, for --resume."""
         with self._transaction():
             self.conn.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                               "WHERE id = ?", (run_id,))
+
+    def add_notes(self, run_id: int, notes: Iterable[str]) -> None:
+        """Append notes to a run's (those it already has are not repeated)."""
+        with self._transaction():
+            row = self.conn.execute("SELECT notes_json FROM runs WHERE id = ?",
+                                    (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"{self.path}: no run {run_id}")
+            have = list(json.loads(row[0]))
+            have += [n for n in dict.fromkeys(notes) if n not in have]
+            self.conn.execute("UPDATE runs SET notes_json = ? WHERE id = ?",
+                              (json.dumps(have), run_id))
+
+    # -- ownership and clean-up --------------------------------------------------------------
+    def register_process(self, me: Identity, lock_path: str) -> int:
+        """Record this process (see ``iomatrix.core.owner``), before it creates anything."""
+        with self._transaction():
+            pid = self.conn.execute(
+                "INSERT INTO processes (pid, host, boot_id, start_ticks, uid, lock_path, "
+                "started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (me.pid, me.host, me.boot_id, me.start_ticks, me.uid, lock_path,
+                 now())).lastrowid
+        assert pid is not None
+        return pid
+
+    def end_process(self, process_id: int) -> None:
+        """The process is ending: it owns no run any more."""
+        with self._transaction():
+            self.conn.execute("UPDATE runs SET owner_id = NULL WHERE owner_id = ?", (process_id,))
+            self.conn.execute("UPDATE processes SET ended_at = ? WHERE id = ?",
+                              (now(), process_id))
+
+    def owner(self, run_id: int) -> ProcessRecord | None:
+        """The process that owns the run now (it may have died without saying so), or None."""
+        row = self.conn.execute(f"SELECT {_PROCESS} FROM runs r JOIN processes p "
+                                "ON p.id = r.owner_id WHERE r.id = ?", (run_id,)).fetchone()
+        return _process(row) if row else None
+
+    def claim_run(self, run_id: int, process_id: int) -> ProcessRecord | None:
+        """Make the process the run's owner, atomically. Returns the previous owner when it was
+        a process that died (taken over); ``RunBusy`` when a live process owns the run."""
+        with self._transaction():
+            if self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise RunNotFound(f"{self.path}: no run {run_id}")
+            previous = self.owner(run_id)
+            if previous is not None and previous.id != process_id:
+                me = this_process()
+                alive, _ = liveness(identity(previous), previous.lock_path, me=me)
+                if alive:
+                    where = ("" if previous.host == me.host else f" on host {previous.host} "
+                             "(whether it still runs cannot be seen from here)")
+                    raise RunBusy(f"run {run_id} is being measured by pid {previous.pid}{where} "
+                                  f"since {previous.started_at}: wait for it to end, or stop "
+                                  "it, then resume")
+            self.conn.execute("UPDATE runs SET owner_id = ? WHERE id = ?", (process_id, run_id))
+            self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
+                              "AND run_id IS NULL", (run_id, process_id))
+        return previous if previous is not None and previous.id != process_id else None
+
+    def add_resource(self, process_id: int, kind: str, path: str, within: str, *,
+                     run_id: int | None = None, keep: bool = False) -> int:
+        """Record, before creating it, something the process is about to create on disk."""
+        with self._transaction():
+            rid = self.conn.execute(
+                "INSERT INTO resources (process_id, run_id, kind, path, within, keep, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (process_id, run_id, kind, path, within, int(keep), now())).lastrowid
+        assert rid is not None
+        return rid
+
+    def settle_resource(self, resource_id: int, outcome: str) -> None:
+        """A resource is gone (removed, or found gone), or is left for good: ``outcome`` says
+        which; it is no longer looked after."""
+        with self._transaction():
+            self.conn.execute("UPDATE resources SET removed_at = ?, outcome = ? WHERE id = ?",
+                              (now(), outcome, resource_id))
+
+    def adopt_resource(self, resource_id: int, process_id: int, run_id: int | None) -> None:
+        """A resource a dead process created becomes the process's, to remove at its end."""
+        with self._transaction():
+            self.conn.execute("UPDATE resources SET process_id = ?, run_id = ? WHERE id = ? "
+                              "AND removed_at IS NULL", (process_id, run_id, resource_id))
+
+    def open_resources(self, process_id: int | None = None) -> list[ResourceRecord]:
+        """What processes created and nobody has removed yet (of one process, or all)."""
+        where = "" if process_id is None else " AND x.process_id = ?"
+        rows = self.conn.execute(
+            f"SELECT x.id, x.kind, x.path, x.within, x.keep, x.created_at, x.run_id, r.status, "
+            f"{_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
+            f"LEFT JOIN runs r ON r.id = x.run_id WHERE x.removed_at IS NULL{where} "
+            f"ORDER BY x.id", () if process_id is None else (process_id,)).fetchall()
+        return [ResourceRecord(id=r[0], kind=r[1], path=r[2], within=r[3], keep=bool(r[4]),
+                               created_at=r[5], run_id=r[6], run_status=r[7],
+                               process=_process(r[8:])) for r in rows]
+
+    def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
+        """The runs marked running, each with its owner (None: an older iomatrix ran it)."""
+        return [(run_id, self.owner(run_id)) for (run_id,) in self.conn.execute(
+            "SELECT id FROM runs WHERE status = 'running' ORDER BY id").fetchall()]
+
+    def trial_history(self, run_id: int) -> list[RetiredTrial]:
+        """The failed trials that --retry-failed measured again, oldest first, as they were."""
+        return [RetiredTrial(retired_at=r[0], trial=TrialRecord.model_validate_json(r[1]))
+                for r in self.conn.execute("SELECT retired_at, trial_json FROM trial_history "
+                                           "WHERE run_id = ? ORDER BY id", (run_id,))]
 
     # -- reading ---------------------------------------------------------------------------
     def list_runs(self) -> list[RunSummary]:
@@ -227,9 +344,18 @@ class Store:
             for r in self.conn.execute("SELECT key, label, rw, bs, iodepth, numjobs, rate_iops, "
                                        "options_json FROM workloads WHERE run_id = ? ORDER BY id",
                                        (run_id,)))
-        samples = self._samples("samples", run_id)
-        vm_samples = self._samples("vm_samples", run_id)
-        trials = tuple(
+        trials = self._trials("t.run_id = ?", run_id)
+        return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
+                         created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
+                         iomatrix_version=row[8], host=json.loads(row[9]),
+                         notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
+                         workloads=workloads, trials=trials)
+
+    def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
+        """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""
+        samples = self._samples("samples", where, key)
+        vm_samples = self._samples("vm_samples", where, key)
+        return tuple(
             TrialRecord(id=r[0], config_key=r[1], workload_key=r[2], sample_index=r[3], status=r[4],
                         reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
                         usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
@@ -242,13 +368,8 @@ class Store:
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
                 "t.command, t.steady_json, t.cpu_json FROM trials t "
                 "JOIN configurations c ON c.id = t.configuration_id "
-                "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ? ORDER BY t.id",
-                (run_id,)))
-        return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
-                         created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
-                         iomatrix_version=row[8], host=json.loads(row[9]),
-                         notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
-                         workloads=workloads, trials=trials)
+                f"JOIN workloads w ON w.id = t.workload_id WHERE {where} ORDER BY t.id",
+                (key,)))
 
     def telemetry(self, trial_id: int) -> HostSeries | None:
         """The host time series recorded during a trial (disk utilization, interrupts, ...);
@@ -264,17 +385,36 @@ class Store:
         return zlib.decompress(row[0]).decode() if row and row[0] else None
 
     # -- helpers ---------------------------------------------------------------------------
-    def _samples(self, table: str, run_id: int) -> dict[int, list[DirectionSample]]:
-        """Trial id → its rows of ``samples`` or ``vm_samples``, for one run."""
+    def _samples(self, table: str, where: str, key: int) -> dict[int, list[DirectionSample]]:
+        """Trial id → its rows of ``samples`` or ``vm_samples``, for the trials ``where``
+        (a condition on ``t``, one parameter) says."""
         vm = "s.vm" if table == "vm_samples" else "NULL"
         out: dict[int, list[DirectionSample]] = {}
         for r in self.conn.execute(
                 f"SELECT s.trial_id, {vm}, {', '.join('s.' + c for c in _SAMPLE_COLUMNS)} "
-                f"FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ? "
-                f"ORDER BY s.trial_id, {vm}, s.direction", (run_id,)):
+                f"FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE {where} "
+                f"ORDER BY s.trial_id, {vm}, s.direction", (key,)):
             out.setdefault(r[0], []).append(
                 DirectionSample(vm=r[1], **dict(zip(_SAMPLE_COLUMNS, r[2:]))))
         return out
+
+    def _retire_failed(self, run_id: int, cid: int, wid: int, sample_index: int) -> None:
+        """Inside a transaction: move the failed trial of that key, with its samples, raw fio
+        output and telemetry, to ``trial_history``; nothing when there is none."""
+        row = self.conn.execute(
+            "SELECT id, telemetry_json, fio_json FROM trials WHERE configuration_id = ? AND "
+            "workload_id = ? AND sample_index = ? AND status = 'failed'",
+            (cid, wid, sample_index)).fetchone()
+        if row is None:
+            return
+        (old,) = self._trials("t.id = ?", row[0])
+        self.conn.execute(
+            "INSERT INTO trial_history (run_id, config_key, workload_key, sample_index, status, "
+            "reason, started_at, retired_at, trial_json, telemetry_json, fio_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, old.config_key, old.workload_key, old.sample_index, old.status, old.reason,
+             old.started_at, now(), old.model_dump_json(), row[1], row[2]))
+        self.conn.execute("DELETE FROM trials WHERE id = ?", (row[0],))
 
     def _id(self, table: str, run_id: int, key: str) -> int:
         row = self.conn.execute(f"SELECT id FROM {table} WHERE run_id = ? AND key = ?",
@@ -316,6 +456,21 @@ def _steady(stored: dict[str, Any]) -> SteadyRecord | None:
 
 def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
     return CpuRecord.model_validate(stored) if stored else None
+
+
+_PROCESS = ("p.id, p.pid, p.host, p.boot_id, p.start_ticks, p.uid, p.lock_path, p.started_at, "
+            "p.ended_at")
+
+
+def _process(row: Any) -> ProcessRecord:
+    return ProcessRecord(id=row[0], pid=row[1], host=row[2], boot_id=row[3], start_ticks=row[4],
+                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8])
+
+
+def identity(process: ProcessRecord) -> Identity:
+    """A recorded process as ``iomatrix.core.owner`` names processes."""
+    return Identity(pid=process.pid, host=process.host, boot_id=process.boot_id,
+                    start_ticks=process.start_ticks, uid=process.uid)
 
 
 class _Transaction:

@@ -9,6 +9,10 @@ History:
   3  vm_samples: each guest's own figures when several guests run a trial at once (samples then
      hold the aggregate)
   4  the run's shuffle seed; per trial: steady state, CPU cost, host telemetry (JSON)
+  5  ownership and clean-up: the processes that measured (pid, host, boot, start time, uid, lock
+     file), the run's current owner, what each process created on disk (scratch directories,
+     image directories, target directories) and whether it was removed; trial_history keeps a
+     failed trial, whole, when --retry-failed measures it again
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -133,6 +137,48 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE trials ADD COLUMN steady_json TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE trials ADD COLUMN cpu_json TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE trials ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT '{}';
+    """,
+    # 5
+    """
+    CREATE TABLE processes (
+        id INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        start_ticks INTEGER NOT NULL,
+        uid INTEGER NOT NULL,
+        lock_path TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        ended_at TEXT
+    );
+    ALTER TABLE runs ADD COLUMN owner_id INTEGER REFERENCES processes(id);
+    CREATE TABLE resources (
+        id INTEGER PRIMARY KEY,
+        process_id INTEGER NOT NULL REFERENCES processes(id),
+        run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('scratch', 'workspace', 'parent')),
+        path TEXT NOT NULL,
+        within TEXT NOT NULL,
+        keep INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        removed_at TEXT,
+        outcome TEXT
+    );
+    CREATE INDEX resources_open ON resources(removed_at);
+    CREATE TABLE trial_history (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        config_key TEXT NOT NULL,
+        workload_key TEXT NOT NULL,
+        sample_index INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        started_at TEXT NOT NULL,
+        retired_at TEXT NOT NULL,
+        trial_json TEXT NOT NULL,
+        telemetry_json TEXT NOT NULL,
+        fio_json BLOB
+    );
     """,
 )
 

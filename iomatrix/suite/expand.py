@@ -19,7 +19,8 @@ MODE_AXES: dict[str, tuple[str, ...]] = {
 }
 AXES = CONFIG_AXES
 
-_QEMU_DEVICE = {"pvscsi": "pvscsi", "sata": "ide-hd", "ide": "ide-hd", "nvme": "nvme"}
+_QEMU_DEVICE = {"pvscsi": "pvscsi", "lsi": "lsi53c895a", "megasas": "megasas", "sata": "ide-hd",
+                "ide": "ide-hd", "nvme": "nvme"}
 
 
 class Skipped(Frozen):
@@ -77,8 +78,15 @@ class Expansion(Frozen):
                                        "notes": tuple(notes)})
 
 
-def invalid_reason(config: Configuration, *, device_target: bool = False) -> str | None:
-    """Why QEMU 7.2 (or iomatrix) would refuse this configuration, or None when it is valid."""
+def invalid_reason(config: Configuration, *, device_target: bool = False,
+                   platform: str = "qemu") -> str | None:
+    """Why QEMU 7.2 (or iomatrix) would refuse this configuration, or None when it is valid.
+    With a ``platform`` other than qemu, a guest configuration that platform cannot produce
+    (or would silently change) is refused too, with the platform's reason."""
+    if config.mode == "guest" and platform != "qemu":
+        reason = _platform_reason(config, platform)
+        if reason:
+            return reason
     if config.aio == "native" and config.cache not in DIRECT_CACHES:
         return ("aio=native was specified, but it requires cache.direct=on, which was not specified "
                 f"(cache={config.cache}; aio=native needs cache=none or directsync)")
@@ -97,6 +105,32 @@ def invalid_reason(config: Configuration, *, device_target: bool = False) -> str
                           or (config.vms or 1) > 1):
         return ("a block-device target holds one raw image: format must be raw, preallocation "
                 "off and vms 1 (iomatrix writes qcow2, preallocates and multiplies images only in files)")
+    return None
+
+
+def _platform_reason(config: Configuration, platform: str) -> str | None:
+    """What Proxmox VE's qemu-server or libvirt cannot give a guest (docs/proxmox-options.md)."""
+    kind = "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
+    if platform == "proxmox":
+        if kind == "nvme":
+            return "Proxmox VE has no NVMe drive bus (virtioN, scsiN, sataN, ideN only)"
+        if kind == "vhost-user-blk":
+            return "qemu-server does not attach vhost-user-blk disks"
+        if config.iothread and kind not in ("virtio-blk", "virtio-scsi-single"):
+            # QemuServer.pm config_to_command: "iothread is only valid with virtio disk or
+            # virtio-scsi-single controller, ignoring"; sata/ide drives have no iothread option.
+            return (f"qemu-server ignores iothread=1 on {kind} (only virtio disks and scsihw "
+                    "virtio-scsi-single get an iothread): the guest would run without one")
+        if config.num_queues and (kind != "virtio-scsi-single" or config.num_queues < 2):
+            return ("qemu-server passes queues= only for scsi drives on virtio-scsi-single, "
+                    "from 2 up (Drive.pm %queues_fmt minimum 2; config_to_command)")
+        if config.queue_size:
+            return "qemu-server has no virtqueue-size option"
+    if platform == "libvirt":
+        if kind in ("nvme", "vhost-user-blk"):
+            return f"iomatrix does not model libvirt's {kind} disks"
+        if config.queue_size and kind != "virtio-blk":
+            return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
     return None
 
 
@@ -209,7 +243,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_tar
         if config.key in seen:
             continue
         seen.add(config.key)
-        reason = invalid_reason(config, device_target=device_target)
+        reason = invalid_reason(config, device_target=device_target,
+                                platform=suite.method.platform)
         if reason is None:
             configs.append(config)
         elif matrix.skip_invalid:

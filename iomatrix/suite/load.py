@@ -1,7 +1,16 @@
-"""TOML text → validated ``Suite``. Every error names the file, the key and the bad value."""
+"""TOML text → validated ``Suite``. Every error names the file, the key and the bad value.
+
+A suite file may offer scales: [scale.NAME] tables that change its [target], [matrix] and
+[method] key by key and may replace its [[workloads]] and [[part]] lists (``model.Scale``).
+``load_suite(ref, scale=NAME)`` applies one; every scale of a file is validated whenever the
+file is loaded, as a whole suite, so a broken scale is found before anyone asks for it. A suite
+loaded at a scale carries, as its ``source_text``, the resolved suite in TOML (what a stored run
+keeps, and what ``--resume`` loads back), with ``[suite] scale`` naming the scale."""
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -10,12 +19,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
-from iomatrix.suite.model import Suite
+from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Scale, ScaleInfo, Suite
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
     "missing": "required key is missing",
 }
+_INTERNAL = ("scales", "source_text", "source_path")
+"""Suite fields ``load`` fills in; a suite file may not set them."""
+_MERGED = ("target", "matrix", "method")
+"""Tables a scale changes key by key (the lists, [[workloads]] and [[part]], it replaces)."""
 
 
 def builtin_suites() -> dict[str, str]:
@@ -26,39 +39,117 @@ def builtin_suites() -> dict[str, str]:
             if entry.name.endswith(".toml")}
 
 
-def load_suite(ref: str | Path) -> Suite:
-    """A suite from a file path, or from a built-in name such as ``quick``."""
+def load_suite(ref: str | Path, *, scale: str | None = None) -> Suite:
+    """A suite from a file path, or from a built-in name such as ``quick``; at ``scale`` (one
+    of its [scale.NAME] tables; None or "default": the suite's own tables)."""
     path = Path(ref)
     if path.is_file():
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SuiteError(f"{path}: cannot read: {exc}") from exc
-        return load_suite_text(text, source=str(path))
+        return load_suite_text(text, source=str(path), scale=scale)
     builtins = builtin_suites()
     if str(ref) in builtins:
-        return load_suite_text(builtins[str(ref)], source=f"builtin:{ref}")
+        return load_suite_text(builtins[str(ref)], source=f"builtin:{ref}", scale=scale)
     raise SuiteError(f"{ref}: no such file and no built-in suite of that name",
                      hint="built-in suites: " + ", ".join(builtins))
 
 
-def load_suite_text(text: str, *, source: str = "<suite>") -> Suite:
-    """Validate suite TOML text; ``source`` names it in errors."""
+def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = None) -> Suite:
+    """Validate suite TOML text (and every scale it offers); ``source`` names it in errors.
+    With ``scale``, the suite as that [scale.NAME] table makes it."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{source}: TOML syntax error: {exc}") from exc
     except RecursionError:
         raise SuiteError(f"{source}: TOML nested too deeply") from None
+    for key in _INTERNAL:
+        if key in raw:
+            raise SuiteError(f"{source}: {key}: unknown key")
+    scales = _scales(raw.pop("scale", None), source)
+    if scales and isinstance(raw.get("suite"), dict) and "scale" in raw["suite"]:
+        raise SuiteError(f"{source}: [suite] scale: iomatrix writes it into a suite resolved at "
+                         "one scale, which has no [scale.NAME] tables left",
+                         hint="choose a scale with `iomatrix run SUITE --scale NAME`")
+    infos = tuple(ScaleInfo(name=name, description=s.description) for name, s in scales.items())
+    base = _validate(raw, text, source, infos)
+    chosen: Suite | None = None
+    for name, table in scales.items():
+        resolved = _apply(raw, name, table)
+        suite = _validate(resolved, "", source, infos, where=f"[scale.{name}] ")
+        if name == scale:
+            chosen = suite.model_copy(update={"source_text": resolved_text(resolved, name, source),
+                                              "source_path": f"{source} --scale {name}"})
+    if scale is None or scale == DEFAULT_SCALE:
+        return base
+    if chosen is None:
+        offered = (f"its scales are {', '.join(scales)}" if scales
+                   else "it has no [scale.NAME] tables")
+        listing = (f"; `iomatrix suites {source.removeprefix('builtin:')}` prints them"
+                   if scales and source.startswith("builtin:") else "")
+        raise SuiteError(f"{source}: no scale {scale!r}: {offered}",
+                         hint="omit --scale to run the suite's own tables" + listing)
+    return chosen
+
+
+def _scales(value: Any, source: str) -> dict[str, Scale]:
+    """The [scale.NAME] tables, checked for their shape and key names."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise SuiteError(f"{source}: [scale]: write one table per scale, e.g. [scale.quick] "
+                         "with [scale.quick.method] beneath it")
+    scales: dict[str, Scale] = {}
+    for name, table in value.items():
+        if not re.fullmatch(SCALE_NAME, name) or len(name) > 40:
+            raise SuiteError(f"{source}: [scale.{name}]: a scale's name is letters, digits, "
+                             "'.', '_' and '-' (at most 40, starting with a letter or digit)")
+        if name == DEFAULT_SCALE:
+            raise SuiteError(f"{source}: [scale.{name}]: {DEFAULT_SCALE!r} names the suite's "
+                             "own tables; give this scale another name")
+        try:
+            scales[name] = Scale.model_validate(table)
+        except ValidationError as exc:
+            lines = [f"[scale.{name}] {err['loc'][0]}: unknown key (a scale holds description, "
+                     "target, matrix, method, workloads and part)"
+                     if err["type"] == "extra_forbidden" and len(err["loc"]) == 1
+                     else f"[scale.{name}] " + _describe(err, False) for err in exc.errors()]
+            raise SuiteError(f"{source}: " + f"\n{source}: ".join(lines)) from exc
+    return scales
+
+
+def _apply(raw: dict[str, Any], name: str, scale: Scale) -> dict[str, Any]:
+    """The suite's raw tables with one scale applied."""
+    out = dict(raw)
+    for table in _MERGED:
+        changes = getattr(scale, table)
+        if changes:
+            base = out.get(table, {})
+            out[table] = {**(base if isinstance(base, dict) else {}), **changes}
+    if scale.workloads is not None:
+        out["workloads"] = scale.workloads
+    if scale.part is not None:
+        out["part"] = scale.part
+    info = out.get("suite")
+    out["suite"] = {**(info if isinstance(info, dict) else {}), "scale": name}
+    return out
+
+
+def _validate(raw: dict[str, Any], text: str, source: str, scales: tuple[ScaleInfo, ...], *,
+              where: str = "") -> Suite:
+    raw = dict(raw)
     single_workloads = isinstance(raw.get("workloads"), dict)
     if single_workloads:
         raw["workloads"] = [raw["workloads"]]
+    raw["scales"] = scales
     raw["source_text"] = text
     raw["source_path"] = source
     try:
         return Suite.model_validate(raw)
     except ValidationError as exc:
-        lines = [_describe(err, single_workloads) for err in exc.errors()]
+        lines = [where + _describe(err, single_workloads) for err in exc.errors()]
         raise SuiteError(f"{source}: " + f"\n{source}: ".join(lines)) from exc
 
 
@@ -98,3 +189,65 @@ def _key(loc: list[Any], single_workloads: bool) -> str:
     for part in rest:
         text += f"[{part}]" if isinstance(part, int) else f" {part}"
     return text
+
+
+# -- the resolved suite as TOML ---------------------------------------------------------------
+_ORDER = ("suite", "target", "matrix", "method")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
+    """A suite's validated raw tables (a scale applied) as TOML that loads to the same suite."""
+    lines = [f"# {source} at scale {scale!r}: the suite's tables with [scale.{scale}] applied,",
+             "# written by iomatrix (the suite file's comments are not kept)"]
+    for table in _ORDER:
+        if isinstance(raw.get(table), dict):
+            lines += ["", f"[{table}]", *_table_lines(raw[table])]
+    for table in ("workloads", "part", "finding"):
+        items = raw.get(table)
+        for item in ([items] if isinstance(items, dict) else items or []):
+            lines += ["", f"[[{table}]]", *_table_lines(item)]
+    return "\n".join(lines) + "\n"
+
+
+def _table_lines(table: dict[str, Any]) -> list[str]:
+    return [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}"
+                                for k, v in value.items()) + " }"
+    raise SuiteError(f"cannot write {value!r} into a suite file")
+
+
+def _toml_string(text: str) -> str:
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif ord(char) < 0x20 and char != "\t" or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'

@@ -14,13 +14,17 @@ from iomatrix.core.units import format_bytes, format_size, parse_duration, parse
 from iomatrix.core.model import Frozen, shown
 
 Mode = Literal["host", "blocklayer", "guest"]
-Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "sata", "ide", "nvme"]
+Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "lsi", "megasas",
+                     "sata", "ide", "nvme"]
 Aio = Literal["native", "io_uring", "threads"]
 Cache = Literal["none", "directsync", "writethrough", "writeback", "unsafe"]
 Format = Literal["raw", "qcow2"]
 Preallocation = Literal["off", "metadata", "falloc", "full"]
 DataPath = Literal["emulated", "vhost-user-blk"]
 Accel = Literal["auto", "kvm", "tcg"]
+Platform = Literal["qemu", "proxmox", "libvirt"]
+"""Whose block graph and devices a guest gets for a configuration (iomatrix.platform)."""
+PveVersion = Literal[8, 9]
 Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
 
 CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
@@ -94,6 +98,8 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
     "thinktime_iotime": _UINT, "max_latency": _UINT, "latency_target": _UINT,
     "latency_window": _UINT, "latency_percentile": _LIST, "latency_run": _BOOL,
     "startdelay": _LIST, "loops": _UINT,
+    # Jobs as threads of one fio process rather than processes (seed 002's job files).
+    "thread": _BOOL,
     # Zones of the target walked in strides (zbd, which resets a zoned device's zones, is not).
     "zonemode": _choice("none", "strided"), "zonesize": _UINT, "zonerange": _UINT,
     "zoneskip": _UINT,
@@ -287,9 +293,18 @@ _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 (``${VAR}``, ``$ncpus``); ``\\`` is its escape character (iomatrix escapes ``:`` as ``\\:``)."""
 
 
+SCALE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""What a scale may be called (a [scale.NAME] table, ``iomatrix run --scale NAME``)."""
+DEFAULT_SCALE = "default"
+"""The name of a suite's own tables, without any [scale.NAME] applied (no ``--scale``)."""
+
+
 class SuiteInfo(Frozen):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = Field(default="", max_length=10_000)
+    scale: str | None = Field(default=None, max_length=40, pattern=SCALE_NAME)
+    """The scale these tables were resolved at: written by iomatrix into the suite text it
+    stores for a run started with ``--scale`` (that text has no [scale.NAME] tables left)."""
 
     @field_validator("description")
     @classmethod
@@ -420,7 +435,8 @@ class Method(Frozen):
     """Fixed repetitions of every point, interleaved across configurations."""
     target_ci: Fraction | None = None
     """Repeat a point (up to max_samples) until the 95 % CI half-width of its mean IOPS is
-    within this fraction of the mean ("2%")."""
+    within this fraction of the mean ("2%"); false: no adaptive repetition (as when absent,
+    for a [scale.NAME] table to switch off what the suite's own [method] switched on)."""
     max_samples: int = Field(default=10, ge=1, le=1000)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
@@ -445,6 +461,25 @@ class Method(Frozen):
     """auto: KVM when a probe boot shows it works, otherwise TCG (emulated, said everywhere)."""
     boot_timeout: Duration = 120.0
     """How long a guest may take to become ready before its trials fail."""
+    platform: Platform = "qemu"
+    """Guest mode: build each configuration's disk as this platform would (qemu: iomatrix's own
+    two -blockdev nodes; proxmox: qemu-server's graph, detect-zeroes, discard, throttle node;
+    libvirt: libvirt's nodes and devices). See docs/proxmox-options.md."""
+    pve_version: PveVersion | None = None
+    """With platform = "proxmox": 8 (-drive, machine < 10.0) or 9 (-blockdev under a throttle
+    filter; the default)."""
+
+    @model_validator(mode="after")
+    def _pve_version_needs_proxmox(self) -> "Method":
+        if self.pve_version is not None and self.platform != "proxmox":
+            raise ValueError(f'pve_version is for platform = "proxmox" (platform is '
+                             f'"{self.platform}")')
+        return self
+
+    @field_validator("target_ci", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return None if value is False else value
 
     @field_validator("runtime")
     @classmethod
@@ -468,6 +503,187 @@ class Method(Frozen):
         return self.max_runtime if self.steady_state else self.runtime
 
 
+class ScaleInfo(Frozen):
+    """One [scale.NAME] table of a suite, as ``iomatrix suites`` and ``run --plan`` list it."""
+
+    name: str = Field(max_length=40, pattern=SCALE_NAME)
+    description: str = Field(default="", max_length=10_000)
+
+    @field_validator("description")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError("the description may not hold control characters")
+        return value
+
+
+class Scale(Frozen):
+    """A [scale.NAME] table: how the suite changes at that scale (``run --scale NAME``).
+    [target], [matrix] and [method] keys given here replace the suite's own, key by key; a
+    [[workloads]] or [[part]] list given here replaces the suite's whole list. The result is
+    validated as a whole suite. Values are checked there, names here (unknown keys refused)."""
+
+    description: str = Field(default="", max_length=10_000)
+    target: dict[str, Any] = {}
+    matrix: dict[str, Any] = {}
+    method: dict[str, Any] = {}
+    workloads: list[dict[str, Any]] | None = None
+    part: list[dict[str, Any]] | None = None
+
+    @field_validator("workloads", mode="before")
+    @classmethod
+    def _one_table(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @field_validator("target", "matrix", "method")
+    @classmethod
+    def _known_keys(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        model = {"target": Target, "matrix": Matrix, "method": Method}[str(info.field_name)]
+        unknown = sorted(set(value) - set(model.model_fields))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r} (not a [{info.field_name}] key)")
+        return value
+
+
+# -- findings: a study's conclusions as claims a run can check --------------------------------
+FindingKind = Literal["effect", "ranking", "equivalence", "baseline"]
+FindingMetric = Literal["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
+FindingMode = Literal["guest", "blocklayer"]
+FINDING_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+BLOCKLAYER_AXES = ("aio", "cache", "format", "preallocation")
+"""Axes QEMU's block layer has as the study meant them: a claim about one of them is checked in
+blocklayer mode too (measured natively where guests are emulated). iothread is not among them:
+in blocklayer mode it picks the export (FUSE or NBD), not the guest's IOThread."""
+_AXIS_VALUES: dict[str, tuple[str, ...]] = {
+    "controller": CONTROLLERS, "aio": Aio.__args__, "cache": Cache.__args__,  # type: ignore[attr-defined]
+    "format": Format.__args__, "preallocation": Preallocation.__args__,  # type: ignore[attr-defined]
+    "data_path": DataPath.__args__, "iothread": ("on", "off"),  # type: ignore[attr-defined]
+}
+
+
+def _levels(value: Any) -> Any:
+    """A level or list of levels as a configuration shows it: true → "on", 8 → "8"."""
+    if isinstance(value, (list, tuple)):
+        return tuple(shown(v) for v in value)
+    return shown(value) if isinstance(value, (bool, int, str)) else value
+
+
+Level = Annotated[str, BeforeValidator(_levels)]
+Levels = Annotated[tuple[str, ...], BeforeValidator(lambda v: _levels(_as_tuple(v)))]
+Percent = Annotated[float, BeforeValidator(_fraction), Field(gt=0, le=100)]
+"""A percentage that may exceed 100 % ("214%" of bare metal): "90%" or 0.9."""
+
+
+class FindingWorkloads(Frozen):
+    """Which of a run's workloads a claim is about; an absent key takes every value."""
+
+    rw: tuple[Rw, ...] | None = None
+    bs: tuple[BlockSize, ...] | None = None
+    iodepth: tuple[Annotated[int, Field(ge=1)], ...] | None = None
+    numjobs: tuple[Annotated[int, Field(ge=1)], ...] | None = None
+    rate_iops: tuple[Annotated[int, Field(ge=0)], ...] | None = None
+
+    @field_validator("rw", "bs", "iodepth", "numjobs", "rate_iops", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        return None if value is None else _as_tuple(value)
+
+
+class Finding(Frozen):
+    """One [[finding]] table: a conclusion of the study a suite transcribes, with the figure it
+    published and a form a stored run can check (``iomatrix.analysis.findings``).
+
+    kind effect: ``level`` of ``axis`` against ``reference`` on ``metric`` is ``expect``
+    (better or worse, in the metric's own sense: lower latency is better), optionally by
+    ``at_least`` (a fraction: "10%"). ranking: the ``best`` levels beat every other level
+    (of ``levels``, default all the run has), the ``worst`` are beaten by every other.
+    equivalence: ``level`` and ``reference`` within ±``margin``. baseline: the configurations
+    with ``axis`` = ``level`` reach ``at_least`` of bare metal ("90%"; may exceed 100 %).
+    Every kind: ``where`` keeps only configurations with those values, ``per`` must hold at
+    each level of those axes separately, ``workloads`` picks the workloads, ``modes`` the modes
+    it is checked in (default: guest, and blocklayer where ``axis`` is one of BLOCKLAYER_AXES)."""
+
+    id: str = Field(min_length=1, max_length=60, pattern=FINDING_ID)
+    study: str = Field(min_length=1, max_length=200)
+    """The citation: seed and section ("seed 000 §FINDINGS")."""
+    claim: str = Field(min_length=1, max_length=1000)
+    published: str = Field(min_length=1, max_length=1000)
+    """The figure the study published for it, in its words and numbers."""
+    kind: FindingKind
+    axis: Literal["controller", "data_path", "aio", "iothread", "cache", "format",
+                  "preallocation", "num_queues", "queue_size", "vms"] | None = None
+    level: Level | None = None
+    reference: Level | None = None
+    best: Levels = ()
+    worst: Levels = ()
+    levels: Levels = ()
+    metric: FindingMetric = "iops"
+    expect: Literal["better", "worse"] | None = None
+    at_least: Percent | None = None
+    margin: Fraction | None = None
+    where: dict[str, Levels] = {}
+    per: tuple[str, ...] = ()
+    workloads: FindingWorkloads = FindingWorkloads()
+    modes: tuple[FindingMode, ...] = ()
+    """Empty: the default above, guest first (the study's own mode decides where measured)."""
+
+    @field_validator("claim", "published", "study")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError("may not hold control characters")
+        return value
+
+    @field_validator("per", "modes", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        return _as_tuple(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Finding":
+        need = {"effect": ("axis", "level", "reference", "expect"),
+                "ranking": ("axis",), "equivalence": ("axis", "level", "reference", "margin"),
+                "baseline": ("at_least",)}[self.kind]
+        for key in need:
+            if getattr(self, key) is None:
+                raise ValueError(f"a {self.kind} finding needs {key}")
+        if self.kind == "ranking" and not (self.best or self.worst):
+            raise ValueError("a ranking finding needs best or worst (or both)")
+        if self.kind == "baseline" and (self.axis is None) != (self.level is None):
+            raise ValueError("a baseline finding names axis and level together (or neither)")
+        if self.kind in ("effect", "equivalence") and self.level == self.reference:
+            raise ValueError(f"level and reference are both {self.level!r}")
+        if set(self.best) & set(self.worst):
+            raise ValueError("a level cannot be both best and worst")
+        if self.at_least is not None and self.kind not in ("effect", "baseline"):
+            raise ValueError(f"at_least is for effect and baseline findings, not {self.kind}")
+        if self.at_least is not None and self.kind == "effect" and self.at_least >= 1 \
+                and self.metric in ("lat_mean_ns", "lat_p99_ns"):
+            raise ValueError("a latency cannot fall by 100 % or more")
+        for axis in (*self.per, *self.where):
+            if axis not in CONFIG_AXES:
+                raise ValueError(f"{axis!r} is not an axis ({', '.join(CONFIG_AXES)})")
+        if self.axis is not None and (self.axis in self.per or self.axis in self.where):
+            raise ValueError(f"{self.axis} is the axis compared: it cannot be in per or where")
+        named = [(self.axis, v) for v in (self.level, self.reference, *self.best, *self.worst,
+                                          *self.levels) if v is not None]
+        named += [(a, v) for a, values in self.where.items() for v in values]
+        for axis, value in named:
+            allowed = _AXIS_VALUES.get(axis or "")
+            if allowed is not None and value not in allowed:
+                raise ValueError(f"{axis} has no level {value!r} ({', '.join(allowed)})")
+            if allowed is None and axis is not None and not value.isdigit():
+                raise ValueError(f"{axis} levels are numbers, not {value!r}")
+        return self
+
+    @property
+    def checked_modes(self) -> tuple[str, ...]:
+        """The modes the claim is checked in, the one that decides first where measured."""
+        if self.modes:
+            return self.modes
+        return ("guest", "blocklayer") if self.axis in BLOCKLAYER_AXES else ("guest",)
+
+
 class Suite(Frozen):
     """A validated suite file."""
 
@@ -479,12 +695,30 @@ class Suite(Frozen):
     part: tuple[Part, ...] = ()
     """[[part]] tables: more modes measured in the same run (e.g. a few guest configurations
     beside a blocklayer sweep)."""
+    finding: tuple[Finding, ...] = ()
+    """[[finding]] tables: the study's conclusions as claims a run can check (``Finding``)."""
+
+    @field_validator("finding")
+    @classmethod
+    def _unique_ids(cls, value: tuple[Finding, ...]) -> tuple[Finding, ...]:
+        ids = [f.id for f in value]
+        twice = next((i for i in ids if ids.count(i) > 1), None)
+        if twice is not None:
+            raise ValueError(f"two findings have the id {twice!r}")
+        return value
+    scales: tuple[ScaleInfo, ...] = ()
+    """The [scale.NAME] tables of the suite file (set by ``load``), whichever scale this is."""
     source_text: str = ""
     source_path: str = ""
 
     @property
     def name(self) -> str:
         return self.suite.name
+
+    @property
+    def scale(self) -> str | None:
+        """The scale this suite was resolved at; None for the suite's own tables."""
+        return self.suite.scale
 
 
 class Configuration(Frozen):

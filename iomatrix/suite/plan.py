@@ -72,3 +72,56 @@ def estimate_seconds(blocks: Sequence[Block], method: Method) -> float:
             per_trial += GUEST_TRIAL_OVERHEAD
         total += SESSION_COST[block.config.mode] + per_trial * len(block.workloads)
     return total
+
+
+def measured_seconds(blocks: Sequence[Block], method: Method) -> float:
+    """The time fio measures in some blocks: ramp + runtime (max_runtime under steady state)
+    per trial, nothing else; the figure a study quotes ("each suite takes 19.6 hours")."""
+    return sum((method.ramp + method.window) * len(block.workloads) for block in blocks)
+
+
+class Estimate(Frozen):
+    """What a suite's plan amounts to, before anything runs."""
+
+    configurations: int
+    trials: int
+    """Trials of the fixed rounds ([method] samples of every point)."""
+    sessions: int
+    vm_boots: int
+    daemon_starts: int
+    seconds: float
+    """Planned wall time of the fixed rounds (estimate_seconds; preconditioning not counted)."""
+    measured_seconds: float
+    """ramp + runtime of every trial of the fixed rounds (measured_seconds)."""
+    max_trials: int | None = None
+    """With target_ci: the trials if every point needed max_samples; None without it."""
+    max_seconds: float | None = None
+
+
+def estimate(expansion: Expansion, method: Method, seed: int = 0) -> Estimate:
+    """The trials, sessions and time of ``expansion`` measured with ``method``: the fixed
+    rounds, and with adaptive repetition (target_ci) the bound when every point needs
+    max_samples."""
+    blocks = plan(expansion, method.samples, seed)
+    most: list[Block] | None = None
+    if method.target_ci is not None and method.max_samples > method.samples:
+        most = plan(expansion, method.max_samples, seed)
+    return Estimate(
+        configurations=len(expansion.configurations),
+        trials=sum(len(b.workloads) for b in blocks), sessions=len(blocks),
+        vm_boots=sum(b.config.vms or 1 for b in blocks if b.config.mode == "guest"),
+        daemon_starts=sum(1 for b in blocks if b.config.mode == "blocklayer"),
+        seconds=estimate_seconds(blocks, method), measured_seconds=measured_seconds(blocks, method),
+        max_trials=None if most is None else sum(len(b.workloads) for b in most),
+        max_seconds=None if most is None else estimate_seconds(most, method))
+
+
+def duration_text(seconds: float) -> str:
+    """A planned duration for people: 45 s, 2.5 min, 19.6 h (up to 100 h), 4.2 days."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 100 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

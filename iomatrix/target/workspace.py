@@ -3,17 +3,22 @@
 iomatrix writes to what it measures. A block device is used only when the suite names it with
 ``allow_destroy = true`` and it is not mounted, not swap, has no holders (LVM, MD, dm-crypt) and
 can be opened exclusively. A directory gets a private subdirectory that is removed at the end
-unless the user asks to keep it."""
+unless the user asks to keep it.
+
+Everything is checked (``check``) before anything is created (``create``), so that a refusal
+leaves nothing behind, not even a stored run. ``create`` names each directory to its ``record``
+callback before making it: a process killed at any moment leaves nothing unrecorded, and what
+was recorded can be removed later (``iomatrix.measure.reclaim``)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import stat
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -29,6 +34,13 @@ QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 Ki
 MARGIN = 64 * 1024 * 1024
 RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 """Filesystems held in memory: a target there measures RAM, not storage."""
+PREFIX = "iomatrix-"
+"""The name of every image directory iomatrix creates in a target directory begins so."""
+
+Recorder = Callable[[str, Path, Path], None]
+"""Called with (kind, path, the directory it is created in) just before a directory is
+created: kind "parent" for a target directory (or a parent of it) that did not exist, kind
+"workspace" for the run's private image directory."""
 
 
 class Image(Frozen):
@@ -55,7 +67,7 @@ class Workspace:
     """The target prepared for one run: creates images on demand, removes them on exit."""
 
     def __init__(self, target: Target, *, keep: bool = False, proc_root: Path = Path("/proc"),
-                 sysfs: Path = SYSFS) -> None:
+                 sysfs: Path = SYSFS, record: Recorder | None = None) -> None:
         self.target = target
         self.keep = keep
         self._proc = proc_root
@@ -66,11 +78,17 @@ class Workspace:
         self._created_parent: Path | None = None
         self.device_size: int | None = None
         self.notes: list[str] = []
-        """Warnings found by ``open`` (see target_notes), for the run's notes."""
+        """Warnings found by ``check`` (see target_notes), for the run's notes."""
+        self.record = record
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, configs: Iterable[Configuration]) -> "Workspace":
-        """Check safety and free space for every image the configurations need."""
+        """``check``, then ``create``."""
+        return self.check(configs).create()
+
+    def check(self, configs: Iterable[Configuration]) -> "Workspace":
+        """Check safety, writability and free space for every image the configurations need;
+        create nothing."""
         specs = sorted(image_specs(configs))
         if self.target.device is not None:
             self.device_size = check_device(self.target.device, proc_root=self._proc,
@@ -85,6 +103,9 @@ class Workspace:
         existing = nearest_existing(parent)
         if not existing.is_dir():
             raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
+        if not _writable(existing):
+            raise TargetError(f"[target] directory {parent}: {existing} is not writable "
+                              "(read-only, or not ours)")
         need = sum(_footprint(self.target.size, fmt) for fmt, _, _ in specs) + MARGIN
         free = shutil.disk_usage(existing).free
         if free < need:
@@ -92,17 +113,63 @@ class Workspace:
                 f"[target] directory {parent}: {format_bytes(free)} free, "
                 f"{len(specs)} image(s) of {format_bytes(self.target.size)} need {format_bytes(need)}",
                 hint="lower [target] size, or point --target at a larger filesystem")
-        if existing != parent:
-            try:
-                parent.mkdir(parents=True)
-            except OSError as exc:
-                raise TargetError(f"[target] directory {parent}: cannot create: {exc.strerror}") from exc
-            self._created_parent = next(p for p in [parent, *parent.parents] if p.parent == existing)
-        try:
-            self.directory = Path(tempfile.mkdtemp(prefix="iomatrix-", dir=parent))
-        except OSError as exc:
-            raise TargetError(f"[target] directory {parent}: not writable: {exc.strerror}") from exc
         return self
+
+    def create(self) -> "Workspace":
+        """Create the target directory if need be, and the run's private directory in it
+        (nothing on a device). Each is named to ``record`` before it is made."""
+        if self.target.device is not None:
+            return self
+        parent = self.target.directory
+        assert parent is not None
+        existing = nearest_existing(parent)
+        if existing != parent:
+            missing = [p for p in [parent, *parent.parents] if not p.exists()]
+            for level in reversed(missing):
+                self._record("parent", level)
+                try:
+                    level.mkdir()
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise TargetError(f"[target] directory {parent}: cannot create: "
+                                      f"{exc.strerror}") from exc
+            self._created_parent = missing[-1]
+        for _ in range(100):
+            directory = parent / f"{PREFIX}{secrets.token_hex(4)}"
+            self._record("workspace", directory)
+            try:
+                directory.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise TargetError(f"[target] directory {parent}: not writable: "
+                                  f"{exc.strerror}") from exc
+            self.directory = directory
+            return self
+        raise TargetError(f"[target] directory {parent}: cannot create a private directory")
+
+    def adopt(self, created: Iterable[str]) -> list[Path]:
+        """Take on directories another iomatrix process created for this target and could not
+        remove (it was killed): ``created`` holds their real paths. The target directory, and
+        its parents in turn while they are in ``created``, are then removed at ``close`` when
+        empty, as if this workspace had created them. Returns the directories taken on."""
+        if self.target.directory is None or self._created_parent is not None:
+            return []
+        wanted = set(created)
+        taken: list[Path] = []
+        for level in [self.target.directory, *self.target.directory.parents]:
+            if not level.is_dir() or os.path.realpath(level) not in wanted:
+                break
+            taken.append(level)
+        if taken:
+            self._created_parent = taken[-1]
+        return taken
+
+    def _record(self, kind: str, path: Path) -> None:
+        if self.record is not None:
+            real = Path(os.path.realpath(path))
+            self.record(kind, real, real.parent)
 
     def close(self) -> None:
         """Remove everything created, unless keep was asked for."""
@@ -172,6 +239,12 @@ def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
             "images live in RAM, so every figure measures memory, not storage; point [target] "
             "(or --target) at the storage to measure, or set [target] allow_tmpfs = true if "
             "RAM is what you mean to measure"]
+
+
+def _writable(directory: Path) -> bool:
+    """Whether this process may create files in ``directory`` (a read-only filesystem says no,
+    even to root)."""
+    return os.access(directory, os.W_OK | os.X_OK)
 
 
 def nearest_existing(path: Path) -> Path:

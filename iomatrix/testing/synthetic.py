@@ -5,6 +5,7 @@ measured: every synthetic run is named "synthetic" and carries a note saying so.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
@@ -38,11 +39,16 @@ def configurations(mode: str, axes: Mapping[str, Iterable[object]]) -> list[Conf
 
 def write_run(store: Store, configs: list[Configuration], workloads: list[Workload],
               figures: Generator, *, samples: int = 3, accelerator: str = "none",
-              host: Mapping[str, str] | None = None, name: str = "synthetic") -> int:
+              host: Mapping[str, str] | None = None, name: str = "synthetic",
+              method: Mapping[str, str | int] | None = None) -> int:
     """A finished run in ``store`` whose trials carry ``figures``; returns its id. Each trial's
-    one direction is the workload's (read for reads and mixed workloads, write for writes)."""
+    one direction is the workload's (read for reads and mixed workloads, write for writes).
+    ``method`` goes into the stored suite text's [method] table (e.g. platform = "proxmox")."""
+    text = f'[suite]\nname = "{name}"\n'
+    if method:
+        text += "[method]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in method.items())
     run_id = store.create_run(
-        suite_name=name, suite_source="synthetic", suite_text=f'[suite]\nname = "{name}"\n',
+        suite_name=name, suite_source="synthetic", suite_text=text,
         host=dict(host or {"hostname": "synthetic", "target": "synthetic", "target_fs": "none"}),
         accelerator=accelerator, notes=[NOTE], configs=configs, workloads=workloads, seed=0)
     for index in range(samples):

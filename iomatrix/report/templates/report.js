@@ -37,6 +37,18 @@
     v = fin(v);
     return v === null ? MISSING : FORMATS[digits].format(v);
   };
+  // A figure with `significant` significant digits but every digit of its whole part: the rule of
+  // iomatrix.analysis.metrics.figure_text (12345.6 -> "12,346", 2.657 -> "2.66", 0.009766 -> "0.00977").
+  const SIG_FORMATS = [];
+  const sig = (v, significant = 3) => {
+    v = fin(v);
+    if (v === null) return MISSING;
+    if (v === 0) return "0";
+    const magnitude = Math.floor(Math.log10(Math.abs(Number(v.toPrecision(significant)))));
+    const d = Math.max(0, significant - 1 - magnitude);
+    SIG_FORMATS[d] ??= new Intl.NumberFormat("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
+    return SIG_FORMATS[d].format(v);
+  };
   const scaled = (v, by) => (fin(v) === null ? null : v / by);
   const esc = (s) => String(s).replace(/[&<>"']/g,
     (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -105,7 +117,7 @@
   // A figure's chart, by its stem: the mean and 95 % CI fields of a point are KEY, STEM_low, STEM_high.
   const figureChart = (f) => ({title: f.title, axis: f.axis, y: (p) => scaled(p[f.key], f.scale),
                                lo: (p) => scaled(p[f.stem + "_low"], f.scale), hi: (p) => scaled(p[f.stem + "_high"], f.scale),
-                               show: (v) => fmt(v, f.digits) + " " + f.unit});
+                               show: (v) => sig(v, f.significant) + " " + f.unit});
   const METRICS = {
     ...Object.fromEntries(FIGURES.map((f) => [f.stem, figureChart(f)])),
     cpu: {title: "Host CPU per I/O", axis: "CPU µs per I/O", y: (p) => p.cpu_us_per_io,
@@ -464,7 +476,14 @@
   const hasBare = points.some((p) => p.iops_pct != null);
   const hasSteady = points.some((p) => p.steady_checked);
   const w = (p) => workloads[p.workload];
-  const figureColumn = (f) => ({title: f.heading, num: true, value: (p) => scaled(p[f.key], f.scale), digits: f.digits});
+  const figureColumn = (f, key = f.key, title = f.heading) => ({title, num: true, value: (p) => scaled(p[key], f.scale),
+                                                             text: (p) => sig(scaled(p[key], f.scale), f.significant)});
+  // Percentile columns: p50 has no metric of its own (no CI), and a mixed workload's are per direction.
+  const P99 = FIGURE.lat_p99_ns, P50_TITLE = P99.heading.replace("p99", "p50");
+  const hasMixed = points.some((p) => p.read_lat_p99_ns != null || p.write_lat_p99_ns != null
+                                      || p.read_lat_p50_ns != null || p.write_lat_p50_ns != null);
+  const directionColumns = hasMixed ? ["read", "write"].flatMap((d) => [
+    figureColumn(P99, `${d}_lat_p50_ns`, `${d} ${P50_TITLE}`), figureColumn(P99, `${d}_lat_p99_ns`, `${d} ${P99.heading}`)]) : [];
   const pointColumns = [
     {title: "configuration", text: (p) => configs[p.config].label, sort: (p) => p.config, cls: () => "label"},
     {title: "mode", text: (p) => configs[p.config].mode},
@@ -480,8 +499,9 @@
      text: (p) => (p.ci_relative == null ? MISSING : fmt(p.ci_relative * 100, 1) + " %")},
     figureColumn(FIGURE.bw_bytes),
     figureColumn(FIGURE.lat_mean_ns),
-    {title: "lat p50 µs", num: true, value: (p) => scaled(p.lat_p50_ns, 1000), digits: 1},  // p50: no metric, no CI
-    figureColumn(FIGURE.lat_p99_ns),
+    figureColumn(P99, "lat_p50_ns", P50_TITLE),
+    figureColumn(P99),
+    ...directionColumns,
     {title: "usr %", num: true, value: (p) => p.usr_cpu ?? null, digits: 1},
     {title: "sys %", num: true, value: (p) => p.sys_cpu ?? null, digits: 1},
     ...(hasCpu ? [{title: "CPU µs/I/O", num: true, value: (p) => p.cpu_us_per_io ?? null, digits: 2}] : []),

@@ -1,0 +1,47 @@
+"""``iomatrix clean``: remove what killed runs left on disk (scratch directories, images, target
+directories iomatrix created), as the results database recorded it; never what a live run uses,
+never anything iomatrix did not create (see ``iomatrix.measure.reclaim``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from iomatrix.cli.common import DEFAULT_DB, Db, open_store, out
+
+
+def clean(
+    db: Db = DEFAULT_DB,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing and leave the database as it is.")] = False,
+) -> None:
+    """Remove the scratch directories and images that killed runs left behind."""
+    from iomatrix.measure.reclaim import describe, reclaim
+    from iomatrix.store import Store
+    from iomatrix.store.repo import identity
+    from iomatrix.core.owner import liveness
+
+    open_store(db).close()                  # a missing or foreign file is refused, unchanged
+    with (open_store(db) if dry_run else Store(db)) as store:
+        results = reclaim(store, dry_run=dry_run)
+        running = store.running_runs()
+    for r in results:
+        out.print(describe(r), markup=False, highlight=False)
+    for run_id, owner in running:
+        if owner is None:
+            continue
+        alive, why = liveness(identity(owner), owner.lock_path)
+        if not alive:
+            out.print(f"run {run_id}: its process (pid {owner.pid}, since {owner.started_at}) "
+                      f"is gone ({why}); `iomatrix run --resume {run_id}` finishes it",
+                      markup=False, highlight=False)
+    gone = [r for r in results if r.action in ("removed", "would remove")]
+    freed = sum(r.bytes for r in gone) / 2**20
+    left = sum(1 for r in results if r.action == "left")
+    if not results:
+        out.print("nothing to clean", markup=False)
+    elif dry_run:
+        out.print(f"would remove {len(gone)} ({freed:.1f} MiB), leave {left}; nothing removed "
+                  "(--dry-run)", markup=False)
+    else:
+        out.print(f"removed {len(gone)} ({freed:.1f} MiB), left {left}", markup=False)

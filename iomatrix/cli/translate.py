@@ -1,0 +1,70 @@
+"""``iomatrix translate FILE``: a Proxmox VE VM configuration or a libvirt domain XML → per disk,
+the iomatrix configuration and the QEMU disk arguments the platform generates."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from iomatrix.cli.common import out
+
+
+def translate(
+    file: Annotated[Path, typer.Argument(help="/etc/pve/qemu-server/ID.conf, `qm config ID` output, or `virsh dumpxml` output ('-' reads stdin).")],
+    pve_version: Annotated[Optional[int], typer.Option("--pve-version", help="Proxmox VE generation: 8 (-drive) or 9 (-blockdev); default: from the VM's machine:, else 9.")] = None,
+    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox's /etc/pve/storage.cfg, for volume paths and the storage type's defaults.")] = None,
+    storage: Annotated[Optional[list[str]], typer.Option("--storage", help="ID=TYPE for a storage not in --storage-cfg (dir lvm lvmthin zfspool rbd cifs nfs btrfs; rbd+krbd, btrfs+nocow).")] = None,
+) -> None:
+    """Show, per disk, the iomatrix configuration and the QEMU arguments Proxmox VE or libvirt generates."""
+    import sys
+
+    from iomatrix.platform import proxmox as pve
+    from iomatrix.platform.translate import translate as build
+
+    if pve_version not in (None, *pve.PVE_VERSIONS):
+        raise typer.BadParameter(f"{pve_version}: choose 8 or 9", param_hint="--pve-version")
+    text = sys.stdin.read() if str(file) == "-" else _read(file)
+    storages = pve.parse_storage_cfg(_read(storage_cfg)) if storage_cfg else {}
+    for item in storage or []:
+        ident, sep, kind = item.partition("=")
+        base, _, flag = kind.partition("+")
+        if not sep or base not in pve.STORAGE_TYPES or flag not in ("", "krbd", "nocow"):
+            raise typer.BadParameter(f"{item!r}: write ID=TYPE with TYPE one of "
+                                     f"{', '.join(pve.STORAGE_TYPES)} (rbd+krbd, btrfs+nocow)",
+                                     param_hint="--storage")
+        storages[ident] = pve.Storage(id=ident, type=base, krbd=flag == "krbd",
+                                      nocow=flag == "nocow")
+    try:
+        result = build(text, pve_version=pve_version, storages=storages)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{file}: {exc}", param_hint="FILE") from None
+    out.print(f"# {file}: {result.generation}", markup=False)
+    for disk in result.disks:
+        out.print(f"\n{disk.written}", markup=False, soft_wrap=True)
+        shown = " ".join(f"{k}={_shown(v)}" for k, v in disk.values.items() if v is not None)
+        out.print(f"  iomatrix: {shown or '-'}" + ("" if disk.config else
+                                                     "  (not measurable as is; see notes)"),
+                  markup=False, soft_wrap=True)
+        for i in range(0, len(disk.argv), 2):
+            out.print("  " + " ".join(shlex.quote(a) for a in disk.argv[i:i + 2]), markup=False,
+                      soft_wrap=True)
+        for note in disk.notes:
+            out.print(f"  # note: {note}", markup=False, soft_wrap=True)
+    if not result.disks:
+        out.print("\n(no disks)", markup=False)
+    for note in result.notes:
+        out.print(f"# note: {note}", markup=False, soft_wrap=True)
+
+
+def _shown(value: object) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint="FILE") from None

@@ -1,0 +1,112 @@
+"""A platform's VM definition → per disk, the iomatrix configuration it amounts to and the QEMU
+disk arguments the platform generates (pure; ``iomatrix translate``).
+
+Reads a Proxmox VE VM configuration (``/etc/pve/qemu-server/ID.conf`` or ``qm config ID``) or a
+libvirt domain (``virsh dumpxml``). Options that do not change I/O, or that iomatrix does not
+reproduce, are named in the notes, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from iomatrix.core.model import Frozen
+from iomatrix.platform import libvirt as lv
+from iomatrix.platform import proxmox as pve
+from iomatrix.suite.expand import invalid_reason
+from iomatrix.suite.model import CONTROLLERS, Configuration
+
+
+class DiskTranslation(Frozen):
+    name: str
+    """``scsi0`` (Proxmox VE) or the target dev, ``vda`` (libvirt)."""
+    written: str
+    """The disk as the platform's file states it."""
+    values: dict[str, Any]
+    """iomatrix configuration values (controller, aio, iothread, cache, format, num_queues,
+    queue_size); None where the platform sets nothing iomatrix can name."""
+    config: Configuration | None
+    """The guest-mode configuration, when every value is one iomatrix can measure."""
+    argv: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+class Translation(Frozen):
+    platform: Literal["proxmox", "libvirt"]
+    generation: str
+    """"PVE 8 (-drive)", "PVE 9 (-blockdev)", "libvirt (-blockdev)"."""
+    disks: tuple[DiskTranslation, ...]
+    notes: tuple[str, ...] = ()
+
+
+def translate(text: str, *, pve_version: pve.PveVersion | None = None,
+              storages: dict[str, pve.Storage] | None = None) -> Translation:
+    """``text`` (a PVE configuration, or a libvirt domain when it starts with ``<``)."""
+    if text.lstrip().startswith("<"):
+        return _libvirt(text)
+    return _proxmox(text, pve_version, storages)
+
+
+def _config(values: dict[str, Any], notes: list[str]) -> Configuration | None:
+    if values.get("controller") not in CONTROLLERS or values.get("aio") is None:
+        return None
+    config = Configuration(mode="guest", preallocation="off",
+                           **{k: v for k, v in values.items() if v is not None})
+    reason = invalid_reason(config)
+    if reason is not None:
+        notes.append(f"refused by QEMU 7.2 or iomatrix, so not measurable as is: {reason}")
+        return None
+    return config
+
+
+def _proxmox(text: str, version: pve.PveVersion | None,
+             storages: dict[str, pve.Storage] | None) -> Translation:
+    vm = pve.parse_config(text)
+    gen: pve.PveVersion = version or pve.version_of_machine(vm.machine)
+    notes = [pve.OMITTED]
+    if vm.machine:
+        notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
+    disks = []
+    for drive in vm.drives:
+        written = f"{drive.key}: {drive.volume}" + "".join(f",{k}={v}" for k, v in drive.options)
+        if drive.is_cdrom or drive.volume == "none":
+            notes.append(f"{drive.key}: a CD-ROM, not a disk: skipped")
+            continue
+        try:
+            volume = pve.resolve_volume(drive, storages)
+        except ValueError as exc:
+            disks.append(DiskTranslation(name=drive.key, written=written, values={}, config=None,
+                                         argv=(), notes=(str(exc),)))
+            continue
+        values, disk_notes = pve.configuration_of(drive, vm.scsihw, volume)
+        out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen)
+        disk_notes += out.notes
+        config = _config(values, disk_notes)
+        disks.append(DiskTranslation(name=drive.key, written=written, values=values,
+                                     config=config, argv=out.argv, notes=tuple(disk_notes)))
+    label = "PVE 9 (-blockdev under a throttle filter)" if gen >= 9 else "PVE 8 (-drive)"
+    return Translation(platform="proxmox", generation=label, disks=tuple(disks),
+                       notes=tuple(notes))
+
+
+def _libvirt(text: str) -> Translation:
+    domain = lv.parse_domain(text)
+    notes = ["PCI addresses and bootindex are left out: they place the device, they do not "
+             "change its I/O", *domain.skipped]
+    disks = []
+    for number, disk in enumerate(reversed(domain.disks), start=1):   # libvirt numbers last first
+        written = (f"<disk type='{disk.kind}'> {disk.source} → <target dev='{disk.dev}' "
+                   f"bus='{disk.bus}'> <driver " + " ".join(f"{k}='{v}'" for k, v in disk.driver)
+                   + "/>")
+        values, disk_notes = lv.configuration_of(disk)
+        try:
+            out = lv.disk_args(disk, iothreads=domain.iothreads if number == 1 else 0,
+                               number=number)
+            argv, disk_notes = out.argv, disk_notes + list(out.notes)
+        except ValueError as exc:
+            argv, disk_notes = (), disk_notes + [str(exc)]
+        config = _config(values, disk_notes)
+        disks.append(DiskTranslation(name=disk.dev, written=written, values=values, config=config,
+                                     argv=argv, notes=tuple(disk_notes)))
+    return Translation(platform="libvirt", generation="libvirt 9 with QEMU 7.2 (-blockdev)",
+                       disks=tuple(reversed(disks)), notes=tuple(notes))

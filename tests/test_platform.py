@@ -1,0 +1,485 @@
+"""Proxmox VE's and libvirt's block graphs, as iomatrix builds them (iomatrix.platform).
+
+The expectations are what qemu-server generates for each drive line: written from its source
+(Drive.pm, DriveDevice.pm, Blockdev.pm, QemuServer.pm config_to_command) and from the shapes of
+its test/cfg2cmd fixtures (qemu-server 8.3 for PVE 8's -drive, 9.x for PVE 9's -blockdev),
+not copied from them. Every graph is then started on the local QEMU 7.2 (paused, -S), and QMP
+must show the nodes, flags and devices asked for."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iomatrix.core.errors import InvalidCombination
+from iomatrix.core.proc import managed, read_text, run, wait_for, which
+from iomatrix.platform import libvirt as lv
+from iomatrix.platform import proxmox as pve
+from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
+                                read_guest_settings)
+from iomatrix.qemu.qmp import qmp_execute
+from iomatrix.suite.expand import invalid_reason
+from iomatrix.suite.model import Configuration, Method
+from iomatrix.target.workspace import Image
+
+needs_qemu = pytest.mark.skipif(not (which("qemu-system-x86_64") and which("qemu-img")),
+                                reason="QEMU 7.2 not installed")
+START_TIMEOUT = 15.0
+
+STORAGE_CFG = """\
+dir: local
+\tpath /var/lib/vz
+\tcontent iso,vztmpl,backup,images
+
+lvmthin: local-lvm
+\tthinpool data
+\tvgname pve
+\tcontent rootdir,images
+
+lvm: thick
+\tvgname vg0
+\tcontent images
+
+cifs: smb
+\tpath /mnt/pve/smb
+\tserver 10.0.0.5
+\tshare vms
+
+rbd: ceph
+\tpool vmpool
+\tcontent images
+
+rbd: ceph-krbd
+\tpool vmpool
+\tkrbd 1
+
+btrfs: butter
+\tpath /mnt/butter
+
+btrfs: butter-nocow
+\tpath /mnt/butter2
+\tnocow 1
+
+zfspool: tank
+\tpool tank/vms
+"""
+STORAGES = pve.parse_storage_cfg(STORAGE_CFG)
+
+
+def _args(line: str, scsihw: str | None = None, version: int = 9) -> pve.DiskArgs:
+    key, _, value = line.partition(": ")
+    drive = pve.parse_drive(key, value)
+    return pve.disk_args(drive, pve.resolve_volume(drive, STORAGES), scsihw=scsihw,
+                         version=version)  # type: ignore[arg-type]
+
+
+def _split(argv: tuple[str, ...]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for i in range(0, len(argv), 2):
+        out.setdefault(argv[i], []).append(argv[i + 1])
+    return out
+
+
+def _chain(blockdev: str) -> list[dict[str, object]]:
+    """A nested -blockdev, top first, each node without its child."""
+    node: dict[str, object] | None = json.loads(blockdev)
+    out = []
+    while isinstance(node, dict):
+        out.append({k: v for k, v in node.items() if k != "file"})
+        node = node.get("file")  # type: ignore[assignment]
+    return out
+
+
+# (drive line, scsihw, what PVE 9 gives: file driver, aio, direct, no-flush, detect-zeroes,
+#  discard, controller device, disk device, iothread object)
+CASES = [
+    # 1-4: buses, with qemu-server's defaults (io_uring; cache unset = none; detect-zeroes on)
+    ("virtio0: local-lvm:vm-100-disk-0,size=32G", None,
+     "host_device", "io_uring", True, False, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,write-cache=on", None),
+    ("scsi0: local-lvm:vm-100-disk-0,size=32G", None,
+     "host_device", "io_uring", True, False, "on", "ignore", "lsi,id=scsihw0",
+     "scsi-hd,bus=scsihw0.0,scsi-id=0,drive=drive-scsi0,id=scsi0,device_id=drive-scsi0,"
+     "write-cache=on", None),
+    ("sata0: local-lvm:vm-100-disk-0,size=32G", None,
+     "host_device", "io_uring", True, False, "on", "ignore", "ahci,id=ahci0,multifunction=on",
+     "ide-hd,bus=ahci0.0,drive=drive-sata0,id=sata0,write-cache=on", None),
+    ("ide0: local-lvm:vm-100-disk-0,size=32G", None,
+     "host_device", "io_uring", True, False, "on", "ignore", None,
+     "ide-hd,bus=ide.0,unit=0,drive=drive-ide0,id=ide0,write-cache=on", None),
+    # 5-9: controllers
+    ("scsi0: local-lvm:vm-100-disk-0,iothread=1", "virtio-scsi-single",
+     "host_device", "io_uring", True, False, "on", "ignore",
+     "virtio-scsi-pci,id=virtioscsi0,iothread=iothread-virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", "iothread-virtioscsi0"),
+    ("scsi0: local-lvm:vm-100-disk-0,iothread=1", "virtio-scsi-pci",   # iothread ignored
+     "host_device", "io_uring", True, False, "on", "ignore", "virtio-scsi-pci,id=scsihw0",
+     "scsi-hd,bus=scsihw0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: local-lvm:vm-100-disk-0", "megasas",
+     "host_device", "io_uring", True, False, "on", "ignore", "megasas,id=scsihw0",
+     "scsi-hd,bus=scsihw0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: local-lvm:vm-100-disk-0", "pvscsi",
+     "host_device", "io_uring", True, False, "on", "ignore", "pvscsi,id=scsihw0",
+     "scsi-hd,bus=scsihw0.0,scsi-id=0,drive=drive-scsi0,id=scsi0,device_id=drive-scsi0,"
+     "write-cache=on", None),
+    ("scsi9: local-lvm:vm-100-disk-0", "lsi",   # 7 disks per lsi controller
+     "host_device", "io_uring", True, False, "on", "ignore", "lsi,id=scsihw1",
+     "scsi-hd,bus=scsihw1.0,scsi-id=2,drive=drive-scsi9,id=scsi9,device_id=drive-scsi9,"
+     "write-cache=on", None),
+    # 10-12: aio
+    ("scsi0: local:100/vm-100-disk-0.qcow2,aio=native", "virtio-scsi-single",
+     "file", "native", True, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("virtio0: local:100/vm-100-disk-0.raw,aio=threads,iothread=1", None,
+     "file", "threads", True, False, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,iothread=iothread-virtio0,write-cache=on",
+     "iothread-virtio0"),
+    ("virtio0: thick:vm-100-disk-0", None,     # thick LVM: native (direct), not io_uring
+     "host_device", "native", True, False, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,write-cache=on", None),
+    # 13-16: cache
+    ("virtio0: thick:vm-100-disk-0,cache=writeback", None,   # thick LVM, not direct: threads
+     "host_device", "threads", False, False, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,write-cache=on", None),
+    ("scsi0: local-lvm:vm-100-disk-0,cache=writethrough", "virtio-scsi-single",
+     "host_device", "io_uring", False, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=off", None),
+    ("sata0: local-lvm:vm-100-disk-0,cache=directsync", None,
+     "host_device", "io_uring", True, False, "on", "ignore", "ahci,id=ahci0,multifunction=on",
+     "ide-hd,bus=ahci0.0,drive=drive-sata0,id=sata0,write-cache=off", None),
+    ("virtio0: local-lvm:vm-100-disk-0,cache=unsafe", None,
+     "host_device", "io_uring", False, True, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,write-cache=on", None),
+    # 17-19: discard, detect_zeroes, ssd
+    ("scsi0: local-lvm:vm-100-disk-0,discard=on,ssd=1", "virtio-scsi-single",
+     "host_device", "io_uring", True, False, "unmap", "unmap", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,rotation_rate=1,write-cache=on", None),
+    ("scsi0: local-lvm:vm-100-disk-0,discard=on,detect_zeroes=0", "virtio-scsi-single",
+     "host_device", "io_uring", True, False, "off", "unmap", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("sata0: local-lvm:vm-100-disk-0,discard=ignore,ssd=1", None,
+     "host_device", "io_uring", True, False, "on", "ignore", "ahci,id=ahci0,multifunction=on",
+     "ide-hd,bus=ahci0.0,drive=drive-sata0,id=sata0,rotation_rate=1,write-cache=on", None),
+    # 20: queues (virtio-scsi-single only)
+    ("scsi0: local-lvm:vm-100-disk-0,iothread=1,queues=4", "virtio-scsi-single",
+     "host_device", "io_uring", True, False, "on", "ignore",
+     "virtio-scsi-pci,id=virtioscsi0,iothread=iothread-virtioscsi0,num_queues=4",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", "iothread-virtioscsi0"),
+    # 21-26: storage types
+    ("scsi0: smb:100/vm-100-disk-0.raw", "virtio-scsi-single",     # CIFS: native
+     "file", "native", True, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: ceph-krbd:vm-100-disk-0,cache=writeback", "virtio-scsi-single",   # krbd: threads
+     "host_device", "threads", False, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: ceph:vm-100-disk-0,aio=native", "virtio-scsi-single",   # librbd: no aio at all
+     "rbd", None, True, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: butter:100/vm-100-disk-0.raw", "virtio-scsi-single",   # btrfs: not direct
+     "file", "io_uring", False, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("scsi0: butter-nocow:100/vm-100-disk-0.raw", "virtio-scsi-single",   # nocow: direct
+     "file", "io_uring", True, False, "on", "ignore", "virtio-scsi-pci,id=virtioscsi0",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+     "device_id=drive-scsi0,write-cache=on", None),
+    ("virtio0: tank:vm-100-disk-0,cache=none,aio=native", None,
+     "host_device", "native", True, False, "on", "ignore", None,
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,write-cache=on", None),
+]
+
+
+@pytest.mark.parametrize("line, scsihw, driver, aio, direct, no_flush, zeroes, discard, "
+                         "controller, device, iothread", CASES)
+def test_pve9_graph_is_qemu_servers(line: str, scsihw: str | None, driver: str, aio: str | None,
+                                    direct: bool, no_flush: bool, zeroes: str, discard: str,
+                                    controller: str | None, device: str,
+                                    iothread: str | None) -> None:
+    out = _args(line, scsihw, 9)
+    parts = _split(out.argv)
+    key = line.split(":")[0]
+    objects = parts.get("-object", [])
+    assert json.loads(objects[-1]) == {"id": f"throttle-drive-{key}", "limits": {},
+                                       "qom-type": "throttle-group"}
+    assert objects[:-1] == ([f"iothread,id={iothread}"] if iothread else [])
+    devices = parts["-device"]
+    assert devices == ([controller] if controller else []) + [device]
+    throttle, fmt, file = _chain(parts["-blockdev"][0])
+    assert throttle["driver"] == "throttle" and throttle["node-name"] == f"drive-{key}"
+    assert throttle["throttle-group"] == f"throttle-drive-{key}" and "cache" not in throttle
+    assert fmt["driver"] == "raw" if ".qcow2" not in line else "qcow2"
+    assert fmt["node-name"] == "f" + file["node-name"][1:]      # type: ignore[index]
+    assert file["driver"] == driver
+    assert file.get("aio") == aio
+    for node in (fmt, file):
+        assert node["cache"] == {"direct": direct, "no-flush": no_flush}
+    for node in (throttle, fmt, file):
+        assert (node["detect-zeroes"], node["discard"], node["read-only"]) == (zeroes, discard,
+                                                                              False)
+
+
+def test_node_names_are_qemu_servers_hash() -> None:
+    """Blockdev.pm get_node_name: e/f + sha256("drive=ID,volid=VOLID")[:30]."""
+    assert pve.node_name("file", "scsi0", "local:8006/vm-8006-disk-0.raw") == \
+        "e3b2553803d55d43b9986a0aac3e9a7"
+    assert pve.node_name("fmt", "scsi0", "local:8006/vm-8006-disk-0.raw") == \
+        "f3b2553803d55d43b9986a0aac3e9a7"
+
+
+PVE8 = [
+    ("scsi0: local-lvm:vm-100-disk-0,aio=native,cache=writeback,discard=on,iothread=1", "virtio-scsi-single",
+     "file=/dev/pve/vm-100-disk-0,if=none,id=drive-scsi0,cache=writeback,aio=native,discard=on,"
+     "format=raw,detect-zeroes=unmap",
+     "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0"),
+    ("virtio0: local:100/vm-100-disk-0.qcow2,iothread=1", None,
+     "file=/var/lib/vz/images/100/vm-100-disk-0.qcow2,if=none,id=drive-virtio0,format=qcow2,"
+     "cache=none,aio=io_uring,detect-zeroes=on",
+     "virtio-blk-pci,drive=drive-virtio0,id=virtio0,iothread=iothread-virtio0"),
+    ("scsi0: thick:vm-100-disk-0,discard=on", "lsi",
+     "file=/dev/vg0/vm-100-disk-0,if=none,id=drive-scsi0,discard=on,format=raw,cache=none,"
+     "aio=native,detect-zeroes=unmap", "scsi-hd,bus=scsihw0.0,scsi-id=0,drive=drive-scsi0,id=scsi0"),
+    ("sata0: butter:100/vm-100-disk-0.raw,ssd=1", None,
+     "file=/mnt/butter/images/100/vm-100-disk-0/disk.raw,if=none,id=drive-sata0,format=raw,"
+     "aio=io_uring,detect-zeroes=on", "ide-hd,bus=ahci0.0,drive=drive-sata0,id=sata0,rotation_rate=1"),
+    ("ide0: ceph-krbd:vm-100-disk-0,cache=writethrough", None,
+     "file=/dev/rbd-pve/<fsid>/vmpool/vm-100-disk-0,if=none,id=drive-ide0,cache=writethrough,"
+     "format=raw,aio=threads,detect-zeroes=on", "ide-hd,bus=ide.0,unit=0,drive=drive-ide0,id=ide0"),
+]
+
+
+@pytest.mark.parametrize("line, scsihw, drive, device", PVE8)
+def test_pve8_drive_line_is_qemu_servers(line: str, scsihw: str | None, drive: str,
+                                         device: str) -> None:
+    parts = _split(_args(line, scsihw, 8).argv)
+    assert parts["-drive"] == [drive]
+    assert parts["-device"][-1] == device
+    assert not any("throttle" in o for o in parts.get("-object", []))
+
+
+def test_ignored_settings_are_named() -> None:
+    notes = " ".join(_args("scsi0: local-lvm:vm-1-disk-0,iothread=1,queues=4,mbps_rd=100,"
+                           "foo=bar", "virtio-scsi-pci").notes)
+    assert "iothread=1 is ignored" in notes and "queues=4 is ignored" in notes
+    assert "mbps_rd=100 is not reproduced" in notes and "foo=bar is not a qemu-server" in notes
+    assert "librbd gets no aio" in " ".join(_args("scsi0: ceph:vm-1-disk-0,aio=native",
+                                                  "virtio-scsi-single").notes)
+
+
+# -- on QEMU 7.2 ------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _paused(argv: list[str], workdir: Path) -> Iterator[Path]:
+    qmp = workdir / "qmp.sock"
+    qmp.unlink(missing_ok=True)
+    full = ["qemu-system-x86_64", "-machine", "pc", "-accel", "tcg", "-nodefaults",
+            "-display", "none", "-S", "-chardev", f"socket,id=qmp0,path={qmp},server=on,wait=off",
+            "-mon", "chardev=qmp0,mode=control", *argv]
+    with managed(full, log=workdir / "qemu.log") as proc:
+        up = wait_for(lambda: proc.poll() is not None or qmp.exists(), timeout=START_TIMEOUT)
+        assert up and proc.poll() is None, f"QEMU refused {shlex.join(argv)}: " \
+                                           f"{read_text(workdir / 'qemu.log')}"
+        yield qmp
+
+
+@needs_qemu
+@pytest.mark.parametrize("version", [8, 9])
+@pytest.mark.parametrize("line, scsihw", [(c[0], c[1]) for c in CASES if " ceph:" not in c[0]])
+def test_qemu_starts_with_qemu_servers_graph(tmp_path: Path, no_leftovers: None, line: str,
+                                            scsihw: str | None, version: int) -> None:
+    """The same drive, with its volume an image of ours (a path drive, as qemu-server takes
+    ``scsi0: /path,…``): QEMU 7.2 starts, and the nodes carry the flags qemu-server asked for."""
+    key, _, value = line.partition(": ")
+    fmt = "qcow2" if ".qcow2" in value else "raw"
+    image = tmp_path / f"disk.{fmt}"
+    run(["qemu-img", "create", "-q", "-f", fmt, str(image), "32M"], timeout=30)
+    options = value.split(",", 1)[1] if "," in value else ""
+    drive = pve.parse_drive(key, ",".join(p for p in [str(image), options,
+                                                      f"format={fmt}"] if p))
+    storage = {"thick": "lvm", "smb": "cifs", "ceph-krbd": "krbd", "butter": "btrfs",
+               "butter-nocow": "btrfs-nocow"}.get(value.split(":")[0], "path")
+    volume = pve.resolve_volume(drive).model_copy(update={"storage": storage})
+    out = pve.disk_args(drive, volume, scsihw=scsihw, version=version)  # type: ignore[arg-type]
+    with _paused(list(out.argv), tmp_path) as qmp:
+        nodes, blocks = qmp_execute(qmp, [("query-named-block-nodes", None),
+                                          ("query-block", None)])
+    drivers = sorted(n["drv"] for n in nodes)
+    assert drivers == sorted(["file", fmt] + (["throttle"] if version == 9 else []))
+    direct = pve.uses_cache_direct(drive.get("cache"), storage)
+    by_driver = {n["drv"]: n for n in nodes}
+    for name in ("file", fmt):
+        assert by_driver[name]["cache"]["direct"] == direct
+        assert by_driver[name]["cache"]["no-flush"] == (drive.get("cache") == "unsafe")
+    zeroes = pve.detect_zeroes_option(drive)
+    assert by_driver["throttle" if version == 9 else fmt]["detect_zeroes"] == zeroes
+    backend = next(b for b in blocks if b.get("qdev"))
+    writeback = drive.get("cache") not in ("writethrough", "directsync")
+    assert backend["inserted"]["cache"]["writeback"] == writeback
+
+
+GUEST_CONFIGS = [
+    # controller, aio, cache, fmt, iothread, queues
+    ("virtio-blk", "io_uring", "none", "raw", True, None),
+    ("virtio-scsi-single", "native", "none", "qcow2", True, 2),
+    ("virtio-scsi", "threads", "writeback", "raw", False, None),
+    ("lsi", "io_uring", "writethrough", "raw", False, None),
+    ("megasas", "native", "directsync", "raw", False, None),
+    ("pvscsi", "threads", "unsafe", "qcow2", False, None),
+    ("sata", "io_uring", "none", "raw", False, None),
+    ("ide", "threads", "writeback", "raw", False, None),
+]
+
+
+def _guest(tmp_path: Path, kernel: Path, config: Configuration, **kw: object) -> GuestSpec:
+    image = tmp_path / f"d,isk.{config.format}"
+    run(["qemu-img", "create", "-q", "-f", str(config.format), str(image), "32M"], timeout=30)
+    (tmp_path / "initrd").write_bytes(b"")
+    return GuestSpec(config=config, image=Image(path=image, format=str(config.format),
+                                                preallocation="off", size=32 << 20),
+                     kernel=kernel, initrd=tmp_path / "initrd", append="console=ttyS0",
+                     accel="tcg", vcpus=2, memory_bytes=128 << 20, qmp_socket=tmp_path / "q.sock",
+                     serial_log=tmp_path / "serial.log", host_port=1, name="t", **kw)  # type: ignore[arg-type]
+
+
+@needs_qemu
+@pytest.mark.parametrize("platform, version", [("proxmox", 8), ("proxmox", 9), ("libvirt", 9),
+                                               ("qemu", 9)])
+@pytest.mark.parametrize("controller, aio, cache, fmt, iothread, queues", GUEST_CONFIGS)
+def test_guest_graph_on_each_platform(tmp_path: Path, kernel: Path, no_leftovers: None,
+                                      platform: str, version: int, controller: str, aio: str,
+                                      cache: str, fmt: str, iothread: bool,
+                                      queues: int | None) -> None:
+    """guest_argv with [method] platform: QEMU 7.2 starts it and applies what
+    expected_guest_settings says (read back by role: file0, disk0, throttle0)."""
+    config = Configuration(mode="guest", controller=controller, aio=aio, cache=cache,
+                           format=fmt, preallocation="off", iothread=iothread,
+                           num_queues=queues)
+    if invalid_reason(config, platform=platform) is not None:
+        pytest.skip(invalid_reason(config, platform=platform))
+    spec = _guest(tmp_path, kernel, config, platform=platform, pve_version=version)
+    argv = guest_argv(spec)
+    if platform == "proxmox":
+        assert ("throttle" in " ".join(argv)) == (version == 9)
+    log = tmp_path / "qemu.log"
+    with managed(argv + ["-S"], log=log) as proc:
+        assert wait_for(lambda: proc.poll() is not None or spec.qmp_socket.exists(),
+                        timeout=START_TIMEOUT) and proc.poll() is None, read_text(log)
+        seen = read_guest_settings(spec.qmp_socket)
+    want = expected_guest_settings(config, vcpus=2, platform=platform,  # type: ignore[arg-type]
+                                   pve_version=version)  # type: ignore[arg-type]
+    assert seen == want
+
+
+def test_qemu_platform_argv_is_unchanged_by_the_platform_field(tmp_path: Path) -> None:
+    config = Configuration(mode="guest", controller="virtio-scsi-single", aio="io_uring",
+                           cache="none", format="raw", preallocation="off", iothread=True)
+    image = Image(path=Path("/var/tmp/x.raw"), format="raw", preallocation="off", size=1 << 30)
+    common = dict(config=config, image=image, kernel=Path("k"), initrd=Path("i"), append="",
+                  accel="tcg", vcpus=1, memory_bytes=1 << 30, qmp_socket=Path("q"),
+                  serial_log=Path("s"), host_port=1, name="n")
+    assert guest_argv(GuestSpec(**common)) == guest_argv(GuestSpec(**common, platform="qemu"))  # type: ignore[arg-type]
+
+
+def test_platform_refusals() -> None:
+    def config(**kw: object) -> Configuration:
+        values: dict[str, object] = dict(mode="guest", controller="virtio-scsi", aio="io_uring",
+                                         cache="none", format="raw", iothread=True)
+        return Configuration(**(values | kw))  # type: ignore[arg-type]
+    assert "qemu-server ignores iothread=1 on virtio-scsi" in str(
+        invalid_reason(config(), platform="proxmox"))
+    assert invalid_reason(config(), platform="qemu") is None
+    assert "NVMe" in str(invalid_reason(config(controller="nvme", iothread=False),
+                                        platform="proxmox"))
+    assert "queues=" in str(invalid_reason(config(controller="virtio-blk", num_queues=2),
+                                           platform="proxmox"))
+    assert "lsi53c895a.iothread" in str(invalid_reason(config(controller="lsi")))
+    with pytest.raises(ValueError, match="pve_version is for platform"):
+        Method(pve_version=8)
+    assert Method(platform="proxmox", pve_version=8).pve_version == 8
+
+
+def test_libvirt_graph() -> None:
+    disk, threads = lv.disk_for("virtio-blk", source="/var/lib/libvirt/images/a.qcow2",
+                                block=False, aio="native", cache="none", iothread=True,
+                                fmt="qcow2", num_queues=4)
+    parts = _split(lv.disk_args(disk, iothreads=threads).argv)
+    assert parts["-object"] == ['{"qom-type":"iothread","id":"iothread1"}']
+    assert parts["-blockdev"] == [
+        '{"driver":"file","filename":"/var/lib/libvirt/images/a.qcow2","aio":"native",'
+        '"node-name":"libvirt-1-storage","cache":{"direct":true,"no-flush":false},'
+        '"auto-read-only":true,"discard":"unmap"}',
+        '{"node-name":"libvirt-1-format","read-only":false,"cache":{"direct":true,'
+        '"no-flush":false},"driver":"qcow2","file":"libvirt-1-storage"}']
+    assert parts["-device"] == ['{"driver":"virtio-blk-pci","iothread":"iothread1",'
+                                '"num-queues":4,"drive":"libvirt-1-format","id":"virtio-disk0",'
+                                '"write-cache":"on"}']
+    with pytest.raises(ValueError, match="native I/O needs"):
+        lv.disk_args(lv.disk_for("sata", source="/x", block=False, aio="native",
+                                 cache="writeback", iothread=False)[0])
+
+
+# -- guests that boot -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_lsi_and_megasas_guests_boot_under_tcg(tmp_path: Path, no_leftovers: None) -> None:
+    """The appliance has sym53c8xx and megaraid_sas: both controllers boot and are measured."""
+    from iomatrix.measure.runner import run_suite
+    from iomatrix.store import Store
+    from iomatrix.suite import load_suite
+    from tests.conftest import write_suite
+    wired = "platform=" in inspect.getsource(__import__("iomatrix.drivers.guest",
+                                                        fromlist=["x"]))
+    body = f"""
+[matrix]
+controller = ["lsi", "megasas"]
+iothread = false
+[workloads]
+rw = "randread"
+iodepth = 4
+[method]
+mode = "guest"
+ramp = 0
+runtime = "1s"
+accel = "tcg"
+vcpus = 1
+memory = "384MiB"
+boot_timeout = "90s"
+{'platform = "proxmox"' if wired else ''}
+"""
+    suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store)
+        stored = store.load_run(outcome.run_id)
+    assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
+    for trial in stored.trials:
+        assert trial.samples[0].iops > 0 and trial.applied["guest.driver"].startswith("sd")
+        assert trial.applied["controller.type"] in ("lsi53c895a", "megasas")
+        if wired:
+            assert "throttle" in trial.command
+
+
+def test_invalid_platform_configuration_is_refused_by_guest_argv(tmp_path: Path) -> None:
+    config = Configuration(mode="guest", controller="nvme", aio="io_uring", cache="none",
+                           format="raw", iothread=False)
+    image = Image(path=tmp_path / "x.raw", format="raw", preallocation="off", size=1 << 20)
+    spec = GuestSpec(config=config, image=image, kernel=Path("k"), initrd=Path("i"), append="",
+                     accel="tcg", vcpus=1, memory_bytes=1 << 30, qmp_socket=Path("q"),
+                     serial_log=Path("s"), host_port=1, name="n", platform="proxmox")
+    with pytest.raises(InvalidCombination, match="NVMe"):
+        guest_argv(spec)

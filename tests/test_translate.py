@@ -1,0 +1,190 @@
+"""``iomatrix translate``: VM definitions written as Proxmox VE and libvirt write them → per disk
+the iomatrix configuration and the platform's QEMU arguments; what is not modelled is named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.translate import translate
+from iomatrix.suite.model import Configuration
+
+# As `qm config 100` prints it (and /etc/pve/qemu-server/100.conf holds it): keys sorted,
+# drive options sorted, a snapshot section after the current configuration.
+PVE_CONF = """\
+# web server
+agent: 1
+boot: order=scsi0;ide2;net0
+cores: 4
+cpu: x86-64-v2-AES
+ide2: local:iso/debian-12.iso,media=cdrom,size=628M
+memory: 4096
+meta: creation-qemu=9.2.0,ctime=1750000000
+name: web
+net0: virtio=BC:24:11:5A:10:01,bridge=vmbr0,firewall=1
+numa: 0
+ostype: l26
+sata0: local:100/vm-100-disk-2.qcow2,cache=writethrough,size=8G
+scsi0: local-lvm:vm-100-disk-0,aio=io_uring,cache=none,discard=on,iothread=1,size=32G,ssd=1
+scsi1: local-lvm:vm-100-disk-1,backup=0,iothread=1,queues=4,size=64G
+scsihw: virtio-scsi-single
+smbios1: uuid=5a0e6a07-3b5e-4c1e-9e55-6d3c1f0b1d10
+sockets: 1
+virtio0: local-zfs:vm-100-disk-3,aio=threads,cache=writeback,iothread=1,mbps_wr=200,size=16G
+vmgenid: 0b9d1a7e-2f3c-4d5e-8f90-1a2b3c4d5e6f
+
+[before-upgrade]
+scsi0: local-lvm:vm-100-disk-0,aio=native,size=32G
+scsihw: lsi
+"""
+
+LIBVIRT_XML = """\
+<domain type='kvm' id='3'>
+  <name>db</name>
+  <uuid>4dea22b3-1d52-d8f3-2516-782e98ab3fa0</uuid>
+  <memory unit='KiB'>4194304</memory>
+  <vcpu placement='static'>4</vcpu>
+  <iothreads>1</iothreads>
+  <os>
+    <type arch='x86_64' machine='pc-i440fx-7.2'>hvm</type>
+  </os>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='none' io='native' discard='unmap'/>
+      <source file='/var/lib/libvirt/images/db.qcow2'/>
+      <target dev='sda' bus='scsi'/>
+      <address type='drive' controller='0' bus='0' target='0' unit='0'/>
+    </disk>
+    <disk type='block' device='disk'>
+      <driver name='qemu' type='raw' cache='none' io='io_uring' iothread='1' queues='4'/>
+      <source dev='/dev/vg0/db-data'/>
+      <target dev='vdb' bus='virtio'/>
+      <serial>data01</serial>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <target dev='hdc' bus='ide'/>
+      <readonly/>
+    </disk>
+    <controller type='scsi' index='0' model='virtio-scsi'>
+      <driver iothread='1' queues='2'/>
+    </controller>
+  </devices>
+</domain>
+"""
+
+
+def test_pve_config_round_trips_to_qemu_servers_arguments() -> None:
+    result = translate(PVE_CONF)
+    assert result.platform == "proxmox" and result.generation.startswith("PVE 9")
+    by_name = {d.name: d for d in result.disks}
+    assert sorted(by_name) == ["sata0", "scsi0", "scsi1", "virtio0"]      # not ide2 (CD-ROM)
+    scsi0 = by_name["scsi0"]
+    assert scsi0.config == Configuration(mode="guest", controller="virtio-scsi-single",
+                                         aio="io_uring", iothread=True, cache="none",
+                                         format="raw", preallocation="off")
+    argv = list(scsi0.argv)
+    assert argv[:4] == ["-object", "iothread,id=iothread-virtioscsi0", "-object",
+                        '{"id":"throttle-drive-scsi0","limits":{},"qom-type":"throttle-group"}']
+    assert argv[4:6] == ["-device", "virtio-scsi-pci,id=virtioscsi0,iothread=iothread-virtioscsi0"]
+    node = json.loads(argv[7])
+    assert node["node-name"] == "drive-scsi0" and node["discard"] == "unmap"
+    assert node["detect-zeroes"] == "unmap"
+    assert node["file"]["file"] == {
+        "aio": "io_uring", "cache": {"direct": True, "no-flush": False},
+        "detect-zeroes": "unmap", "discard": "unmap", "driver": "host_device",
+        "filename": "/dev/pve/vm-100-disk-0",
+        "node-name": pve.node_name("file", "scsi0", "local-lvm:vm-100-disk-0"),
+        "read-only": False}
+    assert argv[8:] == ["-device", "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,"
+                        "drive=drive-scsi0,id=scsi0,device_id=drive-scsi0,rotation_rate=1,"
+                        "write-cache=on"]
+    # queues on virtio-scsi-single; no cache given: qemu-server's cache=none
+    scsi1 = by_name["scsi1"]
+    assert scsi1.config is not None and scsi1.config.num_queues == 4 and scsi1.config.cache == "none"
+    assert "virtio-scsi-pci,id=virtioscsi1,iothread=iothread-virtioscsi1,num_queues=4" in scsi1.argv
+    # a virtio disk on ZFS with a bandwidth limit: the limit is named, not dropped
+    virtio0 = by_name["virtio0"]
+    assert virtio0.config is not None and virtio0.config.aio == "threads"
+    assert any("mbps_wr=200 is not reproduced" in n for n in virtio0.notes)
+    assert '"filename":"/dev/zvol/rpool/data/vm-100-disk-3"' in virtio0.argv[5]
+    sata0 = by_name["sata0"]
+    assert sata0.argv[-1] == "ide-hd,bus=ahci0.0,drive=drive-sata0,id=sata0,write-cache=off"
+    assert sata0.config is not None and sata0.config.format == "qcow2"
+    assert any("CD-ROM" in n for n in result.notes)
+
+
+def test_pve_version_8_and_pinned_machines_use_drive() -> None:
+    pinned = translate(PVE_CONF.replace("meta:", "machine: pc-i440fx-8.1\nmeta:"))
+    assert pinned.generation.startswith("PVE 8")
+    scsi0 = {d.name: d for d in translate(PVE_CONF, pve_version=8).disks}["scsi0"]
+    assert list(scsi0.argv) == [
+        "-object", "iothread,id=iothread-virtioscsi0",
+        "-device", "virtio-scsi-pci,id=virtioscsi0,iothread=iothread-virtioscsi0",
+        "-drive", "file=/dev/pve/vm-100-disk-0,if=none,id=drive-scsi0,cache=none,aio=io_uring,"
+                  "discard=on,format=raw,detect-zeroes=unmap",
+        "-device", "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,"
+                   "id=scsi0,rotation_rate=1"]
+
+
+def test_pve_defaults_and_storage_cfg() -> None:
+    conf = "scsi0: fast:vm-101-disk-0,size=10G\nscsi1: slow:vm-101-disk-1,cache=writeback\n"
+    storages = pve.parse_storage_cfg("lvm: fast\n\tvgname data\n\nrbd: slow\n\tpool p\n")
+    disks = {d.name: d for d in translate(conf, storages=storages).disks}
+    fast = disks["scsi0"]
+    assert fast.config is not None and fast.config.controller == "lsi"     # no scsihw: lsi
+    assert fast.config.aio == "native"            # thick LVM, direct (unset cache = none)
+    assert any("qemu-server's default, lsi" in n for n in fast.notes)
+    slow = disks["scsi1"]
+    assert slow.values["aio"] is None and slow.config is None
+    assert any("librbd" in n and "no aio" in n for n in slow.notes)
+    assert '"aio"' not in slow.argv[-3]
+    unknown = translate("scsi0: nowhere:vm-1-disk-0\n").disks[0]
+    assert "not in storage.cfg" in unknown.notes[0]
+
+
+def test_libvirt_domain_round_trips_to_libvirts_arguments() -> None:
+    result = translate(LIBVIRT_XML)
+    assert result.platform == "libvirt"
+    by_name = {d.name: d for d in result.disks}
+    assert sorted(by_name) == ["sda", "vdb"]
+    sda, vdb = by_name["sda"], by_name["vdb"]
+    assert sda.config == Configuration(mode="guest", controller="virtio-scsi", aio="native",
+                                       iothread=True, cache="none", format="qcow2",
+                                       preallocation="off", num_queues=2)
+    assert list(sda.argv) == [
+        "-device", '{"driver":"virtio-scsi-pci","iothread":"iothread1","num_queues":2,'
+                   '"id":"scsi0"}',
+        "-blockdev", '{"driver":"file","filename":"/var/lib/libvirt/images/db.qcow2",'
+                     '"aio":"native","node-name":"libvirt-2-storage","cache":{"direct":true,'
+                     '"no-flush":false},"auto-read-only":true,"discard":"unmap"}',
+        "-blockdev", '{"node-name":"libvirt-2-format","read-only":false,"discard":"unmap",'
+                     '"cache":{"direct":true,"no-flush":false},"driver":"qcow2",'
+                     '"file":"libvirt-2-storage"}',
+        "-device", '{"driver":"scsi-hd","bus":"scsi0.0","channel":0,"scsi-id":0,"lun":0,'
+                   '"device_id":"drive-scsi0-0-0-0","drive":"libvirt-2-format",'
+                   '"id":"scsi0-0-0-0","write-cache":"on"}']
+    assert vdb.config is not None and vdb.config.controller == "virtio-blk"
+    assert vdb.config.num_queues == 4 and vdb.config.iothread
+    assert '"driver":"host_device","filename":"/dev/vg0/db-data","aio":"io_uring"' in vdb.argv[3]
+    assert any("<serial>" in n for n in vdb.notes)
+    assert any("hdc" in n for n in result.notes)
+
+
+def test_cli_translate(tmp_path: Path) -> None:
+    conf = tmp_path / "100.conf"
+    conf.write_text(PVE_CONF)
+    xml = tmp_path / "db.xml"
+    xml.write_text(LIBVIRT_XML)
+    for path, wanted in ((conf, "drive-scsi0"), (xml, "libvirt-1-format")):
+        done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert wanted in done.stdout and "iomatrix: controller=" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(conf),
+                           "--pve-version", "7"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
