@@ -370,7 +370,8 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
     assert len(used) == 2
     cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
     assert cleaned.returncode == 0, cleaned.stderr
-    assert f"in use by run 1: pid {live.pid}" in cleaned.stdout
+    assert all(f"left {kind} {path} (run 1, pid {live.pid}): in use by a live iomatrix since "
+               in cleaned.stdout for kind, path in zip(["scratch", "images"], used))
     assert all(p.exists() for p in used)
     out, err = live.communicate(timeout=60)
     assert live.returncode == 0, err
@@ -618,3 +619,14 @@ def test_a_signal_during_the_clean_up_takes_effect_after_it(tmp_path: Path,
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_runs_tells_a_killed_run_from_one_being_measured(tmp_path: Path) -> None:
+    me = this_process()
+    with Store(tmp_path / "r.db") as store:
+        killed = new_run(store, owner=dead_process(store))
+        live = new_run(store, owner=store.register_process(me, ""))
+    listing = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
+    rows = {line.split()[0]: line for line in listing.splitlines()[1:]}
+    assert "stopped (process gone; --resume)" in rows[str(killed)]
+    assert "running" in rows[str(live)] and "process gone" not in rows[str(live)]

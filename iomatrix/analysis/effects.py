@@ -26,6 +26,27 @@ How pairs are combined, and how sure we are:
   (≈ variance of the gains / 2). Limits: pairs are treated as independent, though pairs that share
   a configuration were measured in the same session and can correlate; pairs with a mean of 0 on
   either side (nothing measured) have no log ratio and are left out (``excluded``).
+- Paired by round (method "rounds", the default wherever it applies): a run measured in
+  interleaved rounds (``rounds_known``: every run iomatrix measured; not imports, whose sample
+  indices only count each point's files) measures every configuration once per round, so a
+  drift of the host within minutes lands on both sides of a pair alike. The gain is then
+  estimated from ratios within rounds (duet benchmarking, Bulej et al. 2020; randomized
+  multiple interleaved trials, Abedi & Brecht 2017): for each round r in which every pair of the
+  group was measured on both sides (``rounds``; others are ``rounds_excluded``),
+  d_r = mean over pairs of log(level_r / reference_r); the gain is exp(mean d_r) − 1 with a
+  Student-t interval across rounds, or the expanded percentile bootstrap when the d_r are
+  skewed (n ≥ 8 and |adjusted Fisher–Pearson skewness| > 1, ``stats.is_skewed``), and a
+  one-sample t-test of the d_r against 0 (``stats.log_ratio_test``). Drift common to a round
+  cancels in d_r, and whatever drifts between the two sides within a round (one block after
+  the other) stays in the spread of the d_r, so it is counted, not hidden. The workloads of a
+  group are fixed: the interval says how precisely the average gain over exactly these
+  workloads is known (what more rounds can narrow, and what ``target_ci`` asks of gains), not
+  how the gain varies between workloads (``by=("workload",)`` shows that). Fewer than 2 such
+  rounds: the unpaired methods below. ``mde`` is the minimal detectable effect at the rounds
+  (or pairs) reached: (t(0.975) + t(0.8)) · sd/√n on the log scale, as a relative gain.
+  Caveat: a trial measured again later (``--retry-failed``, a resumed run's missing trials)
+  keeps its round's index though not its round's time; it still pairs, but its drift does not
+  cancel (it widens the interval rather than biasing it).
 - Every gain of one ``gains`` call is one family: p-values are adjusted together
   (``stats.adjust``, Holm by default) and ``significant`` uses the adjusted p. CIs stay
   per-gain (95 %, not simultaneous).
@@ -44,8 +65,9 @@ from scipy import stats as _scipy
 
 from iomatrix.analysis.metrics import METRICS, get_metric
 from iomatrix.analysis.points import Point, points
-from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, adjust, compare,
-                                     p_text, percent_text, t_interval)
+from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, LogRatioTest,
+                                     adjust, compare, log_ratio_test, minimal_detectable, p_text,
+                                     percent_text, t_interval)
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
 from iomatrix.core.model import Frozen
@@ -68,7 +90,9 @@ class Gain(Frozen):
     ``high`` bound it at 95 % (None when unknown or unbounded). ``significant`` uses the
     adjusted p-value (``adjustment`` across ``family`` gains). ``method``: "samples" (one pair:
     Welch/Fieller on its samples), "pairs" (several: t across pairs of log ratios), "none" (no
-    usable pair). ``verdict`` is the one line to show with it.
+    usable pair), "rounds" (paired by round: t, or bootstrap when skewed, across rounds of
+    the per-round mean log ratio; see the module docstring). ``verdict`` is the one line to
+    show with it.
     """
 
     axis: str
@@ -95,7 +119,16 @@ class Gain(Frozen):
     adjustment: str | None = None
     family: int | None = None
     significant: bool
-    method: Literal["samples", "pairs", "none"]
+    method: Literal["rounds", "samples", "pairs", "none"]
+    rounds: int | None = None
+    """Method "rounds": the rounds the gain rests on (each with every pair measured)."""
+    rounds_excluded: int = 0
+    """Method "rounds": rounds left out because some pair lacked a side in them."""
+    interval: Literal["t", "bootstrap"] | None = None
+    """Which interval ``low``/``high`` are (methods "rounds" and "pairs")."""
+    mde: float | None = None
+    """Minimal detectable effect (relative, 80 % power at α = 0.05) at the rounds or pairs
+    reached; None for method "samples" and "none"."""
     verdict: str
 
     @computed_field  # type: ignore[prop-decorator]
@@ -129,6 +162,37 @@ def default_reference(axis: str, levels: list[str]) -> str:
     return preferred if preferred in levels else levels[0]
 
 
+def rounds_known(run: StoredRun) -> bool:
+    """Whether the run's sample index is its round (every configuration measured once per
+    round, interleaved: ``suite.plan``). True for the runs iomatrix measured; False for imports
+    (their index counts each point's files in time order) and for synthetic runs, unless their
+    host metadata says ``trial_order = "rounds"``."""
+    if run.host.get("trial_order") == "rounds":
+        return True
+    return run.seed is not None and not run.suite_source.startswith("import:") and \
+        run.suite_source != "synthetic"
+
+
+_ROUNDS: dict[tuple[int, str], tuple[StoredRun, dict[tuple[str, str], dict[int, float]]]] = {}
+
+
+def round_values(run: StoredRun, metric: str) -> dict[tuple[str, str], dict[int, float]]:
+    """(configuration key, workload key) → round (sample index) → the ok trial's figure."""
+    key = (id(run), metric)
+    cached = _ROUNDS.get(key)
+    if cached is not None and cached[0] is run:
+        return cached[1]
+    m = get_metric(metric)
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for t in run.trials:
+        if t.status == "ok" and (v := m.of_sample(t.samples)) is not None:
+            out.setdefault((t.config_key, t.workload_key), {})[t.sample_index] = v
+    if len(_ROUNDS) >= _GAINS_SIZE:
+        _ROUNDS.pop(next(iter(_ROUNDS)))
+    _ROUNDS[key] = (run, out)
+    return out
+
+
 @dataclass(frozen=True)
 class _Pair:
     reference: ConfigRecord
@@ -136,6 +200,9 @@ class _Pair:
     workload: WorkloadRecord
     a: tuple[float, ...]
     b: tuple[float, ...]
+    ra: dict[int, float] | None = None
+    """Round → figure of each side, when the run's rounds are known."""
+    rb: dict[int, float] | None = None
 
 
 def _axis_levels(run: StoredRun, axis: str) -> list[str]:
@@ -154,7 +221,8 @@ def _check_level(run: StoredRun, axis: str, level: str, levels: list[str]) -> No
 
 
 def _matched_pairs(run: StoredRun, found: dict[tuple[str, str], Point], axis: str, level: str,
-                   reference: str, metric: str) -> list[_Pair]:
+                   reference: str, metric: str,
+                   by_round: dict[tuple[str, str], dict[int, float]] | None = None) -> list[_Pair]:
     """Every (reference config, level config, workload) with samples of ``metric`` on both sides."""
     twins: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, ConfigRecord]] = {}
     for config in run.configs:
@@ -173,7 +241,11 @@ def _matched_pairs(run: StoredRun, found: dict[tuple[str, str], Point], axis: st
                 continue
             a, b = pa.values(metric), pb.values(metric)
             if a and b:
-                out.append(_Pair(ref, other, workload, a, b))
+                ra = rb = None
+                if by_round is not None:
+                    ra = by_round.get((ref.key, workload.key), {})
+                    rb = by_round.get((other.key, workload.key), {})
+                out.append(_Pair(ref, other, workload, a, b, ra, rb))
     return out
 
 
@@ -182,8 +254,77 @@ def _group_key(pair: _Pair, by: Sequence[str]) -> tuple[object, ...]:
                  for field in by)
 
 
+class _Estimate(Frozen):
+    """A group's estimate before adjustment: the comparison and how it was made."""
+
+    comparison: Comparison
+    method: str
+    excluded: int = 0
+    rounds: int | None = None
+    rounds_excluded: int = 0
+    interval: str | None = None
+    mde: float | None = None
+
+
+def _by_rounds(pairs: list[_Pair]) -> _Estimate | None:
+    """The paired-by-round estimate of a group, or None when fewer than 2 rounds measured
+    every usable pair on both sides (or the rounds are unknown)."""
+    if any(p.ra is None or p.rb is None for p in pairs):
+        return None
+    usable = [p for p in pairs if math.fsum(p.a) > 0 and math.fsum(p.b) > 0]
+    if not usable:
+        return None
+    common: set[int] | None = None
+    seen: set[int] = set()
+    for p in usable:
+        assert p.ra is not None and p.rb is not None
+        seen |= p.ra.keys() | p.rb.keys()
+        both = {r for r in p.ra.keys() & p.rb.keys() if p.ra[r] > 0 and p.rb[r] > 0}
+        common = both if common is None else common & both
+    if common is None or len(common) < 2:
+        return None
+    rounds = sorted(common)
+    logs = [math.fsum(math.log(p.rb[r] / p.ra[r]) for p in usable) / len(usable)  # type: ignore[index]
+            for r in rounds]
+    test = log_ratio_test(logs, CONFIDENCE)
+    c = _log_comparison(test, len(rounds))
+    return _Estimate(comparison=c, method="rounds", excluded=len(pairs) - len(usable),
+                     rounds=len(rounds), rounds_excluded=len(seen - common),
+                     interval=test.interval.method, mde=_mde(test))
+
+
+def _log_comparison(test: LogRatioTest, n: int) -> Comparison:
+    i = test.interval
+    assert i.low is not None and i.high is not None
+    return Comparison(n_a=n, n_b=n, mean_a=None, mean_b=None, relative=math.expm1(i.mean),
+                      low=math.expm1(i.low), high=math.expm1(i.high), confidence=CONFIDENCE,
+                      p_value=test.p_value, alpha=ALPHA, significant=test.p_value < ALPHA,
+                      constant=test.constant, verdict="")
+
+
+def _mde(test: LogRatioTest) -> float | None:
+    d = minimal_detectable(test.sd, test.interval.n, alpha=ALPHA)
+    return None if d is None else math.expm1(d)
+
+
+def _estimate(pairs: list[_Pair]) -> _Estimate:
+    """Paired by round where the rounds allow it, else the unpaired methods."""
+    paired = _by_rounds(pairs)
+    if paired is not None:
+        return paired
+    c, method, excluded = _unadjusted(pairs)
+    mde = None
+    if method == "pairs" and c.n_a >= 2:
+        logs = [math.log((math.fsum(p.b) / len(p.b)) / (math.fsum(p.a) / len(p.a)))
+                for p in pairs if math.fsum(p.a) > 0 and math.fsum(p.b) > 0]
+        mde = _mde(log_ratio_test(logs, CONFIDENCE)) if len(logs) >= 2 else None
+    return _Estimate(comparison=c, method=method, excluded=excluded,
+                     interval="t" if method == "pairs" else None, mde=mde)
+
+
 def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
-    """The group's comparison before adjustment, its method, and the pairs left out."""
+    """The group's comparison before adjustment (unpaired), its method, and the pairs left
+    out."""
     if len(pairs) == 1:
         return compare(pairs[0].a, pairs[0].b, confidence=CONFIDENCE, alpha=ALPHA), "samples", 0
     # plain float means: numpy's cost ~20 µs a call, and a large matrix has millions of pairs
@@ -218,19 +359,33 @@ def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
             "pairs", excluded)
 
 
-def _pairs_verdict(c: Comparison, excluded: int) -> str:
-    """The verdict of a gain over several pairs, worded as ``stats.compare`` words its own."""
+def _pairs_verdict(c: Comparison, excluded: int, estimate: "_Estimate | None" = None) -> str:
+    """The verdict of a gain over several pairs (or paired by round), worded as
+    ``stats.compare`` words its own."""
     assert c.relative is not None and c.low is not None and c.high is not None
     assert c.p_value is not None
     head = f"{percent_text(c.relative)} %"
-    if c.constant:
+    paired = estimate is not None and estimate.method == "rounds"
+    if paired:
+        assert estimate is not None
+        unit = f"{c.n_a} rounds, paired by round"
+        if c.constant:
+            detail = f"the same in each of {c.n_a} rounds, paired by round"
+        else:
+            boot = " (bootstrap: skewed)" if estimate.interval == "bootstrap" else ""
+            detail = (f"{c.confidence * 100:g} % CI{boot} {percent_text(c.low)} … "
+                      f"{percent_text(c.high)} % over {unit}")
+        if estimate.rounds_excluded:
+            detail += f"; {estimate.rounds_excluded} rounds left out, a side missing"
+    elif c.constant:
         detail = f"the same in each of {c.n_a} pairs"
     else:
         detail = (f"{c.confidence * 100:g} % CI {percent_text(c.low)} … {percent_text(c.high)} % "
                   f"over {c.n_a} pairs")
     if excluded:
         detail += f"; {excluded} more left out, a mean of 0"
-    test = f"t-test of log ratios p{p_text(c.p_value, c.alpha)}"
+    test = (f"t-test of per-round log ratios p{p_text(c.p_value, c.alpha)}" if paired else
+            f"t-test of log ratios p{p_text(c.p_value, c.alpha)}")
     if c.adjustment is not None and c.adjusted_p is not None:
         test += (f", {ADJUSTMENT_NAMES[c.adjustment]}-adjusted p{p_text(c.adjusted_p, c.alpha)}"
                  f" across {c.family} comparison{'s' if c.family != 1 else ''}")
@@ -289,6 +444,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
             raise AnalysisError(f"run {run.id}: cannot hold {other!r}, not an axis with two or "
                                 "more levels", hint=f"axes of run {run.id}: {', '.join(axes)}")
     found = {(p.config_key, p.workload_key): p for p in points(run)}
+    by_round = round_values(run, metric) if rounds_known(run) else None
     workload_order = {w.key: i for i, w in enumerate(run.workloads)}
     rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}
     held_order = {a: {v: i for i, v in enumerate(axes.get(a, []))} for a in hold}
@@ -296,7 +452,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
     for level in levels:
         if level == reference:
             continue
-        for pair in _matched_pairs(run, found, axis, level, reference, metric):
+        for pair in _matched_pairs(run, found, axis, level, reference, metric, by_round):
             held = tuple(pair.config.mode if a == "mode" else pair.config.params.get(a, "n/a")
                          for a in hold)
             groups.setdefault((level, held, _group_key(pair, by)), []).append(pair)
@@ -309,15 +465,16 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
         return (levels.index(level), held_rank, held, by_rank)
 
     keys = sorted(groups, key=order)
-    computed = [_unadjusted(groups[k]) for k in keys]
-    adjusted = adjust([c for c, _, _ in computed], adjustment)
+    computed = [_estimate(groups[k]) for k in keys]
+    adjusted = adjust([e.comparison for e in computed], adjustment)
     out = []
-    for key, c, (_, method, excluded) in zip(keys, adjusted, computed, strict=True):
+    for key, c, e in zip(keys, adjusted, computed, strict=True):
         level, held, group = key
+        method, excluded = e.method, e.excluded
         pairs = groups[key]
         fields = dict(zip(by, group, strict=True))
         one = pairs[0].workload if "workload" in fields else None
-        verdict = _pairs_verdict(c, excluded) if method == "pairs" else (
+        verdict = _pairs_verdict(c, excluded, e) if method in ("pairs", "rounds") else (
             "no usable pair: every pair has a mean of 0 on one side" if method == "none" else c.verdict)
         out.append(Gain(
             axis=axis, level=level, reference=reference, metric=metric,
@@ -328,7 +485,9 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
             workload=one.key if one else None,
             pairs=len(pairs) - excluded, excluded=excluded, relative=c.relative, low=c.low,
             high=c.high, p_value=c.p_value, adjusted_p=c.adjusted_p, adjustment=c.adjustment,
-            family=c.family, significant=c.significant, method=method, verdict=verdict))
+            family=c.family, significant=c.significant, method=method,  # type: ignore[arg-type]
+            rounds=e.rounds, rounds_excluded=e.rounds_excluded,
+            interval=e.interval, mde=e.mde, verdict=verdict))  # type: ignore[arg-type]
     return out
 
 

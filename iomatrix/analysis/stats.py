@@ -481,3 +481,56 @@ def needs_more(xs: Sequence[float], target_relative_half_width: float, *,
     if ci.relative is None:
         return ci.half_width != 0
     return ci.relative > target_relative_half_width
+
+
+class LogRatioTest(Frozen):
+    """The mean of some log ratios (one per round, or one per pair) with its confidence interval
+    and a one-sample t-test against 0. ``interval.method`` says which interval: "t", or
+    "bootstrap" when the log ratios are skewed (``is_skewed``: n ≥ 8 and |G1| > 1). ``constant``:
+    every log ratio equal up to rounding (then the interval has no width and p is 1 or 0)."""
+
+    interval: Interval
+    p_value: float
+    constant: bool
+    sd: float
+    """Standard deviation of the log ratios (0.0 when constant)."""
+
+
+# Log ratios closer than this are equal up to floating-point rounding (1e-12 ≈ 1e-10 %).
+_SAME_LOG_RATIO = 1e-12
+
+
+def log_ratio_test(logs: Sequence[float], confidence: float = 0.95,
+                   seed: int = 0) -> LogRatioTest:
+    """Interval and test of the mean of ``logs`` (at least 2 values).
+
+    Interval: ``confidence_interval`` (Student t; the expanded percentile bootstrap when the
+    values are skewed: n ≥ 8 and |G1| > 1). Test: one-sample t-test of the values against 0,
+    whichever interval is shown (the bootstrap gives no p-value of its own; the t-test's
+    validity rests on the mean of n log ratios being near normal, which is why skew switches
+    the interval and not the test). Values equal up to rounding: zero-width interval at their
+    value, p = 1 when that is 0, else 0 (as ``compare`` treats constant samples)."""
+    _check_level("confidence", confidence)
+    n, centre, sd, _ = _summary(logs)
+    if n < 2:
+        raise ValueError(f"a log-ratio test needs at least 2 values, got {n}")
+    if max(logs) - min(logs) <= _SAME_LOG_RATIO:
+        p = 1.0 if abs(centre) <= _SAME_LOG_RATIO else 0.0
+        interval = Interval(mean=centre, low=centre, high=centre, half_width=0.0,
+                            relative=0.0 if centre else None, method="t", n=n,
+                            confidence=confidence)
+        return LogRatioTest(interval=interval, p_value=p, constant=True, sd=0.0)
+    interval = confidence_interval(logs, confidence, seed=seed)
+    t = centre / (sd / math.sqrt(n))
+    p = float(2 * _scipy.t.sf(abs(t), n - 1))
+    return LogRatioTest(interval=interval, p_value=p, constant=False, sd=sd)
+
+
+def minimal_detectable(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest true mean (on the scale of ``sd``) that a two-sided one-sample t-test at
+    ``alpha`` detects with probability ``power``, from n values of standard deviation ``sd``:
+    (t(1 − α/2; n−1) + t(power; n−1)) · sd/√n (the usual approximation of the noncentral t).
+    None below 2 values."""
+    if n < 2:
+        return None
+    return (_t_quantile(1 - alpha / 2, n - 1) + _t_quantile(power, n - 1)) * sd / math.sqrt(n)

@@ -16,11 +16,18 @@ from iomatrix.core.files import write_file_atomically
 
 def runs(db: Db = DEFAULT_DB) -> None:
     """List the stored runs."""
+    from iomatrix.core.owner import liveness
+    from iomatrix.store.repo import identity
+
     with open_store(db) as store:
         rows = store.list_runs()
+        # A run marked running whose process is gone was killed: say so, and how to go on.
+        gone = {run_id for run_id, owner in store.running_runs()
+                if owner is None or not liveness(identity(owner), owner.lock_path)[0]}
     table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
     for r in rows:
-        table.add_row(str(r.id), r.suite_name, r.created_at, r.status,
+        status = "stopped (process gone; --resume)" if r.id in gone else r.status
+        table.add_row(str(r.id), r.suite_name, r.created_at, status,
                       r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
                       str(r.trials_ok), str(r.trials_failed))
     out.print(table if rows else "no runs stored")

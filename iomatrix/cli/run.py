@@ -14,12 +14,14 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 
 
-def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
-    """The trials in order, the sessions and the estimate, without running anything."""
+def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    """The trials in order, the sessions and the estimate, without running anything; with
+    ``accel`` tcg, as the run would go with emulated guests."""
     from iomatrix.suite.plan import duration_text, estimate_seconds, plan
     from iomatrix.suite import expand
 
-    expansion = expand(suite)
+    full = expand(suite)
+    expansion = full.for_accel("tcg") if (accel or suite.method.accel) == "tcg" else full
     seed = suite.method.seed if suite.method.seed is not None else 0
     blocks = plan(expansion, suite.method.samples, seed)
     n = 0
@@ -43,8 +45,15 @@ def _print_plan(suite) -> None:  # type: ignore[no-untyped-def]
               + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
               markup=False)
     if any(c.mode == "guest" for c in expansion.configurations):
-        out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter, and "
-                  "under TCG parts marked under_tcg run fewer trials", markup=False)
+        emulated = full.for_accel("tcg")
+        fewer = ""
+        if emulated is not expansion:
+            tcg_blocks = plan(emulated, suite.method.samples, seed)
+            fewer = (f"; with emulated guests (TCG, or --accel tcg) "
+                     f"{sum(len(b.workloads) for b in tcg_blocks)} trials, about "
+                     f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
+        out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter"
+                  + fewer, markup=False)
     if suite.scale is not None:
         described = {s.name: s.description for s in suite.scales}
         out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
@@ -107,7 +116,7 @@ def run(
         loaded = load_suite(suite, scale=scale)
         resume_id = None
     if show_plan:
-        _print_plan(loaded)
+        _print_plan(loaded, accel)
         if resume is None and scale is None and loaded.scales:
             from iomatrix.cli.suites import scale_lines
 

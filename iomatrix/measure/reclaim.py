@@ -168,8 +168,7 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
     for r in sorted(resources, key=lambda r: (r.kind == "parent", -len(r.path))):
         alive, why = liveness(identity(r.process), r.process.lock_path, me=myself)
         if alive and r.process.ended_at is None:
-            run = f"run {r.run_id}" if r.run_id is not None else "a run starting"
-            done.append(Reclaimed(r, "left", f"in use by {run}: pid {r.process.pid} since "
+            done.append(Reclaimed(r, "left", f"in use by a live iomatrix since "
                                              f"{r.process.started_at} ({why})"))
             continue
         outcome = _reclaim_one(r, dry_run, mountinfo, others=resources)
