@@ -283,7 +283,7 @@ def test_suites_name_prints_the_suite_then_its_scales_as_comments() -> None:
     shown = {line.split()[1]: line for line in tail[1::2]}
     assert set(shown) == {"default", "quick", "full"}
     assert "224 trials in 4 sessions, about 78.5 h (fio measuring 78.4 h)" in shown["full"]
-    assert "up to 2800 trials" in shown["default"] and "guests under TCG: 39 trials" in shown["quick"]
+    assert "up to 3360 trials" in shown["default"] and "guests under TCG: 39 trials" in shown["quick"]
     # What it prints is still a suite file, the same suite.
     again = load_suite_text(text, source="saved.toml")
     assert again.model_dump(exclude={"source_text", "source_path"}) == \
@@ -304,11 +304,11 @@ def test_run_plan_prints_the_estimate_at_each_scale() -> None:
     code, captured = invoke("run", "aio-iothreads", "--plan")
     assert code == ExitStatus.OK and captured.stderr.getvalue() == ""
     out = captured.out()
-    assert "840 trials in 15 sessions" in out                     # the default, listed
+    assert "1008 trials in 18 sessions" in out                     # the default, listed
     tail = out[out.index("scales (iomatrix run aio-iothreads"):].splitlines()
     rows = {line.split()[0]: line for line in tail[1::2]}
     assert set(rows) == {"default", "quick", "full"}
-    assert "840 trials in 15 sessions, up to" in rows["default"]
+    assert "1008 trials in 18 sessions, up to" in rows["default"]
     assert "224 trials in 4 sessions, about 78.5 h" in rows["full"]
     assert "84 trials in 21 sessions" in rows["quick"]
 

@@ -486,7 +486,7 @@ def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     run = subprocess.run([sys.executable, "-m", "iomatrix", "run", "aio-iothreads", "--scale",
                           "quick", "--db", str(db), "--target", str(tmp_path / "t")],
-                         capture_output=True, text=True, timeout=110)
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode in (0, 6), run.stderr[-2000:]
     with Store(db, readonly=True) as store:
         stored = store.load_run(store.resolve("last"))
@@ -500,8 +500,8 @@ def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     guest = results["000-iothread-qd1"].checks[0]
     if stored.emulated:
         assert guest.verdict == NOT_MEASURABLE and guest.reason == EMULATED
-    # one 128k pair measured once: no CI, said so
+    # the 128k claim rests on one pair, measured in three rounds: a paired interval
     sat = next(c for c in results["000-io_uring-saturated-128k"].checks if c.mode == "blocklayer")
-    assert sat.verdict == NOT_MEASURABLE and "one sample per point" in sat.reason
+    assert sat.measured and sat.low is not None and sat.adjusted_p is not None
     code, text = run_cli("findings", "last", "--db", str(db))
     assert code == 0 and "000-iothread-qd1" in text and "rules:" in text

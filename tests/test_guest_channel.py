@@ -181,7 +181,8 @@ iodepth = 4
         sockets = sorted(str(p) for p in scratch.rglob("*") if stat.S_ISSOCK(p.lstat().st_mode))
         ports = self.client_ports()
         seen.append({
-            "netns": network_namespace(), "scratch": scratch, "sockets": sockets,
+            "netns": network_namespace(), "mode": stat.S_IMODE(scratch.stat().st_mode),
+            "sockets": sockets,
             "channel": self.channel, "pids": self.pids(),
             "nobody": _probe(_as_nobody([]), host_net, ports, sockets, scratch),
             "root outside": _probe([], host_net, ports, [], scratch)})
@@ -196,8 +197,7 @@ iodepth = 4
     for found in seen:
         kinds = {Path(s).name for s in found["sockets"]}
         assert "qmp" in kinds, found["sockets"]            # every guest's QMP socket, and
-        scratch = found["scratch"]
-        assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
+        assert found["mode"] == 0o700
         nobody, outside = found["nobody"], found["root outside"]
         assert nobody["uid"] == pwd.getpwnam("nobody").pw_uid
         # the other user sees the scratch directory (its parent is open) but cannot enter it

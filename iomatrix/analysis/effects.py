@@ -408,19 +408,20 @@ _GAINS_SIZE = 256
 
 def gains(run: StoredRun, axis: str, *, metric: str = "iops", reference: str | None = None,
           by: tuple[str, ...] = ("iodepth",), hold: tuple[str, ...] = (),
-          adjustment: Adjustment = "holm") -> list[Gain]:
+          adjustment: Adjustment = "holm", paired: bool = True) -> list[Gain]:
     """Gain of every non-reference level of ``axis`` over ``reference``, one per group of matched
     pairs (``by`` × ``hold``), adjusted for multiple comparisons as one family; groups without a
     pair are absent. Ordered by level, held levels, then the ``by`` values (ascending).
+    ``paired=False`` uses the unpaired methods even where rounds are known (for comparison).
 
     A stored run is immutable: answers are kept per run object (held, so that its id is not
     reused), since the report, ``overall`` and ``recommend`` ask the same questions again."""
-    key = (id(run), axis, metric, reference, tuple(by), tuple(hold), adjustment)
+    key = (id(run), axis, metric, reference, tuple(by), tuple(hold), adjustment, paired)
     cached = _GAINS.get(key)
     if cached is not None and cached[0] is run:
         return list(cached[1])
     found = _gains(run, axis, metric=metric, reference=reference, by=tuple(by), hold=tuple(hold),
-                   adjustment=adjustment)
+                   adjustment=adjustment, paired=paired)
     if len(_GAINS) >= _GAINS_SIZE:
         _GAINS.pop(next(iter(_GAINS)))
     _GAINS[key] = (run, found)
@@ -428,7 +429,8 @@ def gains(run: StoredRun, axis: str, *, metric: str = "iops", reference: str | N
 
 
 def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
-           by: tuple[str, ...], hold: tuple[str, ...], adjustment: Adjustment) -> list[Gain]:
+           by: tuple[str, ...], hold: tuple[str, ...], adjustment: Adjustment,
+           paired: bool = True) -> list[Gain]:
     get_metric(metric)   # raises for an unknown name
     levels = _axis_levels(run, axis)
     reference = default_reference(axis, levels) if reference is None else reference
@@ -444,7 +446,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
             raise AnalysisError(f"run {run.id}: cannot hold {other!r}, not an axis with two or "
                                 "more levels", hint=f"axes of run {run.id}: {', '.join(axes)}")
     found = {(p.config_key, p.workload_key): p for p in points(run)}
-    by_round = round_values(run, metric) if rounds_known(run) else None
+    by_round = round_values(run, metric) if paired and rounds_known(run) else None
     workload_order = {w.key: i for i, w in enumerate(run.workloads)}
     rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}
     held_order = {a: {v: i for i, v in enumerate(axes.get(a, []))} for a in hold}

@@ -89,6 +89,9 @@ class Component(Frozen):
     p_value: float | None
     pairs: int
     expect: Literal["better", "worse"] | None = None
+    method: str | None = None
+    """How the gain was estimated (``Gain.method``: "rounds" = paired by round)."""
+    rounds: int | None = None
     verdict: str
     """The gain's own one line (``Gain.verdict``)."""
 
@@ -219,7 +222,8 @@ class _Raw(Frozen):
 
 def _component(gain: Gain, label: str, expect: Literal["better", "worse"] | None) -> Component:
     return Component(label=label, relative=gain.relative, low=gain.low, high=gain.high,
-                     p_value=gain.p_value, pairs=gain.pairs, expect=expect, verdict=gain.verdict)
+                     p_value=gain.p_value, pairs=gain.pairs, expect=expect, method=gain.method,
+                     rounds=gain.rounds, verdict=gain.verdict)
 
 
 def _held_label(gain: Gain, fixed: dict[str, str]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from iomatrix.analysis.metrics import METRICS, combined, get_metric
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.store.records import StoredRun, TrialRecord
+from iomatrix.telemetry.pagecache import DeviceShare, mean_share, uses_page_cache
 from iomatrix.core.model import Frozen
 
 
@@ -60,6 +61,15 @@ class Point(Frozen):
     directions: dict[str, DirectionFigures] = {}
     """A mixed workload's directions ("read", "write") each on its own; empty when the point's
     samples measured one direction."""
+    device_share: DeviceShare | None = None
+    """A configuration that uses the host page cache: the share of fio's read and write bytes
+    that reached the target's device, mean over the samples (``iomatrix.telemetry.pagecache``);
+    None for direct I/O."""
+
+    @property
+    def from_ram(self) -> bool:
+        """Mostly served from the host page cache (``iomatrix.analysis.pagecache.RULE``)."""
+        return self.device_share is not None and self.device_share.from_ram
 
     @property
     def mixed(self) -> bool:
@@ -172,5 +182,7 @@ def _points(run: StoredRun) -> list[Point]:
                 steady_checked=sum(1 for t in ok if _checked(t)),
                 steady_reached=sum(1 for t in ok if t.steady is not None and t.steady.reached),
                 directions=_directions(ok),
+                device_share=(mean_share(t.device_share for t in ok if t.device_share)
+                              if uses_page_cache(config.mode, config.params) else None),
             ))
     return out

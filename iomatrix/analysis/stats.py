@@ -10,7 +10,10 @@ drift (a disk warming up, a page cache filling) — that shows as extra spread, 
 - ``compare`` and ``adjust``: is configuration B different from A on a workload, and does that hold
   up across the whole matrix. A difference is never returned as a bare ratio: its verdict says
   "no significant difference" when that is the answer.
-- ``needs_more``: the stopping rule of adaptive repetition.
+- ``needs_more``: the stopping rule of adaptive repetition for a point.
+- ``log_ratio_test`` and ``minimal_detectable``: the mean of log ratios (per round, for gains
+  paired by round; per pair) with its interval and test, and the smallest effect n of them
+  detect; ``analysis.effects`` builds gains on them.
 """
 
 from __future__ import annotations

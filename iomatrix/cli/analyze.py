@@ -37,6 +37,15 @@ def _short(g: Gain) -> str:
     return "better" if g.better else "worse"
 
 
+def method_text(g: Gain) -> str:
+    """The method column: how a gain was estimated (``Gain.method``)."""
+    if g.method == "rounds":
+        boot = ", bootstrap" if g.interval == "bootstrap" else ""
+        return f"paired: {g.rounds} rounds{boot}"
+    return {"pairs": "unpaired: across pairs", "samples": "unpaired: Welch",
+            "none": "—"}[g.method]
+
+
 def effect(
     run_ref: RunRef,
     axis: Annotated[Optional[str], typer.Option("--axis", help="The axis whose levels are compared, e.g. iothread, aio, cache. Without it, list the run's axes.")] = None,
@@ -83,9 +92,9 @@ def effect(
         columns.append("QD")
     elif by == "workload":
         columns.append("workload")
-    columns += ["pairs", "gain", "95% CI", "p", "adj. p", "verdict"]
+    columns += ["pairs", "gain", "95% CI", "p", "adj. p", "MDE", "method", "verdict"]
     table = Table(*columns, box=None)
-    for col in table.columns[len(columns) - 5:len(columns) - 1]:
+    for col in table.columns[len(columns) - 7:len(columns) - 2]:
         col.justify = "right"
     labels = {w.key: w.label for w in stored.workloads}
     for g in found:
@@ -95,17 +104,29 @@ def effect(
         elif by == "workload":
             row.append(labels[g.workload] if g.workload else "—")
         ci = "—" if g.low is None or g.high is None else f"{_pct(g.low)} … {_pct(g.high)}"
-        row += [str(g.pairs), _pct(g.relative), ci, p_column(g.p_value), p_column(g.adjusted_p), _short(g)]
+        mde = "—" if g.mde is None else f"±{g.mde * 100:.1f}%"
+        row += [str(g.pairs), _pct(g.relative), ci, p_column(g.p_value), p_column(g.adjusted_p),
+                mde, method_text(g), _short(g)]
         table.add_row(*row)
     out.print(table)
     family = next((g.family for g in found if g.family), 0)
     sign = ("negative: lower latency, better" if chosen.lower_is_better
             else "positive: higher, better")
-    out.print(f"gain = {axis}=level / {axis}={ref} − 1 ({sign}). One pair: Welch's t-test and a "
-              "Fieller CI on its samples. Several pairs: geometric mean of the per-pair ratios, "
-              "with a t-interval and t-test across pairs of their logs."
+    out.print(f"gain = {axis}=level / {axis}={ref} − 1 ({sign}). Paired (where both sides were "
+              "measured in the same rounds): per round the mean over pairs of log(level/reference), "
+              "a t-interval (bootstrap when skewed) and t-test across rounds, so drift common to a "
+              "round cancels. Otherwise unpaired: one pair, Welch's t-test and a Fieller CI on its "
+              "samples; several pairs, geometric mean of the per-pair ratios with a t-interval and "
+              "t-test across pairs of their logs. MDE: the smallest gain detectable (80 % power) "
+              "at the rounds or pairs reached."
               + (f" p adjusted (Holm) across the {family} gains shown; verdicts use the "
                  "adjusted p." if family > 1 else ""), markup=False)
+    from iomatrix.analysis.paired import aa_report
+
+    aa = aa_report(stored, chosen.key)
+    if aa is not None:
+        out.print(aa.text() + ": a gain within the noise floor is indistinguishable from "
+                  "measuring one configuration twice", markup=False)
 
 
 def scores(

@@ -11,11 +11,12 @@ from iomatrix.cli.common import out
 from iomatrix.cli.status import ExitStatus
 
 
-def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0) -> None:
-    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM."""
+def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0,
+           drift: Annotated[bool, typer.Option(help="Also estimate the host's drift (about 30 s): a few short interleaved fio runs on a small file in /var/tmp, and the rounds a point and a paired gain need.")] = True) -> None:
+    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM, drift."""
     from iomatrix.measure.doctor import failed_required, run_checks
 
-    checks = run_checks(kvm_timeout=kvm_timeout)
+    checks = run_checks(kvm_timeout=kvm_timeout, drift=drift)
     table = Table("check", "", "detail", box=None)
     for c in checks:
         mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")

@@ -4,7 +4,7 @@ HTML page or a file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -41,6 +41,7 @@ def show(
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
     from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.metrics import METRICS, figure_text, run_latency
+    from iomatrix.analysis.pagecache import mark
     from iomatrix.analysis.points import points
 
     stored = load_run(db, run_ref)
@@ -69,6 +70,7 @@ def show(
     for p in found:
         ci = p.iops_ci
         label = labels[p.config_key] + (" [emulated]" if p.config_key in emulated else "")
+        label += f" {mark(p)}" if mark(p) else ""
         row = [label, workloads[p.workload_key],
                f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
                iops.text(p.iops),
@@ -90,6 +92,7 @@ def show(
                           *([""] * (len(columns) - 11)))
     out.print(table)
     out.print(latency.sentence, markup=False)
+    _page_cache_legend(found)
     if any(p.mixed for p in found):
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
                   "percentiles of reads and writes cannot be averaged into one", markup=False)
@@ -115,6 +118,24 @@ def show(
             out.print(trial.command, markup=False)
             for key, value in sorted(trial.applied.items()):
                 out.print(f"#   applied {key} = {value}", markup=False)
+
+
+def _page_cache_legend(found: list[Any]) -> None:
+    """The legend of show's [RAM] and [RAM?] marks, with the shares measured."""
+    from iomatrix.analysis.pagecache import ADVICE, RULE, UNKNOWN, share_range, summary
+
+    counted = summary(found)
+    if counted.from_ram:
+        shares = [p.device_share for p in found if p.from_ram]
+        reads = [s.read for s in shares if s.read is not None]
+        writes = [s.write for s in shares if s.write is not None]
+        measured = "; ".join(f"{name} {share_range(v)} reached the device"
+                             for name, v in (("reads", reads), ("writes", writes)) if v)
+        out.print(f"{RULE}. {counted.from_ram} of {counted.points} page-cache points ({measured}); "
+                  f"{ADVICE}", markup=False, soft_wrap=True)
+    if counted.unknown:
+        out.print(f"{UNKNOWN} ({counted.unknown} of {counted.points} points): "
+                  f"{'; '.join(counted.reasons)}", markup=False, soft_wrap=True)
 
 
 def report(

@@ -37,13 +37,24 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
     seconds = estimate_seconds(blocks, suite.method)
     extra = ""
     if suite.method.target_ci is not None:
-        extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds for "
-                 f"points whose 95 % CI is wider than ±{suite.method.target_ci:.1%}")
+        extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds "
+                 "(below)")
     bound = "up to" if suite.method.steady_state else "about"
     out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
               f"{bound} {duration_text(seconds)} plus preconditioning{extra}"
               + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
               markup=False)
+    from iomatrix.analysis.paired import stopping_rule
+
+    out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
+                            suite.method.samples), markup=False, soft_wrap=True)
+    if suite.method.aa:
+        twin = next((c for c in expansion.configurations if c.key.endswith("/aa=twin")), None)
+        if twin is not None:
+            out.print(f"A/A calibration: {twin.label.removesuffix(' (A/A twin)')} is measured twice (as itself and as its "
+                      "twin aa=twin) in every round, so the run reports how often its method "
+                      "calls two identical configurations different, and its noise floor",
+                      markup=False, soft_wrap=True)
     if any(c.mode == "guest" for c in expansion.configurations):
         emulated = full.for_accel("tcg")
         fewer = ""
@@ -58,6 +69,11 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
         described = {s.name: s.description for s in suite.scales}
         out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
                                              if described.get(suite.scale) else ""),
+                  markup=False, soft_wrap=True)
+    from iomatrix.target.workspace import plan_lines
+
+    for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set
+        out.print(f"warning: {line}" if line.startswith("page cache") else line,
                   markup=False, soft_wrap=True)
 
 

@@ -27,7 +27,7 @@ def plan_summary(suite: Suite) -> str:
             f" (fio measuring {duration_text(est.measured_seconds)})")
     if est.max_trials is not None and est.max_seconds is not None and method.target_ci is not None:
         text += (f"; up to {est.max_trials} trials, {duration_text(est.max_seconds)}, while "
-                 f"95 % CIs are wider than ±{method.target_ci:.1%}")
+                 f"gains' 95 % CIs are wider than ±{method.target_ci:.1%}")
     emulated = expansion.for_accel("tcg")
     if emulated.trials_per_sample < expansion.trials_per_sample:
         tcg = estimate(emulated, method, seed)

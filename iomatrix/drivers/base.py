@@ -10,7 +10,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.fio.models import FioResult
+from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
 
 
@@ -49,6 +50,10 @@ class Session(abc.ABC):
         """I/Os completed so far as counted outside fio (QEMU's device counters), for steady
         state where fio's own status stream is not live; None where fio's stream is used."""
         return None
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        """Called after each trial's fio with its result: raise TrialFailed when what was seen
+        outside fio contradicts it (a guest's disk did more I/O than fio counted)."""
 
     def observe(self, fio_pid: int) -> None:
         """Called once while fio runs, to see what the daemon or guest really does."""

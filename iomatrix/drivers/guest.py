@@ -28,7 +28,8 @@ by more than fio provably leaves uncounted:
   one job (reading and scheduling delays; the 2 % covers the guest's clock, measured within
   0.1 % of the host's under TCG, and exact under KVM's kvmclock), plus 0.25 s per further job:
   the jobs of a group are released together but each opens the device (and sizes its random
-  map) before setting its own epoch, measured 0.05 s apart per job under TCG (8 jobs, 2 vCPUs);
+  map) before setting its own epoch: up to 0.06 s apart per job measured under TCG (8 jobs on
+  1 and 2 vCPUs);
 * the I/O that completes as fio resets (one per job) and any still in flight when it stops
   (``iodepth`` per job; fio reaps and counts those, this is a margin): ``numjobs × (iodepth + 1)``
   times the largest block size the workload can issue;
@@ -521,7 +522,8 @@ class GuestDriver(Driver):
             accel=self.accelerator,
             vcpus=self.method.vcpus, memory_bytes=self.method.memory,
             qmp_socket=run_dir / "qmp", serial_log=console, host_port=port,
-            guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}")
+            guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}",
+            platform=self.method.platform, pve_version=self.method.pve_version)
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
         proc = stack.enter_context(managed(argv, log=Path(f"{logs}-qemu.log"), stop_timeout=5))
         return Guest(index=index, port=port, qmp_socket=spec.qmp_socket, console=console,
@@ -555,7 +557,9 @@ class GuestDriver(Driver):
         """What QEMU applied (query-block, query-iothreads, qom-get) and the guest sees."""
         try:
             seen = read_guest_settings(guest.qmp_socket)
-            want = expected_guest_settings(config, vcpus=self.method.vcpus)
+            want = expected_guest_settings(config, vcpus=self.method.vcpus,
+                                           platform=self.method.platform,
+                                           pve_version=self.method.pve_version)
             if guest.daemon_qmp is not None:
                 seen |= {f"daemon.{k}": v for k, v in read_daemon_settings(guest.daemon_qmp).items()}
                 want |= {f"daemon.{k}": v for k, v in expected_daemon_settings(config).items()}

@@ -73,11 +73,12 @@ TOOLS: dict[str, _Tool] = {
 
 def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
                directory: Path | None = None, kernel: Path | None = None,
-               fetch_kernel: bool = True) -> tuple[Check, ...]:
+               fetch_kernel: bool = True, drift: bool = False) -> tuple[Check, ...]:
     """Every check, in a fixed order. ``directory`` is where the fio and FUSE probes make their
     temporary files (default: /var/tmp, which is disk-backed on Debian; O_DIRECT needs that).
     ``kernel``/``fetch_kernel`` are passed to the KVM probe (see
-    :func:`iomatrix.appliance.probe.probe_kvm`)."""
+    :func:`iomatrix.appliance.probe.probe_kvm`). ``drift``: also estimate the host's drift
+    (``check_drift``, about 30 s), last."""
     checks = [check_tool(tool, env=env) for tool in TOOLS]
     checks.append(check_fio_nbd(env=env))
     checks.append(check_fio_engine("libaio", env=env, directory=directory))
@@ -85,6 +86,8 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     checks.append(check_fuse(env=env, directory=directory))
     checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
     checks.append(check_guest_channel(env=env))
+    if drift:
+        checks.append(check_drift(env=env, directory=directory))
     return tuple(checks)
 
 
@@ -187,6 +190,90 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
     return Check(name=engine, ok=True,
                  detail=f"fio ioengine={engine} direct=1 wrote 1 MiB in 4k random writes "
                         f"({iops:.0f} IOPS) in {_probe_dir(directory)}")
+
+
+DRIFT_ROUNDS = 6
+DRIFT_RUNTIME = 1.5
+DRIFT_SIZE = 64 * 1024 * 1024
+
+
+def _drift_iops(fio: str, data: Path, work: Path, direct: int,
+                env: Mapping[str, str] | None) -> float | None:
+    result = work / "drift.json"
+    argv = [fio, "--name=iomatrix-drift", f"--filename={data}", f"--size={DRIFT_SIZE}",
+            "--bs=4k", "--rw=randread", "--ioengine=libaio", f"--direct={direct}", "--iodepth=8",
+            "--time_based", f"--runtime={DRIFT_RUNTIME}", "--thread", "--eta=never",
+            "--output-format=json", f"--output={result}"]
+    rc, _, _ = _try_run(argv, timeout=FIO_TIMEOUT, env=env, cwd=work)
+    try:
+        report = result.read_text(errors="replace")
+        return float(json.loads(report[report.index("{"):])["jobs"][0]["read"]["iops"]) \
+            if rc == 0 else None
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _rounds_for(spread: float, target: float = 0.02, most: int = 1000) -> int:
+    """Rounds n for a 95 % t-interval of a mean of values with standard deviation ``spread``
+    to be within ±``target``: t(0.975; n−1)·spread/√n ≤ target (at least 3)."""
+    from scipy import stats as scipy_stats
+
+    for n in range(3, most + 1):
+        if scipy_stats.t.ppf(0.975, n - 1) * spread / n ** 0.5 <= target:
+            return n
+    return most
+
+
+def check_drift(*, env: Mapping[str, str] | None = None,
+                directory: Path | None = None) -> Check:
+    """The host's drift, in about 30 s: an A/A in miniature. The same fio job (4k random reads,
+    QD8, 1.5 s, on a 64 MiB file in /var/tmp) runs twice per round as two "configurations", for
+    6 interleaved rounds. Reported: the round-to-round spread of one of them (coefficient of
+    variation: what drifts between samples minutes apart), the spread of the per-round log
+    ratio of the two (what a gain paired by round still sees), and the rounds each needs for a
+    95 % CI within ±2 %: a point's IOPS (unpaired) against a gain (paired by round)."""
+    name = "drift"
+    fio = which("fio", env)
+    if fio is None:
+        return Check(name=name, ok=False, required=False, detail="fio not found on PATH",
+                     hint="apt-get install fio")
+    import math
+
+    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-drift-",
+                                     dir=_probe_dir(directory)) as tmp:
+        work = Path(tmp)
+        data = work / "drift.dat"
+        with open(data, "wb") as f:   # written, so reads touch the storage
+            block = os.urandom(1 << 20)
+            for _ in range(DRIFT_SIZE >> 20):
+                f.write(block)
+        direct = 1
+        if _drift_iops(fio, data, work, direct, env) is None:   # also warms up
+            direct = 0
+        a: list[float] = []
+        b: list[float] = []
+        for _ in range(DRIFT_ROUNDS):
+            x, y = _drift_iops(fio, data, work, direct, env), _drift_iops(fio, data, work,
+                                                                          direct, env)
+            if x is None or y is None or x <= 0 or y <= 0:
+                return Check(name=name, ok=False, required=False,
+                             detail=f"fio could not run the drift probe in {work.parent}")
+            a.append(x)
+            b.append(y)
+    mean = sum(a) / len(a)
+    cv = math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1)) / mean
+    logs = [math.log(y / x) for x, y in zip(a, b)]
+    lm = sum(logs) / len(logs)
+    ratio_sd = math.sqrt(sum((v - lm) ** 2 for v in logs) / (len(logs) - 1))
+    point_rounds, gain_rounds = _rounds_for(cv), _rounds_for(ratio_sd)
+    return Check(name=name, ok=True, required=False, detail=(
+        f"{DRIFT_ROUNDS} interleaved rounds of one job twice ({'direct' if direct else 'buffered'} "
+        f"4k reads, QD8, {DRIFT_RUNTIME:g} s, {_probe_dir(directory)}): one point drifts "
+        f"±{cv * 100:.1f} % between rounds (CV; range {min(a):,.0f}…{max(a):,.0f} IOPS), the "
+        f"ratio of the two within a round ±{ratio_sd * 100:.1f} %. For a 95 % CI within ±2 %: "
+        f"a point's IOPS needs ~{point_rounds} rounds, a gain paired by round ~{gain_rounds}"
+        + (" (drift dominates: prefer shorter trials and more rounds, target_ci on gains)"
+           if cv > 1.5 * ratio_sd else "")))
 
 
 def _io_uring_disabled() -> bool:

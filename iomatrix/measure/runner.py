@@ -274,18 +274,15 @@ class _Runner:
             previous = extra[-1].config
 
     def _points_needing_more(self) -> list[tuple[str, str]]:
-        """(configuration, workload) pairs whose mean IOPS is not yet known within target_ci."""
-        from iomatrix.analysis.stats import needs_more  # scipy: loaded only when asked for
+        """(configuration, workload) pairs the next round measures: those of the gains (paired
+        by round) not yet known within target_ci nor decided; with no gain in the run, those
+        whose mean IOPS is not (``analysis.paired.needing_more``)."""
+        from iomatrix.analysis.paired import needing_more  # scipy: loaded only when asked for
 
         assert self.method.target_ci is not None
-        iops: dict[tuple[str, str], list[float]] = {}
-        for t in self.store.load_run(self.run_id).trials:
-            if t.status == "ok":
-                iops.setdefault((t.config_key, t.workload_key), []).append(
-                    sum(s.iops for s in t.samples))
-        return [(c.key, w.key) for c in self.expansion.configurations
-                for w in self.expansion.workloads_for(c)
-                if needs_more(iops.get((c.key, w.key), []), self.method.target_ci)]
+        candidates = [(c.key, w.key) for c in self.expansion.configurations
+                      for w in self.expansion.workloads_for(c)]
+        return needing_more(self.store.load_run(self.run_id), self.method.target_ci, candidates)
 
     def _block(self, block: Block, workspace: Workspace, workdir: Path,
                drivers: dict[str, Driver]) -> None:
@@ -345,6 +342,7 @@ class _Runner:
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
                               status_stream=not guests)
+            session.check_trial(fio.result, workload)
         except IomatrixError as exc:
             self._failed(config, workload, k, str(exc), started=started,
                          applied=session.applied(), command=session.command())

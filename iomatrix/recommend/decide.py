@@ -29,6 +29,11 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
    with another (iomatrix's own ``qemu`` graph by default) carries a warning naming what differed.
 10. On Proxmox's librbd storage (``rbd`` without krbd) a disk gets no aio at all: the aio
     parameter is "not evaluated" and no aio= is written.
+11. A cache level whose evidence was served from RAM (points ``show`` marks [RAM]: less than
+    half of fio's read or write bytes reached the target's device, ``analysis.pagecache``) is
+    not recommended: keep the default, saying why, unless the suite said RAM is what it
+    measures (``[target] working_set = "in-ram"``), when it may be, with that caveat. Any
+    parameter whose evidence holds such points says so in its caveat.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from typing import Literal
 
 
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
-from iomatrix.analysis.points import only_configs
+from iomatrix.analysis.pagecache import ADVICE, share_range, working_set
+from iomatrix.analysis.points import only_configs, points
+from iomatrix.telemetry.pagecache import RAM_SHARE
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
                                          NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
                                          Platform, PlatformDefault, defaults)
@@ -53,7 +60,10 @@ RULE = (
     "higher; otherwise keep the default. Evidence comes from guest mode, or for aio, cache, "
     "format and preallocation from blocklayer mode when the guests did not vary them. "
     "cache=unsafe is never recommended; cache=writeback comes with a caveat. Changes are applied "
-    "strongest first, and one that would form a combination QEMU 7.2 refuses is dropped.")
+    "strongest first, and one that would form a combination QEMU 7.2 refuses is dropped. "
+    "A cache level measured mostly from the host page cache ([RAM]: less than half of fio's "
+    "bytes reached the device) is not recommended unless the suite set [target] working_set = "
+    "\"in-ram\"; evidence holding such points carries a caveat.")
 
 IOPS = "iops"
 LATENCY = "lat_mean_ns"
@@ -276,10 +286,15 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
                  latency=overall(run, axis, level, metric=LATENCY, reference=reference),
                  barred=_barred(platform, axis, level))
         for level in levels if level != reference)
+    ram, ram_caveat = _from_ram(run, axis, levels)
+    if axis == "cache" and working_set(run) != "in-ram":   # rule 11
+        evidence = tuple(e.model_copy(update={"barred": _join([e.barred, ram[e.level]])})
+                         if ram.get(e.level) else e for e in evidence)
     common.update(mode=mode, levels=tuple(levels), evidence=evidence)
     qualified = [e for e in evidence if e.qualifies]
     eligible = [e for e in qualified if not e.barred]
     caveats = [CACHE_CAVEATS[e.level] for e in qualified if e.barred and e.level in CACHE_CAVEATS]
+    caveats.append(ram_caveat)
     if eligible:
         best = max(eligible, key=lambda e: e.iops.relative or 0.0)
         return Decision(**common, status="change" if default.level else "choose",
@@ -301,6 +316,42 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
     status: Status = "keep" if default.level else "choose"
     return Decision(**common, status=status, value=reference, reason=f"keep {what}: {why}",
                     caveat=_join(caveats))
+
+
+def _from_ram(run: StoredRun, axis: str, levels: list[str]) -> tuple[dict[str, str], str]:
+    """Rule 11: per level of ``axis``, why its evidence cannot carry a recommendation when some
+    of its points were served from RAM (absent when none was); and the caveat naming every
+    level with such points ("" when none has)."""
+    params = {c.key: c.params for c in run.configs}
+    counts: dict[str, list[int]] = {}
+    shares: dict[str, list[float]] = {}
+    for p in points(run):
+        level = params[p.config_key].get(axis)
+        if level is None or level not in levels or not p.samples:
+            continue
+        counts.setdefault(level, [0, 0])[1] += 1
+        if p.from_ram:
+            counts[level][0] += 1
+            assert p.device_share is not None
+            shares.setdefault(level, []).extend(
+                v for v in (p.device_share.read, p.device_share.write) if v is not None)
+    flagged = {level: (n, total) for level, (n, total) in counts.items() if n}
+    if not flagged:
+        return {}, ""
+    below = f"less than {RAM_SHARE:.0%} of fio's bytes reached the target's device"
+    why = {level: f"{n} of {total} of its points were served from the host page cache "
+                  f"({below}): the figures measure RAM, not storage; {ADVICE}"
+           for level, (n, total) in flagged.items()}
+    listed = ", ".join(f"{axis}={level}: {n} of {total} points, "
+                       f"{share_range(shares[level])} reached the device"
+                       for level, (n, total) in flagged.items())
+    if working_set(run) == "in-ram":
+        caveat = (f"evidence served from RAM, as the suite asked ([target] working_set = "
+                  f"\"in-ram\"): {listed}; it says nothing about the storage")
+    else:
+        caveat = (f"evidence served from the host page cache (RAM, not storage; {below}): "
+                  f"{listed}")
+    return why, caveat
 
 
 def _unpaired(axis: str, parts: dict[str, StoredRun]) -> tuple[str, list[str]] | None:

@@ -35,6 +35,7 @@ HOST = "host"
 STEADY_MISSED = "steady"
 CI_OVER = "ci"
 FAILED = "failed"
+FROM_RAM = "ram"
 TCG_TAG = " [emulated: TCG]"
 
 
@@ -147,7 +148,8 @@ class PointView(Frozen):
     """Each guest's mean IOPS, when several guests ran the point."""
     flags: tuple[str, ...] = ()
     """Why this point deserves less trust: ``STEADY_MISSED`` (some sample did not reach steady
-    state), ``CI_OVER`` (the IOPS CI is wider than the target), ``FAILED`` (some sample failed).
+    state), ``CI_OVER`` (the IOPS CI is wider than the target), ``FAILED`` (some sample failed),
+    ``FROM_RAM`` (served from the host page cache: ``analysis.pagecache.RULE``).
     A point with one sample has no CI and is not flagged for it (the quality summary counts
     them)."""
 
@@ -169,6 +171,13 @@ class GainView(Frozen):
     """True: the level is significantly better than the reference; False: significantly worse;
     None: no significant difference."""
     verdict: str
+    method: str = ""
+    """How it was estimated: "paired: 5 rounds", "unpaired: across pairs", "unpaired: Welch"."""
+    mde: float | None = None
+    """Minimal detectable effect (relative) at the rounds or pairs reached."""
+    noise_floor: float | None = None
+    """The run's A/A noise floor (relative CI half-width of an identical pair); None without
+    an A/A twin."""
 
 
 class GainSetView(Frozen):
@@ -281,6 +290,15 @@ class QualityView(Frozen):
     """Why the rule was not checked → how many trials."""
     points_steady_missed: int
     points_flagged: int
+    points_page_cache: int = 0
+    """Points of configurations that read and write through the host page cache."""
+    points_from_ram: int = 0
+    """Of those, the points served from RAM (``analysis.pagecache.RULE``)."""
+    points_ram_unknown: int = 0
+    """Of those, the points whose share reaching the device could not be measured."""
+    ram_rule: str = ""
+    ram_unknown: tuple[str, ...] = ()
+    """Why the share is unknown, each reason once."""
 
 
 class FailureView(Frozen):
@@ -323,6 +341,8 @@ class ReportData(Frozen):
     workloads: tuple[WorkloadView, ...] = ()
     points: tuple[PointView, ...]
     gains: tuple[GainSetView, ...] = ()
+    aa: str = ""
+    """The A/A calibration in a sentence (``analysis.paired.AAReport.text``); empty without."""
     scores: ScoresView | None = None
     scores_absent: str = ""
     """Why there are no scores, when there are none."""
@@ -380,7 +400,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
         accelerator=run.accelerator, emulated=run.emulated, host=run.host,
         method={k: shown(v) for k, v in method.items()}, notes=run.notes,
         axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
-        points=tuple(views), gains=_gains(run), **_scores(run, config_index),
+        points=tuple(views), gains=_gains(run), aa=_aa(run), **_scores(run, config_index),
         **_recommendations(run), quality=_quality(run, views, target, source),
         failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run),
         **_findings(run))
@@ -557,6 +577,8 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
         flags.append(CI_OVER)
     if p.failed:
         flags.append(FAILED)
+    if p.from_ram:
+        flags.append(FROM_RAM)
     return PointView(
         config=config, workload=workload, samples=p.samples, failed=p.failed,
         iops=_finite(p.iops), iops_low=_finite(ci.low) if ci else None,
@@ -582,6 +604,10 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
 
 def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
              source: str) -> QualityView:
+    from iomatrix.analysis.pagecache import ADVICE, RULE, summary
+    from iomatrix.analysis.points import points
+
+    ram = summary(points(run))
     unchecked: dict[str, int] = defaultdict(int)
     for t in run.trials:
         if t.status == "ok" and t.steady is not None and not t.steady.checked:
@@ -596,15 +622,20 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
         steady_checked=sum(v.steady_checked for v in views),
         steady_reached=sum(v.steady_reached for v in views), steady_unchecked=dict(unchecked),
         points_steady_missed=sum(v.steady_checked > v.steady_reached for v in views),
-        points_flagged=sum(bool(v.flags) for v in views))
+        points_flagged=sum(bool(v.flags) for v in views),
+        points_page_cache=ram.points, points_from_ram=ram.from_ram,
+        points_ram_unknown=ram.unknown, ram_rule=f"{RULE}; {ADVICE}" if ram.points else "",
+        ram_unknown=ram.reasons)
 
 
 def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:
     """Per queue depth, each axis's levels against its reference, pooled over the other axes;
     with exactly two axes (seed 000's aio × iothread), also held at each level of the other."""
     from iomatrix.analysis.effects import axes_of, default_reference, gains
+    from iomatrix.analysis.paired import noise_floor
 
     axes = axes_of(run)
+    floors = {m: noise_floor(run, m) for m in GAIN_METRICS} if axes else {}
     out = []
     for axis, levels in axes.items():
         holds: list[tuple[str, ...]] = [()]
@@ -622,9 +653,24 @@ def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:
                                  relative=_finite(g.relative), low=_finite(g.low),
                                  high=_finite(g.high), p_value=g.p_value,
                                  adjusted_p=g.adjusted_p, significant=g.significant,
-                                 better=g.better, verdict=g.verdict)
+                                 better=g.better, verdict=g.verdict, method=_method(g),
+                                 mde=_finite(g.mde), noise_floor=floors.get(metric))
                         for g in found)))
     return tuple(out)
+
+
+def _method(g: Any) -> str:
+    if g.method == "rounds":
+        return f"paired by round: {g.rounds} rounds" + (", bootstrap" if g.interval == "bootstrap"
+                                                        else "")
+    return {"pairs": "unpaired: across pairs", "samples": "unpaired: Welch"}.get(g.method, "")
+
+
+def _aa(run: "StoredRun") -> str:
+    from iomatrix.analysis.paired import aa_report
+
+    aa = aa_report(run)
+    return "" if aa is None else aa.text()
 
 
 def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:

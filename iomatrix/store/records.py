@@ -13,6 +13,7 @@ from pydantic import computed_field
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
+from iomatrix.telemetry.pagecache import DeviceShare
 from iomatrix.telemetry.steady import SteadyState
 
 
@@ -107,6 +108,10 @@ class TrialRecord(Frozen):
     samples: tuple[DirectionSample, ...]
     vm_samples: tuple[DirectionSample, ...] = ()
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""
+    device_share: DeviceShare | None = None
+    """For an ok trial of a configuration that uses the host page cache: the share of fio's
+    bytes that reached the target's device, derived from the stored host telemetry and samples
+    when the run is loaded (``iomatrix.telemetry.pagecache``); None otherwise."""
 
 
 class ConfigRecord(Frozen):

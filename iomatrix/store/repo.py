@@ -8,6 +8,7 @@ import os
 import sqlite3
 import stat
 import time
+import tomllib
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -22,8 +23,10 @@ from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, Reso
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.core.units import parse_duration
+from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.telemetry.host import HostSeries
+from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
 from iomatrix.telemetry.steady import SteadyState
 
 _SAMPLE_COLUMNS = ("direction", "iops", "bw_bytes", "io_bytes", "total_ios", "runtime_ms",
@@ -344,7 +347,9 @@ class Store:
             for r in self.conn.execute("SELECT key, label, rw, bs, iodepth, numjobs, rate_iops, "
                                        "options_json FROM workloads WHERE run_id = ? ORDER BY id",
                                        (run_id,)))
-        trials = self._trials("t.run_id = ?", run_id)
+        trials = self._with_device_shares(run_id, self._trials("t.run_id = ?", run_id),
+                                          ramp_s=_ramp(row[3]),
+                                          fallback=stored_device(json.loads(row[9])))
         return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
                          created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
                          iomatrix_version=row[8], host=json.loads(row[9]),
@@ -370,6 +375,29 @@ class Store:
                 "JOIN configurations c ON c.id = t.configuration_id "
                 f"JOIN workloads w ON w.id = t.workload_id WHERE {where} ORDER BY t.id",
                 (key,)))
+
+    def _with_device_shares(self, run_id: int, trials: tuple[TrialRecord, ...], *,
+                            ramp_s: float, fallback: str | None) -> tuple[TrialRecord, ...]:
+        """``trials`` with the ok trials of page-cache configurations carrying the share of
+        fio's bytes that reached the target's device (``iomatrix.telemetry.pagecache``), derived
+        from their stored telemetry; only those trials' telemetry is read."""
+        ids = [r[0] for r in self.conn.execute(
+            "SELECT id, mode, params_json FROM configurations WHERE run_id = ?", (run_id,))
+            if uses_page_cache(r[1], json.loads(r[2]))]
+        if not ids:
+            return trials
+        series: dict[int, HostSeries | None] = {}
+        for first in range(0, len(ids), 500):
+            chunk = ids[first:first + 500]
+            for trial_id, text in self.conn.execute(
+                    "SELECT id, telemetry_json FROM trials WHERE run_id = ? AND status = 'ok' AND "
+                    f"configuration_id IN ({', '.join('?' * len(chunk))})", (run_id, *chunk)):
+                stored = json.loads(text) if text else {}
+                series[trial_id] = HostSeries.model_validate(stored) if stored else None
+        return tuple(
+            t.model_copy(update={"device_share": device_share(
+                series[t.id], t.samples, ramp_s=ramp_s, device=fallback)})
+            if t.id in series else t for t in trials)
 
     def telemetry(self, trial_id: int) -> HostSeries | None:
         """The host time series recorded during a trial (disk utilization, interrupts, ...);
@@ -427,6 +455,17 @@ class Store:
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
         return _Transaction(self.conn)
+
+
+def _ramp(suite_text: str) -> float:
+    """The [method] ramp of a stored suite text, in seconds (the default when it has none or
+    cannot be read, as for imported runs)."""
+    default = float(Method.model_fields["ramp"].default)
+    try:
+        method = tomllib.loads(suite_text).get("method", {})
+        return parse_duration(method["ramp"]) if "ramp" in method else default
+    except (tomllib.TOMLDecodeError, ValueError, TypeError, AttributeError):
+        return default
 
 
 def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:

@@ -205,6 +205,14 @@ def expand(suite: Suite) -> Expansion:
         if len(configs) == before and len(skipped) > skipped_before:
             raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
         under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
+    if suite.method.aa:
+        source = next((c for c in configs if c.mode == mode), configs[0] if configs else None)
+        if source is not None:
+            twin = source.model_copy(update={"aa": True})
+            configs.insert(configs.index(source) + 1, twin)
+            under_tcg += [(twin.key, rule) for key, rule in under_tcg if key == source.key]
+            notes.append(f"A/A calibration: {source.label} is measured twice, as itself and as "
+                         f"{twin.key}, in the same rounds")
 
     workloads: list[Workload] = []
     seen: set[str] = set()

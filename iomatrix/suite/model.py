@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo,
@@ -25,6 +26,8 @@ Accel = Literal["auto", "kvm", "tcg"]
 Platform = Literal["qemu", "proxmox", "libvirt"]
 """Whose block graph and devices a guest gets for a configuration (iomatrix.platform)."""
 PveVersion = Literal[8, 9]
+WorkingSet = Literal["size", "exceed-ram", "in-ram"]
+"""[target] working_set: how large the images are against the host's page cache (``Target``)."""
 Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
 
 CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
@@ -32,6 +35,17 @@ CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", 
 CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
+
+
+def uses_page_cache(mode: str, params: Mapping[str, str]) -> bool:
+    """Whether a configuration's I/O goes through the host page cache: a QEMU mode (blocklayer,
+    guest) whose cache mode is not a direct one (none, directsync): writethrough, writeback,
+    unsafe, with any aio (native needs a direct cache). Host mode is fio with ``direct=1``; a
+    configuration that names no cache mode (imported results) is not judged. ``params`` as
+    ``Configuration.params()`` or a stored configuration's."""
+    cache = params.get("cache")
+    return mode != "host" and cache is not None and cache not in DIRECT_CACHES
+
 
 # -- fio options a workload may set ---------------------------------------------------------------
 # fio runs as root, from a suite that may come from anyone, and its job file is text. So a
@@ -345,6 +359,12 @@ class Target(Frozen):
     allow_destroy: bool = False
     allow_tmpfs: bool = False
     """The directory is on tmpfs (RAM) on purpose: no warning that figures measure memory."""
+    working_set: WorkingSet = "size"
+    """For cache modes that use the host page cache (writethrough, writeback, unsafe): "size",
+    images of ``size`` (a run notes when they fit in the page cache); "exceed-ram", images of
+    twice the host's RAM (at least ``size``) so the page cache cannot hold them
+    (``iomatrix.target.workspace``); "in-ram", a working set that fits in RAM is what is meant
+    to be measured (no note; recommend still says so)."""
 
     @field_validator("directory", "device")
     @classmethod
@@ -355,8 +375,9 @@ class Target(Frozen):
     def _one_kind(self) -> "Target":
         if (self.directory is None) == (self.device is None):
             raise ValueError("give either directory (with size) or device (with allow_destroy = true)")
-        if self.directory is not None and self.size is None:
-            raise ValueError("a directory target needs a size, e.g. size = \"4GiB\"")
+        if self.directory is not None and self.size is None and self.working_set != "exceed-ram":
+            raise ValueError("a directory target needs a size, e.g. size = \"4GiB\" (or "
+                             "working_set = \"exceed-ram\": twice the host's RAM)")
         if self.size is not None and self.size < 1024 * 1024:
             raise ValueError(f"size {self.size} is below the minimum of 1MiB")
         if self.device is not None and not self.allow_destroy:
@@ -468,6 +489,10 @@ class Method(Frozen):
     pve_version: PveVersion | None = None
     """With platform = "proxmox": 8 (-drive, machine < 10.0) or 9 (-blockdev under a throttle
     filter; the default)."""
+    aa: bool = False
+    """A/A calibration: measure the first configuration of the matrix twice (as itself and as
+    its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
+    method calls the identical pair different, and its noise floor (``analysis.paired``)."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -736,14 +761,20 @@ class Configuration(Frozen):
     num_queues: int | None = None
     queue_size: int | None = None
     vms: int | None = None
+    aa: bool | None = None
+    """True: the A/A twin of the configuration with the same settings (``[method] aa``): measured
+    again under its own key (``.../aa=twin``) in the same rounds, never compared with others."""
 
     def params(self) -> dict[str, str]:
-        """Axis → value for the axes this configuration sets, in a stable order."""
+        """Axis → value for the axes this configuration sets, in a stable order (an A/A twin
+        adds aa = twin)."""
         out: dict[str, str] = {}
         for axis in CONFIG_AXES:
             value = getattr(self, axis)
             if value is not None:
                 out[axis] = shown(value)
+        if self.aa:
+            out["aa"] = "twin"
         return out
 
     @property
@@ -769,6 +800,8 @@ class Configuration(Frozen):
             text += f" qs={self.queue_size}"
         if self.vms and self.vms > 1:
             text += f" ×{self.vms} VMs"
+        if self.aa:
+            text += " (A/A twin)"
         return text
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from iomatrix.core.errors import NotEnoughSpace, TargetError
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.model import Configuration, Target, uses_page_cache
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen
 
@@ -80,6 +80,9 @@ class Workspace:
         self.notes: list[str] = []
         """Warnings found by ``check`` (see target_notes), for the run's notes."""
         self.record = record
+        self.image_size: int | None = None
+        """Each image's size once ``check`` has sized it: [target] size, or with
+        ``working_set = "exceed-ram"`` twice the host's RAM (``working_set_size``)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, configs: Iterable[Configuration]) -> "Workspace":
@@ -89,16 +92,32 @@ class Workspace:
     def check(self, configs: Iterable[Configuration]) -> "Workspace":
         """Check safety, writability and free space for every image the configurations need;
         create nothing."""
+        configs = list(configs)
         specs = sorted(image_specs(configs))
+        wanted = working_set_size(self.target, memory_total(self._proc / "meminfo"))
         if self.target.device is not None:
             self.device_size = check_device(self.target.device, proc_root=self._proc,
                                             sysfs=self._sysfs)
+            if wanted is not None and wanted > self.device_size:
+                raise TargetError(
+                    f"[target] working_set = \"exceed-ram\": the device {self.target.device} "
+                    f"({format_bytes(self.device_size)}) is smaller than twice the host's RAM "
+                    f"({format_bytes(wanted)}), so the page cache could hold what is measured",
+                    hint="use a larger device, or drop working_set to measure as sized")
             if self.target.size is not None and self.target.size > self.device_size:
                 raise TargetError(f"[target] size {format_bytes(self.target.size)} exceeds the "
                                   f"device {self.target.device} ({format_bytes(self.device_size)})")
+            self.image_size = wanted if wanted is not None else (self.target.size
+                                                                 or self.device_size)
+            self.notes = page_cache_notes(self.target, configs, self.image_size,
+                                          memory_total(self._proc / "meminfo"))
             return self
-        assert self.target.directory is not None and self.target.size is not None
-        self.notes = target_notes(self.target, mountinfo=self._proc / "self/mountinfo")
+        assert self.target.directory is not None
+        self.image_size = wanted if wanted is not None else self.target.size
+        assert self.image_size is not None
+        self.notes = [*target_notes(self.target, mountinfo=self._proc / "self/mountinfo"),
+                      *page_cache_notes(self.target, configs, self.image_size,
+                                        memory_total(self._proc / "meminfo"))]
         parent = self.target.directory
         existing = nearest_existing(parent)
         if not existing.is_dir():
@@ -106,12 +125,19 @@ class Workspace:
         if not _writable(existing):
             raise TargetError(f"[target] directory {parent}: {existing} is not writable "
                               "(read-only, or not ours)")
-        need = sum(_footprint(self.target.size, fmt) for fmt, _, _ in specs) + MARGIN
+        need = sum(_footprint(self.image_size, fmt) for fmt, _, _ in specs) + MARGIN
         free = shutil.disk_usage(existing).free
         if free < need:
+            if wanted is not None:
+                raise NotEnoughSpace(
+                    f"[target] directory {parent}: {format_bytes(free)} free, but working_set = "
+                    f"\"exceed-ram\" needs {len(specs)} image(s) of twice the host's RAM "
+                    f"({format_bytes(self.image_size)} each), {format_bytes(need)} in all",
+                    hint="point --target at a larger filesystem, measure fewer formats and "
+                         "preallocations at once, or drop working_set to measure as sized")
             raise NotEnoughSpace(
                 f"[target] directory {parent}: {format_bytes(free)} free, "
-                f"{len(specs)} image(s) of {format_bytes(self.target.size)} need {format_bytes(need)}",
+                f"{len(specs)} image(s) of {format_bytes(self.target.size or 0)} need {format_bytes(need)}",
                 hint="lower [target] size, or point --target at a larger filesystem")
         return self
 
@@ -192,6 +218,8 @@ class Workspace:
     # -- images ----------------------------------------------------------------------------
     @property
     def size(self) -> int:
+        if self.image_size is not None:
+            return self.image_size
         if self.target.size is not None:
             return self.target.size
         assert self.device_size is not None
@@ -239,6 +267,78 @@ def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
             "images live in RAM, so every figure measures memory, not storage; point [target] "
             "(or --target) at the storage to measure, or set [target] allow_tmpfs = true if "
             "RAM is what you mean to measure"]
+
+
+def memory_total(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The host's RAM (MemTotal) in bytes; 0 when /proc/meminfo cannot be read."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+RAM_FACTOR = 2
+"""An image past the page cache: at least this many times the host's RAM."""
+
+
+def working_set_size(target: Target, memory: int) -> int | None:
+    """With ``working_set = "exceed-ram"``: each image's size, twice the host's RAM (or [target]
+    size when larger), rounded up to a MiB; None otherwise. An error when RAM is unknown."""
+    if target.working_set != "exceed-ram":
+        return None
+    if memory <= 0:
+        raise TargetError("[target] working_set = \"exceed-ram\": the host's RAM is unknown "
+                          "(/proc/meminfo has no MemTotal), so the images cannot be sized past it")
+    mib = 1 << 20
+    return max(target.size or 0, -(-RAM_FACTOR * memory // mib) * mib)
+
+
+def page_cache_notes(target: Target, configs: Iterable[Configuration], image_size: int,
+                     memory: int) -> list[str]:
+    """The warning, for ``run --plan`` and the run's notes, that configurations reading through
+    the host page cache would measure RAM: their images are smaller than twice the host's RAM
+    and the suite did not say so on purpose (``working_set = "in-ram"``)."""
+    if target.working_set != "size" or memory <= 0 or image_size >= RAM_FACTOR * memory:
+        return []
+    cached = sorted({str(c.cache) for c in configs if uses_page_cache(c.mode, c.params())})
+    if not cached:
+        return []
+    return [f"page cache: the images ({format_bytes(image_size)}) are smaller than twice the "
+            f"host's RAM ({format_bytes(memory)}), so with cache={'/'.join(cached)} reads can be "
+            "served from RAM and writes absorbed by it; such figures measure memory, not "
+            "storage (show marks them [RAM]). Set [target] working_set = \"exceed-ram\" to size "
+            "the images past RAM, or working_set = \"in-ram\" if RAM is what you mean to measure"]
+
+
+def plan_lines(target: Target, configs: Iterable[Configuration], *,
+               meminfo: Path = Path("/proc/meminfo")) -> list[str]:
+    """What ``run --plan`` says about the working set: the page-cache warning, or how large
+    ``working_set = "exceed-ram"`` makes the images and whether the target can hold them."""
+    configs = list(configs)
+    memory = memory_total(meminfo)
+    try:
+        wanted = working_set_size(target, memory)
+    except TargetError as exc:
+        return [f"refused: {exc}"]
+    if wanted is None:
+        size = target.size
+        if size is None:
+            return []        # a whole device: its size is known only when the run checks it
+        return page_cache_notes(target, configs, size, memory)
+    specs = sorted(image_specs(configs))
+    need = sum(_footprint(wanted, fmt) for fmt, _, _ in specs)
+    line = (f"working_set = \"exceed-ram\": {len(specs)} image(s) of {format_bytes(wanted)} "
+            f"(twice this host's RAM, {format_bytes(memory)}), each written fully once "
+            f"(preconditioning) before it is measured")
+    if target.directory is not None:
+        free = shutil.disk_usage(nearest_existing(target.directory)).free
+        line += f"; {format_bytes(need)} needed, {format_bytes(free)} free"
+        if free < need + MARGIN:
+            line += " — the run will refuse: not enough space"
+    return [line]
 
 
 def _writable(directory: Path) -> bool:

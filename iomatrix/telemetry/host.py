@@ -11,6 +11,7 @@ own CPU time (:attr:`HostSeries.sampler_cpu_s`).
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -46,6 +47,10 @@ class HostSeries(Frozen):
     ctxt_per_s: tuple[float, ...]
     sampler_cpu_s: float
     """CPU time the sampler thread itself used."""
+    target_device: str | None = None
+    """The /proc/diskstats name of the device holding the target (``device_of``), as the
+    trial's probe found it: "" when there is none (tmpfs, overlay, btrfs); None in series
+    stored before it was recorded (``iomatrix.telemetry.pagecache``)."""
 
 
 class _Raw:
@@ -136,10 +141,12 @@ class HostSampler:
 
 
 def device_of(path: Path) -> str | None:
-    """The /proc/diskstats name of the block device holding ``path`` ("vda", "dm-0"); None for
-    file systems without one (tmpfs, overlay, NFS)."""
+    """The /proc/diskstats name of the block device holding ``path`` ("vda", "dm-0"), or of
+    ``path`` itself when it is a block device ("loop0" for /dev/loop0); None for file systems
+    without one (tmpfs, overlay, NFS, btrfs)."""
     st = os.stat(path)
-    link = Path("/sys/dev/block") / f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+    link = Path("/sys/dev/block") / f"{os.major(dev)}:{os.minor(dev)}"
     try:
         return Path(os.readlink(link)).name
     except OSError:

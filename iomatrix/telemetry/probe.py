@@ -40,7 +40,7 @@ class TrialProbe:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._series = self._sampler.stop()
+        self._series = self._sampler.stop().model_copy(update={"target_device": self.device or ""})
         if self._perf is not None:
             self._counts = self._perf.stop()
         self._after = snapshot(self.pids)

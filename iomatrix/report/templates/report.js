@@ -61,6 +61,7 @@
     }
     if (flag === "ci") return `95 % CI ±${fmt(p.ci_relative * 100, 1)} % of the mean, above the ${+(target * 100).toPrecision(6)} % target`;
     if (flag === "failed") return plural(p.failed ?? 0, "failed sample");
+    if (flag === "ram") return "served from RAM: less than half of fio's bytes reached the device (host page cache)";
     return flag;
   });
   const pctSigned = (v) => (v >= 0 ? "+" : "\u2212") + Math.abs(v).toFixed(1) + " %";
@@ -280,7 +281,10 @@
           opacity.push(significant ? 1 : 0.4);
           pattern.push(significant ? "" : "/");
           hover.push(`<b>${esc(s.name)}</b> vs ${esc(set.reference)}, ${x[x.length - 1]}<br>`
-            + (v === null ? "no estimate" : pctSigned(v)) + `<br>${esc(gain.verdict)}<br>${plural(gain.pairs, "matched pair")}`);
+            + (v === null ? "no estimate" : pctSigned(v)) + `<br>${esc(gain.verdict)}<br>${plural(gain.pairs, "matched pair")}`
+            + (gain.method ? `<br>${esc(gain.method)}` : "")
+            + (fin(gain.mde) === null ? "" : `<br>minimal detectable effect ±${(gain.mde * 100).toFixed(1)} %`)
+            + (fin(gain.noise_floor) === null ? "" : `<br>noise floor (A/A) ±${(gain.noise_floor * 100).toFixed(1)} %`));
         }
         traces.push({type: "bar", name: s.name, x, y, text, textposition: "outside", cliponaxis: false,
                      marker: {color, opacity, pattern: {shape: pattern, solidity: 0.3}},
@@ -296,6 +300,12 @@
     layout.yaxis = {title: {text: "% change" + (lower ? " (negative = lower latency, better)" : " (positive = better)")},
                     zeroline: true, zerolinecolor: "#59636e", ticksuffix: " %", automargin: true};
     if (!traces.length) note(layout, "no matched pairs for this metric");
+    const floor = set ? fin((set.gains[0] ?? {}).noise_floor) : null;
+    if (floor !== null) {
+      // the A/A noise floor: a gain inside this band is indistinguishable from measuring twice
+      layout.shapes = [{type: "rect", xref: "paper", x0: 0, x1: 1, y0: -floor * 100, y1: floor * 100,
+                        fillcolor: "#8c959f", opacity: 0.15, line: {width: 0}, layer: "below"}];
+    }
     tcgNote(layout, D.emulated, "gains measure");
     return Plotly.react(el, traces, layout, PLOT_CONFIG);
   }
