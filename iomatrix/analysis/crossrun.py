@@ -18,7 +18,6 @@ to show: they are what, besides the configurations, may explain a difference.
 
 from __future__ import annotations
 
-import tomllib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -250,9 +249,8 @@ def _by_workload(a: StoredRun, b: StoredRun, pairing: Any) -> tuple[Pairing, ...
 
 def _method(run: StoredRun) -> dict[str, Any] | None:
     try:
-        raw = tomllib.loads(run.suite_text).get("method", {})
-        method = Method.model_validate(raw)
-    except (tomllib.TOMLDecodeError, ValidationError):
+        method = Method.model_validate(run.suite_settings.method)
+    except ValidationError:
         return None   # a suite text an older iomatrix accepted: nothing to compare it by
     return {f: getattr(method, f) for f in _METHOD_FIELDS}
 
@@ -318,46 +316,12 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
     """
     if metric not in METRICS:
         raise ValueError(f"{metric!r}: not a metric; choose one of {', '.join(METRICS)}")
-    only_in_a, only_in_b = workload_differences(a, b)
-    if only_in_a or only_in_b:
-        parts = [f"only run {r.id} has {', '.join(labels)}"
-                 for r, labels in ((a, only_in_a), (b, only_in_b)) if labels]
-        raise AnalysisError(f"runs {a.id} and {b.id} measured different workloads: {'; '.join(parts)}",
-                         hint="compare runs of the same suite (see `iomatrix show RUN`)")
+    _require_same_workloads(a, b)
     chosen = METRICS[metric]
     higher = not chosen.lower_is_better
     pairings = pair_configurations(a, b, match)
-    points_a = {(p.config_key, p.workload_key): p for p in points(a)}
-    points_b = {(p.config_key, p.workload_key): p for p in points(b)}
-    emulated_a, emulated_b = _emulated_points(a), _emulated_points(b)
     workloads = {w.key: w.label for w in a.workloads}
-    per_direction = chosen.combine == "percentile"
-
-    Row = tuple[Pairing, str, str | None, Side, Side, float | None, Comparison]
-    matched: list[Row] = []
-    unpaired: list[Unpaired] = []
-    for pair in pairings:
-        for workload in a.workloads:
-            pa = points_a.get((pair.a_key, workload.key))
-            pb = points_b.get((pair.b_key, workload.key))
-            if pa is None or pb is None:
-                if pa is not None or pb is not None:
-                    unpaired.append(Unpaired(config_label=pair.a_label,
-                                             workload_label=workload.label,
-                                             measured_in="a" if pa is not None else "b"))
-                continue
-            tcg_a = (pair.a_key, workload.key) in emulated_a
-            tcg_b = (pair.b_key, workload.key) in emulated_b
-            directions: tuple[str | None, ...] = (None,)
-            if per_direction and (pa.mixed or pb.mixed):
-                directions = ("read", "write")
-            for direction in directions:
-                va, vb = pa.values(metric, direction), pb.values(metric, direction)
-                sa, sb = _side(pa, va, tcg_a), _side(pb, vb, tcg_b)
-                change = (sb.mean / sa.mean - 1 if sa.mean is not None and sb.mean is not None
-                          and sa.mean != 0 else None)
-                matched.append((pair, workload.key, direction, sa, sb, change, compare(va, vb)))
-
+    matched, unpaired = _matched(a, b, pairings, metric)
     adjusted = adjust([m[6] for m in matched], adjustment)
     out = []
     for (pair, workload_key, direction, sa, sb, change, _), c in zip(matched, adjusted,
@@ -389,6 +353,52 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
         summary=Summary(better=counts["better"], worse=counts["worse"],
                         no_difference=counts["no difference"], not_judged=counts["not judged"],
                         family=sum(1 for p in out if p.comparison.p_value is not None)))
+
+
+_Row = tuple[Pairing, str, str | None, Side, Side, float | None, Comparison]
+
+
+def _require_same_workloads(a: StoredRun, b: StoredRun) -> None:
+    only_in_a, only_in_b = workload_differences(a, b)
+    if only_in_a or only_in_b:
+        parts = [f"only run {r.id} has {', '.join(labels)}"
+                 for r, labels in ((a, only_in_a), (b, only_in_b)) if labels]
+        raise AnalysisError(f"runs {a.id} and {b.id} measured different workloads: {'; '.join(parts)}",
+                         hint="compare runs of the same suite (see `iomatrix show RUN`)")
+
+
+def _matched(a: StoredRun, b: StoredRun, pairings: Sequence[Pairing],
+             metric: str) -> tuple[list[_Row], list[Unpaired]]:
+    """Each point measured in both runs (per direction for a mixed workload's percentile), with
+    its unadjusted comparison; and the points only one run measured."""
+    points_a = {(p.config_key, p.workload_key): p for p in points(a)}
+    points_b = {(p.config_key, p.workload_key): p for p in points(b)}
+    emulated_a, emulated_b = _emulated_points(a), _emulated_points(b)
+    per_direction = METRICS[metric].combine == "percentile"
+    matched: list[_Row] = []
+    unpaired: list[Unpaired] = []
+    for pair in pairings:
+        for workload in a.workloads:
+            pa = points_a.get((pair.a_key, workload.key))
+            pb = points_b.get((pair.b_key, workload.key))
+            if pa is None or pb is None:
+                if pa is not None or pb is not None:
+                    unpaired.append(Unpaired(config_label=pair.a_label,
+                                             workload_label=workload.label,
+                                             measured_in="a" if pa is not None else "b"))
+                continue
+            tcg_a = (pair.a_key, workload.key) in emulated_a
+            tcg_b = (pair.b_key, workload.key) in emulated_b
+            directions: tuple[str | None, ...] = (None,)
+            if per_direction and (pa.mixed or pb.mixed):
+                directions = ("read", "write")
+            for direction in directions:
+                va, vb = pa.values(metric, direction), pb.values(metric, direction)
+                sa, sb = _side(pa, va, tcg_a), _side(pb, vb, tcg_b)
+                change = (sb.mean / sa.mean - 1 if sa.mean is not None and sb.mean is not None
+                          and sa.mean != 0 else None)
+                matched.append((pair, workload.key, direction, sa, sb, change, compare(va, vb)))
+    return matched, unpaired
 
 
 def latency_difference(a: StoredRun, b: StoredRun, metric: str) -> Difference | None:
