@@ -7,6 +7,13 @@ all) and times every trial through the runner's progress callbacks. The iomatrix
 process's own user + system time (children — QEMU, fio — excluded) inside trial windows.
 
     .venv/bin/python bench/guest_overhead.py [--trials 8] [--runtime 2s] [--accel tcg]
+
+Where fio's ~1.0 s client/server cost goes (fio 3.33 server.c handle_connection, unchanged
+upstream): the client sends JOBLINE and the job file, then calibrates its clock (~0.15 s) before it
+sends RUN; meanwhile the server's connection process, idle with no job running, waits on its
+send semaphore for up to 1000 ms without watching the socket, so it sees RUN only when that wait
+times out. No client option or calling pattern avoids it (the job always goes before the clock
+calibration, RUN always after); only a patched server would.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 The initramfs holds a static busybox (Debian's ``busybox-static``, fetched with ``apt-get
 download`` into the cache: :mod:`~iomatrix.appliance.busybox`), the host's own fio with its
 shared-library closure (``ldd``: :mod:`~iomatrix.appliance.libraries`) and dynamic loader (so
-client and server fio versions always match), the kernel modules of the disk controllers and of
-virtio-net with their dependencies (:mod:`~iomatrix.appliance.modules`), and ``/init``, a busybox
-sh script rendered from ``init.sh`` (:func:`init_script`). The init starts ``fio --server``, loads
+client and server fio versions always match; ICU's 31 MB data library, which fio never reads,
+is hollowed to 16 KiB: :func:`~iomatrix.appliance.libraries.hollow_data_library`), the kernel
+modules of the disk controllers and of virtio-net with their dependencies
+(:mod:`~iomatrix.appliance.modules`), and ``/init``, a busybox sh script rendered from
+``init.sh`` (:func:`init_script`). The init starts ``fio --server``, loads
 only the modules whose aliases match a device that is present (PCI, then virtio, then SCSI),
 prints one :data:`DISK_MARKER` line per disk, configures the NIC for QEMU user networking and
 prints :data:`READY_MARKER` once fio listens. A failure prints a line starting with
@@ -19,11 +21,14 @@ Where the boot time goes under TCG (QEMU start to READY; Debian 6.1 kernel, mach
 * Kernel decompression, 3.3 s: Debian's bzImage is xz-compressed, and xz under an emulated CPU is
   slow. The builder extracts the ELF ``vmlinux`` from the bzImage, and QEMU boots it through its
   PVH entry point (``CONFIG_PVH``, QEMU >= 4.0): no decompression at all (a kernel without a PVH
-  note is kept as a bzImage).
-* Initramfs unpack, 0.25-0.6 s for ~90 MB (fio's closure on Debian drags in ceph, gluster and
-  ICU data: 84 MB). Compression only adds guest CPU: gzip +1.1 s, zstd -19 +0.9 s, lz4 +0.1 s
-  over an uncompressed cpio, which is what the builder writes. Under TCG the kernel's
-  ``rep movsb`` copies run a byte at a time; ``clearcpuid=erms,fsrm`` halves the unpack.
+  note is kept as a bzImage). The vmlinux is stored without the 23 MB of zeros that end it
+  (.bss and .brk, stored because ``.init.scratch`` follows them:
+  :func:`~iomatrix.appliance.elf.drop_zero_tail`), which QEMU's ELF loader fills in.
+* Initramfs unpack, 0.25-0.6 s for ~60 MB (fio's closure on Debian drags in ceph, gluster and
+  ICU data: 84 MB; 54 MB since ICU's data library is hollowed). Compression only adds guest CPU:
+  gzip +1.1 s, zstd -19 +0.9 s, lz4 +0.1 s over an uncompressed cpio, which is what the builder
+  writes. Under TCG the kernel's ``rep movsb`` copies run a byte at a time;
+  ``clearcpuid=erms,fsrm`` halves the unpack.
 * Kernel init, ~1.1 s of which crypto self-tests 0.3 s (``cryptomgr.notests``), the W+X
   page-table check 0.1 s (``rodata=off``), APIC timer calibration 0.1 s and alternatives
   patching 0.25 s (both left alone); ACPI interrupt-link evaluation cost 0.1-0.2 s per PCI
@@ -61,10 +66,10 @@ from pathlib import Path
 from iomatrix.appliance.busybox import static_busybox
 from iomatrix.appliance.bzimage import extract_vmlinux, kernel_release
 from iomatrix.appliance.cpio import CpioWriter
-from iomatrix.appliance.elf import has_pvh_entry
+from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem)
-from iomatrix.appliance.libraries import library_closure
+from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
 from iomatrix.appliance.modules import ModuleSet, module_bytes, resolve_modules
 from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
                                          MIN_MEMORY_MIB, READY_MARKER, TRACE_MARKER, GuestDisk,
@@ -82,8 +87,9 @@ __all__ = [
     "has_pvh_entry", "resolve_modules",
 ]
 
-BUILDER_VERSION = 1
-"""Bump when the appliance layout or the init changes in a way the inputs' hash cannot see."""
+BUILDER_VERSION = 2
+"""Bump when the appliance layout or the init changes in a way the inputs' hash cannot see
+(2: ICU's data library hollowed, the vmlinux's zero tail dropped)."""
 
 MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ahci", "ata_piix", "ata_generic",
@@ -98,7 +104,7 @@ BUSES: tuple[str, ...] = ("pci", "virtio", "scsi")
 driver (virtio_pci, a SCSI host) creates the devices of the next bus."""
 
 KEEP_APPLIANCES = 3
-"""Appliances kept in the cache (~150 MB each); older ones are deleted after a build."""
+"""Appliances kept in the cache (~100 MB each); older ones are deleted after a build."""
 
 
 class Appliance(Frozen):
@@ -311,7 +317,10 @@ def _write_initramfs(inputs: _Inputs, path: Path) -> None:
                 cpio.symlink(f"bin/{applet}", "busybox")
         cpio.file("bin/fio", inputs.fio.read_bytes(), 0o755)
         for soname, lib in sorted(inputs.libraries.items()):
-            cpio.file(f"lib/fio/{soname}", lib.read_bytes(), 0o755)
+            data = lib.read_bytes()
+            if hollowable(soname):
+                data = hollow_data_library(data) or data
+            cpio.file(f"lib/fio/{soname}", data, 0o755)
         if inputs.interpreter:
             cpio.file(inputs.interpreter.lstrip("/"), Path(inputs.interpreter).read_bytes(),
                       0o755)
@@ -325,7 +334,7 @@ def _build(inputs: _Inputs, work: Path, final: Path, started: float) -> Applianc
     bzimage = inputs.kernel.read_bytes()
     vmlinux = extract_vmlinux(bzimage)
     if vmlinux is not None and has_pvh_entry(vmlinux):
-        kernel_name, kernel_format, kernel_data = "vmlinux", "pvh", vmlinux
+        kernel_name, kernel_format, kernel_data = "vmlinux", "pvh", drop_zero_tail(vmlinux)
     else:
         kernel_name, kernel_format, kernel_data = "vmlinuz", "bzimage", bzimage
     (work / kernel_name).write_bytes(kernel_data)

@@ -1,5 +1,5 @@
 """Reading 64-bit little-endian ELF files: program headers, the interpreter (``PT_INTERP``),
-sections by name, and the Xen PVH entry note of a vmlinux."""
+sections by name, the Xen PVH entry note of a vmlinux, and cutting the zeros that end one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from iomatrix.core.errors import EnvironmentProblem
 
-_PT_INTERP, _PT_NOTE = 3, 4
+_PT_LOAD, _PT_INTERP, _PT_NOTE = 1, 3, 4
 _SHT_NOBITS = 8
 _XEN_ELFNOTE_PHYS32_ENTRY = 18
 
@@ -65,3 +65,34 @@ def has_pvh_entry(elf: bytes) -> bool:
                 return True
             pos += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
     return False
+
+
+def drop_zero_tail(data: bytes, page: int = 4096) -> bytes:
+    """``data`` (an ELF64 executable) without the zero bytes that end its last ``PT_LOAD``
+    segment, when that segment is the last thing in the file that is loaded: its file size
+    shrinks (its memory size stays, and loaders zero-fill the difference) and the section headers
+    after it go (no loader reads them). A vmlinux stores its .bss and .brk as 23 MB of zeros
+    because a PROGBITS section (``.init.scratch``) follows them; QEMU's ELF loader fills them
+    anyway. ``data`` unchanged when nothing is to be gained."""
+    _elf_check(data)
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    headers = [list(struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize))
+               for i in range(phnum)]   # type, flags, offset, vaddr, paddr, filesz, memsz, align
+    if not headers:
+        return data
+    last = max(headers, key=lambda h: h[2] + h[5])
+    if last[0] != _PT_LOAD or last[5] == 0:
+        return data
+    start, end = last[2], last[2] + last[5]
+    used = len(data[start:end].rstrip(b"\0"))
+    used = min(last[5], (used + page - 1) // page * page)
+    if end - (start + used) < page or phoff + phnum * phentsize > start + used:
+        return data
+    out = bytearray(data[:start + used])
+    last[5] = used
+    for i, h in enumerate(headers):
+        struct.pack_into("<IIQQQQQQ", out, phoff + i * phentsize, *h)
+    struct.pack_into("<Q", out, 0x28, 0)          # e_shoff
+    struct.pack_into("<HHH", out, 0x3A, 0, 0, 0)  # e_shentsize, e_shnum, e_shstrndx
+    return bytes(out)
