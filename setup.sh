@@ -15,7 +15,10 @@ for arg in "$@"; do
 done
 
 packages="qemu-system-x86 qemu-system-common qemu-utils fio fuse3 python3 python3-venv ca-certificates"
-[ "$dev" = 1 ] && packages="$packages chromium"
+# libvirt: guests through libvirtd ([method] platform = "libvirt" with libvirt_uri); virsh is in
+# libvirt-clients, which libvirt-daemon-system depends on
+packages="$packages libvirt-daemon-system"
+[ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
 missing=""
 for p in $packages; do
@@ -30,6 +33,24 @@ if [ -n "$missing" ]; then
     echo "setup.sh: installing Debian packages:$missing"
     $sudo apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+fi
+
+# libvirt runs QEMU as its own user. Debian's udev rule gives /dev/kvm to group kvm (0660); where a
+# host left it root-only, libvirt re-probes QEMU on every domain start (about 50 s each).
+if [ -c /dev/kvm ] && [ "$(stat -c %G:%a /dev/kvm)" = "root:600" ] && getent group kvm >/dev/null; then
+    if ${sudo:-} chgrp kvm /dev/kvm && ${sudo:-} chmod 0660 /dev/kvm; then
+        echo "setup.sh: /dev/kvm set to root:kvm 0660 (Debian's default) so libvirt's QEMU can open it"
+    fi
+fi
+
+# libvirtd: systemd starts it where systemd runs; elsewhere (containers) start it by hand.
+if ! virsh -c qemu:///system -q version >/dev/null 2>&1; then
+    if [ -d /run/systemd/system ]; then
+        ${sudo:-} systemctl start libvirtd || true
+    elif [ "$(id -u)" = 0 ]; then
+        pgrep -x virtlogd >/dev/null || virtlogd -d || true
+        pgrep -x libvirtd >/dev/null || libvirtd -d || true
+    fi
 fi
 
 # uv is pinned and lives in the environment it manages; --inexact keeps it there.

@@ -1,5 +1,6 @@
 """``iomatrix clean``: remove what killed runs left on disk (scratch directories, images, target
-directories iomatrix created), as the results database recorded it; never what a live run uses,
+directories iomatrix created), as the results database recorded it, and the libvirt domains of
+dead iomatrix runs (at qemu:///system); never what a live run uses,
 never anything iomatrix did not create (see ``iomatrix.measure.reclaim``)."""
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def clean(
         running = store.running_runs()
     for r in results:
         out.print(describe(r), markup=False, highlight=False)
+    from iomatrix.measure.reclaim import reclaim_libvirt_domains
+    domains = reclaim_libvirt_domains(dry_run=dry_run)
+    for line in domains:
+        out.print(line, markup=False, highlight=False)
     for run_id, owner in running:
         if owner is None:
             continue
@@ -38,7 +43,7 @@ def clean(
     gone = [r for r in results if r.action in ("removed", "would remove")]
     freed = sum(r.bytes for r in gone) / 2**20
     left = sum(1 for r in results if r.action == "left")
-    if not results:
+    if not results and not domains:
         out.print("nothing to clean", markup=False)
     elif dry_run:
         out.print(f"would remove {len(gone)} ({freed:.1f} MiB), leave {left}; nothing removed "

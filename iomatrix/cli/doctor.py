@@ -13,10 +13,11 @@ from iomatrix.cli.status import ExitStatus
 
 def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for a kernel to boot under KVM.")] = 10.0,
            drift: Annotated[bool, typer.Option(help="Also estimate the host's drift (about 30 s): a few short interleaved fio runs on a small file in /var/tmp, and the rounds a point and a paired gain need.")] = True) -> None:
-    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM, drift."""
+    """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM,
+    the private guest channel, libvirt, drift."""
     from iomatrix.measure.doctor import failed_required, run_checks
 
-    checks = run_checks(kvm_timeout=kvm_timeout, drift=drift)
+    checks = run_checks(kvm_timeout=kvm_timeout, drift=drift, libvirt=True)
     table = Table("check", "", "detail", box=None)
     for c in checks:
         mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")

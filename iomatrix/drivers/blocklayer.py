@@ -1,7 +1,12 @@
 """blocklayer mode: qemu-storage-daemon holds the image with the configuration's format, aio and
 cache; fio drives it from the host. Without iothread the export is NBD (fio's nbd engine); with
 iothread it is FUSE, because QEMU 7.2 aborts an NBD export that has an iothread when a client
-disconnects. What QEMU applied is read back over QMP (per node) and from /proc (aio)."""
+disconnects. What QEMU applied is read back over QMP (per node) and from /proc (aio).
+
+``[method] platform = "proxmox"`` gives the daemon the layers a Proxmox VE disk has for the same
+settings (``pve_version``: 8, detect-zeroes on the format node; 9, detect-zeroes and discard on
+every node and a throttle filter over an empty throttle group), the export on the top node; the
+nodes are read back by role (``file0``, ``disk0``, ``throttle0``) as in guest mode."""
 
 from __future__ import annotations
 
@@ -15,21 +20,27 @@ from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.mounts import force_unmount, is_mounted
 from iomatrix.core.proc import log_tail, managed, require, wait_for
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
-from iomatrix.qemu.blockdev import FORMAT_NODE, expected_node_flags
+from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.qemu.procinspect import ProcessIO, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.model import Configuration, Method
 from iomatrix.target.workspace import Image
 
 START_TIMEOUT = 15.0
 
 
-def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str) -> list[str]:
+def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
+                method: Method | None = None) -> list[str]:
     """The qemu-storage-daemon command line for a configuration: NBD export, or FUSE with an
-    iothread."""
-    argv = storage_daemon_argv(config, image, qmp_socket=workdir / "qmp.sock", qsd=qsd)
-    common = f"id=exp0,node-name={FORMAT_NODE},writable=on,writethrough={export_writethrough(config)}"
+    iothread; the graph as ``method.platform`` builds it."""
+    platform = method.platform if method else "qemu"
+    pve_version = method.pve_version if method else None
+    argv = storage_daemon_argv(config, image, qmp_socket=workdir / "qmp.sock", qsd=qsd,
+                               platform=platform, pve_version=pve_version)
+    top = daemon_graph(config, image.path, is_device=image.is_device, platform=platform,
+                       pve_version=pve_version).export_node
+    common = f"id=exp0,node-name={top},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
         mountpoint = qemu_escape(str(workdir / "fuse.img"))
         return argv + ["--object", "iothread,id=iot0",
@@ -41,13 +52,15 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str) ->
 
 class BlocklayerSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
-                 argv: list[str], pid: int, nodes: dict[str, str], engine: str) -> None:
+                 argv: list[str], pid: int, nodes: dict[str, str], engine: str,
+                 expected: dict[str, str] | None = None) -> None:
         super().__init__(config, images)
         self.workdir = workdir
         self.argv = argv
         self.pid = pid
         self.nodes = nodes
         self.engine = engine
+        self.expected = expected if expected is not None else expected_daemon_graph(config)
         self.seen: ProcessIO | None = None
 
     def fio_target(self) -> dict[str, str]:
@@ -73,7 +86,7 @@ class BlocklayerSession(Session):
 
     def mismatches(self) -> list[str]:
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
-                 for key, want in expected_node_flags(self.config).items()
+                 for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
         if self.seen is None:
             wrong.append("aio: not observed while fio ran")
@@ -102,7 +115,7 @@ class BlocklayerDriver(Driver):
         mountpoint = workdir / "fuse.img"
         if config.iothread:
             mountpoint.touch()
-        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"))
+        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"), self.method)
         log = workdir / "daemon.log"
         log.write_text("")
         try:
@@ -113,15 +126,38 @@ class BlocklayerDriver(Driver):
                     raise TrialFailed(f"qemu-storage-daemon did not start: "
                                       f"{log_tail(log) or 'no output'}")
                 try:
-                    nodes, = qmp_execute(workdir / "qmp.sock", [("query-named-block-nodes", None)])
+                    nodes = read_graph(workdir / "qmp.sock")
                 except ToolFailed as exc:
                     raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
-                yield BlocklayerSession(config, images, workdir, argv, proc.pid,
-                                        flatten_block_nodes(nodes), self.method.engine)
+                expected = expected_daemon_graph(config, platform=self.method.platform,
+                                                 pve_version=self.method.pve_version)
+                yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
+                                        self.method.engine, expected)
         finally:
             if config.iothread:
                 force_unmount(mountpoint)   # only if the daemon died before unmounting
                 mountpoint.unlink(missing_ok=True)
+
+
+def read_graph(qmp_socket: Path) -> dict[str, str]:
+    """What a running daemon applied, with the keys of
+    :func:`iomatrix.qemu.blockdev.expected_daemon_graph`: every named node's driver, cache
+    flags and detect-zeroes (nodes named by role), the export's node and the throttle groups."""
+    raw, exports, root = qmp_execute(qmp_socket, [
+        ("query-named-block-nodes", None), ("query-block-exports", None),
+        ("qom-list", {"path": "/"})])
+    nodes = nodes_by_role(raw)
+    role = {old.get("node-name"): new.get("node-name") for old, new in zip(raw, nodes)}
+    out = flatten_block_nodes(nodes)
+    out |= {f"{n['node-name']}.detect-zeroes": str(n.get("detect_zeroes")) for n in nodes
+            if n.get("node-name") and not n["node-name"].startswith("#")}
+    objects: list[dict[str, str]] = []
+    if any(child["name"] == "objects" for child in root):   # only once an --object exists
+        objects, = qmp_execute(qmp_socket, [("qom-list", {"path": "/objects"})])
+    out["throttle-groups"] = str(sum(o["type"] == "child<throttle-group>" for o in objects))
+    top = next((str(e.get("node-name")) for e in exports if e.get("id") == "exp0"), "")
+    out["export.node"] = str(role.get(top, top))
+    return out
 
 
 def _ready(config: Configuration, workdir: Path) -> bool:

@@ -11,6 +11,7 @@ from iomatrix.drivers.base import Driver
 from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.host import HostDriver
+from iomatrix.drivers.libvirt import LibvirtDriver
 from iomatrix.suite.model import Method, Mode
 
 DRIVERS: dict[str, type[Driver]] = {d.mode: d for d in (HostDriver, BlocklayerDriver, GuestDriver)}
@@ -18,5 +19,9 @@ DRIVERS: dict[str, type[Driver]] = {d.mode: d for d in (HostDriver, BlocklayerDr
 
 def driver_for(mode: Mode, method: Method, workdir: Path, *, accel: str,
                note: Callable[[str], None]) -> Driver:
-    """The driver of ``mode``, prepared for a run (see ``Driver.prepare``)."""
-    return DRIVERS[mode].prepare(method, workdir, accel=accel, note=note)
+    """The driver of ``mode``, prepared for a run (see ``Driver.prepare``): guests through
+    libvirtd (``LibvirtDriver``) when ``[method] platform = "libvirt"`` names a ``libvirt_uri``."""
+    driver = DRIVERS[mode]
+    if mode == "guest" and method.platform == "libvirt" and method.libvirt_uri is not None:
+        driver = LibvirtDriver
+    return driver.prepare(method, workdir, accel=accel, note=note)

@@ -73,7 +73,8 @@ TOOLS: dict[str, _Tool] = {
 
 def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
                directory: Path | None = None, kernel: Path | None = None,
-               fetch_kernel: bool = True, drift: bool = False) -> tuple[Check, ...]:
+               fetch_kernel: bool = True, drift: bool = False,
+               libvirt: bool = False) -> tuple[Check, ...]:
     """Every check, in a fixed order. ``directory`` is where the fio and FUSE probes make their
     temporary files (default: /var/tmp, which is disk-backed on Debian; O_DIRECT needs that).
     ``kernel``/``fetch_kernel`` are passed to the KVM probe (see
@@ -86,9 +87,34 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     checks.append(check_fuse(env=env, directory=directory))
     checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
     checks.append(check_guest_channel(env=env))
+    if libvirt:
+        checks.append(check_libvirt())
     if drift:
         checks.append(check_drift(env=env, directory=directory))
     return tuple(checks)
+
+
+def check_libvirt(uri: str | None = None) -> Check:
+    """Guests through libvirtd (``[method] libvirt_uri``): virsh installed, libvirtd answering;
+    the domains that dead iomatrix runs left are destroyed here (and named). Not required."""
+    from iomatrix.drivers import libvirt as lvd
+    uri = uri or lvd.DEFAULT_URI
+    hint = ("apt-get install libvirt-daemon-system; start libvirtd (`systemctl start libvirtd`, "
+            "or `libvirtd -d` without systemd)")
+    problem = lvd.libvirt_problem(uri)
+    if problem is not None:
+        return Check(name="libvirt", ok=False, required=False, detail=problem, hint=hint)
+    notes = [lvd.describe(item) for item in lvd.reclaim_domains(uri)]
+    kvm = Path("/dev/kvm")
+    if kvm.exists():
+        mode = kvm.stat().st_mode
+        if mode & 0o060 == 0:
+            notes.append("/dev/kvm is not group-accessible (mode "
+                         f"{mode & 0o777:o}): libvirtd's QEMU user cannot use it and "
+                         "libvirt 9.0 then probes QEMU again on every domain start (about 50 s "
+                         "each); Debian's udev rule makes it root:kvm 0660")
+    return Check(name="libvirt", ok=True, required=False, detail="; ".join(
+        [f"libvirtd answers at {uri}"] + notes))
 
 
 def failed_required(checks: Sequence[Check]) -> tuple[Check, ...]:

@@ -299,3 +299,12 @@ def describe(r: Reclaimed) -> str:
     detail = f": {r.detail}" if r.detail else ""
     return (f"{r.action} {KINDS.get(res.kind, res.kind)} {res.path} ({run}, pid "
             f"{res.process.pid}{size}){detail}")
+
+
+def reclaim_libvirt_domains(uri: str | None = None, *, dry_run: bool = False) -> list[str]:
+    """Destroy the libvirt domains (at ``uri``, by default ``qemu:///system``) that runs now dead
+    left (``iomatrix.drivers.libvirt``: each names its owner in its <metadata>); one line per
+    iomatrix domain looked at. Nothing where virsh or libvirtd is missing."""
+    from iomatrix.drivers import libvirt
+    return [libvirt.describe(item)
+            for item in libvirt.reclaim_domains(uri or libvirt.DEFAULT_URI, dry_run=dry_run)]

@@ -385,8 +385,7 @@ def disk_args(drive: Drive, volume: Volume, *, scsihw: str | None, version: PveV
     if iothread:
         objects += ["-object", f"iothread,id={iothread}"]
     if version >= 9:
-        objects += ["-object", _json({"id": f"throttle-drive-{drive_id}", "limits": {},
-                                      "qom-type": "throttle-group"})]
+        objects += ["-object", _json(_throttle_group(drive_id))]
     controller = controller_of(drive, scsihw)
     queues = drive.get("queues")
     if controller is not None:
@@ -428,6 +427,58 @@ def disk_args(drive: Drive, volume: Volume, *, scsihw: str | None, version: PveV
 def _json(value: dict[str, Any]) -> str:
     """qemu-server's ``to_json($x, { canonical => 1 })``: sorted keys, no blanks."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class DaemonGraph(Frozen):
+    """One disk's block graph as a qemu-storage-daemon holds it (blocklayer mode): the layers a
+    PVE disk has, without the guest device. The daemon has no ``-drive``."""
+
+    objects: tuple[str, ...]
+    """``--object`` values (JSON): PVE 9's empty throttle group."""
+    blockdev: str
+    """The one nested ``--blockdev`` value (JSON)."""
+    top: str
+    """The node the guest device attaches to (here: the export's node)."""
+    throttle_group: str | None = None
+    """The throttle group's id (PVE 9)."""
+
+
+def daemon_graph(drive: Drive, volume: Volume, *, version: PveVersion,
+                 size: int | None = None) -> DaemonGraph:
+    """The block graph qemu-server builds for ``drive``, as ``--object``/``--blockdev`` values.
+
+    PVE 9: exactly its ``-blockdev`` (throttle ``drive-<key>`` → format → protocol, discard and
+    detect-zeroes on every node) over its empty throttle group. PVE 8: what QEMU makes of its
+    ``-drive`` line, spelled as ``-blockdev``: the format node with the drive's cache, discard
+    and detect-zeroes, over a protocol node with aio and cache; detect-zeroes stays off there
+    (not inherited) and discard is unmap (QEMU's block.c ``bdrv_inherited_options``: a format
+    node's protocol child defaults to ``discard=unmap``). QEMU names -drive's nodes itself
+    (``#blockN``); here they get PVE 9's names (``node_name``)."""
+    direct = uses_cache_direct(drive.get("cache"), volume.storage)
+    aio = aio_option(drive.get("aio"), volume.storage, direct)
+    graph = _blockdev(drive, volume, direct, aio, size)
+    if version >= 9:
+        group = _throttle_group(drive.key)
+        return DaemonGraph(objects=(_json(group),), blockdev=_json(graph), top=graph["node-name"],
+                           throttle_group=group["id"])
+    fmt = graph["file"]
+    fmt["file"] = {k: v for k, v in fmt["file"].items() if k != "detect-zeroes"} | {
+        "discard": "unmap"}
+    return DaemonGraph(objects=(), blockdev=_json(fmt), top=fmt["node-name"])
+
+
+def daemon_detect_zeroes(drive: Drive, version: PveVersion) -> dict[str, str]:
+    """detect-zeroes per layer of :func:`daemon_graph` (``protocol``, ``format``, ``throttle``),
+    as ``query-named-block-nodes`` must report it."""
+    value = detect_zeroes_option(drive)
+    if version >= 9:
+        return {"protocol": value, "format": value, "throttle": value}
+    return {"protocol": "off", "format": value}
+
+
+def _throttle_group(drive_id: str) -> dict[str, Any]:
+    """Blockdev.pm generate_throttle_group for a drive without limits."""
+    return {"id": f"throttle-drive-{drive_id}", "limits": {}, "qom-type": "throttle-group"}
 
 
 def _blockdev(drive: Drive, volume: Volume, direct: bool, aio: str,

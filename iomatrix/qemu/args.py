@@ -47,8 +47,8 @@ from pydantic import Field
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, blockdev_nodes, cache_flags,
-                                   expected_node_flags)
+from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, THROTTLE_NODE, blockdev_nodes,
+                                   cache_flags, daemon_graph, expected_node_flags, nodes_by_role)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
@@ -64,8 +64,6 @@ VHOST_CHARDEV = "vub0"
 VHOST_DEVICE = "vhostuserblk0"
 VHOST_EXPORT = "export0"
 MEMORY_BACKEND = "mem"
-THROTTLE_NODE = "throttle0"
-"""How :func:`read_guest_settings` names a platform's throttle filter node (PVE 9)."""
 
 # QEMU 7.2's defaults, for what QMP must show when a configuration leaves them unset.
 DEFAULT_QUEUE_SIZE = {"virtio-blk-pci": 256, "virtio-scsi-pci": 256, "vhost-user-blk-pci": 128}
@@ -167,13 +165,26 @@ def vhost_daemon_argv(config: Configuration, image: Image, *, socket: Path, qmp_
 
 
 def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path,
-                        qsd: str = "qemu-storage-daemon") -> list[str]:
+                        qsd: str = "qemu-storage-daemon", platform: Platform = "qemu",
+                        pve_version: PveVersion | None = None) -> list[str]:
     """qemu-storage-daemon with a QMP monitor and the image's nodes (format, aio, cache); the
-    caller adds its export."""
+    caller adds its export, on :func:`iomatrix.qemu.blockdev.daemon_graph`'s ``export_node``
+    (the format node on platform qemu). With ``platform = "proxmox"`` the nodes are the layers
+    qemu-server gives a disk with these settings (detect-zeroes, discard, PVE 9's throttle
+    filter and its group)."""
     argv = [qsd,
             "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
             "--monitor", "chardev=qmp0"]
-    for node in _nodes(config, image):
+    if platform != "proxmox":
+        nodes = _nodes(config, image)
+    else:
+        graph = daemon_graph(config, image.path, is_device=image.is_device,
+                             size=image.size if image.is_device else None, platform=platform,
+                             pve_version=pve_version)
+        for obj in graph.objects:
+            argv += ["--object", obj]
+        nodes = list(graph.blockdevs)
+    for node in nodes:
         argv += ["--blockdev", node]
     return argv
 
@@ -240,7 +251,7 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     nodes, blocks, iothreads, peripheral = qmp_execute(qmp_socket, [
         ("query-named-block-nodes", None), ("query-block", None), ("query-iothreads", None),
         ("qom-list", {"path": "/machine/peripheral"})], timeout=timeout)
-    nodes = _by_role(nodes)
+    nodes = nodes_by_role(nodes)
     types = {item["name"]: item["type"][len("child<"):-1] for item in peripheral
              if item["type"].startswith("child<")}
     disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), "")
@@ -430,24 +441,6 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
         return list(lv.disk_args(disk, iothreads=threads, size=size).argv)
     except ValueError as exc:
         raise InvalidCombination(f"{config.key}: {exc}") from None
-
-
-def _by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``query-named-block-nodes`` with each node named by its role in the disk's graph
-    (protocol ``file0``, format ``disk0``, filter ``throttle0``), as iomatrix's own graph names
-    them; a graph of iomatrix's own is returned unchanged."""
-    roles = {"file": FILE_NODE, "host_device": FILE_NODE, "rbd": FILE_NODE, "raw": FORMAT_NODE,
-             "qcow2": FORMAT_NODE, "throttle": THROTTLE_NODE}
-    if any(n.get("node-name") in (FILE_NODE, FORMAT_NODE) for n in nodes):
-        return nodes
-    out, seen = [], set()
-    for node in nodes:
-        role = roles.get(str(node.get("drv")))
-        if role is not None and role not in seen:
-            seen.add(role)
-            node = {**node, "node-name": role}
-        out.append(node)
-    return out
 
 
 def _nodes(config: Configuration, image: Image) -> list[str]:

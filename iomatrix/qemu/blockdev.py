@@ -13,11 +13,13 @@ now, guests later). Cache modes follow QEMU's table (qemu-system(1), checked on 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 
-from iomatrix.suite.model import Configuration
+from iomatrix.platform import proxmox as pve
+from iomatrix.suite.model import Configuration, Platform, PveVersion
 from iomatrix.core.model import Frozen
 from iomatrix.qemu.escape import qemu_bool
 
@@ -38,6 +40,11 @@ CACHE_MODES: dict[str, CacheFlags] = {
 
 FILE_NODE = "file0"
 FORMAT_NODE = "disk0"
+THROTTLE_NODE = "throttle0"
+"""The filter's role name, as iomatrix.qemu.args reads a platform's graph back."""
+PVE_BUS = "virtio-blk"
+"""The bus of the drive line a daemon's graph is built from on platform proxmox: it names the
+nodes (``drive-virtio0``), nothing more; the layers do not depend on the bus."""
 
 
 def cache_flags(config: Configuration) -> CacheFlags:
@@ -82,3 +89,79 @@ def expected_node_flags(config: Configuration) -> dict[str, str]:
     return out
 
 
+
+
+# -- the daemon's graph per platform (blocklayer mode) ----------------------------------------
+
+class DaemonGraph(Frozen):
+    """What a qemu-storage-daemon gets for one image: ``--object`` and ``--blockdev`` values
+    (JSON) and the node its export sits on."""
+
+    objects: tuple[str, ...] = ()
+    blockdevs: tuple[str, ...]
+    export_node: str
+
+
+def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
+                 size: int | None = None, platform: Platform = "qemu",
+                 pve_version: PveVersion | None = None) -> DaemonGraph:
+    """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
+    for the configuration's settings. qemu (and libvirt, not modelled here yet): iomatrix's own
+    two nodes, the export on the format node. proxmox: qemu-server's layers
+    (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes, discard, and on PVE 9 the
+    throttle filter over an empty throttle group, the export on the top node."""
+    if platform != "proxmox":
+        nodes = blockdev_nodes(config, image, is_device=is_device, size=size)
+        return DaemonGraph(blockdevs=tuple(json.dumps(n, separators=(",", ":")) for n in nodes),
+                           export_node=FORMAT_NODE)
+    drive = _pve_drive(config, str(image))
+    volume = pve.resolve_volume(drive, is_device=is_device)
+    graph = pve.daemon_graph(drive, volume, version=pve_version or pve.DEFAULT_PVE_VERSION,
+                             size=size)
+    return DaemonGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
+
+
+def expected_daemon_graph(config: Configuration, *, platform: Platform = "qemu",
+                          pve_version: PveVersion | None = None) -> dict[str, str]:
+    """What a daemon from :func:`daemon_graph` must report over QMP, nodes named by role
+    (``file0``, ``disk0``, ``throttle0``): :func:`expected_node_flags`, each node's
+    detect-zeroes, the filter, the export's node and the count of throttle groups. QMP does not
+    report a node's discard mode, so it is not checked."""
+    out = expected_node_flags(config)
+    roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
+    if platform != "proxmox":
+        zeroes = {"protocol": "off", "format": "off"}
+        groups, top = 0, FORMAT_NODE
+    else:
+        version = pve_version or pve.DEFAULT_PVE_VERSION
+        zeroes = pve.daemon_detect_zeroes(_pve_drive(config, "/"), version)
+        groups, top = (1, THROTTLE_NODE) if version >= 9 else (0, FORMAT_NODE)
+    out |= {f"{roles[role]}.detect-zeroes": value for role, value in zeroes.items()}
+    if groups:   # the filter gets no cache option: QEMU's defaults
+        out |= {f"{THROTTLE_NODE}.driver": "throttle", f"{THROTTLE_NODE}.cache.direct": "false",
+                f"{THROTTLE_NODE}.cache.no-flush": "false"}
+    return out | {"export.node": top, "throttle-groups": str(groups)}
+
+
+def _pve_drive(config: Configuration, volume: str) -> pve.Drive:
+    drive, _ = pve.drive_for(PVE_BUS, volume=volume, aio=config.aio, cache=config.cache,
+                             iothread=False, fmt=config.format or "raw")
+    return drive
+
+
+def nodes_by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``query-named-block-nodes`` with each node named by its role in the disk's graph
+    (protocol ``file0``, format ``disk0``, filter ``throttle0``), as iomatrix's own graph names
+    them; a graph of iomatrix's own is returned unchanged."""
+    roles = {"file": FILE_NODE, "host_device": FILE_NODE, "rbd": FILE_NODE, "raw": FORMAT_NODE,
+             "qcow2": FORMAT_NODE, "throttle": THROTTLE_NODE}
+    if any(n.get("node-name") in (FILE_NODE, FORMAT_NODE) for n in nodes):
+        return nodes
+    out, seen = [], set()
+    for node in nodes:
+        role = roles.get(str(node.get("drv")))
+        if role is not None and role not in seen:
+            seen.add(role)
+            node = {**node, "node-name": role}
+        out.append(node)
+    return out

@@ -302,6 +302,17 @@ def _axis(item_type: Any) -> Any:
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Control characters (a tab and a line break aside): terminal escapes have no place in a suite."""
+
+
+def _printable(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("may not hold control characters")
+    return value
+
+
+Printable = Annotated[str, AfterValidator(_printable)]
+"""Text from the suite that iomatrix prints: no terminal control characters."""
+
 _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 """What a target path may not hold: fio reads its job file line by line and expands ``$``
 (``${VAR}``, ``$ncpus``); ``\\`` is its escape character (iomatrix escapes ``:`` as ``\\:``)."""
@@ -315,17 +326,10 @@ DEFAULT_SCALE = "default"
 
 class SuiteInfo(Frozen):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    description: str = Field(default="", max_length=10_000)
+    description: Printable = Field(default="", max_length=10_000)
     scale: str | None = Field(default=None, max_length=40, pattern=SCALE_NAME)
     """The scale these tables were resolved at: written by iomatrix into the suite text it
     stores for a run started with ``--scale`` (that text has no [scale.NAME] tables left)."""
-
-    @field_validator("description")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if _CONTROL.search(value):
-            raise ValueError("the description may not hold control characters")
-        return value
 
 
 def _target_path(value: Path | None, key: str) -> Path | None:
@@ -483,12 +487,16 @@ class Method(Frozen):
     boot_timeout: Duration = 120.0
     """How long a guest may take to become ready before its trials fail."""
     platform: Platform = "qemu"
-    """Guest mode: build each configuration's disk as this platform would (qemu: iomatrix's own
-    two -blockdev nodes; proxmox: qemu-server's graph, detect-zeroes, discard, throttle node;
-    libvirt: libvirt's nodes and devices). See docs/proxmox-options.md."""
+    """Guest and blocklayer mode: build each configuration's disk as this platform would (qemu:
+    iomatrix's own two -blockdev nodes; proxmox: qemu-server's graph, detect-zeroes, discard,
+    throttle node; libvirt: libvirt's nodes and devices). See docs/proxmox-options.md."""
     pve_version: PveVersion | None = None
     """With platform = "proxmox": 8 (-drive, machine < 10.0) or 9 (-blockdev under a throttle
     filter; the default)."""
+    libvirt_uri: str | None = None
+    """With platform = "libvirt": run the guests through this libvirtd (``"qemu:///system"``):
+    iomatrix writes each guest's domain XML and starts it with ``virsh create``
+    (iomatrix.drivers.libvirt). Absent: iomatrix's own QEMU with libvirt's block graph."""
     aa: bool = False
     """A/A calibration: measure the first configuration of the matrix twice (as itself and as
     its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
@@ -498,6 +506,9 @@ class Method(Frozen):
     def _pve_version_needs_proxmox(self) -> "Method":
         if self.pve_version is not None and self.platform != "proxmox":
             raise ValueError(f'pve_version is for platform = "proxmox" (platform is '
+                             f'"{self.platform}")')
+        if self.libvirt_uri is not None and self.platform != "libvirt":
+            raise ValueError(f'libvirt_uri is for platform = "libvirt" (platform is '
                              f'"{self.platform}")')
         return self
 
@@ -532,14 +543,7 @@ class ScaleInfo(Frozen):
     """One [scale.NAME] table of a suite, as ``iomatrix suites`` and ``run --plan`` list it."""
 
     name: str = Field(max_length=40, pattern=SCALE_NAME)
-    description: str = Field(default="", max_length=10_000)
-
-    @field_validator("description")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if _CONTROL.search(value):
-            raise ValueError("the description may not hold control characters")
-        return value
+    description: Printable = Field(default="", max_length=10_000)
 
 
 class Scale(Frozen):
@@ -548,7 +552,7 @@ class Scale(Frozen):
     [[workloads]] or [[part]] list given here replaces the suite's whole list. The result is
     validated as a whole suite. Values are checked there, names here (unknown keys refused)."""
 
-    description: str = Field(default="", max_length=10_000)
+    description: Printable = Field(default="", max_length=10_000)
     target: dict[str, Any] = {}
     matrix: dict[str, Any] = {}
     method: dict[str, Any] = {}
@@ -629,10 +633,10 @@ class Finding(Frozen):
     it is checked in (default: guest, and blocklayer where ``axis`` is one of BLOCKLAYER_AXES)."""
 
     id: str = Field(min_length=1, max_length=60, pattern=FINDING_ID)
-    study: str = Field(min_length=1, max_length=200)
+    study: Printable = Field(min_length=1, max_length=200)
     """The citation: seed and section ("seed 000 §FINDINGS")."""
-    claim: str = Field(min_length=1, max_length=1000)
-    published: str = Field(min_length=1, max_length=1000)
+    claim: Printable = Field(min_length=1, max_length=1000)
+    published: Printable = Field(min_length=1, max_length=1000)
     """The figure the study published for it, in its words and numbers."""
     kind: FindingKind
     axis: Literal["controller", "data_path", "aio", "iothread", "cache", "format",
@@ -651,13 +655,6 @@ class Finding(Frozen):
     workloads: FindingWorkloads = FindingWorkloads()
     modes: tuple[FindingMode, ...] = ()
     """Empty: the default above, guest first (the study's own mode decides where measured)."""
-
-    @field_validator("claim", "published", "study")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if _CONTROL.search(value):
-            raise ValueError("may not hold control characters")
-        return value
 
     @field_validator("per", "modes", mode="before")
     @classmethod
