@@ -37,3 +37,13 @@ def test_command_is_documented(command: str) -> None:
 def test_every_exit_status_is_documented() -> None:
     for status in ExitStatus:
         assert re.search(rf"^\| {status.value} \|", README, re.M), status
+
+
+def test_the_readmes_example_suite_is_a_valid_suite():
+    from iomatrix.suite import expand, load_suite_text
+
+    examples = [b for b in re.findall(r"```toml\n(.*?)\n```", README, re.S) if "[suite]" in b]
+    assert examples
+    for text in examples:
+        suite = load_suite_text(text, source="README.md")
+        assert expand(suite).configurations

@@ -442,23 +442,12 @@ def test_lsi_and_megasas_guests_boot_under_tcg(tmp_path: Path, no_leftovers: Non
     from iomatrix.store import Store
     from iomatrix.suite import load_suite
     from tests.conftest import write_suite
+    from tests.test_guest import METHOD
     body = """
 [matrix]
 controller = ["lsi", "megasas"]
 iothread = false
-[workloads]
-rw = "randread"
-iodepth = 4
-[method]
-mode = "guest"
-ramp = 0
-runtime = "1s"
-accel = "tcg"
-vcpus = 1
-memory = "384MiB"
-boot_timeout = "90s"
-platform = "proxmox"
-"""
+""" + METHOD + 'platform = "proxmox"\n'   # the [method] table ends METHOD
     suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
