@@ -344,3 +344,20 @@ def test_stored_shares_are_derived_not_stored(tmp_path: Path) -> None:
     shares = {t.device_share.read for t in run.trials
               if t.device_share is not None and t.device_share.read is not None}
     assert shares == {0.3}
+
+
+def test_a_finding_on_cache_modes_says_when_its_points_came_from_ram(tmp_path: Path) -> None:
+    from iomatrix.analysis.findings import evaluate
+    from iomatrix.suite.model import Finding
+
+    claim = Finding(id="t-writeback", study="test", claim="writeback beats none",
+                    published="+98 %", kind="effect", axis="cache", level="writeback",
+                    reference="none", expect="better", modes=("guest",))
+    with Store(tmp_path / "r.db") as store:
+        ram = store.load_run(_write(store, {"writeback": 0.02, "none": 1.0}))
+        disk = store.load_run(_write(store, {"writeback": 0.9, "none": 1.0}))
+    check = evaluate(ram, [claim]).results[0].checks[0]
+    assert check.measured and "served from the host page cache" in check.reason
+    assert "cache=writeback: 3 of 3" in check.reason and "cache=none" not in check.reason
+    check = evaluate(disk, [claim]).results[0].checks[0]
+    assert check.measured and "page cache" not in check.reason

@@ -52,6 +52,7 @@ from pydantic import ValidationError
 
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
+from iomatrix.analysis.points import points
 from iomatrix.analysis.stats import Comparison, adjust, percent_text
 from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
@@ -437,6 +438,7 @@ def evaluate(run: StoredRun, claims: Sequence[Finding] | None = None) -> RunFind
     for (i, j, _, head, hypothesis), c in zip(prelim, adjusted, strict=True):
         finding, raw = claims[i], raws[i][j]
         verdict, reason = _decide(finding, raw, head, hypothesis, c)
+        reason += _ram_caveat(run, finding, raw.mode)
         decided[(i, j)] = Check(mode=raw.mode, verdict=verdict, reason=reason,
                                 components=raw.components, relative=head.relative, low=head.low,
                                 high=head.high, p_value=c.p_value, adjusted_p=c.adjusted_p,
@@ -456,6 +458,34 @@ def evaluate(run: StoredRun, claims: Sequence[Finding] | None = None) -> RunFind
                                      verdict=first.verdict if first else NOT_MEASURABLE,
                                      mode=first.mode if first else None, checks=tuple(out)))
     return RunFindings(run_id=run.id, source=source, results=tuple(results), family=len(prelim))
+
+
+def _ram_caveat(run: StoredRun, finding: Finding, mode: str) -> str:
+    """For a claim about cache modes: how many of the compared levels' points in ``mode`` were
+    served from the host page cache (``analysis.pagecache``), so that a verdict resting on RAM
+    says so, as ``recommend`` does; "" when none was."""
+    if finding.axis != "cache":
+        return ""
+    levels = {x for x in (finding.level, finding.reference, *finding.best, *finding.worst,
+                          *finding.levels) if x is not None}
+    params = {c.key: c for c in run.configs}
+    flagged: dict[str, list[int]] = {}
+    for point in points(run):
+        config = params.get(point.config_key)
+        if config is None or config.mode != mode or not point.samples:
+            continue
+        level = config.params.get("cache")
+        if level is None or (levels and level not in levels):
+            continue
+        counts = flagged.setdefault(level, [0, 0])
+        counts[1] += 1
+        counts[0] += bool(point.from_ram)
+    served = [f"cache={level}: {n} of {total}" for level, (n, total) in sorted(flagged.items())
+              if n]
+    if not served:
+        return ""
+    return ("; points served from the host page cache (RAM, not storage): "
+            + ", ".join(served))
 
 
 def _decide(finding: Finding, raw: _Raw, head: Component, hypothesis: str,
