@@ -44,7 +44,6 @@ The CIs are 95 % per gain, not simultaneous; the family adjustment applies to th
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from typing import Literal
 
@@ -52,7 +51,7 @@ from pydantic import ValidationError
 
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
-from iomatrix.analysis.points import points
+from iomatrix.analysis.pagecache import from_ram_by_level
 from iomatrix.analysis.stats import Comparison, adjust, percent_text
 from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
@@ -147,11 +146,8 @@ class RunFindings(Frozen):
 def claims_of(run: StoredRun) -> tuple[tuple[Finding, ...], str]:
     """The run's claims and where they came from: its suite text's [[finding]] tables, else (a
     run of a built-in suite stored without them) the built-in suite's; none for other runs."""
-    try:
-        tables = tomllib.loads(run.suite_text).get("finding", [])
-    except tomllib.TOMLDecodeError:
-        tables = []
-    if isinstance(tables, list) and tables:
+    tables = run.suite_settings.findings
+    if tables:
         try:
             return tuple(Finding.model_validate(t) for t in tables), "the run's suite"
         except ValidationError as exc:
@@ -468,20 +464,9 @@ def _ram_caveat(run: StoredRun, finding: Finding, mode: str) -> str:
         return ""
     levels = {x for x in (finding.level, finding.reference, *finding.best, *finding.worst,
                           *finding.levels) if x is not None}
-    params = {c.key: c for c in run.configs}
-    flagged: dict[str, list[int]] = {}
-    for point in points(run):
-        config = params.get(point.config_key)
-        if config is None or config.mode != mode or not point.samples:
-            continue
-        level = config.params.get("cache")
-        if level is None or (levels and level not in levels):
-            continue
-        counts = flagged.setdefault(level, [0, 0])
-        counts[1] += 1
-        counts[0] += bool(point.from_ram)
-    served = [f"cache={level}: {n} of {total}" for level, (n, total) in sorted(flagged.items())
-              if n]
+    counts = from_ram_by_level(run, "cache", levels, mode)
+    served = [f"cache={level}: {c.from_ram} of {c.points}" for level, c in sorted(counts.items())
+              if c.from_ram]
     if not served:
         return ""
     return ("; points served from the host page cache (RAM, not storage): "

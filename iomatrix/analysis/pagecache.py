@@ -6,10 +6,9 @@ The share itself (what reached the target's device, per direction and trial) is 
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable
 
-from iomatrix.analysis.points import Point
+from iomatrix.analysis.points import Point, points
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun
 from iomatrix.telemetry.pagecache import RAM_SHARE
@@ -50,6 +49,38 @@ def summary(found: Iterable[Point]) -> PageCacheSummary:
                                     if p.device_share.reason)))  # type: ignore[union-attr]
 
 
+class LevelCount(Frozen):
+    """One level of an axis: its points, those served from RAM, and their device shares."""
+
+    points: int = 0
+    from_ram: int = 0
+    shares: tuple[float, ...] = ()
+
+
+def from_ram_by_level(run: StoredRun, axis: str, levels: Iterable[str],
+                      mode: str | None = None) -> dict[str, LevelCount]:
+    """Per level of ``axis`` among ``levels`` (every level when empty), in ``mode`` (every
+    mode when None): its measured points and how many were served from RAM."""
+    wanted = set(levels)
+    configs = {c.key: c for c in run.configs}
+    out: dict[str, LevelCount] = {}
+    for p in points(run):
+        config = configs.get(p.config_key)
+        level = config.params.get(axis) if config is not None else None
+        if (level is None or (wanted and level not in wanted) or not p.samples
+                or (mode is not None and config.mode != mode)):  # type: ignore[union-attr]
+            continue
+        count = out.get(level, LevelCount())
+        shares = count.shares
+        if p.from_ram:
+            assert p.device_share is not None
+            shares += tuple(v for v in (p.device_share.read, p.device_share.write)
+                            if v is not None)
+        out[level] = LevelCount(points=count.points + 1,
+                                from_ram=count.from_ram + bool(p.from_ram), shares=shares)
+    return out
+
+
 def share_range(values: Iterable[float]) -> str:
     """Shares as a range of percentages ("1%–4%"), or one ("2%") when they round alike."""
     values = list(values)
@@ -68,9 +99,4 @@ def mark(point: Point) -> str:
 
 def working_set(run: StoredRun) -> str:
     """The run's ``[target] working_set`` ("size" when its suite text does not say)."""
-    try:
-        target = tomllib.loads(run.suite_text).get("target", {})
-    except tomllib.TOMLDecodeError:
-        return "size"
-    value = target.get("working_set", "size") if isinstance(target, dict) else "size"
-    return str(value)
+    return str(run.suite_settings.target.get("working_set", "size"))

@@ -42,8 +42,8 @@ from typing import Literal
 
 
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
-from iomatrix.analysis.pagecache import ADVICE, share_range, working_set
-from iomatrix.analysis.points import only_configs, points
+from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, working_set
+from iomatrix.analysis.points import only_configs
 from iomatrix.telemetry.pagecache import RAM_SHARE
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
                                          NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
@@ -322,20 +322,9 @@ def _from_ram(run: StoredRun, axis: str, levels: list[str]) -> tuple[dict[str, s
     """Rule 11: per level of ``axis``, why its evidence cannot carry a recommendation when some
     of its points were served from RAM (absent when none was); and the caveat naming every
     level with such points ("" when none has)."""
-    params = {c.key: c.params for c in run.configs}
-    counts: dict[str, list[int]] = {}
-    shares: dict[str, list[float]] = {}
-    for p in points(run):
-        level = params[p.config_key].get(axis)
-        if level is None or level not in levels or not p.samples:
-            continue
-        counts.setdefault(level, [0, 0])[1] += 1
-        if p.from_ram:
-            counts[level][0] += 1
-            assert p.device_share is not None
-            shares.setdefault(level, []).extend(
-                v for v in (p.device_share.read, p.device_share.write) if v is not None)
-    flagged = {level: (n, total) for level, (n, total) in counts.items() if n}
+    counts = from_ram_by_level(run, axis, levels)
+    shares = {level: c.shares for level, c in counts.items()}
+    flagged = {level: (c.from_ram, c.points) for level, c in counts.items() if c.from_ram}
     if not flagged:
         return {}, ""
     below = f"less than {RAM_SHARE:.0%} of fio's bytes reached the target's device"

@@ -149,6 +149,28 @@ class SuiteSettings(Frozen):
 
     description: str = ""
     method: dict[str, Any] = {}
+    target: dict[str, Any] = {}
+    findings: tuple[dict[str, Any], ...] = ()
+    """The [[finding]] tables, unvalidated."""
+
+
+def suite_settings(text: str) -> SuiteSettings:
+    """What a stored suite text says, as written; empty where the text is not TOML."""
+    try:
+        tables = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return SuiteSettings()
+
+    def table(name: str) -> dict[str, Any]:
+        value = tables.get(name, {})
+        return dict(value) if isinstance(value, dict) else {}
+
+    findings = tables.get("finding", [])
+    return SuiteSettings(
+        description=str(table("suite").get("description", "")), method=table("method"),
+        target=table("target"),
+        findings=tuple(f for f in findings if isinstance(f, dict))
+        if isinstance(findings, list) else ())
 
 
 class StoredRun(Frozen):
@@ -179,14 +201,7 @@ class StoredRun(Frozen):
     @cached_property
     def suite_settings(self) -> SuiteSettings:
         """The suite text's settings, parsed once (a stored run is immutable)."""
-        try:
-            tables = tomllib.loads(self.suite_text)
-        except tomllib.TOMLDecodeError:
-            return SuiteSettings()
-        info, method = tables.get("suite", {}), tables.get("method", {})
-        return SuiteSettings(
-            description=str(info.get("description", "")) if isinstance(info, dict) else "",
-            method=dict(method) if isinstance(method, dict) else {})
+        return suite_settings(self.suite_text)
 
 
 class ProcessRecord(Frozen):

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import stat
 import time
-import tomllib
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ from iomatrix.core.owner import Identity, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
-                                    TrialRecord, TrialResult, WorkloadRecord)
+                                    TrialRecord, TrialResult, WorkloadRecord, suite_settings)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
 from iomatrix.core.units import parse_duration
 from iomatrix.suite.model import Configuration, Method, Workload
@@ -461,10 +460,10 @@ def _ramp(suite_text: str) -> float:
     """The [method] ramp of a stored suite text, in seconds (the default when it has none or
     cannot be read, as for imported runs)."""
     default = float(Method.model_fields["ramp"].default)
+    method = suite_settings(suite_text).method
     try:
-        method = tomllib.loads(suite_text).get("method", {})
         return parse_duration(method["ramp"]) if "ramp" in method else default
-    except (tomllib.TOMLDecodeError, ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError):
         return default
 
 
