@@ -149,17 +149,21 @@ def report(
 
 def export(
     run_ref: RunRef,
-    format: Annotated[str, typer.Option("--format", help="csv (one row per trial and direction) or json (the whole run).")] = "csv",
+    format: Annotated[str, typer.Option("--format", help="csv (one row per trial and direction), json (the whole run) or suite (the suite text the run keeps, job files included: it runs again as a suite file).")] = "csv",
     output: Annotated[Optional[Path], typer.Option("--out", help="File to write; default standard output.")] = None,
     db: Db = DEFAULT_DB,
 ) -> None:
-    """Export a run's raw samples as CSV or JSON."""
+    """Export a run's raw samples as CSV or JSON, or the suite it ran."""
     from iomatrix.report.export import samples_csv
 
-    if format not in ("csv", "json"):
-        raise typer.BadParameter(f"{format!r}: choose csv or json", param_hint="--format")
+    if format not in ("csv", "json", "suite"):
+        raise typer.BadParameter(f"{format!r}: choose csv or json, or suite (the suite text)",
+                                 param_hint="--format")
     stored = load_run(db, run_ref)
-    text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
+    if format == "suite":
+        text = stored.suite_text
+    else:
+        text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:
         # Raw text, not through rich: the file a script reads must be exactly what was exported.
         environment().stdout.file.write(text if text.endswith("\n") else text + "\n")

@@ -70,6 +70,10 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
         out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
                                              if described.get(suite.scale) else ""),
                   markup=False, soft_wrap=True)
+    from iomatrix.suite.jobfiles import workload_groups
+
+    for note in workload_groups(suite)[1]:     # what of its job files the run replaces
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
     from iomatrix.target.workspace import plan_lines
 
     for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set

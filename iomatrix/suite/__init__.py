@@ -1,6 +1,6 @@
-"""Suites: the TOML a user writes (``load``), its typed model (``model``), its expansion into
-configurations × workloads (``expand``), the order trials run in (``plan``), and the built-in
-suites (``builtin/``)."""
+"""Suites: the TOML a user writes (``load``), its typed model (``model``), fio job files read as
+workloads (``jobfiles``), its expansion into configurations × workloads (``expand``), the order
+trials run in (``plan``), and the built-in suites (``builtin/``)."""
 
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text

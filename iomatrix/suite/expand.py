@@ -8,6 +8,7 @@ import itertools
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.model import Frozen, shown
+from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload)
 
@@ -216,7 +217,9 @@ def expand(suite: Suite) -> Expansion:
 
     workloads: list[Workload] = []
     seen: set[str] = set()
-    for group in suite.workloads:
+    groups, jobfile_notes = workload_groups(suite)      # job files' jobs in their tables' place
+    notes += jobfile_notes
+    for group in groups:
         options = tuple(sorted((k, shown(v)) for k, v in group.options.items()))
         for rw, bs, depth, jobs, rate in itertools.product(group.rw, group.bs, group.iodepth,
                                                            group.numjobs, group.rate_iops):

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
+from iomatrix.suite.jobfiles import TABLE as JOBFILES, carry, workload_groups
 from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Scale, ScaleInfo, Suite
 
 _MESSAGES = {
@@ -48,7 +49,7 @@ def load_suite(ref: str | Path, *, scale: str | None = None) -> Suite:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SuiteError(f"{path}: cannot read: {exc}") from exc
-        return load_suite_text(text, source=str(path), scale=scale)
+        return load_suite_text(text, source=str(path), scale=scale, directory=path.parent)
     builtins = builtin_suites()
     if str(ref) in builtins:
         return load_suite_text(builtins[str(ref)], source=f"builtin:{ref}", scale=scale)
@@ -56,9 +57,11 @@ def load_suite(ref: str | Path, *, scale: str | None = None) -> Suite:
                      hint="built-in suites: " + ", ".join(builtins))
 
 
-def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = None) -> Suite:
+def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = None,
+                    directory: Path | None = None) -> Suite:
     """Validate suite TOML text (and every scale it offers); ``source`` names it in errors.
-    With ``scale``, the suite as that [scale.NAME] table makes it."""
+    With ``scale``, the suite as that [scale.NAME] table makes it. Job files it names are read
+    from ``directory`` (the suite file's) unless it carries them (``jobfiles.carry``)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -68,6 +71,13 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
     for key in _INTERNAL:
         if key in raw:
             raise SuiteError(f"{source}: {key}: unknown key")
+    read = carry(raw, source=source, directory=directory)
+    if read:                  # kept in the text a run stores: --resume needs no file
+        raw[JOBFILES] = read
+        text += ("" if text.endswith("\n") else "\n") + "\n".join(
+            ["", "# written by iomatrix: the job files this suite named, as they were read, so",
+             "# the run needs no file (a suite with [jobfiles] reads none)",
+             *_jobfiles_lines(read)]) + "\n"
     scales = _scales(raw.pop("scale", None), source)
     if scales and isinstance(raw.get("suite"), dict) and "scale" in raw["suite"]:
         raise SuiteError(f"{source}: [suite] scale: iomatrix writes it into a suite resolved at "
@@ -147,10 +157,12 @@ def _validate(raw: dict[str, Any], text: str, source: str, scales: tuple[ScaleIn
     raw["source_text"] = text
     raw["source_path"] = source
     try:
-        return Suite.model_validate(raw)
+        suite = Suite.model_validate(raw)
     except ValidationError as exc:
         lines = [where + _describe(err, single_workloads) for err in exc.errors()]
         raise SuiteError(f"{source}: " + f"\n{source}: ".join(lines)) from exc
+    workload_groups(suite, where=where)       # a job file iomatrix cannot honour: refused now
+    return suite
 
 
 def _describe(err: Any, single_workloads: bool) -> str:
@@ -207,7 +219,15 @@ def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
         items = raw.get(table)
         for item in ([items] if isinstance(items, dict) else items or []):
             lines += ["", f"[[{table}]]", *_table_lines(item)]
+    if raw.get(JOBFILES):
+        lines += ["", *_jobfiles_lines(raw[JOBFILES])]
     return "\n".join(lines) + "\n"
+
+
+def _jobfiles_lines(texts: dict[str, str]) -> list[str]:
+    """The [jobfiles] table (name → job file text) as TOML that reads back to those texts."""
+    return [f"[{JOBFILES}]", *(f"{_toml_string(name)} = {_toml_string(text, multiline=True)}"
+                               for name, text in texts.items())]
 
 
 def _table_lines(table: dict[str, Any]) -> list[str]:
@@ -239,15 +259,16 @@ def _toml_value(value: Any) -> str:
     raise SuiteError(f"cannot write {value!r} into a suite file")
 
 
-def _toml_string(text: str) -> str:
+def _toml_string(text: str, *, multiline: bool = False) -> str:
+    """A TOML basic string; ``multiline``: one in triple quotes keeping ``text``'s line breaks."""
     out = []
     for char in text:
         if char in '"\\':
             out.append("\\" + char)
         elif char == "\n":
-            out.append("\\n")
+            out.append("\n" if multiline else "\\n")
         elif ord(char) < 0x20 and char != "\t" or ord(char) == 0x7F:
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)
-    return '"' + "".join(out) + '"'
+    return f'"""\n{"".join(out)}"""' if multiline else '"' + "".join(out) + '"'

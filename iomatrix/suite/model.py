@@ -431,6 +431,17 @@ class WorkloadGroup(Frozen):
     options: dict[str, str] = {}
     """Extra fio options (e.g. rwmixread = 70), each on WORKLOAD_FIO_OPTIONS with a value of
     its shape; true/false are written 1/0, as fio reads them."""
+    jobfile: str | None = Field(default=None, max_length=255)
+    """A fio job file beside the suite file whose jobs are the workloads (iomatrix.suite.jobfiles);
+    the table then has no other key."""
+
+    @model_validator(mode="after")
+    def _jobfile_alone(self) -> "WorkloadGroup":
+        others = sorted(self.model_fields_set - {"jobfile"})
+        if self.jobfile is not None and others:
+            raise ValueError(f"a table with jobfile takes its workloads from the job file; "
+                             f"write {others[0]} there, not beside it")
+        return self
 
     @field_validator("options", mode="before")
     @classmethod
@@ -730,6 +741,9 @@ class Suite(Frozen):
         return value
     scales: tuple[ScaleInfo, ...] = ()
     """The [scale.NAME] tables of the suite file (set by ``load``), whichever scale this is."""
+    jobfiles: dict[str, str] = {}
+    """The [jobfiles] table: job file name → its text, as the suite carried it or ``load`` read
+    it (iomatrix.suite.jobfiles); stored with the run's suite text."""
     source_text: str = ""
     source_path: str = ""
 

@@ -1,0 +1,502 @@
+"""fio job files as workloads: ``[[workloads]] jobfile = "read-rand-bs4096-qd32.fio"``.
+
+Studies publish their workloads as fio job files (seed 000 names its 56 that way, each a
+``[global]`` section and one job on ``/dev/sdb``). A [[workloads]] table that names a job file
+measures its jobs: each job section, with the ``[global]`` sections before it merged in as fio
+merges them, becomes one workload (rw, bs, iodepth, numjobs, rate_iops and the extra options a
+[[workloads]] table may set). What the file says that iomatrix decides itself (the file or
+device, the run time, the engine) is replaced and noted in the run's notes and in
+``iomatrix run --plan``; what iomatrix cannot honour is refused when the suite loads, in one
+line naming the job file, its line, the option and the reason.
+
+**Where the file may be.** Its name is relative to the suite file's directory and must stay
+within it: an absolute path, a ``..`` component, or a symbolic link that leads out is refused
+(the path is checked again on the open file, through /proc/self/fd, so a link swapped in
+between does not escape either). It must be a regular file of at most 256 KiB of UTF-8. A
+built-in suite, or a suite given as text, has no directory to read from.
+
+**Stored with the run.** The loader keeps every job file's text, byte for byte, in the suite's
+``[jobfiles]`` table (job file name → text), appended to the suite text a run stores; so
+``--resume``, ``iomatrix export RUN --format suite`` and every later reader have the job files
+without the files. A suite that has a ``[jobfiles]`` table reads nothing from disk: each job file
+it names must be in it (a suite may carry its job files so itself).
+
+**Syntax, as fio 3.33 reads a job file** (init.c ``__parse_jobs_ini``, parse.c): a line whose
+first non-blank character is ``;`` or ``#`` is a comment; elsewhere a ``;`` or ``#`` ends the line
+(``bs=4k ; comment``); ``[name]`` starts a job, and a section whose name begins with ``global``
+sets defaults for the jobs after it; ``key=value`` or a bare ``key``; blanks before ``=`` are
+dropped. Option names are case-sensitive. Refused because fio itself would not read the line as
+it looks: a blank after ``=`` (fio keeps it in the value: it refuses ``rw = randread`` and reads
+``bs = 4k`` as 4 bytes), a bare flag fio requires a value for (``direct``: fio says "Option
+direct requires an argument"; only fio's flag options, BARE_FLAGS, may stand alone), an option
+before the first section, the same option twice in one section, a fraction as a number (fio
+reads ``bs=1.5k`` as 1 byte). Sizes are read as fio reads them with its default
+``kb_base=1024``: ``4k``, ``4kb``, ``4K`` and ``4096`` are 4096 bytes, ``0x1000`` too, and
+``4KiB`` is 4000 (fio's compatibility mode swaps the prefixes), which is then refused as no
+multiple of 512.
+
+**Options** (aliases as fio has them):
+
+=================================  ===========================================================
+option                             what iomatrix does with it
+=================================  ===========================================================
+rw, readwrite                      the workload's rw: read, write, randread, randwrite, rw
+                                   (readwrite is rw), randrw; fio's default is read. Trim
+                                   patterns and an ``rw=randread:8`` offset modifier are refused
+bs, blocksize                      the workload's bs: one size, a multiple of 512 (fio's default
+                                   4k); ``bs=4k,8k`` (sizes per direction) is refused
+iodepth, numjobs, rate_iops        the workload's: whole numbers; ``rate_iops=500,100`` refused
+rwmixread, rwmixwrite, and every   the workload's fio options, checked as a [[workloads]]
+option on WORKLOAD_FIO_OPTIONS     table's ``options`` are (suite.model.fio_option_problem)
+ioengine                           must be the suite's [method] engine: iomatrix runs every
+                                   workload with one engine (and fio's nbd engine on NBD
+                                   exports, libaio in guests: noted where the suite has those
+                                   modes); another is refused, with how to choose it
+direct=1, buffered=0               accepted: iomatrix measures direct I/O only; direct=0 and
+                                   buffered=1 are refused
+filename, directory                replaced by the run's target (noted): iomatrix never opens a
+                                   file or device a job file names
+size                               replaced by the images iomatrix creates ([target] size; noted)
+runtime, timeout, ramp_time,       replaced by [method] runtime and ramp (noted): the method
+time_based                         decides how long every trial runs, repeats, steady state
+name, description,                 not used (noted): iomatrix names its jobs and sets its own
+group_reporting, lat_percentiles,  reporting options
+percentile_list
+stonewall, wait_for_previous,      how jobs follow each other. iomatrix measures one workload at
+new_group                          a time, as fio runs jobs that each wait for the previous: every
+                                   job after the first must have stonewall (its own or from a
+                                   [global]); jobs fio would run at the same time are refused
+kb_base                            1024 (fio's default) only: the options iomatrix passes on keep
+                                   their units and fio reads them with its default
+include                            refused: it makes fio read another file
+any ``$``                          refused: fio expands ``${VAR}``, ``$ncpus``, ``$mb_memory`` ...
+every other option                 refused with fio_option_problem's reason (exec_* runs a
+                                   command, write_*_log and read_iolog name files, cgroup, ...)
+=================================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, get_args
+
+from pydantic import ValidationError
+
+from iomatrix.core.errors import SuiteError
+from iomatrix.core.model import Frozen
+from iomatrix.suite.model import Method, Suite, WorkloadGroup, fio_option_problem
+
+MAX_BYTES = 256 * 1024
+"""The largest job file read (seed 000's are 150 bytes)."""
+TABLE = "jobfiles"
+"""The suite table that carries job files: name → text."""
+BARE_FLAGS = frozenset({"bs_unaligned", "blocksize_unaligned", "norandommap", "time_based",
+                        "stonewall", "wait_for_previous", "new_group", "thread",
+                        "group_reporting", "zero_buffers", "refill_buffers", "verify_only",
+                        "exitall", "exitall_on_error"})
+"""fio's options of type "empty or boolean value" (FIO_OPT_STR_SET; ``fio --cmdhelp=NAME``):
+the only ones fio takes without ``=value`` (tests/test_jobfile_workloads.py asks fio)."""
+
+ENGINES: tuple[str, ...] = get_args(Method.model_fields["engine"].annotation)
+"""[method] engine's choices."""
+ALIASES = {"readwrite": "rw", "blocksize": "bs", "timeout": "runtime",
+           "wait_for_previous": "stonewall"}
+RW = {"read": "read", "write": "write", "randread": "randread", "randwrite": "randwrite",
+      "rw": "rw", "readwrite": "rw", "randrw": "randrw"}
+"""fio's rw values iomatrix measures → the name iomatrix stores (readwrite is fio's alias of rw)."""
+REPLACED = {
+    "filename": "the run's target",
+    "directory": "the run's target",
+    "size": "the images iomatrix creates ([target] size)",
+    "runtime": "[method] runtime and ramp", "ramp_time": "[method] runtime and ramp",
+    "time_based": "[method] runtime and ramp",
+}
+"""Options whose job is iomatrix's: replaced, and the run's notes say by what."""
+NOT_USED = ("name", "description", "group_reporting", "lat_percentiles", "percentile_list",
+            "new_group")
+"""Options that only name or report jobs: iomatrix names its own and sets its own reporting."""
+_SIZE = re.compile(r"(?P<n>[0-9]{1,20})(?P<unit>[kmgtp](?:i?b)?|b)?", re.IGNORECASE)
+_HEX = re.compile(r"0[xX][0-9a-fA-F]{1,16}")
+_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""Control characters but tab, CR (blanks fio strips) and the line break: none belongs in a job
+file, and its names and values reach the terminal in notes and errors."""
+_BLANKS = " \t\r\v\f"
+
+
+class JobFileError(ValueError):
+    """What is wrong with a job file, at which line (0: the file as a whole)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+
+
+class Option(Frozen):
+    """One ``key=value`` line of a job file (value None: a bare flag)."""
+
+    key: str
+    value: str | None
+    line: int
+
+    @property
+    def text(self) -> str:
+        return self.key if self.value is None else f"{self.key}={self.value}"
+
+
+class Job(Frozen):
+    """One job section with the [global] options before it merged in, as fio runs it."""
+
+    name: str
+    line: int
+    options: tuple[Option, ...]
+    """The section's options after the globals' (by canonical name, the job's own win)."""
+
+    def get(self, key: str) -> Option | None:
+        return next((o for o in self.options if ALIASES.get(o.key, o.key) == key), None)
+
+
+class JobWorkload(Frozen):
+    """A job as iomatrix measures it, and what of the job file it did not use."""
+
+    job: str
+    group: WorkloadGroup
+    replaced: tuple[tuple[str, str], ...] = ()
+    """(option text, what replaced it)."""
+    unused: tuple[str, ...] = ()
+    engine: str | None = None
+    """The ioengine the job named (the run's [method] engine)."""
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+def parse(text: str) -> tuple[Job, ...]:
+    """A job file's jobs, [global] merged in; raises JobFileError for anything fio would read
+    otherwise than it looks, or that cannot be a workload."""
+    sections: list[tuple[str, int, dict[str, Option]]] = []
+    for number, raw in enumerate(text.split("\n"), 1):
+        if _CONTROL.search(raw):
+            raise JobFileError(number, "a control character (not text fio reads as it looks)")
+        line = raw.strip(_BLANKS)
+        if not line or line[0] in ";#":
+            continue
+        line = re.split(r"[;#]", line, maxsplit=1)[0].rstrip(_BLANKS)
+        if line.startswith("["):
+            if not line.endswith("]") or len(line) < 3:
+                raise JobFileError(number, f"{line!r} is not a [section] header")
+            sections.append((line[1:-1], number, {}))
+            continue
+        if line.startswith("include"):
+            raise JobFileError(number, f"{line!r}: include makes fio read another file; put its "
+                                       "options in this job file")
+        if "$" in line:
+            raise JobFileError(number, f"{line!r}: fio expands '$' ($ncpus, ${{VAR}}, "
+                                       "$mb_memory...) to what this host has; write the value")
+        option = _option(line, number)
+        if not sections:
+            raise JobFileError(number, f"{option.text!r} comes before any [section] (fio "
+                                       "refuses it too)")
+        own = sections[-1][2]
+        canonical = ALIASES.get(option.key, option.key)
+        if canonical in own:
+            raise JobFileError(number, f"{option.key} is set twice in [{sections[-1][0]}] "
+                                       f"(line {own[canonical].line} too)")
+        own[canonical] = option
+    jobs: list[Job] = []
+    defaults: dict[str, Option] = {}
+    for name, number, own in sections:
+        if name.startswith("global"):          # fio: any section whose name begins so
+            defaults.update(own)
+        else:
+            jobs.append(Job(name=name, line=number, options=tuple({**defaults, **own}.values())))
+    if not jobs:
+        raise JobFileError(0, "no job section (only [global], or nothing at all)")
+    return tuple(jobs)
+
+
+def _option(line: str, number: int) -> Option:
+    key, equals, value = line.partition("=")
+    key = key.rstrip(" \t")
+    if not _KEY.fullmatch(key):
+        raise JobFileError(number, f"{key!r} is not a fio option name (fio's names are "
+                                   "lower-case letters, digits and _)")
+    if not equals:
+        if key not in BARE_FLAGS:
+            raise JobFileError(number, f"{key} without a value: fio refuses it too (\"Option "
+                                       f"{key} requires an argument\"); write {key}=VALUE")
+        return Option(key=key, value=None, line=number)
+    if value != value.lstrip(" \t"):
+        raise JobFileError(number, f"{line!r}: a blank after '=' stays in fio's value (fio "
+                                   "refuses 'rw = randread' and reads 'bs = 4k' as 4 bytes); "
+                                   f"write {key}={value.strip()}")
+    if not value:
+        raise JobFileError(number, f"{key}= has no value")
+    return Option(key=key, value=value, line=number)
+
+
+# -- jobs as workloads ------------------------------------------------------------------------
+
+def workload(job: Job, *, engine: str) -> JobWorkload:
+    """What iomatrix measures for ``job`` with the suite's [method] ``engine``."""
+    fields: dict[str, Any] = {"rw": "read", "bs": 4096, "iodepth": 1, "numjobs": 1,
+                              "rate_iops": 0}
+    options: dict[str, str] = {}
+    replaced: list[tuple[str, str]] = []
+    unused: list[str] = []
+    where: dict[str, Option] = {}
+    named_engine = None
+    for option in job.options:
+        key = ALIASES.get(option.key, option.key)
+        value = option.value
+        try:
+            if key in ("rw", "bs", "iodepth", "numjobs", "rate_iops"):
+                fields[key] = _field(key, value or "")
+                where[key] = option
+            elif key in REPLACED:
+                replaced.append((option.text, REPLACED[key]))
+            elif key in NOT_USED:
+                unused.append(option.key)
+            elif key == "stonewall":                       # the order: checked in ``workloads``
+                if value not in (None, "0", "1"):
+                    raise ValueError("write stonewall, stonewall=1 or stonewall=0")
+            elif key == "ioengine":
+                _engine(value or "", engine)
+                named_engine = value
+            elif key == "direct" or key == "buffered":
+                if value != ("1" if key == "direct" else "0"):
+                    raise ValueError(f"iomatrix measures direct I/O only (direct=1, buffered=0); "
+                                     "a benchmark through the host's page cache is not one of "
+                                     "its workloads")
+            elif key == "kb_base":
+                if value != "1024":
+                    raise ValueError("only fio's default, 1024, is honoured: iomatrix passes "
+                                     "the job's sizes on to fio as written, where they would be "
+                                     "read with kb_base=1024; write them for it (4k = 4096)")
+            else:
+                problem = fio_option_problem(option.key, "1" if value is None else value)
+                if problem:
+                    raise ValueError(problem)
+                options[option.key] = "1" if value is None else value
+                where[option.key] = option
+        except ValueError as exc:
+            raise JobFileError(option.line, f"[{job.name}] {option.text}: {exc}") from None
+    try:
+        group = WorkloadGroup(options=options, **fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "rw"
+        culprit = where.get(field) or where.get(str(err["loc"][-1]))
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise JobFileError(culprit.line if culprit else job.line,
+                           f"[{job.name}] {culprit.text if culprit else field}: {message}") from None
+    return JobWorkload(job=job.name, group=group, replaced=tuple(replaced),
+                       unused=tuple(unused), engine=named_engine)
+
+
+def _field(key: str, value: str) -> str | int:
+    if key == "rw":
+        if value not in RW:
+            if ":" in value:
+                raise ValueError("an offset modifier (rw=...:N) is not something iomatrix "
+                                 "measures; write the pattern alone")
+            raise ValueError("iomatrix measures " + ", ".join(RW) + " (trim patterns and "
+                             "others are not among its workloads)")
+        return RW[value]
+    if key == "bs":
+        if "," in value or ":" in value:
+            raise ValueError("a workload has one block size for reads and writes; for a mix of "
+                             "sizes use bssplit")
+        return fio_size(value)
+    if "," in value:
+        raise ValueError("a workload has one value for reads and writes")
+    if not re.fullmatch(r"[0-9]{1,10}", value):
+        raise ValueError("write a whole number")
+    return int(value)
+
+
+def fio_size(text: str) -> int:
+    """A size as fio 3.33 reads it with kb_base=1024 (its default): k, kb and K are 1024,
+    kib is 1000 (fio swaps the prefixes for compatibility), b is 1; 0x… is hexadecimal.
+    Raises ValueError for a form fio would read otherwise than it looks (1.5k is 1 to fio)."""
+    if _HEX.fullmatch(text):
+        return int(text, 16)
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size fio and iomatrix read alike (write e.g. "
+                         "4096, 4k or 64k)")
+    unit = (match["unit"] or "b").lower()
+    power = "bkmgtp".index(unit[0])
+    base = 1000 if unit.endswith("ib") else 1024
+    return int(match["n"]) * base ** power
+
+
+def _engine(value: str, engine: str) -> None:
+    if value == engine:
+        return
+    how = (f'set [method] engine = "{value}"' if value in ENGINES else
+           f"iomatrix offers {', '.join(ENGINES)}: drop ioengine from the job file")
+    raise ValueError(f'the run\'s engine is [method] engine = "{engine}", one for every '
+                     f"workload; {how}")
+
+
+def workloads(text: str, *, engine: str) -> tuple[JobWorkload, ...]:
+    """Every job of job file ``text`` as a workload; raises JobFileError."""
+    jobs = parse(text)
+    for job in jobs[1:]:
+        if job.get("stonewall") is None or job.get("stonewall").value == "0":  # type: ignore[union-attr]
+            raise JobFileError(job.line, f"[{job.name}] runs at the same time as [{jobs[0].name}] "
+                                         "in fio (no stonewall): iomatrix measures one workload "
+                                         "at a time; put stonewall in each job after the first "
+                                         "(fio then runs them one after the other too), or give "
+                                         "each job a file of its own")
+    return tuple(workload(job, engine=engine) for job in jobs)
+
+
+# -- a suite's job files ----------------------------------------------------------------------
+
+def workload_groups(suite: Suite, *, where: str = "",
+                    ) -> tuple[tuple[WorkloadGroup, ...], tuple[str, ...]]:
+    """The suite's [[workloads]] tables with each jobfile table replaced by its jobs, and the
+    notes saying what of the job files iomatrix replaced or did not use. Raises SuiteError
+    naming the table (after ``where``: a scale), the job file, its line, the option and the
+    reason."""
+    groups: list[WorkloadGroup] = []
+    said: dict[str, list[str]] = {}
+    modes = {suite.method.mode, *(p.mode for p in suite.part)}
+    for index, group in enumerate(suite.workloads):
+        if group.jobfile is None:
+            groups.append(group)
+            continue
+        table = (f"{suite.source_path}: {where}[[workloads]] #{index + 1} "
+                 f"jobfile = {group.jobfile!r}")
+        text = suite.jobfiles.get(group.jobfile)
+        if text is None:
+            raise SuiteError(f"{table}: not in the suite's [{TABLE}] table")
+        try:
+            jobs = workloads(text, engine=suite.method.engine)
+        except JobFileError as exc:
+            raise SuiteError(f"{table}: {exc}") from None
+        for job in jobs:
+            groups.append(job.group)
+            by_what: dict[str, list[str]] = {}
+            for option, by in job.replaced:
+                by_what.setdefault(by, []).append(option)
+            for by, options in by_what.items():
+                said.setdefault(f"{', '.join(options)} replaced by {by}", []).append(group.jobfile)
+            if job.engine is not None and modes - {"host"}:
+                said.setdefault(f"ioengine={job.engine} is [method] engine: fio's in host mode "
+                                "and on FUSE exports; NBD exports (blocklayer, iothread off) use "
+                                "fio's nbd engine, guests libaio", []).append(group.jobfile)
+            if job.unused:
+                said.setdefault(f"{', '.join(job.unused)} not used (iomatrix names and reports "
+                                "its jobs itself)", []).append(group.jobfile)
+    return tuple(groups), tuple(_note(what, files) for what, files in said.items())
+
+
+def _note(what: str, files: list[str]) -> str:
+    names = list(dict.fromkeys(files))
+    if len(names) == 1:
+        return f"job file {names[0]}: {what}"
+    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+    return f"job files {shown}: {what}"
+
+
+def carry(raw: dict[str, Any], *, source: str, directory: Path | None) -> dict[str, str]:
+    """The job files a suite's raw tables name, read from ``directory`` (the suite file's), for
+    ``load`` to carry in the suite ([jobfiles]); nothing when the suite carries them already
+    (each it names must then be there) or names none. Raises SuiteError in one line."""
+    names = _named(raw, source)
+    carried = raw.get(TABLE)
+    if carried is not None:
+        if not isinstance(carried, dict) or not all(isinstance(v, str) for v in carried.values()):
+            raise SuiteError(f"{source}: [{TABLE}]: a table of job file name = its text")
+        missing = next((n for n in names if n not in carried), None)
+        if missing is not None:
+            raise SuiteError(f"{source}: jobfile = {missing!r} is not in the suite's [{TABLE}] "
+                             "table (a suite that carries its job files reads none from disk)")
+        return {}
+    read = {}
+    for name in names:
+        where = f"{source}: jobfile = {name!r}"
+        if directory is None:
+            kind = ("a built-in suite" if source.startswith("builtin:")
+                    else "a suite given as text")
+            raise SuiteError(f"{where}: {kind} has no directory to read job files from; put the "
+                             f"suite in a file beside the job file, or carry it in a [{TABLE}] "
+                             "table")
+        read[name] = _read(directory, name, where)
+    return read
+
+
+def _named(raw: Mapping[str, Any], source: str) -> list[str]:
+    """The job files named by the suite's [[workloads]] and its scales', checked for shape."""
+    lists = [raw.get("workloads")]
+    scales = raw.get("scale")
+    if isinstance(scales, dict):
+        lists += [s.get("workloads") for s in scales.values() if isinstance(s, dict)]
+    names: list[str] = []
+    for tables in lists:
+        for table in [tables] if isinstance(tables, dict) else tables or []:
+            name = table.get("jobfile") if isinstance(table, dict) else None
+            if name is None:
+                continue
+            problem = name_problem(name)
+            if problem:
+                raise SuiteError(f"{source}: jobfile = {name!r}: {problem}")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a job file beside the suite file, or None."""
+    if not isinstance(name, str) or not 0 < len(name) <= 255 \
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "write the job file's name relative to the suite file's directory, as text"
+    path = PurePosixPath(name)
+    if path.is_absolute():
+        return ("an absolute path: a job file is named relative to the suite file's directory "
+                "and must lie within it")
+    if ".." in path.parts:
+        return "'..' leads out of the suite file's directory, where job files must lie"
+    return None
+
+
+def _read(directory: Path, name: str, where: str) -> str:
+    """The job file ``name`` in ``directory``: where it leads is checked before it is opened (a
+    device or FIFO is never opened), and again on the open file, so a link swapped in between
+    does not lead out either."""
+    home = os.path.realpath(directory)
+
+    def within(real: str) -> str:
+        if os.path.commonpath([home, real]) != home:
+            raise SuiteError(f"{where}: it leads to {real}, outside the suite file's directory "
+                             f"{home} (a symbolic link), where job files must lie")
+        return real
+    try:
+        path = within(os.path.realpath(os.path.join(home, name)))
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SuiteError(f"{where}: not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SuiteError(f"{where}: cannot open it in {home}: {exc.strerror}") from None
+    try:
+        within(os.readlink(f"/proc/self/fd/{fd}"))
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SuiteError(f"{where}: not a regular file")
+        data = b""
+        while chunk := os.read(fd, MAX_BYTES + 1 - len(data)):     # a read may return less
+            data += chunk
+        if max(info.st_size, len(data)) > MAX_BYTES:
+            raise SuiteError(f"{where}: {max(info.st_size, len(data))} bytes or more; a job "
+                             f"file may have {MAX_BYTES // 1024} KiB at most")
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SuiteError(f"{where}: not UTF-8 text") from None

@@ -1,0 +1,295 @@
+"""fio job files as workloads (``[[workloads]] jobfile = ...``, iomatrix.suite.jobfiles): seed 000's
+job files load as it publishes them, sizes and syntax are read as fio 3.33 reads them (checked
+against fio itself), what iomatrix cannot honour is refused in one line naming the option, job
+files stay within the suite's directory, and a run keeps their text: it resumes, and shows them,
+after the files are gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from iomatrix.cli.status import ExitStatus
+from iomatrix.core.errors import SuiteError
+from iomatrix.core.proc import require
+from iomatrix.measure.runner import SilentProgress, run_suite
+from iomatrix.store import Store
+from iomatrix.suite import expand, load_suite, load_suite_text
+from iomatrix.suite.jobfiles import BARE_FLAGS, fio_size, parse
+from tests.conftest import cli, write_suite
+
+SEED_000 = """[global]
+rw=randread
+direct=1
+ioengine=libaio
+time_based=1
+runtime=1200
+ramp_time=60
+numjobs=1
+
+[sdb]
+filename=/dev/sdb
+bs=4096
+iodepth=32
+"""
+"""seed 000's sample workload description (``cat read-rand-bs4096-qd32.fio``), byte for byte."""
+SEED_000_BS = (512, 4096, 8192, 16384, 32768, 65536, 131072)
+SEED_000_QD = (1, 2, 4, 8, 16, 32, 64, 128)
+"""Its 56 workloads: .5K to 128K × QD 1 to 128 (seed 000 §ENVIRONMENT, §BENCHMARKS)."""
+
+
+def seed_000_file(bs: int, qd: int) -> str:
+    return SEED_000.replace("bs=4096", f"bs={bs}").replace("iodepth=32", f"iodepth={qd}")
+
+
+def jobfile_suite(directory: Path, jobs: dict[str, str], *, method: str = "",
+                  extra: str = "") -> Path:
+    """A host-mode suite in ``directory`` with one [[workloads]] table per job file written."""
+    for name, text in jobs.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    tables = "".join(f'[[workloads]]\njobfile = "{name}"\n' for name in jobs)
+    return write_suite(directory, tables + '[method]\nmode = "host"\n' + method + extra,
+                       size="4MiB")
+
+
+def refusal(tmp_path: Path, text: str, **kwargs: str) -> str:
+    with pytest.raises(SuiteError) as caught:
+        load_suite(jobfile_suite(tmp_path, {"j.fio": text}, **kwargs))
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# -- seed 000 ---------------------------------------------------------------------------------
+
+def test_seed_000s_56_job_files_load_as_published(tmp_path: Path) -> None:
+    files = {f"read-rand-bs{bs}-qd{qd}.fio": seed_000_file(bs, qd)
+             for bs in SEED_000_BS for qd in SEED_000_QD}
+    assert files["read-rand-bs4096-qd32.fio"] == SEED_000
+    suite = load_suite(jobfile_suite(tmp_path, files))
+    expansion = expand(suite)
+    measured = {(w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, w.options)
+                for w in expansion.workloads}
+    assert measured == {("randread", bs, qd, 1, 0, ()) for bs in SEED_000_BS for qd in SEED_000_QD}
+    assert len(expansion.workloads) == 56
+    notes = [n for n in expansion.notes if n.startswith("job file")]
+    assert notes == [
+        "job files read-rand-bs512-qd1.fio, read-rand-bs512-qd2.fio and 54 more: time_based=1, "
+        "runtime=1200, ramp_time=60 replaced by [method] runtime and ramp",
+        "job files read-rand-bs512-qd1.fio, read-rand-bs512-qd2.fio and 54 more: "
+        "filename=/dev/sdb replaced by the run's target"]
+    (job,) = parse(SEED_000)
+    assert job.name == "sdb" and job.line == 10
+    assert [o.text for o in job.options] == [
+        "rw=randread", "direct=1", "ioengine=libaio", "time_based=1", "runtime=1200",
+        "ramp_time=60", "numjobs=1", "filename=/dev/sdb", "bs=4096", "iodepth=32"]
+
+
+def test_a_job_files_engine_must_be_the_runs(tmp_path: Path) -> None:
+    message = refusal(tmp_path, SEED_000, method='engine = "io_uring"\n')
+    assert message.endswith("[[workloads]] #1 jobfile = 'j.fio': line 4: [sdb] ioengine=libaio: "
+                            "the run's engine is [method] engine = \"io_uring\", one for every "
+                            "workload; set [method] engine = \"libaio\"")
+    message = refusal(tmp_path, SEED_000.replace("libaio", "sync"))
+    assert "ioengine=sync" in message and "offers libaio, io_uring, psync" in message
+
+
+# -- fio's syntax, as fio reads it ------------------------------------------------------------
+
+def test_syntax_comments_globals_aliases_and_flags(tmp_path: Path) -> None:
+    text = ("; a comment\n  # another\n[global]\nreadwrite=randrw  ; fio ends the line here\n"
+            "rwmixread=70# and here\nblocksize =64k\n\n[mixed]\niodepth=8\nnumjobs=2\n"
+            "rate_iops=500\nnorandommap\r\n[global-later]\nbs=16k\n"
+            "[seq]\nstonewall\nrw=readwrite\n[defaults]\nwait_for_previous\nrw=read\nbs=4k\n")
+    suite = load_suite(jobfile_suite(tmp_path, {"mix.fio": text}))
+    got = [(w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, w.options)
+           for w in expand(suite).workloads]
+    assert got == [
+        ("randrw", 65536, 8, 2, 500, (("norandommap", "1"), ("rwmixread", "70"))),
+        ("rw", 16384, 1, 1, 0, (("rwmixread", "70"),)),   # [global-later] reaches later jobs only
+        ("read", 4096, 1, 1, 0, (("rwmixread", "70"),)),
+    ]
+    bare = load_suite(jobfile_suite(tmp_path, {"d.fio": "[d]\n"}))
+    assert [(w.rw, w.bs, w.iodepth) for w in expand(bare).workloads] == [("read", 4096, 1)]
+
+
+def test_sizes_and_bare_flags_are_what_fio_reads(tmp_path: Path) -> None:
+    """fio itself, with the null engine: the block size it used for each spelling is ours, and
+    what fio reads otherwise than it looks is not read as it looks."""
+    fio = require("fio")
+    spellings = ["4k", "4K", "4kb", "4KiB", "0x1000", "4096", "4096b", "64k", "1m", "8KB"]
+    misread = {"blank": "bs= 4k", "fraction": "bs=1.5k"}
+    jobs = "".join(f"[s{i}]\nbs={s}\n" for i, s in enumerate(spellings))
+    jobs += "".join(f"[{name}]\n{line}\nsize=8k\n" for name, line in misread.items())
+    (tmp_path / "sizes.fio").write_text(f"[global]\nioengine=null\nsize=4m\nrw=read\n{jobs}")
+    done = subprocess.run([fio, "--output-format=json", str(tmp_path / "sizes.fio")],
+                          capture_output=True, text=True, timeout=60, check=True)
+    used = {j["jobname"]: j["read"]["io_bytes"] // j["read"]["total_ios"]
+            for j in json.loads(done.stdout)["jobs"]}
+    assert {s: used[f"s{i}"] for i, s in enumerate(spellings)} == {s: fio_size(s) for s in spellings}
+    assert fio_size("4KiB") == 4000 and fio_size("4k") == 4096
+    assert used["blank"] != 4096 and used["fraction"] != 1536
+    for name, line in misread.items():
+        message = refusal(tmp_path, f"[j]\n{line}\n")
+        assert "line 2" in message and line in message
+    # fio's flags that may stand alone (the only ones), and one it refuses alone
+    flags = "".join(f"{name}\n" for name in sorted(BARE_FLAGS))
+    (tmp_path / "flags.fio").write_text(f"[global]\nioengine=null\nsize=1m\n[f]\n{flags}")
+    assert subprocess.run([fio, "--parse-only", str(tmp_path / "flags.fio")],
+                          capture_output=True, timeout=60).returncode == 0
+    (tmp_path / "direct.fio").write_text("[global]\nioengine=null\nsize=1m\n[f]\ndirect\n")
+    alone = subprocess.run([fio, "--parse-only", str(tmp_path / "direct.fio")],
+                           capture_output=True, text=True, timeout=60)
+    assert alone.returncode != 0 and "Option direct requires an argument" in alone.stderr
+    assert "Option direct requires an argument" in refusal(tmp_path, "[j]\ndirect\n")
+
+
+# -- what iomatrix cannot honour ------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("[j]\nexec_prerun=/bin/true\n", "line 2: [j] exec_prerun=/bin/true: fio option "
+                                     "'exec_prerun' is refused: it runs a command"),
+    ("[j]\nwrite_bw_log=bw\n", "line 2: [j] write_bw_log=bw: fio option 'write_bw_log' is "
+                               "refused: it names, creates or reads files"),
+    ("[j]\ndirect=0\n", "line 2: [j] direct=0: iomatrix measures direct I/O only"),
+    ("[j]\nbs=4KiB\n", "line 2: [j] bs=4KiB: block size 4000 is not a multiple of 512"),
+    ("[j]\nbs=4k,64k\n", "[j] bs=4k,64k: a workload has one block size"),
+    ("[j]\nrw=trim\n", "[j] rw=trim: iomatrix measures read, write"),
+    ("[j]\niodepth=0\n", "[j] iodepth=0: Input should be greater than or equal to 1"),
+    ("[j]\nkb_base=1000\n", "[j] kb_base=1000: only fio's default, 1024"),
+    ("[j]\nbs=4k\nbs=8k\n", "line 3: bs is set twice in [j] (line 2 too)"),
+    ("rw=read\n[j]\n", "line 1: 'rw=read' comes before any [section]"),
+    ("[global]\nrw=read\n", "no job section"),
+    ("[a]\n[b]\n", "line 2: [b] runs at the same time as [a] in fio (no stonewall)"),
+    ("[j]\ninclude other.fio\n", "line 2: 'include other.fio': include makes fio read another"),
+    ("[j]\nsize=${SIZE}\n", "line 2: 'size=${SIZE}': fio expands '$'"),
+    ("[j]\nbs = 4k\n", "line 2: 'bs = 4k': a blank after '=' stays in fio's value"),
+    ("[j]\nstonewall=yes\n", "[j] stonewall=yes: write stonewall"),
+])
+def test_options_iomatrix_cannot_honour_are_refused_by_name(tmp_path: Path, text: str,
+                                                           expected: str) -> None:
+    message = refusal(tmp_path, text)
+    assert message.startswith(f"{tmp_path / 't.toml'}: [[workloads]] #1 jobfile = 'j.fio': ")
+    assert expected in message
+
+
+def test_a_refusal_is_one_line_and_a_suite_errors_exit(tmp_path: Path) -> None:
+    suite = jobfile_suite(tmp_path, {"j.fio": SEED_000.replace("numjobs=1", "exec_postrun=rm")})
+    code, output = cli("run", str(suite), "--plan")
+    assert code == ExitStatus.SUITE_INVALID
+    assert output.strip().count("\n") == 0 and "exec_postrun" in output and "line 8" in output
+    beside = write_suite(tmp_path, '[[workloads]]\njobfile = "j.fio"\niodepth = 4\n', name="b")
+    with pytest.raises(SuiteError, match=r"\[\[workloads\]\] #1: a table with jobfile takes its "
+                                         "workloads from the job file; write iodepth there"):
+        load_suite(beside)
+
+
+# -- where a job file may be ------------------------------------------------------------------
+
+def test_job_files_stay_in_the_suite_files_directory(tmp_path: Path) -> None:
+    home, outside = tmp_path / "suite", tmp_path / "outside"
+    home.mkdir(), outside.mkdir()
+    (outside / "x.fio").write_text(SEED_000)
+    (home / "jobs").mkdir()
+    (home / "jobs" / "in.fio").write_text(SEED_000)
+    (home / "link-in.fio").symlink_to(home / "jobs" / "in.fio")
+    (home / "link-out.fio").symlink_to(outside / "x.fio")
+    (home / "dir-out").symlink_to(outside)
+    os.mkfifo(home / "fifo.fio")
+
+    def load(name: str) -> str:
+        path = write_suite(home, f'[[workloads]]\njobfile = "{name}"\n')
+        try:
+            load_suite(path)
+        except SuiteError as exc:
+            assert "\n" not in str(exc)
+            return str(exc)
+        return "loaded"
+    assert load("jobs/in.fio") == load("link-in.fio") == "loaded"
+    assert "an absolute path" in load(str(outside / "x.fio"))
+    assert "'..' leads out of the suite file's directory" in load("../outside/x.fio")
+    assert "'..'" in load("jobs/../../outside/x.fio")
+    for name in ("link-out.fio", "dir-out/x.fio"):
+        assert f"leads to {outside / 'x.fio'}, outside the suite file's directory" in load(name)
+    assert "not a regular file" in load("fifo.fio")
+    assert "not a regular file" in load("jobs")
+    assert "No such file" in load("missing.fio")
+    (home / "big.fio").write_text("#" * (256 * 1024 + 1))
+    assert "256 KiB at most" in load("big.fio")
+    text = '[suite]\nname = "b"\n[target]\ndirectory = "/x"\nsize = "4MiB"\n' \
+           '[[workloads]]\njobfile = "j.fio"\n'
+    with pytest.raises(SuiteError, match="a built-in suite has no directory to read job files"):
+        load_suite_text(text, source="builtin:b")
+    with pytest.raises(SuiteError, match="a suite given as text has no directory"):
+        load_suite_text(text)
+
+
+def test_a_suite_may_carry_its_job_files_and_scales_keep_them(tmp_path: Path) -> None:
+    body = ('[[workloads]]\njobfile = "a.fio"\n[method]\nmode = "host"\n'
+            '[scale.small]\n[[scale.small.workloads]]\njobfile = "b.fio"\n'
+            '[jobfiles]\n"a.fio" = """\n[a]\nrw=write\n"""\n"b.fio" = "[b]\\nbs=64k\\n"\n')
+    path = write_suite(tmp_path, body)                      # no a.fio, b.fio on disk
+    assert [w.rw for w in expand(load_suite(path)).workloads] == ["write"]
+    small = load_suite(path, scale="small")
+    assert [w.bs for w in expand(small).workloads] == [65536]
+    again = load_suite_text(small.source_text, source="stored")     # what a run keeps
+    assert again.jobfiles == {"a.fio": "[a]\nrw=write\n", "b.fio": "[b]\nbs=64k\n"}
+    assert expand(again).workloads == expand(small).workloads
+    on_disk = jobfile_suite(tmp_path / "disk", {"a.fio": "[a]\nrw=write\n"},
+                            extra='[scale.small]\n[[scale.small.workloads]]\njobfile = "b.fio"\n')
+    (tmp_path / "disk" / "b.fio").write_text("[b]\nbs=64k\n")
+    stored = load_suite(on_disk, scale="small").source_text
+    shutil.rmtree(tmp_path / "disk")
+    assert load_suite_text(stored, source="stored").jobfiles == again.jobfiles
+    missing = write_suite(tmp_path, body.replace('jobfile = "b.fio"', 'jobfile = "c.fio"'), name="m")
+    with pytest.raises(SuiteError, match="'c.fio' is not in the suite's \\[jobfiles\\] table"):
+        load_suite(missing)
+
+
+# -- a run keeps its job files ----------------------------------------------------------------
+
+class StopAfterFirstTrial(SilentProgress):
+    def trial_finished(self, n: int, ok: bool, detail: str) -> None:
+        raise KeyboardInterrupt
+
+
+def test_a_run_resumes_and_shows_its_job_files_after_they_are_gone(tmp_path: Path,
+                                                                   no_leftovers: None) -> None:
+    crlf = "; two jobs, one after the other\r\n[r]\r\nrw=randread\r\n[w]\r\nstonewall\r\n" \
+           "rw=randwrite\r\nbs=8k\r\niodepth=4\r\n"
+    files = {"read-rand-bs4096-qd32.fio": SEED_000, "jobs/two.fio": crlf}
+    suite_file = jobfile_suite(tmp_path, files, method='ramp = 0\nruntime = "500ms"\n'
+                               'precondition = false\nseed = 1\n')
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        with pytest.raises(KeyboardInterrupt):
+            run_suite(load_suite(suite_file), store, progress=StopAfterFirstTrial())
+        assert store.load_run(1).status == "interrupted"
+    for name in files:
+        (tmp_path / name).unlink()
+    code, output = cli("run", "--resume", "1", "--db", str(db))
+    assert code == 0, output
+    with Store(db, readonly=True) as store:
+        run = store.load_run(1)
+        jsons = [json.loads(store.fio_json(t.id) or "{}") for t in run.trials]
+    assert run.status == "complete" and len(run.trials) == 3
+    ran = {(d["jobs"][0]["job options"]["rw"], d["jobs"][0]["job options"]["bs"],
+            d["jobs"][0]["job options"]["iodepth"], d["global options"]["filename"])
+           for d in jsons}
+    assert {r[:3] for r in ran} == {("randread", "4096", "32"), ("randread", "4096", "1"),
+                                    ("randwrite", "8192", "4")}
+    target = str(tmp_path / "target")
+    assert all(r[3].startswith(target) for r in ran)             # never /dev/sdb
+    code, shown = cli("show", "1", "--db", str(db))
+    assert code == 0 and ("note: job file read-rand-bs4096-qd32.fio: filename=/dev/sdb "
+                          "replaced by the run's target") in shown
+    code, text = cli("export", "1", "--format", "suite", "--db", str(db))
+    assert code == 0
+    assert tomllib.loads(text)["jobfiles"] == files             # byte for byte, CRs included
