@@ -18,6 +18,9 @@ packages="qemu-system-x86 qemu-system-common qemu-utils fio fuse3 python3 python
 # libvirt: guests through libvirtd ([method] platform = "libvirt" with libvirt_uri); virsh is in
 # libvirt-clients, which libvirt-daemon-system depends on
 packages="$packages libvirt-daemon-system"
+# the guests' fio: a static build of the host's fio version from its Debian source, with the server
+# patch (iomatrix/appliance/guestfio.py); libaio-dev for the libaio engine, flex/bison for job math
+packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison libfl-dev"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
 missing=""

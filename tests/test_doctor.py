@@ -22,10 +22,11 @@ from iomatrix.measure.doctor import (Check, check_fio_engine, check_tool, failed
 from tests.conftest import for_kvm, our_processes
 
 NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
-         "libaio", "io_uring", "FUSE export", "KVM", "guest channel")
-HOST_DEPENDENT = ("KVM", "guest channel")
-"""Checks whose outcome depends on the host (KVM; root for the guests' private network), not
-required: tests/test_guest_channel.py covers the channel's."""
+         "libaio", "io_uring", "FUSE export", "KVM", "guest channel", "guest fio")
+HOST_DEPENDENT = ("KVM", "guest channel", "guest fio")
+"""Checks whose outcome depends on the host (KVM; root for the guests' private network; a
+compiler and fio's Debian source for the guests' fio), not required: tests/test_guest_channel.py
+covers the channel's, tests/test_guestfio.py the guests' fio."""
 KVM_TIMEOUT = 10.0
 OTHER_CHECKS = 35.0
 """Seconds the checks other than KVM's may take together: about 1 s on our machines, but a slow

@@ -1,10 +1,9 @@
 """The guest appliance: a kernel plus an initramfs that boots to a listening ``fio --server``.
 
 The initramfs holds a static busybox (Debian's ``busybox-static``, fetched with ``apt-get
-download`` into the cache: :mod:`~iomatrix.appliance.busybox`), the host's own fio with its
-shared-library closure (``ldd``: :mod:`~iomatrix.appliance.libraries`) and dynamic loader (so
-client and server fio versions always match; ICU's 31 MB data library, which fio never reads,
-is hollowed to 16 KiB: :func:`~iomatrix.appliance.libraries.hollow_data_library`), the kernel
+download`` into the cache: :mod:`~iomatrix.appliance.busybox`), a static fio of the host's own
+version whose server reads the client's RUN at once (built once from the host fio's Debian
+source with one patch: :mod:`~iomatrix.appliance.guestfio`; it saves every trial ~1 s), the kernel
 modules of the disk controllers and of virtio-net with their dependencies
 (:mod:`~iomatrix.appliance.modules`), and ``/init``, a busybox sh script rendered from
 ``init.sh`` (:func:`init_script`). The init starts ``fio --server``, loads
@@ -15,6 +14,12 @@ prints :data:`READY_MARKER` once fio listens. A failure prints a line starting w
 command line are in :mod:`~iomatrix.appliance.protocol`; the archive is written by
 :mod:`~iomatrix.appliance.cpio`.
 
+Where that fio cannot be built, the appliance carries the host's own fio with its shared-library
+closure (``ldd``: :mod:`~iomatrix.appliance.libraries`) and dynamic loader instead, ICU's 31 MB
+data library (which fio never reads) hollowed to 16 KiB
+(:func:`~iomatrix.appliance.libraries.hollow_data_library`), and says so: ``fio_patched`` is
+False, ``fio_note`` the reason, and :meth:`Appliance.notes` warns on every run.
+
 Where the boot time goes under TCG (QEMU start to READY; Debian 6.1 kernel, machine pc, -cpu max,
 2 busy host cores; traces from printk times, ``initcall_debug`` and ``iomatrix.trace=1``):
 
@@ -24,8 +29,9 @@ Where the boot time goes under TCG (QEMU start to READY; Debian 6.1 kernel, mach
   note is kept as a bzImage). The vmlinux is stored without the 23 MB of zeros that end it
   (.bss and .brk, stored because ``.init.scratch`` follows them:
   :func:`~iomatrix.appliance.elf.drop_zero_tail`), which QEMU's ELF loader fills in.
-* Initramfs unpack, 0.25-0.6 s for ~60 MB (fio's closure on Debian drags in ceph, gluster and
-  ICU data: 84 MB; 54 MB since ICU's data library is hollowed). Compression only adds guest CPU:
+* Initramfs unpack, 0.25-0.6 s for the ~60 MB that fio's closure made (on Debian it drags in
+  ceph, gluster and ICU data: 84 MB; 54 MB with ICU's data library hollowed); the static fio
+  makes the initramfs ~6 MB. Compression only adds guest CPU:
   gzip +1.1 s, zstd -19 +0.9 s, lz4 +0.1 s over an uncompressed cpio, which is what the builder
   writes. Under TCG the kernel's ``rep movsb`` copies run a byte at a time;
   ``clearcpuid=erms,fsrm`` halves the unpack.
@@ -33,19 +39,19 @@ Where the boot time goes under TCG (QEMU start to READY; Debian 6.1 kernel, mach
   page-table check 0.1 s (``rodata=off``), APIC timer calibration 0.1 s and alternatives
   patching 0.25 s (both left alone); ACPI interrupt-link evaluation cost 0.1-0.2 s per PCI
   device at driver load (``acpi=noirq``: the controllers use MSI/MSI-X anyway).
-* Init, ~0.7 s: fio's start is ~0.5 s of guest CPU (mostly library constructors: ceph-common
-  alone 0.12 s), overlapped with module loading; the PIIX IDE controller that machine pc always
-  has cost ~0.5 s to probe, so ata_piix/ata_generic load only while disks are missing
-  (:data:`LAST_RESORT`). Not worth it: mitigations=off, init_on_alloc=0, tsc=reliable, no LSMs,
-  no IPv6 (each within noise).
+* Init, ~0.7 s: the dynamic fio's start was ~0.5 s of guest CPU (mostly library constructors:
+  ceph-common alone 0.12 s; the static fio has none of them), overlapped with module loading;
+  the PIIX IDE controller that machine pc always has cost ~0.5 s to probe, so
+  ata_piix/ata_generic load only while disks are missing (:data:`LAST_RESORT`). Not worth it:
+  mitigations=off, init_on_alloc=0, tsc=reliable, no LSMs, no IPv6 (each within noise).
 
 Medians of 5 boots (same init): bzImage + gzip initramfs + plain command line 8.4 s; PVH 5.8 s;
 uncompressed initramfs 3.8 s; this command line 2.3-2.8 s (host load varies), where the guest's
 own uptime at READY is 2.0-2.5 s. ``bench/appliance_boot.py`` measures it.
 
-Cache: ``<cache>/appliance/<key>/`` where the key hashes every input (kernel, busybox, fio and its
-libraries, module files, the rendered init, :data:`BUILDER_VERSION`). A build is written into a
-hidden temporary directory and renamed into place, so a half-built appliance never looks valid.
+Cache: ``<cache>/appliance/<key>/`` where the key hashes every input (kernel, busybox, fio and
+its libraries if any, module files, the rendered init, :data:`BUILDER_VERSION`). A build is
+written into a hidden temporary directory and renamed into place, so a half-built appliance never looks valid.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from iomatrix.appliance.busybox import static_busybox
 from iomatrix.appliance.bzimage import extract_vmlinux, kernel_release
 from iomatrix.appliance.cpio import CpioWriter
 from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
+from iomatrix.appliance.guestfio import UNPATCHED, GuestFioUnavailable, guest_fio
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem)
 from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
@@ -77,6 +84,7 @@ from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PO
 from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
+from iomatrix.core.units import format_bytes
 
 __all__ = [
     "BUILDER_VERSION", "BUSES", "KEEP_APPLIANCES", "LAST_RESORT", "MODULES", "Appliance",
@@ -87,9 +95,9 @@ __all__ = [
     "has_pvh_entry", "resolve_modules",
 ]
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 """Bump when the appliance layout or the init changes in a way the inputs' hash cannot see
-(2: ICU's data library hollowed, the vmlinux's zero tail dropped)."""
+(2: ICU's data library hollowed, the vmlinux's zero tail dropped; 3: the static, patched fio)."""
 
 MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ahci", "ata_piix", "ata_generic",
@@ -104,7 +112,7 @@ BUSES: tuple[str, ...] = ("pci", "virtio", "scsi")
 driver (virtio_pci, a SCSI host) creates the devices of the next bus."""
 
 KEEP_APPLIANCES = 3
-"""Appliances kept in the cache (~100 MB each); older ones are deleted after a build."""
+"""Appliances kept in the cache (45-100 MB each); older ones are deleted after a build."""
 
 
 class Appliance(Frozen):
@@ -112,7 +120,10 @@ class Appliance(Frozen):
 
     ``kernel`` is an ELF vmlinux booted through its PVH entry (``kernel_format == "pvh"``), or the
     original bzImage (``"bzimage"``) when the kernel has no PVH entry. ``build_seconds`` is the
-    time the build took when it was made; ``cached`` says this call found it already built."""
+    time the build took when it was made; ``cached`` says this call found it already built.
+    ``fio_patched``: the guest runs the static fio with the patched server
+    (:mod:`~iomatrix.appliance.guestfio`); ``fio_note`` says where that fio came from, or why the
+    appliance carries the host's unpatched fio instead."""
 
     kernel: Path
     initrd: Path
@@ -125,29 +136,51 @@ class Appliance(Frozen):
     cached: bool
     kernel_format: str = "pvh"
     modules: tuple[str, ...] = ()
+    fio_patched: bool = False
+    fio_note: str = ""
 
     @property
     def size_bytes(self) -> int:
         """Kernel plus initrd, as stored."""
         return self.kernel_bytes + self.initrd_bytes
 
+    @property
+    def fio_text(self) -> str:
+        """The guest's fio in a few words: "fio-3.33, static, server patched"."""
+        return (f"{self.fio_version}, static, server patched" if self.fio_patched
+                else f"{self.fio_version} of the host with its libraries")
+
+    def notes(self) -> list[str]:
+        """What a run says about its appliance: that it was built now (and of what), and, every
+        time, that guest trials cost more when its fio is the host's unpatched one."""
+        lines = []
+        if not self.cached:
+            lines.append(f"built the guest appliance in {self.build_seconds:.1f} s "
+                         f"({format_bytes(self.size_bytes)}: kernel {self.kernel_release}, "
+                         f"{self.fio_text})")
+        if not self.fio_patched:
+            lines.append(f"warning: {UNPATCHED} ({self.fio_note})")
+        return lines
+
 
 def build_appliance(*, cache_dir: Path | None = None, kernel: Path | None = None,
                     force: bool = False, fetch: bool = True) -> Appliance:
     """The appliance for this host's fio and ``kernel`` (default: :func:`find_kernel`), built
-    now or found in the cache. ``fetch`` allows ``apt-get download`` of a kernel and busybox."""
+    now or found in the cache. ``fetch`` allows ``apt-get download`` of a kernel and busybox and
+    ``apt-get source`` of fio; ``force`` rebuilds the appliance (not a cached guest fio) and
+    retries a guest fio build that failed."""
     started = time.monotonic()
     cache_dir = cache_dir or default_cache_dir()
     if kernel is None:
         kernel = find_kernel(cache_dir, fetch=fetch, require_modules=True)
-    inputs = _gather(Path(kernel), cache_dir, fetch)
+    inputs = _gather(Path(kernel), cache_dir, fetch, force)
     final = cache_dir / "appliance" / inputs.key
     if not force:
         found = _load_manifest(final)
         if found is not None:
             with contextlib.suppress(OSError):
                 os.utime(final)  # most recently used: the last to be pruned
-            return found
+            return found.model_copy(update={"fio_note": inputs.fio_note})  # today's reason
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     work.chmod(0o755)
@@ -195,6 +228,8 @@ class _Inputs:
     busybox: Path
     fio: Path
     fio_version: str
+    fio_patched: bool
+    fio_note: str
     interpreter: str
     libraries: dict[str, Path]                    # soname -> host file
     modules: ModuleSet
@@ -202,7 +237,7 @@ class _Inputs:
     key: str = ""
 
 
-def _gather(kernel: Path, cache_dir: Path, fetch: bool) -> _Inputs:
+def _gather(kernel: Path, cache_dir: Path, fetch: bool, retry: bool) -> _Inputs:
     problem = kernel_problem(kernel)
     if problem is not None:
         raise EnvironmentProblem(f"cannot build the appliance: {problem}",
@@ -215,11 +250,18 @@ def _gather(kernel: Path, cache_dir: Path, fetch: bool) -> _Inputs:
                                       "is installed, or let iomatrix fetch Debian's")
     modules = resolve_modules(modules_dir, MODULES)
     fio = Path(require("fio"))
-    interpreter, libraries = library_closure(fio)
     fio_version = run([str(fio), "--version"], timeout=30).stdout.strip()
+    try:
+        static = guest_fio(cache_dir, fetch=fetch, retry=retry)
+        fio, patched, note = static.path, True, f"built from the Debian source {static.source}"
+        interpreter, libraries = "", {}
+    except GuestFioUnavailable as e:
+        patched, note = False, str(e)
+        interpreter, libraries = library_closure(fio)
     busybox = static_busybox(cache_dir, fetch)
     inputs = _Inputs(kernel=kernel, release=release, busybox=busybox, fio=fio,
-                     fio_version=fio_version, interpreter=interpreter, libraries=libraries,
+                     fio_version=fio_version, fio_patched=patched, fio_note=note,
+                     interpreter=interpreter, libraries=libraries,
                      modules=modules, init=init_script(modules))
     inputs.key = _cache_key(inputs)
     return inputs
@@ -307,7 +349,8 @@ def init_script(modules: ModuleSet) -> str:
 def _write_initramfs(inputs: _Inputs, path: Path) -> None:
     with open(path, "wb") as out:
         cpio = CpioWriter(out)
-        for d in ("bin", "dev", "proc", "sys", "tmp", "lib/modules", "lib/fio"):
+        for d in ("bin", "dev", "proc", "sys", "tmp", "lib/modules",
+                  *(["lib/fio"] if inputs.libraries else [])):
             cpio.directory(d)
         cpio.device("dev/console", 5, 1)
         cpio.device("dev/null", 1, 3)
@@ -344,7 +387,8 @@ def _build(inputs: _Inputs, work: Path, final: Path, started: float) -> Applianc
         kernel_release=inputs.release, fio_version=inputs.fio_version,
         kernel_bytes=len(kernel_data), initrd_bytes=(work / "initrd").stat().st_size,
         build_seconds=round(time.monotonic() - started, 2), cached=False,
-        kernel_format=kernel_format, modules=tuple(n for n, _ in inputs.modules.files))
+        kernel_format=kernel_format, modules=tuple(n for n, _ in inputs.modules.files),
+        fio_patched=inputs.fio_patched, fio_note=inputs.fio_note)
     manifest = appliance.model_dump(mode="json", exclude={"cached"})
     manifest["source_kernel"] = str(inputs.kernel)
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -16,7 +16,8 @@ for arg in $cmdline; do
 done
 stage() { [ "$trace" = 1 ] && read -r up _ < /proc/uptime && echo "@TRACE_MARKER@ $up $*"; }
 stage init
-# fio maps its ~80 MB of libraries while the drivers probe.
+# fio starts while the drivers probe (the host's fio, where it is in the appliance, maps its
+# ~80 MB of libraries meanwhile).
 fio --server=ip:0.0.0.0,"$port" > /dev/console 2>&1 &
 fio=$!
 # Each module's dependencies in load order (from .modinfo depends=).

@@ -26,7 +26,8 @@ GUEST_IP = "10.0.2.15"
 """The guest's address on QEMU's user-mode network (10.0.2.0/24, gateway 10.0.2.2)."""
 MIN_MEMORY_MIB = 320
 """Guest memory the appliance needs, with a margin (288 MiB booted, 256 MiB did not: the ~90 MB
-initramfs is held twice while it is unpacked)."""
+initramfs that carried fio's libraries is held twice while it is unpacked; the static fio's is
+~9 MB, but an appliance may still fall back to the libraries)."""
 
 
 class GuestDisk(Frozen):

@@ -10,17 +10,19 @@ import typer
 from iomatrix.cli.common import out
 
 app = typer.Typer(name="appliance", no_args_is_help=True,
-                  help="The guest appliance: a kernel plus a tiny initramfs that starts the "
-                       "host's fio as a server. Built on demand and cached; `build` makes it now.")
+                  help="The guest appliance: a kernel plus a tiny initramfs that starts fio (the "
+                       "host's version) as a server. Built on demand and cached; `build` makes "
+                       "it now.")
 
 
 @app.command()
 def build(
     kernel: Annotated[Optional[Path], typer.Option("--kernel", help="Boot this kernel image (a bzImage; its lib/modules/<release> must be installed) instead of the host's own or Debian's.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even when an appliance with the same inputs is cached.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when an appliance with the same inputs is cached, and try again a build of the guest's fio that failed.")] = False,
 ) -> None:
     """Build the guest appliance (or find it cached) and print where it is and its size."""
     from iomatrix.appliance.build import build_appliance
+    from iomatrix.appliance.guestfio import UNPATCHED
     from iomatrix.core.units import format_bytes
 
     a = build_appliance(kernel=kernel, force=force)
@@ -29,8 +31,10 @@ def build(
     out.print(f"  kernel  {a.kernel.name}  {format_bytes(a.kernel_bytes)}  "
               f"({a.kernel_release}, {kernel_kind})", markup=False)
     out.print(f"  initrd  {a.initrd.name}  {format_bytes(a.initrd_bytes)}  "
-              f"(uncompressed cpio: busybox, {a.fio_version} and its libraries, "
-              f"{len(a.modules)} modules)", markup=False)
+              f"(uncompressed cpio: busybox, fio, {len(a.modules)} modules)", markup=False)
+    out.print(f"  fio     {a.fio_text} ({a.fio_note})" if a.fio_patched
+              else f"  fio     {a.fio_text}: {UNPATCHED} ({a.fio_note})",
+              markup=False, soft_wrap=True)
     out.print(f"  size    {format_bytes(a.size_bytes)}", markup=False)
     out.print(f"  cached (built in {a.build_seconds:.1f} s)" if a.cached
               else f"  built in {a.build_seconds:.1f} s", markup=False)

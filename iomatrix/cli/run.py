@@ -65,6 +65,13 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
                      f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
         out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter"
                   + fewer, markup=False)
+        from iomatrix.appliance.guestfio import guest_fio_status
+        from iomatrix.appliance.kernel import default_cache_dir
+
+        status = guest_fio_status(default_cache_dir())   # without building anything
+        if not status.cached:
+            out.print(status.detail if status.ok else f"warning: {status.detail}", markup=False,
+                      soft_wrap=True)
     if suite.scale is not None:
         described = {s.name: s.description for s in suite.scales}
         out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"

@@ -443,10 +443,8 @@ class GuestDriver(Driver):
         """The guest driver with its appliance built (or found cached), its accelerator chosen
         and its channel to the guests tried: a warning when it cannot be private."""
         appliance = build_appliance()
-        if not appliance.cached:
-            note(f"built the guest appliance in {appliance.build_seconds:.1f} s "
-                 f"({format_bytes(appliance.size_bytes)}: kernel {appliance.kernel_release}, "
-                 f"{appliance.fio_version})")
+        for line in appliance.notes():
+            note(line)
         shared = private_network_problem()
         if shared is not None:
             note(f"warning: {shared_warning(shared)}")

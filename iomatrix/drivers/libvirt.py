@@ -56,7 +56,6 @@ from iomatrix.drivers.guest import Guest, GuestDriver, free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE
 from iomatrix.qemu.blockdev import cache_flags
-from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Method
 from iomatrix.target.workspace import Image
 
@@ -289,10 +288,8 @@ class LibvirtDriver(GuestDriver):
         from iomatrix.appliance.build import build_appliance
         from iomatrix.drivers.guest import resolve_accel, shared_warning
         appliance = build_appliance()
-        if not appliance.cached:
-            note(f"built the guest appliance in {appliance.build_seconds:.1f} s "
-                 f"({format_bytes(appliance.size_bytes)}: kernel {appliance.kernel_release}, "
-                 f"{appliance.fio_version})")
+        for line in appliance.notes():
+            note(line)
         note(f"warning: {shared_warning(SHARED_REASON)}")
         return cls(method, workdir, appliance=appliance,
                    accel=resolve_accel(accel, appliance, note), shared_reason=SHARED_REASON)

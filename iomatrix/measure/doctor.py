@@ -32,6 +32,8 @@ from iomatrix.core.mounts import force_unmount, fstype, is_mounted
 from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.proc import (first_line, managed, private_network, read_text, run, stop,
                                 wait_for, which)
+from iomatrix.appliance.guestfio import guest_fio_status
+from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.appliance.probe import probe_kvm
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.core.model import Frozen
@@ -87,6 +89,7 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     checks.append(check_fuse(env=env, directory=directory))
     checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
     checks.append(check_guest_channel(env=env))
+    checks.append(check_guest_fio(env=env))
     if libvirt:
         checks.append(check_libvirt())
     if drift:
@@ -421,6 +424,17 @@ def check_kvm(timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
                 "with hardware virtualization and access to /dev/kvm")
     return Check(name="KVM", ok=probe.usable, detail=probe.reason,
                  hint=None if probe.usable else hint, required=False)
+
+
+# --- the guests' fio ---------------------------------------------------------------------------
+
+def check_guest_fio(*, env: Mapping[str, str] | None = None) -> Check:
+    """The guests' fio: the static build of the host's fio version with the patched server is
+    cached, or can be built here (:mod:`iomatrix.appliance.guestfio`). Not required: without it
+    the appliance carries the host's fio, and each guest trial costs about 1 s more."""
+    status = guest_fio_status(default_cache_dir(), env)
+    return Check(name="guest fio", ok=status.ok, detail=status.detail, required=False,
+                 hint=None if status.ok else status.hint)
 
 
 # --- the guests' channel -----------------------------------------------------------------------
