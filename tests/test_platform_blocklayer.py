@@ -1,7 +1,8 @@
 """blocklayer mode with ``[method] platform = "proxmox"``: qemu-storage-daemon holds the layers a
 Proxmox VE disk has for the same settings (PVE 8: detect-zeroes on the format node; PVE 9:
 detect-zeroes and discard on every node, a throttle filter over an empty throttle group), the
-export on top; what the daemon applied is read back over QMP and compared."""
+export on top; with "libvirt", libvirt's storage and format nodes; what the daemon applied is
+read back over QMP and compared."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from iomatrix.drivers.blocklayer import BlocklayerDriver, daemon_argv, read_grap
 from iomatrix.fio.jobfile import job_text
 from iomatrix.fio.run import run_fio
 from iomatrix.measure.runner import run_suite
+from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph
 from iomatrix.store import Store
@@ -25,7 +27,8 @@ from iomatrix.suite.model import Configuration, Method, Target, Workload
 from iomatrix.target.workspace import Image, Workspace
 from tests.conftest import write_suite
 
-PLATFORMS: list[tuple[str, int | None]] = [("qemu", None), ("proxmox", 8), ("proxmox", 9)]
+PLATFORMS: list[tuple[str, int | None]] = [("qemu", None), ("proxmox", 8), ("proxmox", 9),
+                                           ("libvirt", None)]
 
 
 def _method(platform: str, version: int | None, **kw: Any) -> Method:
@@ -75,6 +78,21 @@ def test_daemon_argv_per_platform(tmp_path: Path) -> None:
                                   cache="none", iothread=False)
     guest = pve.disk_args(drive, pve.resolve_volume(drive), scsihw=scsihw, version=9).argv
     assert json.loads(guest[guest.index("-blockdev") + 1]) == top
+
+    # libvirt 9 with QEMU 7.2: its storage node and a format node over it, also for raw; the
+    # same nodes as the guest's disk gets (one source: platform.libvirt)
+    libvirt = daemon_argv(config, image, tmp_path, "qsd", _method("libvirt", None))
+    storage, fmt = _blockdevs(libvirt, "--blockdev")
+    assert (storage["node-name"], fmt["node-name"], fmt["file"]) == (
+        "libvirt-1-storage", "libvirt-1-format", "libvirt-1-storage")
+    assert (storage["auto-read-only"], storage["discard"], storage["aio"]) == (True, "unmap",
+                                                                             "io_uring")
+    assert fmt["driver"] == "raw" and "node-name=libvirt-1-format," in libvirt[-1]
+    disk, threads = lv.disk_for("virtio-blk", source=str(image.path), block=False,
+                                aio="io_uring", cache="none", iothread=False)
+    guest = list(lv.disk_args(disk, iothreads=threads).argv)
+    assert [json.loads(guest[i + 1]) for i, a in enumerate(guest) if a == "-blockdev"] == [
+        storage, fmt]
 
 
 def test_discard_on_gives_unmap_everywhere() -> None:

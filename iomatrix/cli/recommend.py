@@ -57,6 +57,8 @@ def _print(rec: Recommendation) -> None:
               markup=False)
     for warning in rec.warnings:
         out.print(Text(warning, style="bold red"))
+    if rec.yours is not None:
+        out.print(Text(rec.yours.text, style="bold"))
     for mode, fixed in rec.fixed.items():
         if fixed:
             shown = ", ".join(f"{k}={v}" for k, v in fixed.items())

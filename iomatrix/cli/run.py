@@ -48,6 +48,10 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
 
     out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
                             suite.method.samples), markup=False, soft_wrap=True)
+    from iomatrix.suite.expand import reference_lines
+
+    for line in reference_lines(suite):      # the user's VM disk ([matrix] from_vm)
+        out.print(line, markup=False, soft_wrap=True)
     if suite.method.aa:
         twin = next((c for c in expansion.configurations if c.key.endswith("/aa=twin")), None)
         if twin is not None:
@@ -140,7 +144,9 @@ def run(
         loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
         resume_id: int | None = stored.id
     else:
-        loaded = load_suite(suite, scale=scale)
+        from iomatrix.measure.fromvm import resolve_vm
+
+        loaded = resolve_vm(load_suite(suite, scale=scale))
         resume_id = None
     if show_plan:
         _print_plan(loaded, accel)

@@ -38,11 +38,13 @@ def plan_summary(suite: Suite) -> str:
 def scale_summaries(ref: str, suite: Suite) -> list[tuple[str, str, str]]:
     """(scale, plan summary, description) for the suite's own tables (``default``) and each of
     its [scale.NAME] tables; ``ref`` is what ``load_suite`` loaded ``suite`` from."""
+    from iomatrix.measure.fromvm import resolve_vm
     from iomatrix.suite import load_suite
 
     rows = [(DEFAULT_SCALE, plan_summary(suite), "the suite's own tables (no --scale)")]
-    for info in suite.scales:
-        rows.append((info.name, plan_summary(load_suite(ref, scale=info.name)), info.description))
+    for info in suite.scales:     # each with its VM's disk, as a run at that scale has it
+        rows.append((info.name, plan_summary(resolve_vm(load_suite(ref, scale=info.name))),
+                     info.description))
     return rows
 
 

@@ -5,8 +5,10 @@ disconnects. What QEMU applied is read back over QMP (per node) and from /proc (
 
 ``[method] platform = "proxmox"`` gives the daemon the layers a Proxmox VE disk has for the same
 settings (``pve_version``: 8, detect-zeroes on the format node; 9, detect-zeroes and discard on
-every node and a throttle filter over an empty throttle group), the export on the top node; the
-nodes are read back by role (``file0``, ``disk0``, ``throttle0``) as in guest mode."""
+every node and a throttle filter over an empty throttle group), the export on the top node;
+``platform = "libvirt"`` gives it libvirt's two nodes (``libvirt-1-storage`` with discard=unmap
+and auto-read-only, ``libvirt-1-format``). The nodes are read back by role (``file0``,
+``disk0``, ``throttle0``) as in guest mode."""
 
 from __future__ import annotations
 

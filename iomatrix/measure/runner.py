@@ -16,6 +16,7 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
 from iomatrix.fio.jobfile import fill_text, job_text
+from iomatrix.measure.fromvm import resolve_vm
 from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
@@ -94,6 +95,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     target is removed first (``iomatrix.measure.reclaim``)."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
+    suite = resolve_vm(suite)
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
@@ -278,11 +280,15 @@ class _Runner:
         by round) not yet known within target_ci nor decided; with no gain in the run, those
         whose mean IOPS is not (``analysis.paired.needing_more``)."""
         from iomatrix.analysis.paired import needing_more  # scipy: loaded only when asked for
+        from iomatrix.analysis.yourvm import vm_needing_more
 
         assert self.method.target_ci is not None
         candidates = [(c.key, w.key) for c in self.expansion.configurations
                       for w in self.expansion.workloads_for(c)]
-        return needing_more(self.store.load_run(self.run_id), self.method.target_ci, candidates)
+        run = self.store.load_run(self.run_id)
+        wanting = {*needing_more(run, self.method.target_ci, candidates),
+                   *vm_needing_more(run, self.method.target_ci)}     # the user's VM's gains
+        return [p for p in candidates if p in wanting]
 
     def _block(self, block: Block, workspace: Workspace, workdir: Path,
                drivers: dict[str, Driver]) -> None:

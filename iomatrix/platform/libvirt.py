@@ -62,8 +62,11 @@ class Domain(Frozen):
 
 def parse_domain(text: str) -> Domain:
     """``virsh dumpxml`` → its disks (CD-ROMs, floppies and network disks are named in
-    ``skipped``)."""
-    root = ET.fromstring(text)
+    ``skipped``). ValueError for text that is not a domain."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ValueError(f"not well-formed XML: {exc}") from None
     if root.tag != "domain":
         raise ValueError(f"not a libvirt domain: root element <{root.tag}>")
     controllers = {int(c.get("index", "0")): c for c in root.iterfind("./devices/controller")

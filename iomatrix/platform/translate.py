@@ -29,6 +29,9 @@ class DiskTranslation(Frozen):
     """The guest-mode configuration, when every value is one iomatrix can measure."""
     argv: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    storage: str = ""
+    """Where the volume lives: a Proxmox VE storage (``lvmthin storage local-lvm``), or a
+    libvirt ``file`` or ``block`` source (with its path)."""
 
 
 class Translation(Frozen):
@@ -37,6 +40,8 @@ class Translation(Frozen):
     """"PVE 8 (-drive)", "PVE 9 (-blockdev)", "libvirt (-blockdev)"."""
     disks: tuple[DiskTranslation, ...]
     notes: tuple[str, ...] = ()
+    pve_version: pve.PveVersion | None = None
+    """Proxmox VE: the generation whose command line the disks get."""
 
 
 def translate(text: str, *, pve_version: pve.PveVersion | None = None,
@@ -82,11 +87,14 @@ def _proxmox(text: str, version: pve.PveVersion | None,
         out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen)
         disk_notes += out.notes
         config = _config(values, disk_notes)
+        where = (f"a path, {volume.path}" if volume.storage == "path" else
+                 f"{volume.storage} storage {drive.volume.partition(':')[0]}, {volume.path}")
         disks.append(DiskTranslation(name=drive.key, written=written, values=values,
-                                     config=config, argv=out.argv, notes=tuple(disk_notes)))
+                                     config=config, argv=out.argv, notes=tuple(disk_notes),
+                                     storage=where))
     label = "PVE 9 (-blockdev under a throttle filter)" if gen >= 9 else "PVE 8 (-drive)"
     return Translation(platform="proxmox", generation=label, disks=tuple(disks),
-                       notes=tuple(notes))
+                       notes=tuple(notes), pve_version=gen)
 
 
 def _libvirt(text: str) -> Translation:
@@ -107,6 +115,7 @@ def _libvirt(text: str) -> Translation:
             argv, disk_notes = (), disk_notes + [str(exc)]
         config = _config(values, disk_notes)
         disks.append(DiskTranslation(name=disk.dev, written=written, values=values, config=config,
-                                     argv=argv, notes=tuple(disk_notes)))
+                                     argv=argv, notes=tuple(disk_notes),
+                                     storage=f"a {disk.kind} source, {disk.source}"))
     return Translation(platform="libvirt", generation="libvirt 9 with QEMU 7.2 (-blockdev)",
                        disks=tuple(reversed(disks)), notes=tuple(notes))

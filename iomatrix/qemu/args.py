@@ -169,13 +169,13 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
                         pve_version: PveVersion | None = None) -> list[str]:
     """qemu-storage-daemon with a QMP monitor and the image's nodes (format, aio, cache); the
     caller adds its export, on :func:`iomatrix.qemu.blockdev.daemon_graph`'s ``export_node``
-    (the format node on platform qemu). With ``platform = "proxmox"`` the nodes are the layers
-    qemu-server gives a disk with these settings (detect-zeroes, discard, PVE 9's throttle
-    filter and its group)."""
+    (the format node on platforms qemu and libvirt). With ``platform = "proxmox"`` the nodes
+    are the layers qemu-server gives a disk with these settings (detect-zeroes, discard, PVE 9's
+    throttle filter and its group); with "libvirt", libvirt's storage and format nodes."""
     argv = [qsd,
             "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
             "--monitor", "chardev=qmp0"]
-    if platform != "proxmox":
+    if platform == "qemu":
         nodes = _nodes(config, image)
     else:
         graph = daemon_graph(config, image.path, is_device=image.is_device,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
+from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.model import Configuration, Platform, PveVersion
 from iomatrix.core.model import Frozen
@@ -42,6 +43,9 @@ FILE_NODE = "file0"
 FORMAT_NODE = "disk0"
 THROTTLE_NODE = "throttle0"
 """The filter's role name, as iomatrix.qemu.args reads a platform's graph back."""
+LIBVIRT_BUS = "virtio-blk"
+"""The bus of the ``<disk>`` a daemon's graph is built from on platform libvirt: the nodes do
+not depend on it."""
 PVE_BUS = "virtio-blk"
 """The bus of the drive line a daemon's graph is built from on platform proxmox: it names the
 nodes (``drive-virtio0``), nothing more; the layers do not depend on the bus."""
@@ -106,10 +110,19 @@ def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
                  size: int | None = None, platform: Platform = "qemu",
                  pve_version: PveVersion | None = None) -> DaemonGraph:
     """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
-    for the configuration's settings. qemu (and libvirt, not modelled here yet): iomatrix's own
-    two nodes, the export on the format node. proxmox: qemu-server's layers
-    (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes, discard, and on PVE 9 the
-    throttle filter over an empty throttle group, the export on the top node."""
+    for the configuration's settings. qemu: iomatrix's own two nodes, the export on the format
+    node. libvirt: libvirt 9's two nodes for QEMU 7.2 (``libvirt-1-storage`` with
+    auto-read-only and discard=unmap, ``libvirt-1-format`` over it, also for raw;
+    :func:`iomatrix.platform.libvirt.disk_args`), the export on the format node. proxmox:
+    qemu-server's layers (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes,
+    discard, and on PVE 9 the throttle filter over an empty throttle group, the export on the
+    top node."""
+    if platform == "libvirt":
+        disk, _ = lv.disk_for(LIBVIRT_BUS, source=str(image), block=is_device, aio=config.aio,
+                              cache=config.cache, iothread=False, fmt=config.format or "raw")
+        argv = lv.disk_args(disk, size=size).argv
+        nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
+        return DaemonGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
     if platform != "proxmox":
         nodes = blockdev_nodes(config, image, is_device=is_device, size=size)
         return DaemonGraph(blockdevs=tuple(json.dumps(n, separators=(",", ":")) for n in nodes),

@@ -34,6 +34,11 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
     not recommended: keep the default, saying why, unless the suite said RAM is what it
     measures (``[target] working_set = "in-ram"``), when it may be, with that caveat. Any
     parameter whose evidence holds such points says so in its caveat.
+12. A run made from the user's VM (``[matrix] from_vm``) also answers relative to it
+    (``Recommendation.yours``): the VM's measured configuration with the settings the run
+    decided on taken from the recommendation, against the VM's own, over every workload,
+    paired by round (``analysis.yourvm``); a setting the run did not measure stays the VM's,
+    and a combination the run did not measure as a whole is said to have no direct comparison.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Literal
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
 from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, working_set
 from iomatrix.analysis.points import only_configs
+from iomatrix.analysis.yourvm import VmGain, your_vm
 from iomatrix.telemetry.pagecache import RAM_SHARE
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
                                          NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
@@ -106,13 +112,21 @@ def _short(gain: Gain) -> str:
     """A gain in a few words: its change and CI, and whether it is significant (adjusted)."""
     if gain.relative is None:
         return "not compared (" + gain.verdict.split(":")[0] + ")"
-    text = f"{gain.relative * 100:+.1f} %".replace("-", "\u2212")
-    if gain.low is not None and gain.high is not None:
-        text += (f" (95 % CI {gain.low * 100:+.1f} … {gain.high * 100:+.1f} %)"
-                 .replace("-", "\u2212"))
+    text = _figure(gain)
     if gain.better is None:
         return f"no significant difference, {text}"
     return f"{text}, significantly {'better' if gain.better else 'worse'}"
+
+
+def _figure(gain: Gain, what: str = "", tail: str = "") -> str:
+    """A compared gain's change and CI: ``+23.4 % IOPS (95 % CI +18.0 … +29.1 %)``, ``tail``
+    inside the brackets."""
+    assert gain.relative is not None
+    text = f"{gain.relative * 100:+.1f} %" + (f" {what}" if what else "")
+    ci = ("" if gain.low is None or gain.high is None else
+          f"95 % CI {gain.low * 100:+.1f} … {gain.high * 100:+.1f} %")
+    inside = ci + tail if ci else tail.removeprefix(", ")
+    return (text + (f" ({inside})" if inside else "")).replace("-", "\u2212")
 
 
 class Decision(Frozen):
@@ -135,6 +149,28 @@ class Decision(Frozen):
     """The IOPS gain behind a change (its strength when changes conflict)."""
 
 
+class YoursAnswer(Frozen):
+    """The recommendation relative to the user's VM (``[matrix] from_vm``): the recommended
+    settings as measured in the same rounds against the VM's own (``analysis.yourvm``)."""
+
+    vm: str
+    """``100.conf scsi0``."""
+    settings: str
+    """The VM's disk settings, as its file states them in iomatrix's words."""
+    measured: str
+    """The label of the configuration that measured the VM's disk."""
+    status: Literal["keep", "change", "not measured", "no better"]
+    """keep: the recommendation is the VM's settings; change: the recommended settings measured
+    significantly more IOPS than the VM's; no better: measured, but not significantly better;
+    not measured: that combination was not measured as a whole in the VM's mode."""
+    text: str
+    gain: VmGain | None = None
+    """The recommended configuration against the VM's (status change or no better)."""
+    best: VmGain | None = None
+    """The configuration with the largest significant IOPS gain over the VM's (latency not
+    significantly worse), when it is not the recommended one."""
+
+
 class Recommendation(Frozen):
     """The settings to use on a platform, per parameter, with the configuration they make."""
 
@@ -150,6 +186,8 @@ class Recommendation(Frozen):
     """mode → the parameters its configurations all share (what the evidence was measured with)."""
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    yours: YoursAnswer | None = None
+    """Relative to the user's VM, for a run made from one (``[matrix] from_vm``)."""
 
 
 def _only(run: StoredRun, mode: str) -> StoredRun:
@@ -204,7 +242,87 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
                         "a recommendation on; every parameter keeps the platform's default")
     return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite_name,
                           emulated=run.emulated, storage=storage, decisions=tuple(decisions),
-                          config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes))
+                          config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes),
+                          yours=_yours(run, config, decisions))
+
+
+def _yours(run: StoredRun, config: Configuration, decisions: list[Decision]
+           ) -> YoursAnswer | None:
+    """The recommended ``config`` against the user's VM disk, measured in the VM's mode: the
+    VM's configuration with the settings the run decided on from evidence (in blocklayer mode
+    only aio, cache, format and preallocation) taken from the recommendation; a setting the
+    run did not measure or evaluate stays the VM's."""
+    vm = your_vm(run)
+    if vm is None:
+        return None
+    mode = vm.config.mode
+    decided = {d.axis for d in decisions if d.status in ("change", "keep", "choose")}
+    axes = [a for a in (BLOCKLAYER_PARAMETERS if mode == "blocklayer" else PARAMETERS)
+            if a in decided]
+    recommended = config.params()
+    want = dict(vm.config.params)
+    for axis in axes:
+        if axis in recommended:
+            want[axis] = recommended[axis]
+        else:
+            want.pop(axis, None)
+    name = f"{vm.from_vm} {vm.reference.disk}"
+    head = f"your VM ({name}) uses {vm.reference.settings()}"
+    candidates = [g for g in vm.gains if g.iops.better is True and g.latency.better is not False]
+    best = max(candidates, key=lambda g: g.iops.relative or 0.0, default=None)
+    if want == vm.config.params:
+        text = (f"{head}: this run recommends the same ({vm.uses(axes)} in {mode} mode): keep "
+                "them" if axes else f"{head}: this run compared none of these settings in "
+                "matched pairs, so it recommends no change")
+        if best is None:
+            return YoursAnswer(vm=name, settings=vm.reference.settings(),
+                               measured=vm.config.label, status="keep",
+                               text=text + "; no measured configuration has significantly more "
+                                           "IOPS than your VM's")
+        return YoursAnswer(vm=name, settings=vm.reference.settings(), measured=vm.config.label,
+                           status="keep", best=best,
+                           text=text + f"; though {_changes(best)} measured {_vs(best)}")
+    gain = vm.against(want)
+    if gain is None:
+        changes = ", ".join(f"{a}={want.get(a, '—')}" for a in axes
+                            if want.get(a) != vm.config.params.get(a))
+        text = (f"{head}; the recommended {changes} was not measured as a whole in {mode} mode "
+                "in this run, so it has no direct comparison with your VM (the parameters "
+                "above rest on matched pairs)")
+        if best is not None:
+            text += f"; measured against your VM, {_changes(best)} gives {_vs(best)}"
+        return YoursAnswer(vm=name, settings=vm.reference.settings(), measured=vm.config.label,
+                           status="not measured", text=text, best=best)
+    better = gain.iops.better is True and gain.latency.better is not False
+    uses = vm.uses(list(gain.differs))
+    text = f"your VM ({name}) uses {uses}; {_changes(gain)} gives {_vs(gain)}"
+    if not better:
+        text += ": not significantly better than your VM here, so changing buys nothing this " \
+                "run can show"
+    if best is not None and best.key != gain.key:
+        text += f"; the largest measured gain over your VM: {_changes(best)}, {_vs(best)}"
+    return YoursAnswer(vm=name, settings=vm.reference.settings(), measured=vm.config.label,
+                       status="change" if better else "no better", text=text, gain=gain,
+                       best=best if best is not None and best.key != gain.key else None)
+
+
+def _changes(gain: VmGain) -> str:
+    """What a configuration changes against the VM's: ``aio=io_uring with cache=none``."""
+    return " with ".join(f"{a}={v}" for a, v in gain.differs.items()) or gain.label
+
+
+def _vs(gain: VmGain) -> str:
+    """A configuration's gains over the VM's in a few words: ``+23.4 % IOPS (95 % CI +18.0 …
+    +29.1 %, significant), mean latency −19.0 % (…, significant)``."""
+    words = []
+    for figure, what in ((gain.iops, "IOPS"), (gain.latency, "mean latency")):
+        if figure.relative is None:
+            words.append(f"{what} not compared ({figure.verdict.split(':')[0]})")
+            continue
+        sig = ", significant" if figure.better is not None else ", not significant"
+        words.append(_figure(figure, "IOPS", sig) if what == "IOPS"
+                     else f"{what} {_figure(figure, tail=sig)}")
+    return ", ".join(words)
 
 
 GRAPH_DIFFERENCES = {
@@ -228,8 +346,12 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
         note = (f"the guests were measured with {TITLES[platform]}'s own block graph and devices "
                 f'([method] platform = "{platform}"{version}): the findings transfer to it')
         if "blocklayer" in parts:
-            note += "; blocklayer evidence (qemu-storage-daemon) had iomatrix's own graph"
+            note += "; blocklayer evidence (qemu-storage-daemon) had its block layers too"
         return [], [note]
+    if measured == platform:
+        return [], [f"the blocklayer evidence was measured with {TITLES[platform]}'s block layers "
+                    f'in qemu-storage-daemon ([method] platform = "{platform}"); guest devices '
+                    "were not measured"]
     return [f"the measured block graph differed from {TITLES[platform]}'s: run {run.id} was made "
             f'with [method] platform = "{measured}" ('
             + ("iomatrix's own graph" if measured == "qemu"

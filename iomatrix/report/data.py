@@ -250,6 +250,8 @@ class RecommendationView(Frozen):
     """Mode → the settings all its configurations shared ("aio=native, cache=none")."""
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    yours: str = ""
+    """The recommendation relative to the user's VM (a run made with [matrix] from_vm)."""
 
 
 class FindingView(Frozen):
@@ -725,5 +727,6 @@ def _recommendations(run: "StoredRun") -> dict[str, Any]:
             text=text, text_notes=tuple(text_notes),
             fixed={mode: ", ".join(f"{k}={v}" for k, v in fixed.items())
                    for mode, fixed in rec.fixed.items() if fixed},
-            warnings=rec.warnings, notes=rec.notes))
+            warnings=rec.warnings, notes=rec.notes,
+            yours=rec.yours.text if rec.yours is not None else ""))
     return {"recommendations": tuple(out), "recommendation_rule": RULE}

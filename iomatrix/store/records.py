@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import computed_field
 
 from iomatrix.fio.samples import DirectionSample
+from iomatrix.suite.model import method_of_vm
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
@@ -145,7 +146,9 @@ class RunSummary(Frozen):
 
 class SuiteSettings(Frozen):
     """What a run's suite text says about the run, as written: its description and its [method]
-    table (values as in the TOML, no defaults filled in). Empty where the text is not TOML."""
+    table (values as in the TOML, no defaults filled in; platform and pve_version as a suite
+    made from a VM follows them, ``suite.model.method_of_vm``). Empty where the text is not
+    TOML."""
 
     description: str = ""
     method: dict[str, Any] = {}
@@ -167,7 +170,8 @@ def suite_settings(text: str) -> SuiteSettings:
 
     findings = tables.get("finding", [])
     return SuiteSettings(
-        description=str(table("suite").get("description", "")), method=table("method"),
+        description=str(table("suite").get("description", "")),
+        method=method_of_vm(table("method"), tables.get("matrix")),
         target=table("target"),
         findings=tuple(f for f in findings if isinstance(f, dict))
         if isinstance(findings, list) else ())

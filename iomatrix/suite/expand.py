@@ -206,10 +206,11 @@ def expand(suite: Suite) -> Expansion:
         if len(configs) == before and len(skipped) > skipped_before:
             raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
         under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
+    _add_reference(suite, configs, device_target, notes)
     if suite.method.aa:
         source = next((c for c in configs if c.mode == mode), configs[0] if configs else None)
         if source is not None:
-            twin = source.model_copy(update={"aa": True})
+            twin = source.model_copy(update={"aa": True, "yours": None})
             configs.insert(configs.index(source) + 1, twin)
             under_tcg += [(twin.key, rule) for key, rule in under_tcg if key == source.key]
             notes.append(f"A/A calibration: {source.label} is measured twice, as itself and as "
@@ -230,6 +231,79 @@ def expand(suite: Suite) -> Expansion:
                 workloads.append(workload)
     return Expansion(configurations=tuple(configs), workloads=tuple(workloads),
                      skipped=tuple(skipped), notes=tuple(notes), under_tcg=tuple(under_tcg))
+
+
+def reference_configuration(suite: Suite) -> Configuration | None:
+    """The configuration that measures the user's VM disk (``[matrix] reference``) in the
+    suite's mode, or None. Blocklayer mode has no guest: its iothread picks the export (FUSE or
+    NBD), so the VM's disk is measured with the matrix's first export, like the matrix."""
+    ref = suite.matrix.reference
+    if ref is None:
+        return None
+    mode = suite.method.mode
+    values: dict[str, object] = {
+        "controller": ref.controller, "aio": ref.aio, "iothread": ref.iothread,
+        "cache": ref.cache, "format": ref.format, "preallocation": "off",
+        "num_queues": ref.num_queues, "queue_size": ref.queue_size,
+        "vms": (suite.matrix.vms or (suite.method.vms,))[0]}
+    if mode == "blocklayer":
+        values["iothread"] = suite.matrix.iothread[0]
+    used = MODE_AXES[mode]
+    return _normalize(Configuration(mode=mode, yours=True,
+                                    **{a: v for a, v in values.items() if a in used}))
+
+
+def reference_lines(suite: Suite) -> list[str]:
+    """What ``run --plan`` and the run's notes say about the user's VM disk: where it came
+    from, the configuration that measures it, and what it sets that is not reproduced."""
+    ref, config = suite.matrix.reference, reference_configuration(suite)
+    if ref is None or config is None:
+        return []
+    lines = [f"your VM: {suite.matrix.from_vm} {ref.disk} ({ref.written or ref.settings()}) → "
+             f"{ref.settings()}; measured as {config.label} in the same rounds, the reference "
+             "recommend answers relative to"]
+    if config.mode == "blocklayer":
+        lines.append("your VM: blocklayer mode measures its aio, cache and format without a "
+                     "guest (controller, iothread and queues need guest mode); iothread picks "
+                     "the export, as for the matrix")
+    if ref.format == "qcow2":
+        lines.append("your VM: preallocation is not in the VM's file (the storage chose it when "
+                     "it created the volume): the image here is created with preallocation=off")
+    if ref.storage:
+        lines.append(f"your VM: its volume is on {ref.storage}; iomatrix measures an image on "
+                     "the suite's [target] instead (the storage is not reproduced)")
+    if ref.platform == suite.method.platform:
+        version = (f", PVE {suite.method.pve_version or 9}" if ref.platform == "proxmox" else "")
+        lines.append(f"your VM: [method] platform = \"{ref.platform}\"{version}: every "
+                     f"configuration gets {ref.platform}'s block graph, as the VM's disk does")
+    else:
+        lines.append(f"warning: your VM is a {ref.platform} VM but [method] platform = "
+                     f"\"{suite.method.platform}\": its disk gets {suite.method.platform}'s block "
+                     f"graph, not {ref.platform}'s (leave platform out to follow the VM)")
+    lines += [f"your VM: {note}" for note in ref.notes]
+    return lines
+
+
+def _add_reference(suite: Suite, configs: list[Configuration], device_target: bool,
+                   notes: list[str]) -> None:
+    """The user's VM disk among the configurations: the matrix's own configuration when it
+    has the same settings (marked as the VM's), else one more configuration after the matrix."""
+    config = reference_configuration(suite)
+    if config is None:
+        return
+    same = next((i for i, c in enumerate(configs) if c.key == config.key), None)
+    if same is not None:
+        configs[same] = config
+    else:
+        reason = invalid_reason(config, device_target=device_target,
+                                platform=suite.method.platform)
+        if reason is not None:
+            raise InvalidCombination(f"{suite.source_path}: [matrix] from_vm "
+                                     f"{suite.matrix.from_vm}: your VM's disk "
+                                     f"({config.key.split('/', 1)[1]}) cannot be measured: {reason}")
+        last = max((i for i, c in enumerate(configs) if c.mode == config.mode), default=-1)
+        configs.insert(last + 1, config)
+    notes += reference_lines(suite)
 
 
 def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_target: bool,

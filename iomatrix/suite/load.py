@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
 from iomatrix.suite.jobfiles import TABLE as JOBFILES, carry, workload_groups
-from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Scale, ScaleInfo, Suite
+from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Reference, Scale, ScaleInfo, Suite
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -104,6 +104,33 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
     return chosen
 
 
+def suite_file(suite: Suite) -> Path | None:
+    """The file a suite was loaded from (None for a built-in suite or text without a file):
+    files it names ([matrix] from_vm) are looked for beside it."""
+    source = suite.source_path
+    if suite.scale is not None:
+        source = source.removesuffix(f" --scale {suite.scale}")
+    if not source or source.startswith("builtin:") or source.startswith("<"):
+        return None
+    return Path(source)
+
+
+def with_reference(suite: Suite, reference: Reference) -> Suite:
+    """``suite`` with its VM disk resolved: the settings appended to its text as
+    [matrix.reference] (what a run stores, so that it needs the VM's file no more)."""
+    table = reference.model_dump(exclude_defaults=True)
+    text = (suite.source_text.rstrip("\n") + "\n\n# [matrix] from_vm as iomatrix read it\n"
+            "[matrix.reference]\n" + "\n".join(_table_lines(table)) + "\n")
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise SuiteError(f"{suite.source_path}: [matrix] from_vm: write [matrix] as a table "
+                         "([matrix] on a line of its own), so that iomatrix can add the VM's "
+                         "settings to it") from None
+    loaded = load_suite_text(text, source=suite.source_path)
+    return loaded.model_copy(update={"scales": suite.scales})
+
+
 def _scales(value: Any, source: str) -> dict[str, Scale]:
     """The [scale.NAME] tables, checked for their shape and key names."""
     if value is None:
@@ -172,9 +199,11 @@ def _describe(err: Any, single_workloads: bool) -> str:
     if len(loc) == 1 and err["type"] in ("extra_forbidden", "missing"):
         what = "unknown table" if err["type"] == "extra_forbidden" else "required table is missing"
         return f"[{loc[0]}]: {what}"
-    key = _key(loc, single_workloads)
     message = _MESSAGES.get(err["type"], err["msg"])
     message = message.removeprefix("Value error, ")
+    if not loc:                  # a rule across tables: its message names the keys
+        return message
+    key = _key(loc, single_workloads)
     if err["type"] == "missing":
         return f"{key}: {message}"
     value = err.get("input")

@@ -30,6 +30,8 @@ WorkingSet = Literal["size", "exceed-ram", "in-ram"]
 """[target] working_set: how large the images are against the host's page cache (``Target``)."""
 Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
 
+YOUR_VM = "(your VM)"
+"""What the label of the configuration of the user's VM ends with (``Configuration.yours``)."""
 CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
                "num_queues", "queue_size", "vms")
 CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
@@ -390,6 +392,57 @@ class Target(Frozen):
         return self
 
 
+def _vm_file(value: str | None) -> str | None:
+    """A file a suite names beside itself ([matrix] from_vm, storage_cfg): relative, inside the
+    suite's directory (where symlinks lead is checked when iomatrix reads it)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if _CONTROL.search(value) or not value.strip():
+        raise ValueError("write a file name beside the suite, e.g. \"100.conf\"")
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError("must be a path inside the suite's directory (no absolute path, no "
+                         "'..'): copy the file beside the suite")
+    return value
+
+
+VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
+
+
+class Reference(Frozen):
+    """The disk of the user's VM (``[matrix] from_vm`` and ``disk``) as plain settings: what
+    iomatrix read from the file (``iomatrix.platform.translate``), written by iomatrix into the
+    suite text a run stores (``[matrix.reference]``), so that ``--resume``, ``recommend``,
+    ``show`` and the report need the file no more. The run measures it as its reference
+    configuration, in the same rounds as the matrix."""
+
+    platform: Literal["proxmox", "libvirt"]
+    pve_version: PveVersion | None = None
+    """Proxmox VE: the generation whose command line the VM gets (its machine version)."""
+    disk: str = Field(max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    written: Printable = ""
+    """The disk as the file states it."""
+    storage: Printable = ""
+    """Where the volume lives on the VM's host (storage type, or file/block)."""
+    controller: Controller | None = None
+    aio: Aio
+    iothread: StrictBool = False
+    cache: Cache
+    format: Format
+    num_queues: int = Field(default=0, ge=0, le=65535)
+    queue_size: int = Field(default=0, ge=0, le=65535)
+    notes: tuple[Printable, ...] = ()
+    """What the file sets that iomatrix does not reproduce, or reads as a default."""
+
+    def settings(self) -> str:
+        """The disk's I/O settings in words: ``aio=threads, cache=writeback, …``."""
+        values = {"controller": self.controller, "aio": self.aio,
+                  "iothread": "on" if self.iothread else "off", "cache": self.cache,
+                  "format": self.format, "num_queues": self.num_queues or None,
+                  "queue_size": self.queue_size or None}
+        return ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+
+
 class Matrix(Frozen):
     """The disk settings swept; defaults are Proxmox VE's for a new Linux VM."""
 
@@ -408,6 +461,26 @@ class Matrix(Frozen):
     vms: _axis(Annotated[int, Field(ge=1, le=64)]) | None = None
     """Guests booted at once per configuration (guest mode); overrides [method] vms."""
     skip_invalid: bool = False
+    from_vm: VmFile = None
+    """A VM definition beside the suite (a Proxmox VE ``ID.conf`` or ``qm config`` output, or
+    ``virsh dumpxml`` output): its disk's settings are measured in the same rounds as the
+    reference configuration (``Reference``), whether or not the matrix holds them."""
+    disk: str | None = Field(default=None, max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    """Which disk of ``from_vm``: ``scsi0`` (Proxmox VE) or the target dev, ``vda`` (libvirt);
+    may be left out when the VM has one disk."""
+    storage_cfg: VmFile = None
+    """Proxmox VE's ``/etc/pve/storage.cfg`` beside the suite, for storages other than a fresh
+    installation's (local, local-lvm, local-zfs)."""
+    reference: Reference | None = None
+    """``from_vm``'s disk as iomatrix read it; written by iomatrix into a run's stored suite."""
+
+    @model_validator(mode="after")
+    def _vm_keys(self) -> "Matrix":
+        if self.from_vm is None:
+            given = [k for k in ("disk", "storage_cfg", "reference") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{given[0]} goes with from_vm (the VM definition it reads)")
+        return self
 
 
 class Part(Matrix):
@@ -417,6 +490,12 @@ class Part(Matrix):
     under_tcg: Literal["all", "one", "skip"] = "all"
     """When guests run emulated (TCG): every trial, only the first configuration's first
     workload (to show the chain works), or none."""
+
+    @model_validator(mode="after")
+    def _no_vm(self) -> "Part":
+        if self.from_vm is not None:
+            raise ValueError("from_vm belongs in [matrix]: the suite's own mode measures the VM")
+        return self
 
 
 class WorkloadGroup(Frozen):
@@ -717,6 +796,20 @@ class Finding(Frozen):
         return ("guest", "blocklayer") if self.axis in BLOCKLAYER_AXES else ("guest",)
 
 
+def method_of_vm(method: dict[str, Any], matrix: Any) -> dict[str, Any]:
+    """A [method] table (raw, as written) as a suite made from a VM runs it: platform follows
+    the VM's ([matrix] reference: proxmox for a PVE config, libvirt for a domain) unless the
+    table sets it, and pve_version the VM's machine likewise."""
+    reference = matrix.get("reference") if isinstance(matrix, dict) else None
+    if not isinstance(reference, dict) or reference.get("platform") not in ("proxmox", "libvirt"):
+        return method
+    method = dict(method)
+    method.setdefault("platform", reference["platform"])
+    if method["platform"] == "proxmox" and reference.get("pve_version") is not None:
+        method.setdefault("pve_version", reference["pve_version"])
+    return method
+
+
 class Suite(Frozen):
     """A validated suite file."""
 
@@ -730,6 +823,20 @@ class Suite(Frozen):
     beside a blocklayer sweep)."""
     finding: tuple[Finding, ...] = ()
     """[[finding]] tables: the study's conclusions as claims a run can check (``Finding``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _platform_of_vm(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("method", {}), dict):
+            return data
+        return {**data, "method": method_of_vm(data.get("method", {}), data.get("matrix"))}
+
+    @model_validator(mode="after")
+    def _vm_needs_qemu(self) -> "Suite":
+        if self.matrix.from_vm is not None and self.method.mode == "host":
+            raise ValueError("[matrix] from_vm: host mode measures no QEMU settings; set [method] "
+                             "mode to blocklayer or guest to measure the VM's disk")
+        return self
 
     @field_validator("finding")
     @classmethod
@@ -775,6 +882,10 @@ class Configuration(Frozen):
     aa: bool | None = None
     """True: the A/A twin of the configuration with the same settings (``[method] aa``): measured
     again under its own key (``.../aa=twin``) in the same rounds, never compared with others."""
+    yours: bool | None = None
+    """True: the disk of the user's VM (``[matrix] from_vm``), the configuration ``recommend``
+    answers relative to. Not part of the key: a matrix configuration with the same settings is
+    the same point, labelled as the VM's."""
 
     def params(self) -> dict[str, str]:
         """Axis → value for the axes this configuration sets, in a stable order (an A/A twin
@@ -813,6 +924,8 @@ class Configuration(Frozen):
             text += f" ×{self.vms} VMs"
         if self.aa:
             text += " (A/A twin)"
+        if self.yours:
+            text += f" {YOUR_VM}"
         return text
 
 

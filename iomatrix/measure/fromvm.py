@@ -1,0 +1,134 @@
+"""``[matrix] from_vm``: the user's VM definition → the suite's reference configuration.
+
+The file (a Proxmox VE ``ID.conf`` or ``qm config`` output, or ``virsh dumpxml`` output) is
+read from the suite's own directory and nowhere else: no absolute path, no ``..``, no symlink
+leading out of it, a regular file of at most ``MAX_BYTES`` (a suite is untrusted input). It is
+translated as ``iomatrix translate`` does (``iomatrix.platform.translate``), one disk is picked,
+and its settings are written into the suite's text as ``[matrix.reference]``
+(``iomatrix.suite.load.with_reference``): the text a run stores, so that ``--resume``,
+``recommend``, ``show`` and the report never read the file again. What cannot be measured is
+refused with one line: a disk the VM does not have (its disks are listed), a volume iomatrix
+cannot place, a disk without aio (librbd) or whose bus guest mode cannot build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from pydantic import ValidationError
+
+from iomatrix.core.errors import SuiteError
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.translate import DiskTranslation, Translation, translate
+from iomatrix.suite.load import suite_file, with_reference
+from iomatrix.suite.model import CONTROLLERS, Aio, Cache, Format, Reference, Suite
+
+MAX_BYTES = 1 << 20
+"""The largest VM definition read (a real one is a few KiB)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def resolve_vm(suite: Suite) -> Suite:
+    """``suite`` with ``[matrix] from_vm`` read and its disk as ``[matrix] reference``;
+    unchanged when it names no VM or its reference is already resolved (a stored suite)."""
+    matrix = suite.matrix
+    if matrix.from_vm is None or matrix.reference is not None:
+        return suite
+    where = f"{suite.source_path}: [matrix] from_vm = {matrix.from_vm!r}"
+    text = read_beside(suite, matrix.from_vm, "from_vm")
+    storages = (pve.parse_storage_cfg(read_beside(suite, matrix.storage_cfg, "storage_cfg"))
+                if matrix.storage_cfg else None)
+    version = suite.method.pve_version if suite.method.platform == "proxmox" else None
+    try:
+        result = translate(text, pve_version=version, storages=storages)
+    except ValueError as exc:
+        raise SuiteError(f"{where}: not a Proxmox VE configuration nor a libvirt domain: "
+                         f"{exc}") from None
+    disk = _pick(result, matrix.disk, where)
+    try:
+        reference = _reference(result, disk, suite.method.mode, where)
+    except ValidationError as exc:
+        raise SuiteError(f"{where}: {disk.name}: {exc.errors()[0]['msg']}") from None
+    return with_reference(suite, reference)
+
+
+def read_beside(suite: Suite, name: str, key: str) -> str:
+    """The text of the file ``name`` in the suite's directory (``[matrix] key``), confined to
+    that directory; SuiteError, in one line, for anything else."""
+    where = f"{suite.source_path}: [matrix] {key} = {name!r}"
+    path = suite_file(suite)
+    if path is None:
+        raise SuiteError(f"{where}: this suite has no directory of its own to read it from "
+                         "(write the suite to a file beside the VM's definition)")
+    folder = path.absolute().parent.resolve()
+    try:
+        real = (folder / name).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise SuiteError(f"{where}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not real.is_relative_to(folder):
+        raise SuiteError(f"{where}: leads out of the suite's directory {folder} (to {real}); "
+                         "copy the file beside the suite")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SuiteError(f"{where}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise SuiteError(f"{where}: not a regular file")
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise SuiteError(f"{where}: larger than {MAX_BYTES >> 10} KiB: not a VM definition")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SuiteError(f"{where}: not UTF-8 text") from None
+    if _CONTROL.search(text):
+        raise SuiteError(f"{where}: holds control characters: not a VM definition")
+    return text
+
+
+def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslation:
+    names = ", ".join(d.name for d in result.disks) or "none"
+    if wanted is None:
+        if len(result.disks) == 1:
+            return result.disks[0]
+        if not result.disks:
+            skipped = "; ".join(result.notes[1:])     # the first says what is always left out
+            raise SuiteError(f"{where}: the VM has no disk iomatrix can measure"
+                             + (f" ({skipped})" if skipped else ""))
+        raise SuiteError(f"{where}: the VM has {len(result.disks)} disks ({names}): name one "
+                         "with [matrix] disk")
+    found = next((d for d in result.disks if d.name == wanted), None)
+    if found is None:
+        raise SuiteError(f"{where}: the VM has no disk {wanted!r} (its disks: {names})")
+    return found
+
+
+def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str) -> Reference:
+    """The disk as plain settings, or SuiteError naming what the mode cannot measure."""
+    values = disk.values
+    why = "; ".join(disk.notes)
+    unusable = [(key, values.get(key), allowed) for key, allowed in (
+        ("aio", Aio.__args__), ("cache", Cache.__args__), ("format", Format.__args__))  # type: ignore[attr-defined]
+        if values.get(key) not in allowed]
+    if mode == "guest" and values.get("controller") not in CONTROLLERS:
+        unusable.append(("controller", values.get("controller"), CONTROLLERS))
+    if not values or unusable:
+        what = ", ".join(f"{key} {value or 'unknown'}" for key, value, _ in unusable)
+        raise SuiteError(f"{where}: {disk.name} cannot be measured here"
+                         + (f" ({what})" if values else "") + (f": {why}" if why else ""),
+                         hint=None if values else "for a storage of your own, copy "
+                         "/etc/pve/storage.cfg beside the suite and set [matrix] storage_cfg = "
+                         "\"storage.cfg\"")
+    if mode == "guest" and disk.config is None:
+        raise SuiteError(f"{where}: {disk.name} cannot be measured as a guest disk: {why}")
+    controller = values.get("controller")
+    return Reference(
+        platform=result.platform, pve_version=result.pve_version, disk=disk.name,
+        written=disk.written, storage=disk.storage,
+        controller=controller if controller in CONTROLLERS else None, aio=values["aio"],
+        iothread=bool(values.get("iothread")), cache=values["cache"], format=values["format"],
+        num_queues=values.get("num_queues") or 0, queue_size=values.get("queue_size") or 0,
+        notes=disk.notes)
