@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qemu.qmp import QMPClient, QMPError
+from qemu.qmp import ConnectError, QMPClient, QMPError
 
 from iomatrix.core.errors import ToolFailed
 from iomatrix.qemu.escape import qemu_bool
@@ -18,6 +18,8 @@ from iomatrix.qemu.escape import qemu_bool
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 
 Command = tuple[str, Mapping[str, Any] | None]
+REFUSED_RETRY = 2.0
+"""Seconds a refused or missing monitor socket is tried again (see ``_connect``)."""
 
 
 _state = {"busy": False, "interrupted": False}
@@ -49,7 +51,7 @@ def qmp_execute(socket: Path, commands: Sequence[Command], *, timeout: float = 1
 async def _execute(socket: Path, commands: Sequence[Command], timeout: float) -> list[Any]:
     client = QMPClient("iomatrix")
     try:
-        await asyncio.wait_for(client.connect(str(socket)), timeout)
+        await _connect(client, socket, timeout)
         results = []
         for name, args in commands:
             results.append(await asyncio.wait_for(client.execute(name, args), timeout))
@@ -61,6 +63,25 @@ async def _execute(socket: Path, commands: Sequence[Command], timeout: float) ->
         # After "quit" QEMU closes the socket first: the client then reports EOF on disconnect.
         with contextlib.suppress(QMPError, OSError, EOFError):
             await client.disconnect()
+
+
+async def _connect(client: QMPClient, socket: Path, timeout: float) -> None:
+    """Connect within ``timeout``. A monitor socket exists from QEMU's bind() but accepts only
+    after its listen(): a connection refused (or a socket not yet there) is tried again for up
+    to :data:`REFUSED_RETRY` seconds, so a caller that waited for the file to appear cannot lose
+    that race on a loaded host, while a QEMU that died and left its socket still fails soon."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    retry_until = loop.time() + min(timeout, REFUSED_RETRY)
+    while True:
+        try:
+            await asyncio.wait_for(client.connect(str(socket)), max(deadline - loop.time(), 0.01))
+            return
+        except ConnectError as exc:
+            if (not isinstance(exc.exc, (ConnectionRefusedError, FileNotFoundError))
+                    or loop.time() + 0.05 >= retry_until):
+                raise
+        await asyncio.sleep(0.05)
 
 
 def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
