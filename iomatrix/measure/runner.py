@@ -28,7 +28,8 @@ from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, Sto
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
-from iomatrix.target.workspace import Workspace, nearest_existing
+from iomatrix.target.targets import TargetSet, plan_targets
+from iomatrix.target.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -97,7 +98,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
-    workspace = Workspace(suite.target, keep=keep)
+    workspace, expansion = _targets(suite, expansion, keep)
     workspace.check(expansion.configurations)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
@@ -123,6 +124,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
+            if isinstance(workspace, TargetSet):
+                host["targets"] = ", ".join(p.name for p in workspace.plans)
             notes = [*expansion.notes, *workspace.notes]
             run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
                                       suite_text=suite.source_text, host=host,
@@ -178,15 +181,26 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
+def _targets(suite: Suite, expansion: Expansion,
+             keep: bool) -> tuple[Workspace | TargetSet, Expansion]:
+    """The run's target prepared as one ``Workspace``, or for a suite of several targets as a
+    ``TargetSet``, with the expansion left without the targets this host cannot provide."""
+    plans = plan_targets(suite)
+    if not plans:
+        return Workspace(suite.target, keep=keep), expansion
+    targets = TargetSet(plans, keep=keep)
+    return targets, expansion.without_targets(targets.skipped)
+
+
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
     """What a run reclaims when it starts: scratch directories, and the image directories of
-    the run it resumes or of its target directory (``iomatrix clean`` reclaims everything)."""
-    target = (os.path.realpath(suite.target.directory) if suite.target.directory is not None
-              else None)
+    the run it resumes or of its target directories (``iomatrix clean`` reclaims everything)."""
+    targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
+               if t.directory is not None}
 
     def wanted(r: ResourceRecord) -> bool:
         return r.kind == "scratch" or (r.kind == "workspace" and (
-            r.within == target or (resume is not None and r.run_id == resume)))
+            r.within in targets or (resume is not None and r.run_id == resume)))
     return wanted
 
 
@@ -233,8 +247,9 @@ class _Runner:
         self.measured = 0.0
         self.accelerator = "none"
         self.n = 0
-        target = suite.target.device or suite.target.directory
-        self.device = device_of(nearest_existing(target)) if target is not None else None
+        self.device: str | None = None
+        """The block device of the target measured now, for the host's disk telemetry."""
+        self._devices: dict[str | None, str | None] = {}
         self.perf = perf_problem()
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
@@ -246,7 +261,8 @@ class _Runner:
                 out.append(b.model_copy(update={"workloads": left}))
         return out
 
-    def run(self, workspace: Workspace, workdir: Path, drivers: dict[str, Driver]) -> None:
+    def run(self, workspace: Workspace | TargetSet, workdir: Path,
+            drivers: dict[str, Driver]) -> None:
         blocks = self._todo(plan(self.expansion, self.method.samples, self.seed))
         self.progress.start(sum(len(b.workloads) for b in blocks),
                             estimate_seconds(blocks, self.method))
@@ -284,9 +300,12 @@ class _Runner:
                       for w in self.expansion.workloads_for(c)]
         return needing_more(self.store.load_run(self.run_id), self.method.target_ci, candidates)
 
-    def _block(self, block: Block, workspace: Workspace, workdir: Path,
+    def _block(self, block: Block, workspace: Workspace | TargetSet, workdir: Path,
                drivers: dict[str, Driver]) -> None:
         config = block.config
+        if config.target not in self._devices:
+            self._devices[config.target] = device_of(workspace.storage_of(config))
+        self.device = self._devices[config.target]
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
         trials = list(block.workloads)
