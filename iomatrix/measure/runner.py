@@ -155,6 +155,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry)
             with workspace:
                 workspace.create()
+                _late_notes(store, run_id, progress, notes, workspace.notes)
                 runner.run(workspace, workdir, drivers)
             status = "complete"
         except KeyboardInterrupt:
@@ -164,6 +165,17 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
+                now_known: list[str]) -> None:
+    """Store and show the notes only making the target could tell (a loop device the kernel
+    gave no direct I/O: ``TargetSet.create``)."""
+    added = [n for n in now_known if n not in notes]
+    if added:
+        store.add_notes(run_id, added)
+    for text in added:
+        progress.note(text)
 
 
 def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:

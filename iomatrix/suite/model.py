@@ -597,8 +597,9 @@ class ScaleInfo(Frozen):
 class Scale(Frozen):
     """A [scale.NAME] table: how the suite changes at that scale (``run --scale NAME``).
     [target], [matrix] and [method] keys given here replace the suite's own, key by key; a
-    [[workloads]], [[part]] or [[targets]] list given here replaces the suite's whole list. The result is
-    validated as a whole suite. Values are checked there, names here (unknown keys refused)."""
+    [[workloads]], [[part]] or [[targets]] list given here replaces the suite's whole list. The
+    result is validated as a whole suite. Values are checked there, names here (unknown keys
+    refused)."""
 
     description: Printable = Field(default="", max_length=10_000)
     target: dict[str, Any] = {}
