@@ -21,6 +21,8 @@ packages="$packages libvirt-daemon-system"
 # the guests' fio: a static build of the host's fio version from its Debian source, with the server
 # patch (iomatrix/appliance/guestfio.py); libaio-dev for the libaio engine, flex/bison for job math
 packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison libfl-dev"
+# mkfs.xfs and mkfs.btrfs: filesystems a run makes on a loop device ([target] filesystems)
+packages="$packages xfsprogs btrfs-progs"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
 missing=""

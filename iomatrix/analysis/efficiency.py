@@ -1,5 +1,5 @@
 """Bare-metal efficiency (seed 003): each point beside the host-mode point of the same workload
-on the same target in the same run. IOPS and bandwidth as % of bare metal; latency as the
+on the same target in the same run (in a run of several targets, each target's own). IOPS and bandwidth as % of bare metal; latency as the
 microseconds added to the bare-metal mean latency. Whether the IOPS differ from bare metal at all
 is Welch's test on the samples (``stats.compare``), Holm-adjusted across every point of the run
 that has a baseline: "no significant difference" is then the answer, not a bare percentage."""
@@ -10,8 +10,7 @@ from __future__ import annotations
 from iomatrix.analysis.points import Point
 from iomatrix.analysis.stats import Comparison, adjust, compare
 from iomatrix.core.model import Frozen
-
-HOST = "host"
+from iomatrix.suite.model import baseline_key
 
 
 class Efficiency(Frozen):
@@ -36,11 +35,14 @@ class Efficiency(Frozen):
 
 
 def efficiency(points: list[Point]) -> dict[tuple[str, str], Efficiency]:
-    """(configuration, workload) → efficiency, for every non-host point that has a host point of
-    the same workload with samples; empty when the run has no baseline."""
-    base = {p.workload_key: p for p in points if p.config_key == HOST and p.samples}
-    pairs = [(p, base[p.workload_key]) for p in points
-             if p.config_key != HOST and p.samples and p.workload_key in base]
+    """(configuration, workload) → efficiency, for every point that has a baseline point (the
+    host-mode point on its own target, ``baseline_key``) of the same workload with samples;
+    empty when the run has no baseline."""
+    base = {(p.config_key, p.workload_key): p for p in points
+            if p.config_key == baseline_key(p.config_key) and p.samples}
+    pairs = [(p, base[(baseline_key(p.config_key), p.workload_key)]) for p in points
+             if p.samples and p.config_key != baseline_key(p.config_key)
+             and (baseline_key(p.config_key), p.workload_key) in base]
     tests = adjust([compare(b.iops_samples, p.iops_samples) for p, b in pairs])
     return {(p.config_key, p.workload_key): Efficiency(
                 config_key=p.config_key, workload_key=p.workload_key,

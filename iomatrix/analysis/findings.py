@@ -57,7 +57,7 @@ from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
-from iomatrix.suite.model import Finding
+from iomatrix.suite.model import Finding, baseline_key
 
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
@@ -310,15 +310,16 @@ def _ranking(sub: StoredRun, finding: Finding, mode: str, present: list[str],
 
 def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigRecord],
               workloads: list[WorkloadRecord]) -> _Raw:
-    """Each chosen configuration beside a copy of bare metal's point on the same workloads: a
-    gain of axis "against" (measured over bare metal) is its fraction of bare metal − 1."""
-    host = next((c for c in run.configs if c.mode == "host"), None)
-    if host is None:
+    """Each chosen configuration beside a copy of bare metal's point (on its own target) on the
+    same workloads: a gain of axis "against" (measured over bare metal) is its fraction of bare
+    metal − 1."""
+    hosts = {c.key for c in run.configs if c.mode == "host"}
+    if not hosts:
         return _Raw(mode=mode, reason="this run has no bare-metal baseline (host mode)")
     if finding.axis is not None:
         configs = [c for c in configs if c.params.get(finding.axis) == finding.level]
+    configs = [c for c in configs if baseline_key(c.key) in hosts]
     wkeys = {w.key for w in workloads}
-    host_trials = [t for t in run.trials if t.config_key == host.key and t.workload_key in wkeys]
     paired: list[ConfigRecord] = []
     copies = []
     for c in configs:
@@ -326,7 +327,8 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
         paired.append(c.model_copy(update={"params": {**c.params, "against": _MEASURED}}))
         paired.append(ConfigRecord(key=bare, label=_BARE, mode=c.mode,
                                    params={**c.params, "against": _BARE}))
-        copies += [t.model_copy(update={"config_key": bare}) for t in host_trials]
+        copies += [t.model_copy(update={"config_key": bare}) for t in run.trials
+                   if t.config_key == baseline_key(c.key) and t.workload_key in wkeys]
     sub = _subrun(run, paired, workloads, copies)
     hold, fixed = _per(sub, finding)
     found = [g for g in gains(sub, "against", metric=finding.metric, reference=_BARE, by=(),

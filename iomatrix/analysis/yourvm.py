@@ -22,7 +22,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.suite.expand import reference_configuration
 from iomatrix.suite.load import load_suite_text
-from iomatrix.suite.model import Reference
+from iomatrix.suite.model import TARGET_AXIS, Reference
 
 VM_AXIS = "vm"
 YOURS = "yours"
@@ -86,11 +86,15 @@ def _your_vm(run: StoredRun) -> YourVm | None:
         return None
     wanted = reference_configuration(suite)
     reference = suite.matrix.reference
-    config = next((c for c in run.configs if wanted is not None and c.key == wanted.key), None)
+    # A run over several targets measures the VM's disk on each: the comparison is made on
+    # the first (the run's primary target), against the configurations on that target.
+    config = next((c for c in run.configs if wanted is not None
+                   and _off_target(c.params) == wanted.params()), None)
     if config is None or reference is None or suite.matrix.from_vm is None:
         return None
+    on = config.params.get(TARGET_AXIS)
     others = [c for c in run.configs if c.mode == config.mode and c.mode != HOST
-              and c.key != config.key and not is_twin(c)]
+              and c.params.get(TARGET_AXIS) == on and c.key != config.key and not is_twin(c)]
     compared: list[VmGain] = []
     if others:
         sub = only_configs(run, {config.key, *(c.key for c in others)})
@@ -111,6 +115,10 @@ def _your_vm(run: StoredRun) -> YourVm | None:
                                    differs=differs, iops=iops, latency=latency))
     return YourVm(from_vm=suite.matrix.from_vm, reference=reference, config=config,
                   gains=tuple(compared))
+
+
+def _off_target(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if k != TARGET_AXIS}
 
 
 def vm_needing_more(run: StoredRun, target: float) -> set[tuple[str, str]]:

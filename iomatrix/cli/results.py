@@ -47,9 +47,10 @@ def show(
     stored = load_run(db, run_ref)
     labels = {c.key: c.label for c in stored.configs}
     workloads = {w.key: w.label for w in stored.workloads}
+    where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
+             f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
     out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
-              f"{stored.created_at} · {stored.host.get('hostname', '?')} · "
-              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
+              f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.emulated:
         out.print(EMULATED)
     found = points(stored)

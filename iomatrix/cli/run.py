@@ -19,8 +19,11 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
     ``accel`` tcg, as the run would go with emulated guests."""
     from iomatrix.suite.plan import duration_text, estimate_seconds, plan
     from iomatrix.suite import expand
+    from iomatrix.target.targets import describe_plans, plan_targets
 
-    full = expand(suite)
+    targets = plan_targets(suite)
+    full = expand(suite).without_targets({t.name: str(t.problem) for t in targets
+                                          if t.problem is not None and not t.required})
     expansion = full.for_accel("tcg") if (accel or suite.method.accel) == "tcg" else full
     seed = suite.method.seed if suite.method.seed is not None else 0
     blocks = plan(expansion, suite.method.samples, seed)
@@ -85,6 +88,8 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
 
     for note in workload_groups(suite)[1]:     # what of its job files the run replaces
         out.print(f"note: {note}", markup=False, soft_wrap=True)
+    for line in describe_plans(targets, full.configurations):
+        out.print(line, markup=False, soft_wrap=True)
     from iomatrix.target.workspace import plan_lines
 
     for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set
@@ -102,7 +107,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
-    target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory.")] = None,
+    target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory (with [target] filesystems: the directory the filesystems are measured in).")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
@@ -160,6 +165,10 @@ def run(
         if loaded.target.device is not None:
             raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
                              "but this suite names a device")
+        if loaded.targets:
+            raise SuiteError(f"{loaded.source_path}: --target replaces the directory of one "
+                             f"target, but this suite names {len(loaded.targets)} in [[targets]]",
+                             hint="edit their directories in the suite file")
         # validated like the suite's own [target]: --target is as untrusted as the file
         target_model = type(loaded.target).model_validate(
             {**loaded.target.model_dump(), "directory": str(target)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from pathlib import Path
@@ -62,3 +63,57 @@ def force_unmount(path: str | os.PathLike[str]) -> None:
         found = which(tool)
         if is_mounted(path) and found:
             run([found, *flags, os.fspath(path)], timeout=10, check=False)
+
+
+CLONE_NEWNS = 0x00020000
+
+
+class PrivateMounts:
+    """The calling thread in a mount namespace of its own, from ``enter`` to ``leave``: what it
+    and the processes it starts mount there is seen by no other process and propagates nowhere
+    (every mount in it is made private), and the kernel unmounts it when the last process in
+    the namespace ends, even when iomatrix is killed outright. ``leave`` returns the thread to
+    the namespace it came from; processes started meanwhile stay in the private one. Needs
+    CAP_SYS_ADMIN (root); OSError otherwise."""
+
+    def __init__(self) -> None:
+        self._home: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._home is not None
+
+    def enter(self) -> None:
+        """Move into a new private mount namespace (nothing when already in one)."""
+        if self._home is not None:
+            return
+        from iomatrix.core.proc import require, run
+
+        mount = require("mount")
+        libc = ctypes.CDLL(None, use_errno=True)
+        home = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        if libc.unshare(CLONE_NEWNS) != 0:
+            code = ctypes.get_errno()
+            os.close(home)
+            raise OSError(code, f"unshare(CLONE_NEWNS): {os.strerror(code)}")
+        self._home = home
+        try:
+            # a copy of a shared mount would still pass mounts made below it back to the host
+            run([mount, "--make-rprivate", "/"], timeout=30)
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        """Back to the namespace ``enter`` left (nothing when not in one)."""
+        if self._home is None:
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        try:
+            if libc.setns(self._home, CLONE_NEWNS) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"setns back to the host's mount namespace: "
+                                    f"{os.strerror(code)}")
+        finally:
+            os.close(self._home)
+            self._home = None

@@ -13,7 +13,9 @@ says so. One that is killed cannot; then ``reclaim`` removes them, from the next
 - the path still is what iomatrix created: its name (``iomatrix-run-*``, ``iomatrix-*``), in
   the directory it was created in, a directory and not a symlink, owned by the user iomatrix runs
   as, who created it;
-- nothing is mounted inside it once the FUSE exports a killed daemon left are detached.
+- nothing is mounted inside it once the FUSE exports a killed daemon left are detached and the
+  filesystems a run made there (on loop devices over files inside it: ``iomatrix.target.
+  targets``) are unmounted and their loop devices detached.
 
 A target directory that iomatrix created is only ever removed with ``rmdir``: when empty."""
 
@@ -37,6 +39,8 @@ from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import HeldLock, Identity, liveness, this_process
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
+from iomatrix.target import loops
+from iomatrix.target.targets import release_loops
 from iomatrix.target.workspace import PREFIX
 
 SCRATCH_PREFIX = "iomatrix-run-"
@@ -211,14 +215,20 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
             return Reclaimed(r, "left", f"cannot remove: {exc.strerror}")
         return Reclaimed(r, "removed", "empty")
     size = _size(path)
-    mounted = [m for m in mounts(mountinfo) if m.point.startswith(r.path + "/")]
+    made = loops.backed_in(path)            # filesystems a run made there (target.targets)
+    made_devices = {loop.device for loop in made}
+    mounted = [m for m in mounts(mountinfo) if m.point.startswith(r.path + "/")
+               and m.source not in made_devices]
     foreign = [m.point for m in mounted if not m.fstype.startswith("fuse")]
     if foreign or any(m.point == r.path for m in mounts(mountinfo)):
         return Reclaimed(r, "left", f"something is mounted in it: {', '.join(foreign) or r.path}")
     if dry_run:
-        detail = f"{len(mounted)} FUSE export(s) to detach first" if mounted else ""
+        detail = "; ".join(
+            ([f"{len(mounted)} FUSE export(s) to detach first"] if mounted else [])
+            + ([f"loop device(s) {', '.join(sorted(made_devices))} to detach"] if made else []))
         return Reclaimed(r, "would remove", detail, size)
     _detach_fuse(path, mountinfo)
+    released = release_loops(path, mountinfo=mountinfo)
     still = [m.point for m in mounts(mountinfo) if m.point.startswith(r.path + "/")]
     if still:
         return Reclaimed(r, "left", f"cannot detach {', '.join(still)}")
@@ -232,7 +242,10 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
     shutil.rmtree(path, onerror=failed)
     if errors:
         return Reclaimed(r, "left", f"cannot remove: {errors[0]}")
-    detail = f"{len(mounted)} FUSE export(s) detached" if mounted else ""
+    detail = "; ".join(
+        ([f"{len(mounted)} FUSE export(s) detached"] if mounted else [])
+        + ([f"loop device(s) {', '.join(lo.device for lo in released)} detached"]
+           if released else []))
     return Reclaimed(r, "removed", detail, size)
 
 

@@ -29,7 +29,8 @@ from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, Sto
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
-from iomatrix.target.workspace import Workspace, nearest_existing
+from iomatrix.target.targets import TargetSet, plan_targets
+from iomatrix.target.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -99,7 +100,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
-    workspace = Workspace(suite.target, keep=keep)
+    workspace, expansion = _targets(suite, expansion, keep)
     workspace.check(expansion.configurations)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
@@ -125,6 +126,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
+            if isinstance(workspace, TargetSet):
+                host["targets"] = ", ".join(p.name for p in workspace.plans)
             notes = [*expansion.notes, *workspace.notes]
             run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
                                       suite_text=suite.source_text, host=host,
@@ -154,6 +157,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry)
             with workspace:
                 workspace.create()
+                _late_notes(store, run_id, progress, notes, workspace.notes)
                 runner.run(workspace, workdir, drivers)
             status = "complete"
         except KeyboardInterrupt:
@@ -163,6 +167,17 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
+                now_known: list[str]) -> None:
+    """Store and show the notes only making the target could tell (a loop device the kernel
+    gave no direct I/O: ``TargetSet.create``)."""
+    added = [n for n in now_known if n not in notes]
+    if added:
+        store.add_notes(run_id, added)
+    for text in added:
+        progress.note(text)
 
 
 def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
@@ -180,15 +195,26 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
+def _targets(suite: Suite, expansion: Expansion,
+             keep: bool) -> tuple[Workspace | TargetSet, Expansion]:
+    """The run's target prepared as one ``Workspace``, or for a suite of several targets as a
+    ``TargetSet``, with the expansion left without the targets this host cannot provide."""
+    plans = plan_targets(suite)
+    if not plans:
+        return Workspace(suite.target, keep=keep), expansion
+    targets = TargetSet(plans, keep=keep)
+    return targets, expansion.without_targets(targets.skipped)
+
+
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
     """What a run reclaims when it starts: scratch directories, and the image directories of
-    the run it resumes or of its target directory (``iomatrix clean`` reclaims everything)."""
-    target = (os.path.realpath(suite.target.directory) if suite.target.directory is not None
-              else None)
+    the run it resumes or of its target directories (``iomatrix clean`` reclaims everything)."""
+    targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
+               if t.directory is not None}
 
     def wanted(r: ResourceRecord) -> bool:
         return r.kind == "scratch" or (r.kind == "workspace" and (
-            r.within == target or (resume is not None and r.run_id == resume)))
+            r.within in targets or (resume is not None and r.run_id == resume)))
     return wanted
 
 
@@ -235,8 +261,9 @@ class _Runner:
         self.measured = 0.0
         self.accelerator = "none"
         self.n = 0
-        target = suite.target.device or suite.target.directory
-        self.device = device_of(nearest_existing(target)) if target is not None else None
+        self.device: str | None = None
+        """The block device of the target measured now, for the host's disk telemetry."""
+        self._devices: dict[str | None, str | None] = {}
         self.perf = perf_problem()
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
@@ -248,7 +275,8 @@ class _Runner:
                 out.append(b.model_copy(update={"workloads": left}))
         return out
 
-    def run(self, workspace: Workspace, workdir: Path, drivers: dict[str, Driver]) -> None:
+    def run(self, workspace: Workspace | TargetSet, workdir: Path,
+            drivers: dict[str, Driver]) -> None:
         blocks = self._todo(plan(self.expansion, self.method.samples, self.seed))
         self.progress.start(sum(len(b.workloads) for b in blocks),
                             estimate_seconds(blocks, self.method))
@@ -290,9 +318,12 @@ class _Runner:
                    *vm_needing_more(run, self.method.target_ci)}     # the user's VM's gains
         return [p for p in candidates if p in wanting]
 
-    def _block(self, block: Block, workspace: Workspace, workdir: Path,
+    def _block(self, block: Block, workspace: Workspace | TargetSet, workdir: Path,
                drivers: dict[str, Driver]) -> None:
         config = block.config
+        if config.target not in self._devices:
+            self._devices[config.target] = device_of(workspace.storage_of(config))
+        self.device = self._devices[config.target]
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
         trials = list(block.workloads)

@@ -29,6 +29,9 @@ NOT_SETTINGS = {
     "vms": "the number of guests measured at once, not a disk setting",
     "data_path": "vhost-user-blk needs a qemu-storage-daemon beside the guest; iomatrix does not "
                  "render that setup for a platform",
+    "target": "the storage measured, not a disk setting: each recommended level rests on pairs "
+              "measured on the same target, pooled over the targets (gains held per target "
+              "are in `iomatrix analyze` and the report)",
 }
 """Run axes that a recommendation reports but does not turn into a setting, and why."""
 

@@ -55,6 +55,20 @@ class Expansion(Frozen):
     def trials_per_sample(self) -> int:
         return sum(len(self.workloads_for(c)) for c in self.configurations)
 
+    def without_targets(self, dropped: dict[str, str]) -> "Expansion":
+        """The expansion without the configurations on the targets ``dropped`` (name → why,
+        for the notes): those a host cannot provide (``iomatrix.target.targets``)."""
+        if not dropped:
+            return self
+        configs = tuple(c for c in self.configurations if c.target not in dropped)
+        keys = {c.key for c in configs}
+        return self.model_copy(update={
+            "configurations": configs,
+            "only": None if self.only is None else tuple(p for p in self.only if p[0] in keys),
+            "under_tcg": tuple(r for r in self.under_tcg if r[0] in keys),
+            "notes": (*self.notes, *(f"target {name} is not measured: {why}"
+                                     for name, why in dropped.items()))})
+
     def for_accel(self, accel: str) -> "Expansion":
         """The expansion as it runs with guests under ``accel``: under TCG, parts marked
         ``under_tcg = "one"`` keep their first configuration's first workload, "skip" none."""
@@ -190,23 +204,25 @@ def _normalize(config: Configuration) -> Configuration:
 
 def expand(suite: Suite) -> Expansion:
     """Every configuration × workload the suite asks for, invalid ones rejected or skipped."""
-    device_target = suite.target.device is not None
+    targets: list[tuple[str | None, bool]] = (
+        [(t.name, t.device is not None) for t in suite.named_targets]
+        or [(None, suite.target.device is not None)])
     notes: list[str] = []
     configs: list[Configuration] = []
     skipped: list[Skipped] = []
     under_tcg: list[tuple[str, str]] = []
     mode = suite.method.mode
     if suite.method.baseline and mode != "host":
-        configs.append(Configuration(mode="host"))
+        configs += [Configuration(mode="host", target=name) for name, _ in targets]
     parts: list[tuple[str, Matrix, str, str]] = [(mode, suite.matrix, "[matrix]", "all")]
     parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
     for part_mode, matrix, where, rule in parts:
         before, skipped_before = len(configs), len(skipped)
-        _expand_part(suite, part_mode, matrix, where, device_target, configs, skipped, notes)
+        _expand_part(suite, part_mode, matrix, where, targets, configs, skipped, notes)
         if len(configs) == before and len(skipped) > skipped_before:
             raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
         under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
-    _add_reference(suite, configs, device_target, notes)
+    _add_reference(suite, configs, targets, notes)
     if suite.method.aa:
         source = next((c for c in configs if c.mode == mode), configs[0] if configs else None)
         if source is not None:
@@ -284,31 +300,37 @@ def reference_lines(suite: Suite) -> list[str]:
     return lines
 
 
-def _add_reference(suite: Suite, configs: list[Configuration], device_target: bool,
-                   notes: list[str]) -> None:
-    """The user's VM disk among the configurations: the matrix's own configuration when it
-    has the same settings (marked as the VM's), else one more configuration after the matrix."""
-    config = reference_configuration(suite)
-    if config is None:
+def _add_reference(suite: Suite, configs: list[Configuration],
+                   targets: list[tuple[str | None, bool]], notes: list[str]) -> None:
+    """The user's VM disk among the configurations, on each target: the matrix's own
+    configuration when it has the same settings (marked as the VM's), else one more
+    configuration after the matrix's of its mode."""
+    reference = reference_configuration(suite)
+    if reference is None:
         return
-    same = next((i for i, c in enumerate(configs) if c.key == config.key), None)
-    if same is not None:
-        configs[same] = config
-    else:
+    for target, device_target in targets:
+        config = reference.model_copy(update={"target": target})
+        same = next((i for i, c in enumerate(configs) if c.key == config.key), None)
+        if same is not None:
+            configs[same] = config
+            continue
         reason = invalid_reason(config, device_target=device_target,
                                 platform=suite.method.platform)
         if reason is not None:
             raise InvalidCombination(f"{suite.source_path}: [matrix] from_vm "
                                      f"{suite.matrix.from_vm}: your VM's disk "
                                      f"({config.key.split('/', 1)[1]}) cannot be measured: {reason}")
-        last = max((i for i, c in enumerate(configs) if c.mode == config.mode), default=-1)
+        last = max((i for i, c in enumerate(configs)
+                    if c.mode == config.mode and c.target == target), default=len(configs) - 1)
         configs.insert(last + 1, config)
     notes += reference_lines(suite)
 
 
-def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_target: bool,
-                 configs: list[Configuration], skipped: list[Skipped], notes: list[str]) -> None:
-    """Append one matrix's valid configurations (not already present) to ``configs``."""
+def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
+                 targets: list[tuple[str | None, bool]], configs: list[Configuration],
+                 skipped: list[Skipped], notes: list[str]) -> None:
+    """Append one matrix's valid configurations (not already present) to ``configs``, on each
+    of ``targets`` in turn: (name, whether it is a block device); name None for a run of one."""
     used = MODE_AXES[mode]
     for axis in AXES:
         values = getattr(matrix, axis)
@@ -323,8 +345,9 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str, device_tar
     if mode == "guest":
         axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
     seen = {c.key for c in configs}
-    for combo in itertools.product(*axis_values):
-        config = _normalize(Configuration(mode=mode, **dict(zip(AXES, combo))))
+    for (target, device_target), combo in itertools.product(targets,
+                                                            itertools.product(*axis_values)):
+        config = _normalize(Configuration(mode=mode, target=target, **dict(zip(AXES, combo))))
         if config.key in seen:
             continue
         seen.add(config.key)

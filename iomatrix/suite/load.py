@@ -1,7 +1,8 @@
 """TOML text → validated ``Suite``. Every error names the file, the key and the bad value.
 
 A suite file may offer scales: [scale.NAME] tables that change its [target], [matrix] and
-[method] key by key and may replace its [[workloads]] and [[part]] lists (``model.Scale``).
+[method] key by key and may replace its [[workloads]], [[part]] and [[targets]] lists
+(``model.Scale``).
 ``load_suite(ref, scale=NAME)`` applies one; every scale of a file is validated whenever the
 file is loaded, as a whole suite, so a broken scale is found before anyone asks for it. A suite
 loaded at a scale carries, as its ``source_text``, the resolved suite in TOML (what a stored run
@@ -150,7 +151,7 @@ def _scales(value: Any, source: str) -> dict[str, Scale]:
             scales[name] = Scale.model_validate(table)
         except ValidationError as exc:
             lines = [f"[scale.{name}] {err['loc'][0]}: unknown key (a scale holds description, "
-                     "target, matrix, method, workloads and part)"
+                     "target, matrix, method, workloads, part and targets)"
                      if err["type"] == "extra_forbidden" and len(err["loc"]) == 1
                      else f"[scale.{name}] " + _describe(err, False) for err in exc.errors()]
             raise SuiteError(f"{source}: " + f"\n{source}: ".join(lines)) from exc
@@ -169,6 +170,8 @@ def _apply(raw: dict[str, Any], name: str, scale: Scale) -> dict[str, Any]:
         out["workloads"] = scale.workloads
     if scale.part is not None:
         out["part"] = scale.part
+    if scale.targets is not None:
+        out["targets"] = scale.targets
     info = out.get("suite")
     out["suite"] = {**(info if isinstance(info, dict) else {}), "scale": name}
     return out
@@ -222,6 +225,8 @@ def _key(loc: list[Any], single_workloads: bool) -> str:
             head = "[workloads]" if single_workloads else f"[[workloads]] #{index + 1}"
         else:
             head = "[workloads]"
+    elif table == "targets" and rest and isinstance(rest[0], int):
+        head, rest = f"[[{table}]] #{rest[0] + 1}", rest[1:]
     elif rest or table in ("suite", "target", "matrix", "method"):
         head = f"[{table}]"
     else:
@@ -244,7 +249,7 @@ def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
     for table in _ORDER:
         if isinstance(raw.get(table), dict):
             lines += ["", f"[{table}]", *_table_lines(raw[table])]
-    for table in ("workloads", "part", "finding"):
+    for table in ("targets", "workloads", "part", "finding"):
         items = raw.get(table)
         for item in ([items] if isinstance(items, dict) else items or []):
             lines += ["", f"[[{table}]]", *_table_lines(item)]

@@ -3,6 +3,7 @@ The pydantic schema here is also what ``load`` validates a TOML file against."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from collections.abc import Mapping
@@ -320,6 +321,13 @@ _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 (``${VAR}``, ``$ncpus``); ``\\`` is its escape character (iomatrix escapes ``:`` as ``\\:``)."""
 
 
+TargetFilesystem = Literal["ext4", "xfs", "btrfs"]
+"""The filesystems a run can measure side by side on one directory ([target] filesystems)."""
+TARGET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""What a target may be called: it is part of configuration keys (``.../target=NAME``)."""
+TARGET_AXIS = "target"
+"""The configuration parameter naming the target of a run that measures several."""
+
 SCALE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """What a scale may be called (a [scale.NAME] table, ``iomatrix run --scale NAME``)."""
 DEFAULT_SCALE = "default"
@@ -377,10 +385,27 @@ class Target(Frozen):
     def _path(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return _target_path(value, info.field_name)
 
+    filesystems: tuple[TargetFilesystem, ...] = ()
+    """Several targets from one directory, one per filesystem named (each a target of that name,
+    ``Suite.named_targets``): the directory itself for the filesystem it is on, a filesystem
+    iomatrix makes on a loop device backed by a file in the run's directory for every other
+    (``iomatrix.target.targets``); one whose mkfs or kernel support is missing is skipped, with
+    a note."""
+
+    @field_validator("filesystems", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        return _as_tuple(value)
+
     @model_validator(mode="after")
     def _one_kind(self) -> "Target":
         if (self.directory is None) == (self.device is None):
             raise ValueError("give either directory (with size) or device (with allow_destroy = true)")
+        if self.filesystems and self.directory is None:
+            raise ValueError("filesystems are made in a directory target (a device is measured "
+                             "as it is): give directory, or drop filesystems")
+        if len(set(self.filesystems)) != len(self.filesystems):
+            raise ValueError("filesystems names a filesystem twice")
         if self.directory is not None and self.size is None and self.working_set != "exceed-ram":
             raise ValueError("a directory target needs a size, e.g. size = \"4GiB\" (or "
                              "working_set = \"exceed-ram\": twice the host's RAM)")
@@ -441,6 +466,27 @@ class Reference(Frozen):
                   "format": self.format, "num_queues": self.num_queues or None,
                   "queue_size": self.queue_size or None}
         return ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+class NamedTarget(Target):
+    """One [[targets]] table: a target of its own name in a run that measures several (each
+    configuration on each target, each target with its own bare-metal baseline). Keys it does
+    not give come from [target] (which then holds only what the targets share: size,
+    working_set, allow_tmpfs)."""
+
+    name: str = Field(min_length=1, max_length=40, pattern=TARGET_NAME)
+    filesystem: TargetFilesystem | None = None
+    """The directory's filesystem must be this one: the directory itself when it is on it,
+    otherwise a filesystem iomatrix makes on a loop device backed by a file in the run's
+    directory there; the run is refused when that cannot be done (mkfs or kernel support
+    missing)."""
+
+    @model_validator(mode="after")
+    def _single(self) -> "NamedTarget":
+        if self.filesystems:
+            raise ValueError("filesystems is a [target] key; a [[targets]] table names one "
+                             "filesystem (filesystem = \"xfs\")")
+        if self.filesystem is not None and self.directory is None:
+            raise ValueError("filesystem is made in a directory target: give directory")
+        return self
 
 
 class Matrix(Frozen):
@@ -639,8 +685,9 @@ class ScaleInfo(Frozen):
 class Scale(Frozen):
     """A [scale.NAME] table: how the suite changes at that scale (``run --scale NAME``).
     [target], [matrix] and [method] keys given here replace the suite's own, key by key; a
-    [[workloads]] or [[part]] list given here replaces the suite's whole list. The result is
-    validated as a whole suite. Values are checked there, names here (unknown keys refused)."""
+    [[workloads]], [[part]] or [[targets]] list given here replaces the suite's whole list. The
+    result is validated as a whole suite. Values are checked there, names here (unknown keys
+    refused)."""
 
     description: Printable = Field(default="", max_length=10_000)
     target: dict[str, Any] = {}
@@ -648,6 +695,7 @@ class Scale(Frozen):
     method: dict[str, Any] = {}
     workloads: list[dict[str, Any]] | None = None
     part: list[dict[str, Any]] | None = None
+    targets: list[dict[str, Any]] | None = None
 
     @field_validator("workloads", mode="before")
     @classmethod
@@ -730,7 +778,8 @@ class Finding(Frozen):
     """The figure the study published for it, in its words and numbers."""
     kind: FindingKind
     axis: Literal["controller", "data_path", "aio", "iothread", "cache", "format",
-                  "preallocation", "num_queues", "queue_size", "vms"] | None = None
+                  "preallocation", "num_queues", "queue_size", "vms", "target"] | None = None
+    """target: the run's targets by name ([[targets]] name, or a [target] filesystems entry)."""
     level: Level | None = None
     reference: Level | None = None
     best: Levels = ()
@@ -773,8 +822,9 @@ class Finding(Frozen):
                 and self.metric in ("lat_mean_ns", "lat_p99_ns"):
             raise ValueError("a latency cannot fall by 100 % or more")
         for axis in (*self.per, *self.where):
-            if axis not in CONFIG_AXES:
-                raise ValueError(f"{axis!r} is not an axis ({', '.join(CONFIG_AXES)})")
+            if axis not in (*CONFIG_AXES, TARGET_AXIS):
+                raise ValueError(f"{axis!r} is not an axis ({', '.join(CONFIG_AXES)}, "
+                                 f"{TARGET_AXIS})")
         if self.axis is not None and (self.axis in self.per or self.axis in self.where):
             raise ValueError(f"{self.axis} is the axis compared: it cannot be in per or where")
         named = [(self.axis, v) for v in (self.level, self.reference, *self.best, *self.worst,
@@ -784,7 +834,7 @@ class Finding(Frozen):
             allowed = _AXIS_VALUES.get(axis or "")
             if allowed is not None and value not in allowed:
                 raise ValueError(f"{axis} has no level {value!r} ({', '.join(allowed)})")
-            if allowed is None and axis is not None and not value.isdigit():
+            if allowed is None and axis not in (None, TARGET_AXIS) and not value.isdigit():
                 raise ValueError(f"{axis} levels are numbers, not {value!r}")
         return self
 
@@ -808,6 +858,9 @@ def method_of_vm(method: dict[str, Any], matrix: Any) -> dict[str, Any]:
     if method["platform"] == "proxmox" and reference.get("pve_version") is not None:
         method.setdefault("pve_version", reference["pve_version"])
     return method
+def _twice(values: list[str]) -> str | None:
+    """The first value that occurs more than once."""
+    return next((v for v in values if values.count(v) > 1), None)
 
 
 class Suite(Frozen):
@@ -823,6 +876,50 @@ class Suite(Frozen):
     beside a blocklayer sweep)."""
     finding: tuple[Finding, ...] = ()
     """[[finding]] tables: the study's conclusions as claims a run can check (``Finding``)."""
+    targets: tuple[NamedTarget, ...] = ()
+    """[[targets]] tables: several targets measured in one run (``named_targets``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shared_target(cls, data: Any) -> Any:
+        """With [[targets]], [target] holds what they share (size, working_set, allow_tmpfs):
+        each table takes the keys it does not give from there, and ``target`` becomes the first
+        of them (the run's primary target: its host metadata, the target its notes name)."""
+        if not isinstance(data, dict) or not data.get("targets"):
+            return data
+        shared, tables = data.get("target", {}), data["targets"]
+        if not isinstance(shared, dict) or not isinstance(tables, list):
+            return data                 # pydantic says what is wrong with them
+        for key in ("directory", "device", "allow_destroy", "filesystems"):
+            if key in shared:
+                raise ValueError(f"[target] {key}: with [[targets]], each target names its own "
+                                 "directory or device; [target] holds only what they share "
+                                 "(size, working_set, allow_tmpfs)")
+        tables = [{**shared, **t} if isinstance(t, dict) else t for t in tables]
+        first = tables[0] if isinstance(tables[0], dict) else {}
+        primary = {k: v for k, v in first.items() if k in Target.model_fields}
+        return {**data, "target": primary, "targets": tables}
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(cls, value: tuple[NamedTarget, ...]) -> tuple[NamedTarget, ...]:
+        twice = _twice([t.name for t in value])
+        if twice is not None:
+            raise ValueError(f"two targets are called {twice!r}")
+        if _twice([os.path.realpath(t.device) for t in value if t.device is not None]):
+            raise ValueError("two targets name the same device")
+        return value
+
+    @property
+    def named_targets(self) -> tuple[NamedTarget, ...]:
+        """The targets of a run that measures several, each configuration on each: the
+        [[targets]] tables, or one per [target] filesystems entry (named after it); empty for
+        a run of one target (its configurations then name none)."""
+        if self.targets:
+            return self.targets
+        shared = self.target.model_dump(exclude={"filesystems"})
+        return tuple(NamedTarget(**shared, name=fs, filesystem=fs)
+                     for fs in self.target.filesystems)
 
     @model_validator(mode="before")
     @classmethod
@@ -841,8 +938,7 @@ class Suite(Frozen):
     @field_validator("finding")
     @classmethod
     def _unique_ids(cls, value: tuple[Finding, ...]) -> tuple[Finding, ...]:
-        ids = [f.id for f in value]
-        twice = next((i for i in ids if ids.count(i) > 1), None)
+        twice = _twice([f.id for f in value])
         if twice is not None:
             raise ValueError(f"two findings have the id {twice!r}")
         return value
@@ -886,11 +982,16 @@ class Configuration(Frozen):
     """True: the disk of the user's VM (``[matrix] from_vm``), the configuration ``recommend``
     answers relative to. Not part of the key: a matrix configuration with the same settings is
     the same point, labelled as the VM's."""
+    target: str | None = None
+    """The target's name in a run that measures several (``Suite.named_targets``); None when
+    the run has one target."""
 
     def params(self) -> dict[str, str]:
-        """Axis → value for the axes this configuration sets, in a stable order (an A/A twin
-        adds aa = twin)."""
+        """Axis → value for the axes this configuration sets, in a stable order (the target
+        first where the run has several; an A/A twin adds aa = twin)."""
         out: dict[str, str] = {}
+        if self.target is not None:
+            out[TARGET_AXIS] = self.target
         for axis in CONFIG_AXES:
             value = getattr(self, axis)
             if value is not None:
@@ -906,9 +1007,11 @@ class Configuration(Frozen):
 
     @property
     def label(self) -> str:
-        """Short legend text: ``blocklayer native/none/raw`` (+ ``iothread``, ``prealloc=...``)."""
+        """Short legend text: ``blocklayer native/none/raw`` (+ ``iothread``, ``prealloc=...``,
+        `` on TARGET``)."""
+        where = "" if self.target is None else f" on {self.target}"
         if self.mode == "host":
-            return "host (bare metal)"
+            return "host (bare metal)" + where
         device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller
         core = [v for v in (device, self.aio, self.cache, self.format) if v is not None]
         text = f"{self.mode} " + "/".join(core)
@@ -922,11 +1025,20 @@ class Configuration(Frozen):
             text += f" qs={self.queue_size}"
         if self.vms and self.vms > 1:
             text += f" ×{self.vms} VMs"
+        text += where
         if self.aa:
             text += " (A/A twin)"
         if self.yours:
             text += f" {YOUR_VM}"
         return text
+
+
+def baseline_key(config_key: str) -> str:
+    """The key of the bare-metal baseline a configuration is measured against: the host-mode
+    configuration on the same target (``host``, or ``host/target=NAME`` in a run of several)."""
+    target = next((part.split("=", 1)[1] for part in config_key.split("/")[1:]
+                   if part.startswith(TARGET_AXIS + "=")), None)
+    return "host" if target is None else f"host/{TARGET_AXIS}={target}"
 
 
 class Workload(Frozen):

@@ -125,7 +125,7 @@ class Workspace:
         if not _writable(existing):
             raise TargetError(f"[target] directory {parent}: {existing} is not writable "
                               "(read-only, or not ours)")
-        need = sum(_footprint(self.image_size, fmt) for fmt, _, _ in specs) + MARGIN
+        need = images_footprint(specs, self.image_size) + MARGIN
         free = shutil.disk_usage(existing).free
         if free < need:
             if wanted is not None:
@@ -208,6 +208,11 @@ class Workspace:
             # only directories we created, and only while empty
             with contextlib.suppress(OSError):
                 _rmdir_up(self.target.directory, self._created_parent)  # type: ignore[arg-type]
+
+    def storage_of(self, config: Configuration) -> Path:
+        """What holds the configuration's images: the device, or the target directory (or its
+        nearest existing parent), for the host's disk telemetry."""
+        return self.target.device or nearest_existing(self.target.directory)  # type: ignore[arg-type]
 
     def __enter__(self) -> "Workspace":
         return self
@@ -329,7 +334,7 @@ def plan_lines(target: Target, configs: Iterable[Configuration], *,
             return []        # a whole device: its size is known only when the run checks it
         return page_cache_notes(target, configs, size, memory)
     specs = sorted(image_specs(configs))
-    need = sum(_footprint(wanted, fmt) for fmt, _, _ in specs)
+    need = images_footprint(specs, wanted)
     line = (f"working_set = \"exceed-ram\": {len(specs)} image(s) of {format_bytes(wanted)} "
             f"(twice this host's RAM, {format_bytes(memory)}), each written fully once "
             f"(preconditioning) before it is measured")
@@ -357,6 +362,12 @@ def nearest_existing(path: Path) -> Path:
 def _footprint(size: int, fmt: str) -> int:
     """Bytes an image occupies once preconditioned (written fully)."""
     return int(size * QCOW2_OVERHEAD) if fmt == "qcow2" else size
+
+
+def images_footprint(specs: Iterable[tuple[str, str, int]], size: int) -> int:
+    """Bytes the images of ``specs`` (``image_specs``), each of ``size``, occupy once
+    preconditioned."""
+    return sum(_footprint(size, fmt) for fmt, _, _ in specs)
 
 
 def _rmdir_up(path: Path, stop_at: Path) -> None:
