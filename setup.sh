@@ -18,6 +18,8 @@ packages="qemu-system-x86 qemu-system-common qemu-utils fio fuse3 python3 python
 # libvirt: guests through libvirtd ([method] platform = "libvirt" with libvirt_uri); virsh is in
 # libvirt-clients, which libvirt-daemon-system depends on
 packages="$packages libvirt-daemon-system"
+# ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
+packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
 missing=""
