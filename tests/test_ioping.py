@@ -4,10 +4,12 @@ measures ioping workloads with ioping on the host and with fio elsewhere, each l
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
 import sqlite3
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -84,6 +86,24 @@ def test_parse_reads_what_ioping_itself_sums_up(tmp_path: Path) -> None:
             parse_raw(text, w)
 
 
+def test_agreement_bounds_the_ratio_by_signed_ranks() -> None:
+    """The interval's ranks are the signed-rank test's (Hollander & Wolfe, table A.4: n = 10 at
+    90 %: the 11th and 45th of 55 Walsh averages; n = 20: the 61st); a ratio within the margin
+    agrees, one beyond it differs, one astride it is undecided, and a wild round moves it little."""
+    from iomatrix.analysis.agreement import _rank
+
+    assert [_rank(n, 0.10)[0] for n in (5, 8, 10, 20)] == [1, 6, 11, 61]
+    noise = [math.exp(0.05 * (i % 5 - 2)) for i in range(20)]    # symmetric about 1
+    ones = [1.0] * 20
+    assert agreement(noise, ones).verdict == "agree"
+    assert agreement([1.6 * x for x in noise], ones).verdict == "differ"
+    assert agreement([1.25 * x for x in noise], ones).verdict == "undecided"
+    wild = agreement([*noise[:-1], 30.0], ones)
+    assert wild.verdict == "agree" and wild.high < 1.15
+    with pytest.raises(ValueError):
+        agreement(noise[:4], ones[:4])
+
+
 ROUNDS = 30
 """Rounds of ioping against fio's equivalent job. Measured here, on a disk other processes
 were using: per-round log ratios of medians with a spread of about 0.3 to 0.45, which 30
@@ -104,8 +124,8 @@ def test_fio_s_equivalent_job_agrees_with_ioping_and_a_qd16_job_does_not(tmp_pat
     the 90 % CI of the ratio (Hodges-Lehmann) within 0.80 to 1.25 (``analysis.agreement``). The
     same job at queue depth 16 (libaio, a think time every 16 requests) measures queueing too:
     it must differ, its interval wholly outside that range. The means are compared and printed
-    too; they must not differ. (On a RAM-backed device, a few µs per request, ioping's path
-    through the page cache costs measurably more than fio's direct read: this is about disks.)"""
+    too; they must not differ. (A file on disk: on a RAM-backed loop device, tens of µs that a
+    busy host's scheduling dominates, 30 rounds did not decide either way.)"""
     assert TOOL is not None
     path = data_file(tmp_path / "data.img")
     w = workload(REQUESTS, INTERVAL)
@@ -136,6 +156,9 @@ def test_fio_s_equivalent_job_agrees_with_ioping_and_a_qd16_job_does_not(tmp_pat
     for name, values in (("median", median), ("mean", mean)):
         print(f"{name} µs per round: " + "; ".join(
             f"{k} " + " ".join(f"{v / 1000:.0f}" for v in vs) for k, vs in values.items()))
+    overall = {k: (statistics.median(median[k]), statistics.fmean(mean[k])) for k in median}
+    print("over the rounds (µs): " + "; ".join(
+        f"{k} median {m / 1000:.1f}, mean {a / 1000:.1f}" for k, (m, a) in overall.items()))
     print(f"ioping / fio, medians: {same.text}\nioping / fio, means: {same_means.text}\n"
           f"ioping / fio QD16, medians: {other.text}")
     assert same.verdict == "agree", same.text

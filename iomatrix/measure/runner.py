@@ -122,8 +122,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         expansion = expansion.for_accel(accelerator)
         retry: set[tuple[str, str, int]] = set()
         ioping = find_ioping()
-        ioping_notes = ([tool_note(ioping, {c.mode for c in expansion.configurations})]
-                        if any(w.ioping for w in expansion.workloads) else [])
+        ioping_modes = {c.mode for c in expansion.configurations
+                        if any(w.ioping for w in expansion.workloads_for(c))}
+        ioping_notes = [tool_note(ioping, ioping_modes)] if ioping_modes else []
         if resume is None:
             seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
