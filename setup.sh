@@ -23,6 +23,8 @@ packages="$packages libvirt-daemon-system"
 packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison libfl-dev"
 # mkfs.xfs and mkfs.btrfs: filesystems a run makes on a loop device ([target] filesystems)
 packages="$packages xfsprogs btrfs-progs"
+# ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
+packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
 missing=""

@@ -128,9 +128,9 @@ def test_aio_iothreads_full_is_seed_000s_19_6_hours_per_configuration() -> None:
 
 @pytest.mark.parametrize("name, configurations, workloads, samples, seconds_each, vms", [
     # seed 001: raw/qcow2 × 5 cache modes × VirtIO SCSI/VirtIO, plus the host rows; tests 1-8
-    # (4k and 4M × randwrite, randread, write, read); "jeder Test nur einmal"; 60 s (iomatrix's
-    # choice: the study ran each test until its file was done).
-    ("cache-format", 2 * 5 * 2 + 1, 4 * 2, 1, 60.0, {1}),
+    # (4k and 4M × randwrite, randread, write, read) and §9's ioping; "jeder Test nur einmal";
+    # 60 s (iomatrix's choice: the study ran each test until its file was done).
+    ("cache-format", 2 * 5 * 2 + 1, 4 * 2 + 1, 1, 60.0, {1}),
     # seed 002: virtio-blk, virtio-scsi(-single) with and without an IOThread, pvscsi, sata and
     # ide without, × 3 aio modes; 3 published workloads + CPU per I/O at a fixed rate;
     # "a 10-minute I/O test", "multiple runs" (3).
@@ -154,15 +154,19 @@ def test_full_scale_plans_the_study_s_trials(name: str, configurations: int, wor
     blocks = plan(exp, suite.method.samples, 0)
     trials = configurations * workloads * samples
     assert sum(len(b.workloads) for b in blocks) == trials
-    assert measured_seconds(blocks, suite.method) == trials * seconds_each
+    # ioping's workload (seed 001 §9) lasts its requests: ten, 1 s apart
+    each = sum(w.ioping.seconds if w.ioping else seconds_each for w in exp.workloads)
+    assert [w.ioping.seconds for w in exp.workloads if w.ioping] == ([10.0] if name == "cache-format" else [])
+    seconds = configurations * samples * each
+    assert measured_seconds(blocks, suite.method) == seconds
     est = estimate(exp, suite.method)
-    assert (est.trials, est.measured_seconds, est.max_trials) == (trials, trials * seconds_each, None)
+    assert (est.trials, est.measured_seconds, est.max_trials) == (trials, seconds, None)
 
 
 def test_full_scale_figures_in_hours() -> None:
     hours = {name: round(estimate(full(name)[1], full(name)[0].method).measured_seconds / HOUR, 1)
              for name in STUDIES}
-    assert hours == {"aio-iothreads": 78.4, "cache-format": 2.8, "controllers": 54.0,
+    assert hours == {"aio-iothreads": 78.4, "cache-format": 2.9, "controllers": 54.0,
                      "vhost-user": 6.0, "native-threads": 81.7}
 
 

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+from iomatrix.analysis.ioping import is_ioping
 from iomatrix.analysis.metrics import METRICS, Metric, get_metric, metric_named
 from iomatrix.analysis.points import Point, points
 from iomatrix.core.errors import AnalysisError
@@ -172,6 +173,8 @@ def _pick(name: str, spec: _Spec, candidates: list[WorkloadRecord]) -> tuple[Wor
         differs.append(f"{chosen.numjobs} jobs")
     if chosen.rate_iops:
         differs.append(f"a rate limit of {chosen.rate_iops} IOPS")
+    if is_ioping(chosen.key):
+        differs.append("ioping's pace, one request per interval")
     if differs:
         notes.append(f"{name}: this run has no {wanted} workload (seed 002's); used "
                      f"{chosen.label}: " + ", ".join(differs))

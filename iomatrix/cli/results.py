@@ -40,6 +40,7 @@ def show(
 ) -> None:
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
     from iomatrix.analysis.efficiency import efficiency
+    from iomatrix.analysis.ioping import is_ioping
     from iomatrix.analysis.metrics import METRICS, figure_text, run_latency
     from iomatrix.analysis.pagecache import mark
     from iomatrix.analysis.points import points
@@ -53,7 +54,7 @@ def show(
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.emulated:
         out.print(EMULATED)
-    found = points(stored)
+    found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
     bare = efficiency(found)
     latency = run_latency(stored)
     iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
@@ -91,8 +92,11 @@ def show(
                           iops.text(d.iops), "", bw.text(d.bw_bytes), mean.text(d.lat_mean_ns),
                           us(d.lat_p50_ns), p99.text(d.lat_p99_ns), "", "",
                           *([""] * (len(columns) - 11)))
-    out.print(table)
-    out.print(latency.sentence, markup=False)
+    if found:
+        out.print(table)
+        out.print(latency.sentence, markup=False)
+    _ioping_table(stored, {k: v + (" [emulated]" if k in emulated else "")
+                           for k, v in labels.items()}, workloads)
     _page_cache_legend(found)
     if any(p.mixed for p in found):
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
@@ -119,6 +123,35 @@ def show(
             out.print(trial.command, markup=False)
             for key, value in sorted(trial.applied.items()):
                 out.print(f"#   applied {key} = {value}", markup=False)
+
+
+def _ioping_table(stored: Any, labels: dict[str, str], workloads: dict[str, str]) -> None:
+    """The run's ioping latencies (seed 001 §9), each with the tool that measured it."""
+    from iomatrix.analysis.ioping import ioping_figures
+    from iomatrix.analysis.metrics import figure_text
+
+    figures = ioping_figures(stored)
+    if not figures:
+        return
+    us = lambda ns: figure_text(ns / 1000)  # noqa: E731
+    table = Table("configuration", "workload", "measured by", "n", "requests", "mean µs",
+                  "±95% CI", "min µs", "max µs", "mdev µs", "ioping iops", "+lat µs", box=None)
+    for col in table.columns[3:]:
+        col.justify = "right"
+    for f in figures:
+        ci = f.mean_ci
+        table.add_row(labels[f.config_key], workloads[f.workload_key], f.measured_by,
+                      str(f.trials), str(f.requests), us(f.mean_ns),
+                      "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
+                      us(f.min_ns), us(f.max_ns), us(f.mdev_ns), figure_text(f.iops),
+                      figure_text(f.added_us, signed=True))
+    out.print(table)
+    out.print("ioping workloads (seed 001 §9): the latency of single reads that miss the page "
+              "cache, one per interval, every request counted; ioping iops = 1 / mean latency, "
+              "as ioping prints it (the study's \"IOPS in k\"). Measured by ioping itself where "
+              "it ran (host mode), elsewhere by fio's equivalent job: 4 KiB random direct reads "
+              "of the same 1 MiB, QD1, one interval apart (iomatrix/fio/ioping.py)",
+              markup=False, soft_wrap=True)
 
 
 def _page_cache_legend(found: list[Any]) -> None:

@@ -35,6 +35,12 @@ class Session(abc.ABC):
         """Extra fio command-line arguments (a guest driver adds --client here)."""
         return []
 
+    def ioping_path(self) -> Path | None:
+        """The file or device ioping reads to reach this configuration's disk, or None where
+        it cannot run (guests: the appliance has no ioping; QEMU's block layer: NBD): an ioping
+        workload then runs fio's equivalent job (``iomatrix.fio.ioping``)."""
+        return None
+
     def new_trial(self) -> None:
         """Called before each trial: forget what was observed during the previous one."""
 

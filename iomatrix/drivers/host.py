@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.suite.model import Configuration
@@ -18,6 +19,9 @@ class HostSession(Session):
     def fio_target(self) -> dict[str, str]:
         return {"ioengine": self.engine, "direct": "1", "filename": str(self.image.path),
                 "size": str(self.image.size)}
+
+    def ioping_path(self) -> Path:
+        return self.image.path
 
 
 class HostDriver(Driver):

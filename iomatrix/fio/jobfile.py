@@ -15,9 +15,12 @@ from collections.abc import Iterable, Mapping
 
 from iomatrix.core.errors import SuiteError, TargetError
 from iomatrix.core.units import fio_duration
-from iomatrix.suite.model import Workload, fio_option_problem
+from iomatrix.suite.model import IOPING_WORKING_SET, Workload, fio_option_problem
 
 PERCENTILES = "50:90:99:99.9:99.99"
+IOPING_CAP = 30.0
+"""Seconds an ioping-equivalent job may overrun its requests and intervals before fio stops
+itself (before the runner's own timeout, which allows a minute)."""
 
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -49,6 +52,27 @@ def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runt
     if workload.rate_iops:
         lines.append(f"rate_iops={int(workload.rate_iops)}")
     lines += _option_lines(workload.options)
+    return "\n".join(lines) + "\n"
+
+
+def ioping_job_text(workload: Workload, *, target: Mapping[str, str],
+                    name: str = "iomatrix") -> str:
+    """fio's equivalent of an ioping workload on ``target``: ``count`` reads of ``bs`` at random
+    offsets (drawn with replacement) in the first 1 MiB, direct, one at a time through pread(2)
+    (psync; nbd where fio reaches the disk over NBD), a think time of one interval after each,
+    every one counted (no ramp, not time based). ``iomatrix.fio.ioping`` says why."""
+    spec = workload.ioping
+    if spec is None:
+        raise SuiteError(f"workload {workload.key} is not an ioping workload")
+    reach = {**target, "size": str(IOPING_WORKING_SET)}
+    if reach.get("ioengine") != "nbd":
+        reach["ioengine"] = "psync"
+    lines = ["[global]", *_target_lines(reach),
+             f"runtime={fio_duration(spec.seconds + IOPING_CAP)}",   # a bound: not time_based
+             "group_reporting=1", "lat_percentiles=1", f"percentile_list={PERCENTILES}",
+             "randrepeat=0", "norandommap=1",
+             _section(name), "rw=randread", f"bs={int(workload.bs)}", "iodepth=1", "numjobs=1",
+             f"thinktime={int(round(spec.interval * 1e6))}", f"number_ios={int(spec.count)}"]
     return "\n".join(lines) + "\n"
 
 

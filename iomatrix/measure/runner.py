@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,15 +16,16 @@ from typing import Protocol
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
-from iomatrix.fio.jobfile import fill_text, job_text
+from iomatrix.fio.ioping import IopingTool, find_ioping, run_ioping, tool_note
+from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.fromvm import resolve_vm
 from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.core.proc import require
-from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round
-from iomatrix.fio.samples import samples_of, vm_samples_of
+from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round, trial_seconds
+from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
 from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, StoredRun,
                                     TrialResult)
 from iomatrix.store.repo import Store, now
@@ -122,13 +124,17 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         expansion = expansion.for_accel(accelerator)
         retry: set[tuple[str, str, int]] = set()
+        ioping = find_ioping()
+        ioping_modes = {c.mode for c in expansion.configurations
+                        if any(w.ioping for w in expansion.workloads_for(c))}
+        ioping_notes = [tool_note(ioping, ioping_modes)] if ioping_modes else []
         if resume is None:
             seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
-            notes = [*expansion.notes, *workspace.notes]
+            notes = [*expansion.notes, *workspace.notes, *ioping_notes]
             run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
                                       suite_text=suite.source_text, host=host,
                                       accelerator=accelerator, notes=notes,
@@ -144,7 +150,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                     if t.status == "ok" or not retry_failed}
             retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
                      if t.status == "failed" and retry_failed}
-            added = [n for n in workspace.notes if n not in stored.notes]
+            added = [n for n in [*workspace.notes, *ioping_notes]
+                     if n not in stored.notes]
             if retry:
                 added.append(_retry_note(stored, retry))
             notes = [*stored.notes, *added]
@@ -154,7 +161,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             progress.note(text)
         status = "failed"
         try:
-            runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry)
+            runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry,
+                             ioping=ioping)
             with workspace:
                 workspace.create()
                 _late_notes(store, run_id, progress, notes, workspace.notes)
@@ -246,7 +254,8 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
 class _Runner:
     def __init__(self, suite: Suite, expansion: Expansion, store: Store, run_id: int,
                  progress: Progress, seed: int, done: set[tuple[str, str, int]],
-                 retry: set[tuple[str, str, int]] | None = None) -> None:
+                 retry: set[tuple[str, str, int]] | None = None, *,
+                 ioping: IopingTool | None = None) -> None:
         self.suite = suite
         self.method = suite.method
         self.expansion = expansion
@@ -265,6 +274,8 @@ class _Runner:
         """The block device of the target measured now, for the host's disk telemetry."""
         self._devices: dict[str | None, str | None] = {}
         self.perf = perf_problem()
+        self.ioping = ioping
+        """ioping, where installed: host-mode ioping workloads run it (fio's equivalent if not)."""
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
         """The blocks with only the trials not stored yet (resume), empty blocks dropped."""
@@ -358,24 +369,30 @@ class _Runner:
         session.new_trial()
         started = now()
         method = self.method
-        job = job_text(workload, target=session.fio_target(), ramp=method.ramp,
-                       runtime=method.window)
+        ioping_file = session.ioping_path() if workload.ioping else None
+        if self.ioping and ioping_file:
+            return self._ioping_trial(session, self.ioping, ioping_file, config, workload, k)
+        job = (ioping_job_text(workload, target=session.fio_target()) if workload.ioping else
+               job_text(workload, target=session.fio_target(), ramp=method.ramp,
+                        runtime=method.window))
+        seconds = trial_seconds(workload, method)
         guests = bool(session.client_ports())
         watch: SteadyWatch | CounterWatch | None = None
-        if method.steady_state and guests:
+        steady = method.steady_state and not workload.ioping   # a count of requests, not a time
+        if steady and guests:
             watch = CounterWatch(session.completed_ios, ramp_s=method.ramp,
                                  min_seconds=method.min_runtime)
-        elif method.steady_state:
+        elif steady:
             watch = SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
                                 min_seconds=method.min_runtime)
         probe = TrialProbe(session.pids(), self.device, self.perf)
         try:
             with probe:
-                fio = run_fio(job, workdir=workdir,
-                              timeout=method.ramp + method.window + FIO_GRACE,
+                fio = run_fio(job, workdir=workdir, timeout=seconds + FIO_GRACE,
                               extra_args=session.fio_args(), during=session.observe,
-                              during_at=method.ramp + min(method.window, method.min_runtime
-                                                          if watch else method.window) / 2,
+                              during_at=(seconds / 2 if workload.ioping else method.ramp + min(
+                                  method.window, method.min_runtime if watch else method.window)
+                                  / 2),
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
                               status_stream=not guests)
@@ -408,7 +425,38 @@ class _Runner:
         self.measured += max(s.runtime_ms for s in samples) / 1000 if samples else 0.0
         iops = sum(s.iops for s in samples)
         emulated = " (emulated: TCG, measures the emulator)" if self.accelerator == "tcg" else ""
-        self.progress.trial_finished(self.n, True, f"{iops:,.0f} IOPS{emulated}")
+        figure = (_latency_text(samples, "fio's equivalent of ioping") if workload.ioping
+                  else f"{iops:,.0f} IOPS")
+        self.progress.trial_finished(self.n, True, figure + emulated)
+
+    def _ioping_trial(self, session: Session, tool: IopingTool, file: Path,
+                      config: Configuration, workload: Workload, k: int) -> None:
+        """An ioping workload measured by ioping itself (host mode): stored like a fio trial,
+        its tool named in the trial's version (``tool`` when loaded) and its command."""
+        started = now()
+        probe = TrialProbe(session.pids(), self.device, self.perf)
+        try:
+            with probe:
+                done = run_ioping(tool, workload, file)
+        except IomatrixError as exc:
+            self._failed(config, workload, k, str(exc), started=started)
+            return
+        samples = (done.sample,)
+        series = probe.host_series()
+        cost = probe.cost(samples)     # the child it reaped is ioping, not fio
+        cost["cpu_s_by_role"] = {("ioping (host)" if role == "fio (host)" else role): cpu
+                                 for role, cpu in cost["cpu_s_by_role"].items()}
+        self._record(TrialResult(
+            config_key=config.key, workload_key=workload.key, sample_index=k, status="ok",
+            started_at=started, samples=samples, wall_seconds=done.wall_seconds,
+            fio_version=done.version, fio_json=done.output, accelerator=self.accelerator,
+            command=shlex.join(done.argv),
+            steady=SteadyRecord(checked=False, reason="an ioping workload: a count of requests"),
+            cpu=CpuRecord.model_validate(cost),
+            telemetry=HostSeries.model_validate(series) if series else None))
+        self.ok += 1
+        self.measured += done.sample.runtime_ms / 1000
+        self.progress.trial_finished(self.n, True, _latency_text(samples, done.version))
 
     def _begin(self, config: Configuration, workload: Workload, k: int) -> None:
         self.n += 1
@@ -428,6 +476,12 @@ class _Runner:
             accelerator=self.accelerator))
         self.failed += 1
         self.progress.trial_finished(self.n, False, reason)
+
+
+def _latency_text(samples: tuple[DirectionSample, ...], tool: str) -> str:
+    """A latency trial's progress line: its mean request latency and the tool that measured it."""
+    mean = samples[0].lat_mean_ns if samples else None
+    return f"{mean / 1000:,.1f} µs mean latency ({tool})" if mean is not None else tool
 
 
 def _steady_record(watch: "SteadyWatch | CounterWatch | None") -> SteadyRecord:

@@ -19,10 +19,11 @@ from pydantic import ValidationError
 
 from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen, shown
+from iomatrix.suite.model import Ioping
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
-    from iomatrix.store.records import StoredRun, TrialRecord
+    from iomatrix.store.records import StoredRun, TrialRecord, WorkloadRecord
 
 DEFAULT_CI_TARGET = 0.05
 """The CI half-width (fraction of the mean) above which a point is flagged when the suite set no
@@ -476,25 +477,39 @@ def _workloads(run: "StoredRun") -> tuple[tuple[GroupView, ...], tuple[WorkloadV
     keys = set()
     for w in run.workloads:
         rw_order.setdefault(w.rw, len(rw_order))
-        keys.add((w.rw, w.bs, w.numjobs, w.rate_iops or None))
-    ordered = sorted(keys, key=lambda k: (rw_order[k[0]], k[1], k[2], -1 if k[3] is None else k[3]))
+        keys.add(_group_key(w))
+    ordered = sorted(keys, key=lambda k: (k[4], rw_order[k[0]], k[1], k[2],
+                                          -1 if k[3] is None else k[3]))
     groups = tuple(_group(*k) for k in ordered)
     index = {k: i for i, k in enumerate(ordered)}
     workloads = tuple(
         WorkloadView(key=w.key, label=w.label, rw=w.rw, bs=w.bs, bs_label=format_size(w.bs),
                      iodepth=w.iodepth, numjobs=w.numjobs, rate_iops=w.rate_iops or None,
-                     group=index[(w.rw, w.bs, w.numjobs, w.rate_iops or None)])
+                     group=index[_group_key(w)])
         for w in run.workloads)
     return groups, workloads
 
 
-def _group(rw: str, bs: int, numjobs: int, rate: int | None) -> GroupView:
+def _group_key(w: "WorkloadRecord") -> tuple[str, int, int, int | None, str]:
+    """A workload's chart group: rw, bs, jobs, rate; an ioping workload (paced) has its own."""
+    spec = Ioping.of_key(w.key)
+    return (w.rw, w.bs, w.numjobs, w.rate_iops or None, spec.token if spec else "")
+
+
+def _group(rw: str, bs: int, numjobs: int, rate: int | None, ioping: str = "") -> GroupView:
     jobs = "1 job" if numjobs == 1 else f"{numjobs} jobs"
     parts = [rw, format_size(bs), jobs]
     slug = f"{rw}-{format_size(bs)}-j{numjobs}"
     if rate is not None:
         parts.append(f"rate {rate:,} IOPS")
         slug += f"-r{rate}"
+    if ioping:
+        spec = Ioping.of_key(ioping)
+        assert spec is not None
+        parts = [f"ioping -c {spec.count} -i {spec.interval_text}", format_size(bs),
+                 "one request per interval: its IOPS are its pace, its latency the figure "
+                 "(seed 001 §9)"]
+        slug += f"-ioping-c{spec.count}-i{spec.interval_text}"
     return GroupView(slug=slug, title=" · ".join(parts), rw=rw, bs=bs, numjobs=numjobs,
                      rate_iops=rate)
 

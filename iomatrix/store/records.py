@@ -71,11 +71,13 @@ class TrialResult(Frozen):
     vm_samples: tuple[DirectionSample, ...] = ()
     wall_seconds: float | None = None
     fio_version: str | None = None
+    """The version of what measured the trial, as it names itself: fio's, or ioping's for an
+    ioping workload that ioping ran ("ioping 1.3")."""
     usr_cpu: float | None = None
     sys_cpu: float | None = None
     ctx: int | None = None
     fio_json: str | None = None
-    """fio's own output, as it wrote it."""
+    """fio's own output, as it wrote it (ioping's, for a trial ioping ran)."""
     accelerator: str = "none"
     applied: dict[str, str] = {}
     command: str = ""
@@ -106,6 +108,9 @@ class TrialRecord(Frozen):
     runs)."""
     cpu: CpuRecord | None = None
     """CPU cost of the trial (None for failed trials, imported and older runs)."""
+    tool: str | None = None
+    """What measured it, as it names itself: "fio-3.33", or "ioping 1.3" for an ioping
+    workload in host mode (stored in the trial's fio_version); None for a failed trial."""
     samples: tuple[DirectionSample, ...]
     vm_samples: tuple[DirectionSample, ...] = ()
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""

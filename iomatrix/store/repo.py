@@ -364,13 +364,13 @@ class Store:
                         reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
                         usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
                         command=r[13], steady=_steady(json.loads(r[14])),
-                        cpu=_cpu(json.loads(r[15])),
+                        cpu=_cpu(json.loads(r[15])), tool=r[16],
                         samples=tuple(samples.get(r[0], ())),
                         vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
                 "SELECT t.id, c.key, w.key, t.sample_index, t.status, t.reason, t.started_at, "
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
-                "t.command, t.steady_json, t.cpu_json FROM trials t "
+                "t.command, t.steady_json, t.cpu_json, t.fio_version FROM trials t "
                 "JOIN configurations c ON c.id = t.configuration_id "
                 f"JOIN workloads w ON w.id = t.workload_id WHERE {where} ORDER BY t.id",
                 (key,)))

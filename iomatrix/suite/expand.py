@@ -241,7 +241,7 @@ def expand(suite: Suite) -> Expansion:
         for rw, bs, depth, jobs, rate in itertools.product(group.rw, group.bs, group.iodepth,
                                                            group.numjobs, group.rate_iops):
             workload = Workload(rw=rw, bs=bs, iodepth=depth, numjobs=jobs, rate_iops=rate,
-                                options=options)
+                                options=options, ioping=group.ioping)
             if workload.key not in seen:
                 seen.add(workload.key)
                 workloads.append(workload)

@@ -544,6 +544,50 @@ class Part(Matrix):
         return self
 
 
+IOPING_WORKING_SET = 1 << 20
+"""The bytes an ioping workload reads from: the 1 MiB file ``ioping DIR`` writes (-S)."""
+
+
+def _whole_ms(value: float) -> float:
+    if round(value * 1000, 6) != int(round(value * 1000)) or not 0 <= value <= 60:
+        raise ValueError("the interval between ioping's requests is whole milliseconds, at most 60s")
+    return value
+
+
+class Ioping(Frozen):
+    """``[[workloads]] ioping = { count = 10, interval = "1s" }``: seed 001 §9's latency test,
+    ``ioping -c COUNT -i INTERVAL``: COUNT single random reads of ``bs`` from a 1 MiB working
+    set, each missing the page cache, one per INTERVAL, each timed; every request counts.
+    Host mode runs ioping itself where it is installed, every other mode (and a host without
+    it) fio's equivalent job; ``iomatrix.fio.ioping`` says what each does and why they agree."""
+
+    count: int = Field(default=10, ge=2, le=100_000)
+    interval: Annotated[Duration, AfterValidator(_whole_ms)] = 1.0
+
+    @property
+    def interval_text(self) -> str:
+        """The interval as ioping and fio both read it: "1s", "20ms"."""
+        ms = int(round(self.interval * 1000))
+        return f"{ms // 1000}s" if ms and ms % 1000 == 0 else f"{ms}ms"
+
+    @property
+    def seconds(self) -> float:
+        """How long the requests take: one interval after each (fio's think time; ioping
+        skips the one after the last)."""
+        return self.count * self.interval
+
+    @property
+    def token(self) -> str:
+        """The ioping part of a workload key: ``ioping=c10,i1s``."""
+        return f"ioping=c{self.count},i{self.interval_text}"
+
+    @classmethod
+    def of_key(cls, key: str) -> "Ioping | None":
+        """The ioping settings a stored workload key names (``token``), or None."""
+        m = re.search(r"(?:^|/)ioping=c(\d+),i(\d+m?s)$", key)
+        return cls(count=int(m.group(1)), interval=m.group(2)) if m else None
+
+
 class WorkloadGroup(Frozen):
     """One [workloads] table: the cross product of its axes."""
 
@@ -559,6 +603,9 @@ class WorkloadGroup(Frozen):
     jobfile: str | None = Field(default=None, max_length=255)
     """A fio job file beside the suite file whose jobs are the workloads (iomatrix.suite.jobfiles);
     the table then has no other key."""
+    ioping: Ioping | None = None
+    """An ioping latency test (``Ioping``) instead of a fio job: rw, iodepth, numjobs,
+    rate_iops and options are ioping's own and may not be set; bs is its request size."""
 
     @model_validator(mode="after")
     def _jobfile_alone(self) -> "WorkloadGroup":
@@ -566,6 +613,20 @@ class WorkloadGroup(Frozen):
         if self.jobfile is not None and others:
             raise ValueError(f"a table with jobfile takes its workloads from the job file; "
                              f"write {others[0]} there, not beside it")
+        return self
+
+    @model_validator(mode="after")
+    def _ioping_alone(self) -> "WorkloadGroup":
+        if self.ioping is None:
+            return self
+        fixed = {"rw": ("randread",), "iodepth": (1,), "numjobs": (1,), "rate_iops": (0,),
+                 "options": {}}
+        for key, value in fixed.items():
+            if getattr(self, key) != value:
+                raise ValueError(f"ioping reads one random block at a time, paced by its "
+                                 f"interval: {key} cannot be set beside ioping (bs can)")
+        if max(self.bs) > IOPING_WORKING_SET:
+            raise ValueError("ioping's requests (bs) cannot exceed its 1 MiB working set")
         return self
 
     @field_validator("options", mode="before")
@@ -1050,6 +1111,8 @@ class Workload(Frozen):
     numjobs: int = 1
     rate_iops: int = 0
     options: tuple[tuple[str, str], ...] = ()
+    ioping: Ioping | None = None
+    """Measured as ioping measures (``Ioping``), not as a time-based fio job."""
 
     @property
     def key(self) -> str:
@@ -1057,10 +1120,15 @@ class Workload(Frozen):
         if self.rate_iops:
             parts.append(f"rate{self.rate_iops}")
         parts.extend(f"{k}={v}" for k, v in self.options)
+        if self.ioping:
+            parts.append(self.ioping.token)
         return "/".join(parts)
 
     @property
     def label(self) -> str:
+        if self.ioping:
+            return (f"ioping -c {self.ioping.count} -i {self.ioping.interval_text} "
+                    f"({format_size(self.bs)} randread QD1)")
         text = f"{format_size(self.bs)} {self.rw} QD{self.iodepth}"
         if self.numjobs > 1:
             text += f" ×{self.numjobs} jobs"

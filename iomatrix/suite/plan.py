@@ -65,21 +65,26 @@ def plan(expansion: Expansion, samples: int, seed: int) -> list[Block]:
     return blocks
 
 
+def trial_seconds(workload: Workload, method: Method) -> float:
+    """How long a trial measures: ramp + runtime (max_runtime under steady state), or an ioping
+    workload's requests and intervals (it has neither ramp nor runtime)."""
+    return workload.ioping.seconds if workload.ioping else method.ramp + method.window
+
+
 def estimate_seconds(blocks: Sequence[Block], method: Method) -> float:
     """Planned wall time of some blocks (not counting preconditioning)."""
     total = 0.0
     for block in blocks:
-        per_trial = method.ramp + method.window + TRIAL_OVERHEAD
-        if block.config.mode == "guest":
-            per_trial += GUEST_TRIAL_OVERHEAD
-        total += SESSION_COST[block.config.mode] + per_trial * len(block.workloads)
+        overhead = TRIAL_OVERHEAD + (GUEST_TRIAL_OVERHEAD if block.config.mode == "guest" else 0)
+        total += SESSION_COST[block.config.mode] + sum(
+            trial_seconds(w, method) + overhead for w in block.workloads)
     return total
 
 
 def measured_seconds(blocks: Sequence[Block], method: Method) -> float:
     """The time fio measures in some blocks: ramp + runtime (max_runtime under steady state)
     per trial, nothing else; the figure a study quotes ("each suite takes 19.6 hours")."""
-    return sum((method.ramp + method.window) * len(block.workloads) for block in blocks)
+    return sum(trial_seconds(w, method) for block in blocks for w in block.workloads)
 
 
 class Estimate(Frozen):
