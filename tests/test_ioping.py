@@ -208,3 +208,45 @@ runtime = "1s"
     assert TOOL.version in rows["host (bare metal)"]
     assert "(ioping's equivalent)" in rows["blocklayer threads/none/raw"]
     assert "IOPS" not in shown.split("ioping -c 6")[0]   # no fio table: the run has none
+
+
+def test_latency_added_is_against_the_baseline_of_the_point_s_own_target(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """In a run over several targets each ioping point's added latency is its mean minus the
+    bare-metal mean on its own target, never another target's."""
+    from iomatrix.analysis.ioping import ioping_figures
+
+    suite = tmp_path / "two.toml"
+    suite.write_text(f"""
+[suite]
+name = "two"
+[target]
+size = "64MiB"
+[[targets]]
+name = "a"
+directory = "{tmp_path / 'a'}"
+[[targets]]
+name = "b"
+directory = "{tmp_path / 'b'}"
+[matrix]
+aio = "threads"
+iothread = false
+cache = "none"
+[[workloads]]
+ioping = {{ count = 4, interval = "10ms" }}
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = "0s"
+runtime = "1s"
+""")
+    db = tmp_path / "r.db"
+    code, out = cli("run", str(suite), "--db", str(db))
+    assert code == 0, out
+    with Store(db) as store:
+        figures = {f.config_key: f for f in ioping_figures(store.load_run(store.resolve("last")))}
+    for name in ("a", "b"):
+        host = figures[f"host/target={name}"]
+        point = next(f for k, f in figures.items() if k.startswith(f"blocklayer/target={name}/"))
+        assert host.added_us is None
+        assert point.added_us == pytest.approx((point.mean_ns - host.mean_ns) / 1000)

@@ -18,9 +18,8 @@ from collections import defaultdict
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun, TrialRecord
-from iomatrix.suite.model import Ioping
+from iomatrix.suite.model import Ioping, baseline_key
 
-HOST = "host"
 
 
 class IopingFigure(Frozen):
@@ -92,7 +91,10 @@ def ioping_figures(run: StoredRun) -> list[IopingFigure]:
                 min_ns=min(float(s.lat_min_ns or 0.0) for s in stats),
                 max_ns=max(float(s.lat_max_ns or 0.0) for s in stats),
                 mdev_ns=math.sqrt(squares / n)))
-    base = {f.workload_key: f.mean_ns for f in out if f.config_key == HOST}
-    return [f if f.config_key == HOST or f.workload_key not in base else
-            f.model_copy(update={"added_us": (f.mean_ns - base[f.workload_key]) / 1000})
+    # each point against the baseline of its own target (``host/target=NAME`` in a run of several)
+    base = {(f.config_key, f.workload_key): f.mean_ns for f in out
+            if f.config_key == baseline_key(f.config_key)}
+    added = lambda f: base.get((baseline_key(f.config_key), f.workload_key))  # noqa: E731
+    return [f if f.config_key == baseline_key(f.config_key) or added(f) is None else
+            f.model_copy(update={"added_us": (f.mean_ns - added(f)) / 1000})
             for f in out]
