@@ -112,17 +112,30 @@ def _probe(argv_prefix: list[str], host_net: int, ports: list[int], sockets: lis
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def _holders(netns: int) -> list[str]:
-    """Processes in the network namespace with inode ``netns``."""
+def _holders(netns: int, *, started_by: int | None = None) -> list[str]:
+    """Processes in the network namespace with inode ``netns`` (with ``started_by``, clock ticks
+    since boot: only those started by then). A namespace's inode number is reused once it is
+    freed, so a namespace made later by anything else on the host can carry the same number:
+    its processes, started after the run ended, are not the run's."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.stat(entry / "ns" / "net").st_ino == netns:
+                if os.stat(entry / "ns" / "net").st_ino == netns and (
+                        started_by is None or _started(entry) <= started_by):
                     found.append(entry.name)
             except OSError:
                 continue
     return found
+
+
+def _started(proc: Path) -> int:
+    """A process's start time, clock ticks since boot (/proc/PID/stat field 22)."""
+    return int((proc / "stat").read_text().rpartition(")")[2].split()[19])
+
+
+def _ticks_now() -> int:
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 @pytest.fixture
@@ -190,6 +203,7 @@ iodepth = 4
     monkeypatch.setattr(GuestSession, "observe", probing)
     try:
         outcome, stored = _run(tmp_path, body)
+        ended = _ticks_now()
     finally:
         os.close(host_net)
     assert outcome.trials_failed == 0, [t.reason for t in stored.trials]
@@ -215,7 +229,7 @@ iodepth = 4
     # this thread is back home, and the namespaces ended with their processes
     assert network_namespace() == home
     for found in seen:
-        assert _holders(found["netns"]) == []
+        assert _holders(found["netns"], started_by=ended) == []
 
 
 @pytest.mark.slow

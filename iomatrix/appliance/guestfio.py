@@ -51,7 +51,7 @@ from importlib import resources
 from pathlib import Path
 
 from iomatrix.appliance.elf import elf_interpreter
-from iomatrix.core.errors import EnvironmentProblem, IomatrixError
+from iomatrix.core.errors import GuestFioUnavailable, IomatrixError
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import run, which
 
@@ -81,11 +81,6 @@ KEEP_BUILDS = 2
 BUILD_ESTIMATE = "30-60 s"
 """A first build on 2 cores: 33 s idle (source ~2 s, configure ~7 s, make ~23 s), 47 s busy."""
 _NO_APT = "a Debian or Ubuntu host with apt and dpkg"
-
-
-class GuestFioUnavailable(EnvironmentProblem):
-    """The static, patched fio cannot be had here; the message says why (the appliance then
-    carries the host's fio)."""
 
 
 class GuestFio(Frozen):

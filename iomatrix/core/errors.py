@@ -5,6 +5,7 @@ an exit code and one line on stderr.
      ├── SuiteError                a suite file is malformed or asks for something invalid
      │    └── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
      ├── EnvironmentProblem        a tool or kernel feature is missing (see ``iomatrix doctor``)
+     │    └── GuestFioUnavailable  the guests' static, patched fio cannot be built here
      ├── TargetError               the storage under test is unsafe or unusable
      │    └── NotEnoughSpace       free space is below what the images need
      ├── ToolFailed                an external command failed (carries argv, exit code, output)
@@ -47,6 +48,11 @@ class EnvironmentProblem(IomatrixError):
     """A tool or kernel feature that iomatrix needs is missing or unusable."""
 
     hint = "run `iomatrix doctor` to see what is missing and what to install"
+
+
+class GuestFioUnavailable(EnvironmentProblem):
+    """The static, patched fio cannot be had here; the message says why (the appliance then
+    carries the host's fio)."""
 
 
 class TargetError(IomatrixError):

@@ -267,7 +267,7 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
                 named_engine = value
             elif key == "direct" or key == "buffered":
                 if value != ("1" if key == "direct" else "0"):
-                    raise ValueError(f"iomatrix measures direct I/O only (direct=1, buffered=0); "
+                    raise ValueError("iomatrix measures direct I/O only (direct=1, buffered=0); "
                                      "a benchmark through the host's page cache is not one of "
                                      "its workloads")
             elif key == "kb_base":
