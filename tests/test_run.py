@@ -22,7 +22,7 @@ from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Method, Mode
 from tests.browser import chromium_available, open_page
-from tests.conftest import REPO, our_processes, write_suite
+from tests.conftest import REPO, cli_result, our_processes, write_suite
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -50,9 +50,15 @@ runtime = "1s"
 """
 
 
-def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300,
+        own_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``iomatrix ARGS`` from ``cwd``: in this process (see ``cli_result``) unless
+    ``own_process``, as a run is (its own signal handlers, its children)."""
+    if own_process:
+        proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        proc = cli_result(*args, cwd=cwd)
     if check is not None:
         assert proc.returncode == check, proc.stdout + proc.stderr
     return proc
@@ -83,8 +89,13 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
 
 
 def test_precondition_writes_images_fully(tmp_path: Path, no_leftovers: None) -> None:
+    """Preconditioning comes before the trials: one short workload is enough to see it."""
     body = SMALL.replace('aio = ["native", "threads"]', 'aio = "io_uring"').replace(
-        'cache = ["none", "writeback"]', 'cache = "none"')
+        'cache = ["none", "writeback"]', 'cache = "none"').replace(
+        'iodepth = [1, 16]', 'iodepth = 1').replace(
+        '[[workloads]]\nrw = "randwrite"\nbs = "4k"\niodepth = 16\n', '').replace(
+        'runtime = "1s"', 'runtime = "500ms"')
+    assert body.count("[[workloads]]") == 1 and 'runtime = "500ms"' in body
     suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store, keep=True)
@@ -96,9 +107,11 @@ def test_precondition_writes_images_fully(tmp_path: Path, no_leftovers: None) ->
 
 def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
     body = SMALL.replace('aio = ["native", "threads"]', 'aio = "threads"').replace(
-        'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"')
+        'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"').replace(
+        'runtime = "1s"', 'runtime = "500ms"')
     suite = write_suite(tmp_path, body, size="16MiB")
-    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path)
+    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path,
+              own_process=True)
     assert "run 1: 6 trials ok, 0 failed" in run.stdout
     assert "[6/6]" in run.stderr            # plain progress lines when not on a terminal
     runs = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
