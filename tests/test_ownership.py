@@ -317,7 +317,7 @@ def open_resources(db: Path) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_kill_9_leftovers_are_recorded_and_resume_reclaims_them(tmp_path: Path,
                                                                 no_leftovers: None) -> None:
-    suite = host_suite(tmp_path, runtime="1s")
+    suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
     kill_9_mid_run(tmp_path, suite, db)
     left = leftovers(tmp_path)
@@ -343,7 +343,7 @@ def test_kill_9_leftovers_are_recorded_and_resume_reclaims_them(tmp_path: Path,
 @pytest.mark.slow
 def test_the_next_run_over_the_target_and_clean_reclaim_leftovers(tmp_path: Path,
                                                                   no_leftovers: None) -> None:
-    suite = host_suite(tmp_path, runtime="1s")
+    suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
     (tmp_path / "target").mkdir()
     kill_9_mid_run(tmp_path, suite, db)

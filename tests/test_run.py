@@ -221,7 +221,7 @@ iodepth = 8
 mode = "blocklayer"
 baseline = true
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 """)
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(load_suite(suite_path), store)
