@@ -174,8 +174,7 @@ def _trials_stored(db: Path) -> int:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None,
                                                           signum: int) -> None:
-    body = SMALL.replace('runtime = "1s"', 'runtime = "3s"')
-    suite = write_suite(tmp_path, body, size="16MiB")
+    suite = write_suite(tmp_path, SMALL, size="16MiB")   # signalled while a 1 s trial runs
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
