@@ -115,7 +115,7 @@ iodepth = 8
 mode = "blocklayer"
 baseline = true
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 """
     run(tmp_path, body)
     shown = cli_result("show", "1", "--db", "r.db", cwd=tmp_path)
