@@ -65,7 +65,9 @@ def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300,
 
 
 def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None) -> None:
-    suite = load_suite(write_suite(tmp_path, SMALL, size="32MiB"))
+    # 0.5 s trials: fio's own runtimes still add up to 21 of them, the 200 ms ramps left out
+    body = SMALL.replace('runtime = "1s"', 'runtime = "500ms"')
+    suite = load_suite(write_suite(tmp_path, body, size="32MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
         run = store.load_run(outcome.run_id)
@@ -83,7 +85,7 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
         assert [s.direction for s in t.samples] == [direction]
         assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
     assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
-    assert outcome.measured_seconds == pytest.approx(21 * 1.0, rel=0.02)   # fio's own runtimes
+    assert outcome.measured_seconds == pytest.approx(21 * 0.5, rel=0.02)   # fio's own runtimes
     # images and the scratch directory are gone; the target directory we created too
     assert not (tmp_path / "target").exists()
 
