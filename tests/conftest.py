@@ -170,23 +170,45 @@ def kernel() -> Path:
         pytest.skip(f"no kernel to boot: {e}")
 
 
-def cli(*args: str) -> tuple[int, str]:
-    """The iomatrix command line run in-process as a user runs it, through ``main`` (which turns
-    errors into one line and an exit status): the status, and stdout followed by stderr."""
+def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``iomatrix ARGS`` run in this process from ``cwd``, as ``subprocess.run([python, "-m",
+    "iomatrix", *ARGS], capture_output=True, text=True)`` would run it: through ``main`` (errors
+    as one line and an exit status), stdout and stderr apart, printed as into a pipe (200
+    columns, no colour). It spares each call a new interpreter importing numpy and SciPy (a
+    second or more on a busy host). A command that needs its own process (a run to signal or
+    kill, another PATH) still gets one."""
     import contextlib
     import io
 
+    from rich.console import Console
+
     from iomatrix.cli.app import main
+    from iomatrix.cli.common import Environment, use_environment
 
     stdout, stderr = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["iomatrix", *args]
+    env = Environment(stdout=Console(file=stdout, width=200, highlight=False, color_system=None),
+                      stderr=Console(file=stderr, width=200, highlight=False, soft_wrap=True,
+                                     color_system=None))
     code = 0
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = argv
-    return code, stdout.getvalue() + stderr.getvalue()
+    argv = sys.argv
+    sys.argv = ["iomatrix", *args]                      # the program name Typer's usage shows
+    with contextlib.ExitStack() as stack:
+        stack.callback(setattr, sys, "argv", argv)
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(use_environment(env))
+        stack.enter_context(contextlib.redirect_stdout(stdout))    # Typer's own usage errors
+        stack.enter_context(contextlib.redirect_stderr(stderr))
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(["iomatrix", *args], code, stdout.getvalue(),
+                                       stderr.getvalue())
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """The iomatrix command line run in-process as a user runs it (``cli_result``): the status,
+    and stdout followed by stderr."""
+    done = cli_result(*args)
+    return done.returncode, done.stdout + done.stderr

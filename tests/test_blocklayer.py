@@ -38,7 +38,7 @@ def test_daemon_applies_configuration(tmp_path: Path, no_leftovers: None, aio: s
                                       fmt: str, iothread: bool) -> None:
     config = Configuration(mode="blocklayer", aio=aio, cache=cache, format=fmt, iothread=iothread,
                            preallocation="off")
-    method = Method(mode="blocklayer", ramp=0, runtime=1.0)
+    method = Method(mode="blocklayer", ramp=0, runtime=0.5)
     target = Target(directory=tmp_path / "target", size=32 << 20)
     with Workspace(target) as ws:
         ws.open([config])
@@ -48,7 +48,7 @@ def test_daemon_applies_configuration(tmp_path: Path, no_leftovers: None, aio: s
             fio_target = session.fio_target()
             assert fio_target.get("ioengine") == ("libaio" if iothread else "nbd")
             job = job_text(Workload(rw="randwrite", bs=4096, iodepth=8), target=fio_target,
-                           ramp=0, runtime=1.0)
+                           ramp=0, runtime=0.5)
             run = run_fio(job, workdir=tmp_path, timeout=30, during=session.observe, during_at=0.5)
             applied = session.applied()
             assert session.mismatches() == []

@@ -18,7 +18,7 @@ from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
-from tests.conftest import write_suite
+from tests.conftest import cli_result, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 CONFIGS = configurations("blocklayer", {"aio": ["native", "threads"], "cache": ["none"],
@@ -56,8 +56,12 @@ def two_runs(db: Path, b_figures: Callable[[Configuration, Workload, int], Figur
 
 
 def cli(*args: str, cwd: Path, check: int = 0, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    """``iomatrix ARGS`` from ``cwd``; a run in its own process, other commands in this one."""
+    if args[0] == "run":
+        proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        proc = cli_result(*args, cwd=cwd)
     assert proc.returncode == check, proc.stdout + proc.stderr
     return proc
 
@@ -231,7 +235,7 @@ iodepth = [1, 8]
 [method]
 mode = "host"
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 samples = 2
 """
 

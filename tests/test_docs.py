@@ -4,14 +4,12 @@ commands, and .ci/run runs the second."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from iomatrix.cli.app import app
 from iomatrix.cli.status import ExitStatus
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_result
 
 COMMANDS = sorted(c.name or c.callback.__name__ for c in app.registered_commands)  # type: ignore[union-attr]
 README = (REPO / "README.md").read_text()
@@ -29,8 +27,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_command_is_documented(command: str) -> None:
     assert f"iomatrix {command}" in README, f"README does not mention `iomatrix {command}`"
-    out = subprocess.run([sys.executable, "-m", "iomatrix", command, "--help"],
-                         capture_output=True, text=True, timeout=60)
+    out = cli_result(command, "--help")
     assert out.returncode == 0 and "Usage:" in out.stdout
 
 

@@ -54,7 +54,7 @@ iothread = true
 mode = "guest"
 data_path = "vhost-user-blk"
 iothread = [false, true]
-""" + METHOD
+""" + METHOD.replace('runtime = "1s"', 'runtime = "500ms"')    # 11 boots: each trial short
     outcome, stored = run(tmp_path, body)
     assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
     assert stored.accelerator == "tcg" and stored.emulated

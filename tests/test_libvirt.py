@@ -79,7 +79,7 @@ def _ours() -> list[str]:
 
 @needs_libvirtd
 def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None) -> None:
-    suite = load_suite(write_suite(tmp_path, BODY.format(runtime="1s"), size="16MiB"))
+    suite = load_suite(write_suite(tmp_path, BODY.format(runtime="500ms"), size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
         stored = store.load_run(outcome.run_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import write_suite
+from tests.conftest import cli_result, write_suite
 
 pytestmark = pytest.mark.slow
 
@@ -116,11 +115,12 @@ iodepth = 8
 mode = "blocklayer"
 baseline = true
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 """
     run(tmp_path, body)
-    out = subprocess.run([sys.executable, "-m", "iomatrix", "show", "1", "--db", "r.db"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    shown = cli_result("show", "1", "--db", "r.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
     assert "% bare IOPS" in out and "+lat µs" in out
     row = next(line for line in out.splitlines() if line.startswith(" blocklayer"))
     pct = float(next(tok for tok in row.split() if tok.endswith("%") and not tok.startswith("±"))[:-1])
@@ -134,7 +134,7 @@ iodepth = [1, 8]
 [method]
 mode = "host"
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 samples = 2
 target_ci = "5%"
 max_samples = 5
@@ -178,6 +178,7 @@ max_runtime = "20s"
         assert p.iops == pytest.approx(400, rel=0.05)
         assert p.cpu_us_per_io is not None and p.cpu_us_per_io > 0
         assert p.steady_checked == 2 and p.steady_reached == 2
-    out = subprocess.run([sys.executable, "-m", "iomatrix", "show", "1", "--db", "r.db"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    shown = cli_result("show", "1", "--db", "r.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
     assert "CPU µs/IO" in out and "2/2" in out

@@ -32,7 +32,7 @@ from iomatrix.store.records import TrialResult
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.target import workspace as workspace_module
-from tests.conftest import our_processes, write_suite
+from tests.conftest import cli_result, our_processes, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
@@ -57,6 +57,11 @@ def host_suite(tmp_path: Path, runtime: str = "500ms") -> Path:
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``iomatrix ARGS`` from ``cwd``: a run in a process of its own (with ``env``), as it is
+    owned by its pid; other commands (clean) in this one (``cli_result``)."""
+    if args[0] != "run":
+        assert env is None
+        return cli_result(*args, cwd=cwd)
     return subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -257,7 +262,7 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
                   for t in store.load_run(1).trials}
     assert sorted(t.status for t in before.values()) == ["failed", "failed", "ok", "ok"]
     # a complete run: --resume alone has nothing to do, and says how to retry
-    again = cli("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
+    again = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
     assert again.returncode == ExitStatus.SUITE_INVALID
     assert "nothing to resume" in again.stderr and "--retry-failed" in again.stderr
     retried = cli("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
@@ -277,10 +282,10 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
     assert run.status == "complete"
     assert any("--retry-failed measures 2 failed trial(s) again" in n
                and "2× fio failed: fio: simulated failure" in n for n in run.notes)
-    nothing = cli("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
+    nothing = cli_result("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
     assert nothing.returncode == ExitStatus.SUITE_INVALID
     assert "none of its trials failed: nothing to retry" in nothing.stderr
-    usage = cli("run", str(suite), "--retry-failed", "--db", str(db), cwd=tmp_path)
+    usage = cli_result("run", str(suite), "--retry-failed", "--db", str(db), cwd=tmp_path)
     assert usage.returncode == ExitStatus.USAGE and "goes with --resume" in usage.stderr
     assert leftovers(tmp_path) == []
 
@@ -312,7 +317,7 @@ def open_resources(db: Path) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_kill_9_leftovers_are_recorded_and_resume_reclaims_them(tmp_path: Path,
                                                                 no_leftovers: None) -> None:
-    suite = host_suite(tmp_path, runtime="1s")
+    suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
     kill_9_mid_run(tmp_path, suite, db)
     left = leftovers(tmp_path)
@@ -338,7 +343,7 @@ def test_kill_9_leftovers_are_recorded_and_resume_reclaims_them(tmp_path: Path,
 @pytest.mark.slow
 def test_the_next_run_over_the_target_and_clean_reclaim_leftovers(tmp_path: Path,
                                                                   no_leftovers: None) -> None:
-    suite = host_suite(tmp_path, runtime="1s")
+    suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
     (tmp_path / "target").mkdir()
     kill_9_mid_run(tmp_path, suite, db)
@@ -525,7 +530,7 @@ def test_target_refusals_store_no_run(tmp_path: Path, problem: str) -> None:
     else:
         suite = write_suite(tmp_path, HOST.format(runtime="500ms"), size="64TiB")
         message = "free"
-    proc = cli("run", str(suite), "--db", "r.db", cwd=tmp_path)
+    proc = cli_result("run", str(suite), "--db", "r.db", cwd=tmp_path)   # refused at once
     assert proc.returncode == ExitStatus.TARGET and message in proc.stderr
     assert runs(tmp_path / "r.db") == []
     assert not list(tmp_path.glob("iomatrix-*"))

@@ -447,7 +447,8 @@ def test_lsi_and_megasas_guests_boot_under_tcg(tmp_path: Path, no_leftovers: Non
 [matrix]
 controller = ["lsi", "megasas"]
 iothread = false
-""" + METHOD + 'platform = "proxmox"\n'   # the [method] table ends METHOD
+""" + METHOD.replace('runtime = "1s"', 'runtime = "500ms"')
+    body += 'platform = "proxmox"\n'   # the [method] table ends METHOD
     suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)

@@ -131,13 +131,13 @@ def test_expected_graph_per_platform() -> None:
 def test_daemon_applies_platform_graph(tmp_path: Path, no_leftovers: None, platform: str,
                                        version: int | None, iothread: bool) -> None:
     config = _config(iothread=iothread, format="qcow2" if iothread else "raw")
-    method = _method(platform, version, ramp=0, runtime=1.0)
+    method = _method(platform, version, ramp=0, runtime=0.5)
     target = Target(directory=tmp_path / "target", size=32 << 20)
     with Workspace(target) as ws:
         ws.open([config])
         with BlocklayerDriver(method, tmp_path / "work").session(config, ws.images(config)) as s:
             job = job_text(Workload(rw="randwrite", bs=4096, iodepth=8), target=s.fio_target(),
-                           ramp=0, runtime=1.0)
+                           ramp=0, runtime=0.5)
             run = run_fio(job, workdir=tmp_path, timeout=30, during=s.observe, during_at=0.5)
             applied = s.applied()
             assert s.mismatches() == []
@@ -220,7 +220,7 @@ mode = "blocklayer"
 platform = "proxmox"
 pve_version = {version}
 ramp = "0s"
-runtime = "1s"
+runtime = "500ms"
 precondition = false
 """
     suite = load_suite(write_suite(tmp_path, body, size="32MiB"))

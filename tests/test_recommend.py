@@ -11,7 +11,6 @@ import random
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -30,7 +29,7 @@ from iomatrix.store import Store
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
-from tests.conftest import reference_table
+from tests.conftest import cli_result, reference_table
 
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 8, 32)]
 Effect = Callable[[Configuration], float]
@@ -445,8 +444,7 @@ def test_the_accepted_values_are_the_references() -> None:
 # -- the CLI ---------------------------------------------------------------------------------
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "iomatrix", "recommend", *args],
-                          capture_output=True, text=True, timeout=120)
+    return cli_result("recommend", *args)
 
 
 def test_cli_prints_table_rule_and_paste(tmp_path: Path) -> None:

@@ -385,59 +385,66 @@ def expected_charts(data: ReportData) -> set[str]:
     return ids | {"chart-roles"}
 
 
+# The seed 000 page (5 MB with Plotly: 3-4 s to load and draw here) is loaded once per test
+# below, and each test runs the checks that page serves in turn: the charts as drawn, then the
+# gain metric switch; the points table (sorted, filtered), then the CSV download and the
+# recommendation tabs, which the table's state does not touch.
+
 @needs_chromium
-def test_every_chart_draws(browser, data, page_path):
+def test_every_chart_draws_and_gains_mark_significance(browser, data, page_path):
     with open_page(page_path, browser=browser, block_network=True) as page:
-        assert page.problems == [] and page.external_requests == []
-        assert page.evaluate("document.documentElement.dataset.charts") == "ready"
-        charts = chart_state(page)
-        assert set(charts) == expected_charts(data)
-        assert all(c["drawn"] == "1" and c["svg"] for c in charts.values()), charts
-        # one line per configuration with a value (≤ 12 configurations: coloured one by one)
-        for g in data.groups:
-            iops = charts[f"chart-iops-{g.slug}"]["traces"]
-            assert len(iops) == 5 and all(t["error"] for t in iops)
-            p99 = charts[f"chart-lat_p99-{g.slug}"]["traces"]
-            assert len(p99) == (4 if g.bs == 65536 else 5)  # the host's 64k p99 was not measured
-            assert len(charts[f"chart-bare_iops-{g.slug}"]["traces"]) == 4  # no host line
-        # every guest line says it was emulated
-        names = {t["name"] for c in charts.values() if c["title"] and "IOPS ·" in c["title"]
-                 for t in c["traces"]}
-        assert {n for n in names if n.startswith("guest")} and all(
-            n.endswith("[emulated: TCG]") for n in names if n.startswith("guest"))
-        # flagged points are drawn as crosses, and their hover says why
-        noisy = next(t for t in charts["chart-iops-randread-4k-j1"]["traces"] if t["name"] == "host (bare metal)")
-        assert "x" in noisy["symbols"]
-        assert any("steady state not reached in 3 of 3 samples" in h for h in noisy["hover"])
-        assert page.page.get_by_test_id("tcg-banner").is_visible()
-        assert page.count("[data-testid=score-row]") == 4
-        assert page.count("[data-testid=point-row]") == len(data.points)
-        page.screenshot(ARTIFACTS / "report-seed000.png")
+        _every_chart_draws(page, data)
+        _gains_mark_significance(page, data)
 
 
-@needs_chromium
-def test_gains_mark_significance(browser, data, page_path):
-    with open_page(page_path, browser=browser) as page:
-        charts = chart_state(page)
-        for s in data.gains:
-            if s.metric != "iops":
-                continue
-            chart = charts["chart-gain-" + s.axis + (f"-by-{'-'.join(s.hold)}" if s.hold else "")]
-            assert s.axis in chart["title"] and f"{s.axis}={s.reference}" in chart["title"]
-            bars = [(text, hover) for t in chart["traces"] for text, hover in zip(t["text"], t["hover"])]
-            assert len(bars) == len(s.gains)
-            for (text, hover), gain in zip(bars, s.gains):
-                assert (text == "n.s.") is (not gain.significant)
-                assert gain.verdict in hover.replace("&lt;", "<").replace("&gt;", ">")
-        texts = [t for c in charts.values() if c["title"] and c["title"].startswith("IOPS:")
-                 for tr in c["traces"] for t in tr["text"]]
-        assert "n.s." in texts and "" in texts
-        # switching the metric redraws every gain chart
-        page.page.get_by_test_id("gain-metric").select_option("lat_mean_ns")
-        page.page.wait_for_function("document.documentElement.dataset.charts === 'ready'")
-        titles = [c["title"] for k, c in chart_state(page).items() if k.startswith("chart-gain")]
-        assert titles and all(t.startswith("Mean latency:") for t in titles)
-        assert page.problems == []
+def _every_chart_draws(page, data) -> None:
+    assert page.problems == [] and page.external_requests == []
+    assert page.evaluate("document.documentElement.dataset.charts") == "ready"
+    charts = chart_state(page)
+    assert set(charts) == expected_charts(data)
+    assert all(c["drawn"] == "1" and c["svg"] for c in charts.values()), charts
+    # one line per configuration with a value (≤ 12 configurations: coloured one by one)
+    for g in data.groups:
+        iops = charts[f"chart-iops-{g.slug}"]["traces"]
+        assert len(iops) == 5 and all(t["error"] for t in iops)
+        p99 = charts[f"chart-lat_p99-{g.slug}"]["traces"]
+        assert len(p99) == (4 if g.bs == 65536 else 5)  # the host's 64k p99 was not measured
+        assert len(charts[f"chart-bare_iops-{g.slug}"]["traces"]) == 4  # no host line
+    # every guest line says it was emulated
+    names = {t["name"] for c in charts.values() if c["title"] and "IOPS ·" in c["title"]
+             for t in c["traces"]}
+    assert {n for n in names if n.startswith("guest")} and all(
+        n.endswith("[emulated: TCG]") for n in names if n.startswith("guest"))
+    # flagged points are drawn as crosses, and their hover says why
+    noisy = next(t for t in charts["chart-iops-randread-4k-j1"]["traces"] if t["name"] == "host (bare metal)")
+    assert "x" in noisy["symbols"]
+    assert any("steady state not reached in 3 of 3 samples" in h for h in noisy["hover"])
+    assert page.page.get_by_test_id("tcg-banner").is_visible()
+    assert page.count("[data-testid=score-row]") == 4
+    assert page.count("[data-testid=point-row]") == len(data.points)
+    page.screenshot(ARTIFACTS / "report-seed000.png")
+
+def _gains_mark_significance(page, data) -> None:
+    charts = chart_state(page)
+    for s in data.gains:
+        if s.metric != "iops":
+            continue
+        chart = charts["chart-gain-" + s.axis + (f"-by-{'-'.join(s.hold)}" if s.hold else "")]
+        assert s.axis in chart["title"] and f"{s.axis}={s.reference}" in chart["title"]
+        bars = [(text, hover) for t in chart["traces"] for text, hover in zip(t["text"], t["hover"])]
+        assert len(bars) == len(s.gains)
+        for (text, hover), gain in zip(bars, s.gains):
+            assert (text == "n.s.") is (not gain.significant)
+            assert gain.verdict in hover.replace("&lt;", "<").replace("&gt;", ">")
+    texts = [t for c in charts.values() if c["title"] and c["title"].startswith("IOPS:")
+             for tr in c["traces"] for t in tr["text"]]
+    assert "n.s." in texts and "" in texts
+    # switching the metric redraws every gain chart
+    page.page.get_by_test_id("gain-metric").select_option("lat_mean_ns")
+    page.page.wait_for_function("document.documentElement.dataset.charts === 'ready'")
+    titles = [c["title"] for k, c in chart_state(page).items() if k.startswith("chart-gain")]
+    assert titles and all(t.startswith("Mean latency:") for t in titles)
+    assert page.problems == []
 
 
 @needs_chromium
@@ -460,50 +467,52 @@ def test_filter_and_colouring(browser, data, page_path):
 
 
 @needs_chromium
-def test_points_table(browser, data, page_path):
-    with open_page(page_path, browser=browser) as page:
-        p = page.page
-        table = p.get_by_test_id("points-table")
-        header = [h.strip(" ▲▼") for h in table.locator("thead th").all_inner_texts()]
-        rows = table.locator("tbody tr")
-        assert rows.count() == len(data.points)
-        cells = [r.locator("td").all_inner_texts() for r in rows.all()]
-        col = {name: i for i, name in enumerate(header)}
-        host_64k = [r for r in cells if r[col["configuration"]].startswith("host") and r[col["bs"]] == "64k"]
-        assert host_64k and all(r[col["lat p99 µs"]] == "—" for r in host_64k)
-        assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", r[col["IOPS"]]) for r in cells)
-        assert any(r[col["samples"]] == "2 (1 failed)" for r in cells)
-        # sort by IOPS, descending on the second click
-        table.locator("th", has_text="IOPS").first.click()
-        table.locator("th", has_text="IOPS").first.click()
-        first = table.locator("tbody tr").first.locator("td").all_inner_texts()
-        top = max(pt.iops for pt in data.points)
-        assert first[col["IOPS"]] == f"{top:,.0f}"
-        # only the flagged points
-        p.get_by_test_id("only-flagged").check()
-        flagged = sum(bool(pt.flags) for pt in data.points)
-        assert p.get_by_test_id("points-table").locator("tbody tr").count() == flagged
-        assert all(t for t in p.get_by_test_id("points-table").locator("tbody td.flag").all_inner_texts())
-        assert page.problems == []
-
-
-@needs_chromium
-def test_csv_download_and_recommendation(browser, run, page_path, tmp_path):
+def test_points_table_csv_download_and_recommendation(browser, data, run, page_path, tmp_path):
     with open_page(page_path, browser=browser, block_network=True) as page:
-        p = page.page
-        with p.expect_download() as info:
-            p.get_by_test_id("csv-download").click()
-        download = info.value
-        assert download.suggested_filename == f"iomatrix-run-{run.id}-samples.csv"
-        target = tmp_path / "samples.csv"
-        download.save_as(target)
-        assert target.read_text() == samples_csv(run)
-        # recommendation tabs: one platform at a time, each with text to paste
-        assert p.get_by_test_id("rec-proxmox").is_visible() and not p.get_by_test_id("rec-libvirt").is_visible()
-        p.get_by_test_id("rec-tab-libvirt").click()
-        assert p.get_by_test_id("rec-libvirt").is_visible() and not p.get_by_test_id("rec-proxmox").is_visible()
-        assert "<disk" in p.get_by_test_id("paste-libvirt").inner_text()
-        assert page.problems == []
+        _points_table(page, data)
+        _csv_download_and_recommendation(page, run, tmp_path)
+
+
+def _points_table(page, data) -> None:
+    p = page.page
+    table = p.get_by_test_id("points-table")
+    header = [h.strip(" ▲▼") for h in table.locator("thead th").all_inner_texts()]
+    rows = table.locator("tbody tr")
+    assert rows.count() == len(data.points)
+    cells = [r.locator("td").all_inner_texts() for r in rows.all()]
+    col = {name: i for i, name in enumerate(header)}
+    host_64k = [r for r in cells if r[col["configuration"]].startswith("host") and r[col["bs"]] == "64k"]
+    assert host_64k and all(r[col["lat p99 µs"]] == "—" for r in host_64k)
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", r[col["IOPS"]]) for r in cells)
+    assert any(r[col["samples"]] == "2 (1 failed)" for r in cells)
+    # sort by IOPS, descending on the second click
+    table.locator("th", has_text="IOPS").first.click()
+    table.locator("th", has_text="IOPS").first.click()
+    first = table.locator("tbody tr").first.locator("td").all_inner_texts()
+    top = max(pt.iops for pt in data.points)
+    assert first[col["IOPS"]] == f"{top:,.0f}"
+    # only the flagged points
+    p.get_by_test_id("only-flagged").check()
+    flagged = sum(bool(pt.flags) for pt in data.points)
+    assert p.get_by_test_id("points-table").locator("tbody tr").count() == flagged
+    assert all(t for t in p.get_by_test_id("points-table").locator("tbody td.flag").all_inner_texts())
+    assert page.problems == []
+
+def _csv_download_and_recommendation(page, run, tmp_path) -> None:
+    p = page.page
+    with p.expect_download() as info:
+        p.get_by_test_id("csv-download").click()
+    download = info.value
+    assert download.suggested_filename == f"iomatrix-run-{run.id}-samples.csv"
+    target = tmp_path / "samples.csv"
+    download.save_as(target)
+    assert target.read_text() == samples_csv(run)
+    # recommendation tabs: one platform at a time, each with text to paste
+    assert p.get_by_test_id("rec-proxmox").is_visible() and not p.get_by_test_id("rec-libvirt").is_visible()
+    p.get_by_test_id("rec-tab-libvirt").click()
+    assert p.get_by_test_id("rec-libvirt").is_visible() and not p.get_by_test_id("rec-proxmox").is_visible()
+    assert "<disk" in p.get_by_test_id("paste-libvirt").inner_text()
+    assert page.problems == []
 
 
 @needs_chromium

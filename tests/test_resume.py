@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.store import Store
-from tests.conftest import write_suite
+from tests.conftest import cli_result, write_suite
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -31,7 +31,7 @@ baseline = true
 samples = 2
 seed = 7
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 """
 
 
@@ -74,6 +74,5 @@ def test_resume_after_kill_9(tmp_path: Path, no_leftovers: None) -> None:
     with Store(db) as store:
         run = store.load_run(1)
     assert run.status == "complete" and run.seed == 7
-    again = subprocess.run([*IOMATRIX, "run", "--resume", "1", "--db", str(db)], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60)
+    again = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
     assert again.returncode == 3 and "nothing to resume" in again.stderr

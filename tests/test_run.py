@@ -22,7 +22,7 @@ from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Method, Mode
 from tests.browser import chromium_available, open_page
-from tests.conftest import REPO, our_processes, write_suite
+from tests.conftest import REPO, cli_result, our_processes, write_suite
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -50,16 +50,24 @@ runtime = "1s"
 """
 
 
-def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300,
+        own_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``iomatrix ARGS`` from ``cwd``: in this process (see ``cli_result``) unless
+    ``own_process``, as a run is (its own signal handlers, its children)."""
+    if own_process:
+        proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        proc = cli_result(*args, cwd=cwd)
     if check is not None:
         assert proc.returncode == check, proc.stdout + proc.stderr
     return proc
 
 
 def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None) -> None:
-    suite = load_suite(write_suite(tmp_path, SMALL, size="32MiB"))
+    # 0.5 s trials: fio's own runtimes still add up to 21 of them, the 200 ms ramps left out
+    body = SMALL.replace('runtime = "1s"', 'runtime = "500ms"')
+    suite = load_suite(write_suite(tmp_path, body, size="32MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
         run = store.load_run(outcome.run_id)
@@ -77,14 +85,19 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
         assert [s.direction for s in t.samples] == [direction]
         assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
     assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
-    assert outcome.measured_seconds == pytest.approx(21 * 1.0, rel=0.02)   # fio's own runtimes
+    assert outcome.measured_seconds == pytest.approx(21 * 0.5, rel=0.02)   # fio's own runtimes
     # images and the scratch directory are gone; the target directory we created too
     assert not (tmp_path / "target").exists()
 
 
 def test_precondition_writes_images_fully(tmp_path: Path, no_leftovers: None) -> None:
+    """Preconditioning comes before the trials: one short workload is enough to see it."""
     body = SMALL.replace('aio = ["native", "threads"]', 'aio = "io_uring"').replace(
-        'cache = ["none", "writeback"]', 'cache = "none"')
+        'cache = ["none", "writeback"]', 'cache = "none"').replace(
+        'iodepth = [1, 16]', 'iodepth = 1').replace(
+        '[[workloads]]\nrw = "randwrite"\nbs = "4k"\niodepth = 16\n', '').replace(
+        'runtime = "1s"', 'runtime = "500ms"')
+    assert body.count("[[workloads]]") == 1 and 'runtime = "500ms"' in body
     suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store, keep=True)
@@ -96,9 +109,11 @@ def test_precondition_writes_images_fully(tmp_path: Path, no_leftovers: None) ->
 
 def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
     body = SMALL.replace('aio = ["native", "threads"]', 'aio = "threads"').replace(
-        'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"')
+        'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"').replace(
+        'runtime = "1s"', 'runtime = "500ms"')
     suite = write_suite(tmp_path, body, size="16MiB")
-    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path)
+    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path,
+              own_process=True)
     assert "run 1: 6 trials ok, 0 failed" in run.stdout
     assert "[6/6]" in run.stderr            # plain progress lines when not on a terminal
     runs = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
@@ -161,8 +176,7 @@ def _trials_stored(db: Path) -> int:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_everything_and_marks_run_interrupted(tmp_path: Path, no_leftovers: None,
                                                           signum: int) -> None:
-    body = SMALL.replace('runtime = "1s"', 'runtime = "3s"')
-    suite = write_suite(tmp_path, body, size="16MiB")
+    suite = write_suite(tmp_path, SMALL, size="16MiB")   # signalled while a 1 s trial runs
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -208,7 +222,7 @@ iodepth = 8
 mode = "blocklayer"
 baseline = true
 ramp = 0
-runtime = "1s"
+runtime = "500ms"
 """)
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(load_suite(suite_path), store)
