@@ -160,7 +160,9 @@ def test_status_stream_read_live_then_final_object(live: LiveRun) -> None:
     # One object per second while running (4; fio skips a tick when it is late), then the
     # final one: all complete.
     assert 4 <= len(reports) <= 5
-    assert reports[-1].runtime_ms == 4000
+    # the final one covers the whole runtime: fio stops at the first check past 4 s, which a
+    # loaded host can make a few hundred ms late
+    assert 4000 <= reports[-1].runtime_ms < 4750
     runtimes = [r.runtime_ms for r in reports]
     assert runtimes == sorted(runtimes) and runtimes[0] < 1000
     # They arrived while fio ran, about a second apart.
