@@ -13,12 +13,11 @@ cannot place, a disk without aio (librbd) or whose bus guest mode cannot build.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 
 from pydantic import ValidationError
 
+from iomatrix.core import files
 from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.translate import DiskTranslation, Translation, translate
@@ -37,8 +36,8 @@ def resolve_vm(suite: Suite) -> Suite:
     if matrix.from_vm is None or matrix.reference is not None:
         return suite
     where = f"{suite.source_path}: [matrix] from_vm = {matrix.from_vm!r}"
-    text = read_beside(suite, matrix.from_vm, "from_vm")
-    storages = (pve.parse_storage_cfg(read_beside(suite, matrix.storage_cfg, "storage_cfg"))
+    text = _read_vm_file(suite, matrix.from_vm, "from_vm")
+    storages = (pve.parse_storage_cfg(_read_vm_file(suite, matrix.storage_cfg, "storage_cfg"))
                 if matrix.storage_cfg else None)
     version = suite.method.pve_version if suite.method.platform == "proxmox" else None
     try:
@@ -54,7 +53,7 @@ def resolve_vm(suite: Suite) -> Suite:
     return with_reference(suite, reference)
 
 
-def read_beside(suite: Suite, name: str, key: str) -> str:
+def _read_vm_file(suite: Suite, name: str, key: str) -> str:
     """The text of the file ``name`` in the suite's directory (``[matrix] key``), confined to
     that directory; SuiteError, in one line, for anything else."""
     where = f"{suite.source_path}: [matrix] {key} = {name!r}"
@@ -62,28 +61,8 @@ def read_beside(suite: Suite, name: str, key: str) -> str:
     if path is None:
         raise SuiteError(f"{where}: this suite has no directory of its own to read it from "
                          "(write the suite to a file beside the VM's definition)")
-    folder = path.absolute().parent.resolve()
-    try:
-        real = (folder / name).resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise SuiteError(f"{where}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not real.is_relative_to(folder):
-        raise SuiteError(f"{where}: leads out of the suite's directory {folder} (to {real}); "
-                         "copy the file beside the suite")
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SuiteError(f"{where}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise SuiteError(f"{where}: not a regular file")
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise SuiteError(f"{where}: larger than {MAX_BYTES >> 10} KiB: not a VM definition")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SuiteError(f"{where}: not UTF-8 text") from None
+    text = files.read_beside(path.absolute().parent, name, where, max_bytes=MAX_BYTES,
+                             what="the files a suite names")
     if _CONTROL.search(text):
         raise SuiteError(f"{where}: holds control characters: not a VM definition")
     return text

@@ -77,9 +77,7 @@ every other option                 refused with fio_option_problem's reason (exe
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, get_args
@@ -87,6 +85,7 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.files import read_beside
 from iomatrix.core.model import Frozen
 from iomatrix.suite.model import Method, Suite, WorkloadGroup, fio_option_problem
 
@@ -427,7 +426,7 @@ def carry(raw: dict[str, Any], *, source: str, directory: Path | None) -> dict[s
             raise SuiteError(f"{where}: {kind} has no directory to read job files from; put the "
                              f"suite in a file beside the job file, or carry it in a [{TABLE}] "
                              "table")
-        read[name] = _read(directory, name, where)
+        read[name] = read_beside(directory, name, where, max_bytes=MAX_BYTES, what="job files")
     return read
 
 
@@ -463,40 +462,3 @@ def name_problem(name: object) -> str | None:
     if ".." in path.parts:
         return "'..' leads out of the suite file's directory, where job files must lie"
     return None
-
-
-def _read(directory: Path, name: str, where: str) -> str:
-    """The job file ``name`` in ``directory``: where it leads is checked before it is opened (a
-    device or FIFO is never opened), and again on the open file, so a link swapped in between
-    does not lead out either."""
-    home = os.path.realpath(directory)
-
-    def within(real: str) -> str:
-        if os.path.commonpath([home, real]) != home:
-            raise SuiteError(f"{where}: it leads to {real}, outside the suite file's directory "
-                             f"{home} (a symbolic link), where job files must lie")
-        return real
-    try:
-        path = within(os.path.realpath(os.path.join(home, name)))
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise SuiteError(f"{where}: not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SuiteError(f"{where}: cannot open it in {home}: {exc.strerror}") from None
-    try:
-        within(os.readlink(f"/proc/self/fd/{fd}"))
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SuiteError(f"{where}: not a regular file")
-        data = b""
-        while chunk := os.read(fd, MAX_BYTES + 1 - len(data)):     # a read may return less
-            data += chunk
-        if max(info.st_size, len(data)) > MAX_BYTES:
-            raise SuiteError(f"{where}: {max(info.st_size, len(data))} bytes or more; a job "
-                             f"file may have {MAX_BYTES // 1024} KiB at most")
-    finally:
-        os.close(fd)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SuiteError(f"{where}: not UTF-8 text") from None

@@ -187,9 +187,10 @@ class LoopFilesystem:
             if done.returncode != 0:
                 run([require("umount"), "-l", str(self.mountpoint)], timeout=60, check=False)
         self._mounted = False
-        if self.loop is not None:
-            release_loops(self.file.parent)
-            self.loop = None
+        # always, not only once attach() returned: losetup may have attached the file before
+        # attach() raised (its check of the kernel's view failed), and the device is then ours
+        release_loops(self.file.parent)
+        self.loop = None
 
 
 def release_loops(directory: str | os.PathLike[str], *,
