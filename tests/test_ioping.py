@@ -21,6 +21,7 @@ from iomatrix.fio.ioping import find_ioping, ioping_argv, parse_raw, run_ioping
 from iomatrix.fio.jobfile import ioping_job_text
 from iomatrix.fio.run import run_fio
 from iomatrix.fio.samples import samples_of
+from iomatrix.store.records import StoredRun
 from iomatrix.store.repo import Store
 from iomatrix.suite.model import Ioping, Workload
 from tests.conftest import cli, write_suite
@@ -166,11 +167,7 @@ def test_fio_s_equivalent_job_agrees_with_ioping_and_a_qd16_job_does_not(tmp_pat
     assert same_means.verdict != "differ", same_means.text
 
 
-@needs_ioping
-def test_a_run_measures_ioping_with_ioping_on_the_host_and_with_fio_in_the_block_layer(
-        tmp_path: Path, no_leftovers: None) -> None:
-    assert TOOL is not None
-    suite = write_suite(tmp_path, """
+BLOCKLAYER_AND_HOST = """
 [matrix]
 aio = "threads"
 iothread = false
@@ -182,12 +179,25 @@ mode = "blocklayer"
 baseline = true
 ramp = "0s"
 runtime = "1s"
-""")
-    db = tmp_path / "r.db"
+"""
+"""An ioping workload in blocklayer mode beside its bare-metal baseline (after a [target])."""
+
+
+def _run(suite: Path) -> tuple[Path, StoredRun]:
+    """Run ``suite`` through the CLI into a database beside it; the database and the run."""
+    db = suite.parent / "r.db"
     code, out = cli("run", str(suite), "--db", str(db))
     assert code == 0, out
     with Store(db) as store:
-        run = store.load_run(store.resolve("last"))
+        return db, store.load_run(store.resolve("last"))
+
+
+@needs_ioping
+def test_a_run_measures_ioping_with_ioping_on_the_host_and_with_fio_in_the_block_layer(
+        tmp_path: Path, no_leftovers: None) -> None:
+    assert TOOL is not None
+    suite = write_suite(tmp_path, BLOCKLAYER_AND_HOST)
+    db, run = _run(suite)
     tools = {t.config_key.split("/")[0]: t for t in run.trials}
     host, qemu = tools["host"], tools["blocklayer"]
     assert host.tool == TOOL.version
@@ -228,23 +238,8 @@ directory = "{tmp_path / 'a'}"
 [[targets]]
 name = "b"
 directory = "{tmp_path / 'b'}"
-[matrix]
-aio = "threads"
-iothread = false
-cache = "none"
-[[workloads]]
-ioping = {{ count = 4, interval = "10ms" }}
-[method]
-mode = "blocklayer"
-baseline = true
-ramp = "0s"
-runtime = "1s"
-""")
-    db = tmp_path / "r.db"
-    code, out = cli("run", str(suite), "--db", str(db))
-    assert code == 0, out
-    with Store(db) as store:
-        figures = {f.config_key: f for f in ioping_figures(store.load_run(store.resolve("last")))}
+""" + BLOCKLAYER_AND_HOST)
+    figures = {f.config_key: f for f in ioping_figures(_run(suite)[1])}
     for name in ("a", "b"):
         host = figures[f"host/target={name}"]
         point = next(f for k, f in figures.items() if k.startswith(f"blocklayer/target={name}/"))
