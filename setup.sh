@@ -60,7 +60,9 @@ if ! virsh -c qemu:///system -q version >/dev/null 2>&1; then
     fi
 fi
 
-# uv is pinned and lives in the environment it manages; --inexact keeps it there.
+# uv is pinned and lives in the environment it manages; --inexact keeps it there. It trusts the
+# system's certificate store (a site CA added with update-ca-certificates), as apt and pip do.
+export UV_NATIVE_TLS=1
 if [ ! -x .venv/bin/uv ]; then
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check "uv==0.13.9"
