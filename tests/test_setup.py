@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import PVEVERSION, REPO, standin
 
 # pve-qemu-kvm's relations, from proxmox/pve-qemu's debian/control, the same at 9.2.0-5 (the last
 # PVE 8 build, bookworm; commit e0969989) and 10.0.2-4 (PVE 9.0, trixie; commit 839b53ba). It
@@ -31,13 +31,10 @@ PVE_QEMU = {
                  "qemu-system-common, qemu-system-data, qemu-system-x86, qemu-utils",
     "Breaks": "qemu-server (<= 8.0.6)",
 }
-# (pve-qemu-kvm, qemu-server, proxmox-ve versions, pveversion's line); qemu-server's Depends on
-# pve-qemu-kvm (>= 7.1~) is from proxmox/qemu-server's debian/control at those versions;
-# proxmox-ve's version and its Depends (cut down to the two packages) are illustrative.
-PVE = {
-    8: ("9.2.0-5", "8.3.13", "8.4.0", "pve-manager/8.4.1/2a5fa54a8503f96d (running kernel: 6.8.12-9-pve)"),
-    9: ("10.0.2-4", "9.0.16", "9.0.0", "pve-manager/9.0.3/025864202ebb6109 (running kernel: 6.14.8-2-pve)"),
-}
+# (pve-qemu-kvm, qemu-server, proxmox-ve versions); qemu-server's Depends on pve-qemu-kvm
+# (>= 7.1~) is from proxmox/qemu-server's debian/control at those versions; proxmox-ve's version
+# and its Depends (cut down to the two packages) are illustrative.
+PVE = {8: ("9.2.0-5", "8.3.13", "8.4.0"), 9: ("10.0.2-4", "9.0.16", "9.0.0")}
 NOT_ON_PVE = ("qemu-system-x86", "qemu-system-common", "qemu-system-data", "qemu-utils",
               "libvirt-daemon-system", "fio", "ioping")
 """Taken out of this host's dpkg database (with what apt says depends on them): Debian's QEMU
@@ -73,7 +70,7 @@ def _stanza(package: str, version: str, arch: str, fields: dict[str, str]) -> st
 
 def _pve_host(tmp_path: Path, generation: int, extra: tuple[str, ...] = ()) -> tuple[Path, str]:
     """A simulated PVE ``generation`` host: its dpkg admin directory and its PATH."""
-    qemu, server, ve, line = PVE[generation]
+    qemu, server, ve = PVE[generation]
     status = Path("/var/lib/dpkg/status").read_text()
     plan = subprocess.run(["apt-get", "-s", "remove", *NOT_ON_PVE], capture_output=True,
                           text=True, timeout=300, check=True).stdout
@@ -87,18 +84,16 @@ def _pve_host(tmp_path: Path, generation: int, extra: tuple[str, ...] = ()) -> t
     admin.mkdir()
     (admin / "status").write_text("\n\n".join(kept + pve + list(extra)) + "\n")
     tools = tmp_path / "tools"
-    standins = tmp_path / "pve-programs"
-    for folder in (tools, standins):
-        folder.mkdir(exist_ok=True)
+    tools.mkdir(exist_ok=True)
     for tool in SYSTEM_TOOLS:
         found = shutil.which(tool)
         assert found, tool
         (tools / tool).unlink(missing_ok=True)
         (tools / tool).symlink_to(found)
-    for program, text in [*((p, "echo stand-in for pve-qemu-kvm's program") for p in PVE_PROGRAMS),
-                          ("pveversion", f"echo '{line}'")]:
-        (standins / program).write_text(f"#!/bin/sh\n# stand-in: Proxmox VE cannot be installed here\n{text}\n")
-        (standins / program).chmod(0o755)
+    standins = tmp_path / "pve-programs"
+    for program in PVE_PROGRAMS:
+        standin(standins, program, "stand-in for pve-qemu-kvm's program")
+    standin(standins, "pveversion", PVEVERSION[generation])
     return admin, f"{tools}:{standins}"
 
 
@@ -138,7 +133,7 @@ def test_on_proxmox_ve_setup_keeps_pve_qemu_and_removes_nothing(tmp_path: Path,
             + " ".join(f"{standins}/{p}" for p in PVE_PROGRAMS)) in out.stdout
     assert (f"setup.sh: not installing qemu-system-common: the installed pve-qemu-kvm {qemu} "
             "conflicts with it") in out.stdout
-    assert f"not installing libvirt on Proxmox VE ({PVE[generation][3]})" in out.stdout
+    assert f"not installing libvirt on Proxmox VE ({PVEVERSION[generation]})" in out.stdout
 
 
 def test_setup_refuses_a_plan_that_removes_a_package(tmp_path: Path) -> None:
