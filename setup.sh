@@ -1,18 +1,38 @@
 #!/bin/sh
-# Installs what iomatrix needs on a Debian/Ubuntu/Proxmox host: the QEMU and fio packages, then a
+# Installs what iomatrix needs on a Debian/Ubuntu/Proxmox VE host: the QEMU and fio packages, then a
 # Python environment in ./.venv from the lock file (uv.lock). With --dev it adds the test tools and
-# Debian's chromium, which the report tests drive. Safe to run again; it only adds what is missing.
+# Debian's chromium, which the report tests drive. Safe to run again; it only adds what is missing
+# and never removes or replaces what the host has: a package that an installed one Provides (Proxmox
+# VE's pve-qemu-kvm provides qemu-system-x86 and qemu-utils) or Conflicts with is not installed, nor
+# one whose programs are on PATH already (a QEMU, fio or libvirt built elsewhere); it says what it uses.
 set -eu
 cd "$(dirname "$0")"
 
+usage="usage: ./setup.sh [--dev] [--dry-run [--admindir DIR]]
+  --dev           also install the test tools and Debian's chromium (the report tests drive it)
+  --dry-run       say what setup would use and install (apt-get -s), and change nothing
+  --admindir DIR  with --dry-run: decide against the dpkg database in DIR (DIR/status) instead of
+                  the host's (tests/test_setup.py simulates Proxmox VE hosts with it)"
 dev=0
-for arg in "$@"; do
-    case "$arg" in
+dry=0
+admindir=""
+while [ $# -gt 0 ]; do
+    case "$1" in
         --dev) dev=1 ;;
-        -h|--help) echo "usage: ./setup.sh [--dev]"; exit 0 ;;
-        *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+        --dry-run) dry=1 ;;
+        --admindir)
+            [ $# -gt 1 ] || { echo "setup.sh: --admindir needs a directory" >&2; exit 2; }
+            admindir=$2
+            shift ;;
+        -h|--help) echo "$usage"; exit 0 ;;
+        *) echo "setup.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     esac
+    shift
 done
+if [ -n "$admindir" ] && [ "$dry" = 0 ]; then
+    echo "setup.sh: --admindir goes with --dry-run (apt would install into this host by another's database)" >&2
+    exit 2
+fi
 
 packages="qemu-system-x86 qemu-system-common qemu-utils fio fuse3 python3 python3-venv ca-certificates"
 # libvirt: guests through libvirtd ([method] platform = "libvirt" with libvirt_uri); virsh is in
@@ -27,20 +47,128 @@ packages="$packages xfsprogs btrfs-progs"
 packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 
+dpkg_query() {
+    if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi
+}
+apt_simulate() {
+    if [ -n "$admindir" ]; then apt-get -s -o "Dir::State::status=$admindir/status" "$@"; else apt-get -s "$@"; fi
+}
+installed_list() {
+    dpkg_query -W -f='${db:Status-Abbrev}|${Package}|${Version}|${Provides}|${Conflicts}\n' |
+        awk -F'|' '$1 == "ii "'
+}
+installed=$(installed_list)
+# The installed package (name and version) that is $1 (field 2), Provides it (4) or Conflicts with
+# any version of it (5: a versioned Conflicts is an upgrade path, libvirt-daemon's "libvirt-daemon-
+# system (<< 10.6.0-2~)", which apt resolves); nothing when there is none.
+installed_by() {
+    printf '%s\n' "$installed" | awk -F'|' -v want="$1" -v field="$2" '{
+        n = split($field, names, /, */)
+        for (i = 1; i <= n; i++) {
+            if (field == 5 && names[i] ~ /\(/) continue
+            sub(/[ :].*/, "", names[i])          # a version "(= 1.0)" or an arch ":any"
+            if (names[i] == want) { print $2 " " $3; exit }
+        }
+    }'
+}
+# The programs iomatrix runs from a package: where all are on PATH (a build in /usr/local, another
+# vendor's QEMU), the package is not needed.
+programs() {
+    case "$1" in
+        qemu-system-x86) echo qemu-system-x86_64 ;;
+        qemu-system-common) echo qemu-storage-daemon ;;
+        qemu-utils) echo qemu-img ;;
+        fio) echo fio ;;
+        libvirt-daemon-system) echo virsh libvirtd ;;
+    esac
+}
+on_path() (         # the paths of the programs $*, or failure when one is missing
+    PATH="$PATH:/usr/sbin:/sbin"
+    found=""
+    for program in "$@"; do
+        found="$found $(command -v "$program")" || exit 1
+    done
+    echo "${found# }"
+)
+
+# Proxmox VE: pveversion says which; its QEMU is pve-qemu-kvm (below, by its Provides)
+pve=""
+if command -v pveversion >/dev/null; then
+    pve=$(timeout 10 pveversion 2>/dev/null | head -n 1) || true
+    pve="Proxmox VE (${pve:-pveversion printed nothing})"
+elif [ -n "$(installed_by proxmox-ve 2)" ]; then
+    pve="Proxmox VE ($(installed_by proxmox-ve 2))"
+fi
+
 missing=""
 for p in $packages; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    [ -z "$(installed_by "$p" 2)" ] && [ -z "$(installed_by "$p" 4)" ] || continue
+    other=$(installed_by "$p" 5)
+    if [ -n "$other" ]; then
+        echo "setup.sh: not installing $p: the installed $other conflicts with it"
+        continue
+    fi
+    if [ -n "$(programs "$p")" ] && found=$(on_path $(programs "$p")) && [ -n "$found" ]; then
+        echo "setup.sh: not installing $p: using $found"
+        continue
+    fi
+    if [ "$p" = libvirt-daemon-system ] && [ -n "$pve" ]; then
+        # PVE 9's libvirt QEMU driver depends on Debian's QEMU (qemu-kvm | qemu-system), which
+        # pve-qemu-kvm conflicts with; and PVE runs its VMs through qemu-server, not libvirt
+        echo "setup.sh: not installing libvirt on $pve: Proxmox VE runs VMs through qemu-server," \
+             "and libvirt's QEMU driver wants Debian's QEMU; iomatrix's libvirt features will say libvirt is missing"
+        continue
+    fi
+    missing="$missing $p"
 done
+
+# What QEMU iomatrix will run: the package that is or provides qemu-system-x86, and its programs.
+say_qemu() {
+    from=$(installed_by qemu-system-x86 2)
+    [ -n "$from" ] || from=$(installed_by qemu-system-x86 4)
+    where=""
+    for program in qemu-system-x86_64 qemu-img qemu-storage-daemon; do
+        where="$where $(command -v "$program" || echo "(no $program)")"
+    done
+    echo "setup.sh: using ${from:-no Debian package} for QEMU:$where"
+}
+
+sudo=""
 if [ -n "$missing" ]; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then
+    if [ "$dry" = 0 ] && [ "$(id -u)" != 0 ]; then
         command -v sudo >/dev/null || { echo "setup.sh: need root (or sudo) to install:$missing" >&2; exit 1; }
         sudo=sudo
     fi
-    echo "setup.sh: installing Debian packages:$missing"
-    $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+    if [ "$dry" = 1 ]; then
+        echo "setup.sh: dry run: would install Debian packages:$missing"
+    else
+        echo "setup.sh: installing Debian packages:$missing"
+        $sudo apt-get update -q
+    fi
+    # apt's plan, simulated first: it may add packages, never remove one (on Proxmox VE, Debian's
+    # QEMU packages would take proxmox-ve, pve-qemu-kvm and qemu-server away); the install itself
+    # runs with --no-remove too
+    plan=$(apt_simulate install --no-install-recommends $missing 2>&1) || {
+        printf '%s\n' "$plan" | grep '^E:' >&2
+        echo "setup.sh: apt cannot install:$missing" >&2
+        exit 1
+    }
+    removed=$(printf '%s\n' "$plan" | awk '$1 == "Remv" { printf " %s", $2 }')
+    if [ -n "$removed" ]; then
+        echo "setup.sh: not installing:$missing: apt would remove$removed" >&2
+        exit 1
+    fi
+    if [ "$dry" = 1 ]; then
+        echo "setup.sh: dry run: apt plans to install$(printf '%s\n' "$plan" | awk '$1 == "Inst" { printf " %s", $2 }') and to remove nothing"
+    else
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-remove --no-install-recommends $missing
+        installed=$(installed_list)
+    fi
+elif [ "$dry" = 1 ]; then
+    echo "setup.sh: dry run: nothing to install"
 fi
+say_qemu
+[ "$dry" = 0 ] || exit 0
 
 # libvirt runs QEMU as its own user. Debian's udev rule gives /dev/kvm to group kvm (0660); where a
 # host left it root-only, libvirt re-probes QEMU on every domain start (about 50 s each).
@@ -51,7 +179,7 @@ if [ -c /dev/kvm ] && [ "$(stat -c %G:%a /dev/kvm)" = "root:600" ] && getent gro
 fi
 
 # libvirtd: systemd starts it where systemd runs; elsewhere (containers) start it by hand.
-if ! virsh -c qemu:///system -q version >/dev/null 2>&1; then
+if command -v virsh >/dev/null && ! virsh -c qemu:///system -q version >/dev/null 2>&1; then
     if [ -d /run/systemd/system ]; then
         ${sudo:-} systemctl start libvirtd || true
     elif [ "$(id -u)" = 0 ]; then

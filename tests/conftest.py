@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,31 @@ def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64M
     path.write_text(f'[suite]\nname = "{name}"\n[target]\ndirectory = "{target or directory / "target"}"\n'
                     f'size = "{size}"\n' + body)
     return path
+
+
+def standin(directory: Path, program: str, output: str, status: int = 0) -> Path:
+    """A stand-in for a Proxmox VE program (PVE cannot be installed here): a script called
+    ``program`` in ``directory`` that prints ``output``, exits with ``status`` and does nothing
+    else."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / program
+    path.write_text(f"#!/bin/sh\n# stand-in: Proxmox VE cannot be installed here\n"
+                    f"echo {shlex.quote(output)}\nexit {status}\n")
+    path.chmod(0o755)
+    return path
+
+
+PVEVERSION = {8: "pve-manager/8.4.1/2a5fa54a8503f96d (running kernel: 6.8.12-9-pve)",
+              9: "pve-manager/9.0.3/025864202ebb6109 (running kernel: 6.14.8-2-pve)"}
+"""``pveversion``'s line on a PVE 8 and a PVE 9 host."""
+
+
+def pve_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str,
+             status: int = 0) -> None:
+    """This process on a "PVE host": a stand-in pveversion printing ``output`` first on PATH."""
+    folder = tmp_path / "pve-bin"
+    standin(folder, "pveversion", output, status)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
 REFERENCE = REPO / "docs" / "qemu-disk-options.md"

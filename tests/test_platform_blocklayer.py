@@ -25,7 +25,7 @@ from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Method, Target, Workload
 from iomatrix.target.workspace import Image, Workspace
-from tests.conftest import write_suite
+from tests.conftest import PVEVERSION, pve_host, write_suite
 
 PLATFORMS: list[tuple[str, int | None]] = [("qemu", None), ("proxmox", 8), ("proxmox", 9),
                                            ("libvirt", None)]
@@ -204,8 +204,15 @@ def os_truncate(path: Path, size: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", [8, 9])
+@pytest.mark.parametrize("chosen_by", ["suite", "pveversion"])
 def test_blocklayer_trial_with_platform_proxmox(tmp_path: Path, no_leftovers: None,
-                                                version: int) -> None:
+                                                monkeypatch: pytest.MonkeyPatch, version: int,
+                                                chosen_by: str) -> None:
+    """Set in the suite, or on a PVE host (a stand-in pveversion: PVE cannot be installed
+    here) for a suite that chooses no platform."""
+    chosen = f'platform = "proxmox"\npve_version = {version}\n' if chosen_by == "suite" else ""
+    if chosen_by == "pveversion":
+        pve_host(tmp_path, monkeypatch, PVEVERSION[version])
     body = f"""
 [matrix]
 aio = ["io_uring"]
@@ -217,9 +224,7 @@ rw = "randread"
 iodepth = 4
 [method]
 mode = "blocklayer"
-platform = "proxmox"
-pve_version = {version}
-ramp = "0s"
+{chosen}ramp = "0s"
 runtime = "500ms"
 precondition = false
 """
@@ -233,6 +238,9 @@ precondition = false
     assert trial.applied["disk0.detect-zeroes"] == "on"
     assert trial.applied["throttle-groups"] == ("1" if version == 9 else "0")
     assert ("throttle-group" in trial.command) == (version == 9)
+    said = f"platform: proxmox (PVE {version}, from pveversion)"
+    assert any(n.startswith(said) for n in stored.notes) == (chosen_by == "pveversion")
+    assert stored.suite_settings.method["pve_version"] == version      # what --resume reads
 
 
 def test_graph_export_node_matches_argv(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 
 
-def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-untyped-def]
+def _print_plan(suite, accel: str | None = None, notes: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
     """The trials in order, the sessions and the estimate, without running anything; with
-    ``accel`` tcg, as the run would go with emulated guests."""
+    ``accel`` tcg, as the run would go with emulated guests; ``notes`` about the host (its
+    platform)."""
     from iomatrix.suite.plan import duration_text, estimate_seconds, plan
     from iomatrix.suite import expand
     from iomatrix.target.targets import describe_plans, plan_targets
@@ -51,6 +52,8 @@ def _print_plan(suite, accel: str | None = None) -> None:  # type: ignore[no-unt
 
     out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
                             suite.method.samples), markup=False, soft_wrap=True)
+    for note in notes:
+        out.print(note, markup=False, soft_wrap=True)
     from iomatrix.suite.expand import reference_lines
 
     for line in reference_lines(suite):      # the user's VM disk ([matrix] from_vm)
@@ -154,7 +157,12 @@ def run(
         loaded = resolve_vm(load_suite(suite, scale=scale))
         resume_id = None
     if show_plan:
-        _print_plan(loaded, accel)
+        notes: tuple[str, ...] = ()
+        if resume is None:          # as run_suite will: Proxmox's graph on a PVE host
+            from iomatrix.measure.pvehost import detect_pve, on_host
+
+            loaded, notes = on_host(loaded, detect_pve())
+        _print_plan(loaded, accel, notes)
         if resume is None and scale is None and loaded.scales:
             from iomatrix.cli.suites import scale_lines
 

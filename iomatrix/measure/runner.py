@@ -19,6 +19,7 @@ from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFai
 from iomatrix.fio.ioping import IopingTool, find_ioping, run_ioping, tool_note
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.fromvm import resolve_vm
+from iomatrix.measure.pvehost import detect_pve, on_host
 from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
@@ -90,7 +91,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     the suite's [method] accel. ``resume`` continues that stored run (whose suite must be
     ``suite``): only trials it does not have are measured, and with ``retry_failed`` its failed
     trials too (each failed attempt is kept in the run's trial history). Ctrl-C stops every
-    process started, removes the images (unless ``keep``) and marks the run interrupted.
+    process started, removes the images (unless ``keep``) and marks the run interrupted. On a
+    Proxmox VE host a new run of a suite that chooses no platform measures Proxmox's graph
+    (``iomatrix.measure.pvehost``).
 
     The target is checked before anything is stored or created. This process owns the run while
     it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
@@ -99,6 +102,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     suite = resolve_vm(suite)
+    host_notes: tuple[str, ...] = ()
+    if resume is None:          # a stored run keeps the platform it was started with
+        suite, host_notes = on_host(suite, detect_pve())
     expansion = expand(suite)
     for tool in tools_for(expansion):
         require(tool)
@@ -134,7 +140,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             host = host_metadata(target_path, accelerator=accelerator)
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
-            notes = [*expansion.notes, *workspace.notes, *ioping_notes]
+            notes = [*host_notes, *expansion.notes, *workspace.notes, *ioping_notes]
             run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
                                       suite_text=suite.source_text, host=host,
                                       accelerator=accelerator, notes=notes,

@@ -226,6 +226,15 @@ def version_of_machine(machine: str | None, default: PveVersion = DEFAULT_PVE_VE
     return 9 if int(found.group(1)) >= 10 else 8
 
 
+def version_of_pveversion(line: str) -> PveVersion | None:
+    """PVE generation from ``pveversion``'s line, pve-manager's major version (``pve-manager/
+    9.0.3/025864202ebb6109 (running kernel: 6.14.8-2-pve)``); None for another generation or
+    anything else."""
+    found = re.match(r"pve-manager/(\d{1,3})\.\d", line.strip())
+    major = int(found.group(1)) if found else None
+    return next((v for v in PVE_VERSIONS if v == major), None)
+
+
 # -- volumes ----------------------------------------------------------------------------------
 
 class Volume(Frozen):

@@ -128,6 +128,40 @@ def with_reference(suite: Suite, reference: Reference) -> Suite:
         raise SuiteError(f"{suite.source_path}: [matrix] from_vm: write [matrix] as a table "
                          "([matrix] on a line of its own), so that iomatrix can add the VM's "
                          "settings to it") from None
+    return _reloaded(suite, text)
+
+
+_METHOD_HEADER = re.compile(r"^[ \t]*\[[ \t]*method[ \t]*\][ \t]*(?:#[^\n]*)?$", re.M)
+
+
+def with_method(suite: Suite, values: dict[str, Any], comment: str) -> Suite:
+    """``suite`` with ``values`` set in its [method] table, in its text too (what a run stores,
+    so that --resume, recommend and the report read them back), under a ``# comment`` line.
+    SuiteError when its text cannot take them: [method] not written as a table of its own
+    (inline, dotted keys), or a scale they contradict."""
+    text = suite.source_text
+    raw = tomllib.loads(text)
+    added = "\n".join([f"# {comment}", *_table_lines(values)])
+    if "method" not in raw:
+        candidates = [text.rstrip("\n") + "\n\n[method]\n" + added + "\n"]
+    else:           # after its header (a line in a multi-line string is no header: checked)
+        candidates = [text[:m.end()] + "\n" + added + text[m.end():]
+                      for m in _METHOD_HEADER.finditer(text)]
+    method = raw.get("method")
+    wanted = {**raw, "method": {**(method if isinstance(method, dict) else {}), **values}}
+    for candidate in candidates:
+        try:
+            if tomllib.loads(candidate) == wanted:
+                return _reloaded(suite, candidate)
+        except tomllib.TOMLDecodeError:
+            continue
+    raise SuiteError(f"{suite.source_path}: [method]: write it as a table ([method] on a line of "
+                     f"its own), so that iomatrix can add {', '.join(values)} to it")
+
+
+def _reloaded(suite: Suite, text: str) -> Suite:
+    """``suite`` loaded again from ``text``, its own text with tables added (its scales kept:
+    a text resolved at one scale no longer offers them)."""
     loaded = load_suite_text(text, source=suite.source_path)
     return loaded.model_copy(update={"scales": suite.scales})
 
