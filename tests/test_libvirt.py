@@ -18,6 +18,7 @@ from iomatrix.appliance.build import build_appliance
 from iomatrix.core.owner import this_process
 from iomatrix.core.proc import run as run_tool
 from iomatrix.drivers import libvirt as lvd
+from iomatrix.drivers.guest import free_port
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
@@ -127,8 +128,8 @@ def test_live_owner_is_left_alone(tmp_path: Path) -> None:
     """A domain whose owner runs (this test) is not destroyed by reclaim."""
     xml = tmp_path / "d.xml"
     xml.write_text(_domain(tmp_path, "virtio-blk", name=f"iomatrix-t-p{os.getpid()}-b1-vm0"))
-    lvd.virsh(URI, "create", str(xml))
     try:
+        lvd.virsh(URI, "create", str(xml))
         results = {i.name: i.action for i in lvd.reclaim_domains(URI)}
         assert results[f"iomatrix-t-p{os.getpid()}-b1-vm0"] == "left"
     finally:
@@ -147,7 +148,7 @@ def _domain(tmp_path: Path, controller: str, *, name: str = "iomatrix-x-p1-b1-vm
         image=Image(path=image, format="raw", preallocation="off", size=16 << 20),
         kernel=appliance.kernel, initrd=appliance.initrd, cmdline="console=ttyS0", accel="tcg", vcpus=1,
         memory_bytes=384 << 20, console=tmp_path / "console.log", qmp_socket=tmp_path / "qmp",
-        host_port=1, owner=this_process(), run="t"))
+        host_port=free_port(), owner=this_process(), run="t"))
 
 
 @pytest.mark.skipif(shutil.which("virt-xml-validate") is None or shutil.which("xmllint") is None,

@@ -18,6 +18,7 @@ import pytest
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.proc import managed, read_text, run, wait_for, which
+from iomatrix.drivers.guest import free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
@@ -353,7 +354,7 @@ def _guest(tmp_path: Path, kernel: Path, config: Configuration, **kw: object) ->
                                                 preallocation="off", size=32 << 20),
                      kernel=kernel, initrd=tmp_path / "initrd", append="console=ttyS0",
                      accel="tcg", vcpus=2, memory_bytes=128 << 20, qmp_socket=tmp_path / "q.sock",
-                     serial_log=tmp_path / "serial.log", host_port=1, name="t", **kw)  # type: ignore[arg-type]
+                     serial_log=tmp_path / "serial.log", host_port=free_port(), name="t", **kw)  # type: ignore[arg-type]
 
 
 @needs_qemu

@@ -9,7 +9,6 @@ qemu-img) are skipped where it is not installed."""
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.proc import managed, read_text, run, wait_for, which
 from iomatrix.qemu import args
+from iomatrix.drivers.guest import free_port
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
@@ -49,12 +49,6 @@ def _image(workdir: Path, fmt: str = "raw") -> Image:
     return Image(path=path, format=fmt, preallocation="off", size=32 << 20)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _config(controller: str | None = "virtio-blk", **kw: object) -> Configuration:
     values: dict[str, object] = dict(mode="guest", controller=controller, aio="io_uring",
                                      iothread=False, cache="none", format="raw",
@@ -69,7 +63,7 @@ def _spec(config: Configuration, workdir: Path, kernel: Path, image: Image | Non
                      kernel=kernel, initrd=workdir / "initrd", append="console=ttyS0,115200",
                      accel="tcg", vcpus=VCPUS, memory_bytes=128 << 20,
                      qmp_socket=workdir / "qmp,0.sock", serial_log=workdir / "serial,0.log",
-                     host_port=_free_port(), name="t,0", **kw)  # type: ignore[arg-type]
+                     host_port=free_port(), name="t,0", **kw)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
