@@ -16,8 +16,8 @@ import pytest
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.proc import managed, read_text, run, wait_for, which
-from iomatrix.qemu import args
 from iomatrix.drivers.guest import free_port
+from iomatrix.qemu import args
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
