@@ -167,6 +167,17 @@ def test_pve_assumed_paths_and_pools_are_said() -> None:
     assert not any("assumed" in n for n in given.notes)
 
 
+def test_pve_windows_vms_without_a_machine_version_are_pinned() -> None:
+    """Machine.pm get_vm_machine: a Windows VM without a machine version runs 5.1 (PVE 9's
+    -drive), or from QEMU 9.1 on the version it was created with; a pinned one its own."""
+    for lines, generation in (("", 8), ("meta: creation-qemu=9.0.2,ctime=1\n", 8),
+                              ("meta: creation-qemu=10.0.2,ctime=1\n", 9),
+                              ("machine: pc-q35-10.0+pve1\n", 9), ("machine: q35\n", 8)):
+        result = translate(f"ostype: win11\n{lines}scsi0: local-lvm:vm-1-disk-0\n")
+        assert result.pve_version == generation, lines
+    assert translate("ostype: l26\nscsi0: local-lvm:vm-1-disk-0\n").pve_version == 9
+
+
 def test_cli_shows_every_drive(tmp_path: Path) -> None:
     """An EFI disk, a TPM state and an empty CD-ROM are shown with their arguments (or why
     there are none), never dropped: the drives of a VM with no disk to measure."""

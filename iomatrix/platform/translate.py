@@ -97,11 +97,11 @@ def _proxmox(text: str, version: pve.PveVersion | None,
         notes.append("template: qemu-server starts a template only for backups, from its drives, "
                      "scsihw, bios and name: every block node read-only, SATA and IDE drives as "
                      "ide-cd, the newest machine version, -snapshot for the whole VM")
-    elif vm.machine:
-        notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
-    elif pinned:
+    elif pinned and pve.machine_type(vm) in (None, "pc", "q35"):
         notes.append(f"ostype: {vm.ostype} without a machine version: qemu-server pins a Windows "
                      f"VM to {pinned[0]}.{pinned[1]} → PVE {gen}'s command line")
+    elif vm.machine:
+        notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
     if vm.arch and vm.arch != "x86_64":
         notes.append(f"arch: {vm.arch}: iomatrix models x86_64's devices and firmware")
     if vm.bios == "ovmf" and not any(d.bus == "efidisk" for d in vm.drives):
