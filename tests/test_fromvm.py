@@ -129,6 +129,38 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
     assert "host mode measures no QEMU settings" in _one_line_error("run", str(host), "--plan")
 
 
+TEMPLATE_CONF = """\
+bios: ovmf
+efidisk0: local-lvm:vm-101-disk-1,efitype=4m,pre-enrolled-keys=1,size=4M
+ide2: local:iso/debian-12.iso,media=cdrom,size=628M
+scsi0: local-lvm:base-101-disk-0,discard=on,iothread=1,size=32G
+scsihw: virtio-scsi-single
+template: 1
+tpmstate0: local-lvm:vm-101-disk-2,size=4M,version=v2.0
+"""
+
+
+def test_drives_that_are_not_disks_are_refused(tmp_path: Path) -> None:
+    """A CD-ROM, the EFI vars disk and the TPM state are drives, not disks to measure: naming
+    one is refused in one line; left unnamed, the VM's one disk is taken (a template's, said
+    so)."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "101.conf").write_text(TEMPLATE_CONF)
+    for disk, wanted in (("ide2", "ide2 is a CD-ROM (read-only media), not a disk to measure "
+                                  "(the VM's disks: scsi0)"),
+                         ("efidisk0", "efidisk0 is the EFI vars disk (OVMF's flash)"),
+                         ("tpmstate0", "tpmstate0 is the TPM state")):
+        path = write_suite(folder, MATRIX.format(file="101.conf", disk=f'disk = "{disk}"',
+                                                 method=""), size="16MiB")
+        assert wanted in _one_line_error("run", str(path), "--plan"), disk
+    path = write_suite(folder, MATRIX.format(file="101.conf", disk="", method=""), size="16MiB")
+    ref = resolve_vm(load_suite(path)).matrix.reference
+    assert ref is not None and (ref.disk, ref.controller, ref.iothread) == (
+        "scsi0", "virtio-scsi-single", True)
+    assert any("a template's disk" in n for n in ref.notes)
+
+
 def test_plan_shows_the_reference(tmp_path: Path) -> None:
     code, captured = invoke("run", str(suite_file(tmp_path)), "--plan")
     out = captured.out()

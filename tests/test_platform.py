@@ -21,6 +21,7 @@ from iomatrix.core.proc import managed, read_text, run, wait_for, which
 from iomatrix.drivers.guest import free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
+from iomatrix.platform.translate import translate
 from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings)
 from iomatrix.qemu.qmp import qmp_execute
@@ -282,6 +283,55 @@ def test_ignored_settings_are_named() -> None:
                                                   "virtio-scsi-single").notes)
 
 
+def test_rbd_gets_monitors_auth_and_configuration_from_the_storage() -> None:
+    """RBDPlugin.pm / CephConfig.pm ceph_connect_option: an external cluster's monitors (port
+    3300 unless given) and cephx as the storage's user with its keyring; a pveceph cluster's
+    /etc/pve/ceph.conf. What storage.cfg cannot say (the keyring's presence) is noted."""
+    storages = pve.parse_storage_cfg("rbd: ext\n\tmonhost 10.0.0.1,[fd00::3]:6789\n\tpool vms\n"
+                                     "\tusername pve\n")
+    drive = pve.parse_drive("scsi0", "ext:vm-100-disk-0")
+    volume = pve.resolve_volume(drive, storages)
+    assert volume.node == {"pool": "vms", "image": "vm-100-disk-0",
+                           "conf": "/etc/pve/priv/ceph/ext.conf",
+                           "server": [{"host": "10.0.0.1", "port": "3300"},
+                                      {"host": "fd00::3", "port": "6789"}],
+                           "auth-client-required": ["cephx"], "user": "pve"}
+    assert any("ext.keyring and /etc/pve/priv/ceph/ext.conf assumed" in n for n in volume.notes)
+    drive_line = _split(pve.disk_args(drive, volume, scsihw=None, version=8).argv)["-drive"][0]
+    assert drive_line.startswith(
+        "file=rbd:vms/vm-100-disk-0:conf=/etc/pve/priv/ceph/ext.conf:mon_host=10.0.0.1;"
+        "[fd00\\:\\:3]\\:6789:auth_supported=cephx:id=pve:keyring=/etc/pve/priv/ceph/ext.keyring,")
+    managed_here = pve.resolve_volume(pve.parse_drive("scsi0", "ceph:vm-1-disk-0"), STORAGES)
+    assert managed_here.node == {"pool": "vmpool", "image": "vm-1-disk-0",
+                                 "conf": "/etc/pve/ceph.conf", "user": "admin"}
+    krbd = pve.resolve_volume(pve.parse_drive("scsi0", "ceph-krbd:vm-1-disk-0"),
+                              {"ceph-krbd": STORAGES["ceph-krbd"].model_copy(
+                                  update={"fsid": "fc4181a6-56eb-4f68-b452-8ba1f381ca2a"})})
+    assert krbd.path == "/dev/rbd-pve/fc4181a6-56eb-4f68-b452-8ba1f381ca2a/vmpool/vm-1-disk-0"
+
+
+LIMITED = ("scsi0: local-lvm:vm-100-disk-0,mbps_rd=100,mbps_rd_max=150,iops_wr=500,"
+           "serial=db%2C01,wwn=0x5000c500a1b2c3d4,ssd=1,rerror=report,werror=stop")
+
+
+def test_limits_and_identity_as_qemu_server_writes_them() -> None:
+    """Blockdev.pm generate_throttle_group, print_drive_commandline_full's throttling.*, and
+    DriveDevice.pm's wwn, serial (URL-decoded, its comma doubled), rerror and werror."""
+    parts = _split(_args(LIMITED, "virtio-scsi-pci", 9).argv)
+    assert json.loads(parts["-object"][0])["limits"] == {
+        "bps-read": 100 << 20, "bps-read-max": 150 << 20, "iops-write": 500}
+    assert parts["-device"][-1] == (
+        "scsi-hd,bus=scsihw0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,id=scsi0,"
+        "device_id=drive-scsi0,rotation_rate=1,wwn=0x5000c500a1b2c3d4,serial=db,,01,"
+        "write-cache=on,rerror=report,werror=stop")
+    pve8 = _split(_args(LIMITED, "virtio-scsi-pci", 8).argv)
+    assert pve8["-drive"] == [
+        "file=/dev/pve/vm-100-disk-0,if=none,id=drive-scsi0,rerror=report,werror=stop,"
+        f"throttling.bps-read={100 << 20},throttling.bps-read-max={150 << 20},"
+        "throttling.iops-write=500,format=raw,cache=none,aio=io_uring,detect-zeroes=on"]
+    assert pve8["-device"][-1].endswith(",rotation_rate=1,wwn=0x5000c500a1b2c3d4,serial=db,,01")
+
+
 # -- on QEMU 7.2 ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -331,6 +381,56 @@ def test_qemu_starts_with_qemu_servers_graph(tmp_path: Path, no_leftovers: None,
     backend = next(b for b in blocks if b.get("qdev"))
     writeback = drive.get("cache") not in ("writethrough", "directsync")
     assert backend["inserted"]["cache"]["writeback"] == writeback
+
+
+@needs_qemu
+@pytest.mark.parametrize("version", [8, 9])
+def test_qemu_starts_a_template_with_its_cdroms(tmp_path: Path, no_leftovers: None,
+                                                version: int) -> None:
+    """A template VM's drives as translate gives them, images of ours as their volumes: QEMU
+    7.2 starts them. PVE 9: every node read-only, the SATA disk an ide-cd; PVE 8 (qemu-server
+    8.3): readonly=on where the bus allows it, SATA stays a writable ide-hd. The CD-ROMs are
+    read-only media; the empty one has none."""
+    qcow, raw, iso = tmp_path / "base.qcow2", tmp_path / "base.raw", tmp_path / "debian.iso"
+    for image in (qcow, raw):
+        run(["qemu-img", "create", "-q", "-f", image.suffix[1:], str(image), "32M"], timeout=30)
+    iso.write_bytes(bytes(1 << 20))
+    conf = (f"ide0: {iso},media=cdrom\nide2: none,media=cdrom\nsata0: {raw},format=raw\n"
+            f"scsi0: {qcow},format=qcow2,discard=on\nscsihw: virtio-scsi-pci\ntemplate: 1\n")
+    result = translate(conf, pve_version=version)  # type: ignore[arg-type]
+    assert [d.name for d in result.drives] == ["ide0", "ide2", "scsi0", "sata0"]
+    with _paused([a for d in result.drives for a in d.argv], tmp_path) as qmp:
+        blocks = qmp_execute(qmp, [("query-block", None)])[0]
+    devices = {b["qdev"].rsplit("/", 1)[-1]: b for b in blocks if b.get("qdev")}
+    assert "inserted" not in devices["ide2"] and devices["ide2"]["removable"]
+    assert devices["ide0"]["inserted"]["ro"] and devices["ide0"]["removable"]
+    assert devices["scsi0"]["inserted"]["ro"]
+    assert (devices["sata0"]["inserted"]["ro"], devices["sata0"]["removable"]) == (
+        (True, True) if version == 9 else (False, False))
+
+
+@needs_qemu
+@pytest.mark.parametrize("version", [8, 9])
+def test_qemu_starts_with_limits_and_identity(tmp_path: Path, no_leftovers: None,
+                                              version: int) -> None:
+    """The limits and identity strings as qemu-server writes them reach QEMU 7.2's disk."""
+    image = tmp_path / "disk.raw"
+    run(["qemu-img", "create", "-q", "-f", "raw", str(image), "32M"], timeout=30)
+    drive = pve.parse_drive("scsi0", f"{image},{LIMITED.split(',', 1)[1]}")
+    out = pve.disk_args(drive, pve.resolve_volume(drive), scsihw="virtio-scsi-pci",
+                        version=version)  # type: ignore[arg-type]
+    group = {"path": "/objects/throttle-drive-scsi0", "property": "limits"}
+    with _paused(list(out.argv), tmp_path) as qmp:
+        blocks, *limits = qmp_execute(qmp, [("query-block", None)]
+                                      + ([("qom-get", group)] if version == 9 else []))
+    inserted = next(b for b in blocks if b.get("qdev", "").endswith("scsi0"))["inserted"]
+    if version == 8:    # -drive's own throttling; PVE 9's is the throttle filter's group
+        assert (inserted["bps_rd"], inserted["bps_rd_max"], inserted["iops_wr"]) == (
+            100 << 20, 150 << 20, 500)
+    else:
+        assert inserted["drv"] == "throttle"
+        assert (limits[0]["bps-read"], limits[0]["bps-read-max"], limits[0]["iops-write"]) == (
+            100 << 20, 150 << 20, 500)
 
 
 GUEST_CONFIGS = [

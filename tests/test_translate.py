@@ -147,6 +147,57 @@ def test_pve_defaults_and_storage_cfg() -> None:
     assert "not in storage.cfg" in unknown.notes[0]
 
 
+def test_pve_assumed_paths_and_pools_are_said() -> None:
+    """``--storage ID=TYPE`` knows a storage's type only: the volume group, pool or path then
+    assumed is named in a note; a storage.cfg's values are used, and nothing is assumed."""
+    conf = ("scsi0: vg:vm-100-disk-0\nscsi1: tank:vm-100-disk-1\nscsi2: ceph:vm-100-disk-2\n"
+            "scsi3: nfs:100/vm-100-disk-3.qcow2\nscsihw: virtio-scsi-single\n")
+    guessed = {ident: pve.Storage(id=ident, type=kind) for ident, kind in (
+        ("vg", "lvm"), ("tank", "zfspool"), ("ceph", "rbd"), ("nfs", "nfs"))}
+    disks = {d.name: d for d in translate(conf, storages=guessed).disks}
+    assert '"filename":"/dev/vg/vm-100-disk-0"' in disks["scsi0"].argv[5]
+    for name, said in (("scsi0", "does not say its volume group: vg assumed"),
+                       ("scsi1", "does not say its pool: tank assumed"),
+                       ("scsi2", "names no pool: Proxmox VE's default, rbd"),
+                       ("scsi3", "does not say its path: /mnt/pve/nfs assumed")):
+        assert any(said in n for n in disks[name].notes), name
+    cfg = pve.parse_storage_cfg("lvm: vg\n\tvgname veegee\n")
+    given = translate("scsi0: vg:vm-100-disk-0\n", storages=cfg).disks[0]
+    assert '"filename":"/dev/veegee/vm-100-disk-0"' in given.argv[-3]
+    assert not any("assumed" in n for n in given.notes)
+
+
+def test_pve_windows_vms_without_a_machine_version_are_pinned() -> None:
+    """Machine.pm get_vm_machine: a Windows VM without a machine version runs 5.1 (PVE 9's
+    -drive), or from QEMU 9.1 on the version it was created with; a pinned one its own."""
+    for lines, generation in (("", 8), ("meta: creation-qemu=9.0.2,ctime=1\n", 8),
+                              ("meta: creation-qemu=10.0.2,ctime=1\n", 9),
+                              ("machine: pc-q35-10.0+pve1\n", 9), ("machine: q35\n", 8)):
+        result = translate(f"ostype: win11\n{lines}scsi0: local-lvm:vm-1-disk-0\n")
+        assert result.pve_version == generation, lines
+    assert translate("ostype: l26\nscsi0: local-lvm:vm-1-disk-0\n").pve_version == 9
+
+
+def test_cli_shows_every_drive(tmp_path: Path) -> None:
+    """An EFI disk, a TPM state and an empty CD-ROM are shown with their arguments (or why
+    there are none), never dropped: the drives of a VM with no disk to measure."""
+    conf = tmp_path / "105.conf"
+    conf.write_text("efidisk0: local-lvm:vm-105-disk-0,efitype=4m,size=4M\nide2: none,media=cdrom\n"
+                    "tpmstate0: local-lvm:vm-105-disk-1,size=4M,version=v2.0\n")
+    done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(conf)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "(no disks)" not in done.stdout
+    assert "efidisk0: bios is seabios, not ovmf: qemu-server does not attach" in done.stdout
+    assert "-device ide-cd,bus=ide.1,unit=0,id=ide2" in done.stdout
+    assert "socket,id=tpmchar,path=/var/run/qemu-server/105.swtpm" in done.stdout
+    conf.write_text("bios: ovmf\n" + conf.read_text())
+    done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(conf)],
+                          capture_output=True, text=True, timeout=60)
+    assert "-machine pflash0=pflash0,pflash1=drive-efidisk0" in done.stdout
+    assert "OVMF_CODE_4M.fd" in done.stdout
+
+
 def test_libvirt_domain_round_trips_to_libvirts_arguments() -> None:
     result = translate(LIBVIRT_XML)
     assert result.platform == "libvirt"

@@ -3,6 +3,7 @@ the iomatrix configuration and the QEMU disk arguments the platform generates.""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,15 +15,15 @@ from iomatrix.cli.common import out
 
 def translate(
     file: Annotated[Path, typer.Argument(help="/etc/pve/qemu-server/ID.conf, `qm config ID` output, or `virsh dumpxml` output ('-' reads stdin).")],
-    pve_version: Annotated[Optional[int], typer.Option("--pve-version", help="Proxmox VE generation: 8 (-drive) or 9 (-blockdev); default: from the VM's machine:, else 9.")] = None,
+    pve_version: Annotated[Optional[int], typer.Option("--pve-version", help="The Proxmox VE whose qemu-server writes the command line: 9 (-blockdev; -drive for a machine pinned below 10.0) or 8 (-drive); default 9.")] = None,
     storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox's /etc/pve/storage.cfg, for volume paths and the storage type's defaults.")] = None,
-    storage: Annotated[Optional[list[str]], typer.Option("--storage", help="ID=TYPE for a storage not in --storage-cfg (dir lvm lvmthin zfspool rbd cifs nfs btrfs; rbd+krbd, btrfs+nocow).")] = None,
+    storage: Annotated[Optional[list[str]], typer.Option("--storage", help="ID=TYPE for a storage not in --storage-cfg (dir lvm lvmthin zfspool rbd cifs nfs btrfs ...; rbd+krbd, btrfs+nocow); the paths and pools it cannot know are assumed, and the notes say which.")] = None,
 ) -> None:
     """Show, per disk, the iomatrix configuration and the QEMU arguments Proxmox VE or libvirt generates."""
     import sys
 
     from iomatrix.platform import proxmox as pve
-    from iomatrix.platform.translate import translate as build
+    from iomatrix.platform.translate import NOT_A_DISK, translate as build
 
     if pve_version not in (None, *pve.PVE_VERSIONS):
         raise typer.BadParameter(f"{pve_version}: choose 8 or 9", param_hint="--pve-version")
@@ -35,25 +36,32 @@ def translate(
             raise typer.BadParameter(f"{item!r}: write ID=TYPE with TYPE one of "
                                      f"{', '.join(pve.STORAGE_TYPES)} (rbd+krbd, btrfs+nocow)",
                                      param_hint="--storage")
-        storages[ident] = pve.Storage(id=ident, type=base, krbd=flag == "krbd",
-                                      nocow=flag == "nocow")
+        given = pve.Storage(id=ident, type=base, krbd=flag == "krbd", nocow=flag == "nocow")
+        known = storages.setdefault(ident, given)   # --storage-cfg knows more: its paths, pools
+        if (known.type, known.krbd, known.nocow) != (given.type, given.krbd, given.nocow):
+            raise typer.BadParameter(f"{item!r}: --storage-cfg defines {ident} as {known.type}"
+                                     + ("+krbd" if known.krbd else "+nocow" if known.nocow
+                                        else ""), param_hint="--storage")
+    vmid = re.fullmatch(r"(\d+)\.conf", file.name)
     try:
-        result = build(text, pve_version=pve_version, storages=storages)  # type: ignore[arg-type]
+        result = build(text, pve_version=pve_version, storages=storages,  # type: ignore[arg-type]
+                       vmid=vmid.group(1) if vmid else None)
     except ValueError as exc:
         raise typer.BadParameter(f"{file}: {exc}", param_hint="FILE") from None
     out.print(f"# {file}: {result.generation}", markup=False)
-    for disk in result.disks:
+    for disk in result.drives:
         out.print(f"\n{disk.written}", markup=False, soft_wrap=True)
         shown = " ".join(f"{k}={_shown(v)}" for k, v in disk.values.items() if v is not None)
-        out.print(f"  iomatrix: {shown or '-'}" + ("" if disk.config else
-                                                     "  (not measurable as is; see notes)"),
-                  markup=False, soft_wrap=True)
+        out.print(f"  iomatrix: {shown or '-'}" + (
+            f"  (not a disk: {NOT_A_DISK[disk.kind]})" if disk.kind in NOT_A_DISK else
+            "" if disk.config else "  (not measurable as is; see notes)"),
+            markup=False, soft_wrap=True)
         for i in range(0, len(disk.argv), 2):
             out.print("  " + " ".join(shlex.quote(a) for a in disk.argv[i:i + 2]), markup=False,
                       soft_wrap=True)
         for note in disk.notes:
             out.print(f"  # note: {note}", markup=False, soft_wrap=True)
-    if not result.disks:
+    if not result.drives:
         out.print("\n(no disks)", markup=False)
     for note in result.notes:
         out.print(f"# note: {note}", markup=False, soft_wrap=True)

@@ -7,8 +7,10 @@ translated as ``iomatrix translate`` does (``iomatrix.platform.translate``), one
 and its settings are written into the suite's text as ``[matrix.reference]``
 (``iomatrix.suite.load.with_reference``): the text a run stores, so that ``--resume``,
 ``recommend``, ``show`` and the report never read the file again. What cannot be measured is
-refused with one line: a disk the VM does not have (its disks are listed), a volume iomatrix
-cannot place, a disk without aio (librbd) or whose bus guest mode cannot build.
+refused with one line: a disk the VM does not have (its disks are listed), a drive that is not
+a disk (a CD-ROM, the EFI vars disk, the TPM state), a volume iomatrix cannot place, a disk
+without aio (librbd) or whose bus guest mode cannot build. A template's disk is measured with
+its settings (what a clone of it gets), noted as a template's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 from iomatrix.core import files
 from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
-from iomatrix.platform.translate import DiskTranslation, Translation, translate
+from iomatrix.platform.translate import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_reference
 from iomatrix.suite.model import CONTROLLERS, Aio, Cache, Format, Reference, Suite
 
@@ -69,7 +71,7 @@ def _read_vm_file(suite: Suite, name: str, key: str) -> str:
 
 
 def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslation:
-    names = ", ".join(d.name for d in result.disks) or "none"
+    names = ", ".join(sorted((d.name for d in result.disks), key=_by_number)) or "none"
     if wanted is None:
         if len(result.disks) == 1:
             return result.disks[0]
@@ -80,9 +82,20 @@ def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslatio
         raise SuiteError(f"{where}: the VM has {len(result.disks)} disks ({names}): name one "
                          "with [matrix] disk")
     found = next((d for d in result.disks if d.name == wanted), None)
+    other = next((d for d in result.others if d.name == wanted), None)
+    if other is not None:
+        raise SuiteError(f"{where}: {wanted} is {NOT_A_DISK[other.kind]}, not a disk to measure "
+                         f"(the VM's disks: {names})")
     if found is None:
         raise SuiteError(f"{where}: the VM has no disk {wanted!r} (its disks: {names})")
     return found
+
+
+def _by_number(name: str) -> tuple[str, int]:
+    """``scsi2`` before ``scsi10``."""
+    found = re.match(r"^(.*?)(\d*)$", name)
+    assert found is not None
+    return found.group(1), int(found.group(2) or -1)
 
 
 def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str) -> Reference:

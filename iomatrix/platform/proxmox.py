@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import urllib.parse
 from typing import Any, Literal
 
-from iomatrix.core.model import Frozen
+from iomatrix.core.model import Frozen, on_off
 
 PveVersion = Literal[8, 9]
 PVE_VERSIONS: tuple[PveVersion, ...] = (8, 9)
@@ -35,7 +36,7 @@ SCSIHW = ("lsi", "lsi53c810", "virtio-scsi-pci", "virtio-scsi-single", "megasas"
 SCSIHW_DEFAULT = "lsi"
 """QemuServer.pm ``$confdesc->{scsihw}``: ``default => 'lsi'`` (the GUI offers virtio-scsi-single
 for new Linux VMs, but a configuration without ``scsihw:`` gets lsi)."""
-DRIVE_KEY = re.compile(r"^(virtio|scsi|sata|ide)(\d+)$")
+DRIVE_KEY = re.compile(r"^(virtio|scsi|sata|ide|efidisk|tpmstate)(\d+)$")
 OMITTED = ("PCI addresses (bus=pci.N,addr=…) and bootindex are left out: they place the device "
            "in the VM, they do not change its I/O")
 
@@ -54,9 +55,12 @@ error policy, identity strings, passthrough): named when a drive has them."""
 NON_QEMU_OPTIONS = ("size", "backup", "replicate", "shared", "import-from", "file")
 """Options that never reach QEMU (bookkeeping of qemu-server and the storage layer)."""
 
-FILE_STORAGES = ("dir", "nfs", "cifs", "btrfs", "glusterfs", "cephfs")
-BLOCK_STORAGES = ("lvm", "lvmthin", "zfspool")
-STORAGE_TYPES = (*FILE_STORAGES, *BLOCK_STORAGES, "rbd")
+FILE_STORAGES = ("dir", "nfs", "cifs", "btrfs", "cephfs")
+BLOCK_STORAGES = ("lvm", "lvmthin", "zfspool", "iscsi")
+STORAGE_TYPES = (*FILE_STORAGES, *BLOCK_STORAGES, "rbd", "zfs", "iscsidirect")
+CDROM_PATH = "/dev/cdrom"
+"""Drive.pm get_cdrom_path: the first of /dev/cdrom, /dev/cdrom1, /dev/cdrom2 that exists."""
+CEPH_PRIV = "/etc/pve/priv/ceph"
 
 
 class Storage(Frozen):
@@ -69,6 +73,26 @@ class Storage(Frozen):
     pool: str | None = None
     krbd: bool = False
     nocow: bool = False
+    monhost: str | None = None
+    """rbd: the monitors of an external cluster; none: a cluster Proxmox VE manages (pveceph)."""
+    username: str | None = None
+    namespace: str | None = None
+    fsid: str | None = None
+    """rbd with krbd: the cluster's fsid, in ``/dev/rbd-pve/<fsid>/…``. A host's storage.cfg
+    does not hold it (qemu-server asks the monitors, or reads /etc/pve/ceph.conf); the copy
+    given to iomatrix may (``fsid <uuid>``, as qemu-server's own tests write it)."""
+    portal: str | None = None
+    target: str | None = None
+    content: tuple[str, ...] | None = None
+    """The content types it holds; None when storage.cfg does not say (the type's default)."""
+    content_dirs: tuple[tuple[str, str], ...] = ()
+    volume_chain: bool = False
+    """``snapshot-as-volume-chain 1``: snapshots as qcow2 backing files."""
+    keyring: bool = True
+    """rbd: /etc/pve/priv/ceph/ID.keyring exists (Proxmox VE writes it when the storage is
+    added): cephx as ``username``. False: no auth (``auth-client-required`` none)."""
+    ceph_conf: bool = True
+    """rbd with monhost: /etc/pve/priv/ceph/ID.conf exists (written when the storage is added)."""
 
     @property
     def kind(self) -> str:
@@ -88,6 +112,9 @@ DEFAULT_STORAGES = {
 }
 """What a fresh Proxmox VE installation's storage.cfg defines (ext4/xfs: local + local-lvm;
 ZFS: local + local-zfs)."""
+_CFG_TEXT = ("path", "vgname", "pool", "monhost", "username", "namespace", "fsid", "portal",
+             "target")
+_CFG_FLAGS = {"krbd": "krbd", "nocow": "nocow", "snapshot-as-volume-chain": "volume_chain"}
 
 
 def parse_storage_cfg(text: str) -> dict[str, Storage]:
@@ -109,10 +136,15 @@ def parse_storage_cfg(text: str) -> dict[str, Storage]:
             continue
         key, _, value = line.strip().partition(" ")
         value = value.strip()
-        if key in ("path", "vgname", "pool"):
+        if key in _CFG_TEXT:
             current[key] = value
-        elif key in ("krbd", "nocow"):
-            current[key] = value not in ("0", "")
+        elif key in _CFG_FLAGS:
+            current[_CFG_FLAGS[key]] = value not in ("0", "")
+        elif key == "content":
+            current["content"] = tuple(c for c in value.split(",") if c)
+        elif key == "content-dirs":
+            current["content_dirs"] = tuple(tuple(p.split("=", 1)) for p in value.split(",")
+                                            if "=" in p)
     return out
 
 
@@ -146,6 +178,12 @@ class Drive(Frozen):
         return self.get("media") == "cdrom"
 
     @property
+    def is_cloudinit(self) -> bool:
+        """Drive.pm drive_is_cloudinit: a ``[vm-N-]cloudinit[.fmt]`` volume."""
+        return re.search(r"[:/](?:vm-\d+-)?cloudinit(?:\.(?:raw|qcow2|vmdk|qed|cloop|qcow|cow))?$",
+                         self.volume) is not None
+
+    @property
     def unknown(self) -> tuple[str, ...]:
         known = {*IO_OPTIONS, *UNMODELLED_OPTIONS, *NON_QEMU_OPTIONS}
         return tuple(k for k, _ in self.options if k not in known)
@@ -158,7 +196,8 @@ class Drive(Frozen):
 def parse_drive(key: str, text: str) -> Drive:
     """A drive line's value (Drive.pm parse_drive: the volume first, or ``file=``)."""
     if not DRIVE_KEY.match(key):
-        raise ValueError(f"{key!r} is not a drive key (virtioN, scsiN, sataN, ideN)")
+        raise ValueError(f"{key!r} is not a drive key (virtioN, scsiN, sataN, ideN, efidisk0, "
+                         "tpmstate0)")
     parts = [p for p in text.strip().split(",") if p]
     if not parts:
         raise ValueError(f"{key}: empty drive")
@@ -187,13 +226,26 @@ class VmConfig(Frozen):
     drives: tuple[Drive, ...]
     ignored: tuple[str, ...] = ()
     """Keys of the configuration that do not bear on the disks (named, not dropped silently)."""
+    template: bool = False
+    bios: str | None = None
+    ostype: str | None = None
+    meta: str | None = None
+    cvm: str | None = None
+    """``amd-sev`` type (std, es, snp) or ``tdx``: a confidential VM's firmware."""
+    arch: str | None = None
+
+    @property
+    def windows(self) -> bool:
+        """Helpers.pm windows_version: a Windows ostype."""
+        return bool(self.ostype) and re.match(r"^(win\d+|wxp|w2k[38]?|wvista)$",
+                                              self.ostype or "") is not None
 
 
 def parse_config(text: str) -> VmConfig:
     """A VM configuration as ``/etc/pve/qemu-server/ID.conf`` holds it or ``qm config ID``
     prints it: ``key: value`` lines, ``#`` comments (the description); snapshot sections
     (``[name]``) and what follows them are not the current configuration."""
-    scsihw = machine = None
+    values: dict[str, Any] = {"scsihw": None, "machine": None}
     drives: list[Drive] = []
     ignored: list[str] = []
     for raw in text.splitlines():
@@ -206,24 +258,64 @@ def parse_config(text: str) -> VmConfig:
         if not sep:
             raise ValueError(f"not a configuration line: {raw!r}")
         key, value = key.strip(), value.strip()
-        if key == "scsihw":
-            scsihw = value
-        elif key == "machine":
-            machine = value
+        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch"):
+            values[key] = value
+        elif key == "template":
+            values["template"] = value in ("1", "on", "yes", "true")
+        elif key in ("amd-sev", "intel-tdx"):
+            kind = re.search(r"(?:^|,)(?:type=)?(std|es|snp)(?:,|$)", value)
+            values["cvm"] = "tdx" if key == "intel-tdx" else kind.group(1) if kind else "std"
         elif DRIVE_KEY.match(key):
             drives.append(parse_drive(key, value))
         else:
             ignored.append(key)
-    return VmConfig(scsihw=scsihw, machine=machine, drives=tuple(drives), ignored=tuple(ignored))
+    return VmConfig(drives=tuple(drives), ignored=tuple(ignored), **values)
 
 
-def version_of_machine(machine: str | None, default: PveVersion = DEFAULT_PVE_VERSION) -> PveVersion:
-    """PVE generation from ``machine:`` (QemuServer.pm: ``min_version($machine_version, 10, 0)``
-    selects -blockdev): a pinned version below 10.0 gets PVE 8's -drive."""
-    found = re.search(r"(\d+)\.(\d+)", machine or "")
+# -- machine versions -------------------------------------------------------------------------
+
+def machine_type(vm: VmConfig) -> str | None:
+    """The ``machine:`` type (``pc-q35-8.1``, ``q35``), None when unset. A template's is
+    always unset: qemu-server starts a template (for backups) with a minimal configuration of
+    its disks, scsihw, bios and name only (QemuServer.pm config_to_command)."""
+    if vm.template or not vm.machine:
+        return None
+    items = vm.machine.split(",")
+    typed = next((i[5:] for i in items if i.startswith("type=")), None)
+    return typed or next((i for i in items if "=" not in i), None)
+
+
+def is_q35(vm: VmConfig) -> bool:
+    """Machine.pm machine_type_is_q35."""
+    kind = machine_type(vm) or ""
+    return kind == "q35" or kind.startswith("pc-q35-")
+
+
+def pinned_version(vm: VmConfig) -> tuple[int, int, int] | None:
+    """The machine version (major, minor, pve) the VM runs with, None for the host's newest
+    (Machine.pm get_vm_machine, extract_version): a pinned ``machine:`` (a missing ``+pveN``
+    is 0); a Windows VM without one is pinned to 5.1, or to the QEMU version it was created
+    with from 9.1 on (``meta: creation-qemu=``)."""
+    kind = machine_type(vm)
+    if not kind or kind in ("pc", "q35", "virt"):
+        if not vm.windows or vm.template:
+            return None
+        created = re.search(r"creation-qemu=(\d+)\.(\d+)", vm.meta or "")
+        if created and (int(created.group(1)), int(created.group(2))) >= (9, 1):
+            return int(created.group(1)), int(created.group(2)), 0
+        return 5, 1, 0
+    found = re.match(r"^(?:pc(?:-i440fx|-q35)?|virt)-(\d+)\.(\d+)(?:\.\d+)?(?:\+pve(\d+))?", kind)
     if found is None:
-        return default
-    return 9 if int(found.group(1)) >= 10 else 8
+        return None
+    return int(found.group(1)), int(found.group(2)), int(found.group(3) or 0)
+
+
+def version_of_machine(vm: VmConfig, host: PveVersion = DEFAULT_PVE_VERSION) -> PveVersion:
+    """The generation of the VM's disk arguments on a ``host`` of that PVE version
+    (QemuServer.pm: ``min_version($machine_version, 10, 0)`` selects -blockdev): PVE 9 gives a
+    machine below 10.0 PVE 8's -drive."""
+    pinned = pinned_version(vm)
+    return 9 if host >= 9 and (pinned is None or pinned[:2] >= (10, 0)) else 8
 
 
 def version_of_pveversion(line: str) -> PveVersion | None:
@@ -240,26 +332,47 @@ def version_of_pveversion(line: str) -> PveVersion | None:
 class Volume(Frozen):
     """Where a drive's data is, as QEMU opens it."""
 
-    driver: Literal["file", "host_device", "rbd"]
+    driver: Literal["file", "host_device", "host_cdrom", "rbd", "iscsi"]
     path: str
-    """filename; for rbd ``pool/image``."""
+    """filename; for rbd ``pool/image``; for iscsi ``iscsi://portal/target/lun``."""
     format: str
     storage: str
     """Storage.kind, or "path" for a drive given as an absolute path."""
     volid: str
     """What qemu-server hashes into node names (the volume as written)."""
+    node: dict[str, Any] = {}
+    """The protocol node's options besides driver, filename and qemu-server's own (rbd: pool,
+    image, servers, auth; iscsi: portal, target, lun): pve-storage's qemu_blockdev_options."""
+    drive_file: str | None = None
+    """``-drive file=`` where it is not ``path`` (``rbd:…``): PVE::Storage::path."""
+    volume_chain: bool = False
+    """A qcow2 volume on a storage with ``snapshot-as-volume-chain``."""
+    backing: bool = False
+    """qemu-server gives it the qcow2 backing chain the storage reports (snapshot method
+    "mixed": qcow2 on LVM, or on a directory storage keeping snapshots as a volume chain)."""
+    notes: tuple[str, ...] = ()
+    """What was assumed where the storage's definition does not say."""
+
+
+_ISO = re.compile(r"^iso/([^/]+\.(?:iso|img))$", re.IGNORECASE)
 
 
 def resolve_volume(drive: Drive, storages: dict[str, Storage] | None = None, *,
                    is_device: bool | None = None) -> Volume:
-    """The drive's volume → path, driver and format (PVE::Storage::path / qemu_blockdev_options
-    for the storage types below). ValueError for a storage it does not know."""
+    """The drive's volume → path, driver and format (pve-storage 9.1's parse_volname, path and
+    qemu_blockdev_options for each storage type). ValueError, with qemu-server's words where it
+    refuses too, for a volume it cannot open."""
     volid = drive.volume
-    fmt_option = drive.get("format")
+    if volid == "cdrom":
+        return Volume(driver="host_cdrom", path=CDROM_PATH, format="raw", storage="path",
+                      volid=volid, notes=(f"{drive.key}: the host's CD-ROM drive: qemu-server "
+                                          "takes the first of /dev/cdrom, /dev/cdrom1, "
+                                          f"/dev/cdrom2 that exists; {CDROM_PATH} assumed",))
     if volid.startswith("/"):
         device = volid.startswith("/dev/") if is_device is None else is_device
-        return Volume(driver="host_device" if device else "file", path=volid,
-                      format=fmt_option or "raw", storage="path", volid=volid)
+        driver = ("host_cdrom" if drive.is_cdrom else "host_device") if device else "file"
+        return Volume(driver=driver, path=volid, format=drive.get("format") or "raw",
+                      storage="path", volid=volid)
     store, sep, volname = volid.partition(":")
     if not sep:
         raise ValueError(f"{drive.key}: {volid!r} is neither STORAGE:VOLUME nor an absolute path")
@@ -267,29 +380,174 @@ def resolve_volume(drive: Drive, storages: dict[str, Storage] | None = None, *,
     if storage is None:
         raise ValueError(f"{drive.key}: storage {store!r} is not in storage.cfg (give --storage-cfg "
                          f"or --storage {store}=TYPE)")
-    ext = volname.rsplit(".", 1)[-1] if "." in volname.rsplit("/", 1)[-1] else "raw"
-    fmt = ext if ext in ("raw", "qcow2", "vmdk") else "raw"
+    iso = _ISO.match(volname) if storage.type in FILE_STORAGES else None
+    vtype = "iso" if iso else "images"
+    # qemu-server's own messages (check_volume_storage_type, print_drive_commandline_full)
+    if storage.content is not None and vtype not in storage.content:
+        raise ValueError(f"storage '{store}' does not support content-type '{vtype}'")
+    if iso and drive.get("media") is None:
+        raise ValueError(f"{drive.key}: explicit media parameter is required for iso images")
+    notes: list[str] = []
+
+    def given(value: str | None, what: str, assumed: str) -> str:
+        if value:
+            return value
+        notes.append(f"{drive.key}: storage {store} ({storage.type}) does not say its {what}: "
+                     f"{assumed} assumed (give --storage-cfg with its definition)")
+        return assumed
+
+    kind = storage.kind
     if storage.type in FILE_STORAGES:
-        base = storage.path or f"/mnt/pve/{store}"
-        path = f"{base}/images/{volname}"
-        if storage.type == "btrfs":    # BTRFSPlugin: a subvolume per raw disk, disk.raw inside
-            path = f"{base}/images/{volname.rsplit('.', 1)[0]}/disk.raw"
-        return Volume(driver="file", path=path, format=fmt, storage=storage.kind, volid=volid)
+        default = "/var/lib/vz" if storage.type == "dir" else f"/mnt/pve/{store}"
+        base = given(storage.path, "path", default)
+        subdir = dict(storage.content_dirs).get(vtype, "template/iso" if iso else "images")
+        if iso:
+            return Volume(driver="file", path=f"{base}/{subdir}/{iso.group(1)}", format="raw",
+                          storage=kind, volid=volid, notes=tuple(notes))
+        vmid, name, fmt = _dir_image(drive.key, volname)
+        path = f"{base}/{subdir}/{vmid}/{name}"
+        if storage.type == "btrfs" and fmt == "raw":   # BTRFSPlugin: a subvolume per raw disk
+            path = f"{base}/{subdir}/{vmid}/{name[:-4]}/disk.raw"
+        chain = storage.volume_chain and fmt == "qcow2"
+        return Volume(driver="file", path=path, format=fmt, storage=kind, volid=volid,
+                      volume_chain=chain, backing=chain and storage.type in ("dir", "nfs", "cifs"),
+                      notes=tuple(notes))
     if storage.type in ("lvm", "lvmthin"):
-        return Volume(driver="host_device", path=f"/dev/{storage.vgname or store}/{volname}",
-                      format="raw", storage=storage.kind, volid=volid)
-    if storage.type == "zfspool":
-        return Volume(driver="host_device", path=f"/dev/zvol/{storage.pool or store}/{volname}",
-                      format="raw", storage=storage.kind, volid=volid)
+        if not re.match(r"^(vm|base)-\d+-[a-z0-9\-_.]*[a-z0-9]$", volname, re.IGNORECASE) or (
+                storage.type == "lvm" and volname.startswith("base-")):
+            raise ValueError(f"{drive.key}: unable to parse lvm volume name '{volname}'")
+        fmt = "qcow2" if storage.type == "lvm" and volname.endswith(".qcow2") else "raw"
+        path = f"/dev/{given(storage.vgname, 'volume group', store)}/{volname}"
+        return Volume(driver="host_device", path=path, format=fmt, storage=kind, volid=volid,
+                      volume_chain=storage.volume_chain and fmt == "qcow2",
+                      backing=fmt == "qcow2", notes=tuple(notes))
+    if storage.type in ("zfspool", "zfs"):
+        found = re.match(r"^(?:(?:base|basevol)-\d+-\S+/)?((base|basevol|vm|subvol)-\d+-\S+)$",
+                         volname)
+        if found is None:
+            raise ValueError(f"{drive.key}: unable to parse zfs volume name '{volname}'")
+        if found.group(2) in ("subvol", "basevol"):
+            raise ValueError(f"{drive.key}: volume '{volname}' not usable as VM image")
+        pool = given(storage.pool, "pool", store)
+        if storage.type == "zfspool":
+            return Volume(driver="host_device", path=f"/dev/zvol/{pool}/{found.group(1)}",
+                          format="raw", storage=kind, volid=volid, notes=tuple(notes))
+        # ZFS over iSCSI: ZFSPlugin qemu_blockdev_options asks the target for the LUN (ssh)
+        portal, target = given(storage.portal, "portal", "<portal>"), given(
+            storage.target, "target", "<target>")
+        notes.append(f"{drive.key}: ZFS over iSCSI: qemu-server asks the target for the LUN of "
+                     f"{pool}/{found.group(1)} (over ssh); LUN 0 assumed")
+        return _iscsi(portal, target, 0, kind, volid, notes)
+    if storage.type == "iscsi":
+        found = re.match(r"^\d+\.\d+\.\d+\.([^/\s]+)$", volname)
+        if found is None:
+            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
+        return Volume(driver="host_device", path=f"/dev/disk/by-id/{found.group(1)}",
+                      format="raw", storage=kind, volid=volid)
+    if storage.type == "iscsidirect":
+        found = re.match(r"^lun(\d+)$", volname)
+        if found is None:
+            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
+        return _iscsi(given(storage.portal, "portal", "<portal>"),
+                      given(storage.target, "target", "<target>"), found.group(1), kind, volid,
+                      notes)
     if storage.type == "rbd":
-        pool = storage.pool or "rbd"
-        if storage.krbd:
-            return Volume(driver="host_device", path=f"/dev/rbd-pve/<fsid>/{pool}/{volname}",
-                          format="raw", storage="krbd", volid=volid)
-        return Volume(driver="rbd", path=f"{pool}/{volname}", format="raw", storage="rbd",
-                      volid=volid)
+        return _rbd(drive, storage, volname, notes)
     raise ValueError(f"{drive.key}: storage type {storage.type!r} ({store}) is not modelled "
                      f"(known: {', '.join(STORAGE_TYPES)})")
+
+
+def _dir_image(key: str, volname: str) -> tuple[str, str, str]:
+    """Plugin.pm parse_volname for an image: ``VMID/NAME`` or a linked clone's
+    ``BASEVMID/BASENAME/VMID/NAME`` → (vmid, name, format)."""
+    found = re.match(r"^(?:\d+/\S+/)?(\d+)/([^/\s]+)$", volname)
+    if found is None:
+        raise ValueError(f"{key}: unable to parse directory volume name '{volname}'")
+    fmt = found.group(2).rsplit(".", 1)[-1] if "." in found.group(2) else ""
+    if fmt not in ("raw", "qcow2", "vmdk", "subvol"):
+        raise ValueError(f"{key}: unable to parse volume filename '{found.group(2)}'")
+    if fmt == "subvol":
+        raise ValueError(f"{key}: volume '{volname}' - not a QEMU image format 'subvol'")
+    return found.group(1), found.group(2), fmt
+
+
+def _iscsi(portal: str, target: str, lun: int | str, kind: str, volid: str,
+           notes: list[str]) -> Volume:
+    """An iSCSI LUN opened by QEMU's own initiator (libiscsi)."""
+    return Volume(driver="iscsi", path=f"iscsi://{portal}/{target}/{lun}", format="raw",
+                  storage=kind, volid=volid, node={"lun": lun, "portal": portal,
+                                                   "target": target, "transport": "tcp"},
+                  notes=tuple(notes))
+
+
+def _rbd(drive: Drive, storage: Storage, volname: str, notes: list[str]) -> Volume:
+    """RBDPlugin.pm path and qemu_blockdev_options; ceph_connect_option for the monitors,
+    configuration file and auth."""
+    found = re.match(r"^(?:base-\d+-\S+/)?((?:base)?(?:vm)?-\d+-\S+)$", volname)
+    if found is None:
+        raise ValueError(f"{drive.key}: unable to parse rbd volume name '{volname}'")
+    image = found.group(1)
+    if not storage.pool:
+        notes.append(f"{drive.key}: storage {storage.id} (rbd) names no pool: Proxmox VE's "
+                     "default, rbd")
+    pool = storage.pool or "rbd"
+    spec = "/".join(p for p in (pool, storage.namespace, image) if p)
+    if storage.krbd:
+        fsid = storage.fsid or "<fsid>"
+        if not storage.fsid:
+            notes.append(f"{drive.key}: krbd's device is /dev/rbd-pve/<fsid>/…: qemu-server "
+                         "takes the fsid from " + ("the monitors" if storage.monhost else
+                                                   "/etc/pve/ceph.conf ([global] fsid)")
+                         + "; `ceph fsid` prints it (add `fsid <uuid>` to the storage's section "
+                         "of the storage.cfg given)")
+        return Volume(driver="host_device", path=f"/dev/rbd-pve/{fsid}/{spec}", format="raw",
+                      storage="krbd", volid=drive.volume, notes=tuple(notes))
+    keyring = f"{CEPH_PRIV}/{storage.id}.keyring"
+    user = storage.username or "admin"
+    conf = None
+    if storage.monhost is None:
+        conf = "/etc/pve/ceph.conf"
+        notes.append(f"{drive.key}: storage {storage.id} names no monhost: a cluster Proxmox VE "
+                     "manages (pveceph), whose /etc/pve/ceph.conf names the monitors")
+    elif storage.ceph_conf:
+        conf = f"{CEPH_PRIV}/{storage.id}.conf"
+    # ceph_connect_option looks for these files; Proxmox VE writes them when the storage is added
+    assumed = [f for f, there in ((keyring, storage.keyring), (conf, conf != "/etc/pve/ceph.conf"))
+               if there and f]
+    if assumed:
+        notes.append(f"{drive.key}: {' and '.join(assumed)} assumed to exist (Proxmox VE writes "
+                     "them when the storage is added)" + (f": cephx as {user}" if storage.keyring
+                                                           else ""))
+    node: dict[str, Any] = {"pool": pool, "image": image}
+    if storage.namespace:
+        node["namespace"] = storage.namespace
+    if conf:
+        node["conf"] = conf
+    drive_file = f"rbd:{spec}" + (f":conf={conf}" if conf else "")
+    if storage.monhost is not None:
+        auth = "cephx" if storage.keyring else "none"
+        hosts = [_host_and_port(m) for m in re.split(r"[,;\s]+", storage.monhost.strip()) if m]
+        node["server"] = [{"host": host, "port": port or "3300"} for host, port in hosts]
+        node["auth-client-required"] = [auth]
+        listed = ";".join((f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
+                          for h, p in hosts).replace(":", "\\:")
+        drive_file += f":mon_host={listed}:auth_supported={auth}"
+    if storage.keyring:
+        node["user"] = user
+        drive_file += f":id={user}:keyring={keyring}"
+    return Volume(driver="rbd", path=f"{pool}/{image}", format="raw", storage="rbd",
+                  volid=drive.volume, node=node, drive_file=drive_file, notes=tuple(notes))
+
+
+def _host_and_port(address: str) -> tuple[str, str | None]:
+    """PVE::Tools parse_host_and_port: ``host[:port]``, ``[v6][:port]``, or a bare IPv6."""
+    bracketed = re.match(r"^\[([^\]]+)\](?::(\d+))?$", address)
+    if bracketed:
+        return bracketed.group(1), bracketed.group(2)
+    if address.count(":") == 1:
+        host, _, port = address.partition(":")
+        return host, port
+    return address, None
 
 
 # -- Drive.pm rules ---------------------------------------------------------------------------
@@ -358,6 +616,16 @@ def controller_of(drive: Drive, scsihw: str | None) -> tuple[str, str, str] | No
     return None
 
 
+def drive_order(key: str) -> tuple[int, int]:
+    """Drive.pm valid_drive_names: the order config_to_command adds drives in (ide, scsi,
+    virtio, sata, then efidisk0 and tpmstate0)."""
+    found = DRIVE_KEY.match(key)
+    if found is None:
+        raise ValueError(f"{key!r} is not a drive key")
+    return ("ide", "scsi", "virtio", "sata", "efidisk", "tpmstate").index(found.group(1)), int(
+        found.group(2))
+
+
 class DiskArgs(Frozen):
     """One disk's QEMU arguments as qemu-server generates them, and what was not reproduced."""
 
@@ -367,18 +635,23 @@ class DiskArgs(Frozen):
     """The iothread object's id, when the disk (or its controller) gets one."""
 
 
-def disk_args(drive: Drive, volume: Volume, *, scsihw: str | None, version: PveVersion,
-              size: int | None = None, escape: bool = False) -> DiskArgs:
+def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, version: PveVersion,
+              size: int | None = None, escape: bool = False, host: PveVersion | None = None,
+              template: bool = False, q35: bool = False, controller: bool = True) -> DiskArgs:
     """The ``-object``/``-device``/``-drive``/``-blockdev`` arguments qemu-server's
-    config_to_command emits for ``drive`` (one disk, in its order: objects, controller, drive,
-    device). ``size`` limits a raw format node (Blockdev.pm generate_format_blockdev's
-    ``size`` option); ``escape`` doubles commas in a path (qemu-server's paths have none)."""
-    if drive.is_cdrom:
-        raise ValueError(f"{drive.key}: a CD-ROM is not a disk under test")
-    notes: list[str] = []
+    config_to_command emits for ``drive`` (a disk or CD-ROM, in its order: objects,
+    controller, drive, device); ``volume`` None for an empty drive (``none``).
+
+    ``version``: the generation (8: ``-drive``, 9: ``-blockdev``); ``host``: the qemu-server
+    writing it (PVE 9 writes ``-drive`` for machines below 10.0, in its own order), by default
+    ``version``. ``template``: a template's read-only graph; ``q35``: that machine's IDE buses;
+    ``controller`` False when an earlier drive on the same controller added it. ``size`` limits
+    a raw format node (Blockdev.pm generate_format_blockdev's ``size``); ``escape`` doubles
+    commas in a path (qemu-server's paths have none)."""
+    notes: list[str] = list(volume.notes) if volume else []
     drive_id = drive.key
-    direct = uses_cache_direct(drive.get("cache"), volume.storage)
-    hw = scsihw or SCSIHW_DEFAULT
+    storage = volume.storage if volume else "path"
+    direct = uses_cache_direct(drive.get("cache"), storage, cdrom=drive.is_cdrom)
     objects: list[str] = []
     devices: list[str] = []
     iothread = None
@@ -393,12 +666,12 @@ def disk_args(drive: Drive, volume: Volume, *, scsihw: str | None, version: PveV
                          "disks and scsihw virtio-scsi-single get an iothread)")
     if iothread:
         objects += ["-object", f"iothread,id={iothread}"]
-    if version >= 9:
-        objects += ["-object", _json(_throttle_group(drive_id))]
-    controller = controller_of(drive, scsihw)
+    if version >= 9 and volume is not None:
+        objects += ["-object", _json(_throttle_group(drive))]
+    where = controller_of(drive, scsihw)
     queues = drive.get("queues")
-    if controller is not None:
-        ctype, cid, _ = controller
+    if where is not None and controller:
+        ctype, cid, _ = where
         props = f"{ctype},id={cid}"
         if ctype == "ahci":
             props += ",multifunction=on"
@@ -412,25 +685,104 @@ def disk_args(drive: Drive, volume: Volume, *, scsihw: str | None, version: PveV
                      "drives on virtio-scsi-single)")
     if drive.flag("ssd") and drive.bus == "virtio":
         notes.append(f"{drive_id}: ssd=1 has no effect on a virtio drive (no rotation_rate)")
-    aio = aio_option(drive.get("aio"), volume.storage, direct)
+    aio = aio_option(drive.get("aio"), storage, direct)
     if version >= 9:
-        devices += ["-blockdev", _json(_blockdev(drive, volume, direct, aio, size))]
-        if volume.driver == "rbd":
+        if volume is not None and drive.flag("snapshot"):   # Blockdev.pm generate_file_blockdev
+            raise ValueError(f"{drive_id}: 'snapshot' option is not yet supported for '-blockdev'")
+        if volume is not None:
+            devices += ["-blockdev", _json(_blockdev(drive, volume, direct, aio, size,
+                                                     read_only=template))]
+        if volume is not None and volume.driver == "rbd":
             notes.append(f"{drive_id}: librbd gets no aio (Blockdev.pm generate_file_blockdev "
-                         "sets aio only on file, host_device and host_cdrom nodes); its monitor "
-                         "hosts and auth are left out")
+                         "sets aio only on file, host_device and host_cdrom nodes)")
     else:
-        devices += ["-drive", _drive_line(drive, volume, direct, aio, size, escape)]
-        if volume.driver == "rbd":
-            notes.append(f"{drive_id}: librbd ignores -drive's aio=; its monitor hosts and auth "
-                         "are left out of rbd:")
-    devices += ["-device", _device(drive, hw, version, controller)]
+        if volume is not None and volume.volume_chain:
+            raise ValueError(f"storage for '{drive.volume}' is configured for snapshots as a "
+                             "volume chain - this requires QEMU machine version >= 10.0")
+        line = _drive_line(drive, volume, direct, aio, size, escape, host or version)
+        if template and drive.bus not in ("ide", "sata"):
+            line += ",readonly=on"
+        devices += ["-drive", line]
+        if volume is not None and volume.driver == "rbd":
+            notes.append(f"{drive_id}: librbd ignores -drive's aio=")
+    scsi_block = bool(drive.flag("scsiblock")) and storage == "path"
+    if scsi_block:
+        notes.append(f"{drive_id}: scsiblock=1 on {drive.volume}: scsi-block, as qemu-server "
+                     "makes it for a SCSI disk (it asks the device; a device that is not SCSI "
+                     "gets scsi-hd)")
+    devices += ["-device", _device(drive, scsihw, version, where, template=template, q35=q35,
+                                   attached=volume is not None, scsi_block=scsi_block)]
     for name in drive.unmodelled:
-        notes.append(f"{drive_id}: {name}={drive.get(name)} is not reproduced by iomatrix")
+        notes.append(f"{drive_id}: {name}={drive.get(name)} is not reproduced by iomatrix in a "
+                     "measurement (the arguments carry it, a measured disk runs without it)")
     for name in drive.unknown:
         notes.append(f"{drive_id}: {name}={drive.get(name)} is not a qemu-server drive option "
                      "iomatrix knows")
     return DiskArgs(argv=tuple(objects + devices), notes=tuple(notes), iothread=iothread)
+
+
+OVMF_DIR = "/usr/share/pve-edk2-firmware/"
+OVMF_VARS_SIZE = {"2m": 128 << 10, "4m": 528 << 10}
+"""Sizes of pve-edk2-firmware's vars templates (OVMF_VARS.fd, OVMF_VARS_4M*.fd): a raw EFI
+disk's format node is limited to them."""
+
+
+def ovmf_code(drive: Drive, *, q35: bool, cvm: str | None,
+              host: PveVersion = DEFAULT_PVE_VERSION) -> tuple[str, int]:
+    """OVMF.pm get_ovmf_files (x86_64): the firmware code image for the EFI disk's type, and
+    the size of its vars template. The secure-boot code needs SMM, which only q35 has; AMD
+    SEV's code is OVMF_CVM_CODE_4M.fd up to qemu-server 8, OVMF_SEV_CODE_4M.fd from 9."""
+    if cvm in ("std", "es"):
+        code = "OVMF_SEV_CODE_4M.fd" if host >= 9 else "OVMF_CVM_CODE_4M.fd"
+        return f"{OVMF_DIR}/{code}", OVMF_VARS_SIZE["4m"]
+    if drive.get("efitype") == "4m":
+        code = "OVMF_CODE_4M.secboot.fd" if q35 else "OVMF_CODE_4M.fd"
+        return f"{OVMF_DIR}/{code}", OVMF_VARS_SIZE["4m"]
+    return f"{OVMF_DIR}/OVMF_CODE.fd", OVMF_VARS_SIZE["2m"]
+
+
+def efidisk_args(drive: Drive, volume: Volume, *, version: PveVersion,
+                 host: PveVersion | None = None, q35: bool = False, cvm: str | None = None,
+                 template: bool = False, machine: tuple[int, int, int] | None = None) -> DiskArgs:
+    """The firmware's two flash devices qemu-server attaches for ``bios: ovmf`` (OVMF.pm
+    print_ovmf_commandline): the read-only code image and the EFI disk, the writable vars.
+    PVE 9: ``-blockdev`` nodes (the vars under a throttle filter, cache writeback unless given,
+    bug #3329) named in ``-machine pflash0=,pflash1=``; PVE 8: two ``-drive if=pflash``.
+    ``machine``: a pinned machine version (below 4.1+pve2 a raw vars drive gets no size)."""
+    code, vars_size = ovmf_code(drive, q35=q35, cvm=cvm, host=host or version)
+    notes = list(volume.notes)
+    size = vars_size if volume.format == "raw" else None
+    if version >= 9:
+        vars_drive = drive if drive.get("cache") else drive.model_copy(
+            update={"options": (*drive.options, ("cache", "writeback"))})
+        direct = uses_cache_direct(vars_drive.get("cache"), volume.storage)
+        graph = _blockdev(vars_drive, volume, direct,
+                          aio_option(drive.get("aio"), volume.storage, direct), size,
+                          read_only=template)
+        code_node = {"driver": "raw", "file": {"driver": "file", "filename": code},
+                     "node-name": "pflash0", "read-only": True}
+        argv = ["-object", _json(_throttle_group(drive)), "-blockdev", _json(code_node),
+                "-blockdev", _json(graph), "-machine", "pflash0=pflash0,pflash1=drive-efidisk0"]
+    else:
+        path = volume.drive_file or volume.path
+        line = "if=pflash,unit=1,id=drive-efidisk0"
+        if volume.driver == "rbd":
+            line += ",cache=writeback"
+            path += ":rbd_cache_policy=writeback"
+        line += f",format={volume.format},file={path}"
+        if size is not None and (machine is None or machine >= (4, 1, 2)):
+            line += f",size={size}"
+        if template:
+            line += ",readonly=on"
+        argv = ["-drive", f"if=pflash,unit=0,format=raw,readonly=on,file={code}", "-drive", line]
+    return DiskArgs(argv=tuple(argv), notes=tuple(notes))
+
+
+def tpm_args(vmid: str) -> tuple[str, ...]:
+    """QemuServer.pm add_tpm_device: QEMU talks to swtpm over a socket; swtpm, not QEMU, opens
+    the tpmstate volume."""
+    return ("-chardev", f"socket,id=tpmchar,path=/var/run/qemu-server/{vmid}.swtpm",
+            "-tpmdev", "emulator,id=tpmdev,chardev=tpmchar", "-device", "tpm-tis,tpmdev=tpmdev")
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -467,7 +819,7 @@ def daemon_graph(drive: Drive, volume: Volume, *, version: PveVersion,
     aio = aio_option(drive.get("aio"), volume.storage, direct)
     graph = _blockdev(drive, volume, direct, aio, size)
     if version >= 9:
-        group = _throttle_group(drive.key)
+        group = _throttle_group(drive)
         return DaemonGraph(objects=(_json(group),), blockdev=_json(graph), top=graph["node-name"],
                            throttle_group=group["id"])
     fmt = graph["file"]
@@ -485,93 +837,159 @@ def daemon_detect_zeroes(drive: Drive, version: PveVersion) -> dict[str, str]:
     return {"protocol": "off", "format": value}
 
 
-def _throttle_group(drive_id: str) -> dict[str, Any]:
-    """Blockdev.pm generate_throttle_group for a drive without limits."""
-    return {"id": f"throttle-drive-{drive_id}", "limits": {}, "qom-type": "throttle-group"}
+def _throttle_group(drive: Drive) -> dict[str, Any]:
+    """Blockdev.pm generate_throttle_group: the drive's limits (none: an empty group)."""
+    limits = {name: int(float(value)) for name, value in _limits(drive)}
+    return {"id": f"throttle-drive-{drive.key}", "limits": limits, "qom-type": "throttle-group"}
+
+
+def _limits(drive: Drive) -> list[tuple[str, str]]:
+    """The drive's throttling limits as QEMU names them, in qemu-server's order, with the
+    values as it writes them on a ``-drive`` line (MB/s in bytes; the deprecated ``bps*``
+    options turned into MB/s as Drive.pm parse_drive does)."""
+    out = []
+    for suffix, qmp in (("", "-total"), ("_rd", "-read"), ("_wr", "-write")):
+        mbps = drive.get(f"mbps{suffix}")
+        if mbps is None and drive.get(f"bps{suffix}") is not None:
+            mbps = f"{float(drive.get(f'bps{suffix}') or 0) / (1 << 20):.3f}"
+        for name, value in ((f"bps{qmp}", mbps), (f"bps{qmp}-max", drive.get(f"mbps{suffix}_max"))):
+            if value is not None and float(value):
+                out.append((name, str(int(float(value) * (1 << 20)))))
+        for name, option in ((f"bps{qmp}-max-length", f"bps{suffix}_max_length"),
+                             (f"iops{qmp}", f"iops{suffix}"),
+                             (f"iops{qmp}-max", f"iops{suffix}_max"),
+                             (f"iops{qmp}-max-length", f"iops{suffix}_max_length")):
+            value = drive.get(option)
+            if value is not None and float(value):
+                out.append((name, value))
+    return out
 
 
 def _blockdev(drive: Drive, volume: Volume, direct: bool, aio: str,
-              size: int | None) -> dict[str, Any]:
+              size: int | None, *, read_only: bool = False) -> dict[str, Any]:
     """Blockdev.pm generate_drive_blockdev: throttle → format → file, nested; add_common_options
-    puts discard (unmap with discard=on, else ignore), detect-zeroes and read-only on each."""
-    common = {"discard": "unmap" if drive.get("discard") == "on" else "ignore",
-              "detect-zeroes": detect_zeroes_option(drive), "read-only": False}
+    puts discard (unmap with discard=on, else ignore) and detect-zeroes on each node of a disk
+    (a CD-ROM gets neither), and read-only on each (``ro=1``, a CD-ROM, a template). A
+    ``scsiblock`` drive gets no throttle filter: its format node is the top."""
+    common: dict[str, Any] = {}
+    if not drive.is_cdrom:
+        common = {"discard": "unmap" if drive.get("discard") == "on" else "ignore",
+                  "detect-zeroes": detect_zeroes_option(drive)}
+    common["read-only"] = bool(drive.flag("ro")) or drive.is_cdrom or read_only
     cache = {"direct": direct, "no-flush": drive.get("cache") == "unsafe"}
-    if volume.driver == "rbd":
-        pool, image = volume.path.split("/", 1)
-        file_node: dict[str, Any] = {"driver": "rbd", "pool": pool, "image": image}
-    else:
-        file_node = {"driver": volume.driver, "filename": volume.path, "aio": aio}
+    if volume.driver == "rbd" and drive.bus == "efidisk":   # bug #3329: librbd's own cache
+        cache = {"direct": False, "no-flush": False}
+    file_node: dict[str, Any] = {"driver": volume.driver, **volume.node}
+    if volume.driver in ("file", "host_device", "host_cdrom"):
+        file_node |= {"filename": volume.path, "aio": aio}
     file_node |= {"cache": cache, "node-name": node_name("file", drive.key, volume.volid)} | common
     fmt: dict[str, Any] = {"node-name": node_name("fmt", drive.key, volume.volid),
                            "driver": volume.format, "file": file_node, "cache": cache} | common
     if size is not None and volume.format == "raw":
         fmt["size"] = size
+    if volume.volume_chain:
+        fmt["discard-no-unref"] = True
+    if drive.flag("scsiblock"):
+        return fmt | {"node-name": f"drive-{drive.key}"}
     return {"driver": "throttle", "node-name": f"drive-{drive.key}",
             "throttle-group": f"throttle-drive-{drive.key}", "file": fmt} | common
 
 
-def _drive_line(drive: Drive, volume: Volume, direct: bool, aio: str, size: int | None,
-                escape: bool) -> str:
-    """qemu-server 8.3 print_drive_commandline_full: ``file=,if=none,id=``, then the drive's own
-    options in the order heads secs cyls trans media cache rerror werror aio discard, then
-    ``format=``, ``cache=none`` when no cache is given but it is direct, the default ``aio=``
-    when none is given, and ``detect-zeroes=``."""
-    if volume.driver == "rbd":
-        path = f"rbd:{volume.path}"
+def _drive_line(drive: Drive, volume: Volume | None, direct: bool, aio: str, size: int | None,
+                escape: bool, host: PveVersion) -> str:
+    """print_drive_commandline_full: ``file=,if=none,id=``, the drive's own options, throttling,
+    ``format=``, ``cache=none`` when no cache is given but it is direct, ``aio=`` and
+    ``detect-zeroes=`` (not for a CD-ROM). qemu-server 8.3 writes a given aio among the drive's
+    options (heads secs cyls trans media cache rerror werror aio discard) and adds the default
+    only when none is given; 9.x writes ``aio=`` always, after the cache."""
+    if volume is None:
+        path = ""
+    elif volume.drive_file:
+        path = volume.drive_file
     else:
         path = volume.path.replace(",", ",,") if escape else volume.path
-    line = f"file={path},if=none,id=drive-{drive.key}"
-    for name in ("heads", "secs", "cyls", "trans", "media", "cache", "rerror", "werror", "aio",
-                 "discard"):
+    own = (("heads", "secs", "cyls", "trans", "media", "cache", "rerror", "werror", "aio",
+            "discard") if host < 9 else ("media", "cache", "rerror", "werror", "discard"))
+    line = (f"file={path}," if path else "") + f"if=none,id=drive-{drive.key}"
+    for name in own:
         if drive.get(name) is not None:
             line += f",{name}={drive.get(name)}"
-    line += f",format={volume.format}"
-    if size is not None and volume.format == "raw":
-        line += f",size={size}"
+    if drive.get("snapshot") is not None:
+        line += ",snapshot=" + on_off(bool(drive.flag("snapshot")))
+    if drive.get("ro") is not None:
+        line += ",readonly=" + on_off(bool(drive.flag("ro")))
+    line += "".join(f",throttling.{name}={value}" for name, value in _limits(drive))
+    if volume is not None:
+        line += f",format={volume.format}"
+        if size is not None and volume.format == "raw":
+            line += f",size={size}"
     if not drive.get("cache") and direct:
         line += ",cache=none"
-    if not drive.get("aio"):
+    if host >= 9 or not drive.get("aio"):
         line += f",aio={aio}"
-    return line + f",detect-zeroes={detect_zeroes_option(drive)}"
+    return line + ("" if drive.is_cdrom else f",detect-zeroes={detect_zeroes_option(drive)}")
 
 
-def _device(drive: Drive, scsihw: str, version: PveVersion,
-            controller: tuple[str, str, str] | None) -> str:
-    """DriveDevice.pm print_drivedevice_full for a disk (not a CD-ROM), without PCI address and
-    bootindex."""
+def _device(drive: Drive, scsihw: str | None, version: PveVersion,
+            controller: tuple[str, str, str] | None, *, template: bool = False,
+            q35: bool = False, attached: bool = True, scsi_block: bool = False) -> str:
+    """DriveDevice.pm print_drivedevice_full, without PCI address and bootindex. A template's
+    SATA and IDE drives are ide-cd on PVE 9 (IDE cannot be read-only; a template is only
+    started for backups, which read the block node); q35 has one unit per IDE bus."""
     drive_id = drive.key
-    ssd = bool(drive.flag("ssd"))
+    blockdev = version >= 9
+    attach = f",drive=drive-{drive_id}" if attached or not blockdev else ""
+    write_cache = True
     if drive.bus == "virtio":
-        device = f"virtio-blk-pci,drive=drive-{drive_id},id={drive_id}"
+        device = f"virtio-blk-pci{attach},id={drive_id}"
         if drive.flag("iothread"):
             device += f",iothread=iothread-{drive_id}"
     elif drive.bus == "scsi":
         assert controller is not None
-        bus = controller[2]
-        if scsihw.startswith("lsi") or scsihw == "pvscsi":
-            per = 7 if scsihw.startswith("lsi") else 256
-            device = f"scsi-hd,bus={bus},scsi-id={drive.index % per}"
+        kind = ("cd" if drive.is_cdrom or drive.is_cloudinit else "block" if scsi_block
+                else "hd")
+        hw = scsihw or SCSIHW_DEFAULT
+        if hw.startswith("lsi") or hw == "pvscsi":
+            per = 7 if hw.startswith("lsi") else 256
+            device = f"scsi-{kind},bus={controller[2]},scsi-id={drive.index % per}"
         else:
-            device = f"scsi-hd,bus={bus},channel=0,scsi-id=0,lun={drive.index}"
-        device += f",drive=drive-{drive_id},id={drive_id}"
-        if version >= 9:
+            device = f"scsi-{kind},bus={controller[2]},channel=0,scsi-id=0,lun={drive.index}"
+        device += f"{attach},id={drive_id}"
+        if blockdev and kind != "block":
             device += f",device_id=drive-{drive_id}"
-        if ssd:
+        if drive.flag("ssd") and kind != "cd":
             device += ",rotation_rate=1"
-    else:
-        if drive.bus == "ide":
-            device = f"ide-hd,bus=ide.{drive.index // 2},unit={drive.index % 2}"
+        device += f",wwn={drive.get('wwn')}" if drive.get("wwn") else ""
+        if kind == "block":
+            write_cache = False
         else:
-            assert controller is not None
-            device = f"ide-hd,bus={controller[2]}"
-        device += f",drive=drive-{drive_id},id={drive_id}"
-        if ssd:
-            device += ",rotation_rate=1"
-    if version >= 9:
-        cache = drive.get("cache")
-        device += ",write-cache=" + ("off" if cache in ("writethrough", "directsync") else "on")
+            device += "".join(f",{k}={drive.get(k)}" for k in ("vendor", "product") if drive.get(k))
+    else:
+        bus, unit = divmod(drive.index, 6 if drive.bus == "sata" else 2)
+        if q35 and drive.bus == "ide":
+            bus, unit = bus + 2 * (unit % 2), 0
+        kind = "cd" if drive.is_cdrom or (template and blockdev) else "hd"
+        device = f"ide-{kind}," + (f"bus=ide.{bus},unit={unit}" if drive.bus == "ide"
+                                   else f"bus=ahci{bus}.{unit}")
+        device += f"{attach},id={drive_id}"
+        if kind == "hd":
+            device += f",model={_unescaped(drive.get('model'))}" if drive.get("model") else ""
+            device += ",rotation_rate=1" if drive.flag("ssd") else ""
+        device += f",wwn={drive.get('wwn')}" if drive.get("wwn") else ""
+    if drive.get("serial"):
+        device += f",serial={_unescaped(drive.get('serial'))}"
+    if blockdev:
+        if not drive.is_cdrom and write_cache:
+            cache = drive.get("cache")
+            device += ",write-cache=" + ("off" if cache in ("writethrough", "directsync") else "on")
+        device += "".join(f",{k}={drive.get(k)}" for k in ("rerror", "werror") if drive.get(k))
     return device
+
+
+def _unescaped(value: str | None) -> str:
+    """DriveDevice.pm: serial= and model= are URL-encoded in the configuration; decoded, and a
+    comma doubled for QEMU's parser."""
+    return urllib.parse.unquote(value or "").replace(",", ",,")
 
 
 # -- iomatrix configurations ------------------------------------------------------------------

@@ -32,6 +32,14 @@ class DiskTranslation(Frozen):
     storage: str = ""
     """Where the volume lives: a Proxmox VE storage (``lvmthin storage local-lvm``), or a
     libvirt ``file`` or ``block`` source (with its path)."""
+    kind: Literal["disk", "cdrom", "efidisk", "tpmstate", "empty"] = "disk"
+    """A disk under test, or a drive that is not one: a CD-ROM (read-only media), the EFI
+    vars disk (OVMF's flash), the TPM state (opened by swtpm), an empty drive."""
+
+
+NOT_A_DISK = {"cdrom": "a CD-ROM (read-only media)", "efidisk": "the EFI vars disk (OVMF's flash)",
+              "tpmstate": "the TPM state (swtpm opens it, not QEMU)", "empty": "an empty drive"}
+"""What each kind of drive that is not a disk under test is, in words."""
 
 
 class Translation(Frozen):
@@ -42,14 +50,28 @@ class Translation(Frozen):
     notes: tuple[str, ...] = ()
     pve_version: pve.PveVersion | None = None
     """Proxmox VE: the generation whose command line the disks get."""
+    others: tuple[DiskTranslation, ...] = ()
+    """The drives that are not disks under test (``kind`` says which), with their arguments."""
+    order: tuple[str, ...] = ()
+    """Every drive's name in the order the platform adds them, where it matters: a controller
+    comes with the first drive on it."""
+
+    @property
+    def drives(self) -> tuple[DiskTranslation, ...]:
+        """Disks and other drives, in the platform's order."""
+        every = {d.name: d for d in (*self.disks, *self.others)}
+        return tuple(every[n] for n in self.order) if self.order else tuple(every.values())
 
 
 def translate(text: str, *, pve_version: pve.PveVersion | None = None,
-              storages: dict[str, pve.Storage] | None = None) -> Translation:
-    """``text`` (a PVE configuration, or a libvirt domain when it starts with ``<``)."""
+              storages: dict[str, pve.Storage] | None = None,
+              vmid: str | None = None) -> Translation:
+    """``text`` (a PVE configuration, or a libvirt domain when it starts with ``<``);
+    ``vmid``: the Proxmox VE VM's id (its file's name), for the paths qemu-server derives
+    from it."""
     if text.lstrip().startswith("<"):
         return _libvirt(text)
-    return _proxmox(text, pve_version, storages)
+    return _proxmox(text, pve_version, storages, vmid)
 
 
 def _config(values: dict[str, Any], notes: list[str]) -> Configuration | None:
@@ -65,36 +87,124 @@ def _config(values: dict[str, Any], notes: list[str]) -> Configuration | None:
 
 
 def _proxmox(text: str, version: pve.PveVersion | None,
-             storages: dict[str, pve.Storage] | None) -> Translation:
+             storages: dict[str, pve.Storage] | None, vmid: str | None) -> Translation:
     vm = pve.parse_config(text)
-    gen: pve.PveVersion = version or pve.version_of_machine(vm.machine)
+    host: pve.PveVersion = version or pve.DEFAULT_PVE_VERSION
+    gen = pve.version_of_machine(vm, host)
+    pinned = pve.pinned_version(vm)
     notes = [pve.OMITTED]
-    if vm.machine:
+    if vm.template:
+        notes.append("template: qemu-server starts a template only for backups, from its drives, "
+                     "scsihw, bios and name: every block node read-only, SATA and IDE drives as "
+                     "ide-cd, the newest machine version, -snapshot for the whole VM")
+    elif pinned and pve.machine_type(vm) in (None, "pc", "q35"):
+        notes.append(f"ostype: {vm.ostype} without a machine version: qemu-server pins a Windows "
+                     f"VM to {pinned[0]}.{pinned[1]} → PVE {gen}'s command line")
+    elif vm.machine:
         notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
-    disks = []
-    for drive in vm.drives:
+    if vm.arch and vm.arch != "x86_64":
+        notes.append(f"arch: {vm.arch}: iomatrix models x86_64's devices and firmware")
+    if vm.bios == "ovmf" and not any(d.bus == "efidisk" for d in vm.drives):
+        notes.append("bios: ovmf without efidisk0: qemu-server gives OVMF a temporary vars disk "
+                     f"(/run/qemu-server/efidisk/{vmid or '<vmid>'}-ovmf.fd), not shown")
+    disks: list[DiskTranslation] = []
+    others: list[DiskTranslation] = []
+    controllers: set[str] = set()
+    drives = sorted(vm.drives, key=lambda d: pve.drive_order(d.key))
+    for drive in drives:
         written = f"{drive.key}: {drive.volume}" + "".join(f",{k}={v}" for k, v in drive.options)
-        if drive.is_cdrom or drive.volume == "none":
-            notes.append(f"{drive.key}: a CD-ROM, not a disk: skipped")
+        kind = ("efidisk" if drive.bus == "efidisk" else "tpmstate" if drive.bus == "tpmstate"
+                else "cdrom" if drive.is_cdrom else "empty" if drive.volume == "none" else "disk")
+        if kind == "tpmstate":
+            others.append(_tpmstate(drive, written, vm.template, vmid))
+            notes.append(f"{drive.key}: the TPM state, opened by swtpm: not a disk iomatrix "
+                         "measures")
             continue
         try:
-            volume = pve.resolve_volume(drive, storages)
+            volume = None if drive.volume == "none" else pve.resolve_volume(drive, storages)
+            if kind == "efidisk":
+                out = _efidisk(drive, volume, vm, gen, host, pinned)
+                notes.append(f"{drive.key}: the EFI vars disk (OVMF's flash): not a disk "
+                             "iomatrix measures")
+            else:
+                where = pve.controller_of(drive, vm.scsihw)
+                out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen, host=host,
+                                    template=vm.template, q35=pve.is_q35(vm),
+                                    controller=where is None or where[1] not in controllers)
+                controllers |= {where[1]} if where else set()
         except ValueError as exc:
-            disks.append(DiskTranslation(name=drive.key, written=written, values={}, config=None,
-                                         argv=(), notes=(str(exc),)))
+            translated = DiskTranslation(name=drive.key, written=written, values={}, config=None,
+                                         argv=(), notes=(str(exc),), kind=kind)
+            (disks if kind == "disk" else others).append(translated)
             continue
+        storage = _where(drive, volume)
+        if kind != "disk":
+            if kind in ("cdrom", "empty"):
+                notes.append(f"{drive.key}: " + ("a CD-ROM: read-only media, not a disk iomatrix "
+                                                  "measures" if kind == "cdrom" else
+                                                  "an empty drive (none)"))
+            others.append(DiskTranslation(name=drive.key, written=written, values={},
+                                          config=None, argv=out.argv, notes=out.notes,
+                                          storage=storage, kind=kind))
+            continue
+        assert volume is not None
         values, disk_notes = pve.configuration_of(drive, vm.scsihw, volume)
-        out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen)
         disk_notes += out.notes
+        if vm.template:
+            disk_notes.append(f"{drive.key}: a template's disk: qemu-server opens it read-only "
+                              "(for backups); a clone of the template gets these settings")
+        if volume.backing and "parent" in vm.ignored:
+            disk_notes.append(f"{drive.key}: the VM has snapshots, kept as qcow2 backing files: "
+                              "qemu-server adds the chain the storage reports (qemu-img info "
+                              "--backing-chain), which the configuration does not hold: left out")
         config = _config(values, disk_notes)
-        where = (f"a path, {volume.path}" if volume.storage == "path" else
-                 f"{volume.storage} storage {drive.volume.partition(':')[0]}, {volume.path}")
         disks.append(DiskTranslation(name=drive.key, written=written, values=values,
                                      config=config, argv=out.argv, notes=tuple(disk_notes),
-                                     storage=where))
-    label = "PVE 9 (-blockdev under a throttle filter)" if gen >= 9 else "PVE 8 (-drive)"
+                                     storage=storage))
+    if gen >= 9:
+        label = "PVE 9 (-blockdev under a throttle filter)"
+    else:
+        label = "PVE 8 (-drive" + (", as qemu-server 9 writes it for this machine)"
+                                   if host >= 9 else ")")
     return Translation(platform="proxmox", generation=label, disks=tuple(disks),
+                       others=tuple(others), order=tuple(d.key for d in drives),
                        notes=tuple(notes), pve_version=gen)
+
+
+def _efidisk(drive: pve.Drive, volume: pve.Volume | None, vm: pve.VmConfig, gen: pve.PveVersion,
+             host: pve.PveVersion, pinned: tuple[int, int, int] | None) -> pve.DiskArgs:
+    """The EFI disk's arguments, or why qemu-server attaches none (OVMF.pm)."""
+    if vm.bios != "ovmf":
+        return pve.DiskArgs(argv=(), notes=(f"{drive.key}: bios is {vm.bios or 'seabios'}, not "
+                                            "ovmf: qemu-server does not attach the EFI disk",))
+    if vm.cvm in ("snp", "tdx") and not vm.template:
+        return pve.DiskArgs(argv=(), notes=(f"{drive.key}: EFI disks are not supported with "
+                                            "Confidential Virtual Machines and will be ignored",))
+    if volume is None or (drive.volume.startswith("/") and not drive.get("format")):
+        raise ValueError(f"{drive.key}: efidisk format must be specified")
+    return pve.efidisk_args(drive, volume, version=gen, host=host, q35=pve.is_q35(vm),
+                            cvm=None if vm.template else vm.cvm, template=vm.template,
+                            machine=pinned)
+
+
+def _tpmstate(drive: pve.Drive, written: str, template: bool,
+              vmid: str | None) -> DiskTranslation:
+    notes = [f"{drive.key}: swtpm opens the TPM state, not QEMU: QEMU gets a socket to swtpm"]
+    if template:
+        notes.append(f"{drive.key}: a template gets no TPM (qemu-server add_tpm_device)")
+    elif vmid is None:
+        notes.append(f"{drive.key}: the socket's path holds the VM's id: name the file ID.conf")
+    return DiskTranslation(name=drive.key, written=written, values={}, config=None,
+                           argv=() if template else pve.tpm_args(vmid or "<vmid>"),
+                           notes=tuple(notes), kind="tpmstate")
+
+
+def _where(drive: pve.Drive, volume: pve.Volume | None) -> str:
+    if volume is None:
+        return "no volume"
+    if volume.storage == "path":
+        return f"a path, {volume.path}"
+    return f"{volume.storage} storage {drive.volume.partition(':')[0]}, {volume.path}"
 
 
 def _libvirt(text: str) -> Translation:
