@@ -182,7 +182,7 @@ class Job(Frozen):
     line: int
     options: tuple[Option, ...]
     """The section's options after the globals' (by canonical name, the job's own win)."""
-    called: str = ""
+    called: str
     """The name fio gives the job, which wait_for names: the section's own ``name=``, else the
     section name (fio names a job after its section before it reads the section, so a
     ``name=`` in [global] names no job)."""
