@@ -46,6 +46,7 @@ packages="$packages xfsprogs btrfs-progs"
 # ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
 packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
+[ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

@@ -1,13 +1,16 @@
 """fio job files as workloads (``[[workloads]] jobfile = ...``, iomatrix.suite.jobfiles): seed 000's
 job files load as it publishes them, sizes and syntax are read as fio 3.33 reads them (checked
-against fio itself), what iomatrix cannot honour is refused in one line naming the option, job
-files stay within the suite's directory, and a run keeps their text: it resumes, and shows them,
-after the files are gone."""
+against fio itself), what iomatrix cannot honour is refused in one line naming the option, every
+refusal that speaks for fio is true of the installed fio (fio's own examples/ and crafted files,
+asked of ``fio --parse-only``; the order of jobs, of fio running them), job files stay within the
+suite's directory, and a run keeps their text: it resumes, and shows them, after the files are
+gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tomllib
@@ -21,7 +24,11 @@ from iomatrix.core.proc import require
 from iomatrix.measure.runner import SilentProgress, run_suite
 from iomatrix.store import Store
 from iomatrix.suite import expand, load_suite, load_suite_text
-from iomatrix.suite.jobfiles import BARE_FLAGS, fio_size, parse
+from iomatrix.core.units import parse_size
+from iomatrix.store.ingest import import_results
+from iomatrix.suite.jobfiles import (BARE_FLAGS, TAKES_VALUE, JobFileError, fio_size, parse,
+                                     workloads)
+from iomatrix.suite.model import block_sizes
 from tests.conftest import cli, write_suite
 
 SEED_000 = """[global]
@@ -191,6 +198,210 @@ def test_a_refusal_is_one_line_and_a_suite_errors_exit(tmp_path: Path) -> None:
         load_suite(beside)
 
 
+# -- what iomatrix says of fio is true of fio ------------------------------------------------
+
+FIO_EXAMPLES = Path("/usr/share/doc/fio/examples")
+"""fio's examples/ of the installed fio, as Debian's fio-examples installs them (setup.sh --dev)."""
+SPEAKS_FOR_FIO = re.compile(r"fio refuses it too|does not have the form fio expects")
+"""Refusals that say fio itself refuses the line: ``fio --parse-only`` must refuse the file."""
+TOGETHER = re.compile(r"\[(?P<later>[^]]+)\] runs at the same time as \[(?P<earlier>[^]]+)\] in fio")
+
+
+def fio_parse_only(fio: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([fio, "--parse-only", path.name], cwd=path.parent,
+                          capture_output=True, text=True, timeout=60)
+
+
+def verdict(fio: str, path: Path) -> str:
+    """How iomatrix reads job file ``path``: "loaded", "refused" or "refused as fio does",
+    asserting that what it says of fio is true of the installed fio: a file it loads fio
+    parses; a line it says fio refuses, fio refuses, naming it (and in the words quoted); two
+    jobs it says fio runs together are jobs of the file, the later one at the line named."""
+    text = path.read_text()
+    lines = text.split("\n")
+    try:
+        workloads(text, engine="libaio")
+    except JobFileError as exc:
+        message = str(exc)
+        assert "\n" not in message and 0 <= exc.line <= len(lines), (path.name, message)
+        together = TOGETHER.search(message)
+        if together:
+            sections = re.findall(r"^[ \t]*\[([^]\n]+)\]", text, re.M)
+            assert {together["later"], together["earlier"]} <= set(sections), message
+            assert lines[exc.line - 1].strip().startswith(f"[{together['later']}]"), message
+        if not SPEAKS_FOR_FIO.search(message):
+            return "refused"
+        done = fio_parse_only(fio, path)
+        assert done.returncode != 0, f"{path.name}: {message}: but fio --parse-only accepts it"
+        key, _, value = re.split(r"[;#]", lines[exc.line - 1])[0].strip().partition("=")
+        assert key in done.stderr or (value and value in done.stderr), (message, done.stderr)
+        quoted = re.search(r'\("([^"]+)"\)', message)
+        assert quoted is None or quoted[1] in done.stderr, (message, done.stderr)
+        return "refused as fio does"
+    done = fio_parse_only(fio, path)
+    assert done.returncode == 0, f"{path.name}: iomatrix loads it, fio refuses: {done.stderr}"
+    return "loaded"
+
+
+def test_fios_own_examples_are_read_as_fio_reads_them() -> None:
+    """Every job file of fio's examples/: what iomatrix loads fio parses, and each refusal that
+    speaks for fio (none, since 12 were false) is checked against fio --parse-only."""
+    fio = require("fio")
+    files = sorted(FIO_EXAMPLES.glob("*.fio"))
+    assert files, f"no job files in {FIO_EXAMPLES}: ./setup.sh --dev installs Debian's fio-examples"
+    verdicts = {path.name: verdict(fio, path) for path in files}
+    assert {"loaded", "refused"} <= set(verdicts.values())
+    # waitfor.fio runs its four jobs one after another (wait_for): not refused for running them
+    # at once (it is for threads=, which iomatrix does not pass on)
+    with pytest.raises(JobFileError, match=r"\[writers\] threads=1: fio option 'threads'"):
+        workloads((FIO_EXAMPLES / "waitfor.fio").read_text(), engine="libaio")
+
+
+CRAFTED = [
+    "rw=read\n[j]\n",                                      # before any section
+    "[j]\nrwmixread=/etc/passwd\n", "[j]\nbssplit=/etc/passwd\n", "[j]\nnorandommap=yes\n",
+    *(f"[j]\n{key}\n" for key in sorted(TAKES_VALUE)),    # fio wants a value for each
+]
+
+
+@pytest.mark.parametrize("number", range(0, len(CRAFTED), 20))
+def test_refusals_that_speak_for_fio_are_true_of_fio(tmp_path: Path, number: int) -> None:
+    fio = require("fio")
+    for text in CRAFTED[number:number + 20]:
+        path = tmp_path / "j.fio"
+        path.write_text("[global]\nioengine=libaio\nsize=1m\n" + text if text[0] == "[" else text)
+        assert verdict(fio, path) == "refused as fio does", text
+
+
+def fio_runs_together(fio: str, tmp_path: Path, jobs: dict[str, str], long: str, ender: str,
+                      seconds: int) -> bool:
+    """Whether fio runs jobs [long] and [ender] of ``jobs`` (section → its lines) at the same
+    time: [long] runs ``seconds`` (time-based, paced) and [ender] ends every job when it ends
+    (exitall), so [long] is cut short exactly when they overlap."""
+    extra = {long: f"time_based\nruntime={seconds}s\nrate_iops=100\n",
+             ender: "exitall\nexit_what=all\n"}
+    path = tmp_path / "order.fio"
+    path.write_text("[global]\nioengine=null\nsize=1m\n" + "".join(
+        f"[{name}]\n{lines}{extra.get(name, '')}" for name, lines in jobs.items()))
+    done = subprocess.run([fio, "--output-format=json", str(path)], capture_output=True,
+                          text=True, timeout=seconds + 120, check=True)
+    ran = {j["jobname"]: j["job_runtime"] for j in json.loads(done.stdout)["jobs"]}
+    return ran[long] < seconds * 500
+
+
+@pytest.mark.parametrize("jobs, long, ender, refused", [
+    # fio's waitfor.fio as a chain, one link by name=: each job waits for the one before
+    ({"first": "", "second": "name=two\nwait_for=first\n", "third": "wait_for=two\n",
+      "fourth": "wait_for=third\n"}, "first", "fourth", None),
+    ({"a": "", "b": "wait_for=a\n", "c": ""}, "a", "c",
+     "line 4: [c] runs at the same time as [a] in fio (no stonewall)"),
+    ({"a": "", "b": "wait_for=a\n", "c": "wait_for=a\n"}, "b", "c",
+     "[c] runs at the same time as [b] in fio (no stonewall, and its wait_for waits for [a] only)"),
+    ({"a": "", "b": "stonewall\n", "c": ""}, "b", "c",
+     "line 4: [c] runs at the same time as [b] in fio (no stonewall)"),
+    ({"a": "startdelay=1\n", "b": "stonewall\n"}, "b", "a",
+     "[b] runs at the same time as [a] in fio ([a] has startdelay, and fio starts a stonewall "
+     "job without waiting for a job still in its delay)"),
+])
+def test_stonewall_and_wait_for_order_jobs_as_fio_runs_them(
+        tmp_path: Path, jobs: dict[str, str], long: str, ender: str, refused: str | None) -> None:
+    """iomatrix's verdict on a job file's order is fio's: fio itself runs the jobs it says run
+    at the same time together, and those it loads one after the other."""
+    text = "".join(f"[{name}]\n{lines}" for name, lines in jobs.items())
+    if refused is None:
+        assert len(workloads(text, engine="libaio")[0]) == len(jobs)
+    else:
+        with pytest.raises(JobFileError) as caught:
+            workloads(text, engine="libaio")
+        assert refused in str(caught.value)
+    seconds = 2 if refused is None else 20
+    assert fio_runs_together(require("fio"), tmp_path, jobs, long, ender, seconds) == bool(refused)
+
+
+@pytest.mark.parametrize("text, refused, fio_says", [
+    ("[a]\n[b]\nwait_for=c\n", "line 5: [b] wait_for=c: no job before [b] is called c",
+     "b: waitee job c unknown"),
+    ("[a]\n[b]\nwait_for=b\n", "[b] wait_for=b: a job cannot wait for itself",
+     "a job cannot wait for itself"),
+    ("[x]\n[x]\nstonewall\n[y]\nstonewall\nwait_for=x\n",
+     "[y] wait_for=x: 2 jobs up to [y] are called x; wait_for must name one", "multiple waitees"),
+])
+def test_a_wait_for_fio_would_not_run_is_refused(tmp_path: Path, text: str, refused: str,
+                                                  fio_says: str) -> None:
+    """fio checks wait_for when it adds a job, after --parse-only stops: run it (null engine)."""
+    with pytest.raises(JobFileError) as caught:
+        workloads("[global]\nsize=1m\n" + text, engine="libaio")
+    assert refused in str(caught.value)
+    (tmp_path / "w.fio").write_text("[global]\nioengine=null\nsize=1m\n" + text)
+    done = subprocess.run([require("fio"), "w.fio"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0 and fio_says in done.stderr + done.stdout
+
+
+def test_what_fio_would_not_read_or_would_run_buffered_is_noted(tmp_path: Path) -> None:
+    """Settings after a ';' (a comment to fio: crystal.fio's, from a public write-up) and a job
+    without direct= (fio's default is buffered) are noted in --plan and the run's notes; jobs
+    that are one workload say so; a bssplit workload is labelled by its split."""
+    crystal = "[global]\nioengine=libaio\ndirect=1\n" + "".join(
+        f"[{name}]\nstonewall;rw={rw};bs={bs};iodepth={qd};numjobs={nj}\n"
+        for name, rw, bs, qd, nj in [("SEQ1M_Q8T1_READ", "read", "1M", 8, 1),
+                                     ("SEQ1M_Q8T1_WRITE", "write", "1M", 8, 1),
+                                     ("RND4K_Q32T16_READ", "randread", "4k", 32, 16)])
+    split = "[mixed]\nrw=randread\nbssplit=4k/50:64k/50\niodepth=8\n"
+    suite = jobfile_suite(tmp_path, {"crystal.fio": crystal, "split.fio": split})
+    expansion = expand(load_suite(suite))
+    assert [w.label for w in expansion.workloads] == ["4k read QD1",
+                                                      "bssplit 4k/50:64k/50 randread QD8"]
+    comment = ("job file crystal.fio: line 5: fio reads ';rw=read;bs=1M;iodepth=8;numjobs=1' as "
+               "a comment, so neither fio nor iomatrix uses the settings in it (2 more lines "
+               "like it); put each option on a line of its own")
+    alike = ("job file crystal.fio: [SEQ1M_Q8T1_READ], [SEQ1M_Q8T1_WRITE] and 1 more are one "
+             "workload (4k read QD1): measured once")
+    buffered = ("job file split.fio: no direct= (fio's default: buffered I/O, through the page "
+                "cache) replaced by direct=1: iomatrix measures direct I/O only")
+    assert {comment, alike, buffered} <= set(expansion.notes)
+    assert not any("crystal.fio: no direct=" in n for n in expansion.notes)
+    code, plan = cli("run", str(suite), "--plan")
+    assert code == 0 and all(f"note: {n}" in plan for n in (comment, alike, buffered)), plan
+    # fio reads crystal.fio so: no rw, bs, iodepth or numjobs in any job; direct is its default 0
+    fio = require("fio")
+    (tmp_path / "crystal.fio").write_text(crystal.replace("libaio", "null"))
+    parsed = subprocess.run([fio, "--debug=parse", "--parse-only", "crystal.fio"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    handled = re.findall(r"handle_option=(\w+)", parsed.stdout + parsed.stderr)
+    assert parsed.returncode == 0 and "stonewall" in handled
+    assert not {"rw", "bs", "iodepth", "numjobs"} & set(handled)
+    direct = subprocess.run([fio, "--cmdhelp=direct"], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert re.search(r"default: (0|false)", direct.stdout)
+    assert block_sizes(4096, {"bsrange": "1k-64k"}) == "bsrange 1k-64k"
+
+
+def test_one_size_parser_fios_text_as_fio_reads_it_suites_binary(tmp_path: Path) -> None:
+    """fio's text (job files, the job options of imported results) is read as fio read it, kb_base
+    included; a suite's own sizes stay binary. fio's own result says what it read."""
+    fio = require("fio")
+    jobs = {"kib": "bs=8KiB\n", "k": "bs=8k\n", "kib1000": "kb_base=1000\nbs=8KiB\n",
+            "k1000": "kb_base=1000\nbs=8k\n"}
+    results = tmp_path / "results"
+    results.mkdir()
+    (tmp_path / "s.fio").write_text("[global]\nioengine=null\nsize=1m\nrw=read\n" + "".join(
+        f"[{name}]\nstonewall\n{lines}" for name, lines in jobs.items()))
+    done = subprocess.run([fio, "--output-format=json", str(tmp_path / "s.fio")],
+                          capture_output=True, text=True, timeout=60, check=True)
+    (results / "s.json").write_text(done.stdout)
+    used = {j["jobname"]: j["read"]["io_bytes"] // j["read"]["total_ios"]
+            for j in json.loads(done.stdout)["jobs"]}
+    assert used == {"kib": 8000, "k": 8192, "kib1000": 8192, "k1000": 8000}
+    assert {name: fio_size(lines.split("bs=")[1].strip(),
+                           kb_base=1000 if "kb_base" in lines else 1024)
+            for name, lines in jobs.items()} == used
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(import_results(store, results, mode="host").run_id)
+    assert {w.bs for w in run.workloads} == set(used.values())
+    assert parse_size("8KiB") == parse_size("8k") == 8192          # a suite's size: binary
+
+
 # -- where a job file may be ------------------------------------------------------------------
 
 def test_job_files_stay_in_the_suite_files_directory(tmp_path: Path) -> None:
@@ -290,6 +501,8 @@ def test_a_run_resumes_and_shows_its_job_files_after_they_are_gone(tmp_path: Pat
     code, shown = cli("show", "1", "--db", str(db))
     assert code == 0 and ("note: job file read-rand-bs4096-qd32.fio: filename=/dev/sdb "
                           "replaced by the run's target") in shown
+    assert ("note: job file jobs/two.fio: no direct= (fio's default: buffered I/O, through the "
+            "page cache) replaced by direct=1") in shown              # measured direct, said so
     code, text = cli("export", "1", "--format", "suite", "--db", str(db))
     assert code == 0
     assert tomllib.loads(text)["jobfiles"] == files             # byte for byte, CRs included

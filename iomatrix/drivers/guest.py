@@ -77,7 +77,7 @@ from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
-from iomatrix.core.units import format_bytes, parse_size
+from iomatrix.core.units import format_bytes, fio_size
 
 DAEMON_START_TIMEOUT = 15.0
 PRIVATE = "private network namespace"
@@ -248,8 +248,8 @@ def largest_io(workload: Workload) -> int:
     for key, value in workload.options:
         if key in _SIZE_OPTIONS:
             for token in re.split(r"[,:/\-]", value):
-                with contextlib.suppress(ValueError):
-                    sizes.append(parse_size(token))
+                with contextlib.suppress(ValueError):     # passed to fio as written
+                    sizes.append(fio_size(token))
     return max(sizes)
 
 

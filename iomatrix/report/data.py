@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.model import Ioping
+from iomatrix.suite.model import Ioping, block_sizes
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
@@ -78,7 +78,8 @@ class WorkloadView(Frozen):
     rw: str
     bs: int
     bs_label: str
-    """The block size as the suite would write it: "4k"."""
+    """The block size as the suite would write it: "4k", or the split fio draws sizes from
+    ("bssplit 4k/50:64k/50")."""
     iodepth: int
     numjobs: int
     rate_iops: int | None = None
@@ -483,9 +484,9 @@ def _workloads(run: "StoredRun") -> tuple[tuple[GroupView, ...], tuple[WorkloadV
     groups = tuple(_group(*k) for k in ordered)
     index = {k: i for i, k in enumerate(ordered)}
     workloads = tuple(
-        WorkloadView(key=w.key, label=w.label, rw=w.rw, bs=w.bs, bs_label=format_size(w.bs),
-                     iodepth=w.iodepth, numjobs=w.numjobs, rate_iops=w.rate_iops or None,
-                     group=index[_group_key(w)])
+        WorkloadView(key=w.key, label=w.label, rw=w.rw, bs=w.bs,
+                     bs_label=block_sizes(w.bs, w.options), iodepth=w.iodepth,
+                     numjobs=w.numjobs, rate_iops=w.rate_iops or None, group=index[_group_key(w)])
         for w in run.workloads)
     return groups, workloads
 

@@ -55,7 +55,7 @@ from iomatrix.fio.samples import (DEFAULT_LATENCY, LATENCIES, DirectionSample, L
 from iomatrix.store import Store
 from iomatrix.store.records import TrialResult
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.core.units import parse_size
+from iomatrix.core.units import fio_size, parse_size
 
 ImportMode = Literal["host", "blocklayer", "guest", "imported"]
 MODES: tuple[str, ...] = ImportMode.__args__  # type: ignore[attr-defined]
@@ -482,8 +482,8 @@ def _shape(opts: Mapping[str, str]) -> _Shape:
     bs = _one_value(opts.get("bs") or opts.get("blocksize") or "4k", "bs")
     if "-" in bs or ":" in bs:
         raise _Unsupported(f"a range of block sizes (bs={bs}): a workload has one bs")
-    try:
-        bs_bytes = parse_size(bs)
+    try:       # fio's text, read as fio read it (4KiB is 4000 bytes under kb_base=1024)
+        bs_bytes = fio_size(bs, kb_base=int(opts.get("kb_base") or 1024))
     except ValueError:
         raise _Unsupported(f"block size {bs!r} is not a size iomatrix reads") from None
     iodepth = _positive(opts.get("iodepth", "1"), "iodepth")
@@ -611,6 +611,7 @@ def _token_names(token: str, w: Workload) -> bool:
 
 
 def _size_or_none(text: str) -> int | None:
+    """A folder name's size: people's words, not fio's, so binary (pbench's 4KiB is 4096)."""
     try:
         return parse_size(text)
     except ValueError:

@@ -5,9 +5,11 @@ Studies publish their workloads as fio job files (seed 000 names its 56 that way
 measures its jobs: each job section, with the ``[global]`` sections before it merged in as fio
 merges them, becomes one workload (rw, bs, iodepth, numjobs, rate_iops and the extra options a
 [[workloads]] table may set). What the file says that iomatrix decides itself (the file or
-device, the run time, the engine) is replaced and noted in the run's notes and in
+device, the run time, the engine, buffered I/O) is replaced and noted in the run's notes and in
 ``iomatrix run --plan``; what iomatrix cannot honour is refused when the suite loads, in one
-line naming the job file, its line, the option and the reason.
+line naming the job file, its line, the option and the reason. A refusal that says what fio
+does is true of fio 3.33 and 3.39 (tests/test_jobfile_workloads.py loads every job file of
+fio's examples/ and asks ``fio --parse-only`` about each such refusal).
 
 **Where the file may be.** Its name is relative to the suite file's directory and must stay
 within it: an absolute path, a ``..`` component, or a symbolic link that leads out is refused
@@ -21,19 +23,29 @@ built-in suite, or a suite given as text, has no directory to read from.
 without the files. A suite that has a ``[jobfiles]`` table reads nothing from disk: each job file
 it names must be in it (a suite may carry its job files so itself).
 
-**Syntax, as fio 3.33 reads a job file** (init.c ``__parse_jobs_ini``, parse.c): a line whose
-first non-blank character is ``;`` or ``#`` is a comment; elsewhere a ``;`` or ``#`` ends the line
-(``bs=4k ; comment``); ``[name]`` starts a job, and a section whose name begins with ``global``
-sets defaults for the jobs after it; ``key=value`` or a bare ``key``; blanks before ``=`` are
-dropped. Option names are case-sensitive. Refused because fio itself would not read the line as
-it looks: a blank after ``=`` (fio keeps it in the value: it refuses ``rw = randread`` and reads
-``bs = 4k`` as 4 bytes), a bare flag fio requires a value for (``direct``: fio says "Option
-direct requires an argument"; only fio's flag options, BARE_FLAGS, may stand alone), an option
+**Syntax, as fio reads a job file** (init.c ``__parse_jobs_ini``, parse.c): a line whose first
+non-blank character is ``;`` or ``#`` is a comment; elsewhere a ``;`` or ``#`` ends the line
+(``bs=4k ; comment``), so settings written after one (``stonewall;rw=read;bs=1M``) are not read,
+and a note says so; ``[name]`` starts a job (fio takes all but the last character after ``[``
+as its name, so ``[a] stonewall`` is refused: it names a job "a] stonewal"), and a section
+whose name begins with ``global`` sets defaults for the jobs after it; ``key=value`` or a bare
+``key``; blanks before ``=`` are dropped. Option names are case-sensitive. Refused because fio
+itself would not read the line as it looks: a blank after ``=`` (fio keeps it in the value: it
+refuses ``rw = randread`` and reads ``bs = 4k`` as 4 bytes), a bare option fio requires a value
+for (``direct``: fio says "Option direct requires an argument"; fio's flag options, BARE_FLAGS,
+may stand alone; a bare option iomatrix does not take is refused for what it is), an option
 before the first section, the same option twice in one section, a fraction as a number (fio
 reads ``bs=1.5k`` as 1 byte). Sizes are read as fio reads them with its default
-``kb_base=1024``: ``4k``, ``4kb``, ``4K`` and ``4096`` are 4096 bytes, ``0x1000`` too, and
-``4KiB`` is 4000 (fio's compatibility mode swaps the prefixes), which is then refused as no
-multiple of 512.
+``kb_base=1024`` (iomatrix.core.units.fio_size): ``4k``, ``4kb``, ``4K`` and ``4096`` are 4096
+bytes, ``0x1000`` too, and ``4KiB`` is 4000 (fio swaps the IEC prefixes), which is then refused
+as no multiple of 512.
+
+**One job at a time.** iomatrix measures one workload at a time, so a file's jobs must be ones
+fio runs one after the other. fio (backend.c ``run_threads``) starts a job with ``stonewall``
+once every job before it has finished, and starts no later job before it; a job with
+``wait_for=NAME`` once the job fio calls NAME (its section's ``name=``, else the section name)
+has finished, and meanwhile starts the jobs after it. A pair of jobs neither rule keeps apart is
+refused, naming both; so is a job whose ``startdelay`` a later ``stonewall`` does not wait for.
 
 **Options** (aliases as fio has them):
 
@@ -47,25 +59,28 @@ bs, blocksize                      the workload's bs: one size, a multiple of 51
                                    4k); ``bs=4k,8k`` (sizes per direction) is refused
 iodepth, numjobs, rate_iops        the workload's: whole numbers; ``rate_iops=500,100`` refused
 rwmixread, rwmixwrite, and every   the workload's fio options, checked as a [[workloads]]
-option on WORKLOAD_FIO_OPTIONS     table's ``options`` are (suite.model.fio_option_problem)
+option on WORKLOAD_FIO_OPTIONS     table's ``options`` are (suite.model.fio_option_problem);
+                                   a ``bssplit`` or ``bsrange`` labels the workload by its split
 ioengine                           must be the suite's [method] engine: iomatrix runs every
                                    workload with one engine (and fio's nbd engine on NBD
                                    exports, libaio in guests: noted where the suite has those
                                    modes); another is refused, with how to choose it
 direct=1, buffered=0               accepted: iomatrix measures direct I/O only; direct=0 and
-                                   buffered=1 are refused
+                                   buffered=1 are refused. A job with neither is measured with
+                                   direct=1 and noted: fio's default is buffered I/O, but a job
+                                   file that does not say so is most often a workload's shape
+                                   (rw, bs, depth) written without thought of the page cache,
+                                   and direct I/O is what iomatrix compares disk settings with
 filename, directory                replaced by the run's target (noted): iomatrix never opens a
                                    file or device a job file names
 size                               replaced by the images iomatrix creates ([target] size; noted)
 runtime, timeout, ramp_time,       replaced by [method] runtime and ramp (noted): the method
 time_based                         decides how long every trial runs, repeats, steady state
 name, description,                 not used (noted): iomatrix names its jobs and sets its own
-group_reporting, lat_percentiles,  reporting options
-percentile_list
-stonewall, wait_for_previous,      how jobs follow each other. iomatrix measures one workload at
-new_group                          a time, as fio runs jobs that each wait for the previous: every
-                                   job after the first must have stonewall (its own or from a
-                                   [global]); jobs fio would run at the same time are refused
+group_reporting, lat_percentiles,  reporting options (``name=`` still names the job for
+percentile_list                    ``wait_for``, as in fio)
+stonewall, wait_for_previous,      the order of the jobs (above); new_group only groups fio's
+wait_for, new_group                report
 kb_base                            1024 (fio's default) only: the options iomatrix passes on keep
                                    their units and fio reads them with its default
 include                            refused: it makes fio read another file
@@ -87,7 +102,9 @@ from pydantic import ValidationError
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import read_beside
 from iomatrix.core.model import Frozen
-from iomatrix.suite.model import Method, Suite, WorkloadGroup, fio_option_problem
+from iomatrix.core.units import fio_size
+from iomatrix.suite.model import (ENGINE_FIO_OPTIONS, WORKLOAD_FIO_OPTIONS, Method, Suite,
+                                  Workload, WorkloadGroup, fio_option_problem)
 
 MAX_BYTES = 256 * 1024
 """The largest job file read (seed 000's are 150 bytes)."""
@@ -97,8 +114,8 @@ BARE_FLAGS = frozenset({"bs_unaligned", "blocksize_unaligned", "norandommap", "t
                         "stonewall", "wait_for_previous", "new_group", "thread",
                         "group_reporting", "zero_buffers", "refill_buffers", "verify_only",
                         "exitall", "exitall_on_error"})
-"""fio's options of type "empty or boolean value" (FIO_OPT_STR_SET; ``fio --cmdhelp=NAME``):
-the only ones fio takes without ``=value`` (tests/test_jobfile_workloads.py asks fio)."""
+"""fio's options of type "empty or boolean value" (FIO_OPT_STR_SET; ``fio --cmdhelp=NAME``)
+that iomatrix takes without ``=value`` (tests/test_jobfile_workloads.py asks fio)."""
 
 ENGINES: tuple[str, ...] = get_args(Method.model_fields["engine"].annotation)
 """[method] engine's choices."""
@@ -107,6 +124,8 @@ ALIASES = {"readwrite": "rw", "blocksize": "bs", "timeout": "runtime",
 RW = {"read": "read", "write": "write", "randread": "randread", "randwrite": "randwrite",
       "rw": "rw", "readwrite": "rw", "randrw": "randrw"}
 """fio's rw values iomatrix measures → the name iomatrix stores (readwrite is fio's alias of rw)."""
+FIELDS = ("rw", "bs", "iodepth", "numjobs", "rate_iops")
+"""Options that are the workload's own fields (by canonical name)."""
 REPLACED = {
     "filename": "the run's target",
     "directory": "the run's target",
@@ -118,9 +137,18 @@ REPLACED = {
 NOT_USED = ("name", "description", "group_reporting", "lat_percentiles", "percentile_list",
             "new_group")
 """Options that only name or report jobs: iomatrix names its own and sets its own reporting."""
-_SIZE = re.compile(r"(?P<n>[0-9]{1,20})(?P<unit>[kmgtp](?:i?b)?|b)?", re.IGNORECASE)
-_HEX = re.compile(r"0[xX][0-9a-fA-F]{1,16}")
+ORDER = ("stonewall", "wait_for")
+"""Options that order the jobs (checked across the file, not passed on)."""
+TAKES_VALUE = frozenset({*FIELDS, *REPLACED, *NOT_USED, *ORDER, "ioengine", "direct",
+                         "buffered", "kb_base", *WORKLOAD_FIO_OPTIONS}
+                        - BARE_FLAGS - ENGINE_FIO_OPTIONS - {"buffer_pattern"})
+"""Options iomatrix reads whose bare name fio refuses (canonical names; fio's engine options
+are known to fio only beside their engine, and fio 3.33 crashes on a bare buffer_pattern)."""
+FIO_SAYS = ("direct", "buffered", "bs", "iodepth", "numjobs", "rate_iops")
+"""Those whose bare name fio refuses with "Option NAME requires an argument", quoted."""
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
+_SETTING = re.compile(r"(?:^|[\s;#])[a-z][a-z0-9_]*=\S")
+"""A setting in comment text (``rw=read``), which fio does not read."""
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 """Control characters but tab, CR (blanks fio strips) and the line break: none belongs in a job
 file, and its names and values reach the terminal in notes and errors."""
@@ -132,6 +160,7 @@ class JobFileError(ValueError):
 
     def __init__(self, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}" if line else message)
+        self.line = line
 
 
 class Option(Frozen):
@@ -153,9 +182,27 @@ class Job(Frozen):
     line: int
     options: tuple[Option, ...]
     """The section's options after the globals' (by canonical name, the job's own win)."""
+    called: str
+    """The name fio gives the job, which wait_for names: the section's own ``name=``, else the
+    section name (fio names a job after its section before it reads the section, so a
+    ``name=`` in [global] names no job)."""
 
     def get(self, key: str) -> Option | None:
         return next((o for o in self.options if ALIASES.get(o.key, o.key) == key), None)
+
+    def on(self, key: str) -> bool:
+        """Whether a flag option (stonewall...) is set: bare or =1."""
+        option = self.get(key)
+        return option is not None and option.value != "0"
+
+
+class JobFile(Frozen):
+    """A job file as fio reads it: its jobs, and the settings it holds in comments."""
+
+    jobs: tuple[Job, ...]
+    commented: tuple[tuple[int, str], ...] = ()
+    """(line, comment) where a comment after other text holds settings (``stonewall;rw=read``
+    gives ``;rw=read``): fio reads none of them."""
 
 
 class JobWorkload(Frozen):
@@ -168,6 +215,8 @@ class JobWorkload(Frozen):
     unused: tuple[str, ...] = ()
     engine: str | None = None
     """The ioengine the job named (the run's [method] engine)."""
+    buffered: bool = False
+    """The job says neither direct= nor buffered=: fio would run it buffered, iomatrix direct."""
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -175,17 +224,31 @@ class JobWorkload(Frozen):
 def parse(text: str) -> tuple[Job, ...]:
     """A job file's jobs, [global] merged in; raises JobFileError for anything fio would read
     otherwise than it looks, or that cannot be a workload."""
+    return read(text).jobs
+
+
+def read(text: str) -> JobFile:
+    """A job file's jobs and commented-out settings; raises JobFileError as ``parse``."""
     sections: list[tuple[str, int, dict[str, Option]]] = []
+    commented: list[tuple[int, str]] = []
     for number, raw in enumerate(text.split("\n"), 1):
         if _CONTROL.search(raw):
             raise JobFileError(number, "a control character (not text fio reads as it looks)")
         line = raw.strip(_BLANKS)
         if not line or line[0] in ";#":
             continue
-        line = re.split(r"[;#]", line, maxsplit=1)[0].rstrip(_BLANKS)
+        cut = re.search(r"[;#]", line)
+        if cut:
+            if _SETTING.search(line[cut.start():]):
+                commented.append((number, line[cut.start():]))
+            line = line[:cut.start()].rstrip(_BLANKS)
         if line.startswith("["):
-            if not line.endswith("]") or len(line) < 3:
+            if len(line) < 3:
                 raise JobFileError(number, f"{line!r} is not a [section] header")
+            if not line.endswith("]"):
+                raise JobFileError(number, f"{line!r}: fio names the job after all but the last "
+                                           f"character after '[' ({line[1:-1]!r}) and reads "
+                                           "nothing else on the line; write [name] alone on it")
             sections.append((line[1:-1], number, {}))
             continue
         if line.startswith("include"):
@@ -210,10 +273,12 @@ def parse(text: str) -> tuple[Job, ...]:
         if name.startswith("global"):          # fio: any section whose name begins so
             defaults.update(own)
         else:
-            jobs.append(Job(name=name, line=number, options=tuple({**defaults, **own}.values())))
+            called = own["name"].value if "name" in own and own["name"].value else name
+            jobs.append(Job(name=name, line=number, called=called,
+                            options=tuple({**defaults, **own}.values())))
     if not jobs:
         raise JobFileError(0, "no job section (only [global], or nothing at all)")
-    return tuple(jobs)
+    return JobFile(jobs=tuple(jobs), commented=tuple(commented))
 
 
 def _option(line: str, number: int) -> Option:
@@ -223,9 +288,6 @@ def _option(line: str, number: int) -> Option:
         raise JobFileError(number, f"{key!r} is not a fio option name (fio's names are "
                                    "lower-case letters, digits and _)")
     if not equals:
-        if key not in BARE_FLAGS:
-            raise JobFileError(number, f"{key} without a value: fio refuses it too (\"Option "
-                                       f"{key} requires an argument\"); write {key}=VALUE")
         return Option(key=key, value=None, line=number)
     if value != value.lstrip(" \t"):
         raise JobFileError(number, f"{line!r}: a blank after '=' stays in fio's value (fio "
@@ -250,16 +312,18 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
     for option in job.options:
         key = ALIASES.get(option.key, option.key)
         value = option.value
+        if value is None and key not in BARE_FLAGS:
+            raise JobFileError(option.line, f"[{job.name}] {_bare(option.key)}")
         try:
-            if key in ("rw", "bs", "iodepth", "numjobs", "rate_iops"):
+            if key in FIELDS:
                 fields[key] = _field(key, value or "")
                 where[key] = option
             elif key in REPLACED:
                 replaced.append((option.text, REPLACED[key]))
             elif key in NOT_USED:
                 unused.append(option.key)
-            elif key == "stonewall":                       # the order: checked in ``workloads``
-                if value not in (None, "0", "1"):
+            elif key in ORDER:                             # checked in ``_one_at_a_time``
+                if key == "stonewall" and value not in (None, "0", "1"):
                     raise ValueError("write stonewall, stonewall=1 or stonewall=0")
             elif key == "ioengine":
                 _engine(value or "", engine)
@@ -292,7 +356,19 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
         raise JobFileError(culprit.line if culprit else job.line,
                            f"[{job.name}] {culprit.text if culprit else field}: {message}") from None
     return JobWorkload(job=job.name, group=group, replaced=tuple(replaced),
-                       unused=tuple(unused), engine=named_engine)
+                       unused=tuple(unused), engine=named_engine,
+                       buffered=job.get("direct") is None and job.get("buffered") is None)
+
+
+def _bare(key: str) -> str:
+    """Why a bare ``key`` (no ``=value``, not a flag iomatrix takes so) is refused."""
+    canonical = ALIASES.get(key, key)
+    if canonical in TAKES_VALUE:
+        says = f' ("Option {key} requires an argument")' if key in FIO_SAYS else ""
+        return f"{key} without a value: fio refuses it too{says}; write {key}=VALUE"
+    problem = None if key in WORKLOAD_FIO_OPTIONS else fio_option_problem(key, "1")
+    return f"{key}: {problem}" if problem else (f"{key} without a value: iomatrix passes it to "
+                                                f"fio only with one; write {key}=VALUE")
 
 
 def _field(key: str, value: str) -> str | int:
@@ -316,22 +392,6 @@ def _field(key: str, value: str) -> str | int:
     return int(value)
 
 
-def fio_size(text: str) -> int:
-    """A size as fio 3.33 reads it with kb_base=1024 (its default): k, kb and K are 1024,
-    kib is 1000 (fio swaps the prefixes for compatibility), b is 1; 0x… is hexadecimal.
-    Raises ValueError for a form fio would read otherwise than it looks (1.5k is 1 to fio)."""
-    if _HEX.fullmatch(text):
-        return int(text, 16)
-    match = _SIZE.fullmatch(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size fio and iomatrix read alike (write e.g. "
-                         "4096, 4k or 64k)")
-    unit = (match["unit"] or "b").lower()
-    power = "bkmgtp".index(unit[0])
-    base = 1000 if unit.endswith("ib") else 1024
-    return int(match["n"]) * base ** power
-
-
 def _engine(value: str, engine: str) -> None:
     if value == engine:
         return
@@ -341,17 +401,104 @@ def _engine(value: str, engine: str) -> None:
                      f"workload; {how}")
 
 
-def workloads(text: str, *, engine: str) -> tuple[JobWorkload, ...]:
-    """Every job of job file ``text`` as a workload; raises JobFileError."""
-    jobs = parse(text)
-    for job in jobs[1:]:
-        if job.get("stonewall") is None or job.get("stonewall").value == "0":  # type: ignore[union-attr]
-            raise JobFileError(job.line, f"[{job.name}] runs at the same time as [{jobs[0].name}] "
-                                         "in fio (no stonewall): iomatrix measures one workload "
-                                         "at a time; put stonewall in each job after the first "
-                                         "(fio then runs them one after the other too), or give "
-                                         "each job a file of its own")
-    return tuple(workload(job, engine=engine) for job in jobs)
+def _one_at_a_time(jobs: tuple[Job, ...]) -> None:
+    """Raises JobFileError naming two jobs fio may run at the same time, or a wait_for fio
+    refuses or iomatrix cannot follow (module docstring; fio's backend.c ``run_threads``)."""
+    finished: list[set[int]] = []    # per job: the jobs fio has finished when it starts
+    late: list[bool] = []            # per job: may start after a later stonewall job starts
+    wall: int | None = None          # the last stonewall job: no later job starts before it
+    for j, job in enumerate(jobs):
+        before = set(finished[wall]) if wall is not None else set()
+        waitee = _waitee(jobs, j)
+        if waitee is not None:
+            before |= {waitee, *finished[waitee]}
+        if job.on("stonewall") and j:
+            before |= {i for i in range(j) if not late[i]}
+            wall = j
+        finished.append(before)
+        late.append(_delayed(job) or (waitee is not None and late[waitee]))
+        earlier = next((i for i in range(j) if i not in before), None)
+        if earlier is None:
+            continue
+        if late[earlier] and wall is not None and earlier < wall:
+            why = (f"[{jobs[earlier].name}] has startdelay, and fio starts a stonewall job "
+                   "without waiting for a job still in its delay")
+        elif waitee is not None:
+            why = f"no stonewall, and its wait_for waits for [{jobs[waitee].name}] only"
+        else:
+            why = "no stonewall"
+        raise JobFileError(job.line, f"[{job.name}] runs at the same time as "
+                                     f"[{jobs[earlier].name}] in fio ({why}): iomatrix measures "
+                                     "one workload at a time; put stonewall in each job after "
+                                     "the first (fio then runs them one after the other too), "
+                                     "or give each job a file of its own")
+
+
+def _waitee(jobs: tuple[Job, ...], j: int) -> int | None:
+    """The job ``jobs[j]`` waits for (wait_for=NAME), or None; raises JobFileError where fio
+    refuses to run it (init.c ``wait_for_ok``, which ``--parse-only`` skips) or waits otherwise
+    than for that one job."""
+    job = jobs[j]
+    option = job.get("wait_for")
+    if option is None or option.value is None:
+        return None
+    name = option.value
+    where = f"[{job.name}] {option.text}"
+    if name == job.name:
+        raise JobFileError(option.line, f"{where}: a job cannot wait for itself")
+    earlier = [k for k in range(j) if jobs[k].called == name]
+    count = len(earlier) + (job.called == name)
+    if count != 1:
+        raise JobFileError(option.line, f"{where}: " + (
+            f"no job before [{job.name}] is called {name} (a job's name= or section name)"
+            if not count else f"{count} jobs up to [{job.name}] are called {name}; wait_for "
+                              "must name one"))
+    if not earlier:
+        raise JobFileError(option.line, f"{where}: its own name= is {name}, so fio would not "
+                                         "wait at all; name the job it should wait for")
+    later = next((m for m in range(j + 1, len(jobs)) if jobs[m].called == name), None)
+    if later is not None:
+        raise JobFileError(option.line, f"{where}: [{jobs[later].name}] after it is called "
+                                         f"{name} too, and fio waits for every job so called; "
+                                         "give the jobs names of their own")
+    return earlier[0]
+
+
+def _delayed(job: Job) -> bool:
+    delay = job.get("startdelay")
+    return delay is not None and delay.value != "0"
+
+
+def workloads(text: str, *, engine: str) -> tuple[tuple[JobWorkload, ...], tuple[str, ...]]:
+    """Every job of job file ``text`` as a workload, and what the file itself needs said: the
+    settings its comments hold, jobs that are one workload. Raises JobFileError."""
+    jobfile = read(text)
+    measured = tuple(workload(job, engine=engine) for job in jobfile.jobs)
+    _one_at_a_time(jobfile.jobs)
+    notes = []
+    if jobfile.commented:
+        (line, comment), more = jobfile.commented[0], len(jobfile.commented) - 1
+        notes.append(f"line {line}: fio reads {comment!r} as a comment, so neither fio nor "
+                     "iomatrix uses the settings in it" + (f" ({more} more lines like it)"
+                                                            if more else "")
+                     + "; put each option on a line of its own")
+    alike: dict[str, list[str]] = {}
+    for job in measured:
+        alike.setdefault(_as_workload(job.group).key, []).append(job.job)
+    for names in alike.values():
+        if len(names) > 1:
+            shown = f"[{names[0]}], [{names[1]}]" + (f" and {len(names) - 2} more"
+                                                     if len(names) > 2 else "")
+            label = next(_as_workload(j.group).label for j in measured if j.job == names[0])
+            notes.append(f"{shown} are one workload ({label}): measured once")
+    return measured, tuple(notes)
+
+
+def _as_workload(group: WorkloadGroup) -> Workload:
+    """The one workload a job's group holds."""
+    return Workload(rw=group.rw[0], bs=group.bs[0], iodepth=group.iodepth[0],
+                    numjobs=group.numjobs[0], rate_iops=group.rate_iops[0],
+                    options=tuple(sorted(group.options.items())))
 
 
 # -- a suite's job files ----------------------------------------------------------------------
@@ -375,9 +522,11 @@ def workload_groups(suite: Suite, *, where: str = "",
         if text is None:
             raise SuiteError(f"{table}: not in the suite's [{TABLE}] table")
         try:
-            jobs = workloads(text, engine=suite.method.engine)
+            jobs, own = workloads(text, engine=suite.method.engine)
         except JobFileError as exc:
             raise SuiteError(f"{table}: {exc}") from None
+        for note in own:
+            said.setdefault(note, []).append(group.jobfile)
         for job in jobs:
             groups.append(job.group)
             by_what: dict[str, list[str]] = {}
@@ -392,6 +541,10 @@ def workload_groups(suite: Suite, *, where: str = "",
             if job.unused:
                 said.setdefault(f"{', '.join(job.unused)} not used (iomatrix names and reports "
                                 "its jobs itself)", []).append(group.jobfile)
+            if job.buffered:
+                said.setdefault("no direct= (fio's default: buffered I/O, through the page "
+                                "cache) replaced by direct=1: iomatrix measures direct I/O only",
+                                []).append(group.jobfile)
     return tuple(groups), tuple(_note(what, files) for what, files in said.items())
 
 

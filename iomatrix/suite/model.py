@@ -118,7 +118,8 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
     # Jobs as threads of one fio process rather than processes (seed 002's job files).
     "thread": _BOOL,
     # Zones of the target walked in strides (zbd, which resets a zoned device's zones, is not).
-    "zonemode": _choice("none", "strided"), "zonesize": _UINT, "zonerange": _UINT,
+    "zonemode": ("none|strided", "none or strided; not zbd, which resets a zoned device's zones"),
+    "zonesize": _UINT, "zonerange": _UINT,
     "zoneskip": _UINT,
     # CPU and I/O priority of the job (numbers; no cpu sets, which differ per host and guest).
     "nice": _INT, "prio": _UINT, "prioclass": _UINT,
@@ -150,6 +151,14 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
 }
 """fio option → the shape its value must have: (regular expression matched whole, in words)."""
 WORKLOAD_FIO_OPTIONS = frozenset(FIO_OPTION_SHAPES)
+ENGINE_FIO_OPTIONS = frozenset({
+    "userspace_reap", "nowait", "hipri", "fixedbufs", "registerfiles", "sqthread_poll",
+    "sqthread_poll_cpu", "nonvectored", "force_async", "cmdprio_percentage", "cmdprio_class",
+    "cmdprio"})
+"""The options above that belong to fio's libaio and io_uring engines (``fio --enghelp=ENGINE``):
+fio knows each only in a job of an engine that has it."""
+_NUMBERS = (_BOOL, _UINT, _INT, _LIST)
+"""Shapes of values fio reads as numbers: one that starts with a letter or '/' is none to fio."""
 _SHAPES = {name: re.compile(shape) for name, (shape, _) in FIO_OPTION_SHAPES.items()}
 
 # Why the options fio knows but a workload may not set are refused, for the one-line message.
@@ -219,8 +228,12 @@ def fio_option_problem(key: str, value: str) -> str | None:
         if key in ("mem", "iomem") and ":" in value:
             return (f"fio option {key!r} = {value!r}: a ':FILE' after the memory type makes fio "
                     "create or truncate that file; write the type alone (e.g. mmap, shmhuge)")
-        return (f"fio option {key!r}: value {value!r} does not have the form fio expects "
-                f"(expected {FIO_OPTION_SHAPES[key][1]})")
+        shape, words = FIO_OPTION_SHAPES[key]
+        if (shape, words) in _NUMBERS and (value[0].isalpha() or value[0] == "/"):
+            # fio's number parsers (strtoll, its split lists) read no number from it: refused
+            return (f"fio option {key!r}: value {value!r} does not have the form fio expects "
+                    f"(expected {words})")
+        return f"fio option {key!r}: value {value!r} is not one iomatrix passes on (expected {words})"
     return None
 
 
@@ -1102,6 +1115,17 @@ def baseline_key(config_key: str) -> str:
     return "host" if target is None else f"host/{TARGET_AXIS}={target}"
 
 
+SPLIT_OPTIONS = ("bssplit", "bsrange", "blocksize_range")
+"""Options that give fio's block sizes in place of bs (bssplit first: it wins in fio)."""
+
+
+def block_sizes(bs: int, options: Mapping[str, str]) -> str:
+    """The block sizes a workload issues, as a legend says them: ``4k``, or the split or range
+    fio draws from instead of bs (``bssplit 4k/50:64k/50``)."""
+    key = next((k for k in SPLIT_OPTIONS if options.get(k)), None)
+    return format_size(bs) if key is None else f"{key} {options[key]}"
+
+
 class Workload(Frozen):
     """One fio job as measured: rw, block size, queue depth, jobs, rate limit, extra options."""
 
@@ -1129,7 +1153,7 @@ class Workload(Frozen):
         if self.ioping:
             return (f"ioping -c {self.ioping.count} -i {self.ioping.interval_text} "
                     f"({format_size(self.bs)} randread QD1)")
-        text = f"{format_size(self.bs)} {self.rw} QD{self.iodepth}"
+        text = f"{block_sizes(self.bs, dict(self.options))} {self.rw} QD{self.iodepth}"
         if self.numjobs > 1:
             text += f" ×{self.numjobs} jobs"
         if self.rate_iops:
