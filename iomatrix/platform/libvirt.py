@@ -129,6 +129,8 @@ def disk_args(disk: Disk, *, iothreads: int = 0, number: int = 1, escape: bool =
     if aio == "native" and cache not in ("none", "directsync"):
         raise ValueError(f"{disk.dev}: native I/O needs either no disk cache or directsync cache "
                          "mode, QEMU will fallback to aio=threads")
+    if cache is not None and cache not in CACHE_FLAGS:
+        raise ValueError(f"{disk.dev}: cache mode {cache!r} is not modelled")
     storage_name, format_name = f"libvirt-{number}-storage", f"libvirt-{number}-format"
     path = disk.source.replace(",", ",,") if escape else disk.source
     storage: dict[str, Any] = {"driver": "host_device" if disk.kind == "block" else "file",
