@@ -12,6 +12,7 @@ import typer
 from iomatrix.cli.common import DEFAULT_DB, Db, environment, open_store, out, write_report
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.files import output_directory
 
 
 def _print_plan(suite, accel: str | None = None, notes: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
@@ -131,6 +132,8 @@ def run(
     if scale is not None and resume is not None:
         raise typer.BadParameter("a resumed run keeps the scale it was started at",
                                  param_hint="--scale")
+    if report is not None and not show_plan:
+        output_directory(report)      # refused now rather than after the run
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
     # SIGINT gets the same handler rather than Python's default: asyncio.run (QMP) replaces only
     # the default handler, with one that cancels its task, and a library that absorbs the
