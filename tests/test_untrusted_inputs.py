@@ -1,0 +1,265 @@
+"""Every input a user or another local user can hand iomatrix ends in a result or in one line and
+a documented exit status, never a traceback (issue 20, items 3, 5, 7, 8):
+
+- each input the issue found giving a traceback or a two-line refusal, reproduced through the
+  command line (``cli_result``: the real entry point, in this process);
+- ``--out`` and ``--report`` write only a regular file or a new name, or into a directory;
+- a cache another user controls is not used, and a cached file that changed is not booted: as a
+  real unprivileged user (``nobody`` through ``setpriv``) against a real appliance build;
+- property tests (hypothesis) through the command line over suites, job files, VM files, fio JSON
+  and run numbers: deep nesting, huge integers, control characters and line separators,
+  bytes that are not UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from iomatrix.cli.status import ExitStatus
+from tests.conftest import REPO, cli_result, write_suite
+
+FIXTURES = REPO / "tests" / "fixtures" / "fio"
+FIO_JSON = FIXTURES / "3.33" / "randread.json"
+DOCUMENTED = {int(s) for s in ExitStatus}
+NINES = "9" * 5000
+SEPARATORS = ("\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c")
+"""Characters at which ``str.splitlines`` (and some terminals) break a line."""
+
+
+def one_line(done: subprocess.CompletedProcess[str], status: ExitStatus) -> str:
+    """The refusal ``done`` printed, checked: ``status``, nothing on stdout, one line (and
+    maybe a hint) on stderr, each starting with ``iomatrix: `` and breaking nowhere else."""
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.rstrip("\n").split("\n")
+    assert all(line.startswith("iomatrix: ") for line in lines), done.stderr
+    assert not any(c in done.stderr for c in SEPARATORS), done.stderr
+    problems = [line for line in lines if not line.startswith("iomatrix: hint: ")]
+    assert len(problems) == 1, done.stderr
+    return problems[0]
+
+
+def usage_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The message of a command-line usage error (Typer's box), checked: exit status 2."""
+    assert done.returncode == ExitStatus.USAGE, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    return " ".join(line.strip("│ ") for line in done.stderr.splitlines())
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A database holding one run: fio 3.33's randread output, imported."""
+    path = tmp_path / "r.db"
+    done = cli_result("import", str(FIO_JSON), "--db", str(path))
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+# -- the inputs issue 20 found ending in a traceback ---------------------------------------------
+
+def test_translate_of_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    vm = tmp_path / "100.conf"
+    vm.write_bytes(b"scsi0: local-lvm:vm-100-disk-0,cache=\xff\xfe\n")
+    done = cli_result("translate", vm.name, cwd=tmp_path)
+    assert "Invalid value for FILE: 100.conf: not UTF-8 text (byte 37)" in usage_error(done)
+    assert "more than 1 MiB" in usage_error(cli_result("translate", "/dev/zero"))
+
+
+LIBVIRT_X = ("<domain type='kvm'><name>a</name><devices><disk type='file' device='disk'>"
+             "<driver name='qemu' type='raw' cache='x'/><source file='/a.img'/>"
+             "<target dev='vda' bus='virtio'/></disk></devices></domain>\n")
+
+
+def test_a_libvirt_cache_mode_that_is_none_of_libvirts_is_named(tmp_path: Path) -> None:
+    (tmp_path / "vm.xml").write_text(LIBVIRT_X)
+    done = cli_result("translate", str(tmp_path / "vm.xml"))
+    assert done.returncode == 0 and "# note: vda: cache mode 'x' is not modelled" in done.stdout
+    suite = write_suite(tmp_path, '[matrix]\nfrom_vm = "vm.xml"\n')
+    line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert "[matrix] from_vm = 'vm.xml': vda cannot be measured here" in line
+    assert "cache mode 'x' is not modelled" in line
+
+
+def _fio_json(**top: object) -> str:
+    data = json.loads(FIO_JSON.read_text())
+    data.update(top)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("name, text, reason", [
+    ("deep.json", "[" * 200_000 + "]" * 200_000, "nested too deeply, or a number too long"),
+    ("huge.json", NINES, "nested too deeply, or a number too long"),
+    ("deep-fio.json", _fio_json(extra=[]).replace("[]", "[" * 200_000 + "]" * 200_000),
+     "JSON nested too deeply: not fio output"),
+    ("huge-fio.json", _fio_json(extra=0).replace('"extra": 0', f'"extra": {NINES}'),
+     "a number of more than 4300 digits: not fio output"),
+    ("big-fio.json", _fio_json(timestamp=10**30), "larger than any count fio keeps"),
+])
+def test_import_of_hostile_json_skips_the_file_in_one_line(tmp_path: Path, name: str, text: str,
+                                                           reason: str) -> None:
+    (tmp_path / name).write_text(text)
+    line = one_line(cli_result("import", str(tmp_path / name), "--db", str(tmp_path / "r.db")),
+                    ExitStatus.USAGE)
+    assert f"skipped 1, e.g. {name}: " in line and reason in line, line
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_job_options_beyond_fios_integers_skip_the_file(tmp_path: Path) -> None:
+    data = json.loads(FIO_JSON.read_text())
+    data["jobs"][0]["job options"]["iodepth"] = "99999999999999999999"
+    (tmp_path / "iodepth.json").write_text(json.dumps(data))
+    line = one_line(cli_result("import", str(tmp_path / "iodepth.json"), "--db",
+                               str(tmp_path / "r.db")), ExitStatus.USAGE)
+    assert "iodepth='99999999999999999999' is not a whole number from 1 to 4294967295" in line
+
+
+def test_a_suite_number_of_5000_digits_is_one_line(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, f"[method]\nsamples = {NINES}\n")
+    line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert line == f"iomatrix: {suite}: a number of more than 4300 digits"
+
+
+@pytest.mark.parametrize("ref", ["99999999999999999999999", "9223372036854775808", "²", "٣",
+                                 "0", "-1", NINES])
+def test_a_run_number_no_run_has_is_not_found(db: Path, ref: str) -> None:
+    for args in (("show", ref), ("compare", ref, "1"), ("compare", "1", ref), ("export", ref),
+                 ("report", ref, "--out", str(db.parent / "rep"))):
+        done = cli_result(*args, "--db", str(db))
+        if ref == "-1":                                   # an option to Typer
+            usage_error(done)
+            continue
+        line = one_line(done, ExitStatus.NOT_FOUND)
+        assert ("no run" in line or "give a run number" in line) and len(line) < 200, line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e400"])
+def test_doctor_refuses_a_timeout_that_is_no_number_of_seconds(value: str) -> None:
+    assert "give seconds, more than 0 and at most 3600" in usage_error(
+        cli_result("doctor", "--kvm-timeout", value))
+
+
+@pytest.mark.parametrize("line", ["rw=randread\rexec_prerun=/bin/sh", "rw=randread\u2028bs=4k",
+                                  "rw=randread\u2029bs=4k", "rw=randread\x85bs=4k",
+                                  "bs=4k\r rw=read"])
+def test_a_job_file_line_that_breaks_is_refused_on_one_line(tmp_path: Path, line: str) -> None:
+    (tmp_path / "j.fio").write_bytes(f"[j]\n{line}\n".encode())
+    suite = write_suite(tmp_path, '[[workloads]]\njobfile = "j.fio"\n')
+    refusal = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert refusal.endswith("jobfile = 'j.fio': line 2: a control character or line separator "
+                            "(not text fio reads as it looks)"), refusal
+
+
+def test_crlf_job_files_are_still_read(tmp_path: Path) -> None:
+    (tmp_path / "j.fio").write_bytes(b"[j]\r\nrw=randread\r\nbs=4k \r\niodepth=2\r\n")
+    suite = write_suite(tmp_path, '[[workloads]]\njobfile = "j.fio"\n')
+    done = cli_result("run", str(suite), "--plan")
+    assert done.returncode == 0 and "4k randread QD2" in done.stdout, done.stderr
+
+
+def test_an_error_naming_a_control_character_stays_on_its_line(tmp_path: Path) -> None:
+    suite = tmp_path / "a\rb\u2028c.toml"
+    suite.write_text("[suite\n")
+    line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert "a\\rb\\u2028c.toml: TOML syntax error" in line
+
+
+def test_jobfiles_carried_in_a_suite_have_the_limit_of_a_file(tmp_path: Path) -> None:
+    big = "[j]\nrw=read\n" + "# pad\n" * (256 * 1024 // 6)
+    body = ('[[workloads]]\njobfile = "j.fio"\n[jobfiles]\n"j.fio" = '
+            + json.dumps(big) + "\n")
+    line = one_line(cli_result("run", str(write_suite(tmp_path, body)), "--plan"),
+                    ExitStatus.SUITE_INVALID)
+    assert f"[jobfiles] 'j.fio': {len(big)} bytes; job files may have 256 KiB at most" in line
+    small = body.replace(json.dumps(big), json.dumps("[j]\nrw=read\n"))
+    assert cli_result("run", str(write_suite(tmp_path, small)), "--plan").returncode == 0
+
+
+# -- --out and --report ----------------------------------------------------------------------------
+
+def _planted(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / f"planted-{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "null":
+        if os.geteuid() != 0:
+            pytest.skip("mknod of a character device needs root")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        (tmp_path / "victim").write_text("precious")
+        path.symlink_to(tmp_path / "victim")
+    return path
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("fifo", "a FIFO (named pipe)"), ("null", "a character device"),
+    ("directory", "a directory"), ("symlink", "a symbolic link")])
+def test_out_refuses_what_is_not_a_regular_file_and_leaves_it(db: Path, tmp_path: Path,
+                                                              kind: str, said: str) -> None:
+    path = _planted(tmp_path, kind)
+    before = os.lstat(path)
+    line = one_line(cli_result("export", "1", "--db", str(db), "--out", str(path)),
+                    ExitStatus.USAGE)
+    assert line == (f"iomatrix: {path}: {said}, where iomatrix writes only a regular file "
+                    "(replacing it) or a new name")
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode, after.st_rdev) == (before.st_ino, before.st_mode,
+                                                            before.st_rdev)
+    if kind == "symlink":
+        assert (tmp_path / "victim").read_text() == "precious"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_out_needs_an_existing_directory_and_replaces_a_regular_file(db: Path,
+                                                                     tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "out.csv"
+    line = one_line(cli_result("export", "1", "--db", str(db), "--out", str(missing)),
+                    ExitStatus.USAGE)
+    assert line == f"iomatrix: {missing}: no directory {missing.parent} to write it in"
+    (tmp_path / "file").write_text("x")
+    line = one_line(cli_result("export", "1", "--db", str(db), "--out",
+                               str(tmp_path / "file" / "out.csv")), ExitStatus.USAGE)
+    assert "no directory" in line and "(Not a directory)" in line
+    old = tmp_path / "old.csv"
+    old.write_text("old")
+    os.link(old, tmp_path / "other-name")                  # a hard link is not written through
+    done = cli_result("export", "1", "--db", str(db), "--out", str(old))
+    assert done.returncode == 0 and old.read_text().startswith("run,configuration,")
+    assert (tmp_path / "other-name").read_text() == "old"
+
+
+def test_report_out_is_a_directory(db: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    line = one_line(cli_result("report", "1", "--db", str(db), "--out", str(tmp_path / "afile")),
+                    ExitStatus.USAGE)
+    assert line == f"iomatrix: {tmp_path / 'afile'}: a regular file, not a directory to write into"
+    fifo = _planted(tmp_path, "fifo")
+    assert "a FIFO (named pipe), not a directory" in one_line(
+        cli_result("report", "1", "--db", str(db), "--out", str(fifo)), ExitStatus.USAGE)
+    (tmp_path / "taken" / "index.html").mkdir(parents=True)
+    assert "index.html: a directory, where iomatrix writes only" in one_line(
+        cli_result("report", "1", "--db", str(db), "--out", str(tmp_path / "taken")),
+        ExitStatus.USAGE)
+    done = cli_result("report", "1", "--db", str(db), "--out", str(tmp_path / "new" / "dir"))
+    assert done.returncode == 0 and (tmp_path / "new" / "dir" / "index.html").is_file()
+    assert (tmp_path / "afile").read_text() == "x" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_run_report_is_checked_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    suite = write_suite(tmp_path, '[method]\nmode = "host"\nruntime = "1s"\n')
+    line = one_line(cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), "--report",
+                               str(tmp_path / "afile")), ExitStatus.USAGE)
+    assert "not a directory to write into" in line
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "target").exists()
