@@ -19,8 +19,8 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -263,3 +263,179 @@ def test_run_report_is_checked_before_the_run(tmp_path: Path) -> None:
                                str(tmp_path / "afile")), ExitStatus.USAGE)
     assert "not a directory to write into" in line
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "target").exists()
+
+
+# -- caches: used only if nobody else controls them, booted only as built --------------------------
+
+TOOLS = os.geteuid() == 0 and shutil.which("setpriv") is not None
+needs_root = pytest.mark.skipif(not TOOLS, reason="needs root and setpriv (util-linux) to act "
+                                                  "as another user")
+INIT_LINE = b"""sched=$(sed -n 's/.*\\[\\(.*\\)\\].*/\\1/p' $q/scheduler); [ -n "$sched" ] || sched=none"""
+"""A line of the appliance's /init; the attack replaces it, keeping the initrd's size."""
+TAMPER = f"""
+import sys
+path, line = sys.argv[1], {INIT_LINE!r}
+with open(path, "r+b") as f:
+    data = f.read()
+    assert data.count(line) == 1
+    f.seek(data.index(line))
+    f.write(b"sched='PWNED!'".ljust(len(line)))
+"""
+
+
+@pytest.fixture(scope="module")
+def own_cache() -> Iterator[Path]:
+    """A cache of this user's (root's) that other users can reach (0755 from /tmp down), with
+    the guests' fio and busybox of the user's cache (built or fetched there once, as any guest
+    run would): appliances build here in seconds."""
+    from iomatrix.appliance.busybox import static_busybox
+    from iomatrix.appliance.guestfio import guest_fio
+    from iomatrix.appliance.kernel import default_cache_dir
+
+    home = Path(tempfile.mkdtemp(prefix="iomatrix-cache-", dir="/tmp"))
+    try:
+        home.chmod(0o755)
+        cache = home / "iomatrix" / "kernel"
+        fio = guest_fio(default_cache_dir()).path.parent
+        shutil.copytree(fio, cache / "guest-fio" / fio.name)
+        busybox = static_busybox(default_cache_dir(), fetch=True)
+        package = next(p for p in busybox.parents if p.parent == default_cache_dir())
+        shutil.copytree(package, cache / package.name, symlinks=True)
+        yield cache
+    finally:
+        shutil.rmtree(home)
+
+
+def _build(cache: Path, kernel: Path):  # type: ignore[no-untyped-def]
+    from iomatrix.appliance.build import build_appliance
+
+    return build_appliance(cache_dir=cache, kernel=kernel)
+
+
+def _tamper_as_nobody(initrd: Path) -> None:
+    """Run TAMPER on ``initrd`` as the user nobody, with the system's Python."""
+    from tests.conftest import as_nobody
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python is not None
+    subprocess.run(as_nobody([python, "-c", TAMPER, str(initrd)]), check=True,
+                   capture_output=True, timeout=60, cwd="/")
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_cache_another_user_owns_is_refused_before_anything_boots(
+        own_cache: Path, appliance_kernel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As under ``sudo -E``: XDG_CACHE_HOME is nobody's, who has put a built appliance there
+    with one line of its init changed (same size). Neither ``appliance build`` nor a guest run
+    takes it: one line naming the directory nobody owns, exit 4, no run stored, no QEMU."""
+    from tests.conftest import our_processes
+
+    built = _build(own_cache, appliance_kernel)
+    home = Path(tempfile.mkdtemp(prefix="iomatrix-xdg-", dir="/tmp"))  # reachable by nobody
+    try:
+        cache = home / "iomatrix" / "kernel"
+        shutil.copytree(own_cache, cache, symlinks=True)
+        subprocess.run(["chown", "-R", "nobody:", str(home)], check=True, timeout=60)
+        initrd = cache / "appliance" / built.key / "initrd"
+        _tamper_as_nobody(initrd)
+        assert initrd.stat().st_size == built.initrd_bytes and b"PWNED" in initrd.read_bytes()
+
+        monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+        line = one_line(cli_result("appliance", "build"), ExitStatus.ENVIRONMENT)
+        assert line == (f"iomatrix: the appliance cache: {home} is owned by nobody (uid "
+                        f"{os.stat(home).st_uid}), not root: what it holds would be booted and "
+                        "run as root")
+        suite = write_suite(tmp_path, '[matrix]\ncontroller = "virtio-blk"\naio = "threads"\n'
+                            'cache = "none"\nformat = "raw"\n[workloads]\nrw = "randread"\n'
+                            'bs = "4k"\niodepth = 1\n[method]\nmode = "guest"\n'
+                            'runtime = "1s"\nramp = "0s"\nbaseline = false\n'
+                            'precondition = false\n', size="16MiB")
+        done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+        assert one_line(done, ExitStatus.ENVIRONMENT) == line
+        assert cli_result("runs", "--db", str(tmp_path / "r.db")).stdout.strip() in (
+            "no runs stored", "")
+        assert not our_processes(str(home)) and not (tmp_path / "target").exists()
+        plan = cli_result("run", str(suite), "--plan")          # says why, builds nothing
+        assert plan.returncode == 0 and f"warning: the appliance cache: {home} is owned by " \
+                                       "nobody" in plan.stdout
+    finally:
+        shutil.rmtree(home)
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_cached_file_others_could_change_or_that_changed_is_built_again(
+        own_cache: Path, appliance_kernel: Path, tmp_path: Path) -> None:
+    """In root's own cache: an initrd left writable by others is not used (even unchanged), nor
+    one that nobody changed through that mode, nor one whose bytes differ from what was built
+    with its size kept (only the hash can tell)."""
+    built = _build(own_cache, appliance_kernel)
+    initrd = built.initrd
+    fresh = initrd.read_bytes()
+
+    def rebuilt() -> bytes:
+        again = _build(own_cache, appliance_kernel)
+        assert not again.cached and again.initrd == initrd
+        assert stat.S_IMODE(initrd.stat().st_mode) == 0o644
+        return initrd.read_bytes()
+
+    assert _build(own_cache, appliance_kernel).cached
+    initrd.chmod(0o666)                                   # unchanged, but anyone could have
+    assert rebuilt() == fresh
+    initrd.chmod(0o666)
+    _tamper_as_nobody(initrd)
+    assert b"PWNED" in initrd.read_bytes() and initrd.stat().st_size == len(fresh)
+    assert rebuilt() == fresh
+    data = bytearray(fresh)                               # root's mode, other bytes, same size
+    at = data.index(INIT_LINE)
+    data[at:at + len(INIT_LINE)] = b"sched='PWNED!'".ljust(len(INIT_LINE))
+    initrd.write_bytes(bytes(data))
+    assert stat.S_IMODE(initrd.stat().st_mode) == 0o644
+    assert rebuilt() == fresh
+    assert _build(own_cache, appliance_kernel).cached
+
+
+@needs_root
+def test_a_guest_fio_others_control_or_that_changed_is_not_taken(own_cache: Path,
+                                                                  tmp_path: Path) -> None:
+    """The built guest fio (copied into a cache of this test's): taken while it is as built;
+    not once a byte changed (same size) nor once its directory is nobody's, and then the plan's
+    status says why."""
+    from iomatrix.appliance.guestfio import guest_fio_status
+
+    cache = tmp_path / "cache"
+    shutil.copytree(own_cache / "guest-fio", cache / "guest-fio")
+    assert guest_fio_status(cache).cached
+    fio = next((cache / "guest-fio").glob("*/fio"))
+    data = bytearray(fio.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    fio.write_bytes(bytes(data))
+    status = guest_fio_status(cache)
+    assert status.ok and not status.cached                # would be built again
+    data[len(data) // 2] ^= 0xFF
+    fio.write_bytes(bytes(data))
+    assert guest_fio_status(cache).cached
+    os.chown(cache / "guest-fio", 65534, 65534)
+    status = guest_fio_status(cache)
+    assert not status.ok and not status.cached
+    assert f"{cache / 'guest-fio'} is owned by nobody" in status.detail
+
+
+@needs_root
+def test_a_cache_reached_through_another_users_symlink_is_refused(tmp_path: Path,
+                                                                   own_cache: Path) -> None:
+    """Root's own directory, named through a symlink in a directory nobody owns: nobody can
+    point the link elsewhere at any time, so the cache is not trusted; named directly, it is."""
+    from iomatrix.appliance.kernel import trusted_cache
+    from iomatrix.core.errors import EnvironmentProblem
+
+    theirs = Path(tempfile.mkdtemp(prefix="iomatrix-link-", dir="/tmp"))
+    try:
+        os.chown(theirs, 65534, 65534)
+        (theirs / "cache").symlink_to(own_cache)
+        with pytest.raises(EnvironmentProblem, match=f"{theirs} is owned by nobody"):
+            trusted_cache(theirs / "cache" / "appliance")
+        assert trusted_cache(own_cache / "appliance") == own_cache / "appliance"
+    finally:
+        shutil.rmtree(theirs)

@@ -1,5 +1,6 @@
-"""Writing files where other local users may have planted something first, and reading a file a
-suite names beside itself without being led out of the suite's directory."""
+"""Writing files where other local users may have planted something first, reading a file a
+suite names beside itself without being led out of the suite's directory, and reading a file only
+its owner could have written."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from iomatrix.core.errors import OutputRefused, SuiteError
+from iomatrix.core.dirs import distrust, walk
+from iomatrix.core.errors import OutputRefused, SuiteError, UnsafeDirectory
 
 
 def write_file_atomically(path: Path, text: str) -> None:
@@ -117,3 +119,24 @@ def read_beside(directory: Path, name: str, where: str, *, max_bytes: int, what:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SuiteError(f"{where}: not UTF-8 text") from None
+
+
+def read_owned(path: Path) -> bytes:
+    """The bytes of the regular file ``path``, read only if nobody but root and this user could
+    have changed them: the file and every directory from ``/`` to it are theirs and writable by
+    nobody else (:mod:`iomatrix.core.dirs`). UnsafeDirectory naming what another user controls;
+    OSError when it cannot be read."""
+    walked = walk(path.parent)
+    try:
+        if walked.missing:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=walked.fd)
+    finally:
+        os.close(walked.fd)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        why = distrust(info) if stat.S_ISREG(info.st_mode) else "is not a regular file"
+        if why is not None:
+            raise UnsafeDirectory(f"{path} {why}")
+        return file.read()
