@@ -24,9 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from iomatrix.cli.status import ExitStatus
 from tests.conftest import REPO, cli_result, write_suite
+from tests.test_hardening import suite_texts, toml_string
+from tests.test_translate import LIBVIRT_XML, PVE_CONF
 
 FIXTURES = REPO / "tests" / "fixtures" / "fio"
 FIO_JSON = FIXTURES / "3.33" / "randread.json"
@@ -90,6 +94,16 @@ def test_a_libvirt_cache_mode_that_is_none_of_libvirts_is_named(tmp_path: Path) 
     assert "cache mode 'x' is not modelled" in line
 
 
+@pytest.mark.parametrize("option", ["mbps_wr=" + "9" * 400, "iops_rd=1e400", "mbps=inf"])
+def test_a_proxmox_limit_beyond_a_double_is_a_note(tmp_path: Path, option: str) -> None:
+    """Found by test_any_vm_file_translates_or_is_refused: OverflowError in int(inf)."""
+    (tmp_path / "100.conf").write_text(f"scsi0: local-lvm:vm-100-disk-0,{option},size=1G\n")
+    done = cli_result("translate", "100.conf", cwd=tmp_path)
+    name, _, value = option.partition("=")
+    assert done.returncode == 0 and f"# note: scsi0: {name}={value[:40]}: not a number " \
+                                    "qemu-server takes" in done.stdout, done
+
+
 def _fio_json(**top: object) -> str:
     data = json.loads(FIO_JSON.read_text())
     data.update(top)
@@ -146,6 +160,13 @@ def test_a_run_number_no_run_has_is_not_found(db: Path, ref: str) -> None:
 def test_doctor_refuses_a_timeout_that_is_no_number_of_seconds(value: str) -> None:
     assert "give seconds, more than 0 and at most 3600" in usage_error(
         cli_result("doctor", "--kvm-timeout", value))
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", NINES, "-1", "nan"])
+def test_translate_refuses_a_proxmox_generation_it_does_not_know(tmp_path: Path,
+                                                                 value: str) -> None:
+    (tmp_path / "100.conf").write_text("scsi0: local-lvm:vm-100-disk-0,size=1G\n")
+    usage_error(cli_result("translate", "100.conf", "--pve-version", value, cwd=tmp_path))
 
 
 @pytest.mark.parametrize("line", ["rw=randread\rexec_prerun=/bin/sh", "rw=randread\u2028bs=4k",
@@ -439,3 +460,254 @@ def test_a_cache_reached_through_another_users_symlink_is_refused(tmp_path: Path
         assert trusted_cache(own_cache / "appliance") == own_cache / "appliance"
     finally:
         shutil.rmtree(theirs)
+
+
+# -- property tests through the command line -------------------------------------------------------
+# Each example runs the real command in this process (cli_result) on a file hypothesis wrote: the
+# result is a success, or a refusal in one line (one_line), or a usage error (Typer's box), with a
+# documented status; never a traceback (cli_result does not catch one: the test fails with it).
+
+FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+EXTREMES = st.sampled_from([
+    "9" * 19, "9" * 20, "9" * 400, "9" * 4300, "9" * 4301, NINES, "-" + NINES, "1e999", "-1e999",
+    "nan", "inf", "0x" + "f" * 40, "1_000_000", "-0", "18446744073709551616",
+    "9223372036854775808", "0.5", "1e-999"])
+NUMBER_TEXTS = st.one_of(EXTREMES, EXTREMES, st.integers(-(2**70), 2**70).map(str))
+"""Numbers as text, two in three of them extreme: of 19 to 5000 digits, beyond a double, nan."""
+NESTINGS = st.sampled_from([2, 64, 1000, 5000, 200_000])
+CONTROLS = st.sampled_from([*SEPARATORS, "\x00", "\x1b[2J", "\x7f", "\t", "\ufeff", "\ud7ff"])
+BAD_BYTES = st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3", b"\xed\xa0\x80", b"\xe2\x80",
+                             b"\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"])
+"""Byte strings that are not UTF-8: lone bytes, a surrogate, cut and overlong sequences."""
+
+
+@st.composite
+def spoiled(draw: st.DrawFn, text: str) -> bytes:
+    """``text`` as UTF-8, left alone or with a control character, a line separator or bytes
+    that are not UTF-8 put somewhere in it."""
+    data = text.encode("utf-8", "surrogatepass")
+    how = draw(st.sampled_from(["none", "none", "char", "bytes"]))
+    if how == "none":
+        return data
+    at = draw(st.integers(0, len(data)))
+    while at < len(data) and 0x80 <= data[at] < 0xC0:       # not inside a character
+        at += 1
+    piece = draw(BAD_BYTES) if how == "bytes" else draw(CONTROLS).encode("utf-8", "surrogatepass")
+    return data[:at] + piece + data[at:]
+
+
+def toml_hostile() -> st.SearchStrategy[str]:
+    """TOML values no suite should hold: numbers of any size (half of them), deep arrays and
+    inline tables, strings with controls (escaped, and raw: TOML refuses those)."""
+    return st.one_of(
+        NUMBER_TEXTS, NUMBER_TEXTS, NUMBER_TEXTS, NUMBER_TEXTS, NUMBER_TEXTS,
+        NESTINGS.map(lambda n: "[" * n + "]" * n),
+        NESTINGS.map(lambda n: "{a=" * n + "1" + "}" * n),
+        st.builds(lambda c: toml_string(f"a{c}b"), CONTROLS),
+        st.builds(lambda c: f'"a{c}b"', CONTROLS),
+        st.builds(lambda n: f'"{n}MiB"', NUMBER_TEXTS))
+
+
+SUITE_KEYS = {"method": ["samples", "seed", "runtime", "ramp", "vms", "memory", "rounds",
+                         "boot_timeout", "mode"],
+              "matrix": ["num_queues", "queue_size", "vms", "iothread", "cache", "from_vm"],
+              "target": ["size", "directory", "working_set"]}
+
+
+@st.composite
+def suite_files(draw: st.DrawFn) -> bytes:
+    """A suite (test_hardening's, which are hostile field by field) with a hostile key added to
+    one to three of [method], [matrix] and [target]; then maybe spoiled."""
+    text = draw(suite_texts())
+    for table in draw(st.lists(st.sampled_from(sorted(SUITE_KEYS)), min_size=1, max_size=3,
+                               unique=True)):
+        line = f"{draw(st.sampled_from(SUITE_KEYS[table]))} = {draw(toml_hostile())}\n"
+        head = f"[{table}]\n"
+        text = text.replace(head, head + line, 1) if head in text else text + head + line
+    return draw(spoiled(text))
+
+
+def _suite_result(directory: Path) -> subprocess.CompletedProcess[str]:
+    done = cli_result("run", str(directory / "s.toml"), "--plan", cwd=directory)
+    assert done.returncode in DOCUMENTED, done
+    event(f"run --plan: exit {done.returncode}")
+    if done.returncode != 0:
+        if done.returncode == ExitStatus.USAGE and "Usage:" in done.stderr:
+            return usage_error(done)                 # type: ignore[return-value]
+        lines = done.stderr.rstrip("\n").split("\n")
+        assert all(line.startswith("iomatrix: ") for line in lines), done.stderr
+        assert not any(c in done.stderr for c in SEPARATORS), done.stderr
+    return done
+
+
+@settings(FUZZ, max_examples=250)
+@given(suite_files())
+def test_any_suite_file_is_planned_or_refused_in_lines_of_its_own(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "s.toml").write_bytes(data)
+        done = _suite_result(Path(tmp))
+        assert done.returncode in (0, ExitStatus.SUITE_INVALID), done
+
+
+JOB_OPTIONS = ["rw", "bs", "iodepth", "numjobs", "rate_iops", "rwmixread", "runtime", "size",
+               "bssplit", "ramp_time", "blocksize", "direct", "ioengine", "nrfiles", "offset"]
+JOB_LINES = st.one_of(
+    st.sampled_from(["[j]", "[global]", "[k]", "rw=randread", "rw=randrw", "bs=4k", "iodepth=8",
+                     "numjobs=2", "direct=1", "ioengine=libaio", "stonewall", "time_based",
+                     "rate_iops=100", "rwmixread=70", "; rw=write", "# note", "", "  ",
+                     "include x.fio", "bs=${BS}", "filename=/etc/passwd"]),
+    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(JOB_OPTIONS),
+              st.one_of(NUMBER_TEXTS, st.sampled_from(["4k", "1m", "0", "-1", "randread"]))),
+    st.builds(lambda k, c, v: f"{k}={c}{v}", st.sampled_from(JOB_OPTIONS), CONTROLS,
+              st.sampled_from(["4k", "8", "randread", "exec_prerun=/bin/sh"])),
+    NESTINGS.map(lambda n: "[" * n + "]" * n))
+
+
+@st.composite
+def job_files(draw: st.DrawFn) -> bytes:
+    lines = ["[j]", *draw(st.lists(JOB_LINES, max_size=12))]
+    return draw(spoiled(draw(st.sampled_from(["\n", "\r\n"])).join(lines) + "\n"))
+
+
+@settings(FUZZ, max_examples=250)
+@given(job_files())
+def test_any_job_file_is_read_or_refused_on_one_line(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "j.fio").write_bytes(data)
+        write_suite(Path(tmp), '[[workloads]]\njobfile = "j.fio"\n', name="s")
+        done = _suite_result(Path(tmp))
+        if done.returncode != 0:
+            one_line(done, ExitStatus.SUITE_INVALID)
+
+
+FIO_OUTPUTS = sorted(p for p in FIXTURES.glob("3.*/*") if p.suffix in (".json", ".out"))
+HUGE = "__iomatrix_huge__"
+"""Stands for a value json.dumps cannot write (a number of more digits than Python converts, a
+deep array); replaced in the text after dumping."""
+
+
+def _paths(value: object, at: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every place in a decoded JSON document (keys and indexes from the top)."""
+    found = [at]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*at, index))
+    return found
+
+
+JSON_VALUES = st.one_of(
+    st.sampled_from([10**19, 2**63, -(2**63) - 1, 10**400, float("inf"), float("-inf"),
+                     float("nan"), 1e308, -1, 0, 0.5, None, True, "", "x", [], {}, HUGE]),
+    st.integers(-(2**70), 2**70), st.text(max_size=8),
+    st.builds(lambda c: f"a{c}b", CONTROLS))
+
+
+@st.composite
+def fio_outputs(draw: st.DrawFn) -> bytes:
+    """A real fio output file (several releases, local and client/server) with values replaced
+    by hostile ones where fio wrote numbers, strings, lists or objects; then maybe spoiled."""
+    source = draw(st.sampled_from(FIO_OUTPUTS))
+    text = source.read_text()
+    start = re.search(r"^\{", text, re.M)
+    assert start is not None
+    prelude, data = text[:start.start()], json.loads(text[start.start():])
+    for _ in range(draw(st.integers(0, 3))):
+        *parent, last = draw(st.sampled_from(_paths(data)[1:]))
+        holder = data
+        for step in parent:
+            holder = holder[step]
+        holder[last] = draw(JSON_VALUES)
+    dumped = json.dumps(data, indent=1)
+    if f'"{HUGE}"' in dumped:
+        dumped = dumped.replace(f'"{HUGE}"', draw(st.sampled_from(
+            [NINES, "-" + NINES, "[" * 200_000 + "]" * 200_000, "1" + "0" * 400 + ".5"])))
+    return draw(spoiled(prelude + dumped + "\n"))
+
+
+@settings(FUZZ, max_examples=200)
+@given(fio_outputs())
+def test_any_fio_output_imports_or_is_skipped_in_one_line(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path, db = Path(tmp) / "result.json", Path(tmp) / "r.db"
+        path.write_bytes(data)
+        done = cli_result("import", str(path), "--db", str(db))
+        event(f"import: exit {done.returncode}")
+        if done.returncode != 0:
+            assert "skipped 1, e.g. result.json: " in one_line(done, ExitStatus.USAGE)
+            assert not db.exists()
+            return
+        for args in (("show", "1"), ("export", "1", "--format", "json"), ("export", "1"),
+                     ("recommend", "1", "--for", "qemu"), ("findings", "1")):
+            shown = cli_result(*args, "--db", str(db))
+            assert shown.returncode in (0, ExitStatus.USAGE), shown
+            if shown.returncode:
+                one_line(shown, ExitStatus.USAGE)
+
+
+PVE_DRIVE_OPTIONS = ["cache", "aio", "iothread", "size", "queues", "discard", "ssd", "mbps_wr",
+                     "iops_rd", "format", "media", "backup"]
+
+
+@st.composite
+def vm_files(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A Proxmox VE configuration or a libvirt domain (tests/test_translate.py's), with a hostile
+    value put in a disk's settings or a whole line, or nested deep; then maybe spoiled."""
+    value = draw(st.one_of(NUMBER_TEXTS, st.sampled_from(["x", "", "none", "native", "1"]),
+                           st.builds(lambda c: f"a{c}b", CONTROLS)))
+    if draw(st.booleans()):
+        option = draw(st.sampled_from(PVE_DRIVE_OPTIONS))
+        line = draw(st.sampled_from([
+            f"scsi0: local-lvm:vm-100-disk-0,{option}={value}",
+            f"virtio{value}: local-lvm:vm-100-disk-9,size=1G", f"scsihw: {value}",
+            f"machine: {value}", f"cores: {value}", f"{value}: {value}"]))
+        text = PVE_CONF.replace("scsi1: ", line + "\nscsi1: ", 1)
+        return "100.conf", draw(spoiled(text))
+    attribute = draw(st.sampled_from(["cache", "io", "iothread", "queues", "type", "discard",
+                                      "queue_size", "name", "detect_zeroes"]))
+    text = LIBVIRT_XML.replace("<driver name='qemu' type='qcow2' cache='none' io='native' "
+                               "discard='unmap'/>",
+                               f"<driver name='qemu' type='qcow2' {attribute}='{value}'/>")
+    if draw(st.integers(0, 4)) == 0:
+        depth = draw(NESTINGS)
+        text = text.replace("<devices>", "<devices>" + "<x>" * depth + "</x>" * depth)
+    return "vm.xml", draw(spoiled(text))
+
+
+@settings(FUZZ, max_examples=200)
+@given(vm_files())
+def test_any_vm_file_translates_or_is_refused(named: tuple[str, bytes]) -> None:
+    name, data = named
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / name).write_bytes(data)
+        done = cli_result("translate", name, cwd=Path(tmp))
+        assert done.returncode in (0, ExitStatus.USAGE), done
+        event(f"translate: exit {done.returncode}")
+        if done.returncode:
+            usage_error(done)
+        disk = "scsi0" if name.endswith(".conf") else "sda"       # the one made hostile
+        write_suite(Path(tmp), f'[matrix]\nfrom_vm = "{name}"\ndisk = "{disk}"\n', name="s")
+        planned = _suite_result(Path(tmp))
+        if planned.returncode != 0:
+            one_line(planned, ExitStatus.SUITE_INVALID)
+
+
+@settings(FUZZ, max_examples=150)
+@given(st.one_of(st.text(max_size=30), NUMBER_TEXTS, st.integers(0, 2**80).map(str),
+                 st.builds(lambda c: f"1{c}", CONTROLS)))
+def test_any_run_number_is_a_run_or_not_found(ref: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "r.db"
+        assert cli_result("import", str(FIO_JSON), "--db", str(db)).returncode == 0
+        for args in (("show", ref), ("compare", ref, "1"), ("export", ref), ("findings", ref)):
+            done = cli_result(*args, "--db", str(db))
+            assert done.returncode in (0, ExitStatus.USAGE, ExitStatus.NOT_FOUND), done
+            event(f"{args[0]}: exit {done.returncode}")
+            if done.returncode == ExitStatus.NOT_FOUND:
+                one_line(done, ExitStatus.NOT_FOUND)
+            elif done.returncode == ExitStatus.USAGE:
+                usage_error(done)
+            else:
+                assert ref.strip() in ("1", "last") or ref == "01" or int(ref) == 1, ref
