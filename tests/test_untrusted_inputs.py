@@ -128,6 +128,13 @@ def test_import_of_hostile_json_skips_the_file_in_one_line(tmp_path: Path, name:
     assert not (tmp_path / "r.db").exists()
 
 
+def test_fio_output_with_disk_util_not_a_list_is_imported(tmp_path: Path) -> None:
+    """Found by test_any_fio_output_imports_or_is_skipped_in_one_line: TypeError."""
+    (tmp_path / "r.json").write_text(_fio_json(disk_util=5))
+    done = cli_result("import", str(tmp_path / "r.json"), "--db", str(tmp_path / "r.db"))
+    assert done.returncode == 0 and "trials: 1 ok" in done.stdout, done
+
+
 def test_job_options_beyond_fios_integers_skip_the_file(tmp_path: Path) -> None:
     data = json.loads(FIO_JSON.read_text())
     data["jobs"][0]["job options"]["iodepth"] = "99999999999999999999"

@@ -385,8 +385,10 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
     entries = list(zip(raw_entries, result.jobs))  # parse keeps fio's order
     hostnames = sorted({j.hostname for j in result.jobs if j.hostname})
     found.hosts.update(hostnames)
-    found.disks.update(d["name"] for d in obj.get("disk_util", ()) or ()
-                       if isinstance(d, dict) and isinstance(d.get("name"), str))
+    disk_util = obj.get("disk_util")
+    if isinstance(disk_util, list):             # fio's, unless the file was made by hand
+        found.disks.update(d["name"] for d in disk_util
+                           if isinstance(d, dict) and isinstance(d.get("name"), str))
     clients = len({(j.hostname, j.port) for j in result.jobs}) if client else None
 
     groups: dict[int, list[tuple[dict[str, Any], JobStats]]] = {}
