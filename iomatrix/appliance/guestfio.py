@@ -29,8 +29,9 @@ SHA-256, the patch's, the configure flags, build time, the fio binary's SHA-256)
 hashes the source package name and version (a Debian version names exactly one source), the patch,
 the flags and :data:`RECIPE`. A cached build is used only when nobody but root and this user
 controls the cache (:func:`~iomatrix.appliance.kernel.trusted_cache`) nor its files, and the
-binary still has the SHA-256 recorded when it was built. A failed build is remembered in ``<key>.failed`` for :data:`RETRY_AFTER` seconds
-(``iomatrix appliance build --force`` tries again at once), so runs don't retry it each time.
+binary still has the SHA-256 recorded when it was built. A failed build is remembered in
+``<key>.failed`` for :data:`RETRY_AFTER` seconds (``iomatrix appliance build --force`` tries
+again at once), so runs don't retry it each time.
 
 When it cannot be built (not a Debian-packaged fio, no source for its version, no compiler, the
 patch does not apply), :class:`GuestFioUnavailable` says why and the appliance falls back to the

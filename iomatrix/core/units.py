@@ -78,7 +78,10 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, (int, float)):
         if text < 0:
             raise ValueError(f"duration must not be negative: {text}")
-        return float(text)
+        try:
+            return float(text)
+        except OverflowError:               # an int beyond any double
+            raise ValueError("not a duration (too long)") from None
     m = _DURATION.match(str(text))
     if not m:
         raise ValueError(f"not a duration: {text!r} (write e.g. 500ms, 3s, 20m)")
