@@ -135,6 +135,41 @@ def test_fio_output_with_disk_util_not_a_list_is_imported(tmp_path: Path) -> Non
     assert done.returncode == 0 and "trials: 1 ok" in done.stdout, done
 
 
+def _with_job(**values: object) -> str:
+    data = json.loads(FIO_JSON.read_text())
+    job = data["jobs"][0]
+    for key, value in values.items():
+        holder, _, name = key.rpartition(".")
+        (job[holder] if holder else job)[name] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("text, reason", [
+    (_with_job(**{"read.iops": float("nan")}), "'iops' is nan: not a rate fio measured"),
+    (_with_job(**{"read.bw_bytes": float("inf")}), "'bw_bytes' is inf: not a rate fio measured"),
+    (_fio_json(timestamp=2**62), "'timestamp' is 4611686018427387904: not a time fio writes"),
+    (_fio_json(timestamp=-1), "'timestamp' is -1: not a time fio writes"),
+])
+def test_fio_output_that_cannot_be_stored_is_skipped(tmp_path: Path, text: str,
+                                                     reason: str) -> None:
+    """Found by a sweep of every value of real fio output: SQLite's NOT NULL refused a NaN
+    rate (IntegrityError), datetime a time past the year 9999 (OverflowError)."""
+    (tmp_path / "r.json").write_text(text)
+    line = one_line(cli_result("import", str(tmp_path / "r.json"), "--db",
+                               str(tmp_path / "r.db")), ExitStatus.USAGE)
+    assert reason in line, line
+
+
+@pytest.mark.parametrize("elapsed", [10**30, -(2**63), 2**40, "x"])
+def test_an_elapsed_time_fio_does_not_write_is_not_used(tmp_path: Path, elapsed: object) -> None:
+    (tmp_path / "r.json").write_text(_with_job(elapsed=elapsed))
+    assert cli_result("import", str(tmp_path / "r.json"), "--db",
+                      str(tmp_path / "r.db")).returncode == 0
+    done = cli_result("export", "1", "--format", "json", "--db", str(tmp_path / "r.db"))
+    trial = json.loads(done.stdout)["trials"][0]
+    assert trial["wall_seconds"] is None and trial["started_at"].startswith("2026-")
+
+
 def test_job_options_beyond_fios_integers_skip_the_file(tmp_path: Path) -> None:
     data = json.loads(FIO_JSON.read_text())
     data["jobs"][0]["job options"]["iodepth"] = "99999999999999999999"
