@@ -23,9 +23,10 @@ import pytest
 
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import RunBusy, TargetError
-from iomatrix.core.owner import HeldLock, Identity, liveness, start_ticks, this_process
+from iomatrix.core.dirs import MARKER
+from iomatrix.core.owner import HeldLock, Identity, LockFile, liveness, start_ticks, this_process
 from iomatrix.measure import reclaim as reclaim_module
-from iomatrix.measure.reclaim import reclaim
+from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.store.records import TrialResult
@@ -136,11 +137,18 @@ def test_liveness_by_pid_start_time_host_and_lock(tmp_path: Path) -> None:
         assert liveness(me._replace(boot_id="another boot"), me=me) == (
             False, "the host has rebooted since")
     lock = HeldLock(tmp_path / "owner.lock")
+    made = LockFile(str(lock.path), lock.info.st_dev, lock.info.st_ino, me.uid)
     try:
-        assert liveness(gone, str(tmp_path / "owner.lock"), me=me) == (True, "it holds its lock")
+        assert liveness(gone, made, me=me) == (True, "it holds its lock")
+        # the same name, held, but not the file the process made: not its lock
+        assert not liveness(gone, made._replace(ino=made.ino + 1), me=me)[0]
+        assert not liveness(gone, made._replace(uid=made.uid + 1), me=me)[0]
+        os.chmod(lock.path, 0o644)
+        assert not liveness(gone, made, me=me)[0]
+        os.chmod(lock.path, 0o600)
     finally:
         lock.release()
-    assert not liveness(gone, str(tmp_path / "owner.lock"), me=me)[0]
+    assert not liveness(gone, made, me=me)[0]
     elsewhere = gone._replace(host="another-host")
     alive, why = liveness(elsewhere, me=me)
     assert alive and "another-host" in why                     # cannot be seen: never touched
@@ -173,7 +181,10 @@ def test_a_live_owner_is_not_taken_over(tmp_path: Path) -> None:
                                    f"{since}: wait for it to end, or stop it, then resume")
         # dead by its pid, but its lock is held: alive
         lock = HeldLock(tmp_path / "owner.lock")
-        locked = store.register_process(me._replace(pid=dead_pid()), str(tmp_path / "owner.lock"))
+        unrecorded = store.register_process(me._replace(pid=dead_pid()), str(lock.path))
+        assert store.claim_run(new_run(store, owner=unrecorded), other) is not None
+        locked = store.register_process(me._replace(pid=dead_pid()), str(lock.path))
+        store.lock_made(locked, lock.info)
         run2 = new_run(store, owner=locked)
         with pytest.raises(RunBusy):
             store.claim_run(run2, other)
@@ -373,7 +384,11 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
                           lambda: len(trials(db)) >= 1)
     used = leftovers(tmp_path)
     assert len(used) == 2
-    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    live.send_signal(signal.SIGSTOP)        # stopped, it lives: it may not end during the clean
+    try:
+        cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    finally:
+        live.send_signal(signal.SIGCONT)
     assert cleaned.returncode == 0, cleaned.stderr
     assert all(f"left {kind} {path} (run 1, pid {live.pid}): in use by a live iomatrix since "
                in cleaned.stdout for kind, path in zip(["scratch", "images"], used))
@@ -381,11 +396,6 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
     out, err = live.communicate(timeout=60)
     assert live.returncode == 0, err
     assert len(trials(db)) == 4 and leftovers(tmp_path) == []
-
-
-def dead_process(store: Store) -> int:
-    me = this_process()
-    return store.register_process(me._replace(pid=dead_pid()), "")
 
 
 def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
@@ -397,12 +407,20 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
     elsewhere.mkdir()
     (elsewhere / "precious").write_text("not iomatrix's")
     with Store(tmp_path / "r.db") as store:
-        dead = dead_process(store)
+        owner = this_process()._replace(pid=dead_pid())
+        dead = store.register_process(owner, "")
         cases: dict[str, tuple[Path, str, str]] = {}
 
         def record(name: str, path: Path, kind: str = "workspace", within: Path = target,
-                   keep: bool = False, process: int = dead) -> None:
-            store.add_resource(process, kind, str(path), str(within), keep=keep)
+                   keep: bool = False, process: int = dead, marker: str | None = "",
+                   made: bool = True) -> None:
+            """Record ``path`` as iomatrix does; a directory there is marked with ``marker``
+            ("": the record's own, None: none) and its inode recorded when ``made``."""
+            resource = store.add_resource(process, kind, str(path), str(within), keep=keep)
+            if path.is_dir() and not path.is_symlink() and kind != "parent" and marker is not None:
+                (path / MARKER).write_text(marker or marker_text(owner, kind, str(path)))
+            if made and path.is_dir() and not path.is_symlink():
+                store.resource_made(resource, os.stat(path))
             cases[name] = (path, kind, str(within))
 
         ok = target / "iomatrix-0001"
@@ -438,6 +456,27 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
         full_parent.mkdir()
         (full_parent / "someone's").write_text("x")
         record("full parent", full_parent, "parent", tmp_path)
+        # a database that merely names a directory: no marker, or another record's
+        for name, marker in (("unmarked", None), ("marked for another", "made by iomatrix: x")):
+            folder = target / f"iomatrix-{name.replace(' ', '-')}"
+            folder.mkdir()
+            (folder / "report.html").write_text("someone's")
+            record(name, folder, marker=marker)
+        empty = target / "iomatrix-empty"             # killed between mkdir and marker
+        empty.mkdir()
+        record("empty, inode recorded", empty, marker=None)
+        unproved = target / "iomatrix-unproved"       # killed between mkdir and its record
+        unproved.mkdir()
+        record("empty, nothing recorded", unproved, marker=None, made=False)
+        other = tmp_path / "other"
+        other.mkdir()
+        record("parent not recorded made", other, "parent", tmp_path, made=False)
+        swapped = target / "iomatrix-swapped"
+        swapped.mkdir()
+        record("another inode", swapped)
+        swapped.rename(tmp_path / "swapped-away")
+        swapped.mkdir()
+        (swapped / MARKER).write_text(marker_text(owner, "workspace", str(swapped)))
         if os.geteuid() == 0:
             foreign = target / "iomatrix-foreign"
             foreign.mkdir()
@@ -465,6 +504,17 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
     assert outcome("live")[0] == "left" and "in use by" in outcome("live")[1] and live.exists()
     assert outcome("empty parent")[0] == "removed" and not empty_parent.exists()
     assert outcome("full parent") == ("left", "not empty") and full_parent.exists()
+    for name in ("unmarked", "marked for another"):
+        assert outcome(name) == ("left", "it does not carry iomatrix's marker (.iomatrix) for "
+                                         "this record, so it may not be what iomatrix made: "
+                                         "remove it by hand if it is")
+        assert (cases[name][0] / "report.html").exists()
+    assert outcome("empty, inode recorded") == ("removed", "empty") and not empty.exists()
+    assert outcome("empty, nothing recorded")[0] == "left" and unproved.exists()
+    assert "stopped before it could mark it" in outcome("empty, nothing recorded")[1]
+    assert outcome("parent not recorded made")[0] == "left" and other.exists()
+    assert outcome("another inode")[0] == "left" and swapped.exists()
+    assert "its device and inode differ from the record" in outcome("another inode")[1]
     if os.geteuid() == 0:
         assert outcome("foreign")[0] == "left" and "owned by uid 65534" in outcome("foreign")[1]
         assert foreign.exists()
@@ -629,7 +679,7 @@ def test_a_signal_during_the_clean_up_takes_effect_after_it(tmp_path: Path,
 def test_runs_tells_a_killed_run_from_one_being_measured(tmp_path: Path) -> None:
     me = this_process()
     with Store(tmp_path / "r.db") as store:
-        killed = new_run(store, owner=dead_process(store))
+        killed = new_run(store, owner=store.register_process(me._replace(pid=dead_pid()), ""))
         live = new_run(store, owner=store.register_process(me, ""))
     listing = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
     rows = {line.split()[0]: line for line in listing.splitlines()[1:]}

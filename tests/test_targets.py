@@ -17,9 +17,10 @@ from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.dirs import MARKER
 from iomatrix.core.mounts import mount_of, mounts
 from iomatrix.core.owner import this_process
-from iomatrix.measure.reclaim import reclaim
+from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
@@ -228,15 +229,17 @@ def test_clean_detaches_a_loop_device_a_killed_run_left_unmounted(tmp_path: Path
     if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
         pytest.skip("loop devices need root here")
     with Store(tmp_path / "r.db") as store:
-        dead = store.register_process(this_process()._replace(pid=_dead_pid()), "")
+        owner = this_process()._replace(pid=_dead_pid())
+        dead = store.register_process(owner, "")
         store.end_process(dead)
         workspace = tmp_path / "iomatrix-0000dead"
         store.add_resource(dead, "workspace", str(workspace), str(tmp_path))
         workspace.mkdir(mode=0o700)
+        (workspace / MARKER).write_text(marker_text(owner, "workspace", str(workspace)))
         file = workspace / "xfs.img"
         with open(file, "wb") as f:
             f.truncate(8 << 20)
-        loop = loops.attach(file)
+        loop = loops.attach(file, os.stat(file))
         try:
             assert loops.backed_in(tmp_path) == [loop]
             done = reclaim(store)

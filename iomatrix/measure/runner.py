@@ -20,7 +20,7 @@ from iomatrix.fio.ioping import IopingTool, find_ioping, run_ioping, tool_note
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.fromvm import resolve_vm
 from iomatrix.measure.pvehost import detect_pve, on_host
-from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
+from iomatrix.measure.reclaim import RunProcess, describe, reclaim, run_process, stale_parents
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
@@ -123,9 +123,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if done_item.action == "removed":
                 progress.note(describe(done_item))
         workspace.record = me.record
-        stale = stale_parents(store, me=me.id)
-        for level in workspace.adopt(stale):
-            store.adopt_resource(stale[os.path.realpath(level)], me.id, me.run_id)
+        _take_on_parents(store, me, workspace)
         drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         expansion = expansion.for_accel(accelerator)
@@ -170,9 +168,12 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry,
                              ioping=ioping)
             with workspace:
-                workspace.create()
-                _late_notes(store, run_id, progress, notes, workspace.notes)
-                runner.run(workspace, workdir, drivers)
+                try:
+                    workspace.create()
+                    _late_notes(store, run_id, progress, notes, workspace.notes)
+                    runner.run(workspace, workdir, drivers)
+                finally:     # the last run over a target made for several removes it
+                    _take_on_parents(store, me, workspace, live_too=True)
             status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -181,6 +182,19 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _take_on_parents(store: Store, me: RunProcess, workspace: Workspace | TargetSet, *,
+                     live_too: bool = False) -> None:
+    """Have the workspace remove, when empty at its end, the target directories other iomatrix
+    processes made for it and did not remove; those of dead or ended processes become this
+    process's (``live_too``: a live one's stay its own, for it to settle)."""
+    assert me.id is not None
+    stale = stale_parents(store, me=me.id, live_too=live_too)
+    for level in workspace.adopt(stale):
+        resource = stale[os.path.realpath(level)]
+        if resource is not None:
+            store.adopt_resource(resource, me.id, me.run_id)
 
 
 def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
@@ -346,6 +360,7 @@ class _Runner:
         trials = list(block.workloads)
         try:
             images = workspace.images(config)
+            workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
             with driver.session(config, images) as session:
                 fresh = [i.path for i in images if i.path not in workspace.preconditioned]
                 if self.method.precondition and fresh:
@@ -354,8 +369,10 @@ class _Runner:
                     self._precondition(session, workdir)
                     workspace.preconditioned.update(fresh)
                 while trials:
+                    workspace.verify(images)
                     self._trial(session, workdir, config, trials[0], block.sample)
                     trials.pop(0)
+                workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
             # The configuration could not be brought up: the block's remaining trials fail alike.
             for workload in trials:

@@ -16,7 +16,7 @@ from typing import Any
 
 from iomatrix import __version__
 from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
-from iomatrix.core.owner import Identity, liveness, this_process
+from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
@@ -224,6 +224,12 @@ class Store:
         assert pid is not None
         return pid
 
+    def lock_made(self, process_id: int, info: os.stat_result) -> None:
+        """Record the device and inode of the lock file the process has made and holds."""
+        with self._transaction():
+            self.conn.execute("UPDATE processes SET lock_dev = ?, lock_ino = ? WHERE id = ?",
+                              (info.st_dev, info.st_ino, process_id))
+
     def end_process(self, process_id: int) -> None:
         """The process is ending: it owns no run any more."""
         with self._transaction():
@@ -246,7 +252,7 @@ class Store:
             previous = self.owner(run_id)
             if previous is not None and previous.id != process_id:
                 me = this_process()
-                alive, _ = liveness(identity(previous), previous.lock_path, me=me)
+                alive, _ = liveness(identity(previous), lock_of(previous), me=me)
                 if alive:
                     where = ("" if previous.host == me.host else f" on host {previous.host} "
                              "(whether it still runs cannot be seen from here)")
@@ -269,6 +275,13 @@ class Store:
         assert rid is not None
         return rid
 
+    def resource_made(self, resource_id: int, info: os.stat_result) -> None:
+        """Record the device and inode of a directory now made (``add_resource`` recorded it
+        before)."""
+        with self._transaction():
+            self.conn.execute("UPDATE resources SET dev = ?, ino = ? WHERE id = ?",
+                              (info.st_dev, info.st_ino, resource_id))
+
     def settle_resource(self, resource_id: int, outcome: str) -> None:
         """A resource is gone (removed, or found gone), or is left for good: ``outcome`` says
         which; it is no longer looked after."""
@@ -287,12 +300,12 @@ class Store:
         where = "" if process_id is None else " AND x.process_id = ?"
         rows = self.conn.execute(
             f"SELECT x.id, x.kind, x.path, x.within, x.keep, x.created_at, x.run_id, r.status, "
-            f"{_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
+            f"x.dev, x.ino, {_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
             f"LEFT JOIN runs r ON r.id = x.run_id WHERE x.removed_at IS NULL{where} "
             f"ORDER BY x.id", () if process_id is None else (process_id,)).fetchall()
         return [ResourceRecord(id=r[0], kind=r[1], path=r[2], within=r[3], keep=bool(r[4]),
-                               created_at=r[5], run_id=r[6], run_status=r[7],
-                               process=_process(r[8:])) for r in rows]
+                               created_at=r[5], run_id=r[6], run_status=r[7], dev=r[8],
+                               ino=r[9], process=_process(r[10:])) for r in rows]
 
     def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
         """The runs marked running, each with its owner (None: an older iomatrix ran it)."""
@@ -497,18 +510,26 @@ def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
 
 
 _PROCESS = ("p.id, p.pid, p.host, p.boot_id, p.start_ticks, p.uid, p.lock_path, p.started_at, "
-            "p.ended_at")
+            "p.ended_at, p.lock_dev, p.lock_ino")
 
 
 def _process(row: Any) -> ProcessRecord:
     return ProcessRecord(id=row[0], pid=row[1], host=row[2], boot_id=row[3], start_ticks=row[4],
-                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8])
+                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8],
+                         lock_dev=row[9], lock_ino=row[10])
 
 
 def identity(process: ProcessRecord) -> Identity:
     """A recorded process as ``iomatrix.core.owner`` names processes."""
     return Identity(pid=process.pid, host=process.host, boot_id=process.boot_id,
                     start_ticks=process.start_ticks, uid=process.uid)
+
+
+def lock_of(process: ProcessRecord) -> LockFile | None:
+    """The lock file the process made, as recorded; None when it did not record one."""
+    if process.lock_dev is None or process.lock_ino is None or not process.lock_path:
+        return None
+    return LockFile(process.lock_path, process.lock_dev, process.lock_ino, process.uid)
 
 
 class _Transaction:

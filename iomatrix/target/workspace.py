@@ -5,6 +5,14 @@ iomatrix writes to what it measures. A block device is used only when the suite 
 can be opened exclusively. A directory gets a private subdirectory that is removed at the end
 unless the user asks to keep it.
 
+A target directory is used only when nobody but root (or iomatrix's user) controls it or a
+directory above it (``iomatrix.core.dirs``): another user could otherwise swap a directory
+during the run and have root write an image's data through a symlink. Missing directories are
+made 0700; the private directory is made exclusively and held open, and each image is created in
+it relative to that descriptor (``O_EXCL``, ``O_NOFOLLOW``), qemu-img writing it through the
+descriptor. The programs that open an image by its path later (fio, QEMU, ioping) are checked
+before and after (``verify``): the path must still name the file iomatrix made.
+
 Everything is checked (``check``) before anything is created (``create``), so that a refusal
 leaves nothing behind, not even a stored run. ``create`` names each directory to its ``record``
 callback before making it: a process killed at any moment leaves nothing unrecorded, and what
@@ -20,9 +28,10 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
-
-from iomatrix.core.errors import NotEnoughSpace, TargetError
+from iomatrix.core.dirs import Walked, make_private, same_file, walk, write_marker
+from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
@@ -37,7 +46,16 @@ RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 PREFIX = "iomatrix-"
 """The name of every image directory iomatrix creates in a target directory begins so."""
 
-Recorder = Callable[[str, Path, Path], None]
+class Recorded(NamedTuple):
+    """What a ``Recorder`` gives back for a directory about to be made."""
+
+    marker: str
+    """The text of the marker to write in it (``core.dirs.MARKER``), for a private directory."""
+    made: Callable[[os.stat_result], None]
+    """To call with the directory's status once it is made (its device and inode recorded)."""
+
+
+Recorder = Callable[[str, Path, Path], Recorded]
 """Called with (kind, path, the directory it is created in) just before a directory is
 created: kind "parent" for a target directory (or a parent of it) that did not exist, kind
 "workspace" for the run's private image directory."""
@@ -75,6 +93,11 @@ class Workspace:
         self._images: dict[tuple[str, str], Image] = {}
         self.preconditioned: set[Path] = set()
         self.directory: Path | None = None
+        """The run's private directory once created (its real path)."""
+        self._fd: int | None = None
+        """The private directory, held open: images are created relative to it."""
+        self._made: dict[Path, os.stat_result] = {}
+        """Each image created, as it was made (``verify``)."""
         self._created_parent: Path | None = None
         self.device_size: int | None = None
         self.notes: list[str] = []
@@ -119,9 +142,9 @@ class Workspace:
                       *page_cache_notes(self.target, configs, self.image_size,
                                         memory_total(self._proc / "meminfo"))]
         parent = self.target.directory
-        existing = nearest_existing(parent)
-        if not existing.is_dir():
-            raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
+        walked = _walk(parent)
+        os.close(walked.fd)
+        existing = walked.real
         if not _writable(existing):
             raise TargetError(f"[target] directory {parent}: {existing} is not writable "
                               "(read-only, or not ours)")
@@ -142,72 +165,101 @@ class Workspace:
         return self
 
     def create(self) -> "Workspace":
-        """Create the target directory if need be, and the run's private directory in it
-        (nothing on a device). Each is named to ``record`` before it is made."""
+        """Create the target directory if need be (mode 0700), and the run's private directory
+        in it (nothing on a device). Each is named to ``record`` before it is made."""
         if self.target.device is not None:
             return self
         parent = self.target.directory
         assert parent is not None
-        existing = nearest_existing(parent)
-        if existing != parent:
-            missing = [p for p in [parent, *parent.parents] if not p.exists()]
-            for level in reversed(missing):
-                self._record("parent", level)
+        walked = _walk(parent)
+        fd, level = walked.fd, walked.real
+        try:
+            for name in walked.missing:
+                level = level / name
+                made = self._record("parent", level)
                 try:
-                    level.mkdir()
-                except FileExistsError:
-                    pass
+                    inner, created = make_private(fd, level.parent, name, reuse=True)
+                except UnsafeDirectory as exc:      # another user made it first
+                    raise UnsafeDirectory(f"[target] directory {parent}: {exc}") from exc
                 except OSError as exc:
-                    raise TargetError(f"[target] directory {parent}: cannot create: "
+                    raise TargetError(f"[target] directory {parent}: cannot create {level}: "
                                       f"{exc.strerror}") from exc
-            self._created_parent = missing[-1]
+                os.close(fd)
+                fd = inner
+                if created:
+                    if made is not None:
+                        made.made(os.fstat(fd))
+                    self._created_parent = self._created_parent or level
+            self._fd = self._private(fd, level, parent)
+        finally:
+            os.close(fd)
+        return self
+
+    @property
+    def directory_fd(self) -> int:
+        """The private directory, held open (``O_PATH``): create files in it relative to it."""
+        assert self._fd is not None, "Workspace.create() first"
+        return self._fd
+
+    def _private(self, fd: int, level: Path, parent: Path) -> int:
+        """Make the run's private directory in ``level`` (open as ``fd``), marked as the
+        recorder says; its descriptor."""
         for _ in range(100):
-            directory = parent / f"{PREFIX}{secrets.token_hex(4)}"
-            self._record("workspace", directory)
+            directory = level / f"{PREFIX}{secrets.token_hex(4)}"
+            made = self._record("workspace", directory)
             try:
-                directory.mkdir(mode=0o700)
+                private, _ = make_private(fd, level, directory.name, reuse=False)
             except FileExistsError:
                 continue
             except OSError as exc:
                 raise TargetError(f"[target] directory {parent}: not writable: "
                                   f"{exc.strerror}") from exc
+            if made is not None:
+                write_marker(private, made.marker)
+                made.made(os.fstat(private))
             self.directory = directory
-            return self
+            return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
 
     def adopt(self, created: Iterable[str]) -> list[Path]:
         """Take on directories another iomatrix process created for this target and could not
-        remove (it was killed): ``created`` holds their real paths. The target directory, and
-        its parents in turn while they are in ``created``, are then removed at ``close`` when
-        empty, as if this workspace had created them. Returns the directories taken on."""
+        remove (it was killed, or it ended while other runs still used the target): ``created``
+        holds their real paths. The target directory, and its parents in turn while they are
+        in ``created``, are then removed at ``close`` when empty, as if this workspace had
+        created them. Returns the directories taken on."""
         if self.target.directory is None or self._created_parent is not None:
             return []
         wanted = set(created)
         taken: list[Path] = []
-        for level in [self.target.directory, *self.target.directory.parents]:
-            if not level.is_dir() or os.path.realpath(level) not in wanted:
+        real = Path(os.path.realpath(self.target.directory))
+        for level in [real, *real.parents]:
+            if not level.is_dir() or str(level) not in wanted:
                 break
             taken.append(level)
         if taken:
             self._created_parent = taken[-1]
         return taken
 
-    def _record(self, kind: str, path: Path) -> None:
-        if self.record is not None:
-            real = Path(os.path.realpath(path))
-            self.record(kind, real, real.parent)
+    def _record(self, kind: str, path: Path) -> Recorded | None:
+        if self.record is None:
+            return None
+        real = Path(os.path.realpath(path))
+        return self.record(kind, real, real.parent)
 
     def close(self) -> None:
         """Remove everything created, unless keep was asked for."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self.keep:
             return
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-        if self._created_parent is not None:
-            # only directories we created, and only while empty
+        if self._created_parent is not None and self.target.directory is not None:
+            # only directories we created (or took on), and only while empty
             with contextlib.suppress(OSError):
-                _rmdir_up(self.target.directory, self._created_parent)  # type: ignore[arg-type]
+                _rmdir_up(Path(os.path.realpath(self.target.directory)), self._created_parent)
 
     def storage_of(self, config: Configuration) -> Path:
         """What holds the configuration's images: the device, or the target directory (or its
@@ -243,17 +295,42 @@ class Workspace:
             image = Image(path=self.target.device, format="raw", preallocation="off",
                           size=self.size, is_device=True)
         else:
-            assert self.directory is not None, "Workspace.open() first"
+            assert self.directory is not None and self._fd is not None, "Workspace.open() first"
             fmt, prealloc, _ = spec
             suffix = f"-vm{index}" if index else ""
-            path = self.directory / (f"disk-{fmt}-{prealloc}{suffix}."
-                                     f"{'qcow2' if fmt == 'qcow2' else 'raw'}")
-            qemu_img = require("qemu-img")
-            run([qemu_img, "create", "-q", "-f", fmt, "-o", f"preallocation={prealloc}",
-                 str(path), str(self.size)], timeout=max(60.0, self.size / 50e6))
+            name = f"disk-{fmt}-{prealloc}{suffix}.{'qcow2' if fmt == 'qcow2' else 'raw'}"
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=self._fd)
+            try:
+                # qemu-img writes the file iomatrix just made, through the descriptor it inherits
+                run([require("qemu-img"), "create", "-q", "-f", fmt, "-o",
+                     f"preallocation={prealloc}", f"/proc/self/fd/{fd}", str(self.size)],
+                    timeout=max(60.0, self.size / 50e6), pass_fds=(fd,))
+                path = self.directory / name
+                self._made[path] = os.fstat(fd)
+            finally:
+                os.close(fd)
             image = Image(path=path, format=fmt, preallocation=prealloc, size=self.size)
         self._images[spec] = image
         return image
+
+    def verify(self, images: Iterable[Image]) -> None:
+        """Check that each image's path still names the file iomatrix made (programs open it by
+        path): a ``TargetError`` when something else is there now."""
+        for image in images:
+            made = self._made.get(image.path)
+            if made is None:
+                continue
+            try:
+                now = os.lstat(image.path)
+            except OSError as exc:
+                raise TargetError(f"the image {image.path} is gone ({exc.strerror}): something "
+                                  "else changed the run's private directory") from exc
+            if not stat.S_ISREG(now.st_mode) or not same_file(now, made):
+                raise TargetError(f"{image.path} is no longer the image iomatrix made (replaced "
+                                  "or moved): the run stops rather than write through it",
+                                  hint="make sure nobody but root can write to the target "
+                                       "directory or the directories above it")
 
 
 def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
@@ -344,6 +421,20 @@ def plan_lines(target: Target, configs: Iterable[Configuration], *,
         if free < need + MARGIN:
             line += " — the run will refuse: not enough space"
     return [line]
+
+
+def _walk(directory: Path) -> Walked:
+    """``core.dirs.walk`` of a target directory, its refusals worded for the target."""
+    try:
+        return walk(directory)
+    except UnsafeDirectory as exc:
+        raise UnsafeDirectory(f"[target] directory {directory}: {exc}") from exc
+    except NotADirectoryError as exc:
+        raise TargetError(f"[target] directory {directory}: {exc.filename} is not a "
+                          "directory") from exc
+    except OSError as exc:
+        raise TargetError(f"[target] directory {directory}: cannot reach it: "
+                          f"{exc.strerror}") from exc
 
 
 def _writable(directory: Path) -> bool:
