@@ -13,18 +13,18 @@ says so. One that is killed cannot; then ``reclaim`` removes them, from the next
 - the path still is what iomatrix created: its name (``iomatrix-run-*``, ``iomatrix-*``), in
   the directory it was created in, reached through directories nobody else controls
   (``iomatrix.core.dirs``), a directory and not a symlink, owned by the user iomatrix runs as,
-  who created it, with the device and inode recorded when it was made;
-- it carries iomatrix's marker (``core.dirs.MARKER``, naming the record's process and path),
-  which only iomatrix's user can have written there: a database that merely names a directory
-  (a crafted one, say) cannot have it removed. An empty directory without the marker (a run
-  killed between making it and marking it) is removed with ``rmdir``, when its inode is recorded;
+  who created it;
+- it carries iomatrix's marker (``core.dirs.MARKER``: for a scratch or image directory naming
+  the record's process and path, for a target directory its path), which only iomatrix's user
+  can have written there: a database that merely names a directory (a crafted one, say) cannot
+  have it removed, and one naming a live run's directory as a dead process's does not match;
 - nothing is mounted inside it once the FUSE exports a killed daemon left are detached and the
   filesystems a run made there (on loop devices over files inside it: ``iomatrix.target.
   targets``) are unmounted and their loop devices detached; and no process still has a file
   open in it (the killed run's children get SIGTERM when it dies: ``core.proc.orphan_guard``).
 
-A target directory that iomatrix created is only ever removed with ``rmdir``: when empty, and
-when its device and inode are the ones recorded."""
+A target directory that iomatrix created is only ever removed with ``rmdir``: when it holds
+nothing but its marker."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from iomatrix.core.dirs import MARKER, make_private, read_marker, walk, write_marker
+from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker, remove_empty,
+                                walk, write_marker)
 from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import HeldLock, Identity, liveness, this_process
@@ -51,7 +52,7 @@ from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity, lock_of
 from iomatrix.target import loops
 from iomatrix.target.targets import release_loops
-from iomatrix.target.workspace import PREFIX, Recorded
+from iomatrix.target.workspace import PREFIX
 
 SCRATCH_PREFIX = "iomatrix-run-"
 SCRATCH_MAX = 90
@@ -94,7 +95,7 @@ class RunProcess:
                                          f"sockets placed in it (over {SCRATCH_MAX} characters)",
                                          hint="set TMPDIR to a shorter directory, e.g. /tmp")
             self.id = self.store.register_process(self.me, str(path / LOCK_NAME))
-            made = self.record("scratch", path, tmp)
+            marker = self.record("scratch", path, tmp)
             try:
                 fd, _ = make_private(walked.fd, tmp, path.name, reuse=False)
             except OSError as exc:
@@ -104,21 +105,19 @@ class RunProcess:
         finally:
             os.close(walked.fd)
         try:
-            write_marker(fd, made.marker)
-            made.made(os.fstat(fd))
+            write_marker(fd, marker)
         finally:
             os.close(fd)
         self.scratch = path
         self._lock = HeldLock(path / LOCK_NAME)
         self.store.lock_made(self.id, self._lock.info)
 
-    def record(self, kind: str, path: Path, within: Path) -> Recorded:
+    def record(self, kind: str, path: Path, within: Path) -> str:
         """``iomatrix.target.workspace.Recorder``: a directory about to be created."""
         assert self.id is not None
-        resource = self.store.add_resource(self.id, kind, str(path), str(within),
-                                           run_id=self.run_id, keep=self.keep)
-        return Recorded(marker=marker_text(self.me, kind, str(path)),
-                        made=lambda info: self.store.resource_made(resource, info))
+        self.store.add_resource(self.id, kind, str(path), str(within), run_id=self.run_id,
+                                keep=self.keep)
+        return marker_text(self.me, kind, str(path))
 
     def close(self, *, failing: bool) -> None:
         """Remove the scratch directory (unless keep), settle what is gone, end the process's
@@ -220,7 +219,10 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
 
 def marker_text(owner: Identity, kind: str, path: str) -> str:
     """What iomatrix writes in the ``MARKER`` of a directory it made (``kind`` at ``path``) for
-    process ``owner``; ``reclaim`` removes the directory only while it still says so."""
+    process ``owner``; ``reclaim`` removes the directory only while it still says so. A target
+    directory's names no process: any run over it may remove it once it is empty."""
+    if kind == "parent":
+        return parent_marker(Path(path))
     return (f"made by iomatrix: {kind} {path}\nfor pid {owner.pid} started at tick "
             f"{owner.start_ticks} of boot {owner.boot_id} on {owner.host} as uid {owner.uid}\n")
 
@@ -268,26 +270,32 @@ def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Pat
                 others: list[ResourceRecord], going: set[str]) -> Reclaimed:
     path = Path(r.path)
     name = path.name
-    entries = [e for e in _listdir(parent_fd, name) if str(path / e) not in going]
+    marker = marker_text(identity(r.process), r.kind, r.path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=parent_fd)
+    except OSError as exc:
+        raise _Leave(f"cannot look inside it: {exc.strerror}") from exc
+    try:
+        entries = [e for e in os.listdir(fd) if str(path / e) not in going and e != MARKER]
+        marked = read_marker(fd) == marker
+    finally:
+        os.close(fd)
     if r.kind == "parent":
         inside = [o for o in others if o.within == r.path and os.path.lexists(o.path)
                   and o.path not in going]
         if inside or entries:
             raise _Leave("not empty")
+    if not marked:
+        raise _Leave(f"it does not carry iomatrix's marker ({MARKER}) for this record, so it "
+                     "may not be what iomatrix made (or iomatrix was stopped as it made it): "
+                     "remove it by hand if it is")
+    if r.kind == "parent":
         if dry_run:
             return Reclaimed(r, "would remove", "empty")
-        _rmdir(parent_fd, name)
-        return Reclaimed(r, "removed", "empty")
-    if read_marker(path) != marker_text(identity(r.process), r.kind, r.path):
-        if entries:
-            raise _Leave(f"it does not carry iomatrix's marker ({MARKER}) for this record, so "
-                         "it may not be what iomatrix made: remove it by hand if it is")
-        if r.dev is None:       # killed between mkdir and the marker: nothing proves it ours
-            raise _Leave("empty, but iomatrix was stopped before it could mark it as its own: "
-                         "remove it by hand if it is")
-        if dry_run:
-            return Reclaimed(r, "would remove", "empty")
-        _rmdir(parent_fd, name)
+        why = remove_empty(parent_fd, name, marker)
+        if why is not None:
+            raise _Leave(why)
         return Reclaimed(r, "removed", "empty")
     size = _size(path)
     made = loops.backed_in(path)            # filesystems a run made there (target.targets)
@@ -326,25 +334,6 @@ def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Pat
         + ([f"loop device(s) {', '.join(lo.device for lo in released)} detached"]
            if released else []))
     return Reclaimed(r, "removed", detail, size)
-
-
-def _listdir(parent_fd: int, name: str) -> list[str]:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=parent_fd)
-    except OSError as exc:
-        raise _Leave(f"cannot look inside it: {exc.strerror}") from exc
-    try:
-        return os.listdir(fd)
-    finally:
-        os.close(fd)
-
-
-def _rmdir(parent_fd: int, name: str) -> None:
-    try:
-        os.rmdir(name, dir_fd=parent_fd)
-    except OSError as exc:
-        raise _Leave(f"cannot remove: {exc.strerror}") from exc
 
 
 def _open_within(r: ResourceRecord) -> int:
@@ -389,12 +378,6 @@ def _check_made(r: ResourceRecord, parent_fd: int) -> None:
     if info.st_uid != uid or info.st_uid != r.process.uid:
         raise _Leave(f"owned by uid {info.st_uid}; iomatrix runs as uid {uid} and created it as "
                      f"uid {r.process.uid}")
-    if r.dev is not None and (info.st_dev, info.st_ino) != (r.dev, r.ino):
-        raise _Leave("it is another directory than the one iomatrix made (its device and inode "
-                     "differ from the record)")
-    if r.kind == "parent" and r.dev is None:
-        raise _Leave("iomatrix did not record which directory it made (stopped as it made "
-                     "it, or an older iomatrix): remove it by hand if it is empty and unused")
 
 
 USERS_WAIT = 5.0

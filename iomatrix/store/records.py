@@ -250,10 +250,6 @@ class ResourceRecord(Frozen):
     run_id: int | None
     run_status: str | None
     process: ProcessRecord
-    dev: int | None = None
-    ino: int | None = None
-    """The directory's device and inode, recorded once it was made (None: it was not made yet,
-    or the process was killed first, or an iomatrix older than schema 6 made it)."""
 
 
 class RetiredTrial(Frozen):

@@ -275,13 +275,6 @@ class Store:
         assert rid is not None
         return rid
 
-    def resource_made(self, resource_id: int, info: os.stat_result) -> None:
-        """Record the device and inode of a directory now made (``add_resource`` recorded it
-        before)."""
-        with self._transaction():
-            self.conn.execute("UPDATE resources SET dev = ?, ino = ? WHERE id = ?",
-                              (info.st_dev, info.st_ino, resource_id))
-
     def settle_resource(self, resource_id: int, outcome: str) -> None:
         """A resource is gone (removed, or found gone), or is left for good: ``outcome`` says
         which; it is no longer looked after."""
@@ -300,12 +293,12 @@ class Store:
         where = "" if process_id is None else " AND x.process_id = ?"
         rows = self.conn.execute(
             f"SELECT x.id, x.kind, x.path, x.within, x.keep, x.created_at, x.run_id, r.status, "
-            f"x.dev, x.ino, {_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
+            f"{_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
             f"LEFT JOIN runs r ON r.id = x.run_id WHERE x.removed_at IS NULL{where} "
             f"ORDER BY x.id", () if process_id is None else (process_id,)).fetchall()
         return [ResourceRecord(id=r[0], kind=r[1], path=r[2], within=r[3], keep=bool(r[4]),
-                               created_at=r[5], run_id=r[6], run_status=r[7], dev=r[8],
-                               ino=r[9], process=_process(r[10:])) for r in rows]
+                               created_at=r[5], run_id=r[6], run_status=r[7],
+                               process=_process(r[8:])) for r in rows]
 
     def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
         """The runs marked running, each with its owner (None: an older iomatrix ran it)."""

@@ -13,9 +13,8 @@ History:
      file), the run's current owner, what each process created on disk (scratch directories,
      image directories, target directories) and whether it was removed; trial_history keeps a
      failed trial, whole, when --retry-failed measures it again
-  6  proof of what iomatrix made: the device and inode of each process's lock file and of each
-     directory it created, recorded once made (a lock or directory with another inode, or
-     without them, is not taken for iomatrix's: ``iomatrix.measure.reclaim``)
+  6  the device and inode of each process's lock file, recorded once made: a file planted
+     under its name is not its lock (``iomatrix.core.owner.LockFile``)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -187,8 +186,6 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE processes ADD COLUMN lock_dev INTEGER;
     ALTER TABLE processes ADD COLUMN lock_ino INTEGER;
-    ALTER TABLE resources ADD COLUMN dev INTEGER;
-    ALTER TABLE resources ADD COLUMN ino INTEGER;
     """,
 )
 

@@ -20,7 +20,6 @@ was recorded can be removed later (``iomatrix.measure.reclaim``)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
@@ -28,9 +27,8 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
-
-from iomatrix.core.dirs import Walked, make_private, same_file, walk, write_marker
+from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
+                                walk, write_marker)
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
@@ -46,19 +44,11 @@ RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 PREFIX = "iomatrix-"
 """The name of every image directory iomatrix creates in a target directory begins so."""
 
-class Recorded(NamedTuple):
-    """What a ``Recorder`` gives back for a directory about to be made."""
-
-    marker: str
-    """The text of the marker to write in it (``core.dirs.MARKER``), for a private directory."""
-    made: Callable[[os.stat_result], None]
-    """To call with the directory's status once it is made (its device and inode recorded)."""
-
-
-Recorder = Callable[[str, Path, Path], Recorded]
+Recorder = Callable[[str, Path, Path], str]
 """Called with (kind, path, the directory it is created in) just before a directory is
 created: kind "parent" for a target directory (or a parent of it) that did not exist, kind
-"workspace" for the run's private image directory."""
+"workspace" for the run's private image directory. It returns the marker to write in a
+private directory (``core.dirs.MARKER``); a target directory gets ``core.dirs.parent_marker``."""
 
 
 class Image(Frozen):
@@ -169,31 +159,40 @@ class Workspace:
         in it (nothing on a device). Each is named to ``record`` before it is made."""
         if self.target.device is not None:
             return self
-        parent = self.target.directory
-        assert parent is not None
+        assert self.target.directory is not None
+        for _ in range(3):
+            try:
+                self._fd = self._create(self.target.directory)
+                return self
+            except _Vanished:       # another run removed the (empty) target directory meanwhile
+                continue
+        raise TargetError(f"[target] directory {self.target.directory}: removed again and again "
+                          "as this run made its directory in it")
+
+    def _create(self, parent: Path) -> int:
         walked = _walk(parent)
         fd, level = walked.fd, walked.real
         try:
             for name in walked.missing:
                 level = level / name
-                made = self._record("parent", level)
+                self._record("parent", level)
                 try:
                     inner, created = make_private(fd, level.parent, name, reuse=True)
                 except UnsafeDirectory as exc:      # another user made it first
                     raise UnsafeDirectory(f"[target] directory {parent}: {exc}") from exc
+                except FileNotFoundError as exc:
+                    raise _Vanished() from exc
                 except OSError as exc:
                     raise TargetError(f"[target] directory {parent}: cannot create {level}: "
                                       f"{exc.strerror}") from exc
                 os.close(fd)
                 fd = inner
                 if created:
-                    if made is not None:
-                        made.made(os.fstat(fd))
+                    write_marker(fd, parent_marker(level))
                     self._created_parent = self._created_parent or level
-            self._fd = self._private(fd, level, parent)
+            return self._private(fd, level, parent)
         finally:
             os.close(fd)
-        return self
 
     @property
     def directory_fd(self) -> int:
@@ -206,17 +205,18 @@ class Workspace:
         recorder says; its descriptor."""
         for _ in range(100):
             directory = level / f"{PREFIX}{secrets.token_hex(4)}"
-            made = self._record("workspace", directory)
+            marker = self._record("workspace", directory)
             try:
                 private, _ = make_private(fd, level, directory.name, reuse=False)
             except FileExistsError:
                 continue
+            except FileNotFoundError as exc:
+                raise _Vanished() from exc
             except OSError as exc:
                 raise TargetError(f"[target] directory {parent}: not writable: "
                                   f"{exc.strerror}") from exc
-            if made is not None:
-                write_marker(private, made.marker)
-                made.made(os.fstat(private))
+            if marker is not None:
+                write_marker(private, marker)
             self.directory = directory
             return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
@@ -240,7 +240,7 @@ class Workspace:
             self._created_parent = taken[-1]
         return taken
 
-    def _record(self, kind: str, path: Path) -> Recorded | None:
+    def _record(self, kind: str, path: Path) -> str | None:
         if self.record is None:
             return None
         real = Path(os.path.realpath(path))
@@ -257,9 +257,8 @@ class Workspace:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
         if self._created_parent is not None and self.target.directory is not None:
-            # only directories we created (or took on), and only while empty
-            with contextlib.suppress(OSError):
-                _rmdir_up(Path(os.path.realpath(self.target.directory)), self._created_parent)
+            # only directories we created (or took on), and only while empty but for the marker
+            _remove_up(Path(os.path.realpath(self.target.directory)), self._created_parent)
 
     def storage_of(self, config: Configuration) -> Path:
         """What holds the configuration's images: the device, or the target directory (or its
@@ -331,6 +330,10 @@ class Workspace:
                                   "or moved): the run stops rather than write through it",
                                   hint="make sure nobody but root can write to the target "
                                        "directory or the directories above it")
+
+
+class _Vanished(Exception):
+    """The directory held open was removed (an empty target directory, by another run)."""
 
 
 def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
@@ -461,11 +464,21 @@ def images_footprint(specs: Iterable[tuple[str, str, int]], size: int) -> int:
     return sum(_footprint(size, fmt) for fmt, _, _ in specs)
 
 
-def _rmdir_up(path: Path, stop_at: Path) -> None:
-    """rmdir ``path`` and its parents up to ``stop_at`` while they are empty."""
+def _remove_up(path: Path, stop_at: Path) -> None:
+    """Remove ``path`` and its parents up to ``stop_at`` while they hold nothing but the marker
+    iomatrix wrote when it made them (``core.dirs.remove_empty``)."""
     current = path
-    while True:
-        current.rmdir()
+    while current != current.parent:
+        try:
+            walked = walk(current.parent)
+        except (OSError, TargetError):
+            return
+        try:
+            if walked.missing or remove_empty(walked.fd, current.name,
+                                              parent_marker(current)) is not None:
+                return
+        finally:
+            os.close(walked.fd)
         if current == stop_at:
             return
         current = current.parent

@@ -1,0 +1,274 @@
+"""Issue 20: root's runs against an unprivileged local user, tried for real.
+
+The tests make a user of their own (``useradd``, removed afterwards) and run the attacks as
+that user (``setpriv``) against real root runs, on a shared area of the system's temporary
+directory that both can reach: a root-only "secret" file stands for what the user wants root to
+overwrite. Each attack must be refused, or harmless: the secret unchanged, the run complete or
+refused in one line.
+
+1. a target directory the user owns (or a directory above it, or a ``/var/tmp/iomatrix`` the
+   user made first in a sticky directory): refused before anything is made, while the user
+   renames directories and plants symlinks under the images' names in a loop (F1);
+   the same loop against a run in a sticky directory (as ``/var/tmp``), during the whole run,
+   trials and the gaps between them, on the target's own filesystem and on one iomatrix makes;
+2. a lock the user plants where a killed run's lock was: the run is not kept alive by it;
+4. a database that names the user's choice of directories: ``clean`` removes none of them;
+6. a killed run's children (qemu-img) die with it, and ``clean`` frees what they wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from iomatrix.cli.status import ExitStatus
+from iomatrix.core.mounts import mount_of
+from iomatrix.store import Store
+from iomatrix.suite import load_suite
+from iomatrix.target.targets import plan_targets
+from tests.conftest import cli_result, our_processes, write_suite
+
+IOMATRIX = [sys.executable, "-m", "iomatrix"]
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+"""The attacker's interpreter: one every user may run (this test's may be in root's home)."""
+SHARED = Path(tempfile.gettempdir())
+"""Where the shared area goes: the system's temporary directory, which every user reaches."""
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
+    or SYSTEM_PYTHON is None,
+    reason="needs root, useradd, userdel, setpriv and a system python3 (a user of its own)")
+
+HOST = """
+[[workloads]]
+rw = ["randwrite", "randread"]
+bs = "4k"
+iodepth = 4
+[method]
+mode = "host"
+samples = 1
+seed = 5
+ramp = 0
+runtime = "500ms"
+"""
+
+
+class User(NamedTuple):
+    name: str
+    uid: int
+    gid: int
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[User]:
+    """A user made for these tests, with no home and no shell; removed afterwards."""
+    name = f"iomx-adv-{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        yield User(name, entry.pw_uid, entry.pw_gid)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+        subprocess.run(["groupdel", name], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def arena(no_leftovers: None) -> Iterator[Path]:
+    """A directory both root and the attacker reach (mode 0755, root's), with ``sticky`` in it
+    (mode 1777, as /var/tmp) and ``secret``: 1 MiB only root may read or write."""
+    area = Path(tempfile.mkdtemp(prefix="iomatrix-arena-", dir=SHARED))
+    try:
+        area.chmod(0o755)
+        (area / "sticky").mkdir()
+        (area / "sticky").chmod(0o1777)
+        secret = area / "secret"
+        secret.write_bytes(secrets.token_bytes(1 << 20))
+        secret.chmod(0o600)
+        yield area
+    finally:
+        shutil.rmtree(area, ignore_errors=True)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def as_user(user: User, code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` (Python) as ``user``, with ``args``; it dies with this process."""
+    return subprocess.Popen(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
+                             "--clear-groups", "--pdeathsig", "KILL", "--", str(SYSTEM_PYTHON),
+                             "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
+
+
+SWAPPER = r'''
+import json, os, sys, time
+target, secret, stop = sys.argv[1:4]
+precreate = sys.argv[4] == "precreate"
+names = ["disk-raw-off.raw", "disk-raw-off.raw.tmp", "ext4.img"]
+counts = {}
+def attempt(op, fn, *args):
+    try:
+        fn(*args)
+    except OSError:
+        counts[op + " refused"] = counts.get(op + " refused", 0) + 1
+        return False
+    counts[op + " done"] = counts.get(op + " done", 0) + 1
+    return True
+def plant(directory):
+    for name in names:
+        attempt("plant symlink", os.symlink, secret, os.path.join(directory, name))
+n = 0
+while not os.path.exists(stop):
+    n += 1
+    # F1: the target directory away, one of ours in its place, symlinks under the images' names
+    if os.path.lexists(target):
+        attempt("rename target", os.rename, target, f"{target}.{n}")
+    if precreate or os.path.lexists(f"{target}.{n}"):
+        if attempt("make target", os.mkdir, target):
+            os.chmod(target, 0o777)
+    try:
+        entries = os.listdir(target)
+    except OSError:
+        counts["list target refused"] = counts.get("list target refused", 0) + 1
+        entries = []
+    for entry in entries:
+        path = os.path.join(target, entry)
+        if entry.startswith("iomatrix-") and "." not in entry:
+            if attempt("rename private", os.rename, path, f"{path}.{n}"):
+                attempt("make private", os.mkdir, path)
+            plant(path)
+    time.sleep(0.002)
+print(json.dumps(counts))
+'''
+
+
+class Swapper:
+    """The F1 attacker, in a loop until stopped: its counts of what it tried."""
+
+    def __init__(self, user: User, target: Path, secret: Path, *, precreate: bool) -> None:
+        self._stop = target.parent / f".stop-{secrets.token_hex(4)}"
+        self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop),
+                            "precreate" if precreate else "wait")
+
+    def stop(self) -> dict[str, int]:
+        self._stop.touch()
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return json.loads(out)
+
+
+def run(*args: str, tmpdir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*IOMATRIX, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": str(tmpdir)})
+
+
+def stored_runs(db: Path) -> list[int]:
+    if not db.exists():
+        return []
+    with Store(db, readonly=True) as store:
+        return [r.id for r in store.list_runs()]
+
+
+# -- 1. directories the user controls ------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["owns the target", "owns a directory above it",
+                                   "made it first in a sticky directory"])
+def test_a_target_another_user_controls_is_refused_while_they_swap_it(
+        tmp_path: Path, arena: Path, attacker: User, where: str) -> None:
+    secret = arena / "secret"
+    before = digest(secret)
+    if where == "owns the target":
+        target = arena / "theirs"
+        target.mkdir()
+        os.chown(target, attacker.uid, attacker.gid)
+        shown = target
+    elif where == "owns a directory above it":
+        home = arena / "home"
+        home.mkdir()
+        os.chown(home, attacker.uid, attacker.gid)
+        target = home / "bench"          # root's own, below the user's: the user may rename it
+        target.mkdir()
+        shown = home
+    else:
+        target = arena / "sticky" / "iomatrix"      # as /var/tmp/iomatrix, made by the user
+        shown = target
+    swapper = Swapper(attacker, target, secret, precreate=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not target.is_dir():                 # the user's loop is at work (or made it)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        suite = write_suite(tmp_path, HOST, size="16MiB", target=target)
+        db = tmp_path / "r.db"
+        done = run("run", str(suite), "--db", str(db), tmpdir=tmp_path)
+    finally:
+        counts = swapper.stop()
+    assert done.returncode == ExitStatus.TARGET, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(f"iomatrix: [target] directory {target}: {shown} is owned by "
+                               f"{attacker.name} (uid {attacker.uid}), not root"), lines
+    assert lines[1].startswith("iomatrix: hint: use a directory that only root (or you) can "
+                               "write to") and len(lines) == 2
+    assert stored_runs(db) == []
+    assert digest(secret) == before
+    assert sum(counts.values()) > 0                         # the loop was at work throughout
+    left = [p for p in arena.rglob("iomatrix-*") if p.owner() == "root"]
+    assert left == []                                       # root made nothing there
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["own filesystem", "made filesystem"])
+def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
+        tmp_path: Path, arena: Path, attacker: User, made: bool) -> None:
+    """F1 during a real run: the run makes its directory in a sticky directory (as /var/tmp) and
+    measures, while the user tries to swap it for one of theirs, in a loop, all along; also with
+    the images on a filesystem iomatrix makes there (mkfs, losetup, mount)."""
+    secret = arena / "secret"
+    before = digest(secret)
+    target = arena / "sticky" / "iomatrix"
+    body = HOST
+    if made:
+        own = mount_of(arena)
+        other = "ext4" if own is not None and own.fstype == "xfs" else "xfs"
+        body = f'filesystems = ["{other}"]\n' + HOST
+    suite = write_suite(tmp_path, body, size="16MiB", target=target)
+    if made and (problem := plan_targets(load_suite(suite))[0].problem):
+        pytest.skip(f"this host cannot make {other} on a loop device: {problem}")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 60
+    while not list(target.glob("iomatrix-*")) if target.exists() else True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    swapper = Swapper(attacker, target, secret, precreate=False)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        counts = swapper.stop()
+    assert proc.returncode == 0, err
+    assert "2 trials ok, 0 failed" in out
+    assert digest(secret) == before
+    assert counts.get("rename target refused", 0) > 0, counts
+    assert not any(k.endswith(" done") for k in counts), counts
+    assert not target.exists()                     # made by the run, removed by it
