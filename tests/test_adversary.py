@@ -37,6 +37,7 @@ import pytest
 
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.mounts import mount_of
+from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.target.targets import plan_targets
@@ -272,3 +273,165 @@ def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
     assert counts.get("rename target refused", 0) > 0, counts
     assert not any(k.endswith(" done") for k in counts), counts
     assert not target.exists()                     # made by the run, removed by it
+
+
+# -- 2. a lock planted where a killed run's was ---------------------------------------------------
+
+HOLDER = r'''
+import fcntl, os, sys, time
+directory = sys.argv[1]
+os.mkdir(directory, 0o700)
+fd = os.open(os.path.join(directory, "owner.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+'''
+
+
+def trials(db: Path) -> int:
+    try:
+        with Store(db, readonly=True) as store:
+            return len(store.load_run(1).trials)
+    except Exception:             # not stored yet
+        return 0
+
+
+def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
+                                                attacker: User) -> None:
+    """The run's scratch directory is in a sticky $TMPDIR (as /tmp); the run is killed, its
+    scratch directory removed (as a cleaner of /tmp would), and the user makes one of that name
+    and holds a flock on an owner.lock in it."""
+    shared_tmp = arena / "sticky"
+    suite = write_suite(tmp_path, HOST.replace('"500ms"', '"2s"'), size="16MiB")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(shared_tmp)})
+    deadline = time.monotonic() + 120
+    while trials(db) < 1:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=30)
+    [scratch] = shared_tmp.glob("iomatrix-run-*")
+    shutil.rmtree(scratch)
+    holder = as_user(attacker, HOLDER, str(scratch))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        listing = cli_result("runs", "--db", str(db))
+        assert "stopped (process gone; --resume)" in listing.stdout, listing.stdout
+        dry = cli_result("clean", "--db", str(db), "--dry-run")
+        assert "in use by a live iomatrix" not in dry.stdout, dry.stdout
+        assert f"left scratch {scratch} " in dry.stdout and "owned by uid" in dry.stdout
+        resumed = run("run", "--resume", "1", "--db", str(db), tmpdir=shared_tmp)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "which is gone: this process takes it over" in resumed.stderr
+        assert "2 trials ok" in resumed.stdout or "1 trials ok" in resumed.stdout
+        assert (scratch / "owner.lock").exists()           # the user's: left alone
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+    assert not list((tmp_path / "target").glob("iomatrix-*"))
+
+
+# -- 4. a database that names directories ---------------------------------------------------------
+
+def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, arena: Path,
+                                                                 attacker: User) -> None:
+    """The user hands root a database of a dead process that names root's directories as what
+    it made: a folder of reports with the name iomatrix gives its own, and an empty one."""
+    data = arena / "data"
+    reports = data / "iomatrix-reports"
+    reports.mkdir(parents=True)
+    (reports / "index.html").write_text("root's report")
+    empty = arena / "empty"                  # as /run/sshd: empty, and needed
+    empty.mkdir()
+    crafted = arena / "crafted.db"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with Store(crafted) as store:
+        dead = store.register_process(this_process()._replace(pid=gone.pid), "")
+        store.add_resource(dead, "workspace", str(reports), str(data))
+        store.add_resource(dead, "scratch", str(data / "iomatrix-run-reports"), str(data))
+        store.add_resource(dead, "parent", str(empty), str(arena))
+    (data / "iomatrix-run-reports").mkdir()
+    (data / "iomatrix-run-reports" / "keep.txt").write_text("root's")
+    os.chown(crafted, attacker.uid, attacker.gid)
+    cleaned = cli_result("clean", "--db", str(crafted))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cleaned.stdout.endswith("removed 0 (0.0 MiB), left 3\n"), cleaned.stdout
+    assert cleaned.stdout.count("does not carry iomatrix's marker") == 3, cleaned.stdout
+    assert (reports / "index.html").read_text() == "root's report"
+    assert (data / "iomatrix-run-reports" / "keep.txt").exists() and empty.is_dir()
+
+
+# -- 6. a killed run's children ---------------------------------------------------------------------
+
+def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """qemu-img preallocating a large image when the run is killed: it gets SIGTERM from the
+    kernel (setpriv --pdeathsig), and clean removes what it wrote, with no process left
+    writing a deleted file."""
+    size = 4 << 30
+    if shutil.disk_usage(tmp_path).free < size + (1 << 30):
+        pytest.skip("needs 5 GiB free under the temporary directory")
+    body = HOST.replace('mode = "host"', 'mode = "blocklayer"') + (
+        '[matrix]\naio = "threads"\ncache = "none"\nformat = "raw"\npreallocation = "full"\n')
+    suite = write_suite(tmp_path, body, size="4GiB")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    child = None
+    while child is None:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "qemu-img was not seen running"
+        child = next((pid for pid in _children(proc.pid) if _comm(pid) == "qemu-img"), None)
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while _comm(child) == "qemu-img":          # gone (or a zombie's name no more)
+        assert time.monotonic() < deadline, "qemu-img outlived the run it belonged to"
+        time.sleep(0.05)
+    cleaned = cli_result("clean", "--db", str(db))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed images" in cleaned.stdout and cleaned.stdout.endswith(", left 0\n")
+    assert not list((tmp_path / "target").glob("iomatrix-*"))
+    assert _open_inside(tmp_path) == []
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return "" if stat[stat.rindex(")") + 2] == "Z" else stat[stat.index("(") + 1:stat.rindex(")")]
+
+
+def _open_inside(directory: Path) -> list[str]:
+    """Files under ``directory`` (deleted ones too) that some process holds open."""
+    inside = str(directory) + "/"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            link = os.readlink(entry)
+        except OSError:
+            continue
+        if link.startswith(inside):
+            found.append(f"{entry}: {link}")
+    return found

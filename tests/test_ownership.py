@@ -675,3 +675,40 @@ def test_runs_tells_a_killed_run_from_one_being_measured(tmp_path: Path) -> None
     rows = {line.split()[0]: line for line in listing.splitlines()[1:]}
     assert "stopped (process gone; --resume)" in rows[str(killed)]
     assert "running" in rows[str(live)] and "process gone" not in rows[str(live)]
+
+
+@pytest.mark.slow
+def test_clean_dry_run_counts_what_clean_removes(tmp_path: Path, no_leftovers: None) -> None:
+    """A killed run over a target directory it made leaves three: its scratch directory, its
+    images and the target directory, which is empty once the images are gone."""
+    suite = host_suite(tmp_path)
+    db = tmp_path / "r.db"
+    kill_9_mid_run(tmp_path, suite, db)
+    dry = cli("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove target directory {tmp_path / 'target'} " in dry.stdout, dry.stdout
+    assert dry.stdout.splitlines()[-1].startswith("would remove 3 (")
+    assert dry.stdout.splitlines()[-1].endswith("leave 0; nothing removed (--dry-run)")
+    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cleaned.stdout.splitlines()[-1].startswith("removed 3 (")
+    assert cleaned.stdout.endswith(", left 0\n") and not (tmp_path / "target").exists()
+
+
+@pytest.mark.slow
+def test_concurrent_runs_over_a_new_target_leave_no_directory(tmp_path: Path,
+                                                              no_leftovers: None) -> None:
+    """Four runs at once over a target directory none of them finds: one makes it, each makes
+    its own directory in it, and whichever ends last removes it, with or without a database in
+    common."""
+    suite = host_suite(tmp_path)
+    procs = [subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(tmp_path / db)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for db in ("shared.db", "shared.db", "own-1.db", "own-2.db")]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert not (tmp_path / "target").exists() and leftovers(tmp_path) == []
+    with Store(tmp_path / "shared.db", readonly=True) as store:
+        assert store.open_resources() == []

@@ -133,10 +133,16 @@ class RunProcess:
                 _detach_fuse(self.scratch)
                 shutil.rmtree(self.scratch, ignore_errors=True)
             if self.id is not None:
-                for r in self.store.open_resources(self.id):
+                for r in self.store.open_resources():
+                    mine = r.process.id == self.id
+                    if not mine and (r.kind != "parent" or r.process.ended_at is None):
+                        continue
+                    # a target directory another run made and ended in is removed by the last
+                    # run over it (``Workspace.close``), which settles its record
                     if not os.path.lexists(r.path):
-                        self.store.settle_resource(r.id, "removed")
-                    elif r.keep:
+                        self.store.settle_resource(r.id, "removed" if mine else
+                                                   f"gone (seen at the end of pid {self.me.pid})")
+                    elif r.keep and mine:
                         self.store.settle_resource(r.id, "kept (--keep)")
                 self.store.end_process(self.id)
         except Exception:
@@ -225,23 +231,6 @@ def marker_text(owner: Identity, kind: str, path: str) -> str:
         return parent_marker(Path(path))
     return (f"made by iomatrix: {kind} {path}\nfor pid {owner.pid} started at tick "
             f"{owner.start_ticks} of boot {owner.boot_id} on {owner.host} as uid {owner.uid}\n")
-
-
-def stale_parents(store: Store, *, me: int, live_too: bool = False) -> dict[str, int | None]:
-    """The target directories (and parents of them) that processes now dead or ended created
-    and did not remove: real path → resource id. A run over such a target takes them on
-    (``Workspace.adopt``, ``Store.adopt_resource``) and removes them at its end when empty.
-    With ``live_too``, also those of live processes, with None for the id: they stay theirs."""
-    myself = this_process()
-    found: dict[str, int | None] = {}
-    for r in store.open_resources():
-        if r.kind != "parent" or r.process.id == me or r.keep:
-            continue
-        gone = (r.process.ended_at is not None
-                or not liveness(identity(r.process), lock_of(r.process), me=myself)[0])
-        if gone or live_too:
-            found[r.path] = r.id if gone else None
-    return found
 
 
 class _Leave(Exception):

@@ -20,7 +20,7 @@ from iomatrix.fio.ioping import IopingTool, find_ioping, run_ioping, tool_note
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.fromvm import resolve_vm
 from iomatrix.measure.pvehost import detect_pve, on_host
-from iomatrix.measure.reclaim import RunProcess, describe, reclaim, run_process, stale_parents
+from iomatrix.measure.reclaim import describe, reclaim, run_process
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
@@ -123,7 +123,6 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if done_item.action == "removed":
                 progress.note(describe(done_item))
         workspace.record = me.record
-        _take_on_parents(store, me, workspace)
         drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         expansion = expansion.for_accel(accelerator)
@@ -168,12 +167,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry,
                              ioping=ioping)
             with workspace:
-                try:
-                    workspace.create()
-                    _late_notes(store, run_id, progress, notes, workspace.notes)
-                    runner.run(workspace, workdir, drivers)
-                finally:     # the last run over a target made for several removes it
-                    _take_on_parents(store, me, workspace, live_too=True)
+                workspace.create()
+                _late_notes(store, run_id, progress, notes, workspace.notes)
+                runner.run(workspace, workdir, drivers)
             status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -182,19 +178,6 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
-
-
-def _take_on_parents(store: Store, me: RunProcess, workspace: Workspace | TargetSet, *,
-                     live_too: bool = False) -> None:
-    """Have the workspace remove, when empty at its end, the target directories other iomatrix
-    processes made for it and did not remove; those of dead or ended processes become this
-    process's (``live_too``: a live one's stay its own, for it to settle)."""
-    assert me.id is not None
-    stale = stale_parents(store, me=me.id, live_too=live_too)
-    for level in workspace.adopt(stale):
-        resource = stale[os.path.realpath(level)]
-        if resource is not None:
-            store.adopt_resource(resource, me.id, me.run_id)
 
 
 def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
@@ -235,14 +218,17 @@ def _targets(suite: Suite, expansion: Expansion,
 
 
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
-    """What a run reclaims when it starts: scratch directories, and the image directories of
-    the run it resumes or of its target directories (``iomatrix clean`` reclaims everything)."""
+    """What a run reclaims when it starts: scratch directories, the image directories of the
+    run it resumes or of its target directories, and target directories made for it that are
+    left empty (``iomatrix clean`` reclaims everything)."""
     targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
                if t.directory is not None}
+    above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return r.kind == "scratch" or (r.kind == "workspace" and (
-            r.within in targets or (resume is not None and r.run_id == resume)))
+        return r.kind == "scratch" or (r.kind == "parent" and r.path in above) or (
+            r.kind == "workspace" and (r.within in targets
+                                       or (resume is not None and r.run_id == resume)))
     return wanted
 
 

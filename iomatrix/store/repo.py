@@ -282,12 +282,6 @@ class Store:
             self.conn.execute("UPDATE resources SET removed_at = ?, outcome = ? WHERE id = ?",
                               (now(), outcome, resource_id))
 
-    def adopt_resource(self, resource_id: int, process_id: int, run_id: int | None) -> None:
-        """A resource a dead process created becomes the process's, to remove at its end."""
-        with self._transaction():
-            self.conn.execute("UPDATE resources SET process_id = ?, run_id = ? WHERE id = ? "
-                              "AND removed_at IS NULL", (process_id, run_id, resource_id))
-
     def open_resources(self, process_id: int | None = None) -> list[ResourceRecord]:
         """What processes created and nobody has removed yet (of one process, or all)."""
         where = "" if process_id is None else " AND x.process_id = ?"

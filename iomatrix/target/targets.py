@@ -336,17 +336,11 @@ class TargetSet:
                                                    self._configs.get(plan.name, []))
         return self
 
-    def adopt(self, created: Iterable[str]) -> list[Path]:
-        """``Workspace.adopt`` for every target directory."""
-        created = list(created)
-        return [level for w in self._outer.values() for level in w.adopt(created)]
-
     def close(self) -> None:
         """Remove everything created (unless keep); unmount and detach the filesystems made
         (whatever keep says: with keep, their files stay, with the images inside)."""
         try:
-            # the first target to create a missing target directory removes it: last
-            for name, outer in reversed(self._outer.items()):
+            for name, outer in self._outer.items():
                 with contextlib.suppress(Exception):
                     if name in self._inner:
                         self._inner[name].close()

@@ -88,7 +88,6 @@ class Workspace:
         """The private directory, held open: images are created relative to it."""
         self._made: dict[Path, os.stat_result] = {}
         """Each image created, as it was made (``verify``)."""
-        self._created_parent: Path | None = None
         self.device_size: int | None = None
         self.notes: list[str] = []
         """Warnings found by ``check`` (see target_notes), for the run's notes."""
@@ -189,7 +188,6 @@ class Workspace:
                 fd = inner
                 if created:
                     write_marker(fd, parent_marker(level))
-                    self._created_parent = self._created_parent or level
             return self._private(fd, level, parent)
         finally:
             os.close(fd)
@@ -221,25 +219,6 @@ class Workspace:
             return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
 
-    def adopt(self, created: Iterable[str]) -> list[Path]:
-        """Take on directories another iomatrix process created for this target and could not
-        remove (it was killed, or it ended while other runs still used the target): ``created``
-        holds their real paths. The target directory, and its parents in turn while they are
-        in ``created``, are then removed at ``close`` when empty, as if this workspace had
-        created them. Returns the directories taken on."""
-        if self.target.directory is None or self._created_parent is not None:
-            return []
-        wanted = set(created)
-        taken: list[Path] = []
-        real = Path(os.path.realpath(self.target.directory))
-        for level in [real, *real.parents]:
-            if not level.is_dir() or str(level) not in wanted:
-                break
-            taken.append(level)
-        if taken:
-            self._created_parent = taken[-1]
-        return taken
-
     def _record(self, kind: str, path: Path) -> str | None:
         if self.record is None:
             return None
@@ -256,9 +235,8 @@ class Workspace:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-        if self._created_parent is not None and self.target.directory is not None:
-            # only directories we created (or took on), and only while empty but for the marker
-            _remove_up(Path(os.path.realpath(self.target.directory)), self._created_parent)
+        if self.target.directory is not None:
+            _remove_up(Path(os.path.realpath(self.target.directory)))
 
     def storage_of(self, config: Configuration) -> Path:
         """What holds the configuration's images: the device, or the target directory (or its
@@ -464,9 +442,10 @@ def images_footprint(specs: Iterable[tuple[str, str, int]], size: int) -> int:
     return sum(_footprint(size, fmt) for fmt, _, _ in specs)
 
 
-def _remove_up(path: Path, stop_at: Path) -> None:
-    """Remove ``path`` and its parents up to ``stop_at`` while they hold nothing but the marker
-    iomatrix wrote when it made them (``core.dirs.remove_empty``)."""
+def _remove_up(path: Path) -> None:
+    """Remove ``path`` and its parents in turn while each holds nothing but the marker iomatrix
+    wrote when it made it (``core.dirs.remove_empty``), whichever run made it: the last run over
+    a target directory that several made removes it."""
     current = path
     while current != current.parent:
         try:
@@ -479,8 +458,6 @@ def _remove_up(path: Path, stop_at: Path) -> None:
                 return
         finally:
             os.close(walked.fd)
-        if current == stop_at:
-            return
         current = current.parent
 
 
