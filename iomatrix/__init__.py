@@ -23,6 +23,7 @@ _PUBLIC = {
     "run_suite": "iomatrix.measure.runner",
     "Store": "iomatrix.store",
     "StoredRun": "iomatrix.store.records",
+    "StoredSuite": "iomatrix.store.records",
     "TrialRecord": "iomatrix.store.records",
     "points": "iomatrix.analysis.points",
     "build_report_data": "iomatrix.report.data",

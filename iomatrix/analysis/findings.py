@@ -47,8 +47,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import ValidationError
-
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.pagecache import from_ram_by_level
@@ -146,17 +144,15 @@ class RunFindings(Frozen):
 def claims_of(run: StoredRun) -> tuple[tuple[Finding, ...], str]:
     """The run's claims and where they came from: its suite text's [[finding]] tables, else (a
     run of a built-in suite stored without them) the built-in suite's; none for other runs."""
-    tables = run.suite_settings.findings
-    if tables:
-        try:
-            return tuple(Finding.model_validate(t) for t in tables), "the run's suite"
-        except ValidationError as exc:
-            raise AnalysisError(f"run {run.id}: a [[finding]] table of its suite is invalid: "
-                                f"{exc.errors()[0]['msg']}") from None
-    if run.suite_source.startswith("builtin:"):
+    if run.suite.findings_problem is not None:
+        raise AnalysisError(f"run {run.id}: a [[finding]] table of its suite is invalid: "
+                            f"{run.suite.findings_problem}")
+    if run.suite.findings:
+        return run.suite.findings, "the run's suite"
+    name = run.suite.builtin
+    if name is not None:
         from iomatrix.suite.load import load_suite
 
-        name = run.suite_source.removeprefix("builtin:").split()[0]
         try:
             suite = load_suite(name)
         except SuiteError:

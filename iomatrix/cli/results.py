@@ -50,7 +50,7 @@ def show(
     workloads = {w.key: w.label for w in stored.workloads}
     where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
-    out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
+    out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.emulated:
         out.print(EMULATED)
@@ -195,7 +195,7 @@ def export(
                                  param_hint="--format")
     stored = load_run(db, run_ref)
     if format == "suite":
-        text = stored.suite_text
+        text = stored.suite.text
     else:
         text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:

@@ -119,7 +119,7 @@ def run(
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
     from iomatrix.measure.runner import run_suite
-    from iomatrix.suite import load_suite, load_suite_text
+    from iomatrix.suite import load_suite
 
     if accel not in (None, "auto", "kvm", "tcg"):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
@@ -146,7 +146,7 @@ def run(
         if stored.status == "complete" and not failed:
             raise SuiteError(f"run {stored.id} is complete and none of its trials failed: "
                              "nothing to retry")
-        loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
+        loaded = stored.suite.runnable()
         resume_id: int | None = stored.id
     else:
         from iomatrix.measure.fromvm import resolve_vm

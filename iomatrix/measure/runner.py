@@ -27,7 +27,7 @@ from iomatrix.core.proc import require
 from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
 from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, StoredRun,
-                                    TrialResult)
+                                    StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Configuration, Suite, Workload
@@ -135,8 +135,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
             notes = [*expansion.notes, *workspace.notes, *ioping_notes]
-            run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
-                                      suite_text=suite.source_text, host=host,
+            run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
                                       accelerator=accelerator, notes=notes,
                                       configs=expansion.configurations,
                                       workloads=expansion.workloads, seed=seed, owner=me.id)
