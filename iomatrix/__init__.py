@@ -20,6 +20,8 @@ _PUBLIC = {
     "load_suite_text": "iomatrix.suite",
     "builtin_suites": "iomatrix.suite",
     "expand": "iomatrix.suite",
+    "prepare": "iomatrix.measure.prepare",
+    "PreparedRun": "iomatrix.measure.prepare",
     "run_suite": "iomatrix.measure.runner",
     "Store": "iomatrix.store",
     "StoredRun": "iomatrix.store.records",
