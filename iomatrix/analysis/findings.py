@@ -55,7 +55,7 @@ from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
-from iomatrix.suite.model import Finding, baseline_key
+from iomatrix.suite.model import Finding
 
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
@@ -314,7 +314,7 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
         return _Raw(mode=mode, reason="this run has no bare-metal baseline (host mode)")
     if finding.axis is not None:
         configs = [c for c in configs if c.params.get(finding.axis) == finding.level]
-    configs = [c for c in configs if baseline_key(c.key) in hosts]
+    configs = [c for c in configs if str(c.identity.baseline) in hosts]
     wkeys = {w.key for w in workloads}
     paired: list[ConfigRecord] = []
     copies = []
@@ -324,7 +324,7 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
         paired.append(ConfigRecord(key=bare, label=_BARE, mode=c.mode,
                                    params={**c.params, "against": _BARE}))
         copies += [t.model_copy(update={"config_key": bare}) for t in run.trials
-                   if t.config_key == baseline_key(c.key) and t.workload_key in wkeys]
+                   if t.config_key == str(c.identity.baseline) and t.workload_key in wkeys]
     sub = _subrun(run, paired, workloads, copies)
     hold, fixed = _per(sub, finding)
     found = [g for g in gains(sub, "against", metric=finding.metric, reference=_BARE, by=(),

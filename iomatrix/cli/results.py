@@ -55,7 +55,7 @@ def show(
     if stored.emulated:
         out.print(EMULATED)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
-    bare = efficiency(found)
+    bare = efficiency(found, stored.configs)
     latency = run_latency(stored)
     iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
     p50_heading = p99.heading_for(latency).replace("p99", "p50")

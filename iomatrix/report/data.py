@@ -379,7 +379,7 @@ def build_report_data(run: "StoredRun") -> ReportData:
     config_index = {c.key: i for i, c in enumerate(configs)}
     workload_index = {w.key: i for i, w in enumerate(workloads)}
     target, source = _ci_target(run.suite.method)
-    eff = efficiency(pts)
+    eff = efficiency(pts, run.configs)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
         if trial.status == "ok":

@@ -13,7 +13,7 @@ from pydantic import (Field, SerializerFunctionWrapHandler, ValidationError, com
 from iomatrix.core.errors import IomatrixError, SuiteError
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.load import load_suite_text
-from iomatrix.suite.model import Finding, Method, Suite, method_of_vm
+from iomatrix.suite.model import ConfigKey, Finding, Method, Suite, method_of_vm
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
@@ -127,6 +127,11 @@ class ConfigRecord(Frozen):
     label: str
     mode: str
     params: dict[str, str]
+
+    @property
+    def identity(self) -> ConfigKey:
+        """Its key, typed: as stored, ``str(identity) == key``."""
+        return ConfigKey(mode=self.mode, params=tuple(self.params.items()))
 
 
 class WorkloadRecord(Frozen):
