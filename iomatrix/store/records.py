@@ -239,7 +239,7 @@ def _parse(text: str, source: str) -> dict[str, Any]:
         suite, problem = None, str(exc)
     try:
         tables = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return {"suite": None, "problem": problem, "method_problem": problem}
 
     def table(name: str) -> dict[str, Any]:
