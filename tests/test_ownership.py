@@ -29,7 +29,7 @@ from iomatrix.measure import reclaim as reclaim_module
 from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
-from iomatrix.store.records import TrialResult
+from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.target import workspace as workspace_module
@@ -105,7 +105,7 @@ WORKLOAD = Workload(rw="randread", bs=4096, iodepth=1)
 
 
 def new_run(store: Store, owner: int | None = None) -> int:
-    return store.create_run(suite_name="t", suite_source="t.toml", suite_text="", host={},
+    return store.create_run(suite=StoredSuite(name="t", source="t.toml", text=""), host={},
                             accelerator="none", notes=[], configs=[CONFIG],
                             workloads=[WORKLOAD], owner=owner)
 

@@ -240,7 +240,7 @@ precondition = false
     assert ("throttle-group" in trial.command) == (version == 9)
     said = f"platform: proxmox (PVE {version}, from pveversion)"
     assert any(n.startswith(said) for n in stored.notes) == (chosen_by == "pveversion")
-    assert stored.suite_settings.method["pve_version"] == version      # what --resume reads
+    assert stored.suite.written_method["pve_version"] == version      # what --resume reads
 
 
 def test_graph_export_node_matches_argv(tmp_path: Path) -> None:

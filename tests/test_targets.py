@@ -24,10 +24,10 @@ from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
-from iomatrix.suite import expand, load_suite, load_suite_text
-from iomatrix.suite.model import baseline_key
+from iomatrix.suite import Workload, expand, load_suite, load_suite_text
 from iomatrix.target import loops
 from iomatrix.target.targets import plan_targets
+from iomatrix.testing.synthetic import write_run
 from tests.conftest import cli, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -85,16 +85,17 @@ def test_every_configuration_is_measured_on_every_target_each_with_its_baseline(
     suite = load_suite(write_suite(tmp_path, 'filesystems = ["ext4", "xfs"]\n' + MATRIX
                                    + SHARED.format(runtime="1s") + "aa = true\n"))
     assert [t.name for t in suite.named_targets] == ["ext4", "xfs"]
-    keys = [c.key for c in expand(suite).configurations]
+    configs = expand(suite).configurations
+    keys = [c.key for c in configs]
     assert keys == [
         "host/target=ext4", "host/target=xfs",
         "blocklayer/target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off",
         "blocklayer/target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off"
         "/aa=twin",
         "blocklayer/target=xfs/aio=threads/iothread=off/cache=none/format=raw/preallocation=off"]
-    assert [baseline_key(k) for k in keys] == ["host/target=ext4", "host/target=xfs",
-                                               "host/target=ext4", "host/target=ext4",
-                                               "host/target=xfs"]
+    assert [str(c.identity.baseline) for c in configs] == [
+        "host/target=ext4", "host/target=xfs", "host/target=ext4", "host/target=ext4",
+        "host/target=xfs"]
     assert [c.label for c in expand(suite).configurations][::2] == [
         "host (bare metal) on ext4", "blocklayer threads/none/raw on ext4",
         "blocklayer threads/none/raw on xfs"]
@@ -109,6 +110,23 @@ def test_every_configuration_is_measured_on_every_target_each_with_its_baseline(
     scaled = load_suite(text, scale="q")
     again = load_suite_text(scaled.source_text)
     assert [(t.name, t.filesystem, t.size) for t in again.named_targets] == [("b", "btrfs", 4 << 20)]
+
+
+def test_a_configurations_typed_key_is_its_stored_key(tmp_path: Path) -> None:
+    """Nothing reads a key back into parts: the typed key (ConfigKey) writes the stored text,
+    and a stored record gives it back from its mode and parameters."""
+    suite = load_suite(write_suite(tmp_path, 'filesystems = ["ext4", "xfs"]\n' + MATRIX
+                                   + SHARED.format(runtime="1s") + "aa = true\n"))
+    configs = expand(suite).configurations
+    twin = configs[3]
+    assert twin.aa and twin.identity.target == "ext4" and twin.identity.settings == (
+        "target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off/aa=twin")
+    workload = Workload(rw="randread", bs=4096, iodepth=1)
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(write_run(store, list(configs), [workload], lambda c, w, i: None,
+                                       samples=1))
+    assert [str(c.identity) for c in run.configs] == [c.key for c in configs]
+    assert [c.identity for c in run.configs] == [c.identity for c in configs]
 
 
 @pytest.mark.parametrize("tables, expected", [
@@ -181,7 +199,7 @@ def test_a_run_over_two_targets_measures_each_against_its_own_baseline(
     assert any(f"target made: {other} made by iomatrix on a loop device" in n for n in run.notes)
     assert not any("refused direct I/O" in n for n in run.notes)
     found = {p.config_key: p for p in points(run)}
-    bare = efficiency(list(found.values()))
+    bare = efficiency(list(found.values()), run.configs)
     for name in ("own", "made"):
         config = f"blocklayer/target={name}/aio=threads/iothread=off/cache=none/format=raw/" \
                  "preallocation=off"

@@ -50,12 +50,12 @@ def show(
     workloads = {w.key: w.label for w in stored.workloads}
     where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
-    out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
+    out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.emulated:
         out.print(EMULATED)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
-    bare = efficiency(found)
+    bare = efficiency(found, stored.configs)
     latency = run_latency(stored)
     iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
     p50_heading = p99.heading_for(latency).replace("p99", "p50")
@@ -195,7 +195,7 @@ def export(
                                  param_hint="--format")
     stored = load_run(db, run_ref)
     if format == "suite":
-        text = stored.suite_text
+        text = stored.suite.text
     else:
         text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:

@@ -51,6 +51,7 @@ from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, 
 from iomatrix.analysis.points import only_configs
 from iomatrix.analysis.yourvm import VmGain, your_vm
 from iomatrix.telemetry.pagecache import RAM_SHARE
+from iomatrix.platform import proxmox as pve
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
                                          NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
                                          Platform, PlatformDefault, defaults)
@@ -240,7 +241,7 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     if not parts:
         warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
                         "a recommendation on; every parameter keeps the platform's default")
-    return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite_name,
+    return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite.name,
                           emulated=run.emulated, storage=storage, decisions=tuple(decisions),
                           config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes),
                           yours=_yours(run, config, decisions))
@@ -339,10 +340,11 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
     """Rule 9: (warnings, notes) on whether the measured block graph was ``platform``'s."""
     if platform == "qemu" or not parts:
         return [], []
-    method = run.suite_settings.method
-    measured = str(method.get("platform", "qemu"))
+    method = run.suite.method
+    measured = method.platform
     if measured == platform and "guest" in parts:
-        version = f", PVE {method.get('pve_version', 9)}" if platform == "proxmox" else ""
+        version = (f", PVE {method.pve_version or pve.DEFAULT_PVE_VERSION}"
+                   if platform == "proxmox" else "")
         note = (f"the guests were measured with {TITLES[platform]}'s own block graph and devices "
                 f'([method] platform = "{platform}"{version}): the findings transfer to it')
         if "blocklayer" in parts:

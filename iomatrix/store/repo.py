@@ -20,10 +20,9 @@ from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
-                                    TrialRecord, TrialResult, WorkloadRecord, suite_settings)
+                                    StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
-from iomatrix.core.units import parse_duration
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
 from iomatrix.telemetry.steady import SteadyState
@@ -121,18 +120,19 @@ class Store:
         return current_version(self.conn)
 
     # -- writing ---------------------------------------------------------------------------
-    def create_run(self, *, suite_name: str, suite_source: str, suite_text: str,
-                   host: Mapping[str, str], accelerator: str, notes: Iterable[str],
-                   configs: Iterable[Configuration], workloads: Iterable[Workload],
-                   seed: int | None = None, owner: int | None = None) -> int:
-        """A new run with its configurations and workloads; its id. ``owner`` (a process from
-        ``register_process``) owns it from the start, and its resources are the run's."""
+    def create_run(self, *, suite: StoredSuite, host: Mapping[str, str], accelerator: str,
+                   notes: Iterable[str], configs: Iterable[Configuration],
+                   workloads: Iterable[Workload], seed: int | None = None,
+                   owner: int | None = None) -> int:
+        """A new run of ``suite`` with its configurations and workloads; its id. ``owner`` (a
+        process from ``register_process``) owns it from the start, and its resources are the
+        run's."""
         with self._transaction():
             run_id = self.conn.execute(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
                 "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id) "
                 "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (suite_name, suite_source, suite_text, now(), json.dumps(dict(host)), accelerator,
+                (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
                  __version__, json.dumps(list(notes)), seed, owner)).lastrowid
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
@@ -336,6 +336,7 @@ class Store:
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.path}: no run {run_id}")
+        suite = StoredSuite(name=row[1], source=row[2], text=row[3])
         configs = tuple(
             ConfigRecord(key=r[0], label=r[1], mode=r[2], params=json.loads(r[3]))
             for r in self.conn.execute("SELECT key, label, mode, params_json FROM configurations "
@@ -347,13 +348,12 @@ class Store:
                                        "options_json FROM workloads WHERE run_id = ? ORDER BY id",
                                        (run_id,)))
         trials = self._with_device_shares(run_id, self._trials("t.run_id = ?", run_id),
-                                          ramp_s=_ramp(row[3]),
+                                          ramp_s=suite.method.ramp,
                                           fallback=stored_device(json.loads(row[9])))
-        return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
-                         created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
-                         iomatrix_version=row[8], host=json.loads(row[9]),
-                         notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
-                         workloads=workloads, trials=trials)
+        return StoredRun(id=row[0], suite=suite, created_at=row[4], finished_at=row[5],
+                         status=row[6], accelerator=row[7], iomatrix_version=row[8],
+                         host=json.loads(row[9]), notes=tuple(json.loads(row[10])), seed=row[11],
+                         configs=configs, workloads=workloads, trials=trials)
 
     def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
         """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""
@@ -454,17 +454,6 @@ class Store:
         if self.readonly:
             raise StoreError(f"{self.path}: opened read-only")
         return _Transaction(self.conn)
-
-
-def _ramp(suite_text: str) -> float:
-    """The [method] ramp of a stored suite text, in seconds (the default when it has none or
-    cannot be read, as for imported runs)."""
-    default = float(Method.model_fields["ramp"].default)
-    method = suite_settings(suite_text).method
-    try:
-        return parse_duration(method["ramp"]) if "ramp" in method else default
-    except (ValueError, TypeError, AttributeError):
-        return default
 
 
 def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:

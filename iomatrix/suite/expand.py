@@ -319,7 +319,7 @@ def _add_reference(suite: Suite, configs: list[Configuration],
         if reason is not None:
             raise InvalidCombination(f"{suite.source_path}: [matrix] from_vm "
                                      f"{suite.matrix.from_vm}: your VM's disk "
-                                     f"({config.key.split('/', 1)[1]}) cannot be measured: {reason}")
+                                     f"({config.identity.settings}) cannot be measured: {reason}")
         last = max((i for i, c in enumerate(configs)
                     if c.mode == config.mode and c.target == target), default=len(configs) - 1)
         configs.insert(last + 1, config)
@@ -360,7 +360,7 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
             notes.append(f"skipped {config.key}: {reason}")
         else:
             raise InvalidCombination(
-                f"{suite.source_path}: {where} {config.key.split('/', 1)[1]}: {reason}",
+                f"{suite.source_path}: {where} {config.identity.settings}: {reason}",
                 hint="remove the value from the matrix, or set skip_invalid = true to drop such "
                      "combinations and list them")
 

@@ -1034,6 +1034,36 @@ class Suite(Frozen):
         return self.suite.scale
 
 
+class ConfigKey(Frozen):
+    """A configuration's identity, typed: its mode and the settings that tell it apart
+    (``Configuration.params``, in that order). ``str(key)`` is the text runs store and are
+    compared, resumed and reported by (``blocklayer/aio=native/cache=none/...``): it is
+    written, never read back into parts."""
+
+    mode: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params)])
+
+    @property
+    def settings(self) -> str:
+        """The key without its mode: ``aio=native/cache=none/...``."""
+        return str(self).partition("/")[2]
+
+    @property
+    def target(self) -> str | None:
+        """The target's name in a run that measures several; None in a run of one."""
+        return dict(self.params).get(TARGET_AXIS)
+
+    @property
+    def baseline(self) -> "ConfigKey":
+        """The bare-metal baseline this configuration is measured against: the host-mode
+        configuration on the same target (``host``, or ``host/target=NAME``)."""
+        target = self.target
+        return ConfigKey(mode="host", params=() if target is None else ((TARGET_AXIS, target),))
+
+
 class Configuration(Frozen):
     """One point of the disk matrix. Fields that the mode ignores are None."""
 
@@ -1075,9 +1105,14 @@ class Configuration(Frozen):
         return out
 
     @property
+    def identity(self) -> ConfigKey:
+        """Its key, typed."""
+        return ConfigKey(mode=self.mode, params=tuple(self.params().items()))
+
+    @property
     def key(self) -> str:
         """Stable identity, e.g. ``blocklayer/aio=native/cache=none/format=raw/...``."""
-        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params().items())])
+        return str(self.identity)
 
     @property
     def label(self) -> str:
@@ -1105,14 +1140,6 @@ class Configuration(Frozen):
         if self.yours:
             text += f" {YOUR_VM}"
         return text
-
-
-def baseline_key(config_key: str) -> str:
-    """The key of the bare-metal baseline a configuration is measured against: the host-mode
-    configuration on the same target (``host``, or ``host/target=NAME`` in a run of several)."""
-    target = next((part.split("=", 1)[1] for part in config_key.split("/")[1:]
-                   if part.startswith(TARGET_AXIS + "=")), None)
-    return "host" if target is None else f"host/{TARGET_AXIS}={target}"
 
 
 SPLIT_OPTIONS = ("bssplit", "bsrange", "blocksize_range")
