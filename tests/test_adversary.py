@@ -7,8 +7,9 @@ overwrite. Each attack must be refused, or harmless: the secret unchanged, the r
 refused in one line.
 
 1. a target directory the user owns (or a directory above it, or a ``/var/tmp/iomatrix`` the
-   user made first in a sticky directory): refused before anything is made, while the user
-   renames directories and plants symlinks under the images' names in a loop (F1);
+   user made first in a sticky directory), or a ``$TMPDIR`` the user owns: refused before
+   anything is made, while the user renames directories and plants symlinks under the images'
+   names in a loop (F1);
    the same loop against a run in a sticky directory (as ``/var/tmp``), during the whole run,
    trials and the gaps between them, on the target's own filesystem and on one iomatrix makes;
 2. a lock the user plants where a killed run's lock was: the run is not kept alive by it;
@@ -23,8 +24,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.target.targets import plan_targets
-from tests.conftest import cli_result, our_processes, write_suite
+from tests.conftest import cli_result, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
@@ -234,6 +233,24 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
     assert sum(counts.values()) > 0                         # the loop was at work throughout
     left = [p for p in arena.rglob("iomatrix-*") if p.owner() == "root"]
     assert left == []                                       # root made nothing there
+
+
+def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
+                                               attacker: User) -> None:
+    """The scratch directory (sockets, job files) goes under $TMPDIR, as under ``sudo -E``."""
+    theirs = arena / "their-tmp"
+    theirs.mkdir()
+    os.chown(theirs, attacker.uid, attacker.gid)
+    suite = write_suite(tmp_path, HOST, size="16MiB")
+    db = tmp_path / "r.db"
+    done = run("run", str(suite), "--db", str(db), tmpdir=theirs)
+    assert done.returncode == ExitStatus.ENVIRONMENT, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: TMPDIR {theirs}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), "
+        "not root: another user could redirect the run's sockets and job files",
+        "iomatrix: hint: set TMPDIR to a directory only root (or you) can write to, e.g. /tmp"]
+    assert stored_runs(db) == [] and list(theirs.iterdir()) == []
+    assert not (tmp_path / "target").exists()
 
 
 @pytest.mark.parametrize("made", [False, True], ids=["own filesystem", "made filesystem"])

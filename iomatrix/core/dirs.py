@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from iomatrix.core.errors import UnsafeDirectory
+from iomatrix.core.proc import signals_deferred
 
 MAX_SYMLINKS = 40
 """As the kernel: more symlinks than this on one path is a loop."""
@@ -158,30 +159,36 @@ def _judged(fd: int, directory: Path) -> os.stat_result:
     return info
 
 
-def make_private(parent_fd: int, parent: Path, name: str, *, reuse: bool) -> tuple[int, bool]:
-    """Create directory ``name`` (mode 0700) in ``parent`` (open as ``parent_fd``) and open it:
-    (an ``O_PATH`` descriptor, whether it was created now). With ``reuse``, an existing one is
-    opened instead, and taken only when nobody else controls it (``distrust``: ``UnsafeDirectory``
-    otherwise); without, ``FileExistsError``."""
-    created = True
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        if not reuse:
+def make_private(parent_fd: int, parent: Path, name: str, *, reuse: bool,
+                 marker: str | None = None) -> tuple[int, bool]:
+    """Create directory ``name`` (mode 0700) in ``parent`` (open as ``parent_fd``), with its
+    ``marker`` written in it, and open it: (an ``O_PATH`` descriptor, whether it was created
+    now). Ctrl-C and the like wait until it is marked: iomatrix never leaves a directory it made
+    unmarked, unless killed outright. With ``reuse``, an existing one is opened instead, and
+    taken only when nobody else controls it (``distrust``: ``UnsafeDirectory`` otherwise);
+    without, ``FileExistsError``."""
+    with signals_deferred():
+        created = True
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+        except FileExistsError:
+            if not reuse:
+                raise
+            created = False
+        try:
+            fd = os.open(name, _OPEN | os.O_DIRECTORY, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafeDirectory(f"{parent / name} is not a directory (a symlink or a file "
+                                      "took its place)") from exc
             raise
-        created = False
-    try:
-        fd = os.open(name, _OPEN | os.O_DIRECTORY, dir_fd=parent_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeDirectory(f"{parent / name} is not a directory (a symlink or a file "
-                                  "took its place)") from exc
-        raise
-    try:
-        _judged(fd, parent / name)
-    except BaseException:
-        os.close(fd)
-        raise
+        try:
+            _judged(fd, parent / name)
+            if created and marker is not None:
+                write_marker(fd, marker)
+        except BaseException:
+            os.close(fd)
+            raise
     return fd, created
 
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -137,6 +138,28 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:
         except subprocess.TimeoutExpired as exc:   # stuck in the kernel (a dead FUSE mount?)
             raise ToolFailed(f"{Path(str(proc.args[0])).name} (pid {proc.pid}) did not die on SIGKILL",
                              argv=[str(a) for a in proc.args], returncode=None) from exc
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back stopping signals for the block; those that came are raised again after it,
+    to whatever handled them before. Only the main thread can do this (elsewhere, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum))
+                for s in STOPPING if signal.getsignal(s) is not None}  # None: not Python's
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(came):
+            signal.raise_signal(s)
 
 
 def wait_for(predicate, *, timeout: float, interval: float = 0.02) -> bool:  # type: ignore[no-untyped-def]

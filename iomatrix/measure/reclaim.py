@@ -32,22 +32,20 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import stat
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker, remove_empty,
-                                walk, write_marker)
+                                walk)
 from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import HeldLock, Identity, liveness, this_process
-from iomatrix.core.proc import read_text
+from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity, lock_of
 from iomatrix.target import loops
@@ -97,17 +95,14 @@ class RunProcess:
             self.id = self.store.register_process(self.me, str(path / LOCK_NAME))
             marker = self.record("scratch", path, tmp)
             try:
-                fd, _ = make_private(walked.fd, tmp, path.name, reuse=False)
+                fd, _ = make_private(walked.fd, tmp, path.name, reuse=False, marker=marker)
             except OSError as exc:
                 raise EnvironmentProblem(f"cannot create the scratch directory {path}: "
                                          f"{exc.strerror}", hint="set TMPDIR to a writable "
                                          "directory") from exc
         finally:
             os.close(walked.fd)
-        try:
-            write_marker(fd, marker)
-        finally:
-            os.close(fd)
+        os.close(fd)
         self.scratch = path
         self._lock = HeldLock(path / LOCK_NAME)
         self.store.lock_made(self.id, self._lock.info)
@@ -124,7 +119,7 @@ class RunProcess:
         record, release the lock. While another error is on its way, its own are not raised.
         A stopping signal (Ctrl-C, SIGTERM, SIGHUP) that arrives meanwhile takes effect once
         this is done, so that it cannot leave half a clean-up behind."""
-        with _signals_deferred():
+        with signals_deferred():
             self._close(failing)
 
     def _close(self, failing: bool) -> None:
@@ -151,28 +146,6 @@ class RunProcess:
         finally:
             if self._lock is not None:
                 self._lock.release()
-
-
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold back stopping signals for the block; those that came are raised again after it,
-    to whatever handled them before. Only the main thread can do this (elsewhere, nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum))
-                for s in STOPPING if signal.getsignal(s) is not None}  # None: not Python's
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(came):
-            signal.raise_signal(s)
 
 
 @contextlib.contextmanager

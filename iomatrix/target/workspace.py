@@ -28,7 +28,7 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
-                                walk, write_marker)
+                                walk)
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
@@ -176,7 +176,8 @@ class Workspace:
                 level = level / name
                 self._record("parent", level)
                 try:
-                    inner, created = make_private(fd, level.parent, name, reuse=True)
+                    inner, _ = make_private(fd, level.parent, name, reuse=True,
+                                            marker=parent_marker(level))
                 except UnsafeDirectory as exc:      # another user made it first
                     raise UnsafeDirectory(f"[target] directory {parent}: {exc}") from exc
                 except FileNotFoundError as exc:
@@ -186,8 +187,6 @@ class Workspace:
                                       f"{exc.strerror}") from exc
                 os.close(fd)
                 fd = inner
-                if created:
-                    write_marker(fd, parent_marker(level))
             return self._private(fd, level, parent)
         finally:
             os.close(fd)
@@ -205,7 +204,7 @@ class Workspace:
             directory = level / f"{PREFIX}{secrets.token_hex(4)}"
             marker = self._record("workspace", directory)
             try:
-                private, _ = make_private(fd, level, directory.name, reuse=False)
+                private, _ = make_private(fd, level, directory.name, reuse=False, marker=marker)
             except FileExistsError:
                 continue
             except FileNotFoundError as exc:
@@ -213,8 +212,6 @@ class Workspace:
             except OSError as exc:
                 raise TargetError(f"[target] directory {parent}: not writable: "
                                   f"{exc.strerror}") from exc
-            if marker is not None:
-                write_marker(private, marker)
             self.directory = directory
             return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
