@@ -251,13 +251,15 @@ def remove_empty(parent_fd: int, name: str, marker: str) -> str | None:
             return "not empty"
         if read_marker(fd) != marker:
             return f"it does not carry iomatrix's marker ({MARKER}) for it"
-        os.unlink(MARKER, dir_fd=fd)
-        try:
-            os.rmdir(name, dir_fd=parent_fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                write_marker(fd, marker)
-            return "not empty" if exc.errno == errno.ENOTEMPTY else f"cannot remove: {exc.strerror}"
+        with signals_deferred():            # never left unmarked by a Ctrl-C in between
+            os.unlink(MARKER, dir_fd=fd)
+            try:
+                os.rmdir(name, dir_fd=parent_fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    write_marker(fd, marker)
+                return ("not empty" if exc.errno == errno.ENOTEMPTY
+                        else f"cannot remove: {exc.strerror}")
         return None
     finally:
         os.close(fd)
