@@ -92,7 +92,12 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
         assert [s.direction for s in t.samples] == [direction]
         assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
     assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
-    assert outcome.measured_seconds == pytest.approx(21 * 0.5, rel=0.02)   # fio's own runtimes
+    # measured: fio's own runtimes, each at least the 0.5 s asked (more on a loaded host: fio
+    # stops at its first check past the runtime), none holding its trial's 200 ms ramp
+    runtimes = [max(s.runtime_ms for s in t.samples) / 1000 for t in run.trials]
+    assert outcome.measured_seconds == pytest.approx(sum(runtimes))
+    assert all(r >= 0.5 for r in runtimes), runtimes
+    assert all(r <= t.wall_seconds - 0.2 for r, t in zip(runtimes, run.trials))
     # images and the scratch directory are gone; the target directory we created too
     assert not (tmp_path / "target").exists()
 
