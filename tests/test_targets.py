@@ -16,9 +16,9 @@ import pytest
 from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
-from iomatrix.core.errors import SuiteError
 from iomatrix.core.dirs import MARKER
-from iomatrix.core.mounts import mount_of, mounts
+from iomatrix.core.errors import IomatrixError, SuiteError
+from iomatrix.core.mounts import NOT_A_MOUNT, PrivateMounts, mount_of, mounts, root_is_a_mount
 from iomatrix.core.owner import this_process
 from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
@@ -154,6 +154,8 @@ def test_plan_lists_the_targets_and_skips_a_filesystem_it_cannot_make(
     own = mount_of(tmp_path)
     if own is None or own.fstype not in ("ext4", "xfs", "btrfs"):
         pytest.skip(f"for a temporary directory on ext4, xfs or btrfs, not {own}")
+    if not root_is_a_mount():
+        pytest.skip(NOT_A_MOUNT)
     missing = "xfs" if own.fstype == "btrfs" else "btrfs"
     # a PATH with the tools a run needs but no mkfs: a filesystem this host cannot make
     bin_dir = tmp_path / "bin"
@@ -188,12 +190,17 @@ def test_plan_lists_the_targets_and_skips_a_filesystem_it_cannot_make(
 
 @pytest.mark.slow
 def test_a_run_over_two_targets_measures_each_against_its_own_baseline(
-        tmp_path: Path, no_leftovers: None) -> None:
+        tmp_path: Path, no_leftovers: None, monkeypatch: pytest.MonkeyPatch) -> None:
     path, other = two_targets(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    root = os.stat("/")
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(load_suite(path), store)
         run = store.load_run(outcome.run_id)
     assert (outcome.trials_ok, outcome.trials_failed) == (8, 0)
+    # leaving the filesystem's mount namespace gave back the root and working directory
+    assert os.getcwd() == str(tmp_path)
+    assert (os.stat("/").st_dev, os.stat("/").st_ino) == (root.st_dev, root.st_ino)
     assert ours(tmp_path) == ([], [], [])                 # no loop device, mount or file left
     assert not (tmp_path / "target").exists()             # created by the run, removed by it
     assert any(f"target made: {other} made by iomatrix on a loop device" in n for n in run.notes)
@@ -212,6 +219,42 @@ def test_a_run_over_two_targets_measures_each_against_its_own_baseline(
     rows = [line for line in shown.splitlines() if "blocklayer threads/none/raw on " in line]
     assert len(rows) == 2 and all("%" in row for row in rows)
     assert build_report_data(run).axes["target"] == ("own", "made")
+
+
+@pytest.mark.slow
+def test_a_run_with_a_made_filesystem_writes_a_relative_db_and_report(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """``--db`` and ``--report`` relative to where the command was started, as a user types
+    them: the report is written after the run left its filesystem's mount namespace."""
+    path, _ = two_targets(tmp_path)
+    done = subprocess.run([*IOMATRIX, "run", str(path), "--db", "fs.db", "--report", "rep"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == ExitStatus.OK, done.stderr
+    assert (tmp_path / "rep" / "index.html").is_file()
+    with Store(tmp_path / "fs.db", readonly=True) as store:
+        assert [r.status for r in store.list_runs()] == ["complete"]
+    assert ours(tmp_path) == ([], [], [])
+
+
+def test_leaving_private_mounts_restores_root_and_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setns into a mount namespace moves the thread to that namespace's root, in / (inside a
+    chroot: the host's /); leave() puts back the root and directory enter() was called in."""
+    monkeypatch.chdir(tmp_path)
+    root = os.stat("/")
+    namespace = PrivateMounts()
+    try:
+        namespace.enter()
+    except (OSError, IomatrixError) as exc:
+        pytest.skip(f"no private mount namespace here: {exc}")
+    try:
+        os.chdir("/")
+    finally:
+        namespace.leave()
+    assert os.getcwd() == str(tmp_path)
+    assert (os.stat("/").st_dev, os.stat("/").st_ino) == (root.st_dev, root.st_ino)
+    assert not namespace.active
+    namespace.leave()                                     # twice: nothing
 
 
 @pytest.mark.slow

@@ -223,7 +223,8 @@ def private_network() -> Iterator[int]:
     under :func:`managed`: iomatrix killed outright kills them, and so the namespace).
 
     Only this thread moves (a network namespace is per thread): other threads and sockets
-    already open keep theirs. UNIX sockets named by a path are reachable across namespaces.
+    already open keep theirs; its root and working directory stay (unlike a mount namespace's
+    setns, a network namespace's changes nothing else). UNIX sockets named by a path are reachable across namespaces.
     EnvironmentProblem, with the kernel's reason, when a namespace cannot be made (not root:
     it needs CAP_SYS_ADMIN)."""
     libc = ctypes.CDLL(None, use_errno=True)

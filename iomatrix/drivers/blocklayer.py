@@ -1,7 +1,11 @@
 """blocklayer mode: qemu-storage-daemon holds the image with the configuration's format, aio and
 cache; fio drives it from the host. Without iothread the export is NBD (fio's nbd engine); with
-iothread it is FUSE, because QEMU 7.2 aborts an NBD export that has an iothread when a client
-disconnects. What QEMU applied is read back over QMP (per node) and from /proc (aio).
+iothread it is FUSE, on every QEMU so that runs on different hosts measure the same path: QEMU
+7.2 aborts an NBD export that has an iothread when a client disconnects (an assertion in
+``nbd_blockdev_client_closed``), which 10.0 no longer does (both tried; the NBD server's client
+list went to the main loop thread for 9.0, f816310d0c3). What QEMU applied is read back over QMP
+(per node) and from /proc (aio: looked at while fio runs and once it ended, read as
+:func:`iomatrix.qemu.procinspect.aio_seen` says for the daemon's QEMU version).
 
 ``[method] platform = "proxmox"`` gives the daemon the layers a Proxmox VE disk has for the same
 settings (``pve_version``: 8, detect-zeroes on the format node; 9, detect-zeroes and discard on
@@ -24,9 +28,11 @@ from iomatrix.core.proc import log_tail, managed, require, wait_for
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.qemu.escape import qemu_escape
-from iomatrix.qemu.procinspect import ProcessIO, inspect_process
+from iomatrix.qemu.procinspect import UNOBSERVABLE, AioSeen, ProcessIO, aio_seen, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.qemu.version import QemuVersion, from_qmp
+from iomatrix.fio.models import FioResult
+from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
 
 START_TIMEOUT = 15.0
@@ -55,7 +61,7 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
 class BlocklayerSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
                  argv: list[str], pid: int, nodes: dict[str, str], engine: str,
-                 expected: dict[str, str] | None = None) -> None:
+                 expected: dict[str, str] | None = None, qemu: QemuVersion | None = None) -> None:
         super().__init__(config, images)
         self.workdir = workdir
         self.argv = argv
@@ -63,7 +69,10 @@ class BlocklayerSession(Session):
         self.nodes = nodes
         self.engine = engine
         self.expected = expected if expected is not None else expected_daemon_graph(config)
+        self.qemu = qemu
+        """The daemon's QEMU version, as it answers ``query-version``; None: unknown."""
         self.seen: ProcessIO | None = None
+        """Every look of the current trial, merged."""
 
     def fio_target(self) -> dict[str, str]:
         if self.config.iothread:
@@ -75,26 +84,45 @@ class BlocklayerSession(Session):
         self.seen = None
 
     def observe(self, fio_pid: int) -> None:
+        self._look()
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        """Look at the daemon again now that fio's I/O is done: from QEMU 9.0 on the aio ring
+        appears only once a request reached the file (see :mod:`iomatrix.qemu.procinspect`)."""
+        self._look()
+
+    def _look(self) -> None:
         with contextlib.suppress(OSError):
-            self.seen = inspect_process(self.pid)
+            now = inspect_process(self.pid)
+            self.seen = now if self.seen is None else self.seen.merged(now)
+
+    def aio(self) -> AioSeen | None:
+        """The aio mode the daemon showed over this trial; None before any look."""
+        if self.seen is None:
+            return None
+        log = self.workdir / "daemon.log"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        return aio_seen(self.config.aio, self.seen, qemu=self.qemu, log=text)
 
     def applied(self) -> dict[str, str]:
         out = dict(self.nodes)
         out["export"] = "fuse+iothread" if self.config.iothread else "nbd"
-        if self.seen is not None:
-            out["aio"] = self.seen.aio
-            out["aio.evidence"] = self.seen.evidence()
+        seen = self.aio()
+        if seen is not None:
+            out["aio"] = seen.aio
+            out["aio.evidence"] = seen.evidence
         return out
 
     def mismatches(self) -> list[str]:
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
-        if self.seen is None:
+        seen = self.aio()
+        if seen is None:
             wrong.append("aio: not observed while fio ran")
-        elif self.seen.aio != self.config.aio:
-            wrong.append(f"aio: asked {self.config.aio}, the daemon shows {self.seen.aio} "
-                         f"({self.seen.evidence()})")
+        elif seen.aio not in (self.config.aio, UNOBSERVABLE):
+            wrong.append(f"aio: asked {self.config.aio}, the daemon shows {seen.aio} "
+                         f"({seen.evidence})")
         return wrong
 
     def command(self) -> str:
@@ -129,12 +157,13 @@ class BlocklayerDriver(Driver):
                                       f"{log_tail(log) or 'no output'}")
                 try:
                     nodes = read_graph(workdir / "qmp.sock")
+                    version, = qmp_execute(workdir / "qmp.sock", [("query-version", None)])
                 except ToolFailed as exc:
                     raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
                 expected = expected_daemon_graph(config, platform=self.method.platform,
                                                  pve_version=self.method.pve_version)
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
-                                        self.method.engine, expected)
+                                        self.method.engine, expected, qemu=from_qmp(version))
         finally:
             if config.iothread:
                 force_unmount(mountpoint)   # only if the daemon died before unmounting

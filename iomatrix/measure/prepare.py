@@ -18,6 +18,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.fio.ioping import IopingTool, find_ioping, tool_note
 from iomatrix.measure.fromvm import resolve_vm
 from iomatrix.measure.pvehost import PveHost, on_host
+from iomatrix.qemu.version import installed as qemu_version
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Suite
@@ -97,7 +98,7 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
     provide; creates nothing."""
     suite, host_notes = on_host(resolve_vm(suite), pve)
     targets = plan_targets(suite)
-    full = expand(suite).without_targets({t.name: str(t.problem) for t in targets
+    full = expand(suite, qemu=qemu_version()).without_targets({t.name: str(t.problem) for t in targets
                                           if t.problem is not None and not t.required})
     given = seed if seed is not None else suite.method.seed
     asked = accel or suite.method.accel

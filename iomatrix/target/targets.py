@@ -37,7 +37,8 @@ from pathlib import Path
 
 from iomatrix.core.errors import IomatrixError, NotEnoughSpace, TargetError
 from iomatrix.core.model import Frozen
-from iomatrix.core.mounts import MOUNTINFO, PrivateMounts, is_mounted, mount_of, mounts
+from iomatrix.core.mounts import (MOUNTINFO, NOT_A_MOUNT, PrivateMounts, is_mounted, mount_of,
+                                  mounts, root_is_a_mount)
 from iomatrix.core.proc import require, run, which
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, NamedTarget, Suite, Target
@@ -129,6 +130,8 @@ def _cannot_make(fs: str, filesystems: Path) -> str | None:
             return f"{tool} not found (apt-get install mount)"
     if not Path("/dev/loop-control").exists():
         return "this host has no loop devices (/dev/loop-control is missing)"
+    if not root_is_a_mount():
+        return NOT_A_MOUNT
     try:
         known = {line.split()[-1] for line in filesystems.read_text().splitlines() if line.split()}
     except OSError:
