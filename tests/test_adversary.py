@@ -419,6 +419,28 @@ def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
     assert _open_inside(tmp_path) == []
 
 
+def test_every_command_a_run_starts_dies_with_it(tmp_path: Path) -> None:
+    """What ``core.proc.run`` starts (mkfs, losetup, mount, ioping, qemu-img...) gets SIGTERM
+    when the process that ran it is killed; a stand-in that takes long, as none of those does
+    for sure."""
+    stand_in = tmp_path / "mkfs.stand-in"
+    stand_in.write_text("#!/bin/sh\nexec sleep 600\n")
+    stand_in.chmod(0o755)
+    code = ("import sys; from iomatrix.core.proc import run; "
+            f"run([{str(stand_in)!r}], timeout=900)")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while not (children := [c for c in _children(proc.pid) if _comm(c) == "sleep"]):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _comm(children[0]) == "sleep":
+        assert time.monotonic() < deadline, "the command outlived the process that ran it"
+        time.sleep(0.05)
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

@@ -27,6 +27,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
 from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
                                 walk)
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
