@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -81,8 +82,6 @@ def attacker() -> Iterator[User]:
                     "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
                    check=True, capture_output=True, timeout=60)
     try:
-        import pwd
-
         entry = pwd.getpwnam(name)
         yield User(name, entry.pw_uid, entry.pw_gid)
     finally:
@@ -123,7 +122,7 @@ SWAPPER = r'''
 import json, os, sys, time
 target, secret, stop = sys.argv[1:4]
 precreate = sys.argv[4] == "precreate"
-names = ["disk-raw-off.raw", "disk-raw-off.raw.tmp", "ext4.img"]
+names = ["disk-raw-off.raw", "ext4.img", "xfs.img", "btrfs.img"]
 counts = {}
 def attempt(op, fn, *args):
     try:
@@ -165,7 +164,7 @@ class Swapper:
     """The F1 attacker, in a loop until stopped: its counts of what it tried."""
 
     def __init__(self, user: User, target: Path, secret: Path, *, precreate: bool) -> None:
-        self._stop = target.parent / f".stop-{secrets.token_hex(4)}"
+        self._stop = secret.parent / f"stop-{secrets.token_hex(4)}"   # in root's directory
         self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop),
                             "precreate" if precreate else "wait")
 
