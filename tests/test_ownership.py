@@ -719,3 +719,56 @@ def test_concurrent_runs_over_a_new_target_leave_no_directory(tmp_path: Path,
                if ", pid " in line), cleaned.stdout          # one line per resource
     with Store(tmp_path / "shared.db", readonly=True) as store:
         assert store.open_resources() == []
+
+
+def test_reclaim_kills_what_a_dead_run_left_running_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command of a killed run that outlived its parent-death SIGTERM (qemu-storage-daemon was
+    seen to, after kill -9): its session is killed before its directory is removed. A process
+    that merely has a file open there (someone's shell, an editor) is named, never killed.
+    Stand-ins: Python processes that ignore SIGTERM."""
+    monkeypatch.setattr(reclaim_module, "USERS_WAIT", 0.5)
+    tmp_path = tmp_path.resolve()
+    owner = this_process()._replace(pid=dead_pid())
+    hold = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "f = open(sys.argv[1], 'rb'); print('held', flush=True); time.sleep(600)")
+    held: list[subprocess.Popen[str]] = []
+    try:
+        with Store(tmp_path / "r.db") as store:
+            dead = store.register_process(owner, "")
+            directories = {}
+            for kind, name in (("scratch", "iomatrix-run-dead"), ("workspace", "iomatrix-daemon"),
+                               ("workspace", "iomatrix-shell")):
+                directory = tmp_path / name
+                directory.mkdir(mode=0o700)
+                (directory / MARKER).write_text(marker_text(owner, kind, str(directory)))
+                (directory / "disk.raw").write_bytes(b"x" * 4096)
+                store.add_resource(dead, kind, str(directory), str(tmp_path))
+                directories[name] = directory
+            # the run's daemon: its own session, the run's socket in its arguments
+            held.append(subprocess.Popen(
+                [sys.executable, "-c", hold, str(directories["iomatrix-daemon"] / "disk.raw"),
+                 str(directories["iomatrix-run-dead"] / "qmp.sock")],
+                stdout=subprocess.PIPE, text=True, start_new_session=True))
+            # not the run's: in this test's session, naming nothing of the run's
+            held.append(subprocess.Popen(
+                [sys.executable, "-c", hold, str(directories["iomatrix-shell"] / "disk.raw")],
+                stdout=subprocess.PIPE, text=True))
+            for proc in held:
+                assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+            done = {Path(r.resource.path).name: r for r in reclaim(store)}
+        daemon, shell = held
+        assert daemon.wait(timeout=30) == -signal.SIGKILL
+        assert done["iomatrix-daemon"].action == "removed"
+        comm = Path(f"/proc/{shell.pid}/comm").read_text().strip()      # python, python3...
+        assert done["iomatrix-daemon"].detail == (f"killed pid {daemon.pid} ({comm}), left "
+                                                  "running by the dead run")
+        assert done["iomatrix-shell"].action == "left" and shell.poll() is None
+        assert done["iomatrix-shell"].detail == (f"files in it are still open: pid {shell.pid} "
+                                                 f"({comm})")
+        assert directories["iomatrix-shell"].exists() and not directories["iomatrix-daemon"].exists()
+        assert done["iomatrix-run-dead"].action == "removed"
+    finally:
+        for proc in held:
+            proc.kill()
+            proc.wait(timeout=30)

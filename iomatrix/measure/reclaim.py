@@ -21,7 +21,8 @@ says so. One that is killed cannot; then ``reclaim`` removes them, from the next
 - nothing is mounted inside it once the FUSE exports a killed daemon left are detached and the
   filesystems a run made there (on loop devices over files inside it: ``iomatrix.target.
   targets``) are unmounted and their loop devices detached; and no process still has a file
-  open in it (the killed run's children get SIGTERM when it dies: ``core.proc.orphan_guard``).
+  open in it (the killed run's children get SIGTERM when it dies: ``core.proc.orphan_guard``;
+  one that outlives it is killed, anything else leaves the directory where it is: ``_let_go``).
 
 A target directory that iomatrix created is only ever removed with ``rmdir``: when it holds
 nothing but its marker."""
@@ -32,6 +33,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -44,7 +46,7 @@ from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker
                                 walk)
 from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
-from iomatrix.core.owner import HeldLock, Identity, liveness, this_process
+from iomatrix.core.owner import PROC, HeldLock, Identity, liveness, this_process
 from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity, lock_of
@@ -277,9 +279,9 @@ def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Pat
     still = [m.point for m in mounts(mountinfo) if m.point.startswith(r.path + "/")]
     if still:
         raise _Leave(f"cannot detach {', '.join(still)}")
-    users = _users_after(path, USERS_WAIT)
+    killed, users = _let_go(r, path, others)
     if users:
-        raise _Leave(f"files in it are still open: {', '.join(users[:3])}"
+        raise _Leave(f"files in it are still open: {', '.join(map(_named, users[:3]))}"
                      + (" …" if len(users) > 3 else ""))
     errors: list[str] = []
 
@@ -294,7 +296,8 @@ def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Pat
     detail = "; ".join(
         ([f"{len(mounted)} FUSE export(s) detached"] if mounted else [])
         + ([f"loop device(s) {', '.join(lo.device for lo in released)} detached"]
-           if released else []))
+           if released else [])
+        + ([f"killed {', '.join(killed)}, left running by the dead run"] if killed else []))
     return Reclaimed(r, "removed", detail, size)
 
 
@@ -347,9 +350,32 @@ USERS_WAIT = 5.0
 directories: each got SIGTERM when the run died (``core.proc.orphan_guard``)."""
 
 
-def _users_after(path: Path, wait: float) -> list[str]:
-    """The processes (``pid N (name)``) with a file or working directory inside ``path``, once
-    ``wait`` seconds have passed or none is left."""
+def _let_go(r: ResourceRecord, path: Path,
+            others: list[ResourceRecord]) -> tuple[list[str], list[int]]:
+    """Wait for the processes holding files in ``path`` to end; those the dead run started and
+    that outlived its SIGTERM (a qemu-storage-daemon can hang so) are killed, with their process
+    groups. Returns (what was killed, described; the pids still holding files there).
+
+    A process is the dead run's when its session leader is one of the run's commands: every
+    command a run starts leads a session of its own (``start_new_session``), runs as the run's
+    user and names one of the run's directories in its arguments (sockets, job files, images)."""
+    users = _users_after(path, USERS_WAIT)
+    if not users:
+        return [], []
+    theirs = tuple(o.path.rstrip("/") + "/" for o in others if o.process.id == r.process.id)
+    killed = []
+    for leader in sorted({s for s in map(_session, users) if s is not None}):
+        if _started_by(leader, theirs, r.process.uid):
+            name = _named(leader)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
+                killed.append(name)
+    return killed, (_users_after(path, USERS_WAIT) if killed else users)
+
+
+def _users_after(path: Path, wait: float) -> list[int]:
+    """The processes with a file or working directory inside ``path``, once ``wait`` seconds
+    have passed or none is left."""
     deadline = time.monotonic() + wait
     while True:
         users = _users(path)
@@ -358,7 +384,7 @@ def _users_after(path: Path, wait: float) -> list[str]:
         time.sleep(0.1)
 
 
-def _users(path: Path, proc: Path = Path("/proc")) -> list[str]:
+def _users(path: Path, proc: Path = Path("/proc")) -> list[int]:
     inside = str(path).rstrip("/") + "/"
     found = []
     for entry in proc.iterdir():
@@ -370,9 +396,33 @@ def _users(path: Path, proc: Path = Path("/proc")) -> list[str]:
         except OSError:
             continue
         if any(link.removesuffix(" (deleted)").startswith(inside) for link in links):
-            name = read_text(entry / "comm").strip()
-            found.append(f"pid {entry.name} ({name})")
+            found.append(int(entry.name))
     return found
+
+
+def _named(pid: int) -> str:
+    return f"pid {pid} ({read_text(PROC / str(pid) / 'comm').strip()})"
+
+
+def _session(pid: int) -> int | None:
+    """The session a process is in (field 6 of /proc/PID/stat), or None when it is gone."""
+    text = read_text(PROC / str(pid) / "stat")
+    fields = text[text.rindex(")") + 2:].split() if ")" in text else []
+    return int(fields[3]) if len(fields) > 3 else None
+
+
+def _started_by(leader: int, directories: tuple[str, ...], uid: int) -> bool:
+    """Whether ``leader`` leads its own session, runs as ``uid`` and names one of
+    ``directories`` in its arguments: a command of the run that made them."""
+    try:
+        real_uid = int(next(line.split()[1] for line in
+                            (PROC / str(leader) / "status").read_text().splitlines()
+                            if line.startswith("Uid:")))
+        argv = (PROC / str(leader) / "cmdline").read_bytes().decode(errors="replace")
+    except (OSError, StopIteration, ValueError):
+        return False
+    return (_session(leader) == leader and real_uid == uid
+            and any(d in argv for d in directories))
 
 
 def _detach_fuse(path: Path, mountinfo: Path = MOUNTINFO) -> None:
