@@ -17,10 +17,14 @@ def translate(
     pve_version: Annotated[Optional[int], typer.Option("--pve-version", help="Proxmox VE generation: 8 (-drive) or 9 (-blockdev); default: from the VM's machine:, else 9.")] = None,
     storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox's /etc/pve/storage.cfg, for volume paths and the storage type's defaults.")] = None,
     storage: Annotated[Optional[list[str]], typer.Option("--storage", help="ID=TYPE for a storage not in --storage-cfg (dir lvm lvmthin zfspool rbd cifs nfs btrfs; rbd+krbd, btrfs+nocow).")] = None,
+    libvirt_version: Annotated[Optional[str], typer.Option("--libvirt-version", help="libvirt whose arguments a domain gets (11.3); default: the libvirtd installed here, else 11.3.")] = None,
+    qemu_version: Annotated[Optional[str], typer.Option("--qemu-version", help="QEMU that libvirt drives (10.0): raw disks lose their format node from libvirt 10.1 with QEMU 9.0; default: the qemu-system-x86_64 installed here, else 10.0.")] = None,
 ) -> None:
     """Show, per disk, the iomatrix configuration and the QEMU arguments Proxmox VE or libvirt generates."""
     import sys
 
+    from iomatrix.drivers.versions import model_versions
+    from iomatrix.platform import libvirt as lv
     from iomatrix.platform import proxmox as pve
     from iomatrix.platform.translate import translate as build
 
@@ -37,26 +41,41 @@ def translate(
                                      param_hint="--storage")
         storages[ident] = pve.Storage(id=ident, type=base, krbd=flag == "krbd",
                                       nocow=flag == "nocow")
+    versions = None
+    if text.lstrip().startswith("<"):
+        try:
+            versions, _ = model_versions(libvirt_version, "qemu-system-x86_64")
+            if qemu_version is not None:
+                versions = versions.model_copy(update={"qemu": lv.parse_version(qemu_version)})
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--libvirt-version/--qemu-version") from None
     try:
-        result = build(text, pve_version=pve_version, storages=storages)  # type: ignore[arg-type]
+        result = build(text, pve_version=pve_version, storages=storages,  # type: ignore[arg-type]
+                       libvirt=versions)
     except ValueError as exc:
         raise typer.BadParameter(f"{file}: {exc}", param_hint="FILE") from None
     out.print(f"# {file}: {result.generation}", markup=False)
+    _print_argv(result.argv, "")
     for disk in result.disks:
         out.print(f"\n{disk.written}", markup=False, soft_wrap=True)
         shown = " ".join(f"{k}={_shown(v)}" for k, v in disk.values.items() if v is not None)
-        out.print(f"  iomatrix: {shown or '-'}" + ("" if disk.config else
+        out.print(f"  iomatrix: {shown or '-'}" + ("" if disk.config else "  (a CD-ROM drive)"
+                                                     if disk.cdrom else
                                                      "  (not measurable as is; see notes)"),
                   markup=False, soft_wrap=True)
-        for i in range(0, len(disk.argv), 2):
-            out.print("  " + " ".join(shlex.quote(a) for a in disk.argv[i:i + 2]), markup=False,
-                      soft_wrap=True)
+        _print_argv(disk.argv, "  ")
         for note in disk.notes:
             out.print(f"  # note: {note}", markup=False, soft_wrap=True)
     if not result.disks:
         out.print("\n(no disks)", markup=False)
     for note in result.notes:
         out.print(f"# note: {note}", markup=False, soft_wrap=True)
+
+
+def _print_argv(argv: tuple[str, ...], indent: str) -> None:
+    for i in range(0, len(argv), 2):
+        out.print(indent + " ".join(shlex.quote(a) for a in argv[i:i + 2]), markup=False,
+                  soft_wrap=True)
 
 
 def _shown(value: object) -> str:

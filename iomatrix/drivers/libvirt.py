@@ -54,7 +54,7 @@ from iomatrix.core.owner import Identity, liveness, start_ticks, this_process
 from iomatrix.core.proc import read_text, require, run, wait_for
 from iomatrix.drivers.guest import Guest, GuestDriver, free_port
 from iomatrix.platform import libvirt as lv
-from iomatrix.qemu.args import MACHINE
+from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.qemu.blockdev import cache_flags
 from iomatrix.suite.model import Configuration, Method
 from iomatrix.target.workspace import Image
@@ -76,6 +76,19 @@ def virsh(uri: str, *args: str, timeout: float = VIRSH_TIMEOUT, check: bool = Tr
     proc = run([require("virsh", hint="install libvirt-clients (./setup.sh)"), "-c", uri, "-q",
                 *args], timeout=timeout, check=check)
     return proc.stdout
+
+
+def daemon_versions(uri: str) -> lv.Versions:
+    """The libvirtd at ``uri`` and the QEMU it runs (``virsh version --daemon``: "Running
+    against daemon: 11.3.0", "Running hypervisor: QEMU 10.0.2")."""
+    text = virsh(uri, "version", "--daemon", timeout=15)
+    lines = {k.strip(): v for k, _, v in (line.partition(":") for line in text.splitlines())}
+    try:
+        return lv.Versions(libvirt=lv.parse_version(lines.get("Running against daemon", "")),
+                           qemu=lv.parse_version(lines.get("Running hypervisor", "")))
+    except ValueError as exc:
+        raise EnvironmentProblem(f"`virsh -c {uri} version` names no daemon or QEMU version: "
+                                 f"{exc}") from None
 
 
 def libvirt_problem(uri: str) -> str | None:
@@ -269,6 +282,8 @@ def describe(item: Leftover) -> str:
 class LibvirtDriver(GuestDriver):
     """:class:`GuestDriver` whose guests libvirtd starts (see the module docstring)."""
 
+    sliced_devices = False    # the domain's <disk> is the whole device
+
     def __init__(self, method: Method, workdir: Path, **kw: Any) -> None:
         super().__init__(method, workdir, **kw)
         self.uri = method.libvirt_uri or DEFAULT_URI
@@ -291,8 +306,11 @@ class LibvirtDriver(GuestDriver):
         for line in appliance.notes():
             note(line)
         note(f"warning: {shared_warning(SHARED_REASON)}")
-        return cls(method, workdir, appliance=appliance,
-                   accel=resolve_accel(accel, appliance, note), shared_reason=SHARED_REASON)
+        driver = cls(method, workdir, appliance=appliance,
+                     accel=resolve_accel(accel, appliance, note), shared_reason=SHARED_REASON)
+        driver.libvirt = daemon_versions(uri)
+        note(f"libvirtd at {uri}: {driver.libvirt.label}")
+        return driver
 
     def domain_name(self, index: int) -> str:
         return f"{DOMAIN_PREFIX}{self.run_tag}-p{self.owner.pid}-b{self.boots}-vm{index}"
@@ -329,9 +347,9 @@ class LibvirtDriver(GuestDriver):
         return Guest(index=index, port=spec.host_port, qmp_socket=spec.qmp_socket,
                      console=console, argv=argv, pid=proc.pid), proc
 
-    def _verify(self, config: Configuration, guest: Guest,
+    def _verify(self, config: Configuration, image: Image, guest: Guest,
                 disk: Any) -> tuple[dict[str, str], list[str]]:
-        applied, wrong = super()._verify(config, guest, disk)
+        applied, wrong = super()._verify(config, image, guest, disk)
         name = self.domain_name(guest.index)
         try:
             blocks = json.loads(virsh(self.uri, "qemu-monitor-command", name,
@@ -339,8 +357,8 @@ class LibvirtDriver(GuestDriver):
         except (ToolFailed, ValueError, KeyError) as exc:
             raise TrialFailed(f"guest vm{guest.index}: libvirt's monitor did not answer: "
                               f"{exc}") from exc
-        backend = next((b["inserted"] for b in blocks if b.get("inserted") and b.get("qdev")),
-                       None)
+        entry = disk_backend(blocks)
+        backend = None if entry is None else entry["inserted"]
         flags = cache_flags(config)
         seen = {} if backend is None else {
             "libvirt.cache.direct": str(backend["cache"]["direct"]).lower(),

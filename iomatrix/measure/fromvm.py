@@ -69,17 +69,18 @@ def _read_vm_file(suite: Suite, name: str, key: str) -> str:
 
 
 def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslation:
-    names = ", ".join(d.name for d in result.disks) or "none"
+    disks = [d for d in result.disks if not d.cdrom]
+    names = ", ".join(d.name for d in disks) or "none"
     if wanted is None:
-        if len(result.disks) == 1:
-            return result.disks[0]
-        if not result.disks:
+        if len(disks) == 1:
+            return disks[0]
+        if not disks:
             skipped = "; ".join(result.notes[1:])     # the first says what is always left out
             raise SuiteError(f"{where}: the VM has no disk iomatrix can measure"
                              + (f" ({skipped})" if skipped else ""))
-        raise SuiteError(f"{where}: the VM has {len(result.disks)} disks ({names}): name one "
+        raise SuiteError(f"{where}: the VM has {len(disks)} disks ({names}): name one "
                          "with [matrix] disk")
-    found = next((d for d in result.disks if d.name == wanted), None)
+    found = next((d for d in disks if d.name == wanted), None)
     if found is None:
         raise SuiteError(f"{where}: the VM has no disk {wanted!r} (its disks: {names})")
     return found
