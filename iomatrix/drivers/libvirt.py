@@ -65,6 +65,8 @@ OWNER_NS = "https://iomatrix.invalid/libvirt/owner/1"
 """XML namespace of the owner element in each domain's ``<metadata>``."""
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 VIRSH_TIMEOUT = 30.0
+PROBE_TIMEOUT = 300.0
+"""For virsh commands that need libvirt's QEMU capabilities (version, domxml-to-native)."""
 LIBVIRT_LOGS = Path("/var/log/libvirt/qemu")
 RUN_DIR = Path("/run/libvirt/qemu")
 SHARED_REASON = ("the guests are libvirtd's processes, in its network namespace, not in a "
@@ -81,7 +83,9 @@ def virsh(uri: str, *args: str, timeout: float = VIRSH_TIMEOUT, check: bool = Tr
 def daemon_versions(uri: str) -> lv.Versions:
     """The libvirtd at ``uri`` and the QEMU it runs (``virsh version --daemon``: "Running
     against daemon: 11.3.0", "Running hypervisor: QEMU 10.0.2")."""
-    text = virsh(uri, "version", "--daemon", timeout=15)
+    # libvirt answers for QEMU from its capabilities cache, which it may have to probe
+    # again first (tens of seconds; see README, /dev/kvm)
+    text = virsh(uri, "version", "--daemon", timeout=PROBE_TIMEOUT)
     lines = {k.strip(): v for k, _, v in (line.partition(":") for line in text.splitlines())}
     try:
         return lv.Versions(libvirt=lv.parse_version(lines.get("Running against daemon", "")),

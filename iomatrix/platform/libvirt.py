@@ -7,8 +7,8 @@ against ``virsh domxml-to-native qemu-argv`` of libvirtd 9.0 (Debian 12, QEMU 7.
 
 * **Disk order.** Each disk joins the disks of its bus, ordered by the index of its target
   name; a disk of a bus not seen yet goes last (virDomainDiskInsert).
-* **Node numbers.** libvirt walks the disks from the last to the first and numbers every
-  source it opens, CD-ROMs with a medium included (empty drives open nothing):
+* **Node numbers.** libvirt walks the disks from the last to the first and numbers each one,
+  CD-ROMs included, an empty drive too (its number names no node: it opens nothing):
   ``libvirt-N-storage`` and, where there is one, ``libvirt-N-format``. A qcow2 image's backing
   chain, which a real start probes, numbers its images too; ``domxml-to-native`` does not.
 * **The nodes, by version** (:class:`Versions`). Up to libvirt 10.0 every disk gets a format
@@ -344,15 +344,12 @@ def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) 
         controllers += argv
         notes += note
     boot = _boot_indexes(domain)
-    numbers: dict[int, int] = {}
-    for i in reversed(range(len(domain.disks))):
-        if domain.disks[i].source:
-            numbers[i] = len(numbers) + 1
+    numbers = {i: len(domain.disks) - i for i in range(len(domain.disks))}
     scsi = {c.index: c for c in domain.controllers if c.type == "scsi"}
     disks = []
     for i, disk in enumerate(domain.disks):
         try:
-            disks.append(_disk_args(disk, domain, versions, number=numbers.get(i),
+            disks.append(_disk_args(disk, domain, versions, number=numbers[i],
                                     bootindex=boot[i], scsi=scsi, size=size))
         except ValueError as exc:
             disks.append(DiskArgs(argv=(), notes=(str(exc),)))
@@ -396,7 +393,7 @@ def _boot_indexes(domain: Domain) -> list[int | None]:
     return out
 
 
-def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int | None,
+def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
                bootindex: int | None, scsi: dict[int, Controller],
                size: int | None) -> DiskArgs:
     notes = [f"{disk.dev}: {what} is not reproduced by iomatrix" for what in disk.unmodelled]
@@ -410,7 +407,7 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int | 
         raise ValueError(f"{disk.dev}: IOThreads only available for virtio pci and virtio ccw disk")
     argv: list[str] = []
     top = None
-    if number is not None:
+    if disk.source:
         nodes = _nodes(disk, versions, number, size)
         top = json.loads(nodes[-1])["node-name"]
         for node in nodes:
