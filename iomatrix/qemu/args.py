@@ -32,8 +32,10 @@ and ``-append`` are taken verbatim.
 That is the ``qemu`` platform. With ``platform = "proxmox"`` (PVE 8 or 9) or ``"libvirt"`` the
 disk's arguments are the ones that platform generates for the same settings
 (:mod:`iomatrix.platform`): PVE's detect-zeroes, discard, throttle filter and node names,
-libvirt's ``libvirt-1-storage``/``-format`` nodes. Reading back, nodes are named by their role
-(``file0`` protocol, ``disk0`` format, ``throttle0`` filter) whatever the platform called them.
+libvirt's ``libvirt-1-storage`` (and ``-format``) nodes, by libvirt version. Reading back,
+nodes are named by their role (``file0`` protocol, ``disk0`` format, ``throttle0`` filter)
+whatever the platform called them, and ``backend.node`` is the role of the node the disk
+device sits on.
 """
 
 from __future__ import annotations
