@@ -165,7 +165,8 @@ def _domain(tmp_path: Path, controller: str, *, name: str = "iomatrix-x-p1-b1-vm
 @pytest.mark.skipif(shutil.which("virt-xml-validate") is None or shutil.which("xmllint") is None,
                     reason="virt-xml-validate (libvirt-clients) and xmllint (libxml2-utils) "
                            "are not installed")
-@pytest.mark.parametrize("controller", ["virtio-blk", "virtio-scsi-single", "sata", "lsi"])
+@pytest.mark.parametrize("controller",
+                         ["virtio-blk", "virtio-scsi-single", "sata", "lsi", "megasas"])
 def test_domain_xml_validates(tmp_path: Path, controller: str) -> None:
     xml = tmp_path / "d.xml"
     xml.write_text(_domain(tmp_path, controller))

@@ -6,9 +6,8 @@ iomatrix writes one transient domain per guest (``virsh create``) with
 * direct kernel boot of the appliance (``<os><kernel/><initrd/><cmdline/>``), ``<on_reboot>
   destroy`` (QEMU's ``-no-reboot``), no USB controller, no balloon, no graphics;
 * the disk under test as a libvirt user writes it for the configuration (its ``<controller>``,
-  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``), from
-  :func:`iomatrix.platform.libvirt.disk_for`, the model :func:`iomatrix.recommend.render.libvirt`
-  also renders;
+  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``):
+  :func:`iomatrix.platform.libvirt.disk_xml`, the XML ``recommend --for libvirt`` prints;
 * the serial console to a file in the run's scratch directory;
 * QEMU as root (``<seclabel type='static' model='dac' relabel='no'>``): the appliance, the
   scratch directory and the images are root's, in 0700 directories libvirt's ``libvirt-qemu``
@@ -150,8 +149,8 @@ def domain_xml(spec: DomainSpec) -> str:
         "uid": str(o.uid), "run": spec.run})
     ET.SubElement(root, "memory", {"unit": "b"}).text = str(spec.memory_bytes)
     ET.SubElement(root, "vcpu").text = str(spec.vcpus)
-    if threads:
-        ET.SubElement(root, "iothreads").text = str(threads)
+    parts = lv.disk_xml(disk, threads)
+    root.extend(element for where, element in parts if where == "<domain>")
     os_el = ET.SubElement(root, "os")
     ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": MACHINE}).text = "hvm"
     ET.SubElement(os_el, "kernel").text = str(spec.kernel)
@@ -163,18 +162,8 @@ def domain_xml(spec: DomainSpec) -> str:
     ET.SubElement(root, "on_crash").text = "destroy"
     devices = ET.SubElement(root, "devices")
     ET.SubElement(devices, "emulator").text = require("qemu-system-x86_64")
-    if disk.bus == "scsi":
-        controller = ET.SubElement(devices, "controller", {
-            "type": "scsi", "index": "0", "model": disk.controller_model or "lsilogic"})
-        if disk.controller_driver:
-            ET.SubElement(controller, "driver", dict(disk.controller_driver))
-    elif disk.bus == "sata":
-        ET.SubElement(devices, "controller", {"type": "sata", "index": "0"})
+    devices.extend(element for where, element in parts if where == "<devices>")
     ET.SubElement(devices, "controller", {"type": "usb", "model": "none"})
-    element = ET.SubElement(devices, "disk", {"type": disk.kind, "device": "disk"})
-    ET.SubElement(element, "driver", dict(disk.driver))
-    ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
-    ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
     serial = ET.SubElement(devices, "serial", {"type": "file"})
     ET.SubElement(serial, "source", {"path": str(spec.console)})
     ET.SubElement(serial, "target", {"port": "0"})

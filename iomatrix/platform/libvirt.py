@@ -545,7 +545,7 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
              iothread: bool, fmt: str = "raw", num_queues: int | None = None,
              queue_size: int | None = None) -> tuple[Disk, int]:
     """The ``<disk>`` (and ``<iothreads>`` count) a libvirt user writes for an iomatrix
-    configuration, as :func:`iomatrix.recommend.render.libvirt` renders it."""
+    configuration (:func:`disk_xml` writes it out)."""
     if controller not in BUS_OF:
         raise ValueError(f"iomatrix does not model libvirt's {controller} disks")
     bus = BUS_OF[controller]
@@ -571,6 +571,32 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
     return Disk(kind="block" if block else "file", source=source, bus=bus, dev=dev,
                 driver=tuple(driver.items()), controller_model=CONTROLLER_MODEL.get(controller),
                 controller_driver=tuple(sorted(cdrv.items()))), 1 if iothread else 0
+
+
+def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
+    """The XML a libvirt user writes for a disk of :func:`disk_for`, as (where it goes, element):
+    ``<iothreads>`` in ``<domain>``, then in ``<devices>`` its ``<controller>`` (SCSI, with the
+    ``<driver>`` its disks share; SATA) and the ``<disk>``. recommend prints these; the
+    libvirt driver builds its domains from them."""
+    out = []
+    if iothreads:
+        threads = ET.Element("iothreads")
+        threads.text = str(iothreads)
+        out.append(("<domain>", threads))
+    if disk.bus == "scsi":
+        controller = ET.Element("controller", {"type": "scsi", "index": "0",
+                                               "model": disk.controller_model or "lsilogic"})
+        if disk.controller_driver:
+            ET.SubElement(controller, "driver", dict(disk.controller_driver))
+        out.append(("<devices>", controller))
+    elif disk.bus == "sata":
+        out.append(("<devices>", ET.Element("controller", {"type": "sata", "index": "0"})))
+    element = ET.Element("disk", {"type": disk.kind, "device": disk.device})
+    ET.SubElement(element, "driver", dict(disk.driver))
+    ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
+    ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
+    out.append(("<devices>", element))
+    return out
 
 
 def configuration_of(disk: Disk) -> tuple[dict[str, Any], list[str]]:
