@@ -25,6 +25,7 @@ from iomatrix.core.owner import this_process
 from iomatrix.core.proc import run as run_tool
 from iomatrix.drivers import libvirt as lvd
 from iomatrix.measure.runner import run_suite
+from iomatrix.platform import libvirt as lv
 from iomatrix.platform.translate import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
@@ -84,8 +85,15 @@ def _ours() -> list[str]:
     return [n for n in lvd.leftover_domains(URI) if f"-p{me}-" in n]
 
 
+# Every domain start and domxml-to-native may wait for libvirt to probe QEMU again
+# (lvd.PROBE_TIMEOUT): these tests get time for a few such probes on a loaded host.
+SLOW_LIBVIRT = pytest.mark.timeout(4 * lvd.PROBE_TIMEOUT)
+
+
 @needs_libvirtd
-def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None) -> None:
+@SLOW_LIBVIRT
+def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None,
+                                             versions: lv.Versions) -> None:
     suite = load_suite(write_suite(tmp_path, BODY.format(runtime="500ms"), size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
@@ -93,7 +101,6 @@ def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None)
     assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
     assert len({t.config_key for t in stored.trials}) == 2
     # raw disks: a format node over the storage node up to libvirt 10.0 or QEMU 8.2, none after
-    versions = lvd.daemon_versions(URI)
     top = "libvirt-1-format" if versions.raw_format_node else "libvirt-1-storage"
     for trial in stored.trials:
         applied = trial.applied
@@ -108,6 +115,7 @@ def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None)
 
 
 @needs_libvirtd
+@SLOW_LIBVIRT
 def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, BODY.format(runtime="60s"), size="16MiB")
     env = os.environ | {"TMPDIR": str(tmp_path)}
@@ -115,7 +123,7 @@ def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
                              str(tmp_path / "r.db")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 120 + lvd.PROBE_TIMEOUT
         mine: list[str] = []
         while time.monotonic() < deadline and not mine:
             mine = [n for n in lvd.leftover_domains(URI) if f"-p{proc.pid}-" in n]
@@ -135,11 +143,12 @@ def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
 
 
 @needs_libvirtd
+@SLOW_LIBVIRT
 def test_live_owner_is_left_alone(tmp_path: Path) -> None:
     """A domain whose owner runs (this test) is not destroyed by reclaim."""
     xml = tmp_path / "d.xml"
     xml.write_text(_domain(tmp_path, "virtio-blk", name=f"iomatrix-t-p{os.getpid()}-b1-vm0"))
-    lvd.virsh(URI, "create", str(xml))
+    lvd.virsh(URI, "create", str(xml), timeout=lvd.PROBE_TIMEOUT)
     try:
         results = {i.name: i.action for i in lvd.reclaim_domains(URI)}
         assert results[f"iomatrix-t-p{os.getpid()}-b1-vm0"] == "left"
@@ -318,14 +327,20 @@ def _disk_arguments(argv: list[str]) -> list[str]:
     return out
 
 
+@pytest.fixture(scope="module")
+def versions() -> lv.Versions:
+    return lvd.daemon_versions(URI)
+
+
 @needs_libvirtd
+@SLOW_LIBVIRT
 @pytest.mark.parametrize("name", sorted(DOMAINS))
-def test_translate_gives_libvirts_own_disk_arguments(tmp_path: Path, name: str) -> None:
+def test_translate_gives_libvirts_own_disk_arguments(tmp_path: Path, name: str,
+                                                     versions: lv.Versions) -> None:
     xml = tmp_path / "domain.xml"
     xml.write_text(DOMAINS[name].format(dir=tmp_path))
     real = shlex.split(lvd.virsh(URI, "domxml-to-native", "qemu-argv", str(xml),
                                  timeout=lvd.PROBE_TIMEOUT))
-    versions = lvd.daemon_versions(URI)
     result = translate(xml.read_text(), libvirt=versions)
     ours = list(result.argv) + [a for disk in result.disks for a in disk.argv]
     assert ours == _disk_arguments(real), versions.label

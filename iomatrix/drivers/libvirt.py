@@ -65,7 +65,9 @@ OWNER_NS = "https://iomatrix.invalid/libvirt/owner/1"
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 VIRSH_TIMEOUT = 30.0
 PROBE_TIMEOUT = 300.0
-"""For virsh commands that need libvirt's QEMU capabilities (version, domxml-to-native)."""
+"""For virsh commands that need libvirt's QEMU capabilities (create, version,
+domxml-to-native): libvirt may probe QEMU again first, which takes minutes on a loaded host
+where /dev/kvm is not root:kvm (see README)."""
 LIBVIRT_LOGS = Path("/var/log/libvirt/qemu")
 RUN_DIR = Path("/run/libvirt/qemu")
 SHARED_REASON = ("the guests are libvirtd's processes, in its network namespace, not in a "
@@ -329,7 +331,7 @@ class LibvirtDriver(GuestDriver):
         xml_path.write_text(domain_xml(spec))
         stack.callback(destroy, self.uri, name)
         try:
-            virsh(self.uri, "create", str(xml_path), timeout=60)
+            virsh(self.uri, "create", str(xml_path), timeout=PROBE_TIMEOUT)
         except ToolFailed as exc:
             raise TrialFailed(f"libvirt did not start vm{index}: "
                               f"{' '.join((exc.output or str(exc)).split())[-400:]}") from exc
