@@ -101,7 +101,7 @@ def libvirt_problem(uri: str) -> str | None:
     if shutil.which("virsh") is None:
         return "virsh is not installed (Debian package libvirt-clients; ./setup.sh installs it)"
     try:
-        virsh(uri, "version", timeout=15)
+        virsh(uri, "uri", timeout=15)   # answers without libvirt's QEMU capabilities
     except ToolFailed as exc:
         text = " ".join((exc.output or str(exc)).split())
         return (f"libvirtd at {uri} does not answer: {text[-300:]} (start it: `systemctl start "
