@@ -52,7 +52,7 @@ def busybox_text(cache_dir: Path, fetch: bool, env: Mapping[str, str] | None = N
         if fetch:
             raise
     else:
-        return f"static busybox {binary.relative_to(cache_dir)} (cached)"
+        return f"static busybox {binary.relative_to(cache_dir)} in the cache"
     shown = run([require("apt-cache", env, hint=_NO_APT), "show", "--no-all-versions",
                  BUSYBOX_PACKAGE], timeout=60, check=False, env=env)
     version = re.search(r"^Version: (\S+)$", shown.stdout, re.M)
