@@ -326,7 +326,7 @@ def test_refused_combinations_are_never_rendered() -> None:
 
 LIBVIRT_IO = {"native", "threads", "io_uring"}                          # §2 io=
 LIBVIRT_CACHE = PVE_CACHE                                               # §3 cache modes
-SCSI_MODELS = {"virtio-scsi", "vmpvscsi"}   # virtio-scsi: §2; vmpvscsi: libvirt formatdomain
+SCSI_MODELS = {"virtio-scsi", "lsilogic", "lsisas1078", "vmpvscsi"}   # §2; libvirt formatdomain
 TARGET_PREFIX = {"virtio": "vd", "scsi": "sd", "sata": "sd", "ide": "hd"}
 
 

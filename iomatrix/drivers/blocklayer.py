@@ -10,21 +10,24 @@ list went to the main loop thread for 9.0, f816310d0c3). What QEMU applied is re
 ``[method] platform = "proxmox"`` gives the daemon the layers a Proxmox VE disk has for the same
 settings (``pve_version``: 8, detect-zeroes on the format node; 9, detect-zeroes and discard on
 every node and a throttle filter over an empty throttle group), the export on the top node;
-``platform = "libvirt"`` gives it libvirt's two nodes (``libvirt-1-storage`` with discard=unmap
-and auto-read-only, ``libvirt-1-format``). The nodes are read back by role (``file0``,
-``disk0``, ``throttle0``) as in guest mode."""
+``platform = "libvirt"`` gives it the nodes libvirt gives the disk (``libvirt-1-storage``, and
+``libvirt-1-format`` over it unless libvirt 10.1 or later with QEMU 9.0 or later leaves a raw
+disk without: :mod:`iomatrix.drivers.versions` says which libvirt). The nodes are read back by
+role (``file0``, ``disk0``, ``throttle0``) as in guest mode."""
 
 from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.mounts import force_unmount, is_mounted
 from iomatrix.core.proc import log_tail, managed, require, wait_for
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.qemu.escape import qemu_escape
@@ -39,15 +42,16 @@ START_TIMEOUT = 15.0
 
 
 def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
-                method: Method | None = None) -> list[str]:
+                method: Method | None = None, libvirt: lv.Versions | None = None) -> list[str]:
     """The qemu-storage-daemon command line for a configuration: NBD export, or FUSE with an
-    iothread; the graph as ``method.platform`` builds it."""
+    iothread; the graph as ``method.platform`` builds it (libvirt: at ``libvirt``)."""
     platform = method.platform if method else "qemu"
     pve_version = method.pve_version if method else None
     argv = storage_daemon_argv(config, image, qmp_socket=workdir / "qmp.sock", qsd=qsd,
-                               platform=platform, pve_version=pve_version)
-    top = daemon_graph(config, image.path, is_device=image.is_device, platform=platform,
-                       pve_version=pve_version).export_node
+                               platform=platform, pve_version=pve_version, libvirt=libvirt)
+    top = daemon_graph(config, image.path, is_device=image.is_device,
+                       size=image.size if image.is_device else None, platform=platform,
+                       pve_version=pve_version, libvirt=libvirt).export_node
     common = f"id=exp0,node-name={top},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
         mountpoint = qemu_escape(str(workdir / "fuse.img"))
@@ -135,6 +139,22 @@ class BlocklayerSession(Session):
 class BlocklayerDriver(Driver):
     mode = "blocklayer"
 
+    def __init__(self, method: Method, workdir: Path) -> None:
+        super().__init__(method, workdir)
+        self.libvirt: lv.Versions | None = None
+        """With platform libvirt: the libvirt (and its QEMU) whose nodes the daemon holds."""
+
+    @classmethod
+    def prepare(cls, method: Method, workdir: Path, *, accel: str,
+                note: Callable[[str], None]) -> Driver:
+        driver = cls(method, workdir)
+        modelled = method_versions(method, "qemu-storage-daemon")
+        if modelled is not None:
+            driver.libvirt, source = modelled
+            note(f"the daemon holds the block graph of {driver.libvirt.label} (libvirt: "
+                 f"{source})")
+        return driver
+
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         image = images[0]
@@ -145,7 +165,8 @@ class BlocklayerDriver(Driver):
         mountpoint = workdir / "fuse.img"
         if config.iothread:
             mountpoint.touch()
-        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"), self.method)
+        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"), self.method,
+                           self.libvirt)
         log = workdir / "daemon.log"
         log.write_text("")
         try:
@@ -161,7 +182,9 @@ class BlocklayerDriver(Driver):
                 except ToolFailed as exc:
                     raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
                 expected = expected_daemon_graph(config, platform=self.method.platform,
-                                                 pve_version=self.method.pve_version)
+                                                 pve_version=self.method.pve_version,
+                                                 libvirt=self.libvirt,
+                                                 is_device=image.is_device)
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
                                         self.method.engine, expected, qemu=from_qmp(version))
         finally:

@@ -71,17 +71,18 @@ def _read_vm_file(suite: Suite, name: str, key: str) -> str:
 
 
 def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslation:
-    names = ", ".join(sorted((d.name for d in result.disks), key=_by_number)) or "none"
+    disks = result.disks
+    names = ", ".join(sorted((d.name for d in disks), key=_by_number)) or "none"
     if wanted is None:
-        if len(result.disks) == 1:
-            return result.disks[0]
-        if not result.disks:
+        if len(disks) == 1:
+            return disks[0]
+        if not disks:
             skipped = "; ".join(result.notes[1:])     # the first says what is always left out
             raise SuiteError(f"{where}: the VM has no disk iomatrix can measure"
                              + (f" ({skipped})" if skipped else ""))
-        raise SuiteError(f"{where}: the VM has {len(result.disks)} disks ({names}): name one "
+        raise SuiteError(f"{where}: the VM has {len(disks)} disks ({names}): name one "
                          "with [matrix] disk")
-    found = next((d for d in result.disks if d.name == wanted), None)
+    found = next((d for d in disks if d.name == wanted), None)
     other = next((d for d in result.others if d.name == wanted), None)
     if other is not None:
         raise SuiteError(f"{where}: {wanted} is {NOT_A_DISK[other.kind]}, not a disk to measure "

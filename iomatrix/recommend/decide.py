@@ -330,8 +330,9 @@ GRAPH_DIFFERENCES = {
     "proxmox": "Proxmox VE gives every disk detect-zeroes=on (unmap with discard=on), discard on "
                "every node, and in PVE 9 a throttle filter node with an empty throttle group "
                "above it; its controllers and iothread naming are qemu-server's",
-    "libvirt": "libvirt names its nodes libvirt-N-storage/-format with auto-read-only and "
-               "discard=unmap on the storage node, and its own device and iothread ids",
+    "libvirt": "libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
+               "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw disks "
+               "on QEMU 9.0 and later, and its own device and iothread ids",
 }
 
 

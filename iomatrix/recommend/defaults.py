@@ -105,12 +105,6 @@ PROXMOX_SCSIHW_OF = {"virtio-scsi": "virtio-scsi-pci", "virtio-scsi-single": "vi
 # -- libvirt (reference §2) -------------------------------------------------------------------
 LIBVIRT_IO = ("native", "threads", "io_uring")
 LIBVIRT_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
-LIBVIRT_BUSES = PROXMOX_BUSES
-"""``<target bus=…>``: libvirt names the buses as Proxmox does (virtio, scsi, sata, ide)."""
-LIBVIRT_SCSI_MODELS = {"virtio-scsi": "virtio-scsi", "virtio-scsi-single": "virtio-scsi",
-                       "pvscsi": "vmpvscsi", "lsi": "lsilogic", "megasas": "megasas"}
-"""``<controller type='scsi' model=…>``; libvirt's name for pvscsi is vmpvscsi (formatdomain)."""
-TARGET_DEVS = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}
 
 UNEXPRESSIBLE: dict[Platform, dict[tuple[str, str], str]] = {
     "proxmox": {("controller", "nvme"): "Proxmox VE has no NVMe drive bus (virtioN, scsiN, "

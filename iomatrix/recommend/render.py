@@ -15,11 +15,11 @@ from xml.etree import ElementTree as ET
 
 
 from iomatrix.core.errors import InvalidCombination
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import GuestSpec, guest_argv
-from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, NO_AIO_STORAGES,
-                                         PLACEHOLDER_VMID,
+from iomatrix.recommend.defaults import (NO_AIO_STORAGES, PLACEHOLDER_VMID,
                                          PLACEHOLDER_VOLUME, PROXMOX_BUSES, PROXMOX_SCSIHW_OF,
-                                         TARGET_DEVS, UNEXPRESSIBLE, Platform)
+                                         UNEXPRESSIBLE, Platform)
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
@@ -121,52 +121,23 @@ def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
 def libvirt(config: Configuration, *, image: str) -> Rendered:
     """``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
     ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
-    (in ``<devices>``). An iothread goes on the disk's driver for virtio-blk and on the
-    controller's driver for virtio-scsi, whose disks share it; queues likewise."""
+    (in ``<devices>``), as :func:`iomatrix.platform.libvirt.disk_xml` writes them. An iothread
+    goes on the disk's driver for virtio-blk and on the controller's driver for virtio-scsi,
+    whose disks share it; queues likewise."""
     _check("libvirt", config)
     controller = str(config.controller)
-    bus = LIBVIRT_BUSES[controller]
     notes: list[str] = []
-    fragments: list[tuple[str, str]] = []
-    if config.iothread:
-        threads = ET.Element("iothreads")
-        threads.text = "1"
-        fragments.append(("<domain>", _xml(threads)))
-    model = LIBVIRT_SCSI_MODELS.get(controller)
-    if model is not None:
-        element = ET.Element("controller", {"type": "scsi", "index": "0", "model": model})
-        props = {}
-        if config.iothread:
-            props["iothread"] = "1"
-        if config.num_queues:
-            props["queues"] = str(config.num_queues)
-        if props:
-            ET.SubElement(element, "driver", props)
-        if config.queue_size:
-            notes.append(f"queue_size={config.queue_size} left out: the reference documents no "
-                         "virtqueue size for libvirt's virtio-scsi controller")
-        if controller == "virtio-scsi-single":
-            notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
-                         "virtio-scsi controller (and its own iothread); for one disk this is it")
-        fragments.append(("<devices>", _xml(element)))
-    elif bus == "sata":
-        fragments.append(("<devices>", _xml(ET.Element("controller", {"type": "sata",
-                                                                        "index": "0"}))))
-    block = image.startswith("/dev/")
-    disk = ET.Element("disk", {"type": "block" if block else "file", "device": "disk"})
-    driver = {"name": "qemu", "type": config.format or "raw", "cache": config.cache or "writeback",
-              "io": config.aio or "threads"}
-    if bus == "virtio":
-        if config.iothread:
-            driver["iothread"] = "1"
-        if config.num_queues:
-            driver["queues"] = str(config.num_queues)
-        if config.queue_size:
-            driver["queue_size"] = str(config.queue_size)
-    ET.SubElement(disk, "driver", driver)
-    ET.SubElement(disk, "source", {"dev" if block else "file": image})
-    ET.SubElement(disk, "target", {"dev": TARGET_DEVS[bus], "bus": bus})
-    fragments.append(("<devices>", _xml(disk)))
+    if controller in ("virtio-scsi", "virtio-scsi-single") and config.queue_size:
+        notes.append(f"queue_size={config.queue_size} left out: the reference documents no "
+                     "virtqueue size for libvirt's virtio-scsi controller")
+    if controller == "virtio-scsi-single":
+        notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
+                     "virtio-scsi controller (and its own iothread); for one disk this is it")
+    disk, threads = lv.disk_for(controller, source=image, block=image.startswith("/dev/"),
+                                aio=config.aio or "threads", cache=config.cache or "writeback",
+                                iothread=bool(config.iothread), fmt=config.format or "raw",
+                                num_queues=config.num_queues, queue_size=config.queue_size)
+    fragments = [(where, _xml(element)) for where, element in lv.disk_xml(disk, threads)]
     notes += _image_notes(config, "qemu-img or a storage pool volume")
     text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
     return Rendered(platform="libvirt", text=text, notes=tuple(notes), fragments=tuple(fragments))

@@ -707,6 +707,11 @@ class Method(Frozen):
     """With platform = "libvirt": run the guests through this libvirtd (``"qemu:///system"``):
     iomatrix writes each guest's domain XML and starts it with ``virsh create``
     (iomatrix.drivers.libvirt). Absent: iomatrix's own QEMU with libvirt's block graph."""
+    libvirt_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    """With platform = "libvirt" and no libvirt_uri: the libvirt whose block graph the disks get
+    ("11.3"), with the QEMU that runs them (libvirt 10.1 and later give a raw disk no format
+    node on QEMU 9.0 and later). Absent: the libvirt installed here, else 11.3. Through a
+    libvirtd (libvirt_uri) the daemon's own version is used."""
     aa: bool = False
     """A/A calibration: measure the first configuration of the matrix twice (as itself and as
     its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
@@ -717,9 +722,13 @@ class Method(Frozen):
         if self.pve_version is not None and self.platform != "proxmox":
             raise ValueError(f'pve_version is for platform = "proxmox" (platform is '
                              f'"{self.platform}")')
-        if self.libvirt_uri is not None and self.platform != "libvirt":
-            raise ValueError(f'libvirt_uri is for platform = "libvirt" (platform is '
-                             f'"{self.platform}")')
+        for key in ("libvirt_uri", "libvirt_version"):
+            if getattr(self, key) is not None and self.platform != "libvirt":
+                raise ValueError(f'{key} is for platform = "libvirt" (platform is '
+                                 f'"{self.platform}")')
+        if self.libvirt_uri is not None and self.libvirt_version is not None:
+            raise ValueError("libvirt_version models a libvirt; with libvirt_uri the daemon's "
+                             "own version is used: drop one")
         return self
 
     @field_validator("target_ci", mode="before")
