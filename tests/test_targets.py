@@ -16,10 +16,11 @@ import pytest
 from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
+from iomatrix.core.dirs import MARKER
 from iomatrix.core.errors import IomatrixError, SuiteError
 from iomatrix.core.mounts import NOT_A_MOUNT, PrivateMounts, mount_of, mounts, root_is_a_mount
 from iomatrix.core.owner import this_process
-from iomatrix.measure.reclaim import reclaim
+from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
@@ -289,15 +290,17 @@ def test_clean_detaches_a_loop_device_a_killed_run_left_unmounted(tmp_path: Path
     if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
         pytest.skip("loop devices need root here")
     with Store(tmp_path / "r.db") as store:
-        dead = store.register_process(this_process()._replace(pid=_dead_pid()), "")
+        owner = this_process()._replace(pid=_dead_pid())
+        dead = store.register_process(owner, "")
         store.end_process(dead)
         workspace = tmp_path / "iomatrix-0000dead"
         store.add_resource(dead, "workspace", str(workspace), str(tmp_path))
         workspace.mkdir(mode=0o700)
+        (workspace / MARKER).write_text(marker_text(owner, "workspace", str(workspace)))
         file = workspace / "xfs.img"
         with open(file, "wb") as f:
             f.truncate(8 << 20)
-        loop = loops.attach(file)
+        loop = loops.attach(file, os.stat(file))
         try:
             assert loops.backed_in(tmp_path) == [loop]
             done = reclaim(store)

@@ -17,13 +17,13 @@ from iomatrix.core.files import write_file_atomically
 def runs(db: Db = DEFAULT_DB) -> None:
     """List the stored runs."""
     from iomatrix.core.owner import liveness
-    from iomatrix.store.repo import identity
+    from iomatrix.store.repo import identity, lock_of
 
     with open_store(db) as store:
         rows = store.list_runs()
         # A run marked running whose process is gone was killed: say so, and how to go on.
         gone = {run_id for run_id, owner in store.running_runs()
-                if owner is None or not liveness(identity(owner), owner.lock_path)[0]}
+                if owner is None or not liveness(identity(owner), lock_of(owner))[0]}
     table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
     for r in rows:
         status = "stopped (process gone; --resume)" if r.id in gone else r.status

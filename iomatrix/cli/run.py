@@ -145,14 +145,17 @@ def run(
         with open_store(db) as store:
             stored = store.load_run(store.resolve(resume))
         failed = sum(1 for t in stored.trials if t.status == "failed")
+        # a complete run is what --resume asks for: nothing to do is success, said on stdout
         if stored.status == "complete" and not retry_failed:
-            raise SuiteError(f"run {stored.id} is complete: nothing to resume",
-                             hint=f"{failed} of its trials failed: `iomatrix run --resume "
-                                  f"{stored.id} --retry-failed` measures them again"
-                                  if failed else None)
+            out.print(f"run {stored.id} is complete: nothing to do" + (
+                f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
+                "--retry-failed` measures them again)" if failed else ""), markup=False,
+                soft_wrap=True)
+            return
         if stored.status == "complete" and not failed:
-            raise SuiteError(f"run {stored.id} is complete and none of its trials failed: "
-                             "nothing to retry")
+            out.print(f"run {stored.id} is complete and none of its trials failed: nothing "
+                      "to retry", markup=False, soft_wrap=True)
+            return
         loaded = stored.suite.runnable()
         resume_id: int | None = stored.id
     else:

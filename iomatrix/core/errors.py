@@ -8,7 +8,8 @@ an exit code and one line on stderr.
      │    └── GuestFioUnavailable  the guests' static, patched fio cannot be built here
      │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
      ├── TargetError               the storage under test is unsafe or unusable
-     │    └── NotEnoughSpace       free space is below what the images need
+     │    ├── NotEnoughSpace       free space is below what the images need
+     │    └── UnsafeDirectory      another user controls a directory iomatrix would write in
      ├── ToolFailed                an external command failed (carries argv, exit code, output)
      │    └── FioFailed            fio failed or printed no result
      ├── FioParseError             fio's output could not be parsed
@@ -67,6 +68,14 @@ class TargetError(IomatrixError):
 
 class NotEnoughSpace(TargetError):
     """The target directory has less free space than the images need."""
+
+
+class UnsafeDirectory(TargetError):
+    """A directory on the way to where iomatrix writes is another user's, or writable by
+    others (``iomatrix.core.dirs``): they could redirect what iomatrix writes there."""
+
+    hint = ("use a directory that only root (or you) can write to, and whose parents are so "
+            "too: remove the other user's directory, or make it root's and not writable by others")
 
 
 class ToolFailed(IomatrixError):

@@ -19,7 +19,7 @@ from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
-from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
+from iomatrix.measure.reclaim import describe, reclaim, run_process
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
@@ -122,9 +122,6 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if done_item.action == "removed":
                 progress.note(describe(done_item))
         workspace.record = me.record
-        stale = stale_parents(store, me=me.id)
-        for level in workspace.adopt(stale):
-            store.adopt_resource(stale[os.path.realpath(level)], me.id, me.run_id)
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         prepared = prepared.under(accelerator)
@@ -211,14 +208,17 @@ def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet:
 
 
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
-    """What a run reclaims when it starts: scratch directories, and the image directories of
-    the run it resumes or of its target directories (``iomatrix clean`` reclaims everything)."""
+    """What a run reclaims when it starts: scratch directories, the image directories of the
+    run it resumes or of its target directories, and target directories made for it that are
+    left empty (``iomatrix clean`` reclaims everything)."""
     targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
                if t.directory is not None}
+    above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return r.kind == "scratch" or (r.kind == "workspace" and (
-            r.within in targets or (resume is not None and r.run_id == resume)))
+        return r.kind == "scratch" or (r.kind == "parent" and r.path in above) or (
+            r.kind == "workspace" and (r.within in targets
+                                       or (resume is not None and r.run_id == resume)))
     return wanted
 
 
@@ -319,6 +319,7 @@ class _Runner:
         trials = list(block.workloads)
         try:
             images = workspace.images(config)
+            workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
             with driver.session(config, images) as session:
                 fresh = [i.path for i in images if i.path not in workspace.preconditioned]
                 if self.method.precondition and fresh:
@@ -327,8 +328,10 @@ class _Runner:
                     self._precondition(session, workdir)
                     workspace.preconditioned.update(fresh)
                 while trials:
+                    workspace.verify(images)
                     self._trial(session, workdir, config, trials[0], block.sample)
                     trials.pop(0)
+                workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
             # The configuration could not be brought up: the block's remaining trials fail alike.
             for workload in trials:

@@ -309,6 +309,10 @@ class ProcessRecord(Frozen):
     """The file it holds an exclusive flock on while it lives."""
     started_at: str
     ended_at: str | None = None
+    lock_dev: int | None = None
+    lock_ino: int | None = None
+    """The lock file's device and inode, recorded once it was made (None before, or by an
+    iomatrix older than schema 6): a file in its place with another inode is not its lock."""
 
 
 class ResourceRecord(Frozen):

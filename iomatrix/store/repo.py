@@ -16,7 +16,7 @@ from typing import Any
 
 from iomatrix import __version__
 from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
-from iomatrix.core.owner import Identity, liveness, this_process
+from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
@@ -224,6 +224,12 @@ class Store:
         assert pid is not None
         return pid
 
+    def lock_made(self, process_id: int, info: os.stat_result) -> None:
+        """Record the device and inode of the lock file the process has made and holds."""
+        with self._transaction():
+            self.conn.execute("UPDATE processes SET lock_dev = ?, lock_ino = ? WHERE id = ?",
+                              (info.st_dev, info.st_ino, process_id))
+
     def end_process(self, process_id: int) -> None:
         """The process is ending: it owns no run any more."""
         with self._transaction():
@@ -246,7 +252,7 @@ class Store:
             previous = self.owner(run_id)
             if previous is not None and previous.id != process_id:
                 me = this_process()
-                alive, _ = liveness(identity(previous), previous.lock_path, me=me)
+                alive, _ = liveness(identity(previous), lock_of(previous), me=me)
                 if alive:
                     where = ("" if previous.host == me.host else f" on host {previous.host} "
                              "(whether it still runs cannot be seen from here)")
@@ -275,12 +281,6 @@ class Store:
         with self._transaction():
             self.conn.execute("UPDATE resources SET removed_at = ?, outcome = ? WHERE id = ?",
                               (now(), outcome, resource_id))
-
-    def adopt_resource(self, resource_id: int, process_id: int, run_id: int | None) -> None:
-        """A resource a dead process created becomes the process's, to remove at its end."""
-        with self._transaction():
-            self.conn.execute("UPDATE resources SET process_id = ?, run_id = ? WHERE id = ? "
-                              "AND removed_at IS NULL", (process_id, run_id, resource_id))
 
     def open_resources(self, process_id: int | None = None) -> list[ResourceRecord]:
         """What processes created and nobody has removed yet (of one process, or all)."""
@@ -486,18 +486,26 @@ def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
 
 
 _PROCESS = ("p.id, p.pid, p.host, p.boot_id, p.start_ticks, p.uid, p.lock_path, p.started_at, "
-            "p.ended_at")
+            "p.ended_at, p.lock_dev, p.lock_ino")
 
 
 def _process(row: Any) -> ProcessRecord:
     return ProcessRecord(id=row[0], pid=row[1], host=row[2], boot_id=row[3], start_ticks=row[4],
-                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8])
+                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8],
+                         lock_dev=row[9], lock_ino=row[10])
 
 
 def identity(process: ProcessRecord) -> Identity:
     """A recorded process as ``iomatrix.core.owner`` names processes."""
     return Identity(pid=process.pid, host=process.host, boot_id=process.boot_id,
                     start_ticks=process.start_ticks, uid=process.uid)
+
+
+def lock_of(process: ProcessRecord) -> LockFile | None:
+    """The lock file the process made, as recorded; None when it did not record one."""
+    if process.lock_dev is None or process.lock_ino is None or not process.lock_path:
+        return None
+    return LockFile(process.lock_path, process.lock_dev, process.lock_ino, process.uid)
 
 
 class _Transaction:
