@@ -27,6 +27,7 @@ import urllib.parse
 from typing import Any, Literal
 
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.platform.settings import DiskSettings
 
 PveVersion = Literal[8, 9]
 PVE_VERSIONS: tuple[PveVersion, ...] = (8, 9)
@@ -1002,6 +1003,61 @@ CONTROLLER_BUS: dict[str, tuple[str, str | None]] = {
 """iomatrix controller → (drive bus, scsihw)."""
 SCSIHW_CONTROLLER = {"virtio-scsi-pci": "virtio-scsi", "virtio-scsi-single": "virtio-scsi-single",
                      "pvscsi": "pvscsi", "lsi": "lsi", "megasas": "megasas"}
+REFUSED = {("controller", "nvme"): "Proxmox VE has no NVMe drive bus (virtioN, scsiN, sataN, "
+                                   "ideN only)"}
+"""(axis, level) a Proxmox VE drive cannot be told to use, and why."""
+NO_AIO_STORAGES = {"rbd": "librbd (rbd without krbd)"}
+"""Storages whose disks get no aio at all. qemu-server Blockdev.pm generate_file_blockdev:
+``# only certain drivers have the aio setting`` / ``if ($driver eq 'file' || $driver eq
+'host_cdrom' || $driver eq 'host_device')``: an rbd node gets none (PVE 9); PVE 8's -drive passes
+one, which librbd ignores. So an aio setting does nothing there."""
+PLACEHOLDER_VMID = "<vmid>"
+PLACEHOLDER_VOLUME = "<storage>:<volume>"
+
+
+def qm_set(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
+           volume: str = PLACEHOLDER_VOLUME, storage: str = "other") -> tuple[list[str], list[str]]:
+    """The ``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…[,queues=N]``
+    argv a user pastes for ``settings``, and notes on what it leaves out.
+
+    qemu-server gives an iothread only to virtio disks and to SCSI disks on virtio-scsi-single;
+    on virtio-scsi-pci it warns and ignores it, and sata/ide drives have no such key (§1). For one
+    disk, virtio-scsi with an iothread is what virtio-scsi-single is, so that is what is written.
+    ``queues=`` exists for SCSI disks on virtio-scsi-single only, and from 2 up."""
+    controller = str(settings.controller)
+    if controller not in CONTROLLER_BUS:
+        raise ValueError(f"Proxmox VE has no drive bus for {controller}")
+    notes: list[str] = []
+    bus, scsihw = CONTROLLER_BUS[controller]
+    if controller == "virtio-scsi" and settings.iothread:
+        scsihw = "virtio-scsi-single"
+        notes.append("measured as virtio-scsi with an iothread: for one disk that is Proxmox's "
+                     "virtio-scsi-single (qemu-server ignores iothread on virtio-scsi-pci)")
+    options = [f"aio={settings.aio or 'threads'}"]
+    if storage in NO_AIO_STORAGES:
+        # Blockdev.pm generate_file_blockdev: an rbd node gets no aio; writing one does nothing
+        options = []
+        notes.append(f"no aio= written: on {NO_AIO_STORAGES[storage]} qemu-server passes none")
+    if bus == "virtio" or scsihw == "virtio-scsi-single":
+        options.append(f"iothread={1 if settings.iothread else 0}")
+    options.append(f"cache={settings.cache or 'writeback'}")
+    if settings.num_queues:
+        if scsihw == "virtio-scsi-single" and settings.num_queues >= 2:
+            options.append(f"queues={settings.num_queues}")
+        else:
+            notes.append(f"num_queues={settings.num_queues} left out: qemu-server passes queues= "
+                         "only for SCSI disks on virtio-scsi-single, from 2 up")
+    if settings.queue_size:
+        notes.append(f"queue_size={settings.queue_size} left out: qemu-server has no "
+                     "virtqueue-size option")
+    if (settings.format or "raw") != "raw" or (settings.preallocation or "off") != "off":
+        notes.append(f"the volume must be {settings.format or 'raw'}: format and preallocation "
+                     "are chosen when the volume is allocated (by the storage), not by qm set")
+    argv = ["qm", "set", vmid]
+    if scsihw is not None:
+        argv += ["--scsihw", scsihw]
+    argv += [f"--{bus}0", ",".join([volume, *options])]
+    return argv, notes
 
 
 def drive_for(controller: str, *, volume: str, aio: str | None, cache: str | None,

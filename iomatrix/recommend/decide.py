@@ -52,9 +52,10 @@ from iomatrix.analysis.points import only_configs
 from iomatrix.analysis.yourvm import VmGain, your_vm
 from iomatrix.telemetry.pagecache import RAM_SHARE
 from iomatrix.platform import proxmox as pve
-from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
-                                         NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
-                                         Platform, PlatformDefault, defaults)
+from iomatrix.platform.proxmox import NO_AIO_STORAGES
+from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
+                                         PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT, Platform,
+                                         PlatformDefault, defaults)
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration

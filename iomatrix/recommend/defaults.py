@@ -14,11 +14,11 @@ from typing import Literal
 
 from iomatrix.suite.model import DIRECT_CACHES, Matrix
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.proxmox import NO_AIO_STORAGES
 
 Platform = Literal["proxmox", "libvirt", "qemu"]
 PLATFORMS: tuple[Platform, ...] = ("proxmox", "libvirt", "qemu")
-PLACEHOLDER_VMID = "<vmid>"
-PLACEHOLDER_VOLUME = "<storage>:<volume>"
 TITLES: dict[Platform, str] = {"proxmox": "Proxmox VE", "libvirt": "libvirt", "qemu": "QEMU 7.2"}
 
 PARAMETERS = ("controller", "aio", "iothread", "cache", "format", "preallocation", "num_queues",
@@ -74,12 +74,6 @@ PROXMOX_STORAGES = ("other", "dir", "lvm", "lvmthin", "zfspool", "rbd", "krbd", 
 """Storage types ``--storage-type`` accepts; "other" means any storage without an exception.
 "rbd" is librbd (rbd without krbd); "btrfs-nocow" a btrfs storage with ``nocow 1``."""
 
-NO_AIO_STORAGES = {"rbd": "librbd (rbd without krbd)"}
-"""Storages whose disks get no aio at all. qemu-server Blockdev.pm generate_file_blockdev:
-``# only certain drivers have the aio setting`` / ``if ($driver eq 'file' || $driver eq
-'host_cdrom' || $driver eq 'host_device')``: an rbd node gets none (PVE 9); PVE 8's -drive passes
-one, which librbd ignores. So an aio setting does nothing there."""
-
 NON_IO_URING_STORAGES = {"lvm": "thick LVM (qemu-server 7.0-11)",
                          "krbd": "rbd with krbd and a non-direct cache (qemu-server 7.0-6)",
                          "cifs": "CIFS (qemu-server 7.2-5, #4099)"}
@@ -96,19 +90,13 @@ ignoring")``: on virtio-scsi-pci iothread=1 is ignored."""
 PROXMOX_AIO = ("native", "io_uring", "threads")
 PROXMOX_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
 """Values of a drive's ``cache=`` (§1 "Direct cache" table)."""
-PROXMOX_BUSES = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "scsi",
-                 "pvscsi": "scsi", "lsi": "scsi", "megasas": "scsi", "sata": "sata", "ide": "ide"}
-"""iomatrix controller → Proxmox drive bus (``<bus>0``); NVMe has no Proxmox drive bus."""
-PROXMOX_SCSIHW_OF = {"virtio-scsi": "virtio-scsi-pci", "virtio-scsi-single": "virtio-scsi-single",
-                     "pvscsi": "pvscsi", "lsi": "lsi", "megasas": "megasas"}
 
 # -- libvirt (reference §2) -------------------------------------------------------------------
 LIBVIRT_IO = ("native", "threads", "io_uring")
 LIBVIRT_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
 
 UNEXPRESSIBLE: dict[Platform, dict[tuple[str, str], str]] = {
-    "proxmox": {("controller", "nvme"): "Proxmox VE has no NVMe drive bus (virtioN, scsiN, "
-                                        "sataN, ideN only)"},
+    "proxmox": pve.REFUSED,
     "libvirt": {("controller", "nvme"): "the reference documents no libvirt mapping for an "
                                         "NVMe disk"},
     "qemu": {},

@@ -17,9 +17,9 @@ from xml.etree import ElementTree as ET
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import GuestSpec, guest_argv
-from iomatrix.recommend.defaults import (NO_AIO_STORAGES, PLACEHOLDER_VMID,
-                                         PLACEHOLDER_VOLUME, PROXMOX_BUSES, PROXMOX_SCSIHW_OF,
-                                         UNEXPRESSIBLE, Platform)
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
+from iomatrix.recommend.defaults import UNEXPRESSIBLE, Platform
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
@@ -74,45 +74,9 @@ def _image_notes(config: Configuration, where: str) -> list[str]:
 
 def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
             volume: str = PLACEHOLDER_VOLUME, storage: str = "other") -> Rendered:
-    """``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…[,queues=N]``.
-
-    qemu-server gives an iothread only to virtio disks and to SCSI disks on virtio-scsi-single;
-    on virtio-scsi-pci it warns and ignores it, and sata/ide drives have no such key (§1). For one
-    disk, virtio-scsi with an iothread is what virtio-scsi-single is, so that is what is written.
-    ``queues=`` exists for SCSI disks on virtio-scsi-single only, and from 2 up."""
+    """The ``qm set`` line of :func:`iomatrix.platform.proxmox.qm_set`."""
     _check("proxmox", config)
-    controller = str(config.controller)
-    notes: list[str] = []
-    scsihw = PROXMOX_SCSIHW_OF.get(controller)
-    if controller == "virtio-scsi" and config.iothread:
-        scsihw = "virtio-scsi-single"
-        notes.append("measured as virtio-scsi with an iothread: for one disk that is Proxmox's "
-                     "virtio-scsi-single (qemu-server ignores iothread on virtio-scsi-pci)")
-    bus = PROXMOX_BUSES[controller]
-    options = [f"aio={config.aio or 'threads'}"]
-    if storage in NO_AIO_STORAGES:
-        # Blockdev.pm generate_file_blockdev: an rbd node gets no aio; writing one does nothing
-        options = []
-        notes.append(f"no aio= written: on {NO_AIO_STORAGES[storage]} qemu-server passes none")
-    if bus == "virtio" or scsihw == "virtio-scsi-single":
-        options.append(f"iothread={1 if config.iothread else 0}")
-    options.append(f"cache={config.cache or 'writeback'}")
-    if config.num_queues:
-        if scsihw == "virtio-scsi-single" and config.num_queues >= 2:
-            options.append(f"queues={config.num_queues}")
-        else:
-            notes.append(f"num_queues={config.num_queues} left out: qemu-server passes queues= "
-                         "only for SCSI disks on virtio-scsi-single, from 2 up")
-    if config.queue_size:
-        notes.append(f"queue_size={config.queue_size} left out: qemu-server has no virtqueue-size "
-                     "option")
-    if (config.format or "raw") != "raw" or (config.preallocation or "off") != "off":
-        notes.append(f"the volume must be {config.format or 'raw'}: format and preallocation are "
-                     "chosen when the volume is allocated (by the storage), not by qm set")
-    argv = ["qm", "set", vmid]
-    if scsihw is not None:
-        argv += ["--scsihw", scsihw]
-    argv += [f"--{bus}0", ",".join([volume, *options])]
+    argv, notes = pve.qm_set(config, vmid=vmid, volume=volume, storage=storage)
     return Rendered(platform="proxmox", text=" ".join(argv), notes=tuple(notes), argv=tuple(argv))
 
 
