@@ -40,6 +40,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
+from iomatrix.platform.settings import DiskSettings
 
 Version = tuple[int, int, int]
 
@@ -539,6 +540,21 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
     elif disk.bus == "sata":
         controllers.append(Controller(type="sata"))
     return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)
+
+
+UNEXPRESSIBLE = {("controller", "nvme"): "the reference documents no libvirt mapping for an "
+                                         "NVMe disk"}
+"""(axis, level) recommend cannot tell libvirt to use, and why."""
+
+
+def refusal(settings: DiskSettings) -> str | None:
+    """Why iomatrix cannot give a guest ``settings`` as libvirt would, or None."""
+    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    if kind in ("nvme", "vhost-user-blk"):
+        return f"iomatrix does not model libvirt's {kind} disks"
+    if settings.queue_size and kind != "virtio-blk":
+        return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
+    return None
 
 
 def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cache: str | None,

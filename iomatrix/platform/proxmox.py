@@ -1011,6 +1011,28 @@ NO_AIO_STORAGES = {"rbd": "librbd (rbd without krbd)"}
 ``# only certain drivers have the aio setting`` / ``if ($driver eq 'file' || $driver eq
 'host_cdrom' || $driver eq 'host_device')``: an rbd node gets none (PVE 9); PVE 8's -drive passes
 one, which librbd ignores. So an aio setting does nothing there."""
+
+
+def refusal(settings: DiskSettings) -> str | None:
+    """Why qemu-server cannot give a guest ``settings`` (docs/proxmox-options.md), or None."""
+    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    if ("controller", kind) in REFUSED:
+        return REFUSED[("controller", kind)]
+    if kind == "vhost-user-blk":
+        return "qemu-server does not attach vhost-user-blk disks"
+    if settings.iothread and kind not in ("virtio-blk", "virtio-scsi-single"):
+        # QemuServer.pm config_to_command: "iothread is only valid with virtio disk or
+        # virtio-scsi-single controller, ignoring"; sata/ide drives have no iothread option.
+        return (f"qemu-server ignores iothread=1 on {kind} (only virtio disks and scsihw "
+                "virtio-scsi-single get an iothread): the guest would run without one")
+    if settings.num_queues and (kind != "virtio-scsi-single" or settings.num_queues < 2):
+        return ("qemu-server passes queues= only for scsi drives on virtio-scsi-single, "
+                "from 2 up (Drive.pm %queues_fmt minimum 2; config_to_command)")
+    if settings.queue_size:
+        return "qemu-server has no virtqueue-size option"
+    return None
+
+
 PLACEHOLDER_VMID = "<vmid>"
 PLACEHOLDER_VOLUME = "<storage>:<volume>"
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 from iomatrix.suite.model import DIRECT_CACHES, Matrix
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import NO_AIO_STORAGES
 
@@ -97,8 +98,7 @@ LIBVIRT_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
 
 UNEXPRESSIBLE: dict[Platform, dict[tuple[str, str], str]] = {
     "proxmox": pve.REFUSED,
-    "libvirt": {("controller", "nvme"): "the reference documents no libvirt mapping for an "
-                                        "NVMe disk"},
+    "libvirt": lv.UNEXPRESSIBLE,
     "qemu": {},
 }
 """(axis, level) a platform cannot be told to use."""
