@@ -615,6 +615,34 @@ def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
     return out
 
 
+def pasted_xml(settings: DiskSettings, *, image: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """What a libvirt user pastes for ``settings``, as (where it goes, XML text) pairs: the
+    ``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
+    ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
+    (in ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
+    iothread goes on the disk's driver for virtio-blk and on the controller's driver for
+    virtio-scsi, whose disks share it; queues likewise."""
+    controller = str(settings.controller)
+    notes: list[str] = []
+    if controller in ("virtio-scsi", "virtio-scsi-single") and settings.queue_size:
+        notes.append(f"queue_size={settings.queue_size} left out: the reference documents no "
+                     "virtqueue size for libvirt's virtio-scsi controller")
+    if controller == "virtio-scsi-single":
+        notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
+                     "virtio-scsi controller (and its own iothread); for one disk this is it")
+    disk, threads = disk_for(controller, source=image, block=image.startswith("/dev/"),
+                             aio=settings.aio or "threads", cache=settings.cache or "writeback",
+                             iothread=bool(settings.iothread), fmt=settings.format or "raw",
+                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+    return [(where, _text(element)) for where, element in disk_xml(disk, threads)], notes
+
+
+def _text(element: ET.Element) -> str:
+    ET.indent(element, space="  ")
+    # libvirt's own documentation quotes attributes with '; ElementTree writes ".
+    return ET.tostring(element, encoding="unicode").replace('"', "'").replace(" />", "/>")
+
+
 def configuration_of(disk: Disk) -> tuple[dict[str, Any], list[str]]:
     """A libvirt disk as iomatrix configuration values, with notes."""
     notes: list[str] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 
 from iomatrix.core.errors import InvalidCombination
@@ -83,34 +82,12 @@ def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
 # -- libvirt (reference §2) -------------------------------------------------------------------
 
 def libvirt(config: Configuration, *, image: str) -> Rendered:
-    """``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
-    ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
-    (in ``<devices>``), as :func:`iomatrix.platform.libvirt.disk_xml` writes them. An iothread
-    goes on the disk's driver for virtio-blk and on the controller's driver for virtio-scsi,
-    whose disks share it; queues likewise."""
+    """The domain XML fragments of :func:`iomatrix.platform.libvirt.pasted_xml`."""
     _check("libvirt", config)
-    controller = str(config.controller)
-    notes: list[str] = []
-    if controller in ("virtio-scsi", "virtio-scsi-single") and config.queue_size:
-        notes.append(f"queue_size={config.queue_size} left out: the reference documents no "
-                     "virtqueue size for libvirt's virtio-scsi controller")
-    if controller == "virtio-scsi-single":
-        notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
-                     "virtio-scsi controller (and its own iothread); for one disk this is it")
-    disk, threads = lv.disk_for(controller, source=image, block=image.startswith("/dev/"),
-                                aio=config.aio or "threads", cache=config.cache or "writeback",
-                                iothread=bool(config.iothread), fmt=config.format or "raw",
-                                num_queues=config.num_queues, queue_size=config.queue_size)
-    fragments = [(where, _xml(element)) for where, element in lv.disk_xml(disk, threads)]
+    fragments, notes = lv.pasted_xml(config, image=image)
     notes += _image_notes(config, "qemu-img or a storage pool volume")
     text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
     return Rendered(platform="libvirt", text=text, notes=tuple(notes), fragments=tuple(fragments))
-
-
-def _xml(element: ET.Element) -> str:
-    ET.indent(element, space="  ")
-    # libvirt's own documentation quotes attributes with '; ElementTree writes ".
-    return ET.tostring(element, encoding="unicode").replace('"', "'").replace(" />", "/>")
 
 
 # -- QEMU (reference §3, §4) ------------------------------------------------------------------
