@@ -5,23 +5,25 @@ iomatrix measures can have exactly the platform's graph and a finding transfers.
 - ``proxmox``: qemu-server 8 (``-drive``) and 9 (``-blockdev`` under a throttle filter), VM
   configurations (``/etc/pve/qemu-server/ID.conf``, ``qm config``) and ``storage.cfg``.
 - ``libvirt``: domain XML (``virsh dumpxml``) and the ``-blockdev`` era nodes and devices.
+- ``qemu``: plain QEMU's defaults, when the command line sets nothing.
 
 Every rule cites the qemu-server function it comes from; docs/proxmox-options.md is the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from types import ModuleType
 
-from iomatrix.platform import libvirt, proxmox
+from iomatrix.platform import libvirt, proxmox, qemu
 from iomatrix.platform.settings import DiskSettings
 
-REFUSALS: dict[str, Callable[[DiskSettings], str | None]] = {
-    "proxmox": proxmox.refusal, "libvirt": libvirt.refusal}
-"""Platform name → what it refuses; plain QEMU (iomatrix's own graph) refuses nothing more."""
+PLATFORMS: dict[str, ModuleType] = {"proxmox": proxmox, "libvirt": libvirt, "qemu": qemu}
+"""Platform name → its module. Each has TITLE, NAMES (each parameter as it names it),
+UNEXPRESSIBLE, ``defaults(storage=, settings=)`` and ``refusal(settings)``; a new platform is
+one module and one line here."""
 
 
 def refusal(platform: str, settings: DiskSettings) -> str | None:
     """Why ``platform`` cannot give a guest ``settings``, or None."""
-    check = REFUSALS.get(platform)
-    return check(settings) if check else None
+    module = PLATFORMS.get(platform)
+    return module.refusal(settings) if module else None

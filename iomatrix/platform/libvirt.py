@@ -40,7 +40,8 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
-from iomatrix.platform.settings import DiskSettings
+from iomatrix.platform.qemu import defaults as qemu_defaults
+from iomatrix.platform.settings import DiskSettings, PlatformDefault
 
 Version = tuple[int, int, int]
 
@@ -540,6 +541,21 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
     elif disk.bus == "sata":
         controllers.append(Controller(type="sata"))
     return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)
+
+
+TITLE = "libvirt"
+NAMES = {"controller": "<target bus=> / <controller model=>",
+         "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
+         "cache": "<driver cache=>", "format": "<driver type=>",
+         "preallocation": "preallocation (image creation)",
+         "num_queues": "queues=", "queue_size": "queue_size="}
+"""Each parameter as libvirt's domain XML names it."""
+
+
+def defaults(*, storage: str = "other",
+             settings: dict[str, str] | None = None) -> dict[str, PlatformDefault]:
+    """Every parameter's default when the domain XML sets nothing: QEMU's."""
+    return qemu_defaults(where="XML", fmt="type=")
 
 
 UNEXPRESSIBLE = {("controller", "nvme"): "the reference documents no libvirt mapping for an "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from iomatrix.core.model import Frozen
+
 
 class DiskSettings(Protocol):
     """One disk's settings as iomatrix names them; None where a setting is not given."""
@@ -28,3 +30,17 @@ class DiskSettings(Protocol):
     def num_queues(self) -> int | None: ...
     @property
     def queue_size(self) -> int | None: ...
+
+
+class PlatformDefault(Frozen):
+    """A platform's default for one parameter: the level it amounts to (as a run spells it), or
+    None when the platform has none (the user's XML or command line must name it), and the words
+    to show."""
+
+    level: str | None
+    shown: str
+    note: str = ""
+
+
+def default(level: str | None, shown: str | None = None, note: str = "") -> PlatformDefault:
+    return PlatformDefault(level=level, shown=shown or (level or "none"), note=note)

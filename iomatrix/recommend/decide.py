@@ -55,7 +55,8 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import NO_AIO_STORAGES
 from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
                                          PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT, Platform,
-                                         PlatformDefault, defaults)
+                                         defaults)
+from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
