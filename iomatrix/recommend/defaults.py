@@ -1,10 +1,10 @@
-"""What each platform does with a disk when nobody sets anything, and what it accepts (pure).
+"""The parameters a recommendation decides, and each platform's defaults, names and limits as
+its module in :mod:`iomatrix.platform` states them (pure).
 
-Everything here is transcribed from ``docs/qemu-disk-options.md`` (the project's notes on
-Proxmox qemu-server, libvirt and QEMU 7.2); each table names the section it comes from. A value
-that the reference does not document is not invented: the platform then has no default for that
-parameter (``PlatformDefault.level`` None) and the recommendation compares against a measured
-reference level instead.
+The platform modules transcribe ``docs/qemu-disk-options.md``. A value that the reference does
+not document is not invented: the platform then has no default for that parameter
+(``PlatformDefault.level`` None) and the recommendation compares against a measured reference
+level instead.
 """
 
 from __future__ import annotations
