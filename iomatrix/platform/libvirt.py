@@ -544,6 +544,10 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
 
 
 TITLE = "libvirt"
+GRAPH_DIFFERENCE = ("libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
+                    "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw "
+                    "disks on QEMU 9.0 and later, and its own device and iothread ids")
+"""How libvirt's block graph differs from iomatrix's own (plain QEMU's)."""
 NAMES = {"controller": "<target bus=> / <controller model=>",
          "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
          "cache": "<driver cache=>", "format": "<driver type=>",

@@ -1039,6 +1039,11 @@ PLACEHOLDER_VOLUME = "<storage>:<volume>"
 
 # -- defaults, as recommend compares with them (reference §1) ------------------------------------
 TITLE = "Proxmox VE"
+GRAPH_DIFFERENCE = ("Proxmox VE gives every disk detect-zeroes=on (unmap with discard=on), "
+                    "discard on every node, and in PVE 9 a throttle filter node with an empty "
+                    "throttle group above it; its controllers and iothread naming are "
+                    "qemu-server's")
+"""How qemu-server's block graph differs from iomatrix's own (plain QEMU's)."""
 NAMES = {"controller": "SCSI controller / bus (scsihw, virtioN|scsiN|sataN|ideN)",
          "aio": "Async IO (aio=)", "iothread": "IO thread (iothread=)",
          "cache": "Cache (cache=)", "format": "volume format",
