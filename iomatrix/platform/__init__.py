@@ -19,8 +19,9 @@ from iomatrix.platform.settings import DiskSettings
 
 PLATFORMS: dict[str, ModuleType] = {"proxmox": proxmox, "libvirt": libvirt, "qemu": qemu}
 """Platform name → its module. Each has TITLE, NAMES (each parameter as it names it),
-UNEXPRESSIBLE, ``defaults(storage=, settings=)`` and ``refusal(settings)``; a new platform is
-one module and one line here."""
+UNEXPRESSIBLE, ``defaults(storage=, settings=)`` and ``refusal(settings)``; libvirt and proxmox
+also GRAPH_DIFFERENCE, libvirt and qemu PLACEHOLDER_IMAGE. A new platform is one module and one
+line here."""
 
 
 def refusal(platform: str, settings: DiskSettings) -> str | None:

@@ -544,6 +544,8 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
 
 
 TITLE = "libvirt"
+PLACEHOLDER_IMAGE = "/var/lib/libvirt/images/disk"
+"""The image path recommend shows without ``--image`` (plus ``.raw``/``.qcow2``)."""
 GRAPH_DIFFERENCE = ("libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
                     "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw "
                     "disks on QEMU 9.0 and later, and its own device and iothread ids")

@@ -7,6 +7,8 @@ from __future__ import annotations
 from iomatrix.platform.settings import DiskSettings, PlatformDefault, default
 
 TITLE = "QEMU 7.2"
+PLACEHOLDER_IMAGE = "disk"
+"""The image path recommend shows without ``--image`` (plus ``.raw``/``.qcow2``)."""
 NAMES = {"controller": "-device", "aio": "\"aio\" (file node)",
          "iothread": "-object iothread + iothread=",
          "cache": "\"cache\" {direct, no-flush} + write-cache=", "format": "format node driver",

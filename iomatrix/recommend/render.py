@@ -14,6 +14,7 @@ from pathlib import Path
 
 
 from iomatrix.core.errors import InvalidCombination
+from iomatrix.platform import PLATFORMS as MODULES
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import GuestSpec, guest_argv
 from iomatrix.platform import proxmox as pve
@@ -24,8 +25,6 @@ from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
 from iomatrix.core.model import Frozen
 
-PLACEHOLDER_IMAGES = {"libvirt": "/var/lib/libvirt/images/disk", "qemu": "disk"}
-"""Without ``--image``, the image path shown (plus ``.raw``/``.qcow2``)."""
 
 
 class Rendered(Frozen):
@@ -47,7 +46,7 @@ def render(platform: Platform, config: Configuration, *, vmid: str = PLACEHOLDER
     _check(platform, config)
     if platform == "proxmox":
         return proxmox(config, vmid=vmid, volume=volume, storage=storage)
-    path = image or f"{PLACEHOLDER_IMAGES[platform]}.{config.format or 'raw'}"
+    path = image or f"{MODULES[platform].PLACEHOLDER_IMAGE}.{config.format or 'raw'}"
     if platform == "libvirt":
         return libvirt(config, image=path)
     return qemu(config, image=Path(path))
