@@ -583,7 +583,8 @@ def test_librbd_has_no_aio_and_the_recommendation_says_so(tmp_path: Path) -> Non
 
 
 def test_btrfs_nocow_is_direct() -> None:
-    from iomatrix.recommend.defaults import PROXMOX_STORAGES, defaults
+    from iomatrix.platform.proxmox import STORAGE_CHOICES as PROXMOX_STORAGES
+    from iomatrix.recommend.defaults import defaults
     assert "btrfs-nocow" in PROXMOX_STORAGES
     assert defaults("proxmox", storage="btrfs")["cache"].level == "writeback"
     assert defaults("proxmox", storage="btrfs-nocow")["cache"].level == "none"

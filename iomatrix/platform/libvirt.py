@@ -40,6 +40,8 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
+from iomatrix.platform.qemu import defaults as qemu_defaults
+from iomatrix.platform.settings import DiskSettings, PlatformDefault
 
 Version = tuple[int, int, int]
 
@@ -541,6 +543,42 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
     return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)
 
 
+TITLE = "libvirt"
+PLACEHOLDER_IMAGE = "/var/lib/libvirt/images/disk"
+"""The image path recommend shows without ``--image`` (plus ``.raw``/``.qcow2``)."""
+GRAPH_DIFFERENCE = ("libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
+                    "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw "
+                    "disks on QEMU 9.0 and later, and its own device and iothread ids")
+"""How libvirt's block graph differs from iomatrix's own (plain QEMU's)."""
+NAMES = {"controller": "<target bus=> / <controller model=>",
+         "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
+         "cache": "<driver cache=>", "format": "<driver type=>",
+         "preallocation": "preallocation (image creation)",
+         "num_queues": "queues=", "queue_size": "queue_size="}
+"""Each parameter as libvirt's domain XML names it."""
+
+
+def defaults(*, storage: str = "other",
+             settings: dict[str, str] | None = None) -> dict[str, PlatformDefault]:
+    """Every parameter's default when the domain XML sets nothing: QEMU's."""
+    return qemu_defaults(where="XML", fmt="type=")
+
+
+UNEXPRESSIBLE = {("controller", "nvme"): "the reference documents no libvirt mapping for an "
+                                         "NVMe disk"}
+"""(axis, level) recommend cannot tell libvirt to use, and why."""
+
+
+def refusal(settings: DiskSettings) -> str | None:
+    """Why iomatrix cannot give a guest ``settings`` as libvirt would, or None."""
+    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    if kind in ("nvme", "vhost-user-blk"):
+        return f"iomatrix does not model libvirt's {kind} disks"
+    if settings.queue_size and kind != "virtio-blk":
+        return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
+    return None
+
+
 def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cache: str | None,
              iothread: bool, fmt: str = "raw", num_queues: int | None = None,
              queue_size: int | None = None) -> tuple[Disk, int]:
@@ -597,6 +635,34 @@ def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
     ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
     out.append(("<devices>", element))
     return out
+
+
+def pasted_xml(settings: DiskSettings, *, image: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """What a libvirt user pastes for ``settings``, as (where it goes, XML text) pairs: the
+    ``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
+    ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
+    (in ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
+    iothread goes on the disk's driver for virtio-blk and on the controller's driver for
+    virtio-scsi, whose disks share it; queues likewise."""
+    controller = str(settings.controller)
+    notes: list[str] = []
+    if controller in ("virtio-scsi", "virtio-scsi-single") and settings.queue_size:
+        notes.append(f"queue_size={settings.queue_size} left out: the reference documents no "
+                     "virtqueue size for libvirt's virtio-scsi controller")
+    if controller == "virtio-scsi-single":
+        notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
+                     "virtio-scsi controller (and its own iothread); for one disk this is it")
+    disk, threads = disk_for(controller, source=image, block=image.startswith("/dev/"),
+                             aio=settings.aio or "threads", cache=settings.cache or "writeback",
+                             iothread=bool(settings.iothread), fmt=settings.format or "raw",
+                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+    return [(where, _text(element)) for where, element in disk_xml(disk, threads)], notes
+
+
+def _text(element: ET.Element) -> str:
+    ET.indent(element, space="  ")
+    # libvirt's own documentation quotes attributes with '; ElementTree writes ".
+    return ET.tostring(element, encoding="unicode").replace('"', "'").replace(" />", "/>")
 
 
 def configuration_of(disk: Disk) -> tuple[dict[str, Any], list[str]]:

@@ -51,10 +51,13 @@ from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, 
 from iomatrix.analysis.points import only_configs
 from iomatrix.analysis.yourvm import VmGain, your_vm
 from iomatrix.telemetry.pagecache import RAM_SHARE
+from iomatrix.platform import PLATFORMS as MODULES
 from iomatrix.platform import proxmox as pve
-from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
-                                         NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
-                                         Platform, PlatformDefault, defaults)
+from iomatrix.platform.proxmox import NO_AIO_STORAGES
+from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
+                                         PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT, Platform,
+                                         defaults)
+from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
@@ -326,16 +329,6 @@ def _vs(gain: VmGain) -> str:
     return ", ".join(words)
 
 
-GRAPH_DIFFERENCES = {
-    "proxmox": "Proxmox VE gives every disk detect-zeroes=on (unmap with discard=on), discard on "
-               "every node, and in PVE 9 a throttle filter node with an empty throttle group "
-               "above it; its controllers and iothread naming are qemu-server's",
-    "libvirt": "libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
-               "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw disks "
-               "on QEMU 9.0 and later, and its own device and iothread ids",
-}
-
-
 def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
            ) -> tuple[list[str], list[str]]:
     """Rule 9: (warnings, notes) on whether the measured block graph was ``platform``'s."""
@@ -359,7 +352,7 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
             f'with [method] platform = "{measured}" ('
             + ("iomatrix's own graph" if measured == "qemu"
                else f"{TITLES.get(measured, measured)}'s graph")  # type: ignore[call-overload]
-            + f"); {GRAPH_DIFFERENCES[platform]}. Measure with platform = \"{platform}\" "
+            + f"); {MODULES[platform].GRAPH_DIFFERENCE}. Measure with platform = \"{platform}\" "
             "for findings that transfer"], []
 
 

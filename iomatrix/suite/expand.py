@@ -8,6 +8,8 @@ import itertools
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.model import Frozen, shown
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform import refusal
 from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload)
@@ -99,7 +101,7 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
     With a ``platform`` other than qemu, a guest configuration that platform cannot produce
     (or would silently change) is refused too, with the platform's reason."""
     if config.mode == "guest" and platform != "qemu":
-        reason = _platform_reason(config, platform)
+        reason = refusal(platform, config)
         if reason:
             return reason
     if config.aio == "native" and config.cache not in DIRECT_CACHES:
@@ -120,32 +122,6 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
                           or (config.vms or 1) > 1):
         return ("a block-device target holds one raw image: format must be raw, preallocation "
                 "off and vms 1 (iomatrix writes qcow2, preallocates and multiplies images only in files)")
-    return None
-
-
-def _platform_reason(config: Configuration, platform: str) -> str | None:
-    """What Proxmox VE's qemu-server or libvirt cannot give a guest (docs/proxmox-options.md)."""
-    kind = "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
-    if platform == "proxmox":
-        if kind == "nvme":
-            return "Proxmox VE has no NVMe drive bus (virtioN, scsiN, sataN, ideN only)"
-        if kind == "vhost-user-blk":
-            return "qemu-server does not attach vhost-user-blk disks"
-        if config.iothread and kind not in ("virtio-blk", "virtio-scsi-single"):
-            # QemuServer.pm config_to_command: "iothread is only valid with virtio disk or
-            # virtio-scsi-single controller, ignoring"; sata/ide drives have no iothread option.
-            return (f"qemu-server ignores iothread=1 on {kind} (only virtio disks and scsihw "
-                    "virtio-scsi-single get an iothread): the guest would run without one")
-        if config.num_queues and (kind != "virtio-scsi-single" or config.num_queues < 2):
-            return ("qemu-server passes queues= only for scsi drives on virtio-scsi-single, "
-                    "from 2 up (Drive.pm %queues_fmt minimum 2; config_to_command)")
-        if config.queue_size:
-            return "qemu-server has no virtqueue-size option"
-    if platform == "libvirt":
-        if kind in ("nvme", "vhost-user-blk"):
-            return f"iomatrix does not model libvirt's {kind} disks"
-        if config.queue_size and kind != "virtio-blk":
-            return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
     return None
 
 
@@ -298,7 +274,7 @@ def reference_lines(suite: Suite) -> list[str]:
         lines.append(f"your VM: its volume is on {ref.storage}; iomatrix measures an image on "
                      "the suite's [target] instead (the storage is not reproduced)")
     if ref.platform == suite.method.platform:
-        version = (f", PVE {suite.method.pve_version or 9}" if ref.platform == "proxmox" else "")
+        version = (f", PVE {suite.method.pve_version or pve.DEFAULT_PVE_VERSION}" if ref.platform == "proxmox" else "")
         lines.append(f"your VM: [method] platform = \"{ref.platform}\"{version}: every "
                      f"configuration gets {ref.platform}'s block graph, as the VM's disk does")
     else:
