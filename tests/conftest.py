@@ -75,6 +75,15 @@ def for_kvm(usable: bool, *, wanted: bool, detail: str) -> None:
                     f"{'' if usable else 'not '}({detail})")
 
 
+def as_nobody(argv: list[str]) -> list[str]:
+    """``argv`` run as the unprivileged user ``nobody`` (``setpriv``: needs root)."""
+    import pwd
+
+    user = pwd.getpwnam("nobody")
+    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+            "--", *argv]
+
+
 def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64MiB",
                 target: Path | None = None) -> Path:
     """A suite file with a directory target under ``directory``."""
@@ -194,6 +203,19 @@ def kernel() -> Path:
         return find_kernel()
     except IomatrixError as e:
         pytest.skip(f"no kernel to boot: {e}")
+
+
+@pytest.fixture(scope="session")
+def appliance_kernel() -> Path:
+    """A kernel an appliance can be built of: its modules are installed (the host's, or
+    Debian's fetched once), or skip."""
+    from iomatrix.appliance.kernel import find_kernel
+    from iomatrix.core.errors import EnvironmentProblem
+
+    try:
+        return find_kernel(require_modules=True)
+    except EnvironmentProblem as e:
+        pytest.skip(f"no kernel with modules: {e}")
 
 
 def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from iomatrix.appliance.build import (MODULES, Appliance, build_appliance, init_
                                       init_template, render_template)
 from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
 from iomatrix.appliance.guestfio import GuestFioUnavailable, guest_fio
-from iomatrix.appliance.kernel import default_cache_dir, find_kernel, kernel_modules_dir
+from iomatrix.appliance.kernel import default_cache_dir, kernel_modules_dir
 from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
 from iomatrix.appliance.modules import builtin_modules, resolve_modules
 from iomatrix.appliance.protocol import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MIB,
@@ -39,11 +39,8 @@ BOOT_TIMEOUT = Method().boot_timeout
 
 
 @pytest.fixture(scope="module")
-def kernel() -> Path:
-    try:
-        return find_kernel(require_modules=True)
-    except EnvironmentProblem as e:
-        pytest.skip(f"no kernel with modules: {e}")
+def kernel(appliance_kernel: Path) -> Path:
+    return appliance_kernel
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Workload
-from tests.conftest import REPO, our_processes, write_suite
+from tests.conftest import REPO, as_nobody, our_processes, write_suite
 
 ROOT = os.geteuid() == 0
 OTHER_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
@@ -98,12 +98,6 @@ print(json.dumps({
 def _on_host_network(argv: list[str], host_net: int) -> list[str]:
     """``argv`` run in the network namespace whose descriptor is ``host_net``."""
     return ["nsenter", f"--net=/proc/self/fd/{host_net}", "--", *argv]
-
-
-def _as_nobody(argv: list[str]) -> list[str]:
-    user = pwd.getpwnam("nobody")
-    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
-            "--", *argv]
 
 
 def _probe(argv_prefix: list[str], host_net: int, ports: list[int], sockets: list[str],
@@ -201,7 +195,7 @@ iodepth = 4
             "netns": network_namespace(), "mode": stat.S_IMODE(scratch.stat().st_mode),
             "sockets": sockets,
             "channel": self.channel, "pids": self.pids(),
-            "nobody": _probe(_as_nobody([]), host_net, ports, sockets, scratch),
+            "nobody": _probe(as_nobody([]), host_net, ports, sockets, scratch),
             "root outside": _probe([], host_net, ports, [], scratch)})
 
     monkeypatch.setattr(GuestSession, "observe", probing)
@@ -362,7 +356,7 @@ def test_the_private_namespace_is_per_thread_has_loopback_and_is_left(
 @needs_root
 def test_an_unprivileged_user_cannot_make_one_and_doctor_says_why(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    done = subprocess.run(_as_nobody([str(OTHER_PYTHON), "-c",
+    done = subprocess.run(as_nobody([str(OTHER_PYTHON), "-c",
                                       "from iomatrix.core.proc import private_network_problem; "
                                       "print(private_network_problem())"]),
                           capture_output=True, text=True, timeout=60, cwd="/",

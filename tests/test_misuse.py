@@ -6,25 +6,32 @@ import io
 import os
 import stat
 
+import pytest
 from rich.console import Console
 
 from iomatrix.cli.progress import TerminalProgress
+from iomatrix.core.errors import OutputRefused
 from iomatrix.core.files import write_file_atomically
 from iomatrix.suite.model import Configuration, Workload
 
 
-def test_a_planted_symlink_is_replaced_not_written_through(tmp_path):
+def test_a_planted_symlink_is_refused_not_written_through(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")
     out = tmp_path / "report"
     out.mkdir()
     (out / "index.html").symlink_to(victim)
     (out / "index.html.tmp").symlink_to(victim)   # the name the old writer used
-    write_file_atomically(out / "index.html", "<!DOCTYPE html>")
+    with pytest.raises(OutputRefused, match="index.html: a symbolic link, where iomatrix writes "
+                                            "only a regular file"):
+        write_file_atomically(out / "index.html", "<!DOCTYPE html>")
     assert victim.read_text() == "precious"
-    assert not (out / "index.html").is_symlink()
-    assert (out / "index.html").read_text() == "<!DOCTYPE html>"
+    assert (out / "index.html").is_symlink()
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.html.tmp"]
+    os.unlink(out / "index.html")                  # a name free again is written
+    write_file_atomically(out / "index.html", "<!DOCTYPE html>")
+    assert (out / "index.html").read_text() == "<!DOCTYPE html>"
+    assert victim.read_text() == "precious"
 
 
 def test_an_atomic_write_has_the_usual_mode_and_leaves_nothing_on_failure(tmp_path):

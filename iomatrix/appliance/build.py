@@ -52,6 +52,9 @@ own uptime at READY is 2.0-2.5 s. ``bench/appliance_boot.py`` measures it.
 Cache: ``<cache>/appliance/<key>/`` where the key hashes every input (kernel, busybox, fio and
 its libraries if any, module files, the rendered init, :data:`BUILDER_VERSION`). A build is
 written into a hidden temporary directory and renamed into place, so a half-built appliance never looks valid.
+A cached appliance is used only when nobody but root and this user controls the cache
+(:func:`~iomatrix.appliance.kernel.trusted_cache`) nor its files, and the kernel and initrd still
+have the SHA-256 its manifest recorded when it was built; otherwise it is built again.
 """
 
 from __future__ import annotations
@@ -76,13 +79,14 @@ from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
 from iomatrix.appliance.guestfio import (UNPATCHED, GuestFioUnavailable, guest_fio,
                                          guest_fio_status)
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
-                                       kernel_problem)
+                                       kernel_problem, trusted_cache)
 from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
 from iomatrix.appliance.modules import ModuleSet, module_bytes, resolve_modules
 from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
                                          MIN_MEMORY_MIB, READY_MARKER, TRACE_MARKER, GuestDisk,
                                          console_error, kernel_cmdline, parse_disk_lines)
-from iomatrix.core.errors import EnvironmentProblem
+from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
+from iomatrix.core.files import read_owned
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
@@ -96,9 +100,10 @@ __all__ = [
     "has_pvh_entry", "resolve_modules",
 ]
 
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 """Bump when the appliance layout or the init changes in a way the inputs' hash cannot see
-(2: ICU's data library hollowed, the vmlinux's zero tail dropped; 3: the static, patched fio)."""
+(2: ICU's data library hollowed, the vmlinux's zero tail dropped; 3: the static, patched fio;
+4: the manifest holds the SHA-256 of the kernel and initrd)."""
 
 MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod", "ahci", "ata_piix", "ata_generic",
@@ -172,6 +177,7 @@ def build_appliance(*, cache_dir: Path | None = None, kernel: Path | None = None
     retries a guest fio build that failed."""
     started = time.monotonic()
     cache_dir = cache_dir or default_cache_dir()
+    trusted_cache(cache_dir / "appliance", create=False)   # before anything from it is used
     if kernel is None:
         kernel = find_kernel(cache_dir, fetch=fetch, require_modules=True)
     inputs = _gather(Path(kernel), cache_dir, fetch, force)
@@ -182,8 +188,7 @@ def build_appliance(*, cache_dir: Path | None = None, kernel: Path | None = None
             with contextlib.suppress(OSError):
                 os.utime(final)  # most recently used: the last to be pruned
             return found.model_copy(update={"fio_note": inputs.fio_note})  # today's reason
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=trusted_cache(final.parent)))
     work.chmod(0o755)
     try:
         appliance = _build(inputs, work, final, started)
@@ -407,6 +412,8 @@ def _build(inputs: _Inputs, work: Path, final: Path, started: float) -> Applianc
         kernel_name, kernel_format, kernel_data = "vmlinuz", "bzimage", bzimage
     (work / kernel_name).write_bytes(kernel_data)
     _write_initramfs(inputs, work / "initrd")
+    for name in (kernel_name, "initrd"):
+        (work / name).chmod(0o644)                 # whatever the umask: writable by no one else
     appliance = Appliance(
         kernel=final / kernel_name, initrd=final / "initrd", key=inputs.key,
         kernel_release=inputs.release, fio_version=inputs.fio_version,
@@ -416,19 +423,24 @@ def _build(inputs: _Inputs, work: Path, final: Path, started: float) -> Applianc
         fio_patched=inputs.fio_patched, fio_note=inputs.fio_note)
     manifest = appliance.model_dump(mode="json", exclude={"cached"})
     manifest["source_kernel"] = str(inputs.kernel)
+    manifest["sha256"] = {name: hashlib.sha256((work / name).read_bytes()).hexdigest()
+                          for name in (kernel_name, "initrd")}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (work / "manifest.json").chmod(0o644)
     return appliance
 
 
 def _load_manifest(directory: Path) -> Appliance | None:
-    """The appliance built in ``directory``, or None when there is none (or it is damaged)."""
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        fields = json.loads((directory / "manifest.json").read_text())
+    """The appliance built in ``directory``, or None when there is none, when another user
+    controls it or its files, or when its kernel or initrd is not what was built."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, UnsafeDirectory):
+        fields = json.loads(read_owned(directory / "manifest.json"))
         fields.pop("source_kernel", None)
+        digests = fields.pop("sha256")
         fields["kernel"] = directory / Path(fields["kernel"]).name
         fields["initrd"] = directory / Path(fields["initrd"]).name
         found = Appliance(**fields, cached=True)
-        if (found.kernel.stat().st_size == found.kernel_bytes
-                and found.initrd.stat().st_size == found.initrd_bytes):
+        if all(hashlib.sha256(read_owned(path)).hexdigest() == digests[path.name]
+               for path in (found.kernel, found.initrd)):
             return found
     return None

@@ -25,10 +25,13 @@ psync, sync..., checked with ``--enghelp``; not the ones for ceph, gluster, pmem
 host's fio, or it is not used.
 
 Cache: ``<cache>/guest-fio/<key>/`` with ``fio`` and ``manifest.json`` (source, the .dsc's
-SHA-256, the patch's, the configure flags, build time), where the key hashes the source package
-name and version (a Debian version names exactly one source), the patch, the flags and
-:data:`RECIPE`. A failed build is remembered in ``<key>.failed`` for :data:`RETRY_AFTER` seconds
-(``iomatrix appliance build --force`` tries again at once), so runs don't retry it each time.
+SHA-256, the patch's, the configure flags, build time, the fio binary's SHA-256), where the key
+hashes the source package name and version (a Debian version names exactly one source), the patch,
+the flags and :data:`RECIPE`. A cached build is used only when nobody but root and this user
+controls the cache (:func:`~iomatrix.appliance.kernel.trusted_cache`) nor its files, and the
+binary still has the SHA-256 recorded when it was built. A failed build is remembered in
+``<key>.failed`` for :data:`RETRY_AFTER` seconds (``iomatrix appliance build --force`` tries
+again at once), so runs don't retry it each time.
 
 When it cannot be built (not a Debian-packaged fio, no source for its version, no compiler, the
 patch does not apply), :class:`GuestFioUnavailable` says why and the appliance falls back to the
@@ -54,13 +57,16 @@ from importlib import resources
 from pathlib import Path
 
 from iomatrix.appliance.elf import elf_interpreter
-from iomatrix.core.errors import (FioSourceUnavailable, GuestFioUnavailable, IomatrixError,
-                                   ToolFailed)
+from iomatrix.appliance.kernel import trusted_cache
+from iomatrix.core.errors import (EnvironmentProblem, FioSourceUnavailable, GuestFioUnavailable,
+                                  IomatrixError, ToolFailed, UnsafeDirectory)
+from iomatrix.core.files import read_owned
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import run, which
 
-RECIPE = 1
-"""Bump when the build steps change in a way the key cannot see."""
+RECIPE = 2
+"""Bump when the build steps change in a way the key cannot see (2: the manifest holds the
+binary's SHA-256)."""
 PATCH = "fio-server-idle.patch"
 CONFIGURE_FLAGS: tuple[str, ...] = (
     "--build-static", "--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
@@ -136,6 +142,7 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
     source may be downloaded; ``retry``: a remembered failure is tried again). Raises
     :class:`GuestFioUnavailable` saying why when there is none."""
     plan = _plan(cache_dir, env)
+    trusted_cache(plan.directory.parent, create=False)
     found = _load(plan)
     if found is not None:
         return found
@@ -148,7 +155,7 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
                                   "source is not allowed")
     _check_tools(env)
     started = time.monotonic()
-    plan.directory.parent.mkdir(parents=True, exist_ok=True)
+    trusted_cache(plan.directory.parent)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=plan.directory.parent))
     try:
         built = _build(plan, work, started, env)
@@ -186,6 +193,7 @@ def guest_fio_status(cache_dir: Path, env: Mapping[str, str] | None = None) -> G
     hint = f"./setup.sh installs what the build needs (apt-get install {BUILD_PACKAGES})"
     try:
         plan = _plan(cache_dir, env)
+        trusted_cache(plan.directory.parent, create=False)
         found = _load(plan)
         if found is not None:
             return GuestFioStatus(ok=True, cached=True, detail=(
@@ -198,6 +206,8 @@ def guest_fio_status(cache_dir: Path, env: Mapping[str, str] | None = None) -> G
         _check_tools(env)
     except GuestFioUnavailable as e:
         return GuestFioStatus(ok=False, detail=f"{UNPATCHED}: {e}", hint=e.hint or hint)
+    except EnvironmentProblem as e:        # a cache another user controls: no guest run
+        return GuestFioStatus(ok=False, detail=str(e), hint=e.hint)
     return GuestFioStatus(ok=True, detail=(
         f"the first guest run builds {plan.host_version} from the Debian source fio "
         f"{plan.version} with the server patch ({BUILD_ESTIMATE}, once)"))
@@ -236,13 +246,16 @@ def _plan(cache_dir: Path, env: Mapping[str, str] | None) -> _Plan:
 
 
 def _load(plan: _Plan) -> GuestFio | None:
-    """The cached build of ``plan``, or None (none, damaged, or another version)."""
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        fields = json.loads((plan.directory / "manifest.json").read_text())
-        size = fields.pop("bytes")
+    """The cached build of ``plan``, or None (none, damaged, another version, or another user
+    controls it or its files)."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, UnsafeDirectory):
+        fields = json.loads(read_owned(plan.directory / "manifest.json"))
+        digest = fields.pop("sha256")
+        fields.pop("bytes", None)
         fields.pop("configure_flags", None)
         found = GuestFio(**fields, path=plan.directory / "fio", cached=True)
-        if found.path.stat().st_size == size and found.version == plan.host_version:
+        if (found.version == plan.host_version
+                and hashlib.sha256(read_owned(found.path)).hexdigest() == digest):
             with contextlib.suppress(OSError):
                 os.utime(plan.directory)      # most recently used: the last to be pruned
             return found
@@ -412,11 +425,14 @@ def _build(plan: _Plan, work: Path, started: float, env: Mapping[str, str] | Non
                      patch_sha256=hashlib.sha256(patch.read_bytes()).hexdigest(),
                      build_seconds=round(time.monotonic() - started, 1))
     manifest = {**built.model_dump(mode="json", exclude={"path", "cached"}),
-                "bytes": binary.stat().st_size, "configure_flags": list(CONFIGURE_FLAGS)}
+                "bytes": binary.stat().st_size, "configure_flags": list(CONFIGURE_FLAGS),
+                "sha256": hashlib.sha256(binary.read_bytes()).hexdigest()}
     for d in ("apt", "download", "src"):
         shutil.rmtree(work / d)
     patch.unlink()
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     (work / "configure.log").write_text(configured.stdout)
+    for name, mode in (("fio", 0o755), ("manifest.json", 0o644), ("configure.log", 0o644)):
+        (work / name).chmod(mode)                  # whatever the umask: writable by no one else
     work.chmod(0o755)
     return built

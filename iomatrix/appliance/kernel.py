@@ -12,6 +12,10 @@ In order of preference:
 
 A kernel is accepted only if its file carries the x86 boot protocol header (``HdrS``), so a
 truncated download or a wrong path is caught here and not by QEMU.
+
+The cache is used only while nobody but root and this user can change it (:func:`trusted_cache`):
+what it holds is booted, and its fio and busybox run, as this user; under ``sudo -E`` root would
+otherwise build from, and boot, whatever the user who owns XDG_CACHE_HOME put there.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from iomatrix.core.errors import EnvironmentProblem, ToolFailed
+from iomatrix.core.dirs import walk
+from iomatrix.core.errors import EnvironmentProblem, ToolFailed, UnsafeDirectory
 from iomatrix.core.proc import require, run
 
 METAPACKAGE = "linux-image-amd64"
@@ -42,6 +47,27 @@ def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME", "")
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
     return root / "iomatrix" / "kernel"
+
+
+def trusted_cache(directory: Path, *, create: bool = True) -> Path:
+    """``directory`` (the cache or a folder in it) once every directory from ``/`` to it is
+    root's or this user's and writable by nobody else (:func:`iomatrix.core.dirs.walk`), made
+    (0755) where missing unless ``create`` is false. EnvironmentProblem naming the directory
+    another user controls otherwise."""
+    try:
+        walked = walk(directory)
+        os.close(walked.fd)
+        if create and walked.missing:
+            for depth in range(1, len(walked.missing) + 1):
+                walked.real.joinpath(*walked.missing[:depth]).mkdir(0o755, exist_ok=True)
+            os.close(walk(directory).fd)       # and what another user may have put there first
+    except UnsafeDirectory as exc:
+        raise EnvironmentProblem(
+            f"the appliance cache: {exc}: what it holds would be booted and run as "
+            f"{'root' if os.geteuid() == 0 else 'this user'}",
+            hint="run sudo without -E (the user's XDG_CACHE_HOME and HOME stay with -E), or set "
+                 "XDG_CACHE_HOME to a directory only you can write to") from None
+    return directory
 
 
 def kernel_problem(path: Path) -> str | None:
@@ -88,7 +114,7 @@ def kernel_modules_dir(kernel: Path) -> Path | None:
 
 def cached_kernels(cache_dir: Path | None = None) -> list[Path]:
     """Valid kernels unpacked in the cache, most recently fetched first."""
-    cache_dir = cache_dir or default_cache_dir()
+    cache_dir = trusted_cache(cache_dir or default_cache_dir(), create=False)
     if not cache_dir.is_dir():
         return []
     found: list[tuple[float, Path]] = []
@@ -125,9 +151,8 @@ def fetch_kernel(cache_dir: Path | None = None, *, metapackage: str = METAPACKAG
 
     Unpacks into a hidden directory first and renames it into place, so a concurrent or
     interrupted fetch never leaves a half-unpacked kernel that looks valid."""
-    cache_dir = cache_dir or default_cache_dir()
+    cache_dir = trusted_cache(cache_dir or default_cache_dir())
     package = resolve_image_package(metapackage, env=env)
-    cache_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=cache_dir))
     try:
         argv = [require("apt-get", env, hint=_NO_APT), "download"]

@@ -4,6 +4,7 @@ into one stderr line and an exit status."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Optional
@@ -54,6 +55,15 @@ app.command()(findings.findings)
 app.add_typer(appliance.app)
 
 
+_UNSHOWN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+"""What a terminal would not show as itself: controls (\\r, escapes) and the characters that
+``str.splitlines`` breaks at; only \\n separates the lines of an error, each a problem."""
+
+
+def shown(text: str) -> str:
+    """``text`` with what a terminal would not show as itself written as Python escapes (\\r)."""
+    return _UNSHOWN.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 def main(args: Sequence[str] | None = None) -> None:
     """Console entry point: runs the app on ``args`` (default: the process's arguments) and turns
@@ -63,8 +73,9 @@ def main(args: Sequence[str] | None = None) -> None:
     except IomatrixError as exc:
         if _state["traceback"]:
             raise
-        for line in str(exc).splitlines():
-            err.print(f"iomatrix: {line}", markup=False)
+        for line in str(exc).strip("\n").split("\n"):
+            err.print(f"iomatrix: {shown(line)}", markup=False)
         if exc.hint:
-            err.print(f"iomatrix: hint: {exc.hint}", markup=False)
+            err.print(f"iomatrix: hint: {shown(exc.hint)}", markup=False)
         sys.exit(status_for(exc))
+

@@ -18,6 +18,9 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
     as a run would), libvirt, drift."""
     from iomatrix.measure.doctor import failed_required, run_checks
 
+    if not 0 < kvm_timeout <= 3600:       # nan and inf too
+        raise typer.BadParameter(f"{kvm_timeout}: give seconds, more than 0 and at most 3600",
+                                 param_hint="--kvm-timeout")
     checks = run_checks(kvm_timeout=kvm_timeout, drift=drift, libvirt=True)
     table = Table("check", "", "detail", box=None)
     for c in checks:

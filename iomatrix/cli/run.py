@@ -12,6 +12,7 @@ import typer
 from iomatrix.cli.common import DEFAULT_DB, Db, environment, open_store, out, write_report
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.files import output_directory
 
 if TYPE_CHECKING:
     from iomatrix.measure.prepare import PreparedRun
@@ -135,6 +136,8 @@ def run(
                                  param_hint="--seed")
     if seed is not None and not -(2**63) <= seed < 2**63:
         raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
+    if report is not None and not show_plan:
+        output_directory(report)      # refused now rather than after the run
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
     # SIGINT gets the same handler rather than Python's default: asyncio.run (QMP) replaces only
     # the default handler, with one that cancels its task, and a library that absorbs the

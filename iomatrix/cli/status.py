@@ -32,6 +32,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
         (errors.StoreError, ExitStatus.STORE),
         (errors.AnalysisError, ExitStatus.USAGE),
         (errors.NothingToImport, ExitStatus.USAGE),
+        (errors.OutputRefused, ExitStatus.USAGE),
     ):
         if isinstance(exc, kind):
             return status

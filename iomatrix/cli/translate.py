@@ -12,6 +12,9 @@ import typer
 
 from iomatrix.cli.common import out
 
+MAX_BYTES = 1 << 20
+"""The largest file read: a VM's configuration or domain XML has a few KiB."""
+
 
 def translate(
     file: Annotated[Path, typer.Argument(help="/etc/pve/qemu-server/ID.conf, `qm config ID` output, or `virsh dumpxml` output ('-' reads stdin).")],
@@ -31,7 +34,7 @@ def translate(
 
     if pve_version not in (None, *pve.PVE_VERSIONS):
         raise typer.BadParameter(f"{pve_version}: choose 8 or 9", param_hint="--pve-version")
-    text = sys.stdin.read() if str(file) == "-" else _read(file)
+    text = _text(sys.stdin.buffer.read(MAX_BYTES + 1), "-") if str(file) == "-" else _read(file)
     storages = pve.parse_storage_cfg(_read(storage_cfg)) if storage_cfg else {}
     for item in storage or []:
         ident, sep, kind = item.partition("=")
@@ -90,6 +93,18 @@ def _shown(value: object) -> str:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
+        with open(path, "rb") as file:
+            return _text(file.read(MAX_BYTES + 1), str(path))
     except OSError as exc:
         raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint="FILE") from None
+
+
+def _text(data: bytes, name: str) -> str:
+    if len(data) > MAX_BYTES:
+        raise typer.BadParameter(f"{name}: more than {MAX_BYTES >> 20} MiB: not a VM "
+                                 "configuration", param_hint="FILE")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise typer.BadParameter(f"{name}: not UTF-8 text (byte {exc.start})",
+                                 param_hint="FILE") from None

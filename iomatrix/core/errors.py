@@ -19,7 +19,8 @@ an exit code and one line on stderr.
      ├── RunNotFound               no run has that id
      ├── RunBusy                   another live process is measuring that run
      ├── AnalysisError             an analysis asks for an axis, level or metric the run lacks
-     └── NothingToImport           a directory to import holds no fio result iomatrix can read
+     ├── NothingToImport           a directory to import holds no fio result iomatrix can read
+     └── OutputRefused             a file to write (--out, --report) cannot be written there
 """
 
 from __future__ import annotations
@@ -129,3 +130,8 @@ class NothingToImport(IomatrixError):
     """The directory given to import holds no fio result that iomatrix can read."""
 
     hint = "give the directory that holds fio's --output-format=json (or json+) files"
+
+
+class OutputRefused(IomatrixError):
+    """Where a command was asked to write (``--out``, ``--report``) holds something that is not
+    a regular file (a directory, FIFO, device...), has no directory, or cannot be written."""

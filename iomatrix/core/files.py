@@ -1,31 +1,84 @@
-"""Writing files where other local users may have planted something first, and reading a file a
-suite names beside itself without being led out of the suite's directory."""
+"""Writing files where other local users may have planted something first, reading a file a
+suite names beside itself without being led out of the suite's directory, and reading a file only
+its owner could have written."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
-from iomatrix.core.errors import SuiteError
+from iomatrix.core.dirs import distrust, walk
+from iomatrix.core.errors import OutputRefused, SuiteError, UnsafeDirectory
 
 
 def write_file_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a new temporary file in the same directory, renamed over
-    ``path``: a planted ``path`` or temporary name (a symlink, a FIFO) is replaced, never written
-    through. The file gets the usual mode for new files (0666 less the umask)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``text`` to ``path`` (a regular file, replaced, or a new name in an existing
+    directory) through a new temporary file in the same directory, renamed over ``path``: a
+    planted temporary name is never written through, and the directory is held open, so a rename
+    of it or of its parents in between does not move the file elsewhere. Anything else at
+    ``path`` (a directory, FIFO, device, socket or symbolic link), a missing directory, or a
+    failed write is OutputRefused in one line. The file gets the usual mode for new files (0666
+    less the umask)."""
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OutputRefused(f"{path}: no directory {path.parent} to write it in"
+                            + ("" if exc.errno == errno.ENOENT else f" ({exc.strerror})")) from None
+    try:
+        if path.name in ("", ".", ".."):
+            raise OutputRefused(f"{path}: a directory, {_ONLY}")
+        with contextlib.suppress(FileNotFoundError):
+            found = os.stat(path.name, dir_fd=directory, follow_symlinks=False)
+            if not stat.S_ISREG(found.st_mode):
+                raise OutputRefused(f"{path}: {file_kind(found.st_mode)}, {_ONLY}")
+        tmp = f".{path.name[:200]}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666, dir_fd=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=directory)
+            raise
+    except OSError as exc:
+        raise OutputRefused(f"{path}: cannot write it: {exc.strerror or exc}") from None
+    finally:
+        os.close(directory)
+
+
+_ONLY = "where iomatrix writes only a regular file (replacing it) or a new name"
+
+
+def output_directory(path: Path) -> Path:
+    """``path`` made a directory to write into (with its parents) unless it is one already;
+    OutputRefused in one line when something else has its name or it cannot be made."""
+    with contextlib.suppress(OSError):
+        found = os.stat(path)
+        if not stat.S_ISDIR(found.st_mode):
+            raise OutputRefused(f"{path}: {file_kind(found.st_mode)}, not a directory to "
+                                "write into")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputRefused(f"{path}: cannot make the directory: {exc.strerror}") from None
+    return path
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in a few words ("a FIFO (named pipe)")."""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def read_beside(directory: Path, name: str, where: str, *, max_bytes: int, what: str) -> str:
@@ -66,3 +119,24 @@ def read_beside(directory: Path, name: str, where: str, *, max_bytes: int, what:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SuiteError(f"{where}: not UTF-8 text") from None
+
+
+def read_owned(path: Path) -> bytes:
+    """The bytes of the regular file ``path``, read only if nobody but root and this user could
+    have changed them: the file and every directory from ``/`` to it are theirs and writable by
+    nobody else (:mod:`iomatrix.core.dirs`). UnsafeDirectory naming what another user controls;
+    OSError when it cannot be read."""
+    walked = walk(path.parent)
+    try:
+        if walked.missing:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=walked.fd)
+    finally:
+        os.close(walked.fd)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        why = distrust(info) if stat.S_ISREG(info.st_mode) else "is not a regular file"
+        if why is not None:
+            raise UnsafeDirectory(f"{path} {why}")
+        return file.read()

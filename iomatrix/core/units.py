@@ -40,12 +40,13 @@ def fio_size(text: str, *, kb_base: int = 1024) -> int:
     (fio reads 1.5k as 1) or a blank (4 k is 4 to fio)."""
     if kb_base not in _OTHER_BASE:
         raise ValueError(f"kb_base={kb_base}: fio takes 1024 or 1000")
-    if _FIO_HEX.fullmatch(text):
-        return int(text, 16)
     try:
-        if re.search(r"[\s.]", text) or not text.isascii():
+        if _FIO_HEX.fullmatch(text):
+            size = int(text, 16)
+        elif re.search(r"[\s.]", text) or not text.isascii():
             raise ValueError
-        size = _bytes(text, kb_base=kb_base)
+        else:
+            size = _bytes(text, kb_base=kb_base)
     except ValueError:
         raise ValueError(f"{text!r} is not a size fio and iomatrix read alike (write e.g. "
                          "4096, 4k or 64k)") from None
@@ -77,7 +78,10 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, (int, float)):
         if text < 0:
             raise ValueError(f"duration must not be negative: {text}")
-        return float(text)
+        try:
+            return float(text)
+        except OverflowError:               # an int beyond any double
+            raise ValueError("not a duration (too long)") from None
     m = _DURATION.match(str(text))
     if not m:
         raise ValueError(f"not a duration: {text!r} (write e.g. 500ms, 3s, 20m)")

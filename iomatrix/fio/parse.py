@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,8 @@ OLDEST = (2, 1)
 """The oldest fio release whose JSON is read."""
 _IO_BYTES_IN_BYTES = (2, 21)   # before: io_bytes in KiB
 _TOTAL_IOS = (2, 1, 14)        # before: no total_ios
+_LARGEST = 2**63 - 1
+"""The largest integer a result may hold: fio counts in 64 bits, SQLite stores 64 signed."""
 
 
 def parse_fio_output(text: str) -> FioResult:
@@ -137,15 +140,22 @@ def version_of(version: str) -> tuple[int, int, int] | None:
 def decode_json(text: str, start: int) -> dict[str, Any]:
     decoder = json.JSONDecoder()
     try:
-        obj, _ = decoder.raw_decode(text, start)
-    except json.JSONDecodeError as exc:
-        # Retry with fio's bare nan/inf spelled the way Python's json reads them.
-        fixed = _BARE_NONFINITE.sub(_nonfinite, text[start:])
         try:
-            obj, _ = decoder.raw_decode(fixed)
-        except json.JSONDecodeError:
-            raise FioParseError(f"invalid JSON in fio output at line {exc.lineno} column "
-                                f"{exc.colno}: {exc.msg}; near {_excerpt(text, exc.pos)}") from None
+            obj, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            # Retry with fio's bare nan/inf spelled the way Python's json reads them.
+            fixed = _BARE_NONFINITE.sub(_nonfinite, text[start:])
+            try:
+                obj, _ = decoder.raw_decode(fixed)
+            except json.JSONDecodeError:
+                raise FioParseError(f"invalid JSON in fio output at line {exc.lineno} column "
+                                    f"{exc.colno}: {exc.msg}; near {_excerpt(text, exc.pos)}"
+                                    ) from None
+    except RecursionError:
+        raise FioParseError("JSON nested too deeply: not fio output") from None
+    except ValueError:     # not a JSONDecodeError: Python's int() digit limit
+        raise FioParseError(f"a number of more than {sys.get_int_max_str_digits()} digits: "
+                            "not fio output") from None
     if not isinstance(obj, dict):  # pragma: no cover - a '{' always decodes to a dict
         raise FioParseError(f"fio JSON must be an object, got {type(obj).__name__}")
     return obj
@@ -320,11 +330,9 @@ def _bins(obj: dict[str, Any] | None, scale: float, where: str) -> tuple[tuple[i
         raise FioParseError(f"fio {where}: 'bins' is {type(raw).__name__}, expected an object")
     pairs = []
     for key, count in raw.items():
-        try:
-            upper = int(key)
-        except ValueError:
-            raise FioParseError(f"fio {where}: bin bound {key!r} is not an integer") from None
-        pairs.append((round(upper * scale), int(_number(count, f"{where} bin {key}"))))
+        if not re.fullmatch(r"[0-9]{1,18}", key):      # fio's bounds are 64-bit
+            raise FioParseError(f"fio {where}: bin bound {_short(key)} is not an integer")
+        pairs.append((round(int(key) * scale), _whole(count, f"{where} bin {key}")))
     return tuple(sorted(pairs))
 
 
@@ -353,7 +361,11 @@ def _bool_option(value: Any) -> bool | None:
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FioParseError(f"fio {where} is {_short(value)}, expected a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise FioParseError(f"fio {where} is {_short(value)}, beyond any number fio "
+                            "writes") from None
 
 
 def _float(obj: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
@@ -369,10 +381,16 @@ def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = Non
         if default is not None:
             return default
         raise FioParseError(f"fio {where}: missing '{key}' (keys: {_keys(obj)})")
-    value = obj[key]
-    number = _number(value, f"{where} '{key}'")
+    return _whole(obj[key], f"{where} '{key}'")
+
+
+def _whole(value: Any, where: str) -> int:
+    number = _number(value, where)
     if not number.is_integer():
-        raise FioParseError(f"fio {where} '{key}' is {_short(value)}, expected an integer")
+        raise FioParseError(f"fio {where} is {_short(value)}, expected an integer")
+    if abs(number) > _LARGEST:
+        raise FioParseError(f"fio {where} is {_short(value)}, larger than any count fio keeps "
+                            "(64 bits)")
     return int(value)
 
 

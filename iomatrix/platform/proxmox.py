@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import urllib.parse
 from typing import Any, Literal
@@ -854,17 +855,31 @@ def _limits(drive: Drive) -> list[tuple[str, str]]:
         mbps = drive.get(f"mbps{suffix}")
         if mbps is None and drive.get(f"bps{suffix}") is not None:
             mbps = f"{float(drive.get(f'bps{suffix}') or 0) / (1 << 20):.3f}"
-        for name, value in ((f"bps{qmp}", mbps), (f"bps{qmp}-max", drive.get(f"mbps{suffix}_max"))):
-            if value is not None and float(value):
-                out.append((name, str(int(float(value) * (1 << 20)))))
+        for name, option, value in ((f"bps{qmp}", f"mbps{suffix}", mbps),
+                                    (f"bps{qmp}-max", f"mbps{suffix}_max",
+                                     drive.get(f"mbps{suffix}_max"))):
+            if value is not None and (number := _finite(drive, option, value, 1 << 20)):
+                out.append((name, str(int(number))))
         for name, option in ((f"bps{qmp}-max-length", f"bps{suffix}_max_length"),
                              (f"iops{qmp}", f"iops{suffix}"),
                              (f"iops{qmp}-max", f"iops{suffix}_max"),
                              (f"iops{qmp}-max-length", f"iops{suffix}_max_length")):
             value = drive.get(option)
-            if value is not None and float(value):
+            if value is not None and _finite(drive, option, value):
                 out.append((name, value))
     return out
+
+
+def _finite(drive: Drive, option: str, value: str, scale: int = 1) -> float:
+    """``value`` times ``scale``; ValueError naming ``option`` when that is not a finite number
+    (a number of 400 digits is infinite as a float)."""
+    try:
+        number = float(value) * scale
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"{drive.key}: {option}={value[:40]}: not a number qemu-server takes")
+    return number
 
 
 def _blockdev(drive: Drive, volume: Volume, direct: bool, aio: str,

@@ -25,7 +25,7 @@ import jinja2
 from markupsafe import Markup
 
 from iomatrix.analysis.metrics import METRICS, MISSING, RunLatency
-from iomatrix.core.files import write_file_atomically
+from iomatrix.core.files import output_directory, write_file_atomically
 from iomatrix.report.data import PointView, ReportData
 
 TEMPLATE = "report.html.j2"
@@ -237,8 +237,6 @@ def render_html(data: ReportData) -> str:
 
 def write_report(data: ReportData, out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` (creating ``out_dir``) and return its path."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "index.html"
+    path = output_directory(Path(out_dir)) / "index.html"
     write_file_atomically(path, render_html(data))
     return path

@@ -69,6 +69,8 @@ ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", "
 # Engines fio runs at queue depth 1 whatever iodepth says ("queue depth will be capped at 1").
 SYNC_ENGINES = frozenset({"sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice"})
 DEFAULT_ENGINE = "psync"  # fio's default on Linux when a job names none
+FIO_UINT = 2**32 - 1
+"""The largest iodepth, numjobs or rate_iops: fio keeps them in unsigned ints."""
 _TRUE = {"", "1", "true", "yes", "on"}
 
 _REPEAT = re.compile(r"^(?:(?:sample|run|rep|repeat|iter|iteration|loop|pass|round|trial)"
@@ -329,6 +331,8 @@ def _not_fio(head: bytes, size: int) -> str:
             json.loads(text)
         except json.JSONDecodeError as exc:
             return f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
+        except (ValueError, RecursionError):   # a number of 4300+ digits, or deep nesting
+            return "JSON that no fio writes (nested too deeply, or a number too long)"
         return 'JSON without "fio version": not fio output'
     return f'no "fio version" in its first {HEAD_BYTES >> 20} MiB: not fio output'
 
@@ -382,8 +386,10 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
     entries = list(zip(raw_entries, result.jobs))  # parse keeps fio's order
     hostnames = sorted({j.hostname for j in result.jobs if j.hostname})
     found.hosts.update(hostnames)
-    found.disks.update(d["name"] for d in obj.get("disk_util", ()) or ()
-                       if isinstance(d, dict) and isinstance(d.get("name"), str))
+    disk_util = obj.get("disk_util")
+    if isinstance(disk_util, list):             # fio's, unless the file was made by hand
+        found.disks.update(d["name"] for d in disk_util
+                           if isinstance(d, dict) and isinstance(d.get("name"), str))
     clients = len({(j.hostname, j.port) for j in result.jobs}) if client else None
 
     groups: dict[int, list[tuple[dict[str, Any], JobStats]]] = {}
@@ -488,14 +494,15 @@ def _shape(opts: Mapping[str, str]) -> _Shape:
     except ValueError:
         raise _Unsupported(f"block size {bs!r} is not a size iomatrix reads") from None
     iodepth = _positive(opts.get("iodepth", "1"), "iodepth")
-    rate_iops = int(_number(_one_value(opts.get("rate_iops", "0"), "rate_iops") or "0",
-                            "rate_iops"))
+    rate_iops = _positive(_one_value(opts.get("rate_iops", "0"), "rate_iops") or "0",
+                          "rate_iops", least=0)
     extra: dict[str, str] = {}
     if rw in ("rw", "randrw"):
         if opts.get("rwmixread"):
-            extra["rwmixread"] = str(int(_number(opts["rwmixread"], "rwmixread")))
+            extra["rwmixread"] = str(_positive(opts["rwmixread"], "rwmixread", least=0, most=100))
         elif opts.get("rwmixwrite"):
-            extra["rwmixread"] = str(100 - int(_number(opts["rwmixwrite"], "rwmixwrite")))
+            extra["rwmixread"] = str(100 - _positive(opts["rwmixwrite"], "rwmixwrite", least=0,
+                                                     most=100))
         else:
             extra["rwmixread"] = "50"
     if opts.get("ioengine"):
@@ -826,10 +833,11 @@ def _number(text: str, key: str) -> float:
         raise _Unsupported(f"{key}={text!r} is not a number") from None
 
 
-def _positive(text: str, key: str) -> int:
+def _positive(text: str, key: str, *, least: int = 1, most: int = FIO_UINT) -> int:
     value = _number(text, key)
-    if value < 1 or not value.is_integer():
-        raise _Unsupported(f"{key}={text!r} is not a positive whole number")
+    if not least <= value <= most or not value.is_integer():
+        raise _Unsupported(f"{key}={str(text)[:40]!r} is not a whole number from {least} to "
+                           f"{most}")
     return int(value)
 
 

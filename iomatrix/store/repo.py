@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -323,10 +324,12 @@ class Store:
             if row[0] is None:
                 raise RunNotFound(f"{self.path}: no runs stored yet")
             return int(row[0])
-        if not ref.isdigit():
+        if not re.fullmatch(r"[0-9]+", ref):        # str.isdigit() takes "²" and "٣" too
             raise RunNotFound(f"run {ref!r}: give a run number or 'last'")
-        if self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (int(ref),)).fetchone() is None:
-            raise RunNotFound(f"{self.path}: no run {ref}")
+        # SQLite's integers have at most 19 digits: a longer number is no run's
+        if len(ref) > 18 or self.conn.execute("SELECT 1 FROM runs WHERE id = ?",
+                                              (int(ref),)).fetchone() is None:
+            raise RunNotFound(f"{self.path}: no run {ref if len(ref) <= 40 else ref[:37] + '...'}")
         return int(ref)
 
     def load_run(self, run_id: int) -> StoredRun:

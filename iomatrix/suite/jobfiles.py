@@ -149,9 +149,10 @@ FIO_SAYS = ("direct", "buffered", "bs", "iodepth", "numjobs", "rate_iops")
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
 _SETTING = re.compile(r"(?:^|[\s;#])[a-z][a-z0-9_]*=\S")
 """A setting in comment text (``rw=read``), which fio does not read."""
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-"""Control characters but tab, CR (blanks fio strips) and the line break: none belongs in a job
-file, and its names and values reach the terminal in notes and errors."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]|\r(?![\r\t ]*$)")
+"""Control characters and line separators but tab, a CR among a line's last blanks (fio strips
+it: CRLF files) and the line break: none belongs in a job file, fio reads a CR or U+2028 inside a
+line as part of a value, and its names and values reach the terminal in notes and errors."""
 _BLANKS = " \t\r\v\f"
 
 
@@ -233,7 +234,8 @@ def read(text: str) -> JobFile:
     commented: list[tuple[int, str]] = []
     for number, raw in enumerate(text.split("\n"), 1):
         if _CONTROL.search(raw):
-            raise JobFileError(number, "a control character (not text fio reads as it looks)")
+            raise JobFileError(number, "a control character or line separator (not text fio "
+                                       "reads as it looks)")
         line = raw.strip(_BLANKS)
         if not line or line[0] in ";#":
             continue
@@ -565,6 +567,11 @@ def carry(raw: dict[str, Any], *, source: str, directory: Path | None) -> dict[s
     if carried is not None:
         if not isinstance(carried, dict) or not all(isinstance(v, str) for v in carried.values()):
             raise SuiteError(f"{source}: [{TABLE}]: a table of job file name = its text")
+        sizes = {n: len(t.encode(errors="surrogatepass")) for n, t in carried.items()}
+        large = next((n for n, size in sizes.items() if size > MAX_BYTES), None)
+        if large is not None:     # as a file read from disk would be
+            raise SuiteError(f"{source}: [{TABLE}] {large!r}: {sizes[large]} bytes; job files "
+                             f"may have {MAX_BYTES // 1024} KiB at most")
         missing = next((n for n in names if n not in carried), None)
         if missing is not None:
             raise SuiteError(f"{source}: jobfile = {missing!r} is not in the suite's [{TABLE}] "

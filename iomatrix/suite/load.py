@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -70,6 +71,9 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
         raise SuiteError(f"{source}: TOML syntax error: {exc}") from exc
     except RecursionError:
         raise SuiteError(f"{source}: TOML nested too deeply") from None
+    except ValueError:          # the one tomllib lets through: Python's int() digit limit
+        raise SuiteError(f"{source}: a number of more than {sys.get_int_max_str_digits()} "
+                         "digits") from None
     for key in _INTERNAL:
         if key in raw:
             raise SuiteError(f"{source}: {key}: unknown key")

@@ -274,7 +274,7 @@ def _fraction(value: Any) -> float:
             return float(value.strip()[:-1]) / 100
         if not isinstance(value, bool) and isinstance(value, (int, float, str)):
             return float(value)
-    except ValueError:
+    except (ValueError, OverflowError):     # OverflowError: an int beyond any double
         pass
     raise ValueError(f"not a percentage: {value!r} (write e.g. \"2%\")")
 
