@@ -41,8 +41,9 @@ packages="$packages libvirt-daemon-system"
 # the guests' fio: a static build of the host's fio version from its Debian source, with the server
 # patch (iomatrix/appliance/guestfio.py); libaio-dev for the libaio engine, flex/bison for job math
 packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison libfl-dev"
-# mkfs.xfs and mkfs.btrfs: filesystems a run makes on a loop device ([target] filesystems)
-packages="$packages xfsprogs btrfs-progs"
+# mkfs.ext4, mkfs.xfs and mkfs.btrfs: filesystems a run makes on a loop device ([target] filesystems;
+# e2fsprogs is not in a minimal Debian 13 root)
+packages="$packages e2fsprogs xfsprogs btrfs-progs"
 # ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
 packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate

@@ -105,7 +105,7 @@ def breakdown(run: StoredRun) -> None:
 
     fresh = run.model_copy()
     pts, _ = timed("analysis.points.points(run)", points, fresh)
-    timed("analysis.efficiency.efficiency(points)", efficiency, pts)
+    timed("analysis.efficiency.efficiency(points)", efficiency, pts, fresh.configs)
     axes = axes_of(fresh)
     for axis in axes:
         timed(f"analysis.effects.gains(run, {axis!r})", gains, fresh, axis)

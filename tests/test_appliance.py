@@ -23,11 +23,11 @@ from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
 from iomatrix.appliance.guestfio import GuestFioUnavailable, guest_fio
 from iomatrix.appliance.kernel import default_cache_dir, kernel_modules_dir
 from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
-from iomatrix.appliance.modules import resolve_modules
+from iomatrix.appliance.modules import builtin_modules, resolve_modules
 from iomatrix.appliance.protocol import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY_MIB,
                                          READY_MARKER, console_error, kernel_cmdline,
                                          parse_disk_lines)
-from iomatrix.core.errors import EnvironmentProblem, IomatrixError
+from iomatrix.core.errors import EnvironmentProblem, FioSourceUnavailable, IomatrixError
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import managed, read_text, require, run, wait_for
 from iomatrix.qemu.escape import qemu_escape
@@ -74,7 +74,12 @@ def test_build_is_cached_and_force_rebuilds(appliance: Appliance, kernel: Path,
     assert appliance.kernel.stat().st_size == appliance.kernel_bytes
     assert appliance.initrd.stat().st_size == appliance.initrd_bytes
     assert appliance.fio_version == run([require("fio"), "--version"], timeout=30).stdout.strip()
-    assert {"virtio_blk", "virtio_net", "virtio_pci", "sd_mod", "nvme"} <= set(appliance.modules)
+    # what the kernel has built in (Debian 13: virtio_pci) is bound by it, not carried
+    modules_dir = kernel_modules_dir(kernel)
+    assert modules_dir is not None
+    builtin = builtin_modules(modules_dir)
+    wanted = {"virtio_blk", "virtio_net", "virtio_pci", "sd_mod", "nvme"}
+    assert wanted - builtin <= set(appliance.modules) and not builtin & set(appliance.modules)
 
     built = (appliance.kernel.stat().st_mtime_ns, appliance.initrd.stat().st_mtime_ns)
     start = time.monotonic()
@@ -100,6 +105,11 @@ def test_appliance_carries_no_zeros_and_no_libraries(appliance: Appliance) -> No
     vmlinux = appliance.kernel.read_bytes()
     if appliance.kernel_format == "pvh":
         assert has_pvh_entry(vmlinux) and not vmlinux.endswith(bytes(4096))
+    try:
+        guest_fio(default_cache_dir())
+    except FioSourceUnavailable as e:       # the fallback's closure: test_guestfio.py
+        assert not appliance.fio_patched and str(e).split(" (remembered")[0] in appliance.fio_note
+        pytest.skip(f"the appliance carries the host's fio here: {e}")
     assert appliance.fio_patched, appliance.fio_note
     initrd = appliance.initrd.read_bytes()
     assert b"lib/fio/" not in initrd
@@ -165,9 +175,15 @@ def test_init_is_valid_sh_with_every_placeholder_filled(kernel: Path, tmp_path: 
     modules_dir = kernel_modules_dir(kernel)
     if modules_dir is None:
         pytest.skip(f"{kernel} has no modules directory")
-    init = init_script(resolve_modules(modules_dir, MODULES))
+    modules = resolve_modules(modules_dir, MODULES)
+    init = init_script(modules)
     assert "@" not in init and f'echo "{READY_MARKER} uptime=' in init
-    assert 'case "$1" in pci:v00001AF4' in init and "deps_virtio_blk=" in init
+    # virtio-blk's match on the virtio bus; virtio-pci's on PCI unless built in (Debian 13)
+    assert "virtio:d00000002v" in init
+    assert ('case "$1" in pci:v00001AF4' in init) == ("virtio_pci" not in modules.builtin)
+    deps = [f'deps_{n}="{" ".join(modules.closure(n))}"' for n, _ in modules.files
+            if modules.closure(n)]
+    assert deps and all(line in init for line in deps)
     for name, text in (("init.sh", template), ("init", init)):
         (tmp_path / name).write_text(text)
         out = subprocess.run(["sh", "-n", str(tmp_path / name)], capture_output=True, text=True)
@@ -240,8 +256,14 @@ def test_modules_load_after_their_dependencies(kernel: Path) -> None:
     for name in order:
         for dep in found.depends[name]:
             assert order.index(dep) < order.index(name), (dep, name)
-    assert found.closure("virtio_blk") == ["virtio_ring", "virtio"]
-    assert any(p.startswith("pci:v00001AF4") for p in found.aliases["virtio_pci"])
+    # built-in modules (Debian 13's 6.12: virtio, virtio_ring, virtio_pci; Debian 12's 6.1: none)
+    # are neither carried nor anyone's dependency; the others are
+    builtin = builtin_modules(modules_dir)
+    assert not builtin & set(order) and set(MODULES) & builtin <= set(found.builtin) <= builtin
+    assert set(MODULES) <= set(order) | builtin
+    assert found.closure("virtio_blk") == [m for m in ("virtio_ring", "virtio") if m not in builtin]
+    if "virtio_pci" not in builtin:
+        assert any(p.startswith("pci:v00001AF4") for p in found.aliases["virtio_pci"])
     with pytest.raises(EnvironmentProblem, match="no_such_driver is neither built into"):
         resolve_modules(modules_dir, ["no_such_driver"])
 

@@ -14,7 +14,7 @@ import pytest
 from iomatrix.analysis.crossrun import compare_runs, method_differences
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import AnalysisError
-from iomatrix.store.records import StoredRun
+from iomatrix.store.records import StoredRun, StoredSuite
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
@@ -182,14 +182,19 @@ def test_unmatched_configurations_are_listed(tmp_path: Path) -> None:
     assert "only in B (run 2), not compared: blocklayer io_uring/none/raw" in out
 
 
+def with_text(run: StoredRun, text: str) -> StoredRun:
+    return run.model_copy(update={"suite": StoredSuite(name=run.suite.name, source=run.suite.source,
+                                                       text=text)})
+
+
 def test_method_differences_are_named(tmp_path: Path) -> None:
     a, b = two_runs(tmp_path / "r.db", figures())
-    a = a.model_copy(update={"suite_text": '[method]\nruntime = "1s"\nramp = "200ms"\n'})
-    b = b.model_copy(update={"suite_text": '[method]\nruntime = "20m"\nramp = "200ms"\n'
-                                           'engine = "io_uring"\nsamples = 5\n'})
+    a = with_text(a, '[method]\nruntime = "1s"\nramp = "200ms"\n')
+    b = with_text(b, '[method]\nruntime = "20m"\nramp = "200ms"\n'
+                     'engine = "io_uring"\nsamples = 5\n')
     assert [(d.key, d.a, d.b) for d in method_differences(a, b)] == [
         ("runtime", "1s", "1200s"), ("engine", "libaio", "io_uring")]
-    assert method_differences(a, a.model_copy(update={"suite_text": "not toml ["})) == ()
+    assert method_differences(a, with_text(a, "not toml [")) == ()
 
 
 def test_emulated_runs_are_said_prominently_and_mixing_is_warned(tmp_path: Path) -> None:

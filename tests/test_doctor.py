@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.appliance.kernel import find_kernel
+from iomatrix.appliance.kernel import default_cache_dir, find_kernel, host_kernel, kernel_modules_dir
 from iomatrix.core.errors import IomatrixError
-from iomatrix.measure.doctor import (Check, check_fio_engine, check_tool, failed_required, run_checks)
+from iomatrix.measure.doctor import (Check, check_appliance, check_fio_engine, check_tool,
+                                     failed_required, run_checks)
 from tests.conftest import for_kvm, our_processes
 
 NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
-         "libaio", "io_uring", "FUSE export", "KVM", "guest channel", "guest fio")
+         "libaio", "io_uring", "FUSE export", "KVM", "guest channel", "guest fio",
+         "guest appliance")
 HOST_DEPENDENT = ("KVM", "guest channel", "guest fio")
 """Checks whose outcome depends on the host (KVM; root for the guests' private network; a
 compiler and fio's Debian source for the guests' fio), not required: tests/test_guest_channel.py
@@ -50,12 +52,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def checks(workdir: Path) -> tuple[Check, ...]:
     try:             # found (or downloaded once) before the clock starts: no network in the timing
-        kernel = find_kernel()
+        kernel = find_kernel(require_modules=True)     # the appliance's kernel too
     except IomatrixError:
         kernel = None    # then KVM is "not probed", with the reason
     start = time.monotonic()
-    result = run_checks(kvm_timeout=KVM_TIMEOUT, directory=workdir, kernel=kernel,
-                        fetch_kernel=False)
+    result = run_checks(kvm_timeout=KVM_TIMEOUT, directory=workdir, kernel=kernel, fetch=False)
     assert time.monotonic() - start < KVM_TIMEOUT + OTHER_CHECKS
     return result
 
@@ -93,6 +94,46 @@ def test_versions_are_parsed(checks: tuple[Check, ...]) -> None:
 @pytest.mark.slow
 def test_nothing_required_is_missing_here(checks: tuple[Check, ...]) -> None:
     assert failed_required(checks) == ()
+
+
+def test_the_appliance_check_names_what_a_guest_run_would_miss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The appliance's kernel is a cached one whose modules lack nvme: the check fails, naming
+    the module, where the other checks know nothing of the appliance. With the module there it
+    passes and names the kernel, its modules and busybox (Debian 12's bin/busybox, Debian 13's
+    usr/bin/busybox)."""
+    if host_kernel() is not None and kernel_modules_dir(host_kernel()) is not None:
+        pytest.skip("this host's own kernel, with its modules, is the appliance's")
+    try:
+        real = find_kernel(require_modules=True)
+    except IomatrixError as e:
+        pytest.skip(f"no kernel with modules: {e}")
+    modules_dir = kernel_modules_dir(real)
+    assert modules_dir is not None
+    cache = tmp_path / "iomatrix" / "kernel"
+    for busybox in default_cache_dir().glob("busybox-static_*"):    # else fetched again
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / busybox.name).symlink_to(busybox)
+    kernel = cache / "linux-image-test" / "boot" / real.name
+    kernel.parent.mkdir(parents=True)
+    kernel.symlink_to(real)
+    copy = kernel.parents[1] / "lib" / "modules" / modules_dir.name
+    for path in modules_dir.rglob("*"):           # the same tree of links, without nvme
+        if path.is_file() and not path.name.startswith("nvme."):
+            (copy / path.relative_to(modules_dir)).parent.mkdir(parents=True, exist_ok=True)
+            (copy / path.relative_to(modules_dir)).symlink_to(path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    check = check_appliance(fetch=False)
+    assert not check.ok and check.required
+    assert "kernel module nvme is neither built into the kernel nor present" in check.detail
+    assert check.hint and "NVMe" in check.hint
+
+    nvme = next(p for p in modules_dir.rglob("nvme.ko*"))
+    (copy / nvme.relative_to(modules_dir)).symlink_to(nvme)
+    check = check_appliance(fetch=True)
+    assert check.ok, check
+    assert check.detail.startswith(f"kernel {modules_dir.name} ({kernel}) with ")
+    assert re.search(r"; static busybox busybox-static_[^ ]*/(usr/)?bin/busybox", check.detail)
 
 
 @pytest.mark.slow

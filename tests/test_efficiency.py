@@ -27,7 +27,7 @@ def _figures(config: Configuration, workload: Workload, index: int) -> Figures:
 def test_percent_of_bare_metal_says_when_it_is_no_difference(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         run = store.load_run(write_run(store, [HOST, SAME, SLOWER], [WORKLOAD], _figures))
-    eff = efficiency(points(run))
+    eff = efficiency(points(run), run.configs)
     same, slower = eff[(SAME.key, WORKLOAD.key)], eff[(SLOWER.key, WORKLOAD.key)]
     assert same.iops_pct == pytest.approx(100 * 1003.333 / 1000, rel=1e-4)
     assert slower.iops_pct == pytest.approx(70.0)
@@ -43,5 +43,5 @@ def test_percent_of_bare_metal_says_when_it_is_no_difference(tmp_path: Path) -> 
 def test_one_sample_is_not_tested(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         run = store.load_run(write_run(store, [HOST, SLOWER], [WORKLOAD], _figures, samples=1))
-    (e,) = efficiency(points(run)).values()
+    (e,) = efficiency(points(run), run.configs).values()
     assert e.iops_text == "70.0% (untested: n<2)"

@@ -500,7 +500,7 @@ def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     assert run.returncode in (0, 6), run.stderr[-2000:]
     with Store(db, readonly=True) as store:
         stored = store.load_run(store.resolve("last"))
-    assert "[[finding]]" in stored.suite_text          # the run keeps its claims
+    assert "[[finding]]" in stored.suite.text          # the run keeps its claims
     results = {r.finding.id: r for r in evaluate(stored).results}
     assert set(results) == {f.id for f in load_suite("aio-iothreads").finding}
     # the aio claims are measured natively in the block layer whatever the guests ran under

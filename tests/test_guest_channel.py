@@ -333,8 +333,11 @@ def test_a_second_fio_client_during_a_trial_fails_it_with_the_difference(
 # --- pieces --------------------------------------------------------------------------------------
 
 @needs_root
-def test_the_private_namespace_is_per_thread_has_loopback_and_is_left() -> None:
+def test_the_private_namespace_is_per_thread_has_loopback_and_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = network_namespace()
+    monkeypatch.chdir(tmp_path)
+    root = os.stat("/")
     with private_network() as inside:
         assert inside == network_namespace() != home
         with socket.socket() as server, socket.socket() as client:
@@ -345,6 +348,9 @@ def test_the_private_namespace_is_per_thread_has_loopback_and_is_left() -> None:
         assert done.stdout.strip() == f"net:[{inside}]"     # children start inside
     assert network_namespace() == home
     assert _holders(inside) == []
+    # unlike a mount namespace's, setns into a network namespace keeps root and directory
+    assert os.getcwd() == str(tmp_path)
+    assert (os.stat("/").st_dev, os.stat("/").st_ino) == (root.st_dev, root.st_ino)
 
 
 @needs_root

@@ -26,7 +26,7 @@ from iomatrix.report.data import build_report_data
 from iomatrix.report.html import metrics_json
 from iomatrix.store import Store
 from iomatrix.store.ingest import _location, import_results, scan
-from iomatrix.store.records import StoredRun
+from iomatrix.store.records import StoredRun, StoredSuite
 from iomatrix.suite.model import Workload
 from tests.conftest import cli
 
@@ -185,7 +185,8 @@ def test_own_runs_are_of_lat_and_never_take_another_latencys_percentiles(tmp_pat
     assert run_latency(legacy) == RunLatency(mean="lat", percentiles="clat")
     assert [METRICS[k].heading_for(run_latency(legacy)) for k in ("lat_mean_ns", "lat_p99_ns")] == [
         "lat mean µs", "clat p99 µs"]
-    own = legacy.model_copy(update={"suite_source": "builtin:quick"})
+    own = legacy.model_copy(update={"suite": StoredSuite(
+        name=run.suite.name, source="builtin:quick", text=run.suite.text)})
     assert run_latency(own) == RunLatency(mean="lat", percentiles="lat")
 
 

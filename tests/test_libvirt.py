@@ -1,10 +1,16 @@
 """guest mode through a real libvirtd (iomatrix.drivers.libvirt), under TCG here: a suite of two
-configurations leaves no domain behind; a domain a kill -9'd iomatrix left is destroyed by
-`iomatrix clean`; the domain XML passes virt-xml-validate."""
+configurations leaves no domain behind, its disks checked against the node layout of the
+daemon's own libvirt version; a domain a kill -9'd iomatrix left is destroyed by `iomatrix
+clean`; the domain XML passes virt-xml-validate. And `iomatrix translate` of multi-disk domains
+(CD-ROMs, serials, boot orders, virtio-blk + virtio-scsi + SATA, LSI + IDE, q35 + pvscsi) gives
+libvirt's own disk arguments (`virsh domxml-to-native qemu-argv`) but for PCI placement, on
+whichever libvirt is installed (9.0 on Debian 12, 11.3 on Debian 13)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,6 +26,8 @@ from iomatrix.core.proc import run as run_tool
 from iomatrix.drivers import libvirt as lvd
 from iomatrix.drivers.guest import free_port
 from iomatrix.measure.runner import run_suite
+from iomatrix.platform import libvirt as lv
+from iomatrix.measure.translate import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration
@@ -78,25 +86,37 @@ def _ours() -> list[str]:
     return [n for n in lvd.leftover_domains(URI) if f"-p{me}-" in n]
 
 
+# Every domain start and domxml-to-native may wait for libvirt to probe QEMU again
+# (lvd.PROBE_TIMEOUT): these tests get time for a few such probes on a loaded host.
+SLOW_LIBVIRT = pytest.mark.timeout(4 * lvd.PROBE_TIMEOUT)
+
+
 @needs_libvirtd
-def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None) -> None:
+@SLOW_LIBVIRT
+def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None,
+                                             versions: lv.Versions) -> None:
     suite = load_suite(write_suite(tmp_path, BODY.format(runtime="500ms"), size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
         stored = store.load_run(outcome.run_id)
     assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
     assert len({t.config_key for t in stored.trials}) == 2
+    # raw disks: a format node over the storage node up to libvirt 10.0 or QEMU 8.2, none after
+    top = "libvirt-1-format" if versions.raw_format_node else "libvirt-1-storage"
     for trial in stored.trials:
         applied = trial.applied
         assert applied["libvirt.uri"] == URI and applied["libvirt.domain"].startswith("iomatrix-")
         assert applied["libvirt.cache.direct"] == "true"        # through libvirt's own monitor
         assert applied["device.iothread"] == "iothread1" and applied["iothreads"] == "1"
-        assert "libvirt-1-format" in trial.command and "-accel tcg" in trial.command
+        assert f'"drive":"{top}"' in trial.command and "-accel tcg" in trial.command
+        assert applied["backend.node"] == ("disk0" if versions.raw_format_node else "file0")
+        assert applied["libvirt.version"] == versions.label
         assert trial.samples[0].iops > 0
     assert _ours() == []
 
 
 @needs_libvirtd
+@SLOW_LIBVIRT
 def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, BODY.format(runtime="60s"), size="16MiB")
     env = os.environ | {"TMPDIR": str(tmp_path)}
@@ -104,7 +124,7 @@ def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
                              str(tmp_path / "r.db")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 120 + lvd.PROBE_TIMEOUT
         mine: list[str] = []
         while time.monotonic() < deadline and not mine:
             mine = [n for n in lvd.leftover_domains(URI) if f"-p{proc.pid}-" in n]
@@ -124,12 +144,13 @@ def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
 
 
 @needs_libvirtd
+@SLOW_LIBVIRT
 def test_live_owner_is_left_alone(tmp_path: Path) -> None:
     """A domain whose owner runs (this test) is not destroyed by reclaim."""
     xml = tmp_path / "d.xml"
     xml.write_text(_domain(tmp_path, "virtio-blk", name=f"iomatrix-t-p{os.getpid()}-b1-vm0"))
     try:
-        lvd.virsh(URI, "create", str(xml))
+        lvd.virsh(URI, "create", str(xml), timeout=lvd.PROBE_TIMEOUT)
         results = {i.name: i.action for i in lvd.reclaim_domains(URI)}
         assert results[f"iomatrix-t-p{os.getpid()}-b1-vm0"] == "left"
     finally:
@@ -154,10 +175,179 @@ def _domain(tmp_path: Path, controller: str, *, name: str = "iomatrix-x-p1-b1-vm
 @pytest.mark.skipif(shutil.which("virt-xml-validate") is None or shutil.which("xmllint") is None,
                     reason="virt-xml-validate (libvirt-clients) and xmllint (libxml2-utils) "
                            "are not installed")
-@pytest.mark.parametrize("controller", ["virtio-blk", "virtio-scsi-single", "sata", "lsi"])
+@pytest.mark.parametrize("controller",
+                         ["virtio-blk", "virtio-scsi-single", "sata", "lsi", "megasas"])
 def test_domain_xml_validates(tmp_path: Path, controller: str) -> None:
     xml = tmp_path / "d.xml"
     xml.write_text(_domain(tmp_path, controller))
     result = subprocess.run(["virt-xml-validate", str(xml), "domain"], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- translate against libvirt's own command line ----------------------------------------------
+
+DOMAINS = {
+    "virtio-scsi-sata": """<domain type='qemu'>
+  <name>multi</name>
+  <memory unit='MiB'>256</memory>
+  <iothreads>2</iothreads>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <devices>
+    <controller type='scsi' index='0' model='virtio-scsi'><driver iothread='2' queues='2'/></controller>
+    <controller type='sata' index='0'/>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='none' io='native' iothread='1'/>
+      <source file='{dir}/a.raw'/>
+      <target dev='vda' bus='virtio'/>
+      <serial>SERIAL-A</serial>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/cd.iso'/>
+      <target dev='sdb' bus='sata'/>
+      <readonly/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='writeback' io='threads'/>
+      <source file='{dir}/b.qcow2'/>
+      <target dev='sda' bus='scsi'/>
+      <serial>scsi-b</serial>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='directsync' io='io_uring' discard='unmap' detect_zeroes='unmap'/>
+      <source file='{dir}/c.raw'/>
+      <target dev='vdb' bus='virtio'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='none'/>
+      <source file='{dir}/d.raw'/>
+      <target dev='sdc' bus='sata'/>
+    </disk>
+  </devices>
+</domain>""",
+    "lsi-ide-boot-cdrom": """<domain type='qemu'>
+  <name>lsi-ide</name>
+  <memory unit='MiB'>256</memory>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='cdrom'/><boot dev='hd'/></os>
+  <devices>
+    <controller type='scsi' index='0' model='lsilogic'/>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='writethrough' error_policy='stop' rerror_policy='report'/>
+      <source file='{dir}/sdb.raw'/>
+      <target dev='sdb' bus='scsi'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='unsafe' detect_zeroes='off'/>
+      <source file='{dir}/sda.qcow2'/>
+      <target dev='sda' bus='scsi'/>
+      <serial>with space</serial>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <target dev='hdc' bus='ide'/>
+      <readonly/>
+    </disk>
+    <disk type='block' device='disk'>
+      <driver name='qemu' type='raw' cache='none' io='native' error_policy='enospace'/>
+      <source dev='/dev/null'/>
+      <target dev='hda' bus='ide'/>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw' cache='none'/>
+      <source file='{dir}/cd2.iso'/>
+      <target dev='sdh' bus='scsi'/>
+    </disk>
+  </devices>
+</domain>""",
+    "q35-pvscsi-boot-order": """<domain type='qemu'>
+  <name>q35</name>
+  <memory unit='MiB'>256</memory>
+  <os><type arch='x86_64' machine='q35'>hvm</type></os>
+  <iothreads>1</iothreads>
+  <devices>
+    <controller type='scsi' index='1' model='vmpvscsi'/>
+    <controller type='scsi' index='0' model='virtio-scsi'><driver queues='4'/></controller>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='none' io='threads' queues='2' queue_size='256' iothread='1'/>
+      <source file='{dir}/vdc.raw'/>
+      <target dev='vdc' bus='virtio'/>
+      <boot order='2'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' discard='ignore' detect_zeroes='on'/>
+      <source file='{dir}/vda.raw'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/cd.iso'/>
+      <target dev='sdc' bus='sata'/>
+      <boot order='1'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='writeback'/>
+      <source file='{dir}/sda.raw'/>
+      <target dev='sda' bus='sata'/>
+      <serial>sata-a</serial>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='directsync' io='native'/>
+      <source file='{dir}/pv.qcow2'/>
+      <target dev='sdb' bus='scsi'/>
+      <address type='drive' controller='1' bus='0' target='0' unit='3'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/vs.raw'/>
+      <target dev='sdd' bus='scsi'/>
+      <address type='drive' controller='0' bus='0' target='2' unit='1'/>
+    </disk>
+  </devices>
+</domain>""",
+}
+DISK_DEVICES = ("virtio-scsi-pci", "lsi", "megasas", "pvscsi", "mptsas1068", "ahci",
+                "virtio-blk-pci", "scsi-hd", "scsi-cd", "ide-hd", "ide-cd")
+
+
+def _disk_arguments(argv: list[str]) -> list[str]:
+    """The iothread objects, disk controllers, -blockdev nodes and disk devices of a QEMU
+    command line, in order, without PCI placement."""
+    out = []
+    for option, value in zip(argv, argv[1:]):
+        if option == "-object" and '"qom-type":"iothread"' in value or option == "-blockdev":
+            out += [option, value]
+        elif option == "-device" and value.startswith("{"):
+            device = json.loads(value)
+            if device["driver"] not in DISK_DEVICES:
+                continue
+            if str(device.get("bus", "")).startswith("pci"):
+                del device["bus"]
+                device.pop("addr", None)
+            out += [option, json.dumps(device, separators=(",", ":"))]
+    return out
+
+
+@pytest.fixture(scope="module")
+def versions() -> lv.Versions:
+    return lvd.daemon_versions(URI)
+
+
+@needs_libvirtd
+@SLOW_LIBVIRT
+@pytest.mark.parametrize("name", sorted(DOMAINS))
+def test_translate_gives_libvirts_own_disk_arguments(tmp_path: Path, name: str,
+                                                     versions: lv.Versions) -> None:
+    xml = tmp_path / "domain.xml"
+    xml.write_text(DOMAINS[name].format(dir=tmp_path))
+    real = shlex.split(lvd.virsh(URI, "domxml-to-native", "qemu-argv", str(xml),
+                                 timeout=lvd.PROBE_TIMEOUT))
+    result = translate(xml.read_text(), libvirt=versions)
+    ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
+    assert ours == _disk_arguments(real), versions.label
+    assert any(d.cdrom for d in result.drives)
+    left_out = [n for d in result.disks for n in d.notes if "not reproduced" in n]
+    assert left_out == [] and result.notes == (
+        "PCI addresses are left out: they place a device, they do not change its I/O",)
+    raw = [a for a in ours if '"driver":"raw"' in a and "-format" in a]
+    assert bool(raw) == versions.raw_format_node        # the version decides the layout

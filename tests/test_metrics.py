@@ -15,7 +15,7 @@ from iomatrix.core.errors import AnalysisError
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.report.data import PointView
 from iomatrix.store import Store
-from iomatrix.store.records import TrialResult
+from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite.model import Configuration, Workload
 
 
@@ -39,7 +39,7 @@ def test_points_add_rates_and_weight_latencies_by_ios(tmp_path: Path) -> None:
     trials = [(_direction("read", 300, 1000, 4000), _direction("write", 100, 3000, 8000)),
               (_direction("read", 500, 2000, 6000), _direction("write", 500, 2000, 6000))]
     with Store(tmp_path / "r.db") as store:
-        run_id = store.create_run(suite_name="mixed", suite_source="test", suite_text="",
+        run_id = store.create_run(suite=StoredSuite(name="mixed", source="test", text=""),
                                   host={}, accelerator="none", notes=[], configs=[config],
                                   workloads=[workload])
         for index, samples in enumerate(trials):

@@ -23,12 +23,13 @@ import pytest
 
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import RunBusy, TargetError
-from iomatrix.core.owner import HeldLock, Identity, liveness, start_ticks, this_process
+from iomatrix.core.dirs import MARKER
+from iomatrix.core.owner import HeldLock, Identity, LockFile, liveness, start_ticks, this_process
 from iomatrix.measure import reclaim as reclaim_module
-from iomatrix.measure.reclaim import reclaim
+from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
-from iomatrix.store.records import TrialResult
+from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.target import workspace as workspace_module
@@ -104,7 +105,7 @@ WORKLOAD = Workload(rw="randread", bs=4096, iodepth=1)
 
 
 def new_run(store: Store, owner: int | None = None) -> int:
-    return store.create_run(suite_name="t", suite_source="t.toml", suite_text="", host={},
+    return store.create_run(suite=StoredSuite(name="t", source="t.toml", text=""), host={},
                             accelerator="none", notes=[], configs=[CONFIG],
                             workloads=[WORKLOAD], owner=owner)
 
@@ -136,11 +137,18 @@ def test_liveness_by_pid_start_time_host_and_lock(tmp_path: Path) -> None:
         assert liveness(me._replace(boot_id="another boot"), me=me) == (
             False, "the host has rebooted since")
     lock = HeldLock(tmp_path / "owner.lock")
+    made = LockFile(str(lock.path), lock.info.st_dev, lock.info.st_ino, me.uid)
     try:
-        assert liveness(gone, str(tmp_path / "owner.lock"), me=me) == (True, "it holds its lock")
+        assert liveness(gone, made, me=me) == (True, "it holds its lock")
+        # the same name, held, but not the file the process made: not its lock
+        assert not liveness(gone, made._replace(ino=made.ino + 1), me=me)[0]
+        assert not liveness(gone, made._replace(uid=made.uid + 1), me=me)[0]
+        os.chmod(lock.path, 0o644)
+        assert not liveness(gone, made, me=me)[0]
+        os.chmod(lock.path, 0o600)
     finally:
         lock.release()
-    assert not liveness(gone, str(tmp_path / "owner.lock"), me=me)[0]
+    assert not liveness(gone, made, me=me)[0]
     elsewhere = gone._replace(host="another-host")
     alive, why = liveness(elsewhere, me=me)
     assert alive and "another-host" in why                     # cannot be seen: never touched
@@ -173,7 +181,10 @@ def test_a_live_owner_is_not_taken_over(tmp_path: Path) -> None:
                                    f"{since}: wait for it to end, or stop it, then resume")
         # dead by its pid, but its lock is held: alive
         lock = HeldLock(tmp_path / "owner.lock")
-        locked = store.register_process(me._replace(pid=dead_pid()), str(tmp_path / "owner.lock"))
+        unrecorded = store.register_process(me._replace(pid=dead_pid()), str(lock.path))
+        assert store.claim_run(new_run(store, owner=unrecorded), other) is not None
+        locked = store.register_process(me._replace(pid=dead_pid()), str(lock.path))
+        store.lock_made(locked, lock.info)
         run2 = new_run(store, owner=locked)
         with pytest.raises(RunBusy):
             store.claim_run(run2, other)
@@ -263,8 +274,9 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
     assert sorted(t.status for t in before.values()) == ["failed", "failed", "ok", "ok"]
     # a complete run: --resume alone has nothing to do, and says how to retry
     again = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
-    assert again.returncode == ExitStatus.SUITE_INVALID
-    assert "nothing to resume" in again.stderr and "--retry-failed" in again.stderr
+    assert again.returncode == 0 and again.stderr == ""
+    assert again.stdout == ("run 1 is complete: nothing to do (2 of its trials failed: "
+                            "`iomatrix run --resume 1 --retry-failed` measures them again)\n")
     retried = cli("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
     assert retried.returncode == 0, retried.stderr
     assert "2 trials" in retried.stderr
@@ -283,8 +295,8 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
     assert any("--retry-failed measures 2 failed trial(s) again" in n
                and "2× fio failed: fio: simulated failure" in n for n in run.notes)
     nothing = cli_result("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
-    assert nothing.returncode == ExitStatus.SUITE_INVALID
-    assert "none of its trials failed: nothing to retry" in nothing.stderr
+    assert nothing.returncode == 0
+    assert "none of its trials failed: nothing to retry" in nothing.stdout
     usage = cli_result("run", str(suite), "--retry-failed", "--db", str(db), cwd=tmp_path)
     assert usage.returncode == ExitStatus.USAGE and "goes with --resume" in usage.stderr
     assert leftovers(tmp_path) == []
@@ -373,7 +385,11 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
                           lambda: len(trials(db)) >= 1)
     used = leftovers(tmp_path)
     assert len(used) == 2
-    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    live.send_signal(signal.SIGSTOP)        # stopped, it lives: it may not end during the clean
+    try:
+        cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    finally:
+        live.send_signal(signal.SIGCONT)
     assert cleaned.returncode == 0, cleaned.stderr
     assert all(f"left {kind} {path} (run 1, pid {live.pid}): in use by a live iomatrix since "
                in cleaned.stdout for kind, path in zip(["scratch", "images"], used))
@@ -381,11 +397,6 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
     out, err = live.communicate(timeout=60)
     assert live.returncode == 0, err
     assert len(trials(db)) == 4 and leftovers(tmp_path) == []
-
-
-def dead_process(store: Store) -> int:
-    me = this_process()
-    return store.register_process(me._replace(pid=dead_pid()), "")
 
 
 def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
@@ -397,12 +408,17 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
     elsewhere.mkdir()
     (elsewhere / "precious").write_text("not iomatrix's")
     with Store(tmp_path / "r.db") as store:
-        dead = dead_process(store)
+        owner = this_process()._replace(pid=dead_pid())
+        dead = store.register_process(owner, "")
         cases: dict[str, tuple[Path, str, str]] = {}
 
         def record(name: str, path: Path, kind: str = "workspace", within: Path = target,
-                   keep: bool = False, process: int = dead) -> None:
+                   keep: bool = False, process: int = dead, marker: str | None = "") -> None:
+            """Record ``path`` as iomatrix does; a directory there is marked with ``marker``
+            ("": the record's own, None: none)."""
             store.add_resource(process, kind, str(path), str(within), keep=keep)
+            if path.is_dir() and not path.is_symlink() and marker is not None:
+                (path / MARKER).write_text(marker or marker_text(owner, kind, str(path)))
             cases[name] = (path, kind, str(within))
 
         ok = target / "iomatrix-0001"
@@ -438,6 +454,23 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
         full_parent.mkdir()
         (full_parent / "someone's").write_text("x")
         record("full parent", full_parent, "parent", tmp_path)
+        # a database that merely names a directory: no marker, or another record's
+        for name, marker in (("unmarked", None), ("marked for another", "made by iomatrix: x")):
+            folder = target / f"iomatrix-{name.replace(' ', '-')}"
+            folder.mkdir()
+            (folder / "report.html").write_text("someone's")
+            record(name, folder, marker=marker)
+        empty = target / "iomatrix-empty"             # killed between mkdir and marker
+        empty.mkdir()
+        record("empty, unmarked", empty, marker=None)
+        other = tmp_path / "other"                    # an empty directory root has, named
+        other.mkdir()
+        record("parent unmarked", other, "parent", tmp_path, marker=None)
+        live_named = target / "iomatrix-live-named"   # a live run's, named as a dead one's
+        live_named.mkdir()
+        (live_named / MARKER).write_text(marker_text(this_process(), "workspace",
+                                                     str(live_named)))
+        record("live, named as dead", live_named, marker=None)
         if os.geteuid() == 0:
             foreign = target / "iomatrix-foreign"
             foreign.mkdir()
@@ -465,6 +498,13 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
     assert outcome("live")[0] == "left" and "in use by" in outcome("live")[1] and live.exists()
     assert outcome("empty parent")[0] == "removed" and not empty_parent.exists()
     assert outcome("full parent") == ("left", "not empty") and full_parent.exists()
+    unmarked = ("left", "it does not carry iomatrix's marker (.iomatrix) for this record, so "
+                        "it may not be what iomatrix made (or iomatrix was stopped as it made "
+                        "it): remove it by hand if it is")
+    for name in ("unmarked", "marked for another"):
+        assert outcome(name) == unmarked and (cases[name][0] / "report.html").exists()
+    for name in ("empty, unmarked", "parent unmarked", "live, named as dead"):
+        assert outcome(name) == unmarked and cases[name][0].exists()
     if os.geteuid() == 0:
         assert outcome("foreign")[0] == "left" and "owned by uid 65534" in outcome("foreign")[1]
         assert foreign.exists()
@@ -629,9 +669,106 @@ def test_a_signal_during_the_clean_up_takes_effect_after_it(tmp_path: Path,
 def test_runs_tells_a_killed_run_from_one_being_measured(tmp_path: Path) -> None:
     me = this_process()
     with Store(tmp_path / "r.db") as store:
-        killed = new_run(store, owner=dead_process(store))
+        killed = new_run(store, owner=store.register_process(me._replace(pid=dead_pid()), ""))
         live = new_run(store, owner=store.register_process(me, ""))
     listing = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
     rows = {line.split()[0]: line for line in listing.splitlines()[1:]}
     assert "stopped (process gone; --resume)" in rows[str(killed)]
     assert "running" in rows[str(live)] and "process gone" not in rows[str(live)]
+
+
+@pytest.mark.slow
+def test_clean_dry_run_counts_what_clean_removes(tmp_path: Path, no_leftovers: None) -> None:
+    """A killed run over a target directory it made leaves three: its scratch directory, its
+    images and the target directory, which is empty once the images are gone."""
+    suite = host_suite(tmp_path)
+    db = tmp_path / "r.db"
+    kill_9_mid_run(tmp_path, suite, db)
+    dry = cli("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove target directory {tmp_path / 'target'} " in dry.stdout, dry.stdout
+    assert dry.stdout.splitlines()[-1].startswith("would remove 3 (")
+    assert dry.stdout.splitlines()[-1].endswith("leave 0; nothing removed (--dry-run)")
+    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cleaned.stdout.splitlines()[-1].startswith("removed 3 (")
+    assert cleaned.stdout.endswith(", left 0\n") and not (tmp_path / "target").exists()
+
+
+@pytest.mark.slow
+def test_concurrent_runs_over_a_new_target_leave_no_directory(tmp_path: Path,
+                                                              no_leftovers: None) -> None:
+    """Four runs at once over a target directory none of them finds: one makes it, each makes
+    its own directory in it, and whichever ends last removes it, with or without a database in
+    common."""
+    suite = host_suite(tmp_path)
+    procs = [subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(tmp_path / db)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for db in ("shared.db", "shared.db", "own-1.db", "own-2.db")]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert not (tmp_path / "target").exists() and leftovers(tmp_path) == []
+    # a run of another database may have removed it after its maker ended: the next look at
+    # the shared database settles that record as gone
+    with Store(tmp_path / "shared.db", readonly=True) as store:
+        assert all(r.kind == "parent" for r in store.open_resources())
+    cleaned = cli("clean", "--db", str(tmp_path / "shared.db"), cwd=tmp_path)
+    assert all(line.startswith("gone target directory") for line in cleaned.stdout.splitlines()
+               if ", pid " in line), cleaned.stdout          # one line per resource
+    with Store(tmp_path / "shared.db", readonly=True) as store:
+        assert store.open_resources() == []
+
+
+def test_reclaim_kills_what_a_dead_run_left_running_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command of a killed run that outlived its parent-death SIGTERM (qemu-storage-daemon was
+    seen to, after kill -9): its session is killed before its directory is removed. A process
+    that merely has a file open there (someone's shell, an editor) is named, never killed.
+    Stand-ins: Python processes that ignore SIGTERM."""
+    monkeypatch.setattr(reclaim_module, "USERS_WAIT", 0.5)
+    tmp_path = tmp_path.resolve()
+    owner = this_process()._replace(pid=dead_pid())
+    hold = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "f = open(sys.argv[1], 'rb'); print('held', flush=True); time.sleep(600)")
+    held: list[subprocess.Popen[str]] = []
+    try:
+        with Store(tmp_path / "r.db") as store:
+            dead = store.register_process(owner, "")
+            directories = {}
+            for kind, name in (("scratch", "iomatrix-run-dead"), ("workspace", "iomatrix-daemon"),
+                               ("workspace", "iomatrix-shell")):
+                directory = tmp_path / name
+                directory.mkdir(mode=0o700)
+                (directory / MARKER).write_text(marker_text(owner, kind, str(directory)))
+                (directory / "disk.raw").write_bytes(b"x" * 4096)
+                store.add_resource(dead, kind, str(directory), str(tmp_path))
+                directories[name] = directory
+            # the run's daemon: its own session, the run's socket in its arguments
+            held.append(subprocess.Popen(
+                [sys.executable, "-c", hold, str(directories["iomatrix-daemon"] / "disk.raw"),
+                 str(directories["iomatrix-run-dead"] / "qmp.sock")],
+                stdout=subprocess.PIPE, text=True, start_new_session=True))
+            # not the run's: in this test's session, naming nothing of the run's
+            held.append(subprocess.Popen(
+                [sys.executable, "-c", hold, str(directories["iomatrix-shell"] / "disk.raw")],
+                stdout=subprocess.PIPE, text=True))
+            for proc in held:
+                assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+            done = {Path(r.resource.path).name: r for r in reclaim(store)}
+        daemon, shell = held
+        assert daemon.wait(timeout=30) == -signal.SIGKILL
+        assert done["iomatrix-daemon"].action == "removed"
+        comm = Path(f"/proc/{shell.pid}/comm").read_text().strip()      # python, python3...
+        assert done["iomatrix-daemon"].detail == (f"killed pid {daemon.pid} ({comm}), left "
+                                                  "running by the dead run")
+        assert done["iomatrix-shell"].action == "left" and shell.poll() is None
+        assert done["iomatrix-shell"].detail == (f"files in it are still open: pid {shell.pid} "
+                                                 f"({comm})")
+        assert directories["iomatrix-shell"].exists() and not directories["iomatrix-daemon"].exists()
+        assert done["iomatrix-run-dead"].action == "removed"
+    finally:
+        for proc in held:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -19,7 +19,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.recommend.decide import recommend
 from iomatrix.report.data import FROM_RAM, build_report_data
 from iomatrix.store import Store
-from iomatrix.store.records import StoredRun, TrialResult
+from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite import load_suite, load_suite_text
 from iomatrix.suite.model import Configuration, Target, Workload, uses_page_cache
 from iomatrix.target.workspace import Workspace, page_cache_notes, plan_lines
@@ -250,7 +250,7 @@ def _write(store: Store, share: dict[str, float | None], *, working_set: str = "
     workloads = [READ, WRITE, Workload(rw="randread", bs=4096, iodepth=32)]
     text = (f'[suite]\nname = "synthetic"\n[target]\ndirectory = "/var/tmp/x"\nsize = "64MiB"\n'
             f'working_set = "{working_set}"\n')
-    run_id = store.create_run(suite_name="synthetic", suite_source="synthetic", suite_text=text,
+    run_id = store.create_run(suite=StoredSuite(name="synthetic", source="synthetic", text=text),
                               host={"hostname": "synthetic", "target_device": "/dev/vda"},
                               accelerator="kvm", notes=[NOTE], configs=configs,
                               workloads=workloads, seed=0)

@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 
 from iomatrix.analysis.effects import gains, rounds_known
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.store.records import ConfigRecord, StoredRun, TrialRecord, WorkloadRecord
+from iomatrix.store.records import ConfigRecord, StoredRun, StoredSuite, TrialRecord, WorkloadRecord
 from iomatrix.suite.model import Configuration, Workload
 
 T975 = {2: 4.302652729911275, 3: 3.182446305284263, 4: 2.7764451051977987}
@@ -57,7 +57,7 @@ def make_run(configs: list[ConfigRecord], workloads: list[WorkloadRecord], round
     host = {"hostname": "synthetic"}
     if known:
         host["trial_order"] = "rounds"
-    return StoredRun(id=1, suite_name="synthetic", suite_source="synthetic", suite_text="",
+    return StoredRun(id=1, suite=StoredSuite(name="synthetic", source="synthetic", text=""),
                      created_at="2026-01-01T00:00:00", finished_at=None, status="complete",
                      accelerator="none", iomatrix_version="test", host=host, notes=(), seed=0,
                      configs=tuple(configs), workloads=tuple(workloads), trials=tuple(trials))
@@ -123,11 +123,15 @@ def test_a_round_missing_a_side_is_left_out_and_one_round_falls_back() -> None:
     assert g1.method == "samples" and g1.rounds is None   # no common round: unpaired
 
 
+def from_source(source: str) -> StoredSuite:
+    return StoredSuite(name="synthetic", source=source, text="")
+
+
 def test_imported_runs_are_not_paired() -> None:
     run = make_run([OFF, ON], [_workload(4096)], 3, lambda c, w, r: 1000.0 + r, known=False)
     assert not rounds_known(run)
-    assert rounds_known(run.model_copy(update={"suite_source": "builtin:quick", "host": {}}))
-    assert not rounds_known(run.model_copy(update={"suite_source": "import:/x", "host": {}}))
+    assert rounds_known(run.model_copy(update={"suite": from_source("builtin:quick"), "host": {}}))
+    assert not rounds_known(run.model_copy(update={"suite": from_source("import:/x"), "host": {}}))
 
 
 def test_skewed_rounds_use_the_bootstrap() -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections import Counter
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iomatrix.measure.prepare import prepare
+from iomatrix.store import Store
 from iomatrix.suite.plan import estimate_seconds, plan, plan_round
 from iomatrix.suite import expand, load_suite_text
+from tests.conftest import cli, write_suite
 
 AIOS = ["native", "io_uring", "threads"]
 CACHES = ["none", "directsync"]
@@ -69,3 +76,59 @@ def test_estimate_counts_sessions_and_trials() -> None:
     blocks = plan(exp, 1, 0)
     # host: 2 trials × (5 + 0.3); blocklayer: 0.3 start + 2 × 5.3
     assert estimate_seconds(blocks, suite_method) == 2 * 5.3 + 0.3 + 2 * 5.3
+
+
+# --- one seed rule: --seed, else [method] seed, else drawn; --plan shows the order a run measures
+
+HOST_SUITE = """
+[workloads]
+rw = ["randread", "randwrite"]
+iodepth = [1, 4]
+[method]
+mode = "host"
+samples = 2
+ramp = 0
+runtime = "0.5s"
+precondition = false
+"""
+
+
+def planned(output: str) -> list[str]:
+    """The workloads ``run --plan`` lists, in its order."""
+    return [m.group(1) for m in re.finditer(r"^\s+\d+  (.+)$", output, re.M)]
+
+
+def test_the_seed_rule() -> None:
+    text = "[suite]\nname='p'\n[target]\ndirectory='/tmp/x'\nsize='1G'\n"
+    suite = load_suite_text(text)
+    drawn = prepare(suite)
+    assert drawn.drawn and 0 <= drawn.seed < 2**31
+    assert prepare(suite, seed=3).seed == 3 and not prepare(suite, seed=3).drawn
+    own = load_suite_text(text + "[method]\nseed = 7\n")
+    assert prepare(own).seed == 7 and not prepare(own).drawn
+    assert prepare(own, seed=3).seed == 3               # --seed overrides [method] seed
+    assert prepare(own).blocks == prepare(own).blocks
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
+def test_a_run_with_the_plans_seed_measures_in_the_plans_order(tmp_path: Path) -> None:
+    suite = str(write_suite(tmp_path, HOST_SUITE, size="16MiB"))
+    code, shown = cli("run", suite, "--plan")
+    assert code == 0
+    seed = int(re.search(r"^trial order: seed (\d+), drawn for this plan: `--seed \1` measures "
+                         r"in this order", shown, re.M).group(1))    # type: ignore[union-attr]
+    code, again = cli("run", suite, "--plan", "--seed", str(seed))
+    assert code == 0 and planned(again) == planned(shown) and len(planned(shown)) == 8
+    assert f"trial order: seed {seed}\n" in again              # given, not drawn
+    db = str(tmp_path / "r.db")
+    code, output = cli("run", suite, "--seed", str(seed), "--db", db)
+    assert code == 0, output
+    with Store(db, readonly=True) as store:
+        run = store.load_run(1)
+    labels = {w.key: w.label for w in run.workloads}
+    assert run.seed == seed
+    assert [labels[t.workload_key] for t in sorted(run.trials, key=lambda t: t.id)] == \
+        planned(shown)
+    # resumed, it keeps its order, whatever a new preparation draws
+    resumed = prepare(run.suite.runnable()).resumed(run)
+    assert [w.label for b in resumed.blocks for w in b.workloads] == planned(shown)

@@ -21,7 +21,7 @@ from iomatrix.core.proc import managed, read_text, run, wait_for, which
 from iomatrix.drivers.guest import free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.platform.translate import translate
+from iomatrix.measure.translate import translate
 from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings)
 from iomatrix.qemu.qmp import qmp_execute
@@ -459,7 +459,7 @@ def _guest(tmp_path: Path, kernel: Path, config: Configuration, **kw: object) ->
 
 @needs_qemu
 @pytest.mark.parametrize("platform, version", [("proxmox", 8), ("proxmox", 9), ("libvirt", 9),
-                                               ("qemu", 9)])
+                                               ("libvirt", 11), ("qemu", 9)])
 @pytest.mark.parametrize("controller, aio, cache, fmt, iothread, queues", GUEST_CONFIGS)
 def test_guest_graph_on_each_platform(tmp_path: Path, kernel: Path, no_leftovers: None,
                                       platform: str, version: int, controller: str, aio: str,
@@ -472,17 +472,28 @@ def test_guest_graph_on_each_platform(tmp_path: Path, kernel: Path, no_leftovers
                            num_queues=queues)
     if invalid_reason(config, platform=platform) is not None:
         pytest.skip(invalid_reason(config, platform=platform))
-    spec = _guest(tmp_path, kernel, config, platform=platform, pve_version=version)
+    # libvirt "9": 9.0 with QEMU 7.2, a format node over every disk; "11": 11.3 with QEMU 10.0,
+    # a raw disk on its storage node (either graph runs on this host's QEMU)
+    libvirt = None
+    if platform == "libvirt":
+        libvirt = lv.Versions(libvirt=(version, 3 if version == 11 else 0, 0),
+                              qemu=(10, 0, 0) if version == 11 else (7, 2, 0))
+        version = None    # pve_version
+    spec = _guest(tmp_path, kernel, config, platform=platform, pve_version=version,
+                  libvirt=libvirt)
     argv = guest_argv(spec)
     if platform == "proxmox":
         assert ("throttle" in " ".join(argv)) == (version == 9)
+    if libvirt is not None:
+        assert ('"libvirt-1-format"' in " ".join(argv)) == (fmt != "raw"
+                                                            or libvirt.raw_format_node)
     log = tmp_path / "qemu.log"
     with managed(argv + ["-S"], log=log) as proc:
         assert wait_for(lambda: proc.poll() is not None or spec.qmp_socket.exists(),
                         timeout=START_TIMEOUT) and proc.poll() is None, read_text(log)
         seen = read_guest_settings(spec.qmp_socket)
     want = expected_guest_settings(config, vcpus=2, platform=platform,  # type: ignore[arg-type]
-                                   pve_version=version)  # type: ignore[arg-type]
+                                   pve_version=version, libvirt=libvirt)  # type: ignore[arg-type]
     assert seen == want
 
 
@@ -518,7 +529,8 @@ def test_libvirt_graph() -> None:
     disk, threads = lv.disk_for("virtio-blk", source="/var/lib/libvirt/images/a.qcow2",
                                 block=False, aio="native", cache="none", iothread=True,
                                 fmt="qcow2", num_queues=4)
-    parts = _split(lv.disk_args(disk, iothreads=threads).argv)
+    parts = _split(lv.disk_args(disk, lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)),
+                                iothreads=threads).argv)
     assert parts["-object"] == ['{"qom-type":"iothread","id":"iothread1"}']
     assert parts["-blockdev"] == [
         '{"driver":"file","filename":"/var/lib/libvirt/images/a.qcow2","aio":"native",'
@@ -528,10 +540,10 @@ def test_libvirt_graph() -> None:
         '"no-flush":false},"driver":"qcow2","file":"libvirt-1-storage"}']
     assert parts["-device"] == ['{"driver":"virtio-blk-pci","iothread":"iothread1",'
                                 '"num-queues":4,"drive":"libvirt-1-format","id":"virtio-disk0",'
-                                '"write-cache":"on"}']
+                                '"bootindex":1,"write-cache":"on"}']
     with pytest.raises(ValueError, match="native I/O needs"):
         lv.disk_args(lv.disk_for("sata", source="/x", block=False, aio="native",
-                                 cache="writeback", iothread=False)[0])
+                                 cache="writeback", iothread=False)[0], lv.Versions())
 
 
 # -- guests that boot -------------------------------------------------------------------------

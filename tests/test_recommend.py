@@ -326,7 +326,7 @@ def test_refused_combinations_are_never_rendered() -> None:
 
 LIBVIRT_IO = {"native", "threads", "io_uring"}                          # §2 io=
 LIBVIRT_CACHE = PVE_CACHE                                               # §3 cache modes
-SCSI_MODELS = {"virtio-scsi", "vmpvscsi"}   # virtio-scsi: §2; vmpvscsi: libvirt formatdomain
+SCSI_MODELS = {"virtio-scsi", "lsilogic", "lsisas1078", "vmpvscsi"}   # §2; libvirt formatdomain
 TARGET_PREFIX = {"virtio": "vd", "scsi": "sd", "sata": "sd", "ide": "hd"}
 
 
@@ -523,8 +523,12 @@ def test_emitted_qemu_arguments_start_a_guest_under_tcg(tmp_path: Path, no_lefto
         assert up and proc.poll() is None, f"QEMU refused the arguments: {read_text(log)}"
         # QEMU applied what the configuration asks: cache flags, write cache, device, iothread,
         # queues over QMP; the aio mode (which QMP does not report) from the kernel objects
-        # QEMU opened for it
+        # QEMU made for it, once a read went through the disk's node: from QEMU 9.0 on they
+        # appear at the file's first request, not when it is opened (qemu.procinspect)
         assert read_guest_settings(qmp) == expected_guest_settings(config, vcpus=1)
+        refused, = qmp_execute(qmp, [("human-monitor-command",   # qemu-io prints to stdout
+                                      {"command-line": 'qemu-io disk0 "read 0 4096"'})])
+        assert refused == ""
         assert inspect_process(proc.pid).aio == config.aio
         nodes, = qmp_execute(qmp, [("query-named-block-nodes", None)])
         file_node = next(n for n in nodes if n.get("node-name") == "file0")
@@ -534,6 +538,7 @@ def test_emitted_qemu_arguments_start_a_guest_under_tcg(tmp_path: Path, no_lefto
         qmp_execute(qmp, [("quit", None)])
         proc.wait(timeout=15)
     assert proc.returncode == 0, read_text(log)
+    assert "read 4096/4096 bytes at offset 0" in read_text(log)
 
 
 # -- platform graphs and corrected Proxmox defaults (issue 11) --------------------------------
@@ -578,7 +583,8 @@ def test_librbd_has_no_aio_and_the_recommendation_says_so(tmp_path: Path) -> Non
 
 
 def test_btrfs_nocow_is_direct() -> None:
-    from iomatrix.recommend.defaults import PROXMOX_STORAGES, defaults
+    from iomatrix.platform.proxmox import STORAGE_CHOICES as PROXMOX_STORAGES
+    from iomatrix.recommend.defaults import defaults
     assert "btrfs-nocow" in PROXMOX_STORAGES
     assert defaults("proxmox", storage="btrfs")["cache"].level == "writeback"
     assert defaults("proxmox", storage="btrfs-nocow")["cache"].level == "none"

@@ -20,7 +20,7 @@ from iomatrix.analysis.metrics import METRICS
 from iomatrix.report.export import samples_csv
 from iomatrix.report.data import CI_OVER, FAILED, STEADY_MISSED, ReportData, build_report_data
 from iomatrix.report.html import rounded, read_data_json, render_html, write_report
-from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun
+from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, StoredSuite
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.steady import SteadyState
@@ -572,7 +572,7 @@ def test_charts_far_down_draw_first_when_scrolled_to(browser, tmp_path):
 def test_empty_run_renders(browser, tmp_path):
     configs = configurations("blocklayer", {"aio": ["native", "threads"]})
     with Store(tmp_path / "r.db") as store:
-        run_id = store.create_run(suite_name="empty", suite_source="test", suite_text="", host={},
+        run_id = store.create_run(suite=StoredSuite(name="empty", source="test", text=""), host={},
                                   accelerator="none", notes=[], configs=configs,
                                   workloads=[Workload(rw="randread", bs=4096, iodepth=1)])
         run = store.load_run(run_id)

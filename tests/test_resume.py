@@ -75,4 +75,4 @@ def test_resume_after_kill_9(tmp_path: Path, no_leftovers: None) -> None:
         run = store.load_run(1)
     assert run.status == "complete" and run.seed == 7
     again = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
-    assert again.returncode == 3 and "nothing to resume" in again.stderr
+    assert again.returncode == 0 and again.stdout == "run 1 is complete: nothing to do\n"

@@ -17,7 +17,7 @@ import pytest
 from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
-from iomatrix.store.records import CpuRecord, SteadyRecord, TrialResult
+from iomatrix.store.records import CpuRecord, SteadyRecord, StoredSuite, TrialResult
 from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import DeviceSeries, HostSeries
@@ -42,7 +42,7 @@ def trial(k: int, status: str = "ok", started_at: str = "t", **fields: object) -
 
 
 def new_run(store: Store) -> int:
-    return store.create_run(suite_name="t", suite_source="t.toml", suite_text="[suite]\n",
+    return store.create_run(suite=StoredSuite(name="t", source="t.toml", text="[suite]\n"),
                             host={"hostname": "h"}, accelerator="none", notes=["a note"],
                             configs=[CONFIG], workloads=[WORKLOAD])
 

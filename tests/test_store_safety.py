@@ -18,6 +18,7 @@ import pytest
 
 from iomatrix.core.errors import SchemaTooNew, StoreError
 from iomatrix.store import Store
+from iomatrix.store.records import StoredSuite
 from iomatrix.store.schema import APPLICATION_ID, SCHEMA_VERSION
 from iomatrix.suite.model import Configuration, Workload
 
@@ -30,7 +31,7 @@ SIDECARS = ("-wal", "-shm", "-journal")
 
 
 def add_run(store: Store) -> int:
-    return store.create_run(suite_name="t", suite_source="t.toml", suite_text="[suite]\n",
+    return store.create_run(suite=StoredSuite(name="t", source="t.toml", text="[suite]\n"),
                             host={"hostname": "h"}, accelerator="none", notes=[],
                             configs=[CONFIG], workloads=[WORKLOAD])
 

@@ -120,6 +120,19 @@ def test_axis_ignored_by_mode_is_reported() -> None:
     assert [c.key for c in exp.configurations] == ["host"]
 
 
+@pytest.mark.parametrize("qemu, aborts", [((7, 2, 22), True), ((8, 2, 2), True),
+                                          ((10, 0, 13), False), (None, False)])
+def test_the_export_note_names_the_nbd_abort_only_before_qemu_9(
+        qemu: tuple[int, int, int] | None, aborts: bool) -> None:
+    exp = expand(load("[matrix]\niothread = [true, false]\n[method]\nmode = 'blocklayer'\n"),
+                 qemu=qemu)
+    note, = [n for n in exp.notes if "iothread in blocklayer mode" in n]
+    assert note.startswith("[matrix] iothread in blocklayer mode: on = FUSE export with an "
+                           "iothread, off = NBD export")
+    assert ("can abort an NBD export with an iothread" in note) == aborts
+    assert ("7.2" in note) == aborts
+
+
 def test_cross_product_and_workload_groups() -> None:
     exp = expand(load("[matrix]\naio = ['io_uring', 'threads']\ncache = ['none', 'writeback', 'unsafe']\n"
                       "[[workloads]]\nrw = 'randread'\nbs = ['4k', '64k']\niodepth = [1, 8, 32]\n"

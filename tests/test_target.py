@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.core.errors import NotEnoughSpace, TargetError
+from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.target.workspace import Workspace, check_device
 
@@ -139,3 +139,112 @@ def test_device_target_workspace_uses_the_device(loop_device: Path) -> None:
     assert image.is_device and image.path == loop_device and image.size == 32 << 20
     with pytest.raises(TargetError, match="exceeds the device"):
         Workspace(Target(device=loop_device, allow_destroy=True, size=1 << 30)).open([RAW])
+
+
+# -- directories nobody else controls (issue 20) -------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user "
+                                                           "needs root")
+OTHER = 65534
+"""Another user (nobody): what it owns, root must not write through."""
+
+
+def walked(path: Path) -> tuple[Path, tuple[str, ...]]:
+    from iomatrix.core.dirs import walk
+
+    found = walk(path)
+    os.close(found.fd)
+    return found.real, found.missing
+
+
+@needs_root
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: os.chown(d, OTHER, OTHER), "is owned by nobody (uid 65534), not root"),
+    (lambda d: (os.chown(d, 0, OTHER), os.chmod(d, 0o775)), "is writable by group "),
+    (lambda d: os.chmod(d, 0o777), "is writable by every user, mode 0777"),
+    (lambda d: (os.chown(d, OTHER, OTHER), os.chmod(d, 0o1777)), "is owned by nobody (uid 65534)"),
+])
+def test_a_directory_another_user_controls_is_refused_on_the_way(tmp_path: Path, setup,  # type: ignore[no-untyped-def]
+                                                                 message: str) -> None:
+    above = tmp_path / "above"
+    above.mkdir()
+    setup(above)
+    target = Target(directory=above / "bench" / "target", size=8 << 20)
+    with pytest.raises(UnsafeDirectory) as info:
+        Workspace(target).check([RAW])
+    assert str(info.value).startswith(f"[target] directory {target.directory}: {above} {message}")
+    if "group" in message:
+        assert str(info.value).endswith("(gid 65534), mode 0775")
+    assert "only root (or you) can write to" in str(info.value.hint)
+    assert list(above.iterdir()) == []                        # nothing was made
+
+
+@needs_root
+def test_a_sticky_directory_is_used_only_through_what_root_owns(tmp_path: Path) -> None:
+    from iomatrix.core.dirs import make_private, walk
+
+    shared = tmp_path / "shared"                               # as /var/tmp
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    assert walked(shared / "iomatrix" / "x") == (shared, ("iomatrix", "x"))
+    # a directory root made there earlier is used again; one another user made first is not
+    with Workspace(Target(directory=shared / "iomatrix", size=8 << 20)) as ws:
+        ws.open([RAW])
+        assert ws.directory is not None and ws.directory.parent == shared / "iomatrix"
+        assert (shared / "iomatrix").stat().st_mode & 0o777 == 0o700
+    assert not (shared / "iomatrix").exists()                  # made by it, removed by it
+    (shared / "iomatrix").mkdir(mode=0o700)
+    Workspace(Target(directory=shared / "iomatrix", size=8 << 20)).check([RAW])
+    os.chown(shared / "iomatrix", OTHER, OTHER)
+    with pytest.raises(UnsafeDirectory, match="iomatrix is owned by nobody"):
+        Workspace(Target(directory=shared / "iomatrix", size=8 << 20)).check([RAW])
+    # a symlink another user put in a sticky directory is not followed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, shared / "link")
+    os.lchown(shared / "link", OTHER, OTHER)
+    with pytest.raises(UnsafeDirectory, match="link is a symlink that nobody .uid 65534. made"):
+        walked(shared / "link" / "x")
+    os.lchown(shared / "link", 0, 0)
+    assert walked(shared / "link" / "x") == (elsewhere, ("x",))
+    # made exclusively: never one that another user made first
+    fd = walk(shared).fd
+    try:
+        with pytest.raises(UnsafeDirectory, match="owned by nobody"):
+            make_private(fd, shared, "iomatrix", reuse=True)
+        with pytest.raises(FileExistsError):
+            make_private(fd, shared, "iomatrix", reuse=False)
+        os.symlink(elsewhere, shared / "planted")
+        with pytest.raises(UnsafeDirectory, match="not a directory"):
+            make_private(fd, shared, "planted", reuse=True)
+    finally:
+        os.close(fd)
+
+
+def test_symlinks_on_the_way_are_followed_where_only_root_writes(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "deeper").mkdir(parents=True)
+    (tmp_path / "abs").symlink_to(real)
+    (real / "rel").symlink_to("deeper")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert walked(tmp_path / "abs" / "rel" / "new") == (real / "deeper", ("new",))
+    assert walked(tmp_path / "abs" / ".." / "abs") == (real, ())
+    with pytest.raises(UnsafeDirectory, match="too many symlinks"):
+        walked(tmp_path / "loop" / "x")
+
+
+def test_an_image_replaced_under_its_name_stops_the_run(tmp_path: Path) -> None:
+    with Workspace(Target(directory=tmp_path, size=8 << 20)) as ws:
+        ws.open([RAW])
+        image = ws.image(RAW)
+        assert image.path.stat().st_mode & 0o777 == 0o600
+        ws.verify([image])
+        secret = tmp_path / "secret"
+        secret.write_text("root's")
+        image.path.rename(tmp_path / "moved")
+        image.path.symlink_to(secret)
+        with pytest.raises(TargetError, match="is no longer the image iomatrix made"):
+            ws.verify([image])
+        image.path.unlink()
+        with pytest.raises(TargetError, match="is gone"):
+            ws.verify([image])

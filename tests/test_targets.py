@@ -16,17 +16,18 @@ import pytest
 from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
-from iomatrix.core.errors import SuiteError
-from iomatrix.core.mounts import mount_of, mounts
+from iomatrix.core.dirs import MARKER
+from iomatrix.core.errors import IomatrixError, SuiteError
+from iomatrix.core.mounts import NOT_A_MOUNT, PrivateMounts, mount_of, mounts, root_is_a_mount
 from iomatrix.core.owner import this_process
-from iomatrix.measure.reclaim import reclaim
+from iomatrix.measure.reclaim import marker_text, reclaim
 from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
-from iomatrix.suite import expand, load_suite, load_suite_text
-from iomatrix.suite.model import baseline_key
+from iomatrix.suite import Workload, expand, load_suite, load_suite_text
 from iomatrix.target import loops
 from iomatrix.target.targets import plan_targets
+from iomatrix.testing.synthetic import write_run
 from tests.conftest import cli, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -84,16 +85,17 @@ def test_every_configuration_is_measured_on_every_target_each_with_its_baseline(
     suite = load_suite(write_suite(tmp_path, 'filesystems = ["ext4", "xfs"]\n' + MATRIX
                                    + SHARED.format(runtime="1s") + "aa = true\n"))
     assert [t.name for t in suite.named_targets] == ["ext4", "xfs"]
-    keys = [c.key for c in expand(suite).configurations]
+    configs = expand(suite).configurations
+    keys = [c.key for c in configs]
     assert keys == [
         "host/target=ext4", "host/target=xfs",
         "blocklayer/target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off",
         "blocklayer/target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off"
         "/aa=twin",
         "blocklayer/target=xfs/aio=threads/iothread=off/cache=none/format=raw/preallocation=off"]
-    assert [baseline_key(k) for k in keys] == ["host/target=ext4", "host/target=xfs",
-                                               "host/target=ext4", "host/target=ext4",
-                                               "host/target=xfs"]
+    assert [str(c.identity.baseline) for c in configs] == [
+        "host/target=ext4", "host/target=xfs", "host/target=ext4", "host/target=ext4",
+        "host/target=xfs"]
     assert [c.label for c in expand(suite).configurations][::2] == [
         "host (bare metal) on ext4", "blocklayer threads/none/raw on ext4",
         "blocklayer threads/none/raw on xfs"]
@@ -108,6 +110,23 @@ def test_every_configuration_is_measured_on_every_target_each_with_its_baseline(
     scaled = load_suite(text, scale="q")
     again = load_suite_text(scaled.source_text)
     assert [(t.name, t.filesystem, t.size) for t in again.named_targets] == [("b", "btrfs", 4 << 20)]
+
+
+def test_a_configurations_typed_key_is_its_stored_key(tmp_path: Path) -> None:
+    """Nothing reads a key back into parts: the typed key (ConfigKey) writes the stored text,
+    and a stored record gives it back from its mode and parameters."""
+    suite = load_suite(write_suite(tmp_path, 'filesystems = ["ext4", "xfs"]\n' + MATRIX
+                                   + SHARED.format(runtime="1s") + "aa = true\n"))
+    configs = expand(suite).configurations
+    twin = configs[3]
+    assert twin.aa and twin.identity.target == "ext4" and twin.identity.settings == (
+        "target=ext4/aio=threads/iothread=off/cache=none/format=raw/preallocation=off/aa=twin")
+    workload = Workload(rw="randread", bs=4096, iodepth=1)
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(write_run(store, list(configs), [workload], lambda c, w, i: None,
+                                       samples=1))
+    assert [str(c.identity) for c in run.configs] == [c.key for c in configs]
+    assert [c.identity for c in run.configs] == [c.identity for c in configs]
 
 
 @pytest.mark.parametrize("tables, expected", [
@@ -135,6 +154,8 @@ def test_plan_lists_the_targets_and_skips_a_filesystem_it_cannot_make(
     own = mount_of(tmp_path)
     if own is None or own.fstype not in ("ext4", "xfs", "btrfs"):
         pytest.skip(f"for a temporary directory on ext4, xfs or btrfs, not {own}")
+    if not root_is_a_mount():
+        pytest.skip(NOT_A_MOUNT)
     missing = "xfs" if own.fstype == "btrfs" else "btrfs"
     # a PATH with the tools a run needs but no mkfs: a filesystem this host cannot make
     bin_dir = tmp_path / "bin"
@@ -169,18 +190,23 @@ def test_plan_lists_the_targets_and_skips_a_filesystem_it_cannot_make(
 
 @pytest.mark.slow
 def test_a_run_over_two_targets_measures_each_against_its_own_baseline(
-        tmp_path: Path, no_leftovers: None) -> None:
+        tmp_path: Path, no_leftovers: None, monkeypatch: pytest.MonkeyPatch) -> None:
     path, other = two_targets(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    root = os.stat("/")
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(load_suite(path), store)
         run = store.load_run(outcome.run_id)
     assert (outcome.trials_ok, outcome.trials_failed) == (8, 0)
+    # leaving the filesystem's mount namespace gave back the root and working directory
+    assert os.getcwd() == str(tmp_path)
+    assert (os.stat("/").st_dev, os.stat("/").st_ino) == (root.st_dev, root.st_ino)
     assert ours(tmp_path) == ([], [], [])                 # no loop device, mount or file left
     assert not (tmp_path / "target").exists()             # created by the run, removed by it
     assert any(f"target made: {other} made by iomatrix on a loop device" in n for n in run.notes)
     assert not any("refused direct I/O" in n for n in run.notes)
     found = {p.config_key: p for p in points(run)}
-    bare = efficiency(list(found.values()))
+    bare = efficiency(list(found.values()), run.configs)
     for name in ("own", "made"):
         config = f"blocklayer/target={name}/aio=threads/iothread=off/cache=none/format=raw/" \
                  "preallocation=off"
@@ -193,6 +219,42 @@ def test_a_run_over_two_targets_measures_each_against_its_own_baseline(
     rows = [line for line in shown.splitlines() if "blocklayer threads/none/raw on " in line]
     assert len(rows) == 2 and all("%" in row for row in rows)
     assert build_report_data(run).axes["target"] == ("own", "made")
+
+
+@pytest.mark.slow
+def test_a_run_with_a_made_filesystem_writes_a_relative_db_and_report(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """``--db`` and ``--report`` relative to where the command was started, as a user types
+    them: the report is written after the run left its filesystem's mount namespace."""
+    path, _ = two_targets(tmp_path)
+    done = subprocess.run([*IOMATRIX, "run", str(path), "--db", "fs.db", "--report", "rep"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == ExitStatus.OK, done.stderr
+    assert (tmp_path / "rep" / "index.html").is_file()
+    with Store(tmp_path / "fs.db", readonly=True) as store:
+        assert [r.status for r in store.list_runs()] == ["complete"]
+    assert ours(tmp_path) == ([], [], [])
+
+
+def test_leaving_private_mounts_restores_root_and_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setns into a mount namespace moves the thread to that namespace's root, in / (inside a
+    chroot: the host's /); leave() puts back the root and directory enter() was called in."""
+    monkeypatch.chdir(tmp_path)
+    root = os.stat("/")
+    namespace = PrivateMounts()
+    try:
+        namespace.enter()
+    except (OSError, IomatrixError) as exc:
+        pytest.skip(f"no private mount namespace here: {exc}")
+    try:
+        os.chdir("/")
+    finally:
+        namespace.leave()
+    assert os.getcwd() == str(tmp_path)
+    assert (os.stat("/").st_dev, os.stat("/").st_ino) == (root.st_dev, root.st_ino)
+    assert not namespace.active
+    namespace.leave()                                     # twice: nothing
 
 
 @pytest.mark.slow
@@ -228,15 +290,17 @@ def test_clean_detaches_a_loop_device_a_killed_run_left_unmounted(tmp_path: Path
     if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
         pytest.skip("loop devices need root here")
     with Store(tmp_path / "r.db") as store:
-        dead = store.register_process(this_process()._replace(pid=_dead_pid()), "")
+        owner = this_process()._replace(pid=_dead_pid())
+        dead = store.register_process(owner, "")
         store.end_process(dead)
         workspace = tmp_path / "iomatrix-0000dead"
         store.add_resource(dead, "workspace", str(workspace), str(tmp_path))
         workspace.mkdir(mode=0o700)
+        (workspace / MARKER).write_text(marker_text(owner, "workspace", str(workspace)))
         file = workspace / "xfs.img"
         with open(file, "wb") as f:
             f.truncate(8 << 20)
-        loop = loops.attach(file)
+        loop = loops.attach(file, os.stat(file))
         try:
             assert loops.backed_in(tmp_path) == [loop]
             done = reclaim(store)

@@ -4,9 +4,11 @@ roles by their thread names and by the thread ids QMP reports."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -49,31 +51,88 @@ class Observed:
         self.last: ThreadTimes | None = None        # last one with the job process
         self.perf: PerfCounts | None = None
         self.perf_window: tuple[ThreadTimes, ThreadTimes] | None = None
-        perf = None
+        self.perf_unrun_s = 0.0
+        """CPU time the kernel took from all CPUs over the perf window (steal, irq, softirq)."""
         try:
             while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
                 shot = snapshot([proc.pid])
                 if any(t.pid != proc.pid for t in shot.threads):
                     self.first = self.first or shot
                     self.last = shot
-                    if perf is None and which("perf"):
-                        perf = PerfStat(process_tree([proc.pid]), events=SOFTWARE_EVENTS)
-                        before = snapshot([proc.pid])
-                        perf.start()
-                    elif perf is not None and self.perf is None and shot.at - before.at > 1.5:
-                        self.perf = perf.stop()
-                        self.perf_window = (before, snapshot([proc.pid]))
+                    if self.perf_window is None and which("perf"):
+                        self._count_with_perf(proc.pid)
                 time.sleep(0.02)
             # fio has exited but is not reaped: its zombie still shows its final totals.
             self.zombie = snapshot([proc.pid])
         finally:
-            if perf is not None and self.perf is None:
-                perf.stop()
+            _signal_tree(proc.pid, signal.SIGCONT)
             stop(proc)
             self.host: HostSeries = sampler.stop()
             self.sampled_s = time.monotonic() - sampled_from
         self.returncode = proc.returncode
         self.result = last_result(out.read_text())
+
+    def _count_with_perf(self, pid: int) -> None:
+        """perf stat on fio's processes, fio running only while perf counts: fio is stopped
+        (SIGSTOP) while perf attaches and while it stops, so the /proc snapshots taken then
+        hold exactly the CPU time perf counted, whatever the load (perf may take long to start)."""
+        _stopped(pid)
+        before, unrun = snapshot([pid]), _unrun_seconds()
+        perf = PerfStat(process_tree([pid]), events=SOFTWARE_EVENTS).start()
+        try:
+            if wait_for(lambda: perf.pid is None or _counting(perf.pid), timeout=60):
+                _signal_tree(pid, signal.SIGCONT)
+                time.sleep(1.5)
+                _stopped(pid)
+            self.perf_window = (before, snapshot([pid]))
+            self.perf_unrun_s = _unrun_seconds() - unrun
+        finally:
+            counts = perf.stop()
+            _signal_tree(pid, signal.SIGCONT)
+        self.perf = counts
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to ``pid`` and its descendants (fio's job processes have sessions of their own)."""
+    for each in process_tree([pid]):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, sig)
+
+
+def _stopped(pid: int) -> None:
+    """SIGSTOP ``pid`` and its descendants; back when every thread of them is stopped."""
+    _signal_tree(pid, signal.SIGSTOP)
+
+    def states() -> set[str]:
+        found = set()
+        for p in process_tree([pid]):
+            for task in Path(f"/proc/{p}/task").glob("*/stat"):
+                with contextlib.suppress(OSError):
+                    found.add(task.read_text().rpartition(")")[2].split()[0])
+        return found - {"Z", "X"}
+
+    assert wait_for(lambda: states() <= {"T", "t"}, timeout=30), states()
+
+
+def _counting(perf_pid: int) -> bool:
+    """Whether perf stat has opened its counters and sleeps between its checks: it enables the
+    counters before it first sleeps (tools/perf/builtin-stat.c: enable_counters(), then
+    dispatch_events())."""
+    try:
+        state = Path(f"/proc/{perf_pid}/stat").read_text().rpartition(")")[2].split()[0]
+        fds = [os.readlink(fd) for fd in Path(f"/proc/{perf_pid}/fd").iterdir()]
+    except OSError:
+        return False
+    return state == "S" and "anon_inode:[perf_event]" in fds
+
+
+def _unrun_seconds() -> float:
+    """steal + irq + softirq of all CPUs so far (/proc/stat): time perf's task-clock can count
+    for a thread that its /proc CPU time leaves out (the scheduler's task clock excludes steal
+    with CONFIG_PARAVIRT_TIME_ACCOUNTING, irq time with CONFIG_IRQ_TIME_ACCOUNTING)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    irq, softirq, steal = (int(fields[i]) for i in (6, 7, 8))
+    return (irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="module")
@@ -93,22 +152,32 @@ def _job(observed: Observed) -> JobStats:
     return observed.result.jobs[0]
 
 
+def _fio_cpu(observed: Observed) -> float:
+    """The job process's CPU seconds as fio measured them (getrusage() in the job process)."""
+    job = _job(observed)
+    return (job.usr_cpu + job.sys_cpu) / 100 * job.job_runtime_ms / 1000
+
+
 def test_proc_cpu_of_the_job_process_agrees_with_fio(observed: Observed) -> None:
     """fio's usr_cpu+sys_cpu are percent of the job's runtime, from getrusage() in the job
-    process; /proc reads the same kernel counters per thread. Tolerance 5 % + 30 ms: /proc
-    truncates each thread to 10 ms ticks, the last snapshot is up to 20 ms before the job process
-    ends, and /proc also counts the job's setup and teardown outside fio's runtime window.
-    Measured here: within 2 %."""
+    process; /proc reads the same kernel counters, per thread while the job process lives and,
+    once fio reaped it, in fio's cutime+cstime (which fio's zombie keeps). That whole-life total
+    is compared, not the last thread snapshot: on a loaded host the snapshot loop may sleep
+    long past the job's end. Tolerance 5 % + 30 ms: /proc truncates to 10 ms ticks and counts
+    the job's setup and teardown outside fio's runtime window. Measured here: within 2 %."""
     job = _job(observed)
-    fio_cpu = (job.usr_cpu + job.sys_cpu) / 100 * job.job_runtime_ms / 1000
+    fio_cpu = _fio_cpu(observed)
+    total = next(p.children_cpu_s for p in observed.zombie.processes if p.pid == observed.pid)
+    assert abs(total - fio_cpu) <= 0.05 * fio_cpu + 0.03, (total, fio_cpu)
     assert observed.last is not None
     child = [t for t in observed.last.threads if t.pid != observed.pid]
-    proc_cpu = sum(t.cpu_s for t in child)
-    assert abs(proc_cpu - fio_cpu) <= 0.05 * fio_cpu + 0.03, (proc_cpu, fio_cpu)
-    # fio's ctx is the job process's voluntary + involuntary switches over its runtime.
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert 0 < sum(t.cpu_s for t in child) <= total + 2 * tick * len(child)
+    # fio's ctx is the job process's voluntary + involuntary switches at its end; the last
+    # snapshot came before the end, so it saw no more (but the few of the job's teardown).
+    # (That they are the same counters, equal over the same stretch, is checked against perf.)
     switches = sum(t.voluntary + t.involuntary for t in child)
-    assert switches > 0 and job.ctx > 0
-    assert abs(switches - job.ctx) <= 0.05 * job.ctx + 50, (switches, job.ctx)
+    assert 0 < switches <= job.ctx + 50, (switches, job.ctx)
 
 
 def test_cpu_delta_groups_fio_threads_and_normalizes(observed: Observed) -> None:
@@ -137,8 +206,17 @@ def test_exited_job_process_is_recovered_from_the_zombie(observed: Observed) -> 
     assert cost.vanished >= 2 and cost.lost_processes == 0
     seen = cpu_delta(observed.first, observed.last)
     child_seen = sum(r.cpu_s for r in seen.roles) - (cost.cpu_s - cost.exited_cpu_s)
-    # What the thread snapshots saw of the job process, plus its last < 20 ms: same 5 % + 30 ms.
-    assert abs(cost.exited_cpu_s - child_seen) <= 0.05 * child_seen + 0.03, (cost, child_seen)
+    # At least what the thread snapshots saw of the job process (counters only grow; each
+    # thread truncated to ticks twice), at most the job's whole life as fio measured it less
+    # what the first snapshot had seen (the same 5 % + 30 ms as above), however late the last
+    # snapshot came.
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    job_threads = [t for t in observed.first.threads if t.pid != observed.pid]
+    before_first = sum(t.cpu_s for t in job_threads)
+    fio_cpu = _fio_cpu(observed)
+    assert child_seen - 2 * tick * len(job_threads) <= cost.exited_cpu_s, (cost, child_seen)
+    assert cost.exited_cpu_s <= fio_cpu - before_first + 0.05 * fio_cpu + 0.03, (
+        cost, fio_cpu, before_first)
 
 
 def test_host_sampler_sees_the_writes(observed: Observed) -> None:
@@ -165,17 +243,48 @@ def test_host_sampler_sees_the_writes(observed: Observed) -> None:
 
 
 def test_perf_software_events_agree_with_proc(observed: Observed) -> None:
-    """perf's task-clock over a window agrees with /proc's CPU time over the same window: the
-    attach-and-SIGINT path works even where hardware counters are missing."""
+    """perf's counts agree with /proc's over the same execution: the attach-and-SIGINT path
+    works even where hardware counters are missing. fio ran only while perf counted (see
+    ``Observed._count_with_perf``), so the figures differ only as the kernel makes them:
+
+    - context switches: both count each switch away from a thread in ``__schedule()``; a
+      stopping thread shows state T just before its last switch, so one per thread at each end.
+    - CPU time, above: task-clock (the perf clock while the thread is on a CPU) also counts what
+      the scheduler's task clock, and so /proc, leaves out: steal time
+      (CONFIG_PARAVIRT_TIME_ACCOUNTING) and irq time (CONFIG_IRQ_TIME_ACCOUNTING), at most what
+      /proc/stat says all CPUs lost to them over the window (three fields in ticks, steal
+      booked at each CPU's next tick). That is what failed the old check under load, which
+      also compared a /proc window longer than perf's: 0.656 s against 0.55 s.
+    - CPU time, below: /proc's utime and stime are whole ticks, each truncated; and for a
+      thread that sleeps thousands of times a second the scheduler's clock gives more than
+      perf's (seen here with /proc/PID/task/*/schedstat, in ns: 5 to 26 %, 1 to 11 µs a
+      switch, idle or loaded; perf's cpu-clock agrees with its task-clock; both clocks are
+      read at different points of each switch, the cause is not pinned down further): at
+      least half, then.
+
+    No allowance for load: under load the window stretches, and both figures with it."""
     if not which("perf"):
         pytest.skip("perf not installed (apt-get install linux-perf)")
     assert observed.perf is not None and observed.perf_window is not None
     task_clock = observed.perf.counts["task-clock"]
-    assert task_clock is not None and observed.perf.counts["context-switches"]
-    proc_cpu = cpu_delta(*observed.perf_window).cpu_s
-    # task-clock is in ms; the windows differ by the time perf takes to attach and stop.
-    assert abs(task_clock / 1000 - proc_cpu) <= 0.1 * proc_cpu + 0.05, (task_clock, proc_cpu)
-    assert observed.perf.per(1000)["task-clock"] == pytest.approx(task_clock / 1000)
+    switches = observed.perf.counts["context-switches"]
+    assert task_clock is not None and switches
+    before, after = observed.perf_window
+    threads = {t.tid for t in before.threads} | {t.tid for t in after.threads}
+    seen = {(t.tid, t.start_ticks): t.voluntary + t.involuntary for t in before.threads}
+    proc_switches = sum(t.voluntary + t.involuntary - seen.get((t.tid, t.start_ticks), 0)
+                        for t in after.threads)
+    assert abs(switches - proc_switches) <= 2 * len(threads), (switches, proc_switches)
+    proc_cpu = cpu_delta(before, after).cpu_s
+    assert proc_cpu > 0.05, proc_cpu                      # fio ran in the window
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    truncated = 2 * tick * len(threads)
+    booked_late = tick * (3 + (os.cpu_count() or 1))
+    seconds = task_clock / 1000                            # task-clock is in ms
+    assert (proc_cpu - truncated) / 2 <= seconds, (seconds, proc_cpu)
+    assert seconds <= proc_cpu + truncated + observed.perf_unrun_s + booked_late, (
+        seconds, proc_cpu, observed.perf_unrun_s)
+    assert observed.perf.per(1000)["task-clock"] == pytest.approx(seconds)
 
 
 def test_perf_detection_gives_counts_or_a_reason(tmp_path: Path, no_leftovers: None) -> None:

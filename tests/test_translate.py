@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.platform.translate import translate
+from iomatrix.measure.translate import translate
 from iomatrix.suite.model import Configuration
 
 # As `qm config 100` prints it (and /etc/pve/qemu-server/100.conf holds it): keys sorted,
@@ -199,31 +200,45 @@ def test_cli_shows_every_drive(tmp_path: Path) -> None:
 
 
 def test_libvirt_domain_round_trips_to_libvirts_arguments() -> None:
-    result = translate(LIBVIRT_XML)
-    assert result.platform == "libvirt"
-    by_name = {d.name: d for d in result.disks}
-    assert sorted(by_name) == ["sda", "vdb"]
-    sda, vdb = by_name["sda"], by_name["vdb"]
+    """libvirt 9.0 with QEMU 7.2 (Debian 12's): a format node over every storage node; the
+    controller once for the domain; the empty CD-ROM takes a node number but opens nothing."""
+    result = translate(LIBVIRT_XML, libvirt=lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)))
+    assert result.platform == "libvirt" and result.generation.startswith("libvirt 9.0.0 with")
+    by_name = {d.name: d for d in result.drives}
+    assert [d.name for d in result.drives] == ["sda", "vdb", "hdc"]      # libvirt's order
+    sda, vdb, hdc = by_name["sda"], by_name["vdb"], by_name["hdc"]
     assert sda.config == Configuration(mode="guest", controller="virtio-scsi", aio="native",
                                        iothread=True, cache="none", format="qcow2",
                                        preallocation="off", num_queues=2)
+    assert list(result.argv) == [
+        "-object", '{"qom-type":"iothread","id":"iothread1"}',
+        "-device", '{"driver":"virtio-scsi-pci","iothread":"iothread1","id":"scsi0",'
+                   '"num_queues":2}']
     assert list(sda.argv) == [
-        "-device", '{"driver":"virtio-scsi-pci","iothread":"iothread1","num_queues":2,'
-                   '"id":"scsi0"}',
         "-blockdev", '{"driver":"file","filename":"/var/lib/libvirt/images/db.qcow2",'
-                     '"aio":"native","node-name":"libvirt-2-storage","cache":{"direct":true,'
+                     '"aio":"native","node-name":"libvirt-3-storage","cache":{"direct":true,'
                      '"no-flush":false},"auto-read-only":true,"discard":"unmap"}',
-        "-blockdev", '{"node-name":"libvirt-2-format","read-only":false,"discard":"unmap",'
+        "-blockdev", '{"node-name":"libvirt-3-format","read-only":false,"discard":"unmap",'
                      '"cache":{"direct":true,"no-flush":false},"driver":"qcow2",'
-                     '"file":"libvirt-2-storage"}',
+                     '"file":"libvirt-3-storage"}',
         "-device", '{"driver":"scsi-hd","bus":"scsi0.0","channel":0,"scsi-id":0,"lun":0,'
-                   '"device_id":"drive-scsi0-0-0-0","drive":"libvirt-2-format",'
-                   '"id":"scsi0-0-0-0","write-cache":"on"}']
+                   '"device_id":"drive-scsi0-0-0-0","drive":"libvirt-3-format",'
+                   '"id":"scsi0-0-0-0","bootindex":1,"write-cache":"on"}']
     assert vdb.config is not None and vdb.config.controller == "virtio-blk"
     assert vdb.config.num_queues == 4 and vdb.config.iothread
-    assert '"driver":"host_device","filename":"/dev/vg0/db-data","aio":"io_uring"' in vdb.argv[3]
-    assert any("<serial>" in n for n in vdb.notes)
-    assert any("hdc" in n for n in result.notes)
+    assert '"driver":"host_device","filename":"/dev/vg0/db-data","aio":"io_uring"' in vdb.argv[1]
+    assert vdb.argv[-1].endswith('"id":"virtio-disk1","write-cache":"on","serial":"data01"}')
+    assert hdc.cdrom and hdc.config is None and list(hdc.argv) == [
+        "-device", '{"driver":"ide-cd","bus":"ide.1","unit":0,"id":"ide0-1-0"}']
+    # libvirt 11.3 with QEMU 10.0 (Debian 13's): the raw disk sits on its storage node
+    new = {d.name: d for d in translate(LIBVIRT_XML, libvirt=lv.Versions()).disks}
+    assert [a for a in new["vdb"].argv if "libvirt-2" in a] == [
+        '{"driver":"host_device","filename":"/dev/vg0/db-data","aio":"io_uring",'
+        '"node-name":"libvirt-2-storage","read-only":false,"cache":{"direct":true,'
+        '"no-flush":false}}',
+        '{"driver":"virtio-blk-pci","iothread":"iothread1","num-queues":4,'
+        '"drive":"libvirt-2-storage","id":"virtio-disk1","write-cache":"on","serial":"data01"}']
+    assert '"auto-read-only":true,"discard":"unmap","cache":' in new["sda"].argv[1]
 
 
 def test_cli_translate(tmp_path: Path) -> None:
@@ -231,8 +246,12 @@ def test_cli_translate(tmp_path: Path) -> None:
     conf.write_text(PVE_CONF)
     xml = tmp_path / "db.xml"
     xml.write_text(LIBVIRT_XML)
-    for path, wanted in ((conf, "drive-scsi0"), (xml, "libvirt-1-format")):
-        done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(path)],
+    for args, wanted in (([conf], "drive-scsi0"),
+                         ([xml, "--libvirt-version", "9.0", "--qemu-version", "7.2"],
+                          '"drive":"libvirt-3-format"'),
+                         ([xml, "--libvirt-version", "11.3", "--qemu-version", "10.0"],
+                          '"drive":"libvirt-2-storage"')):
+        done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", *map(str, args)],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert wanted in done.stdout and "iomatrix: controller=" in done.stdout

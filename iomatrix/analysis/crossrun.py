@@ -22,14 +22,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from iomatrix.analysis.metrics import LATENCY_KEY, LATENCY_NAMES, METRICS, run_latency
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, adjust, compare, confidence_interval
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
-from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen, on_off
 
@@ -248,11 +245,9 @@ def _by_workload(a: StoredRun, b: StoredRun, pairing: Any) -> tuple[Pairing, ...
 
 
 def _method(run: StoredRun) -> dict[str, Any] | None:
-    try:
-        method = Method.model_validate(run.suite_settings.method)
-    except ValidationError:
+    if run.suite.method_problem is not None:
         return None   # a suite text an older iomatrix accepted: nothing to compare it by
-    return {f: getattr(method, f) for f in _METHOD_FIELDS}
+    return {f: getattr(run.suite.method, f) for f in _METHOD_FIELDS}
 
 
 def _show(field: str, value: object) -> str:

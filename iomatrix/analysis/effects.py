@@ -169,8 +169,7 @@ def rounds_known(run: StoredRun) -> bool:
     host metadata says ``trial_order = "rounds"``."""
     if run.host.get("trial_order") == "rounds":
         return True
-    return run.seed is not None and not run.suite_source.startswith("import:") and \
-        run.suite_source != "synthetic"
+    return run.seed is not None and not run.suite.imported and run.suite.source != "synthetic"
 
 
 _ROUNDS: dict[tuple[int, str], tuple[StoredRun, dict[tuple[str, str], dict[int, float]]]] = {}

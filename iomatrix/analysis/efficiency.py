@@ -7,10 +7,12 @@ that has a baseline: "no significant difference" is then the answer, not a bare 
 from __future__ import annotations
 
 
+from collections.abc import Iterable
+
 from iomatrix.analysis.points import Point
 from iomatrix.analysis.stats import Comparison, adjust, compare
 from iomatrix.core.model import Frozen
-from iomatrix.suite.model import baseline_key
+from iomatrix.store.records import ConfigRecord
 
 
 class Efficiency(Frozen):
@@ -34,15 +36,17 @@ class Efficiency(Frozen):
         return pct if c.significant else f"{pct} (no significant difference)"
 
 
-def efficiency(points: list[Point]) -> dict[tuple[str, str], Efficiency]:
-    """(configuration, workload) → efficiency, for every point that has a baseline point (the
-    host-mode point on its own target, ``baseline_key``) of the same workload with samples;
-    empty when the run has no baseline."""
+def efficiency(points: list[Point],
+               configs: Iterable[ConfigRecord]) -> dict[tuple[str, str], Efficiency]:
+    """(configuration, workload) → efficiency, for every point of the run's ``configs`` that
+    has a baseline point (the host-mode point on its own target, ``ConfigKey.baseline``) of the
+    same workload with samples; empty when the run has no baseline."""
+    baseline = {c.key: str(c.identity.baseline) for c in configs}
     base = {(p.config_key, p.workload_key): p for p in points
-            if p.config_key == baseline_key(p.config_key) and p.samples}
-    pairs = [(p, base[(baseline_key(p.config_key), p.workload_key)]) for p in points
-             if p.samples and p.config_key != baseline_key(p.config_key)
-             and (baseline_key(p.config_key), p.workload_key) in base]
+            if baseline[p.config_key] == p.config_key and p.samples}
+    pairs = [(p, base[(baseline[p.config_key], p.workload_key)]) for p in points
+             if p.samples and baseline[p.config_key] != p.config_key
+             and (baseline[p.config_key], p.workload_key) in base]
     tests = adjust([compare(b.iops_samples, p.iops_samples) for p, b in pairs])
     return {(p.config_key, p.workload_key): Efficiency(
                 config_key=p.config_key, workload_key=p.workload_key,

@@ -47,8 +47,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import ValidationError
-
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.pagecache import from_ram_by_level
@@ -57,7 +55,7 @@ from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
-from iomatrix.suite.model import Finding, baseline_key
+from iomatrix.suite.model import Finding
 
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
@@ -146,17 +144,15 @@ class RunFindings(Frozen):
 def claims_of(run: StoredRun) -> tuple[tuple[Finding, ...], str]:
     """The run's claims and where they came from: its suite text's [[finding]] tables, else (a
     run of a built-in suite stored without them) the built-in suite's; none for other runs."""
-    tables = run.suite_settings.findings
-    if tables:
-        try:
-            return tuple(Finding.model_validate(t) for t in tables), "the run's suite"
-        except ValidationError as exc:
-            raise AnalysisError(f"run {run.id}: a [[finding]] table of its suite is invalid: "
-                                f"{exc.errors()[0]['msg']}") from None
-    if run.suite_source.startswith("builtin:"):
+    if run.suite.findings_problem is not None:
+        raise AnalysisError(f"run {run.id}: a [[finding]] table of its suite is invalid: "
+                            f"{run.suite.findings_problem}")
+    if run.suite.findings:
+        return run.suite.findings, "the run's suite"
+    name = run.suite.builtin
+    if name is not None:
         from iomatrix.suite.load import load_suite
 
-        name = run.suite_source.removeprefix("builtin:").split()[0]
         try:
             suite = load_suite(name)
         except SuiteError:
@@ -318,7 +314,7 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
         return _Raw(mode=mode, reason="this run has no bare-metal baseline (host mode)")
     if finding.axis is not None:
         configs = [c for c in configs if c.params.get(finding.axis) == finding.level]
-    configs = [c for c in configs if baseline_key(c.key) in hosts]
+    configs = [c for c in configs if str(c.identity.baseline) in hosts]
     wkeys = {w.key for w in workloads}
     paired: list[ConfigRecord] = []
     copies = []
@@ -328,7 +324,7 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
         paired.append(ConfigRecord(key=bare, label=_BARE, mode=c.mode,
                                    params={**c.params, "against": _BARE}))
         copies += [t.model_copy(update={"config_key": bare}) for t in run.trials
-                   if t.config_key == baseline_key(c.key) and t.workload_key in wkeys]
+                   if t.config_key == str(c.identity.baseline) and t.workload_key in wkeys]
     sub = _subrun(run, paired, workloads, copies)
     hold, fixed = _per(sub, finding)
     found = [g for g in gains(sub, "against", metric=finding.metric, reference=_BARE, by=(),

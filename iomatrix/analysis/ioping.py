@@ -18,7 +18,7 @@ from collections import defaultdict
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun, TrialRecord
-from iomatrix.suite.model import Ioping, baseline_key
+from iomatrix.suite.model import Ioping
 
 
 
@@ -92,9 +92,10 @@ def ioping_figures(run: StoredRun) -> list[IopingFigure]:
                 max_ns=max(float(s.lat_max_ns or 0.0) for s in stats),
                 mdev_ns=math.sqrt(squares / n)))
     # each point against the baseline of its own target (``host/target=NAME`` in a run of several)
+    baseline = {c.key: str(c.identity.baseline) for c in run.configs}
     base = {(f.config_key, f.workload_key): f.mean_ns for f in out
-            if f.config_key == baseline_key(f.config_key)}
-    added = lambda f: base.get((baseline_key(f.config_key), f.workload_key))  # noqa: E731
-    return [f if f.config_key == baseline_key(f.config_key) or added(f) is None else
+            if f.config_key == baseline[f.config_key]}
+    added = lambda f: base.get((baseline[f.config_key], f.workload_key))  # noqa: E731
+    return [f if f.config_key == baseline[f.config_key] or added(f) is None else
             f.model_copy(update={"added_us": (f.mean_ns - added(f)) / 1000})
             for f in out]

@@ -225,6 +225,6 @@ def run_latency(run: "StoredRun") -> RunLatency:
     recorded = run.host.get(LATENCY_KEY)
     if recorded in LATENCIES:
         return RunLatency(mean=recorded, percentiles=recorded)  # type: ignore[arg-type]
-    if run.suite_source.startswith("import:"):
+    if run.suite.imported:
         return RunLatency(mean="lat", percentiles="clat")
     return RunLatency(mean="lat", percentiles="lat")

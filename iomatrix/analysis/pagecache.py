@@ -99,4 +99,4 @@ def mark(point: Point) -> str:
 
 def working_set(run: StoredRun) -> str:
     """The run's ``[target] working_set`` ("size" when its suite text does not say)."""
-    return str(run.suite_settings.target.get("working_set", "size"))
+    return run.suite.working_set

@@ -17,11 +17,9 @@ from __future__ import annotations
 from iomatrix.analysis.effects import HOST, Gain, gains
 from iomatrix.analysis.paired import MIN_ROUNDS, is_twin
 from iomatrix.analysis.points import only_configs
-from iomatrix.core.errors import IomatrixError
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.suite.expand import reference_configuration
-from iomatrix.suite.load import load_suite_text
 from iomatrix.suite.model import TARGET_AXIS, Reference
 
 VM_AXIS = "vm"
@@ -78,11 +76,8 @@ def your_vm(run: StoredRun) -> YourVm | None:
 
 
 def _your_vm(run: StoredRun) -> YourVm | None:
-    if "reference" not in run.suite_text:     # no [matrix.reference]: spare the parse
-        return None
-    try:
-        suite = load_suite_text(run.suite_text, source=run.suite_source)
-    except IomatrixError:
+    suite = run.suite.suite
+    if suite is None:
         return None
     wanted = reference_configuration(suite)
     reference = suite.matrix.reference

@@ -72,11 +72,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from iomatrix.appliance.busybox import static_busybox
+from iomatrix.appliance.busybox import busybox_text, static_busybox
 from iomatrix.appliance.bzimage import extract_vmlinux, kernel_release
 from iomatrix.appliance.cpio import CpioWriter
 from iomatrix.appliance.elf import drop_zero_tail, has_pvh_entry
-from iomatrix.appliance.guestfio import UNPATCHED, GuestFioUnavailable, guest_fio
+from iomatrix.appliance.guestfio import (UNPATCHED, GuestFioUnavailable, guest_fio,
+                                         guest_fio_status)
 from iomatrix.appliance.kernel import (default_cache_dir, find_kernel, kernel_modules_dir,
                                        kernel_problem, trusted_cache)
 from iomatrix.appliance.libraries import hollow_data_library, hollowable, library_closure
@@ -92,7 +93,7 @@ from iomatrix.core.units import format_bytes
 
 __all__ = [
     "BUILDER_VERSION", "BUSES", "KEEP_APPLIANCES", "LAST_RESORT", "MODULES", "Appliance",
-    "build_appliance", "init_script", "init_template", "render_template",
+    "build_appliance", "init_script", "init_template", "input_summary", "render_template",
     # defined elsewhere in the package, importable from here as before the split
     "DISK_MARKER", "ERROR_MARKER", "GUEST_FIO_PORT", "GUEST_IP", "MIN_MEMORY_MIB", "READY_MARKER",
     "TRACE_MARKER", "GuestDisk", "console_error", "kernel_cmdline", "parse_disk_lines",
@@ -242,7 +243,27 @@ class _Inputs:
     key: str = ""
 
 
-def _gather(kernel: Path, cache_dir: Path, fetch: bool, retry: bool) -> _Inputs:
+def input_summary(*, cache_dir: Path | None = None, fetch: bool = True,
+                  env: Mapping[str, str] | None = None) -> str:
+    """What a guest run would build its appliance from, checked without building it: fio, the
+    kernel with the controllers' modules, busybox (the guests' fio is
+    :func:`~iomatrix.appliance.guestfio.guest_fio_status`'s). ``fetch`` lets the kernel and
+    busybox be downloaded, as a run does. Raises EnvironmentProblem naming what the build would
+    fail on (``iomatrix doctor``)."""
+    cache_dir = cache_dir or default_cache_dir()
+    fio = Path(require("fio", env))
+    kernel = find_kernel(cache_dir, fetch=fetch, require_modules=True, env=env)
+    release, modules = _kernel_inputs(kernel)
+    builtin = f", {', '.join(modules.builtin)} built in" if modules.builtin else ""
+    parts = [f"kernel {release} ({kernel}) with {len(modules.files)} modules{builtin}",
+             busybox_text(cache_dir, fetch, env)]
+    if not guest_fio_status(cache_dir, env).ok:     # then the host's fio goes in with its libraries
+        parts.append(f"the host's fio with {len(library_closure(fio)[1])} libraries")
+    return "; ".join(parts)
+
+
+def _kernel_inputs(kernel: Path) -> tuple[str, ModuleSet]:
+    """``kernel``'s release and the modules of :data:`MODULES` from its modules directory."""
     problem = kernel_problem(kernel)
     if problem is not None:
         raise EnvironmentProblem(f"cannot build the appliance: {problem}",
@@ -253,7 +274,11 @@ def _gather(kernel: Path, cache_dir: Path, fetch: bool, retry: bool) -> _Inputs:
         raise EnvironmentProblem(f"no modules for kernel {kernel} (looked for {modules_dir})",
                                  hint="pass --kernel with a kernel whose lib/modules/<release> "
                                       "is installed, or let iomatrix fetch Debian's")
-    modules = resolve_modules(modules_dir, MODULES)
+    return release, resolve_modules(modules_dir, MODULES)
+
+
+def _gather(kernel: Path, cache_dir: Path, fetch: bool, retry: bool) -> _Inputs:
+    release, modules = _kernel_inputs(kernel)
     fio = Path(require("fio"))
     fio_version = run([str(fio), "--version"], timeout=30).stdout.strip()
     try:

@@ -35,7 +35,10 @@ again at once), so runs don't retry it each time.
 
 When it cannot be built (not a Debian-packaged fio, no source for its version, no compiler, the
 patch does not apply), :class:`GuestFioUnavailable` says why and the appliance falls back to the
-host's fio with its closure: guest trials then cost ~1 s more (:data:`UNPATCHED`).
+host's fio with its closure: guest trials then cost ~1 s more (:data:`UNPATCHED`). Where the
+archive serves no source for the installed version (:class:`FioSourceUnavailable`; apt's own
+line names the file, e.g. ``fio_3.39-1.dsc: 404 Not Found``) that is a fact of the host's
+archive, remembered as such, and not a failure of the build.
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ from pathlib import Path
 
 from iomatrix.appliance.elf import elf_interpreter
 from iomatrix.appliance.kernel import trusted_cache
-from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, IomatrixError,
-                                  UnsafeDirectory)
+from iomatrix.core.errors import (EnvironmentProblem, FioSourceUnavailable, GuestFioUnavailable,
+                                  IomatrixError, ToolFailed, UnsafeDirectory)
 from iomatrix.core.files import read_owned
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import run, which
@@ -145,8 +148,8 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
         return found
     failed = _remembered_failure(plan)
     if failed is not None and not retry:
-        raise GuestFioUnavailable(f"{failed} (remembered; `iomatrix appliance build --force` "
-                                  "tries again)")
+        reason, kind = failed
+        raise kind(f"{reason} (remembered; `iomatrix appliance build --force` tries again)")
     if not fetch:
         raise GuestFioUnavailable(f"not built yet for fio {plan.version}, and fetching its "
                                   "source is not allowed")
@@ -175,9 +178,12 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
         return built
     except (IomatrixError, OSError) as e:
         reason = str(e) if isinstance(e, GuestFioUnavailable) else f"the build failed: {e}"
+        kind = FioSourceUnavailable if isinstance(e, FioSourceUnavailable) else GuestFioUnavailable
         with contextlib.suppress(OSError):
-            _failure_file(plan).write_text(json.dumps({"reason": reason, "time": time.time()}))
-        raise GuestFioUnavailable(reason) from e
+            _failure_file(plan).write_text(json.dumps({
+                "reason": reason, "time": time.time(),
+                "no_source": kind is FioSourceUnavailable}))
+        raise kind(reason) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -195,7 +201,7 @@ def guest_fio_status(cache_dir: Path, env: Mapping[str, str] | None = None) -> G
                 f"source {found.source} (cached)"))
         failed = _remembered_failure(plan)
         if failed is not None:
-            return GuestFioStatus(ok=False, detail=f"{UNPATCHED}: {failed}",
+            return GuestFioStatus(ok=False, detail=f"{UNPATCHED}: {failed[0]}",
                                   hint="`iomatrix appliance build --force` tries again")
         _check_tools(env)
     except GuestFioUnavailable as e:
@@ -260,11 +266,13 @@ def _failure_file(plan: _Plan) -> Path:
     return plan.directory.with_name(plan.key + ".failed")
 
 
-def _remembered_failure(plan: _Plan) -> str | None:
+def _remembered_failure(plan: _Plan) -> tuple[str, type[GuestFioUnavailable]] | None:
+    """The reason a build of ``plan`` failed less than :data:`RETRY_AFTER` ago, and the kind."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         memo = json.loads(_failure_file(plan).read_text())
         if time.time() - float(memo["time"]) < RETRY_AFTER:
-            return str(memo["reason"])
+            return str(memo["reason"]), (FioSourceUnavailable if memo.get("no_source")
+                                         else GuestFioUnavailable)
     return None
 
 
@@ -316,9 +324,9 @@ def _apt_entry(plan: _Plan, env: Mapping[str, str] | None) -> tuple[str, str]:
             text = _entry_text(Path(entry), int(number))
             if text is not None:
                 return ("iomatrix.sources" if entry.endswith(".sources") else "iomatrix.list"), text
-    raise GuestFioUnavailable(f"no apt source serves fio {plan.binary_version} any more "
-                              "(`apt-cache madison fio`), so its source cannot be fetched",
-                              hint="upgrade fio (apt-get install fio), then build again")
+    raise FioSourceUnavailable(f"no apt source serves fio {plan.binary_version} any more "
+                               "(`apt-cache madison fio`), so its source cannot be fetched",
+                               hint="upgrade fio (apt-get install fio), then build again")
 
 
 def _entry_text(path: Path, number: int) -> str | None:
@@ -361,8 +369,15 @@ def _fetch_source(plan: _Plan, work: Path, env: Mapping[str, str] | None) -> Pat
         run(["apt-get", *options, "-q", "update"], timeout=600, env=env, cwd=work)
         run(["apt-get", *options, "-q", "source", "--download-only", "--only-source",
              f"{plan.package}={plan.version}"], timeout=600, env=env, cwd=download)
-    except IomatrixError as e:
-        raise GuestFioUnavailable(f"no source for {plan.package} {plan.version}: {e}") from e
+    except ToolFailed as e:
+        # apt's own line for a file the archive does not serve beats its summary ("Failed to
+        # fetch some archives."): "E: Failed to fetch URL  404  Not Found [IP: ...]"
+        missing = re.search(r"^E: Failed to fetch (\S+)\s+(.*?)\s*(?:\[IP: [^]]*\])?$", e.output,
+                            re.M)
+        reason = f"{missing[1]}: {' '.join(missing[2].split())}" if missing else str(e)
+        raise FioSourceUnavailable(f"no source for {plan.package} {plan.version}: {reason}",
+                                   hint="`iomatrix appliance build --force` tries again "
+                                        "once the archive serves it") from e
     dscs = list(download.glob("*.dsc"))
     if len(dscs) != 1:
         raise GuestFioUnavailable(f"apt-get source {plan.package}={plan.version} left "

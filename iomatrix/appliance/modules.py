@@ -26,11 +26,15 @@ def module_name(path: Path) -> str:
 @dataclass(frozen=True)
 class ModuleSet:
     """Kernel modules to put in the appliance: ``files`` in load order (each after what it
-    depends on), each module's direct dependencies, and the modalias patterns of the wanted ones."""
+    depends on), each module's direct dependencies, and the modalias patterns of the wanted ones.
+    ``builtin``: the wanted modules and dependencies built into the kernel (``modules.builtin``:
+    Debian 13's 6.12 has virtio, virtio_ring and virtio_pci built in, Debian 12's 6.1 none), which
+    the kernel binds by itself and the appliance neither carries nor loads."""
 
     files: list[tuple[str, Path]]
     depends: dict[str, list[str]]
     aliases: dict[str, list[str]]
+    builtin: tuple[str, ...] = ()
 
     def closure(self, name: str) -> list[str]:
         """``name``'s dependencies, transitively, in load order (``name`` itself excluded)."""
@@ -44,7 +48,7 @@ class ModuleSet:
         return [n for n, _ in self.files if n in needed]
 
 
-def _builtin_modules(modules_dir: Path) -> set[str]:
+def builtin_modules(modules_dir: Path) -> set[str]:
     """The names listed in ``modules.builtin`` (none when there is no such file)."""
     builtin_list = modules_dir / "modules.builtin"
     if not builtin_list.is_file():
@@ -58,13 +62,17 @@ def resolve_modules(modules_dir: Path, wanted: Iterable[str]) -> ModuleSet:
     Built-in modules are left out; a module neither built in nor present raises
     EnvironmentProblem."""
     files = {module_name(p): p for p in modules_dir.rglob("*.ko*") if ".ko" in p.name}
-    builtin = _builtin_modules(modules_dir)
+    builtin = builtin_modules(modules_dir)
     order: list[tuple[str, Path]] = []
     depends: dict[str, list[str]] = {}
     aliases: dict[str, list[str]] = {}
+    found_builtin: set[str] = set()
 
     def visit(name: str, chain: tuple[str, ...]) -> None:
-        if name in builtin or name in depends:
+        if name in builtin:
+            found_builtin.add(name)
+            return
+        if name in depends:
             return
         if name in chain:
             raise EnvironmentProblem(f"module dependency cycle: {' -> '.join(chain + (name,))}")
@@ -86,7 +94,8 @@ def resolve_modules(modules_dir: Path, wanted: Iterable[str]) -> ModuleSet:
     for name in wanted:
         visit(name, ())
     return ModuleSet(files=order, depends=depends,
-                     aliases={n: aliases[n] for n in wanted if n in aliases})
+                     aliases={n: aliases[n] for n in wanted if n in aliases},
+                     builtin=tuple(sorted(found_builtin)))
 
 
 def modinfo(module: bytes) -> dict[str, list[str]]:

@@ -19,7 +19,7 @@ _BY = {"iodepth": ("iodepth",), "workload": ("workload",), "none": ()}
 
 
 def _header(run: StoredRun, what: str) -> None:
-    out.print(f"run {run.id} · suite {run.suite_name} · {what}", markup=False)
+    out.print(f"run {run.id} · suite {run.suite.name} · {what}", markup=False)
     if run.emulated:
         out.print(EMULATED)
 

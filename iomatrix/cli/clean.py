@@ -19,7 +19,7 @@ def clean(
     """Remove the scratch directories and images that killed runs left behind."""
     from iomatrix.measure.reclaim import describe, reclaim
     from iomatrix.store import Store
-    from iomatrix.store.repo import identity
+    from iomatrix.store.repo import identity, lock_of
     from iomatrix.core.owner import liveness
 
     open_store(db).close()                  # a missing or foreign file is refused, unchanged
@@ -35,7 +35,7 @@ def clean(
     for run_id, owner in running:
         if owner is None:
             continue
-        alive, why = liveness(identity(owner), owner.lock_path)
+        alive, why = liveness(identity(owner), lock_of(owner))
         if not alive:
             out.print(f"run {run_id}: its process (pid {owner.pid}, since {owner.started_at}) "
                       f"is gone ({why}); `iomatrix run --resume {run_id}` finishes it",

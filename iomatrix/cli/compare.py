@@ -20,7 +20,7 @@ if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command 
 
 def _header(name: str, run: StoredRun, db: Path) -> str:
     host = run.host
-    return (f"{name}: run {run.id} ({db}) · suite {run.suite_name} · {run.status} · "
+    return (f"{name}: run {run.id} ({db}) · suite {run.suite.name} · {run.status} · "
             f"{run.created_at} · {host.get('hostname', '?')} · "
             f"target {host.get('target', '?')} ({host.get('target_fs', '?')})")
 

@@ -14,7 +14,7 @@ def findings(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
 
     stored = load_run(db, run_ref)
     result = evaluate(stored)
-    out.print(f"run {stored.id} · suite {stored.suite_name} · findings (from {result.source})",
+    out.print(f"run {stored.id} · suite {stored.suite.name} · findings (from {result.source})",
               markup=False)
     if stored.emulated:
         out.print(EMULATED)

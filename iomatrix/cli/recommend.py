@@ -9,8 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from iomatrix.cli.common import DEFAULT_DB, Db, RunRef, load_run, out
-from iomatrix.recommend.defaults import (PLACEHOLDER_VMID, PLACEHOLDER_VOLUME, PLATFORMS,
-                                         PROXMOX_STORAGES, TITLES)
+from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
+from iomatrix.platform.proxmox import STORAGE_CHOICES as PROXMOX_STORAGES
+from iomatrix.recommend.defaults import PLATFORMS, TITLES
 
 if TYPE_CHECKING:
     from iomatrix.recommend.decide import Recommendation

@@ -17,13 +17,13 @@ from iomatrix.core.files import write_file_atomically
 def runs(db: Db = DEFAULT_DB) -> None:
     """List the stored runs."""
     from iomatrix.core.owner import liveness
-    from iomatrix.store.repo import identity
+    from iomatrix.store.repo import identity, lock_of
 
     with open_store(db) as store:
         rows = store.list_runs()
         # A run marked running whose process is gone was killed: say so, and how to go on.
         gone = {run_id for run_id, owner in store.running_runs()
-                if owner is None or not liveness(identity(owner), owner.lock_path)[0]}
+                if owner is None or not liveness(identity(owner), lock_of(owner))[0]}
     table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
     for r in rows:
         status = "stopped (process gone; --resume)" if r.id in gone else r.status
@@ -50,12 +50,12 @@ def show(
     workloads = {w.key: w.label for w in stored.workloads}
     where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
-    out.print(f"run {stored.id} · suite {stored.suite_name} · {stored.status} · "
+    out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.emulated:
         out.print(EMULATED)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
-    bare = efficiency(found)
+    bare = efficiency(found, stored.configs)
     latency = run_latency(stored)
     iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
     p50_heading = p99.heading_for(latency).replace("p99", "p50")
@@ -195,7 +195,7 @@ def export(
                                  param_hint="--format")
     stored = load_run(db, run_ref)
     if format == "suite":
-        text = stored.suite_text
+        text = stored.suite.text
     else:
         text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -14,21 +14,18 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import output_directory
 
+if TYPE_CHECKING:
+    from iomatrix.measure.prepare import PreparedRun
 
-def _print_plan(suite, accel: str | None = None, notes: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
-    """The trials in order, the sessions and the estimate, without running anything; with
-    ``accel`` tcg, as the run would go with emulated guests; ``notes`` about the host (its
-    platform)."""
-    from iomatrix.suite.plan import duration_text, estimate_seconds, plan
-    from iomatrix.suite import expand
-    from iomatrix.target.targets import describe_plans, plan_targets
 
-    targets = plan_targets(suite)
-    full = expand(suite).without_targets({t.name: str(t.problem) for t in targets
-                                          if t.problem is not None and not t.required})
-    expansion = full.for_accel("tcg") if (accel or suite.method.accel) == "tcg" else full
-    seed = suite.method.seed if suite.method.seed is not None else 0
-    blocks = plan(expansion, suite.method.samples, seed)
+def _print_plan(prepared: PreparedRun) -> None:
+    """The trials in order, the sessions and the estimate, without running anything; for
+    guests asked to run under tcg, as the run would go with emulated guests."""
+    from iomatrix.suite.plan import duration_text, estimate_seconds
+    from iomatrix.target.targets import describe_plans
+
+    suite, full, expansion = prepared.suite, prepared.full, prepared.expansion
+    seed, blocks = prepared.seed, prepared.blocks
     n = 0
     for block in blocks:
         session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
@@ -46,31 +43,32 @@ def _print_plan(suite, accel: str | None = None, notes: tuple[str, ...] = ()) ->
                  "(below)")
     bound = "up to" if suite.method.steady_state else "about"
     out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
-              f"{bound} {duration_text(seconds)} plus preconditioning{extra}"
-              + ("" if suite.method.seed is not None else "; the run draws its own shuffle seed"),
-              markup=False)
+              f"{bound} {duration_text(seconds)} plus preconditioning{extra}", markup=False)
+    out.print(f"trial order: seed {seed}" + (f", drawn for this plan: `--seed {seed}` measures "
+                                            "in this order (a run without a seed draws its own)"
+                                            if prepared.drawn else ""),
+              markup=False, soft_wrap=True)
     from iomatrix.analysis.paired import stopping_rule
 
     out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
                             suite.method.samples), markup=False, soft_wrap=True)
-    for note in notes:
+    for note in prepared.host_notes:
         out.print(note, markup=False, soft_wrap=True)
     from iomatrix.suite.expand import reference_lines
 
     for line in reference_lines(suite):      # the user's VM disk ([matrix] from_vm)
         out.print(line, markup=False, soft_wrap=True)
     if suite.method.aa:
-        twin = next((c for c in expansion.configurations if c.key.endswith("/aa=twin")), None)
+        twin = next((c for c in expansion.configurations if c.aa), None)
         if twin is not None:
             out.print(f"A/A calibration: {twin.label.removesuffix(' (A/A twin)')} is measured twice (as itself and as its "
                       "twin aa=twin) in every round, so the run reports how often its method "
                       "calls two identical configurations different, and its noise floor",
                       markup=False, soft_wrap=True)
     if any(c.mode == "guest" for c in expansion.configurations):
-        emulated = full.for_accel("tcg")
         fewer = ""
-        if emulated is not expansion:
-            tcg_blocks = plan(emulated, suite.method.samples, seed)
+        if full.under_tcg:
+            tcg_blocks = prepared.under("tcg").blocks
             fewer = (f"; with emulated guests (TCG, or --accel tcg) "
                      f"{sum(len(b.workloads) for b in tcg_blocks)} trials, about "
                      f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
@@ -90,9 +88,9 @@ def _print_plan(suite, accel: str | None = None, notes: tuple[str, ...] = ()) ->
                   markup=False, soft_wrap=True)
     from iomatrix.suite.jobfiles import workload_groups
 
-    for note in workload_groups(suite)[1]:     # what of its job files the run replaces
+    for note in [*workload_groups(suite)[1], *prepared.notes]:   # job files replaced; ioping
         out.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in describe_plans(targets, full.configurations):
+    for line in describe_plans(prepared.targets, full.configurations):
         out.print(line, markup=False, soft_wrap=True)
     from iomatrix.target.workspace import plan_lines
 
@@ -119,11 +117,12 @@ def run(
     resume: Annotated[Optional[str], typer.Option(help="Continue this stored run (a number or 'last'): measure only the trials it lacks. SUITE is then ignored.")] = None,
     scale: Annotated[Optional[str], typer.Option(help="Run the suite at this scale: one of its [scale.NAME] tables (built-in suites have quick and full; `iomatrix suites NAME` lists them). Without it, the suite's own tables.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="With --resume: also measure the run's failed trials again (complete or not); each failed attempt is kept, with its reason, in the run's trial history.")] = False,
+    seed: Annotated[Optional[int], typer.Option(help="Shuffle the trial order with this seed (overrides [method] seed): --plan prints the seed of the order it shows, and a run given it measures in that order. Without any, each run draws its own.")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
     from iomatrix.measure.runner import run_suite
-    from iomatrix.suite import load_suite, load_suite_text
+    from iomatrix.suite import load_suite
 
     if accel not in (None, "auto", "kvm", "tcg"):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
@@ -132,6 +131,11 @@ def run(
     if scale is not None and resume is not None:
         raise typer.BadParameter("a resumed run keeps the scale it was started at",
                                  param_hint="--scale")
+    if seed is not None and resume is not None:
+        raise typer.BadParameter("a resumed run keeps the trial order it was started with",
+                                 param_hint="--seed")
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
     if report is not None and not show_plan:
         output_directory(report)      # refused now rather than after the run
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
@@ -144,15 +148,18 @@ def run(
         with open_store(db) as store:
             stored = store.load_run(store.resolve(resume))
         failed = sum(1 for t in stored.trials if t.status == "failed")
+        # a complete run is what --resume asks for: nothing to do is success, said on stdout
         if stored.status == "complete" and not retry_failed:
-            raise SuiteError(f"run {stored.id} is complete: nothing to resume",
-                             hint=f"{failed} of its trials failed: `iomatrix run --resume "
-                                  f"{stored.id} --retry-failed` measures them again"
-                                  if failed else None)
+            out.print(f"run {stored.id} is complete: nothing to do" + (
+                f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
+                "--retry-failed` measures them again)" if failed else ""), markup=False,
+                soft_wrap=True)
+            return
         if stored.status == "complete" and not failed:
-            raise SuiteError(f"run {stored.id} is complete and none of its trials failed: "
-                             "nothing to retry")
-        loaded = load_suite_text(stored.suite_text, source=stored.suite_source)
+            out.print(f"run {stored.id} is complete and none of its trials failed: nothing "
+                      "to retry", markup=False, soft_wrap=True)
+            return
+        loaded = stored.suite.runnable()
         resume_id: int | None = stored.id
     else:
         from iomatrix.measure.fromvm import resolve_vm
@@ -160,12 +167,13 @@ def run(
         loaded = resolve_vm(load_suite(suite, scale=scale))
         resume_id = None
     if show_plan:
-        notes: tuple[str, ...] = ()
-        if resume is None:          # as run_suite will: Proxmox's graph on a PVE host
-            from iomatrix.measure.pvehost import detect_pve, on_host
+        from iomatrix.measure.prepare import prepare
+        from iomatrix.measure.pvehost import detect_pve
 
-            loaded, notes = on_host(loaded, detect_pve())
-        _print_plan(loaded, accel, notes)
+        # as run_suite will: a new run on a PVE host measures Proxmox's graph
+        prepared = prepare(loaded, accel=accel, seed=seed,
+                           pve=detect_pve() if resume is None else None)
+        _print_plan(prepared if resume is None else prepared.resumed(stored))
         if resume is None and scale is None and loaded.scales:
             from iomatrix.cli.suites import scale_lines
 
@@ -188,7 +196,7 @@ def run(
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
             outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,
-                                resume=resume_id, retry_failed=retry_failed)
+                                seed=seed, resume=resume_id, retry_failed=retry_failed)
         except KeyboardInterrupt:
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None

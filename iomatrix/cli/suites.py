@@ -19,9 +19,8 @@ def plan_summary(suite: Suite) -> str:
     from iomatrix.suite.plan import duration_text, estimate
 
     method = suite.method
-    seed = method.seed if method.seed is not None else 0
     expansion = expand(suite)
-    est = estimate(expansion, method, seed)
+    est = estimate(expansion, method)
     bound = "up to" if method.steady_state else "about"
     text = (f"{est.trials} trials in {est.sessions} sessions, {bound} {duration_text(est.seconds)}"
             f" (fio measuring {duration_text(est.measured_seconds)})")
@@ -30,7 +29,7 @@ def plan_summary(suite: Suite) -> str:
                  f"gains' 95 % CIs are wider than ±{method.target_ci:.1%}")
     emulated = expansion.for_accel("tcg")
     if emulated.trials_per_sample < expansion.trials_per_sample:
-        tcg = estimate(emulated, method, seed)
+        tcg = estimate(emulated, method)
         text += f"; guests under TCG: {tcg.trials} trials, {bound} {duration_text(tcg.seconds)}"
     return text
 

@@ -17,7 +17,9 @@ relative to it (``O_NOFOLLOW``, ``O_EXCL``), so that no rename elsewhere redirec
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import grp
 import os
 import pwd
 import stat
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from iomatrix.core.errors import UnsafeDirectory
+from iomatrix.core.proc import signals_deferred
 
 MAX_SYMLINKS = 40
 """As the kernel: more symlinks than this on one path is a loop."""
@@ -36,6 +39,13 @@ def _owner(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
+    except KeyError:
+        return f"gid {gid}"
 
 
 def _trusted_uids() -> tuple[int, ...]:
@@ -50,10 +60,10 @@ def distrust(info: os.stat_result) -> str | None:
         return f"is owned by {_owner(info.st_uid)}, not root" + (f" or {_owner(me)}" if me else "")
     mode = info.st_mode
     if mode & stat.S_IWOTH and not (mode & stat.S_ISVTX and info.st_uid == 0):
-        return f"is writable by every user (mode {stat.S_IMODE(mode):04o})"
+        return f"is writable by every user, mode {stat.S_IMODE(mode):04o}"
     groups = (0,) if me == 0 else (0, os.getegid())
     if mode & stat.S_IWGRP and info.st_gid not in groups:
-        return f"is writable by group {info.st_gid} (mode {stat.S_IMODE(mode):04o})"
+        return f"is writable by group {_group(info.st_gid)}, mode {stat.S_IMODE(mode):04o}"
     return None
 
 
@@ -149,30 +159,36 @@ def _judged(fd: int, directory: Path) -> os.stat_result:
     return info
 
 
-def make_private(parent_fd: int, parent: Path, name: str, *, reuse: bool) -> tuple[int, bool]:
-    """Create directory ``name`` (mode 0700) in ``parent`` (open as ``parent_fd``) and open it:
-    (an ``O_PATH`` descriptor, whether it was created now). With ``reuse``, an existing one is
-    opened instead, and taken only when nobody else controls it (``distrust``: ``UnsafeDirectory``
-    otherwise); without, ``FileExistsError``."""
-    created = True
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        if not reuse:
+def make_private(parent_fd: int, parent: Path, name: str, *, reuse: bool,
+                 marker: str | None = None) -> tuple[int, bool]:
+    """Create directory ``name`` (mode 0700) in ``parent`` (open as ``parent_fd``), with its
+    ``marker`` written in it, and open it: (an ``O_PATH`` descriptor, whether it was created
+    now). Ctrl-C and the like wait until it is marked: iomatrix never leaves a directory it made
+    unmarked, unless killed outright. With ``reuse``, an existing one is opened instead, and
+    taken only when nobody else controls it (``distrust``: ``UnsafeDirectory`` otherwise);
+    without, ``FileExistsError``."""
+    with signals_deferred():
+        created = True
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+        except FileExistsError:
+            if not reuse:
+                raise
+            created = False
+        try:
+            fd = os.open(name, _OPEN | os.O_DIRECTORY, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafeDirectory(f"{parent / name} is not a directory (a symlink or a file "
+                                      "took its place)") from exc
             raise
-        created = False
-    try:
-        fd = os.open(name, _OPEN | os.O_DIRECTORY, dir_fd=parent_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeDirectory(f"{parent / name} is not a directory (a symlink or a file "
-                                  "took its place)") from exc
-        raise
-    try:
-        _judged(fd, parent / name)
-    except BaseException:
-        os.close(fd)
-        raise
+        try:
+            _judged(fd, parent / name)
+            if created and marker is not None:
+                write_marker(fd, marker)
+        except BaseException:
+            os.close(fd)
+            raise
     return fd, created
 
 
@@ -182,9 +198,14 @@ def same_file(a: os.stat_result, b: os.stat_result) -> bool:
 
 
 MARKER = ".iomatrix"
-"""The file iomatrix writes in each directory it makes for a run, saying which record it
-belongs to: a directory is removed recursively only while it carries it."""
+"""The file iomatrix writes in each directory it makes, saying what it made it for: a directory
+is removed only while it carries it (``iomatrix.measure.reclaim``)."""
 MARKER_MAX = 4096
+
+
+def parent_marker(path: Path) -> str:
+    """The marker of a target directory (or a parent of one) that iomatrix made at ``path``."""
+    return f"made by iomatrix: target directory {path}\n"
 
 
 def write_marker(dir_fd: int, text: str) -> None:
@@ -197,12 +218,13 @@ def write_marker(dir_fd: int, text: str) -> None:
         os.close(fd)
 
 
-def read_marker(directory: Path) -> str | None:
-    """The text of ``directory``'s ``MARKER``: None unless it is a regular file (not a symlink)
-    owned by the user iomatrix runs as, which only that user (or root) can have written."""
+def read_marker(dir_fd: int) -> str | None:
+    """The text of the ``MARKER`` in the directory ``dir_fd``: None unless it is a regular file
+    (not a symlink) owned by the user iomatrix runs as, which only that user (or root) can have
+    written in a directory of that user's."""
     try:
-        fd = os.open(directory / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC)
+        fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -210,5 +232,34 @@ def read_marker(directory: Path) -> str | None:
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
             return None
         return os.read(fd, MARKER_MAX).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def remove_empty(parent_fd: int, name: str, marker: str) -> str | None:
+    """Remove the directory ``name`` of ``parent_fd`` if it holds nothing but its ``MARKER``
+    reading ``marker``: None once removed, else why not. If something is put in it meanwhile,
+    it keeps its marker."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=parent_fd)
+    except OSError as exc:
+        return f"cannot open it: {exc.strerror}"
+    try:
+        entries = os.listdir(fd)
+        if entries and entries != [MARKER]:
+            return "not empty"
+        if read_marker(fd) != marker:
+            return f"it does not carry iomatrix's marker ({MARKER}) for it"
+        with signals_deferred():            # never left unmarked by a Ctrl-C in between
+            os.unlink(MARKER, dir_fd=fd)
+            try:
+                os.rmdir(name, dir_fd=parent_fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    write_marker(fd, marker)
+                return ("not empty" if exc.errno == errno.ENOTEMPTY
+                        else f"cannot remove: {exc.strerror}")
+        return None
     finally:
         os.close(fd)

@@ -6,6 +6,7 @@ an exit code and one line on stderr.
      │    └── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
      ├── EnvironmentProblem        a tool or kernel feature is missing (see ``iomatrix doctor``)
      │    └── GuestFioUnavailable  the guests' static, patched fio cannot be built here
+     │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
      ├── TargetError               the storage under test is unsafe or unusable
      │    ├── NotEnoughSpace       free space is below what the images need
      │    └── UnsafeDirectory      another user controls a directory iomatrix would write in
@@ -55,6 +56,11 @@ class EnvironmentProblem(IomatrixError):
 class GuestFioUnavailable(EnvironmentProblem):
     """The static, patched fio cannot be had here; the message says why (the appliance then
     carries the host's fio)."""
+
+
+class FioSourceUnavailable(GuestFioUnavailable):
+    """No apt source serves the installed fio's Debian source (the archive does not have it, or
+    apt cannot reach it): a fact of this host's archive, not of the build."""
 
 
 class TargetError(IomatrixError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import re
 from pathlib import Path
@@ -43,6 +44,13 @@ def is_mounted(path: str | os.PathLike[str]) -> bool:
     return fstype(path) is not None
 
 
+def root_is_a_mount(mountinfo: Path = MOUNTINFO) -> bool:
+    """Whether this process's root directory is the root of a mount: not so in a chroot into a
+    plain directory, where ``mount --make-rprivate /`` is refused and a mount made inside
+    cannot be kept from propagating to the namespace the chroot's directory belongs to."""
+    return any(m.point == "/" for m in mounts(mountinfo))
+
+
 def mount_of(path: str | os.PathLike[str], mountinfo: Path = MOUNTINFO) -> Mount | None:
     """The mount holding ``path`` (the longest mount point that contains it)."""
     real = os.path.realpath(path)
@@ -66,6 +74,9 @@ def force_unmount(path: str | os.PathLike[str]) -> None:
 
 
 CLONE_NEWNS = 0x00020000
+NOT_A_MOUNT = ("the root directory is not a mount point here (a chroot into a plain directory): "
+               "mounts made in it could not be kept private; run iomatrix from a root that is "
+               "one (pivot_root, or the chroot's directory bind-mounted onto itself)")
 
 
 class PrivateMounts:
@@ -73,11 +84,15 @@ class PrivateMounts:
     and the processes it starts mount there is seen by no other process and propagates nowhere
     (every mount in it is made private), and the kernel unmounts it when the last process in
     the namespace ends, even when iomatrix is killed outright. ``leave`` returns the thread to
-    the namespace it came from; processes started meanwhile stay in the private one. Needs
-    CAP_SYS_ADMIN (root); OSError otherwise."""
+    the namespace it came from, with the root and working directory it had before ``enter``
+    (``setns`` into a mount namespace moves both to that namespace's root: a relative path
+    would then resolve from ``/``, and inside a chroot from the host's root); processes started
+    meanwhile stay in the private one. Needs CAP_SYS_ADMIN (root); OSError otherwise."""
 
     def __init__(self) -> None:
         self._home: int | None = None
+        self._root: int | None = None
+        self._cwd: int | None = None
 
     @property
     def active(self) -> bool:
@@ -90,13 +105,22 @@ class PrivateMounts:
         from iomatrix.core.proc import require, run
 
         mount = require("mount")
+        if not root_is_a_mount():
+            raise OSError(errno.EINVAL, NOT_A_MOUNT)
         libc = ctypes.CDLL(None, use_errno=True)
-        home = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        if libc.unshare(CLONE_NEWNS) != 0:
-            code = ctypes.get_errno()
-            os.close(home)
-            raise OSError(code, f"unshare(CLONE_NEWNS): {os.strerror(code)}")
-        self._home = home
+        # opened here, in the home namespace: the same paths in the private one are its copies
+        where = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        opened = [os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
+        try:
+            opened += [os.open("/", where), os.open(".", where)]
+            if libc.unshare(CLONE_NEWNS) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"unshare(CLONE_NEWNS): {os.strerror(code)}")
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+        self._home, self._root, self._cwd = opened
         try:
             # a copy of a shared mount would still pass mounts made below it back to the host
             run([mount, "--make-rprivate", "/"], timeout=30)
@@ -105,15 +129,23 @@ class PrivateMounts:
             raise
 
     def leave(self) -> None:
-        """Back to the namespace ``enter`` left (nothing when not in one)."""
+        """Back to the namespace, root and working directory ``enter`` left (nothing when not
+        in one)."""
         if self._home is None:
             return
         libc = ctypes.CDLL(None, use_errno=True)
+        home, root, cwd = self._home, self._root, self._cwd
+        self._home = self._root = self._cwd = None
         try:
-            if libc.setns(self._home, CLONE_NEWNS) != 0:
+            if libc.setns(home, CLONE_NEWNS) != 0:
                 code = ctypes.get_errno()
                 raise OSError(code, f"setns back to the host's mount namespace: "
                                     f"{os.strerror(code)}")
+            assert root is not None and cwd is not None
+            os.fchdir(root)
+            os.chroot(".")
+            os.fchdir(cwd)
         finally:
-            os.close(self._home)
-            self._home = None
+            for fd in (home, root, cwd):
+                if fd is not None:
+                    os.close(fd)

@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,16 +50,21 @@ def require(tool: str, env: Mapping[str, str] | None = None, *, hint: str | None
 
 
 def run(argv: Sequence[str], *, timeout: float, check: bool = True,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env: Mapping[str, str] | None = None, cwd: Path | None = None,
+        pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
     """Run a command to completion with a timeout; ToolFailed carries argv, code and output.
-    The command runs in its own process group, which is killed and reaped on timeout or error."""
+    The command runs in its own process group, which is killed and reaped on timeout or error,
+    and gets SIGTERM if iomatrix dies meanwhile (``orphan_guard``). ``pass_fds``: descriptors
+    it inherits (as ``/proc/self/fd/N``)."""
     name = Path(argv[0]).name
+    if which(argv[0], env) is None:
+        raise ToolFailed(f"{argv[0]}: not found", argv=argv, returncode=None)
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", cwd=cwd,
+        proc = subprocess.Popen(orphan_guard(argv), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", cwd=cwd,
                                 env=dict(env) if env is not None else None,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=tuple(pass_fds))
     except FileNotFoundError as exc:
         raise ToolFailed(f"{argv[0]}: not found", argv=argv, returncode=None) from exc
     except OSError as exc:
@@ -77,7 +83,7 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True,
         tail = (err or out).strip().splitlines()[-1:] or [""]
         raise ToolFailed(f"{name} failed (exit {proc.returncode}): {tail[0]}",
                          argv=argv, returncode=proc.returncode, output=(out + err)[-4000:])
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -132,6 +138,28 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:
         except subprocess.TimeoutExpired as exc:   # stuck in the kernel (a dead FUSE mount?)
             raise ToolFailed(f"{Path(str(proc.args[0])).name} (pid {proc.pid}) did not die on SIGKILL",
                              argv=[str(a) for a in proc.args], returncode=None) from exc
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back stopping signals for the block; those that came are raised again after it,
+    to whatever handled them before. Only the main thread can do this (elsewhere, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum))
+                for s in STOPPING if signal.getsignal(s) is not None}  # None: not Python's
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(came):
+            signal.raise_signal(s)
 
 
 def wait_for(predicate, *, timeout: float, interval: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
@@ -195,7 +223,8 @@ def private_network() -> Iterator[int]:
     under :func:`managed`: iomatrix killed outright kills them, and so the namespace).
 
     Only this thread moves (a network namespace is per thread): other threads and sockets
-    already open keep theirs. UNIX sockets named by a path are reachable across namespaces.
+    already open keep theirs; its root and working directory stay (unlike a mount namespace's
+    setns, a network namespace's changes nothing else). UNIX sockets named by a path are reachable across namespaces.
     EnvironmentProblem, with the kernel's reason, when a namespace cannot be made (not root:
     it needs CAP_SYS_ADMIN)."""
     libc = ctypes.CDLL(None, use_errno=True)

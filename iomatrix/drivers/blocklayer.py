@@ -1,47 +1,57 @@
 """blocklayer mode: qemu-storage-daemon holds the image with the configuration's format, aio and
 cache; fio drives it from the host. Without iothread the export is NBD (fio's nbd engine); with
-iothread it is FUSE, because QEMU 7.2 aborts an NBD export that has an iothread when a client
-disconnects. What QEMU applied is read back over QMP (per node) and from /proc (aio).
+iothread it is FUSE, on every QEMU so that runs on different hosts measure the same path: QEMU
+7.2 aborts an NBD export that has an iothread when a client disconnects (an assertion in
+``nbd_blockdev_client_closed``), which 10.0 no longer does (both tried; the NBD server's client
+list went to the main loop thread for 9.0, f816310d0c3). What QEMU applied is read back over QMP
+(per node) and from /proc (aio: looked at while fio runs and once it ended, read as
+:func:`iomatrix.qemu.procinspect.aio_seen` says for the daemon's QEMU version).
 
 ``[method] platform = "proxmox"`` gives the daemon the layers a Proxmox VE disk has for the same
 settings (``pve_version``: 8, detect-zeroes on the format node; 9, detect-zeroes and discard on
 every node and a throttle filter over an empty throttle group), the export on the top node;
-``platform = "libvirt"`` gives it libvirt's two nodes (``libvirt-1-storage`` with discard=unmap
-and auto-read-only, ``libvirt-1-format``). The nodes are read back by role (``file0``,
-``disk0``, ``throttle0``) as in guest mode."""
+``platform = "libvirt"`` gives it the nodes libvirt gives the disk (``libvirt-1-storage``, and
+``libvirt-1-format`` over it unless libvirt 10.1 or later with QEMU 9.0 or later leaves a raw
+disk without: :mod:`iomatrix.drivers.versions` says which libvirt). The nodes are read back by
+role (``file0``, ``disk0``, ``throttle0``) as in guest mode."""
 
 from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.mounts import force_unmount, is_mounted
 from iomatrix.core.proc import log_tail, managed, require, wait_for
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.qemu.escape import qemu_escape
-from iomatrix.qemu.procinspect import ProcessIO, inspect_process
+from iomatrix.qemu.procinspect import UNOBSERVABLE, AioSeen, ProcessIO, aio_seen, inspect_process
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.qemu.version import QemuVersion, from_qmp
+from iomatrix.fio.models import FioResult
+from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
 
 START_TIMEOUT = 15.0
 
 
 def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
-                method: Method | None = None) -> list[str]:
+                method: Method | None = None, libvirt: lv.Versions | None = None) -> list[str]:
     """The qemu-storage-daemon command line for a configuration: NBD export, or FUSE with an
-    iothread; the graph as ``method.platform`` builds it."""
+    iothread; the graph as ``method.platform`` builds it (libvirt: at ``libvirt``)."""
     platform = method.platform if method else "qemu"
     pve_version = method.pve_version if method else None
     argv = storage_daemon_argv(config, image, qmp_socket=workdir / "qmp.sock", qsd=qsd,
-                               platform=platform, pve_version=pve_version)
-    top = daemon_graph(config, image.path, is_device=image.is_device, platform=platform,
-                       pve_version=pve_version).export_node
+                               platform=platform, pve_version=pve_version, libvirt=libvirt)
+    top = daemon_graph(config, image.path, is_device=image.is_device,
+                       size=image.size if image.is_device else None, platform=platform,
+                       pve_version=pve_version, libvirt=libvirt).export_node
     common = f"id=exp0,node-name={top},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
         mountpoint = qemu_escape(str(workdir / "fuse.img"))
@@ -55,7 +65,7 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
 class BlocklayerSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
                  argv: list[str], pid: int, nodes: dict[str, str], engine: str,
-                 expected: dict[str, str] | None = None) -> None:
+                 expected: dict[str, str] | None = None, qemu: QemuVersion | None = None) -> None:
         super().__init__(config, images)
         self.workdir = workdir
         self.argv = argv
@@ -63,7 +73,10 @@ class BlocklayerSession(Session):
         self.nodes = nodes
         self.engine = engine
         self.expected = expected if expected is not None else expected_daemon_graph(config)
+        self.qemu = qemu
+        """The daemon's QEMU version, as it answers ``query-version``; None: unknown."""
         self.seen: ProcessIO | None = None
+        """Every look of the current trial, merged."""
 
     def fio_target(self) -> dict[str, str]:
         if self.config.iothread:
@@ -75,26 +88,45 @@ class BlocklayerSession(Session):
         self.seen = None
 
     def observe(self, fio_pid: int) -> None:
+        self._look()
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        """Look at the daemon again now that fio's I/O is done: from QEMU 9.0 on the aio ring
+        appears only once a request reached the file (see :mod:`iomatrix.qemu.procinspect`)."""
+        self._look()
+
+    def _look(self) -> None:
         with contextlib.suppress(OSError):
-            self.seen = inspect_process(self.pid)
+            now = inspect_process(self.pid)
+            self.seen = now if self.seen is None else self.seen.merged(now)
+
+    def aio(self) -> AioSeen | None:
+        """The aio mode the daemon showed over this trial; None before any look."""
+        if self.seen is None:
+            return None
+        log = self.workdir / "daemon.log"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        return aio_seen(self.config.aio, self.seen, qemu=self.qemu, log=text)
 
     def applied(self) -> dict[str, str]:
         out = dict(self.nodes)
         out["export"] = "fuse+iothread" if self.config.iothread else "nbd"
-        if self.seen is not None:
-            out["aio"] = self.seen.aio
-            out["aio.evidence"] = self.seen.evidence()
+        seen = self.aio()
+        if seen is not None:
+            out["aio"] = seen.aio
+            out["aio.evidence"] = seen.evidence
         return out
 
     def mismatches(self) -> list[str]:
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
-        if self.seen is None:
+        seen = self.aio()
+        if seen is None:
             wrong.append("aio: not observed while fio ran")
-        elif self.seen.aio != self.config.aio:
-            wrong.append(f"aio: asked {self.config.aio}, the daemon shows {self.seen.aio} "
-                         f"({self.seen.evidence()})")
+        elif seen.aio not in (self.config.aio, UNOBSERVABLE):
+            wrong.append(f"aio: asked {self.config.aio}, the daemon shows {seen.aio} "
+                         f"({seen.evidence})")
         return wrong
 
     def command(self) -> str:
@@ -107,6 +139,22 @@ class BlocklayerSession(Session):
 class BlocklayerDriver(Driver):
     mode = "blocklayer"
 
+    def __init__(self, method: Method, workdir: Path) -> None:
+        super().__init__(method, workdir)
+        self.libvirt: lv.Versions | None = None
+        """With platform libvirt: the libvirt (and its QEMU) whose nodes the daemon holds."""
+
+    @classmethod
+    def prepare(cls, method: Method, workdir: Path, *, accel: str,
+                note: Callable[[str], None]) -> Driver:
+        driver = cls(method, workdir)
+        modelled = method_versions(method, "qemu-storage-daemon")
+        if modelled is not None:
+            driver.libvirt, source = modelled
+            note(f"the daemon holds the block graph of {driver.libvirt.label} (libvirt: "
+                 f"{source})")
+        return driver
+
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         image = images[0]
@@ -117,7 +165,8 @@ class BlocklayerDriver(Driver):
         mountpoint = workdir / "fuse.img"
         if config.iothread:
             mountpoint.touch()
-        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"), self.method)
+        argv = daemon_argv(config, image, workdir, require("qemu-storage-daemon"), self.method,
+                           self.libvirt)
         log = workdir / "daemon.log"
         log.write_text("")
         try:
@@ -129,12 +178,15 @@ class BlocklayerDriver(Driver):
                                       f"{log_tail(log) or 'no output'}")
                 try:
                     nodes = read_graph(workdir / "qmp.sock")
+                    version, = qmp_execute(workdir / "qmp.sock", [("query-version", None)])
                 except ToolFailed as exc:
                     raise TrialFailed(f"qemu-storage-daemon: {exc}; {log_tail(log)}") from exc
                 expected = expected_daemon_graph(config, platform=self.method.platform,
-                                                 pve_version=self.method.pve_version)
+                                                 pve_version=self.method.pve_version,
+                                                 libvirt=self.libvirt,
+                                                 is_device=image.is_device)
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
-                                        self.method.engine, expected)
+                                        self.method.engine, expected, qemu=from_qmp(version))
         finally:
             if config.iothread:
                 force_unmount(mountpoint)   # only if the daemon died before unmounting

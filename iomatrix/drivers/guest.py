@@ -64,16 +64,17 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       parse_disk_lines)
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
 from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
                                 read_text, require, wait_for)
 from iomatrix.fio.models import FioResult, JobStats
-from iomatrix.qemu.args import (BLOCKSTATS, GuestSpec, expected_daemon_settings,
+from iomatrix.qemu.args import (GuestSpec, blockstats_of, expected_daemon_settings,
                                 expected_guest_settings, guest_argv, read_blockstats,
                                 read_daemon_settings, read_guest_settings, vhost_daemon_argv,
                                 vhost_num_queues)
-from iomatrix.qemu.blockdev import FORMAT_NODE
 from iomatrix.appliance.probe import KvmProbe, probe_accel
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method, Workload
 from iomatrix.target.workspace import Image
@@ -148,9 +149,7 @@ def query_blockstats(qmp_socket: Path, *, timeout: float = 5.0) -> dict[str, int
         answer()
         s.sendall(b'{"execute": "query-blockstats"}\n')
         stats = answer()
-    node = next((n for n in stats if isinstance(n, dict) and n.get("node-name") == FORMAT_NODE),
-                None) if isinstance(stats, list) else None
-    return {k: int(node["stats"][k]) for k in BLOCKSTATS} if node else {}
+    return blockstats_of(stats)
 
 
 def _bytes(stats: dict[str, int]) -> int:
@@ -427,6 +426,8 @@ def _sum(stats: Sequence[dict[str, int]]) -> dict[str, int]:
 
 class GuestDriver(Driver):
     mode = "guest"
+    sliced_devices = True
+    """A block device's test area reaches QEMU as a raw slice node ([target] size)."""
 
     def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str,
                  shared_reason: str | None = None) -> None:
@@ -436,6 +437,8 @@ class GuestDriver(Driver):
         self.boots = 0
         self.shared_reason = shared_reason
         """Why the guests cannot have a private network namespace here; None: they get one."""
+        self.libvirt: lv.Versions | None = None
+        """With platform libvirt: the libvirt (and its QEMU) whose nodes the disks get."""
 
     @classmethod
     def prepare(cls, method: Method, workdir: Path, *, accel: str,
@@ -448,8 +451,13 @@ class GuestDriver(Driver):
         shared = private_network_problem()
         if shared is not None:
             note(f"warning: {shared_warning(shared)}")
-        return cls(method, workdir, appliance=appliance,
-                   accel=resolve_accel(accel, appliance, note), shared_reason=shared)
+        driver = cls(method, workdir, appliance=appliance,
+                     accel=resolve_accel(accel, appliance, note), shared_reason=shared)
+        modelled = method_versions(method, "qemu-system-x86_64")
+        if modelled is not None:
+            driver.libvirt, source = modelled
+            note(f"the disks get the block graph of {driver.libvirt.label} (libvirt: {source})")
+        return driver
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
@@ -475,7 +483,7 @@ class GuestDriver(Driver):
             disk = self._wait_ready(config, guests, procs)
             hosts = self.workdir / f"b{self.boots}" / "hosts.list"
             hosts.write_text("".join(f"ip:127.0.0.1,{g.port}\n" for g in guests))
-            applied, wrong = self._verify(config, guests[0], disk)
+            applied, wrong = self._verify(config, images[0], guests[0], disk)
             stack.callback(self._quit, guests, procs)
             session = GuestSession(config, images, guests, procs, disk, hosts, applied, wrong,
                                    ramp=self.method.ramp, channel=channel)
@@ -521,7 +529,8 @@ class GuestDriver(Driver):
             vcpus=self.method.vcpus, memory_bytes=self.method.memory,
             qmp_socket=run_dir / "qmp", serial_log=console, host_port=port,
             guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}",
-            platform=self.method.platform, pve_version=self.method.pve_version)
+            platform=self.method.platform, pve_version=self.method.pve_version,
+            libvirt=self.libvirt)
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
         proc = stack.enter_context(managed(argv, log=Path(f"{logs}-qemu.log"), stop_timeout=5))
         return Guest(index=index, port=port, qmp_socket=spec.qmp_socket, console=console,
@@ -551,13 +560,16 @@ class GuestDriver(Driver):
             disks.append(found[0])
         return disks[0]
 
-    def _verify(self, config: Configuration, guest: Guest, disk: GuestDisk) -> tuple[dict[str, str], list[str]]:
+    def _verify(self, config: Configuration, image: Image, guest: Guest,
+                disk: GuestDisk) -> tuple[dict[str, str], list[str]]:
         """What QEMU applied (query-block, query-iothreads, qom-get) and the guest sees."""
         try:
             seen = read_guest_settings(guest.qmp_socket)
             want = expected_guest_settings(config, vcpus=self.method.vcpus,
                                            platform=self.method.platform,
-                                           pve_version=self.method.pve_version)
+                                           pve_version=self.method.pve_version,
+                                           libvirt=self.libvirt,
+                                           is_device=image.is_device and self.sliced_devices)
             if guest.daemon_qmp is not None:
                 seen |= {f"daemon.{k}": v for k, v in read_daemon_settings(guest.daemon_qmp).items()}
                 want |= {f"daemon.{k}": v for k, v in expected_daemon_settings(config).items()}
@@ -565,6 +577,8 @@ class GuestDriver(Driver):
             raise TrialFailed(f"guest vm{guest.index}: QMP did not answer: {exc}") from exc
         wrong = [f"{key}: asked {value}, QEMU reports {seen.get(key, 'nothing')}"
                  for key, value in want.items() if seen.get(key) != value]
+        if self.libvirt is not None:
+            seen["libvirt.version"] = self.libvirt.label
         applied = seen | {"accel": self.accelerator, "guest.disk": disk.name,
                           "guest.queues": str(disk.queues), "guest.scheduler": disk.scheduler,
                           "guest.rotational": "1" if disk.rotational else "0",

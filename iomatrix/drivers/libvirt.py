@@ -6,9 +6,8 @@ iomatrix writes one transient domain per guest (``virsh create``) with
 * direct kernel boot of the appliance (``<os><kernel/><initrd/><cmdline/>``), ``<on_reboot>
   destroy`` (QEMU's ``-no-reboot``), no USB controller, no balloon, no graphics;
 * the disk under test as a libvirt user writes it for the configuration (its ``<controller>``,
-  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``), from
-  :func:`iomatrix.platform.libvirt.disk_for`, the model :func:`iomatrix.recommend.render.libvirt`
-  also renders;
+  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``):
+  :func:`iomatrix.platform.libvirt.disk_xml`, the XML ``recommend --for libvirt`` prints;
 * the serial console to a file in the run's scratch directory;
 * QEMU as root (``<seclabel type='static' model='dac' relabel='no'>``): the appliance, the
   scratch directory and the images are root's, in 0700 directories libvirt's ``libvirt-qemu``
@@ -54,7 +53,7 @@ from iomatrix.core.owner import Identity, liveness, start_ticks, this_process
 from iomatrix.core.proc import read_text, require, run, wait_for
 from iomatrix.drivers.guest import Guest, GuestDriver, free_port
 from iomatrix.platform import libvirt as lv
-from iomatrix.qemu.args import MACHINE
+from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.qemu.blockdev import cache_flags
 from iomatrix.suite.model import Configuration, Method
 from iomatrix.target.workspace import Image
@@ -65,6 +64,10 @@ OWNER_NS = "https://iomatrix.invalid/libvirt/owner/1"
 """XML namespace of the owner element in each domain's ``<metadata>``."""
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 VIRSH_TIMEOUT = 30.0
+PROBE_TIMEOUT = 300.0
+"""For virsh commands that need libvirt's QEMU capabilities (create, version,
+domxml-to-native): libvirt may probe QEMU again first, which takes minutes on a loaded host
+where /dev/kvm is not root:kvm (see README)."""
 LIBVIRT_LOGS = Path("/var/log/libvirt/qemu")
 RUN_DIR = Path("/run/libvirt/qemu")
 SHARED_REASON = ("the guests are libvirtd's processes, in its network namespace, not in a "
@@ -78,12 +81,27 @@ def virsh(uri: str, *args: str, timeout: float = VIRSH_TIMEOUT, check: bool = Tr
     return proc.stdout
 
 
+def daemon_versions(uri: str) -> lv.Versions:
+    """The libvirtd at ``uri`` and the QEMU it runs (``virsh version --daemon``: "Running
+    against daemon: 11.3.0", "Running hypervisor: QEMU 10.0.2")."""
+    # libvirt answers for QEMU from its capabilities cache, which it may have to probe
+    # again first (tens of seconds; see README, /dev/kvm)
+    text = virsh(uri, "version", "--daemon", timeout=PROBE_TIMEOUT)
+    lines = {k.strip(): v for k, _, v in (line.partition(":") for line in text.splitlines())}
+    try:
+        return lv.Versions(libvirt=lv.parse_version(lines.get("Running against daemon", "")),
+                           qemu=lv.parse_version(lines.get("Running hypervisor", "")))
+    except ValueError as exc:
+        raise EnvironmentProblem(f"`virsh -c {uri} version` names no daemon or QEMU version: "
+                                 f"{exc}") from None
+
+
 def libvirt_problem(uri: str) -> str | None:
     """Why guests cannot run through libvirtd at ``uri`` (None: they can)."""
     if shutil.which("virsh") is None:
         return "virsh is not installed (Debian package libvirt-clients; ./setup.sh installs it)"
     try:
-        virsh(uri, "version", timeout=15)
+        virsh(uri, "uri", timeout=15)   # answers without libvirt's QEMU capabilities
     except ToolFailed as exc:
         text = " ".join((exc.output or str(exc)).split())
         return (f"libvirtd at {uri} does not answer: {text[-300:]} (start it: `systemctl start "
@@ -133,8 +151,8 @@ def domain_xml(spec: DomainSpec) -> str:
         "uid": str(o.uid), "run": spec.run})
     ET.SubElement(root, "memory", {"unit": "b"}).text = str(spec.memory_bytes)
     ET.SubElement(root, "vcpu").text = str(spec.vcpus)
-    if threads:
-        ET.SubElement(root, "iothreads").text = str(threads)
+    parts = lv.disk_xml(disk, threads)
+    root.extend(element for where, element in parts if where == "<domain>")
     os_el = ET.SubElement(root, "os")
     ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": MACHINE}).text = "hvm"
     ET.SubElement(os_el, "kernel").text = str(spec.kernel)
@@ -146,18 +164,8 @@ def domain_xml(spec: DomainSpec) -> str:
     ET.SubElement(root, "on_crash").text = "destroy"
     devices = ET.SubElement(root, "devices")
     ET.SubElement(devices, "emulator").text = require("qemu-system-x86_64")
-    if disk.bus == "scsi":
-        controller = ET.SubElement(devices, "controller", {
-            "type": "scsi", "index": "0", "model": disk.controller_model or "lsilogic"})
-        if disk.controller_driver:
-            ET.SubElement(controller, "driver", dict(disk.controller_driver))
-    elif disk.bus == "sata":
-        ET.SubElement(devices, "controller", {"type": "sata", "index": "0"})
+    devices.extend(element for where, element in parts if where == "<devices>")
     ET.SubElement(devices, "controller", {"type": "usb", "model": "none"})
-    element = ET.SubElement(devices, "disk", {"type": disk.kind, "device": "disk"})
-    ET.SubElement(element, "driver", dict(disk.driver))
-    ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
-    ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
     serial = ET.SubElement(devices, "serial", {"type": "file"})
     ET.SubElement(serial, "source", {"path": str(spec.console)})
     ET.SubElement(serial, "target", {"port": "0"})
@@ -269,6 +277,8 @@ def describe(item: Leftover) -> str:
 class LibvirtDriver(GuestDriver):
     """:class:`GuestDriver` whose guests libvirtd starts (see the module docstring)."""
 
+    sliced_devices = False    # the domain's <disk> is the whole device
+
     def __init__(self, method: Method, workdir: Path, **kw: Any) -> None:
         super().__init__(method, workdir, **kw)
         self.uri = method.libvirt_uri or DEFAULT_URI
@@ -291,8 +301,11 @@ class LibvirtDriver(GuestDriver):
         for line in appliance.notes():
             note(line)
         note(f"warning: {shared_warning(SHARED_REASON)}")
-        return cls(method, workdir, appliance=appliance,
-                   accel=resolve_accel(accel, appliance, note), shared_reason=SHARED_REASON)
+        driver = cls(method, workdir, appliance=appliance,
+                     accel=resolve_accel(accel, appliance, note), shared_reason=SHARED_REASON)
+        driver.libvirt = daemon_versions(uri)
+        note(f"libvirtd at {uri}: {driver.libvirt.label}")
+        return driver
 
     def domain_name(self, index: int) -> str:
         return f"{DOMAIN_PREFIX}{self.run_tag}-p{self.owner.pid}-b{self.boots}-vm{index}"
@@ -318,7 +331,7 @@ class LibvirtDriver(GuestDriver):
         xml_path.write_text(domain_xml(spec))
         stack.callback(destroy, self.uri, name)
         try:
-            virsh(self.uri, "create", str(xml_path), timeout=60)
+            virsh(self.uri, "create", str(xml_path), timeout=PROBE_TIMEOUT)
         except ToolFailed as exc:
             raise TrialFailed(f"libvirt did not start vm{index}: "
                               f"{' '.join((exc.output or str(exc)).split())[-400:]}") from exc
@@ -329,9 +342,9 @@ class LibvirtDriver(GuestDriver):
         return Guest(index=index, port=spec.host_port, qmp_socket=spec.qmp_socket,
                      console=console, argv=argv, pid=proc.pid), proc
 
-    def _verify(self, config: Configuration, guest: Guest,
+    def _verify(self, config: Configuration, image: Image, guest: Guest,
                 disk: Any) -> tuple[dict[str, str], list[str]]:
-        applied, wrong = super()._verify(config, guest, disk)
+        applied, wrong = super()._verify(config, image, guest, disk)
         name = self.domain_name(guest.index)
         try:
             blocks = json.loads(virsh(self.uri, "qemu-monitor-command", name,
@@ -339,8 +352,8 @@ class LibvirtDriver(GuestDriver):
         except (ToolFailed, ValueError, KeyError) as exc:
             raise TrialFailed(f"guest vm{guest.index}: libvirt's monitor did not answer: "
                               f"{exc}") from exc
-        backend = next((b["inserted"] for b in blocks if b.get("inserted") and b.get("qdev")),
-                       None)
+        entry = disk_backend(blocks)
+        backend = None if entry is None else entry["inserted"]
         flags = cache_flags(config)
         seen = {} if backend is None else {
             "libvirt.cache.direct": str(backend["cache"]["direct"]).lower(),

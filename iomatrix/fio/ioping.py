@@ -58,7 +58,7 @@ from pathlib import Path
 
 from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.model import Frozen
-from iomatrix.core.proc import orphan_guard, run, which
+from iomatrix.core.proc import run, which
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.model import IOPING_WORKING_SET, Workload
 
@@ -144,7 +144,7 @@ def run_ioping(tool: IopingTool, workload: Workload, path: Path) -> IopingRun:
     except OSError as exc:
         raise TrialFailed(f"cannot flush {path} before ioping: {exc.strerror or exc}") from exc
     t0 = time.monotonic()
-    done = run(orphan_guard(argv), timeout=workload.ioping.seconds + GRACE, cwd=path.parent)
+    done = run(argv, timeout=workload.ioping.seconds + GRACE, cwd=path.parent)
     wall = time.monotonic() - t0
     return IopingRun(sample=parse_raw(done.stdout, workload), output=done.stdout,
                      argv=(*argv[:-1], str(path)), version=tool.version, wall_seconds=wall)

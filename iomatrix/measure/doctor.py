@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from iomatrix.core.errors import ToolFailed
+from iomatrix.core.errors import EnvironmentProblem, IomatrixError, ToolFailed
 from iomatrix.core.mounts import force_unmount, fstype, is_mounted
-from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.proc import (first_line, managed, private_network, read_text, run, stop,
                                 wait_for, which)
+from iomatrix.appliance.build import input_summary
 from iomatrix.appliance.guestfio import guest_fio_status
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.appliance.probe import probe_kvm
@@ -75,21 +75,22 @@ TOOLS: dict[str, _Tool] = {
 
 def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = None,
                directory: Path | None = None, kernel: Path | None = None,
-               fetch_kernel: bool = True, drift: bool = False,
+               fetch: bool = True, drift: bool = False,
                libvirt: bool = False) -> tuple[Check, ...]:
     """Every check, in a fixed order. ``directory`` is where the fio and FUSE probes make their
     temporary files (default: /var/tmp, which is disk-backed on Debian; O_DIRECT needs that).
-    ``kernel``/``fetch_kernel`` are passed to the KVM probe (see
-    :func:`iomatrix.appliance.probe.probe_kvm`). ``drift``: also estimate the host's drift
-    (``check_drift``, about 30 s), last."""
+    ``kernel`` is the KVM probe's (see :func:`iomatrix.appliance.probe.probe_kvm`); ``fetch``
+    lets the KVM probe's kernel and the appliance's kernel and busybox be downloaded, as a run
+    would. ``drift``: also estimate the host's drift (``check_drift``, about 30 s), last."""
     checks = [check_tool(tool, env=env) for tool in TOOLS]
     checks.append(check_fio_nbd(env=env))
     checks.append(check_fio_engine("libaio", env=env, directory=directory))
     checks.append(check_fio_engine("io_uring", env=env, directory=directory))
     checks.append(check_fuse(env=env, directory=directory))
-    checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch_kernel))
+    checks.append(check_kvm(kvm_timeout, env=env, kernel=kernel, fetch_kernel=fetch))
     checks.append(check_guest_channel(env=env))
     checks.append(check_guest_fio(env=env))
+    checks.append(check_appliance(env=env, fetch=fetch))
     if libvirt:
         checks.append(check_libvirt())
     if drift:
@@ -435,6 +436,19 @@ def check_guest_fio(*, env: Mapping[str, str] | None = None) -> Check:
     status = guest_fio_status(default_cache_dir(), env)
     return Check(name="guest fio", ok=status.ok, detail=status.detail, required=False,
                  hint=None if status.ok else status.hint)
+
+
+def check_appliance(*, env: Mapping[str, str] | None = None, fetch: bool = True) -> Check:
+    """What a guest run builds its appliance from is here or can be fetched: fio, a kernel with
+    the controllers' modules (built-in ones from ``modules.builtin``), a static busybox
+    (:func:`iomatrix.appliance.build.input_summary`; ``fetch`` as a run would). Required: the
+    guest trials of a run (``quick``'s among them) fail without it."""
+    try:
+        detail = input_summary(fetch=fetch, env=env)
+    except (IomatrixError, OSError) as e:
+        return Check(name="guest appliance", ok=False, detail=f"guest runs would fail: {e}",
+                     hint=getattr(e, "hint", None) or "`iomatrix appliance build` says more")
+    return Check(name="guest appliance", ok=True, detail=detail)
 
 
 # --- the guests' channel -----------------------------------------------------------------------

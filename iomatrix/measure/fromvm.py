@@ -3,7 +3,7 @@
 The file (a Proxmox VE ``ID.conf`` or ``qm config`` output, or ``virsh dumpxml`` output) is
 read from the suite's own directory and nowhere else: no absolute path, no ``..``, no symlink
 leading out of it, a regular file of at most ``MAX_BYTES`` (a suite is untrusted input). It is
-translated as ``iomatrix translate`` does (``iomatrix.platform.translate``), one disk is picked,
+translated as ``iomatrix translate`` does (``iomatrix.measure.translate``), one disk is picked,
 and its settings are written into the suite's text as ``[matrix.reference]``
 (``iomatrix.suite.load.with_reference``): the text a run stores, so that ``--resume``,
 ``recommend``, ``show`` and the report never read the file again. What cannot be measured is
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from iomatrix.core import files
 from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
-from iomatrix.platform.translate import NOT_A_DISK, DiskTranslation, Translation, translate
+from iomatrix.measure.translate import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_reference
 from iomatrix.suite.model import CONTROLLERS, Aio, Cache, Format, Reference, Suite
 
@@ -71,17 +71,18 @@ def _read_vm_file(suite: Suite, name: str, key: str) -> str:
 
 
 def _pick(result: Translation, wanted: str | None, where: str) -> DiskTranslation:
-    names = ", ".join(sorted((d.name for d in result.disks), key=_by_number)) or "none"
+    disks = result.disks
+    names = ", ".join(sorted((d.name for d in disks), key=_by_number)) or "none"
     if wanted is None:
-        if len(result.disks) == 1:
-            return result.disks[0]
-        if not result.disks:
+        if len(disks) == 1:
+            return disks[0]
+        if not disks:
             skipped = "; ".join(result.notes[1:])     # the first says what is always left out
             raise SuiteError(f"{where}: the VM has no disk iomatrix can measure"
                              + (f" ({skipped})" if skipped else ""))
-        raise SuiteError(f"{where}: the VM has {len(result.disks)} disks ({names}): name one "
+        raise SuiteError(f"{where}: the VM has {len(disks)} disks ({names}): name one "
                          "with [matrix] disk")
-    found = next((d for d in result.disks if d.name == wanted), None)
+    found = next((d for d in disks if d.name == wanted), None)
     other = next((d for d in result.others if d.name == wanted), None)
     if other is not None:
         raise SuiteError(f"{where}: {wanted} is {NOT_A_DISK[other.kind]}, not a disk to measure "

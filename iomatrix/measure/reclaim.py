@@ -11,13 +11,21 @@ says so. One that is killed cannot; then ``reclaim`` removes them, from the next
   process's pid, start time and lock; a process on another host counts as alive);
 - the run did not ask to ``--keep`` it;
 - the path still is what iomatrix created: its name (``iomatrix-run-*``, ``iomatrix-*``), in
-  the directory it was created in, a directory and not a symlink, owned by the user iomatrix runs
-  as, who created it;
+  the directory it was created in, reached through directories nobody else controls
+  (``iomatrix.core.dirs``), a directory and not a symlink, owned by the user iomatrix runs as,
+  who created it;
+- it carries iomatrix's marker (``core.dirs.MARKER``: for a scratch or image directory naming
+  the record's process and path, for a target directory its path), which only iomatrix's user
+  can have written there: a database that merely names a directory (a crafted one, say) cannot
+  have it removed, and one naming a live run's directory as a dead process's does not match;
 - nothing is mounted inside it once the FUSE exports a killed daemon left are detached and the
   filesystems a run made there (on loop devices over files inside it: ``iomatrix.target.
-  targets``) are unmounted and their loop devices detached.
+  targets``) are unmounted and their loop devices detached; and no process still has a file
+  open in it (the killed run's children get SIGTERM when it dies: ``core.proc.orphan_guard``;
+  one that outlives it is killed, anything else leaves the directory where it is: ``_let_go``).
 
-A target directory that iomatrix created is only ever removed with ``rmdir``: when empty."""
+A target directory that iomatrix created is only ever removed with ``rmdir``: when it holds
+nothing but its marker."""
 
 from __future__ import annotations
 
@@ -29,16 +37,19 @@ import signal
 import stat
 import sys
 import tempfile
-import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from iomatrix.core.errors import EnvironmentProblem
+from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker, remove_empty,
+                                walk)
+from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
-from iomatrix.core.owner import HeldLock, Identity, liveness, this_process
+from iomatrix.core.owner import PROC, HeldLock, Identity, liveness, this_process
+from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.store.records import ResourceRecord
-from iomatrix.store.repo import Store, identity
+from iomatrix.store.repo import Store, identity, lock_of
 from iomatrix.target import loops
 from iomatrix.target.targets import release_loops
 from iomatrix.target.workspace import PREFIX
@@ -66,35 +77,51 @@ class RunProcess:
         self._lock: HeldLock | None = None
 
     def start(self) -> None:
-        tmp = Path(tempfile.gettempdir()).resolve()
-        path = tmp / f"{SCRATCH_PREFIX}{secrets.token_hex(4)}"
-        if len(str(path)) > SCRATCH_MAX:
-            raise EnvironmentProblem(f"scratch directory {path} is too long for the UNIX sockets "
-                                     f"placed in it (over {SCRATCH_MAX} characters)",
-                                     hint="set TMPDIR to a shorter directory, e.g. /tmp")
-        self.id = self.store.register_process(self.me, str(path / LOCK_NAME))
-        self.store.add_resource(self.id, "scratch", str(path), str(tmp), keep=self.keep)
+        given = Path(tempfile.gettempdir())
         try:
-            path.mkdir(mode=0o700)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot create the scratch directory {path}: "
-                                     f"{exc.strerror}", hint="set TMPDIR to a writable "
-                                     "directory") from exc
+            walked = walk(given)
+        except UnsafeDirectory as exc:
+            raise EnvironmentProblem(f"TMPDIR {given}: {exc}: another user could redirect the "
+                                     "run's sockets and job files", hint="set TMPDIR to a "
+                                     "directory only root (or you) can write to, e.g. /tmp") from exc
+        try:
+            tmp = walked.real
+            if walked.missing:
+                raise EnvironmentProblem(f"TMPDIR {given}: {tmp / walked.missing[0]} does not "
+                                         "exist", hint="set TMPDIR to an existing directory")
+            path = tmp / f"{SCRATCH_PREFIX}{secrets.token_hex(4)}"
+            if len(str(path)) > SCRATCH_MAX:
+                raise EnvironmentProblem(f"scratch directory {path} is too long for the UNIX "
+                                         f"sockets placed in it (over {SCRATCH_MAX} characters)",
+                                         hint="set TMPDIR to a shorter directory, e.g. /tmp")
+            self.id = self.store.register_process(self.me, str(path / LOCK_NAME))
+            marker = self.record("scratch", path, tmp)
+            try:
+                fd, _ = make_private(walked.fd, tmp, path.name, reuse=False, marker=marker)
+            except OSError as exc:
+                raise EnvironmentProblem(f"cannot create the scratch directory {path}: "
+                                         f"{exc.strerror}", hint="set TMPDIR to a writable "
+                                         "directory") from exc
+        finally:
+            os.close(walked.fd)
+        os.close(fd)
         self.scratch = path
         self._lock = HeldLock(path / LOCK_NAME)
+        self.store.lock_made(self.id, self._lock.info)
 
-    def record(self, kind: str, path: Path, within: Path) -> None:
+    def record(self, kind: str, path: Path, within: Path) -> str:
         """``iomatrix.target.workspace.Recorder``: a directory about to be created."""
         assert self.id is not None
         self.store.add_resource(self.id, kind, str(path), str(within), run_id=self.run_id,
                                 keep=self.keep)
+        return marker_text(self.me, kind, str(path))
 
     def close(self, *, failing: bool) -> None:
         """Remove the scratch directory (unless keep), settle what is gone, end the process's
         record, release the lock. While another error is on its way, its own are not raised.
         A stopping signal (Ctrl-C, SIGTERM, SIGHUP) that arrives meanwhile takes effect once
         this is done, so that it cannot leave half a clean-up behind."""
-        with _signals_deferred():
+        with signals_deferred():
             self._close(failing)
 
     def _close(self, failing: bool) -> None:
@@ -103,10 +130,16 @@ class RunProcess:
                 _detach_fuse(self.scratch)
                 shutil.rmtree(self.scratch, ignore_errors=True)
             if self.id is not None:
-                for r in self.store.open_resources(self.id):
+                for r in self.store.open_resources():
+                    mine = r.process.id == self.id
+                    if not mine and (r.kind != "parent" or r.process.ended_at is None):
+                        continue
+                    # a target directory another run made and ended in is removed by the last
+                    # run over it (``Workspace.close``), which settles its record
                     if not os.path.lexists(r.path):
-                        self.store.settle_resource(r.id, "removed")
-                    elif r.keep:
+                        self.store.settle_resource(r.id, "removed" if mine else
+                                                   f"gone (seen at the end of pid {self.me.pid})")
+                    elif r.keep and mine:
                         self.store.settle_resource(r.id, "kept (--keep)")
                 self.store.end_process(self.id)
         except Exception:
@@ -115,28 +148,6 @@ class RunProcess:
         finally:
             if self._lock is not None:
                 self._lock.release()
-
-
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold back stopping signals for the block; those that came are raised again after it,
-    to whatever handled them before. Only the main thread can do this (elsewhere, nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum))
-                for s in STOPPING if signal.getsignal(s) is not None}  # None: not Python's
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(came):
-            signal.raise_signal(s)
 
 
 @contextlib.contextmanager
@@ -163,56 +174,92 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
             mountinfo: Path = MOUNTINFO) -> list[Reclaimed]:
     """Remove what dead processes left (see the module's docstring), except what process ``me``
     created and what ``scope`` excludes; each resource looked at, with what was done. With
-    ``dry_run`` nothing is removed and nothing is written to the store."""
+    ``dry_run`` nothing is removed and nothing is written to the store; what it says it would
+    remove is what it removes (a target directory emptied by the removals before it, too)."""
     myself = this_process()
     resources = [r for r in store.open_resources()
                  if r.process.id != me and (scope is None or scope(r))]
     done: list[Reclaimed] = []
+    going: set[str] = set()
+    """Paths removed, or with dry_run that would be: not there for the directories above."""
     # what is inside a directory before the directory: images and scratch before targets
     for r in sorted(resources, key=lambda r: (r.kind == "parent", -len(r.path))):
-        alive, why = liveness(identity(r.process), r.process.lock_path, me=myself)
+        alive, why = liveness(identity(r.process), lock_of(r.process), me=myself)
         if alive and r.process.ended_at is None:
             done.append(Reclaimed(r, "left", f"in use by a live iomatrix since "
                                              f"{r.process.started_at} ({why})"))
             continue
-        outcome = _reclaim_one(r, dry_run, mountinfo, others=resources)
+        outcome = _reclaim_one(r, dry_run, mountinfo, others=resources, going=going)
         done.append(outcome)
+        if outcome.action in ("removed", "would remove", "gone"):
+            going.add(r.path)
         if not dry_run and outcome.action in ("removed", "gone", "kept"):
             store.settle_resource(r.id, f"{outcome.action} (pid {myself.pid}: {outcome.detail})")
     return done
 
 
-def stale_parents(store: Store, *, me: int) -> dict[str, int]:
-    """The target directories (and parents of them) that processes now dead or ended created
-    and did not remove: real path → resource id. A run over such a target takes them on
-    (``Workspace.adopt``, ``Store.adopt_resource``) and removes them at its end when empty."""
-    myself = this_process()
-    return {r.path: r.id for r in store.open_resources()
-            if r.kind == "parent" and r.process.id != me and not r.keep
-            and (r.process.ended_at is not None
-                 or not liveness(identity(r.process), r.process.lock_path, me=myself)[0])}
+def marker_text(owner: Identity, kind: str, path: str) -> str:
+    """What iomatrix writes in the ``MARKER`` of a directory it made (``kind`` at ``path``) for
+    process ``owner``; ``reclaim`` removes the directory only while it still says so. A target
+    directory's names no process: any run over it may remove it once it is empty."""
+    if kind == "parent":
+        return parent_marker(Path(path))
+    return (f"made by iomatrix: {kind} {path}\nfor pid {owner.pid} started at tick "
+            f"{owner.start_ticks} of boot {owner.boot_id} on {owner.host} as uid {owner.uid}\n")
+
+
+class _Leave(Exception):
+    """The resource is not removed; the message says why."""
 
 
 def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
-                 others: list[ResourceRecord]) -> Reclaimed:
-    path = Path(r.path)
+                 others: list[ResourceRecord], going: set[str]) -> Reclaimed:
     if r.keep:
         return Reclaimed(r, "kept", "the run asked to --keep it")
-    problem = _not_ours(r)
-    if problem == "gone":
-        return Reclaimed(r, "gone", "already removed")
-    if problem:
-        return Reclaimed(r, "left", problem)
+    try:
+        parent_fd = _open_within(r)
+    except _Leave as exc:
+        detail = str(exc)
+        return Reclaimed(r, "gone", "already removed") if detail == "gone" else Reclaimed(
+            r, "left", detail)
+    try:
+        return _reclaim_in(r, parent_fd, dry_run, mountinfo, others, going)
+    except _Leave as exc:
+        return Reclaimed(r, "left", str(exc))
+    finally:
+        os.close(parent_fd)
+
+
+def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Path,
+                others: list[ResourceRecord], going: set[str]) -> Reclaimed:
+    path = Path(r.path)
+    name = path.name
+    marker = marker_text(identity(r.process), r.kind, r.path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=parent_fd)
+    except OSError as exc:
+        raise _Leave(f"cannot look inside it: {exc.strerror}") from exc
+    try:
+        entries = [e for e in os.listdir(fd) if str(path / e) not in going and e != MARKER]
+        marked = read_marker(fd) == marker
+    finally:
+        os.close(fd)
     if r.kind == "parent":
-        inside = [o for o in others if o.within == r.path and os.path.lexists(o.path)]
-        if inside or any(path.iterdir()):
-            return Reclaimed(r, "left", "not empty")
+        inside = [o for o in others if o.within == r.path and os.path.lexists(o.path)
+                  and o.path not in going]
+        if inside or entries:
+            raise _Leave("not empty")
+    if not marked:
+        raise _Leave(f"it does not carry iomatrix's marker ({MARKER}) for this record, so it "
+                     "may not be what iomatrix made (or iomatrix was stopped as it made it): "
+                     "remove it by hand if it is")
+    if r.kind == "parent":
         if dry_run:
             return Reclaimed(r, "would remove", "empty")
-        try:
-            path.rmdir()
-        except OSError as exc:
-            return Reclaimed(r, "left", f"cannot remove: {exc.strerror}")
+        why = remove_empty(parent_fd, name, marker)
+        if why is not None:
+            raise _Leave(why)
         return Reclaimed(r, "removed", "empty")
     size = _size(path)
     made = loops.backed_in(path)            # filesystems a run made there (target.targets)
@@ -221,7 +268,7 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
                and m.source not in made_devices]
     foreign = [m.point for m in mounted if not m.fstype.startswith("fuse")]
     if foreign or any(m.point == r.path for m in mounts(mountinfo)):
-        return Reclaimed(r, "left", f"something is mounted in it: {', '.join(foreign) or r.path}")
+        raise _Leave(f"something is mounted in it: {', '.join(foreign) or r.path}")
     if dry_run:
         detail = "; ".join(
             ([f"{len(mounted)} FUSE export(s) to detach first"] if mounted else [])
@@ -231,50 +278,151 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
     released = release_loops(path, mountinfo=mountinfo)
     still = [m.point for m in mounts(mountinfo) if m.point.startswith(r.path + "/")]
     if still:
-        return Reclaimed(r, "left", f"cannot detach {', '.join(still)}")
+        raise _Leave(f"cannot detach {', '.join(still)}")
+    killed, users = _let_go(r, path, others)
+    if users:
+        raise _Leave(f"files in it are still open: {', '.join(map(_named, users[:3]))}"
+                     + (" …" if len(users) > 3 else ""))
     errors: list[str] = []
 
-    def failed(function: object, name: str, info: object) -> None:
+    def failed(function: object, failed_name: str, info: object) -> None:
         exc = info[1] if isinstance(info, tuple) else info
         if not isinstance(exc, FileNotFoundError):          # another reclaimer was quicker
-            errors.append(f"{name}: {getattr(exc, 'strerror', None) or exc}")
+            errors.append(f"{failed_name}: {getattr(exc, 'strerror', None) or exc}")
 
-    shutil.rmtree(path, onerror=failed)
+    shutil.rmtree(name, dir_fd=parent_fd, onerror=failed)
     if errors:
-        return Reclaimed(r, "left", f"cannot remove: {errors[0]}")
+        raise _Leave(f"cannot remove: {errors[0]}")
     detail = "; ".join(
         ([f"{len(mounted)} FUSE export(s) detached"] if mounted else [])
         + ([f"loop device(s) {', '.join(lo.device for lo in released)} detached"]
-           if released else []))
+           if released else [])
+        + ([f"killed {', '.join(killed)}, left running by the dead run"] if killed else []))
     return Reclaimed(r, "removed", detail, size)
 
 
-def _not_ours(r: ResourceRecord) -> str:
-    """Why the recorded path must not be removed ("gone" when it is not there); "" when it is
-    what iomatrix created."""
+def _open_within(r: ResourceRecord) -> int:
+    """The directory the resource was made in, held open, once the resource is proved to be
+    what iomatrix made there (``_Leave`` says why not; "gone" when it is not there)."""
     path = Path(r.path)
     prefix = {"scratch": SCRATCH_PREFIX, "workspace": PREFIX}.get(r.kind, "")
     if not path.name.startswith(prefix) or not path.is_absolute() or ".." in path.parts:
-        return f"its name is not one iomatrix gives ({prefix}*)"
+        raise _Leave(f"its name is not one iomatrix gives ({prefix}*)")
+    if str(path.parent) != r.within:
+        raise _Leave(f"it is no longer inside {r.within}")
     try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        if os.path.isdir(r.within):
-            return "gone"
-        return f"{r.within} is not there now (unmounted?)"
+        walked = walk(path.parent)
+    except UnsafeDirectory as exc:
+        raise _Leave(f"not removed through a directory another user controls: {exc}") from exc
     except OSError as exc:
-        return f"cannot look at it: {exc.strerror}"
+        raise _Leave(f"cannot look at it: {exc.strerror}") from exc
+    try:
+        if walked.missing:
+            raise _Leave(f"{r.within} is not there now (unmounted?)")
+        if walked.real != path.parent:
+            raise _Leave(f"it is no longer inside {r.within}")
+        _check_made(r, walked.fd)
+    except BaseException:
+        os.close(walked.fd)
+        raise
+    return walked.fd
+
+
+def _check_made(r: ResourceRecord, parent_fd: int) -> None:
+    try:
+        info = os.lstat(Path(r.path).name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        raise _Leave("gone") from None
+    except OSError as exc:
+        raise _Leave(f"cannot look at it: {exc.strerror}") from exc
     if stat.S_ISLNK(info.st_mode):
-        return "it is a symlink now, not the directory iomatrix created"
+        raise _Leave("it is a symlink now, not the directory iomatrix created")
     if not stat.S_ISDIR(info.st_mode):
-        return "it is not a directory now"
-    if os.path.realpath(path.parent) != r.within:
-        return f"it is no longer inside {r.within}"
+        raise _Leave("it is not a directory now")
     uid = os.geteuid()
     if info.st_uid != uid or info.st_uid != r.process.uid:
-        return (f"owned by uid {info.st_uid}; iomatrix runs as uid {uid} and created it as "
-                f"uid {r.process.uid}")
-    return ""
+        raise _Leave(f"owned by uid {info.st_uid}; iomatrix runs as uid {uid} and created it as "
+                     f"uid {r.process.uid}")
+
+
+USERS_WAIT = 5.0
+"""Seconds to wait for processes of a killed run (fio, qemu-img...) to let go of files in its
+directories: each got SIGTERM when the run died (``core.proc.orphan_guard``)."""
+
+
+def _let_go(r: ResourceRecord, path: Path,
+            others: list[ResourceRecord]) -> tuple[list[str], list[int]]:
+    """Wait for the processes holding files in ``path`` to end; those the dead run started and
+    that outlived its SIGTERM (a qemu-storage-daemon can hang so) are killed, with their process
+    groups. Returns (what was killed, described; the pids still holding files there).
+
+    A process is the dead run's when its session leader is one of the run's commands: every
+    command a run starts leads a session of its own (``start_new_session``), runs as the run's
+    user and names one of the run's directories in its arguments (sockets, job files, images)."""
+    users = _users_after(path, USERS_WAIT)
+    if not users:
+        return [], []
+    theirs = tuple(o.path.rstrip("/") + "/" for o in others if o.process.id == r.process.id)
+    killed = []
+    for leader in sorted({s for s in map(_session, users) if s is not None}):
+        if _started_by(leader, theirs, r.process.uid):
+            name = _named(leader)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
+                killed.append(name)
+    return killed, (_users_after(path, USERS_WAIT) if killed else users)
+
+
+def _users_after(path: Path, wait: float) -> list[int]:
+    """The processes with a file or working directory inside ``path``, once ``wait`` seconds
+    have passed or none is left."""
+    deadline = time.monotonic() + wait
+    while True:
+        users = _users(path)
+        if not users or time.monotonic() >= deadline:
+            return users
+        time.sleep(0.1)
+
+
+def _users(path: Path, proc: Path = Path("/proc")) -> list[int]:
+    inside = str(path).rstrip("/") + "/"
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(entry / "cwd")]
+            links += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(link.removesuffix(" (deleted)").startswith(inside) for link in links):
+            found.append(int(entry.name))
+    return found
+
+
+def _named(pid: int) -> str:
+    return f"pid {pid} ({read_text(PROC / str(pid) / 'comm').strip()})"
+
+
+def _session(pid: int) -> int | None:
+    """The session a process is in (field 6 of /proc/PID/stat), or None when it is gone."""
+    text = read_text(PROC / str(pid) / "stat")
+    fields = text[text.rindex(")") + 2:].split() if ")" in text else []
+    return int(fields[3]) if len(fields) > 3 else None
+
+
+def _started_by(leader: int, directories: tuple[str, ...], uid: int) -> bool:
+    """Whether ``leader`` leads its own session, runs as ``uid`` and names one of
+    ``directories`` in its arguments: a command of the run that made them."""
+    try:
+        real_uid = int(next(line.split()[1] for line in
+                            (PROC / str(leader) / "status").read_text().splitlines()
+                            if line.startswith("Uid:")))
+        argv = (PROC / str(leader) / "cmdline").read_bytes().decode(errors="replace")
+    except (OSError, StopIteration, ValueError):
+        return False
+    return (_session(leader) == leader and real_uid == uid
+            and any(d in argv for d in directories))
 
 
 def _detach_fuse(path: Path, mountinfo: Path = MOUNTINFO) -> None:

@@ -5,7 +5,6 @@ a callback object; never prints."""
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 import time
 from collections.abc import Callable
@@ -15,24 +14,24 @@ from typing import Protocol
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.registry import driver_for
-from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
-from iomatrix.fio.ioping import IopingTool, find_ioping, run_ioping, tool_note
+from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
+from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
-from iomatrix.measure.fromvm import resolve_vm
-from iomatrix.measure.pvehost import detect_pve, on_host
-from iomatrix.measure.reclaim import describe, reclaim, run_process, stale_parents
+from iomatrix.measure.prepare import PreparedRun, prepare
+from iomatrix.measure.pvehost import detect_pve
+from iomatrix.measure.reclaim import describe, reclaim, run_process
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.core.proc import require
-from iomatrix.suite.plan import Block, estimate_seconds, plan, plan_round, trial_seconds
+from iomatrix.suite.plan import Block, estimate_seconds, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
 from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, StoredRun,
-                                    TrialResult)
+                                    StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
-from iomatrix.suite.expand import Expansion, expand
+from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Configuration, Suite, Workload
-from iomatrix.target.targets import TargetSet, plan_targets
+from iomatrix.target.targets import TargetSet
 from iomatrix.target.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
@@ -86,14 +85,16 @@ def tools_for(expansion: Expansion) -> list[str]:
 
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
-              resume: int | None = None, retry_failed: bool = False) -> RunOutcome:
-    """Measure every trial of ``suite`` and store it; returns how it went. ``accel`` overrides
-    the suite's [method] accel. ``resume`` continues that stored run (whose suite must be
-    ``suite``): only trials it does not have are measured, and with ``retry_failed`` its failed
-    trials too (each failed attempt is kept in the run's trial history). Ctrl-C stops every
-    process started, removes the images (unless ``keep``) and marks the run interrupted. On a
-    Proxmox VE host a new run of a suite that chooses no platform measures Proxmox's graph
-    (``iomatrix.measure.pvehost``).
+              seed: int | None = None, resume: int | None = None,
+              retry_failed: bool = False) -> RunOutcome:
+    """Measure every trial of ``suite`` and store it; returns how it went. The run is prepared
+    as ``run --plan`` shows it (``measure.prepare``: ``accel`` and ``seed`` override the
+    suite's [method] accel and seed). ``resume`` continues that stored run (whose suite must be
+    ``suite``), in its own order: only trials it does not have are measured, and with
+    ``retry_failed`` its failed trials too (each failed attempt is kept in the run's trial
+    history). Ctrl-C stops every process started, removes the images (unless ``keep``) and
+    marks the run interrupted. On a Proxmox VE host a new run of a suite that chooses no
+    platform measures Proxmox's graph (``iomatrix.measure.pvehost``).
 
     The target is checked before anything is stored or created. This process owns the run while
     it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
@@ -101,15 +102,13 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     target is removed first (``iomatrix.measure.reclaim``)."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
-    suite = resolve_vm(suite)
-    host_notes: tuple[str, ...] = ()
-    if resume is None:          # a stored run keeps the platform it was started with
-        suite, host_notes = on_host(suite, detect_pve())
-    expansion = expand(suite)
-    for tool in tools_for(expansion):
+    # a stored run keeps the platform it was started with
+    prepared = prepare(suite, accel=accel, seed=seed, pve=detect_pve() if resume is None else None)
+    suite = prepared.suite
+    for tool in tools_for(prepared.full):
         require(tool)
-    workspace, expansion = _targets(suite, expansion, keep)
-    workspace.check(expansion.configurations)
+    workspace = _workspace(prepared, keep)
+    workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
         workdir = me.scratch
@@ -123,41 +122,33 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if done_item.action == "removed":
                 progress.note(describe(done_item))
         workspace.record = me.record
-        stale = stale_parents(store, me=me.id)
-        for level in workspace.adopt(stale):
-            store.adopt_resource(stale[os.path.realpath(level)], me.id, me.run_id)
-        drivers = _drivers(suite, expansion, workdir, accel or suite.method.accel, progress)
+        drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
-        expansion = expansion.for_accel(accelerator)
+        prepared = prepared.under(accelerator)
         retry: set[tuple[str, str, int]] = set()
-        ioping = find_ioping()
-        ioping_modes = {c.mode for c in expansion.configurations
-                        if any(w.ioping for w in expansion.workloads_for(c))}
-        ioping_notes = [tool_note(ioping, ioping_modes)] if ioping_modes else []
         if resume is None:
-            seed = suite.method.seed if suite.method.seed is not None else secrets.randbelow(2**31)
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
-            notes = [*host_notes, *expansion.notes, *workspace.notes, *ioping_notes]
-            run_id = store.create_run(suite_name=suite.name, suite_source=suite.source_path,
-                                      suite_text=suite.source_text, host=host,
+            notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
+                     *prepared.notes]
+            run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
                                       accelerator=accelerator, notes=notes,
-                                      configs=expansion.configurations,
-                                      workloads=expansion.workloads, seed=seed, owner=me.id)
+                                      configs=prepared.expansion.configurations,
+                                      workloads=prepared.expansion.workloads,
+                                      seed=prepared.seed, owner=me.id)
             me.run_id = run_id
             done: set[tuple[str, str, int]] = set()
         else:
             stored = store.load_run(resume)
-            run_id, seed = stored.id, stored.seed or 0
-            expansion = _as_stored(expansion, stored)
+            run_id = stored.id
+            prepared = prepared.resumed(stored)
             done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
                     if t.status == "ok" or not retry_failed}
             retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
                      if t.status == "failed" and retry_failed}
-            added = [n for n in [*workspace.notes, *ioping_notes]
-                     if n not in stored.notes]
+            added = [n for n in [*workspace.notes, *prepared.notes] if n not in stored.notes]
             if retry:
                 added.append(_retry_note(stored, retry))
             notes = [*stored.notes, *added]
@@ -167,8 +158,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             progress.note(text)
         status = "failed"
         try:
-            runner = _Runner(suite, expansion, store, run_id, progress, seed, done, retry,
-                             ioping=ioping)
+            runner = _Runner(prepared, store, run_id, progress, done, retry)
             with workspace:
                 workspace.create()
                 _late_notes(store, run_id, progress, notes, workspace.notes)
@@ -209,44 +199,27 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
-def _targets(suite: Suite, expansion: Expansion,
-             keep: bool) -> tuple[Workspace | TargetSet, Expansion]:
-    """The run's target prepared as one ``Workspace``, or for a suite of several targets as a
-    ``TargetSet``, with the expansion left without the targets this host cannot provide."""
-    plans = plan_targets(suite)
-    if not plans:
-        return Workspace(suite.target, keep=keep), expansion
-    targets = TargetSet(plans, keep=keep)
-    return targets, expansion.without_targets(targets.skipped)
+def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet:
+    """The run's target as one ``Workspace``, or for a suite of several targets a
+    ``TargetSet`` of those this host provides."""
+    if not prepared.targets:
+        return Workspace(prepared.suite.target, keep=keep)
+    return TargetSet(prepared.targets, keep=keep)
 
 
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
-    """What a run reclaims when it starts: scratch directories, and the image directories of
-    the run it resumes or of its target directories (``iomatrix clean`` reclaims everything)."""
+    """What a run reclaims when it starts: scratch directories, the image directories of the
+    run it resumes or of its target directories, and target directories made for it that are
+    left empty (``iomatrix clean`` reclaims everything)."""
     targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
                if t.directory is not None}
+    above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return r.kind == "scratch" or (r.kind == "workspace" and (
-            r.within in targets or (resume is not None and r.run_id == resume)))
+        return r.kind == "scratch" or (r.kind == "parent" and r.path in above) or (
+            r.kind == "workspace" and (r.within in targets
+                                       or (resume is not None and r.run_id == resume)))
     return wanted
-
-
-def _as_stored(expansion: Expansion, stored: StoredRun) -> Expansion:
-    """The expansion restricted to what the stored run recorded (its configurations and
-    workloads are the authority on resume); an error if the suite no longer yields them."""
-    configs = {c.key for c in stored.configs}
-    workloads = {w.key for w in stored.workloads}
-    have = {c.key for c in expansion.configurations} | {w.key for w in expansion.workloads}
-    missing = sorted((configs | workloads) - have)
-    if missing:
-        raise SuiteError(f"run {stored.id} cannot be resumed here: its suite no longer yields "
-                         f"{', '.join(missing[:3])}" + (" …" if len(missing) > 3 else ""))
-    pairs = tuple((c.key, w.key) for c in expansion.configurations if c.key in configs
-                  for w in expansion.workloads_for(c) if w.key in workloads)
-    return expansion.model_copy(update={
-        "configurations": tuple(c for c in expansion.configurations if c.key in configs),
-        "only": pairs, "notes": stored.notes})
 
 
 def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
@@ -258,17 +231,17 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
 
 
 class _Runner:
-    def __init__(self, suite: Suite, expansion: Expansion, store: Store, run_id: int,
-                 progress: Progress, seed: int, done: set[tuple[str, str, int]],
-                 retry: set[tuple[str, str, int]] | None = None, *,
-                 ioping: IopingTool | None = None) -> None:
-        self.suite = suite
-        self.method = suite.method
-        self.expansion = expansion
+    def __init__(self, prepared: PreparedRun, store: Store, run_id: int, progress: Progress,
+                 done: set[tuple[str, str, int]],
+                 retry: set[tuple[str, str, int]] | None = None) -> None:
+        self.prepared = prepared
+        self.suite = prepared.suite
+        self.method = prepared.suite.method
+        self.expansion = prepared.expansion
         self.store = store
         self.run_id = run_id
         self.progress = progress
-        self.seed = seed
+        self.seed = prepared.seed
         self.done = done
         self.retry = set(retry or ())
         """Failed trials to measure again (--retry-failed), until they are."""
@@ -280,7 +253,7 @@ class _Runner:
         """The block device of the target measured now, for the host's disk telemetry."""
         self._devices: dict[str | None, str | None] = {}
         self.perf = perf_problem()
-        self.ioping = ioping
+        self.ioping = prepared.ioping
         """ioping, where installed: host-mode ioping workloads run it (fio's equivalent if not)."""
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
@@ -294,7 +267,7 @@ class _Runner:
 
     def run(self, workspace: Workspace | TargetSet, workdir: Path,
             drivers: dict[str, Driver]) -> None:
-        blocks = self._todo(plan(self.expansion, self.method.samples, self.seed))
+        blocks = self._todo(self.prepared.blocks)
         self.progress.start(sum(len(b.workloads) for b in blocks),
                             estimate_seconds(blocks, self.method))
         for block in blocks:
@@ -346,6 +319,7 @@ class _Runner:
         trials = list(block.workloads)
         try:
             images = workspace.images(config)
+            workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
             with driver.session(config, images) as session:
                 fresh = [i.path for i in images if i.path not in workspace.preconditioned]
                 if self.method.precondition and fresh:
@@ -354,8 +328,10 @@ class _Runner:
                     self._precondition(session, workdir)
                     workspace.preconditioned.update(fresh)
                 while trials:
+                    workspace.verify(images)
                     self._trial(session, workdir, config, trials[0], block.sample)
                     trials.pop(0)
+                workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
             # The configuration could not be brought up: the block's remaining trials fail alike.
             for workload in trials:

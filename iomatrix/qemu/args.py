@@ -32,8 +32,10 @@ and ``-append`` are taken verbatim.
 That is the ``qemu`` platform. With ``platform = "proxmox"`` (PVE 8 or 9) or ``"libvirt"`` the
 disk's arguments are the ones that platform generates for the same settings
 (:mod:`iomatrix.platform`): PVE's detect-zeroes, discard, throttle filter and node names,
-libvirt's ``libvirt-1-storage``/``-format`` nodes. Reading back, nodes are named by their role
-(``file0`` protocol, ``disk0`` format, ``throttle0`` filter) whatever the platform called them.
+libvirt's ``libvirt-1-storage`` (and ``-format``) nodes, by libvirt version. Reading back,
+nodes are named by their role (``file0`` protocol, ``disk0`` format, ``throttle0`` filter)
+whatever the platform called them, and ``backend.node`` is the role of the node the disk
+device sits on.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, THROTTLE_NODE, blockdev_nodes,
-                                   cache_flags, daemon_graph, expected_node_flags, nodes_by_role)
+                                   cache_flags, daemon_graph, expected_node_flags,
+                                   libvirt_format_node, nodes_by_role)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
@@ -134,6 +137,9 @@ class GuestSpec(Frozen):
     """Whose block graph and devices the disk gets (``[method] platform``)."""
     pve_version: PveVersion | None = None
     """With platform proxmox: qemu-server 8 (-drive) or 9 (-blockdev, throttle filter; None)."""
+    libvirt: lv.Versions | None = None
+    """With platform libvirt: the libvirt and QEMU whose nodes the disk gets (None:
+    :class:`iomatrix.platform.libvirt.Versions`' defaults)."""
 
 
 def guest_argv(spec: GuestSpec, qemu: str = "qemu-system-x86_64") -> list[str]:
@@ -166,12 +172,14 @@ def vhost_daemon_argv(config: Configuration, image: Image, *, socket: Path, qmp_
 
 def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path,
                         qsd: str = "qemu-storage-daemon", platform: Platform = "qemu",
-                        pve_version: PveVersion | None = None) -> list[str]:
+                        pve_version: PveVersion | None = None,
+                        libvirt: lv.Versions | None = None) -> list[str]:
     """qemu-storage-daemon with a QMP monitor and the image's nodes (format, aio, cache); the
     caller adds its export, on :func:`iomatrix.qemu.blockdev.daemon_graph`'s ``export_node``
     (the format node on platforms qemu and libvirt). With ``platform = "proxmox"`` the nodes
     are the layers qemu-server gives a disk with these settings (detect-zeroes, discard, PVE 9's
-    throttle filter and its group); with "libvirt", libvirt's storage and format nodes."""
+    throttle filter and its group); with "libvirt", the nodes that libvirt (``libvirt``)
+    gives the disk."""
     argv = [qsd,
             "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
             "--monitor", "chardev=qmp0"]
@@ -180,7 +188,7 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
     else:
         graph = daemon_graph(config, image.path, is_device=image.is_device,
                              size=image.size if image.is_device else None, platform=platform,
-                             pve_version=pve_version)
+                             pve_version=pve_version, libvirt=libvirt)
         for obj in graph.objects:
             argv += ["--object", obj]
         nodes = list(graph.blockdevs)
@@ -202,16 +210,20 @@ def vhost_num_queues(config: Configuration, vcpus: int) -> int:
 
 
 def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Platform = "qemu",
-                            pve_version: PveVersion | None = None) -> dict[str, str]:
+                            pve_version: PveVersion | None = None,
+                            libvirt: lv.Versions | None = None,
+                            is_device: bool = False) -> dict[str, str]:
     """What :func:`read_guest_settings` must report for a guest started from
     :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
-    ``platform``."""
+    ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device)."""
     kind = _kind(config)
     flags = cache_flags(config)
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
-        out.update(expected_node_flags(config))
+        format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
+        out.update(expected_node_flags(config, format_node=format_node))
         out["backend.write-cache"] = on_off(flags.writeback)
+        out["backend.node"] = FORMAT_NODE if format_node else FILE_NODE
         out["device.write-cache"] = on_off(flags.writeback)
         if platform == "proxmox":
             # Drive.pm detect_zeroes_cmdline_option: "on" without discard= (PVE 8 sets it on the
@@ -222,6 +234,7 @@ def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Plat
             if not pve9:
                 out["device.write-cache"] = "auto"
             else:   # the throttle filter: QEMU's default cache flags (none given)
+                out["backend.node"] = THROTTLE_NODE
                 out |= {f"{THROTTLE_NODE}.driver": "throttle",
                         f"{THROTTLE_NODE}.cache.direct": "false",
                         f"{THROTTLE_NODE}.cache.no-flush": "false"}
@@ -251,7 +264,9 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     nodes, blocks, iothreads, peripheral = qmp_execute(qmp_socket, [
         ("query-named-block-nodes", None), ("query-block", None), ("query-iothreads", None),
         ("qom-list", {"path": "/machine/peripheral"})], timeout=timeout)
-    nodes = nodes_by_role(nodes)
+    roles = nodes_by_role(nodes)
+    role = {old.get("node-name"): new.get("node-name") for old, new in zip(nodes, roles)}
+    nodes = roles
     types = {item["name"]: item["type"][len("child<"):-1] for item in peripheral
              if item["type"].startswith("child<")}
     disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), "")
@@ -261,13 +276,11 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
         "device.iothread": "", "iothreads": str(len(iothreads))}
     out |= {f"{n['node-name']}.detect-zeroes": str(n["detect_zeroes"]) for n in nodes
             if n.get("detect_zeroes", "off") != "off" and not n["node-name"].startswith("#")}
-    backend = next((b["inserted"] for b in blocks
-                    if (b.get("inserted") or {}).get("node-name") == FORMAT_NODE), None)
-    if backend is None:     # another platform's graph: the backend its one disk device has
-        backend = next((b["inserted"] for b in blocks if b.get("inserted") and b.get("qdev")),
-                       None)
+    backend = disk_backend(blocks)
     if backend is not None:
-        out["backend.write-cache"] = on_off(backend["cache"]["writeback"])
+        out["backend.write-cache"] = on_off(backend["inserted"]["cache"]["writeback"])
+        name = backend["inserted"].get("node-name")
+        out["backend.node"] = str(role.get(name, name))
     if not disk:
         return out
     # The virtio device (a SCSI disk's controller) holds the iothread and the queues.
@@ -294,12 +307,30 @@ BLOCKSTATS = ("rd_operations", "wr_operations", "rd_bytes", "wr_bytes", "flush_o
 def read_blockstats(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, int]:
     """QEMU's own counters for the disk under test (``query-blockstats`` of its device),
     or an empty dict when the guest's disk is served elsewhere (vhost-user-blk)."""
-    # device (BlockBackend) statistics: the I/O the guest device issued to the format node
+    # device (BlockBackend) statistics: the I/O the guest device issued to its top node
     stats, = qmp_execute(qmp_socket, [("query-blockstats", None)], timeout=timeout)
-    node = next((s for s in stats if s.get("node-name") == FORMAT_NODE), None)
-    if node is None:        # another platform's graph: its disk device's backend
-        node = next((s for s in stats if s.get("qdev")), None)
-    return {k: int(node["stats"][k]) for k in BLOCKSTATS} if node else {}
+    return blockstats_of(stats)
+
+
+def disk_backend(entries: Any) -> dict[str, Any] | None:
+    """The disk under test's entry in a ``query-block`` or ``query-blockstats`` answer: the one
+    on iomatrix's own format node, else (other platforms name their nodes themselves, and
+    libvirt's raw disks may have no format node) the one disk device's."""
+    if not isinstance(entries, list):
+        return None
+    found = [e for e in entries if isinstance(e, dict) and (e.get("inserted") or "stats" in e)]
+
+    def node(entry: dict[str, Any]) -> object:   # query-block keeps it inside "inserted"
+        return (entry.get("inserted") or entry).get("node-name")
+    return (next((e for e in found if node(e) == FORMAT_NODE), None)
+            or next((e for e in found if e.get("qdev")), None))
+
+
+def blockstats_of(stats: Any) -> dict[str, int]:
+    """:data:`BLOCKSTATS` of the disk under test in a ``query-blockstats`` answer ({}: none,
+    e.g. vhost-user-blk, whose disk the daemon serves)."""
+    entry = disk_backend(stats)
+    return {k: int(entry["stats"][k]) for k in BLOCKSTATS} if entry else {}
 
 
 def expected_daemon_settings(config: Configuration) -> dict[str, str]:
@@ -376,7 +407,7 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
         raise InvalidCombination(f"{config.key}: unknown controller {kind!r}")
     if spec.platform != "qemu" and kind != "vhost-user-blk":
         return platform_disk_argv(config, spec.image, platform=spec.platform,
-                                  pve_version=spec.pve_version)
+                                  pve_version=spec.pve_version, libvirt=spec.libvirt)
     layout = _LAYOUTS[kind]
     hub_type, hub_id = layout.hub
     # Options go to the device where QEMU looks for them (for a refused configuration, the
@@ -420,7 +451,8 @@ def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
 
 
 def platform_disk_argv(config: Configuration, image: Image, *, platform: Platform,
-                       pve_version: PveVersion | None = None) -> list[str]:
+                       pve_version: PveVersion | None = None,
+                       libvirt: lv.Versions | None = None) -> list[str]:
     """The disk's arguments as ``platform`` generates them for the configuration's settings
     (Proxmox VE: the drive line a user would write, with the image as an absolute path)."""
     kind = _kind(config)
@@ -438,7 +470,8 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
                                     aio=config.aio, cache=config.cache,
                                     iothread=bool(config.iothread), fmt=config.format or "raw",
                                     num_queues=config.num_queues, queue_size=config.queue_size)
-        return list(lv.disk_args(disk, iothreads=threads, size=size).argv)
+        return list(lv.disk_args(disk, libvirt or lv.Versions(), iothreads=threads,
+                                 size=size).argv)
     except ValueError as exc:
         raise InvalidCombination(f"{config.key}: {exc}") from None
 

@@ -80,12 +80,14 @@ def blockdev_nodes(config: Configuration, image: Path, *, is_device: bool = Fals
     return [file_node, format_node]
 
 
-def expected_node_flags(config: Configuration) -> dict[str, str]:
+def expected_node_flags(config: Configuration, *, format_node: bool = True) -> dict[str, str]:
     """What ``query-named-block-nodes`` must report for the configuration, flattened as
-    ``<node>.<field>`` → value, to compare with what QEMU applied."""
+    ``<node>.<field>`` → value, to compare with what QEMU applied (``format_node``: whether the
+    graph has one over the protocol node)."""
     flags = cache_flags(config)
     out: dict[str, str] = {}
-    for node, driver in ((FILE_NODE, None), (FORMAT_NODE, config.format or "raw")):
+    roles = ((FILE_NODE, None), (FORMAT_NODE, config.format or "raw"))
+    for node, driver in roles if format_node else roles[:1]:
         if driver is not None:
             out[f"{node}.driver"] = driver
         out[f"{node}.cache.direct"] = qemu_bool(flags.direct)
@@ -108,19 +110,21 @@ class DaemonGraph(Frozen):
 
 def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
                  size: int | None = None, platform: Platform = "qemu",
-                 pve_version: PveVersion | None = None) -> DaemonGraph:
+                 pve_version: PveVersion | None = None,
+                 libvirt: lv.Versions | None = None) -> DaemonGraph:
     """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
     for the configuration's settings. qemu: iomatrix's own two nodes, the export on the format
-    node. libvirt: libvirt 9's two nodes for QEMU 7.2 (``libvirt-1-storage`` with
-    auto-read-only and discard=unmap, ``libvirt-1-format`` over it, also for raw;
-    :func:`iomatrix.platform.libvirt.disk_args`), the export on the format node. proxmox:
+    node. libvirt (``libvirt``: the libvirt and QEMU modelled, by default
+    :class:`iomatrix.platform.libvirt.Versions`' own): ``libvirt-1-storage`` and, where that
+    libvirt gives the disk one, ``libvirt-1-format`` over it
+    (:func:`iomatrix.platform.libvirt.disk_args`), the export on the top one. proxmox:
     qemu-server's layers (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes,
     discard, and on PVE 9 the throttle filter over an empty throttle group, the export on the
     top node."""
     if platform == "libvirt":
         disk, _ = lv.disk_for(LIBVIRT_BUS, source=str(image), block=is_device, aio=config.aio,
                               cache=config.cache, iothread=False, fmt=config.format or "raw")
-        argv = lv.disk_args(disk, size=size).argv
+        argv = lv.disk_args(disk, libvirt or lv.Versions(), size=size).argv
         nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
         return DaemonGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
     if platform != "proxmox":
@@ -135,16 +139,19 @@ def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
 
 
 def expected_daemon_graph(config: Configuration, *, platform: Platform = "qemu",
-                          pve_version: PveVersion | None = None) -> dict[str, str]:
+                          pve_version: PveVersion | None = None,
+                          libvirt: lv.Versions | None = None,
+                          is_device: bool = False) -> dict[str, str]:
     """What a daemon from :func:`daemon_graph` must report over QMP, nodes named by role
     (``file0``, ``disk0``, ``throttle0``): :func:`expected_node_flags`, each node's
     detect-zeroes, the filter, the export's node and the count of throttle groups. QMP does not
     report a node's discard mode, so it is not checked."""
-    out = expected_node_flags(config)
+    format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
+    out = expected_node_flags(config, format_node=format_node)
     roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
     if platform != "proxmox":
-        zeroes = {"protocol": "off", "format": "off"}
-        groups, top = 0, FORMAT_NODE
+        zeroes = {"protocol": "off", "format": "off"} if format_node else {"protocol": "off"}
+        groups, top = 0, FORMAT_NODE if format_node else FILE_NODE
     else:
         version = pve_version or pve.DEFAULT_PVE_VERSION
         zeroes = pve.daemon_detect_zeroes(_pve_drive(config, "/"), version)
@@ -154,6 +161,14 @@ def expected_daemon_graph(config: Configuration, *, platform: Platform = "qemu",
         out |= {f"{THROTTLE_NODE}.driver": "throttle", f"{THROTTLE_NODE}.cache.direct": "false",
                 f"{THROTTLE_NODE}.cache.no-flush": "false"}
     return out | {"export.node": top, "throttle-groups": str(groups)}
+
+
+def libvirt_format_node(config: Configuration, libvirt: lv.Versions | None,
+                        is_device: bool) -> bool:
+    """Whether the disk libvirt gets for the configuration has a node in the format role (a
+    block device's test area is a raw slice node: :func:`daemon_graph` passes its size)."""
+    return lv.has_format_node(config.format or "raw", libvirt or lv.Versions(),
+                              sliced=is_device)
 
 
 def _pve_drive(config: Configuration, volume: str) -> pve.Drive:

@@ -51,9 +51,13 @@ from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, 
 from iomatrix.analysis.points import only_configs
 from iomatrix.analysis.yourvm import VmGain, your_vm
 from iomatrix.telemetry.pagecache import RAM_SHARE
-from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NO_AIO_STORAGES,
-                                         NOT_SETTINGS, PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT,
-                                         Platform, PlatformDefault, defaults)
+from iomatrix.platform import PLATFORMS as MODULES
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.proxmox import NO_AIO_STORAGES
+from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
+                                         PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT, Platform,
+                                         defaults)
+from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
@@ -240,7 +244,7 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     if not parts:
         warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
                         "a recommendation on; every parameter keeps the platform's default")
-    return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite_name,
+    return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite.name,
                           emulated=run.emulated, storage=storage, decisions=tuple(decisions),
                           config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes),
                           yours=_yours(run, config, decisions))
@@ -325,24 +329,16 @@ def _vs(gain: VmGain) -> str:
     return ", ".join(words)
 
 
-GRAPH_DIFFERENCES = {
-    "proxmox": "Proxmox VE gives every disk detect-zeroes=on (unmap with discard=on), discard on "
-               "every node, and in PVE 9 a throttle filter node with an empty throttle group "
-               "above it; its controllers and iothread naming are qemu-server's",
-    "libvirt": "libvirt names its nodes libvirt-N-storage/-format with auto-read-only and "
-               "discard=unmap on the storage node, and its own device and iothread ids",
-}
-
-
 def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
            ) -> tuple[list[str], list[str]]:
     """Rule 9: (warnings, notes) on whether the measured block graph was ``platform``'s."""
     if platform == "qemu" or not parts:
         return [], []
-    method = run.suite_settings.method
-    measured = str(method.get("platform", "qemu"))
+    method = run.suite.method
+    measured = method.platform
     if measured == platform and "guest" in parts:
-        version = f", PVE {method.get('pve_version', 9)}" if platform == "proxmox" else ""
+        version = (f", PVE {method.pve_version or pve.DEFAULT_PVE_VERSION}"
+                   if platform == "proxmox" else "")
         note = (f"the guests were measured with {TITLES[platform]}'s own block graph and devices "
                 f'([method] platform = "{platform}"{version}): the findings transfer to it')
         if "blocklayer" in parts:
@@ -356,7 +352,7 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
             f'with [method] platform = "{measured}" ('
             + ("iomatrix's own graph" if measured == "qemu"
                else f"{TITLES.get(measured, measured)}'s graph")  # type: ignore[call-overload]
-            + f"); {GRAPH_DIFFERENCES[platform]}. Measure with platform = \"{platform}\" "
+            + f"); {MODULES[platform].GRAPH_DIFFERENCE}. Measure with platform = \"{platform}\" "
             "for findings that transfer"], []
 
 

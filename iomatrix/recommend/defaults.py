@@ -1,10 +1,10 @@
-"""What each platform does with a disk when nobody sets anything, and what it accepts (pure).
+"""The parameters a recommendation decides, and each platform's defaults, names and limits as
+its module in :mod:`iomatrix.platform` states them (pure).
 
-Everything here is transcribed from ``docs/qemu-disk-options.md`` (the project's notes on
-Proxmox qemu-server, libvirt and QEMU 7.2); each table names the section it comes from. A value
-that the reference does not document is not invented: the platform then has no default for that
-parameter (``PlatformDefault.level`` None) and the recommendation compares against a measured
-reference level instead.
+The platform modules transcribe ``docs/qemu-disk-options.md``. A value that the reference does
+not document is not invented: the platform then has no default for that parameter
+(``PlatformDefault.level`` None) and the recommendation compares against a measured reference
+level instead.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import Literal
 
 
-from iomatrix.suite.model import DIRECT_CACHES, Matrix
-from iomatrix.core.model import Frozen, on_off
+from iomatrix.platform import PLATFORMS as MODULES
+from iomatrix.platform.settings import PlatformDefault
+from iomatrix.suite.model import Matrix
 
 Platform = Literal["proxmox", "libvirt", "qemu"]
 PLATFORMS: tuple[Platform, ...] = ("proxmox", "libvirt", "qemu")
-PLACEHOLDER_VMID = "<vmid>"
-PLACEHOLDER_VOLUME = "<storage>:<volume>"
-TITLES: dict[Platform, str] = {"proxmox": "Proxmox VE", "libvirt": "libvirt", "qemu": "QEMU 7.2"}
+TITLES: dict[Platform, str] = {p: MODULES[p].TITLE for p in PLATFORMS}
 
 PARAMETERS = ("controller", "aio", "iothread", "cache", "format", "preallocation", "num_queues",
               "queue_size")
@@ -50,163 +49,20 @@ WHAT = {
     "queue_size": "entries per virtqueue",
 }
 
-NAMES: dict[Platform, dict[str, str]] = {
-    "proxmox": {"controller": "SCSI controller / bus (scsihw, virtioN|scsiN|sataN|ideN)",
-                "aio": "Async IO (aio=)", "iothread": "IO thread (iothread=)",
-                "cache": "Cache (cache=)", "format": "volume format",
-                "preallocation": "preallocation (storage option)",
-                "num_queues": "queues= (scsi)", "queue_size": "virtqueue size"},
-    "libvirt": {"controller": "<target bus=> / <controller model=>",
-                "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
-                "cache": "<driver cache=>", "format": "<driver type=>",
-                "preallocation": "preallocation (image creation)",
-                "num_queues": "queues=", "queue_size": "queue_size="},
-    "qemu": {"controller": "-device", "aio": "\"aio\" (file node)",
-             "iothread": "-object iothread + iothread=",
-             "cache": "\"cache\" {direct, no-flush} + write-cache=", "format": "format node driver",
-             "preallocation": "qemu-img create -o preallocation=",
-             "num_queues": "num-queues / num_queues", "queue_size": "queue-size / virtqueue_size"},
-}
-
-# -- Proxmox VE (reference §1) ----------------------------------------------------------------
-PROXMOX_STORAGES = ("other", "dir", "lvm", "lvmthin", "zfspool", "rbd", "krbd", "cifs", "nfs",
-                    "btrfs", "btrfs-nocow")
-"""Storage types ``--storage-type`` accepts; "other" means any storage without an exception.
-"rbd" is librbd (rbd without krbd); "btrfs-nocow" a btrfs storage with ``nocow 1``."""
-
-NO_AIO_STORAGES = {"rbd": "librbd (rbd without krbd)"}
-"""Storages whose disks get no aio at all. qemu-server Blockdev.pm generate_file_blockdev:
-``# only certain drivers have the aio setting`` / ``if ($driver eq 'file' || $driver eq
-'host_cdrom' || $driver eq 'host_device')``: an rbd node gets none (PVE 9); PVE 8's -drive passes
-one, which librbd ignores. So an aio setting does nothing there."""
-
-NON_IO_URING_STORAGES = {"lvm": "thick LVM (qemu-server 7.0-11)",
-                         "krbd": "rbd with krbd and a non-direct cache (qemu-server 7.0-6)",
-                         "cifs": "CIFS (qemu-server 7.2-5, #4099)"}
-"""Storages on which qemu-server's default aio is not io_uring (§1 "Default aio", point 2)."""
-
-PROXMOX_SCSIHW = ("lsi", "megasas", "pvscsi", "virtio-scsi-pci", "virtio-scsi-single")
-PROXMOX_IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi-single")
-"""Where qemu-server creates an iothread. QemuServer.pm config_to_command: ``push @$cmd,
-'-object', "iothread,id=iothread-$ds" if $drive->{iothread}`` for virtio drives, and for scsi
-``if ($conf->{scsihw} && $conf->{scsihw} eq "virtio-scsi-single" && $drive->{iothread})``, else
-``log_warn("iothread is only valid with virtio disk or virtio-scsi-single controller,
-ignoring")``: on virtio-scsi-pci iothread=1 is ignored."""
-"""``scsihw`` values the reference names (§1 "iothread"); the schema default is lsi."""
-PROXMOX_AIO = ("native", "io_uring", "threads")
-PROXMOX_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
-"""Values of a drive's ``cache=`` (§1 "Direct cache" table)."""
-PROXMOX_BUSES = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "scsi",
-                 "pvscsi": "scsi", "lsi": "scsi", "megasas": "scsi", "sata": "sata", "ide": "ide"}
-"""iomatrix controller → Proxmox drive bus (``<bus>0``); NVMe has no Proxmox drive bus."""
-PROXMOX_SCSIHW_OF = {"virtio-scsi": "virtio-scsi-pci", "virtio-scsi-single": "virtio-scsi-single",
-                     "pvscsi": "pvscsi", "lsi": "lsi", "megasas": "megasas"}
-
-# -- libvirt (reference §2) -------------------------------------------------------------------
-LIBVIRT_IO = ("native", "threads", "io_uring")
-LIBVIRT_CACHE = ("none", "writethrough", "writeback", "directsync", "unsafe")
-LIBVIRT_BUSES = PROXMOX_BUSES
-"""``<target bus=…>``: libvirt names the buses as Proxmox does (virtio, scsi, sata, ide)."""
-LIBVIRT_SCSI_MODELS = {"virtio-scsi": "virtio-scsi", "virtio-scsi-single": "virtio-scsi",
-                       "pvscsi": "vmpvscsi", "lsi": "lsilogic", "megasas": "megasas"}
-"""``<controller type='scsi' model=…>``; libvirt's name for pvscsi is vmpvscsi (formatdomain)."""
-TARGET_DEVS = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}
-
+NAMES: dict[Platform, dict[str, str]] = {p: MODULES[p].NAMES for p in PLATFORMS}
+"""Each parameter as each platform names it."""
 UNEXPRESSIBLE: dict[Platform, dict[tuple[str, str], str]] = {
-    "proxmox": {("controller", "nvme"): "Proxmox VE has no NVMe drive bus (virtioN, scsiN, "
-                                        "sataN, ideN only)"},
-    "libvirt": {("controller", "nvme"): "the reference documents no libvirt mapping for an "
-                                        "NVMe disk"},
-    "qemu": {},
-}
+    p: MODULES[p].UNEXPRESSIBLE for p in PLATFORMS}
 """(axis, level) a platform cannot be told to use."""
-
-
-class PlatformDefault(Frozen):
-    """A platform's default for one parameter: the level it amounts to (as a run spells it), or
-    None when the platform has none (the user's XML or command line must name it), and the words
-    to show."""
-
-    level: str | None
-    shown: str
-    note: str = ""
-
-
-def _d(level: str | None, shown: str | None = None, note: str = "") -> PlatformDefault:
-    return PlatformDefault(level=level, shown=shown or (level or "none"), note=note)
-
-
-def proxmox_aio_default(storage: str, cache: str | None) -> str | None:
-    """qemu-server's aio when a drive gives none (§1 "Default aio"): io_uring, except on thick
-    LVM, krbd and CIFS, where it is native if the cache is direct and threads otherwise; None on
-    librbd, whose disks get no aio (``NO_AIO_STORAGES``)."""
-    if storage in NO_AIO_STORAGES:
-        return None
-    direct = cache in DIRECT_CACHES
-    if storage == "krbd":   # the exception covers a non-direct cache only
-        return "io_uring" if direct else "threads"
-    if storage in NON_IO_URING_STORAGES:
-        return "native" if direct else "threads"
-    return "io_uring"
-
-
-def proxmox_cache_default(storage: str) -> str:
-    """The cache a drive without ``cache=`` gets (§1 table, row "unset"): ``cache=none``, except
-    on btrfs without nocow, where qemu-server passes nothing and QEMU's writeback applies.
-    qemu-server Drive.pm drive_uses_cache_direct: ``elsif (!drive_is_cdrom($drive) && !($scfg &&
-    $scfg->{type} eq 'btrfs' && !$scfg->{nocow})) { $cache_direct = 1; }``: btrfs with nocow
-    ("btrfs-nocow") is direct, cache=none, like any other storage."""
-    return "writeback" if storage == "btrfs" else "none"
 
 
 def defaults(platform: Platform, *, storage: str = "other",
              settings: dict[str, str] | None = None) -> dict[str, PlatformDefault]:
     """Every parameter's default on ``platform``. Defaults that depend on other settings
     (Proxmox's aio on the cache, iothread on the controller) follow ``settings``."""
-    settings = settings or {}
-    queues = _d(None, "QEMU's (one per vCPU)", "not set: QEMU 7.2 gives one queue per vCPU")
-    size = _d(None, "QEMU's (256)", "not set: QEMU 7.2's virtqueue size is 256")
-    if platform == "proxmox":
-        cache = proxmox_cache_default(storage)
-        aio = proxmox_aio_default(storage, settings.get("cache", cache))
-        aio_note = ("io_uring except on thick LVM, krbd (non-direct cache) and CIFS, where it is "
-                    "native with a direct cache, else threads")
-        if storage in NO_AIO_STORAGES:
-            aio_note = (f"{NO_AIO_STORAGES[storage]}: qemu-server passes no aio (only file, "
-                        "host_device and host_cdrom nodes get one): an aio setting does nothing")
-        elif storage == "krbd":
-            aio_note = f"{NON_IO_URING_STORAGES[storage]}: io_uring with a direct cache, else threads"
-        elif storage in NON_IO_URING_STORAGES:
-            aio_note = f"{NON_IO_URING_STORAGES[storage]}: native with a direct cache, else threads"
-        controller = settings.get("controller", "virtio-scsi-single")
-        # The GUI ticks IO thread for new Linux VMs on virtio-scsi-single and virtio disks only;
-        # on virtio-scsi-pci qemu-server ignores it (PROXMOX_IOTHREAD_CONTROLLERS).
-        iothread = on_off(controller in PROXMOX_IOTHREAD_CONTROLLERS)
-        iothread_shown = "on" if iothread == "on" else (
-            "off (ignored by qemu-server on virtio-scsi-pci)" if controller == "virtio-scsi"
-            else "off (not on this bus)")
-        return {
-            "controller": _d("virtio-scsi-single", note="GUI default for new Linux VMs since "
-                             "PVE 7.3; the schema default scsihw is lsi"),
-            "aio": _d(aio, "none (librbd: no aio)" if aio is None else None, note=aio_note),
-            "iothread": _d(iothread, iothread_shown,
-                           note="ticked by the GUI for new Linux VMs since PVE 7.3 (schema "
-                                "default off); virtio disks and virtio-scsi-single only"),
-            "cache": _d(cache, "none (cache unset)" if cache == "none" else "unset → QEMU's writeback",
-                        note="an unset cache means cache=none, except on btrfs"),
-            "format": _d(None, "set by the storage", "chosen when the volume is allocated"),
-            "preallocation": _d(None, "set by the storage", "a storage option, not a drive one"),
-            "num_queues": queues, "queue_size": size}
-    no_bus = "no default: the " + ("XML" if platform == "libvirt" else "command line") + " names it"
-    return {
-        "controller": _d(None, no_bus),
-        "aio": _d("threads", note="io/aio not given: QEMU's default thread pool"),
-        "iothread": _d("off", note="no iothread unless one is configured"),
-        "cache": _d("writeback", note="cache not given: QEMU's default, writeback (§3)"),
-        "format": _d(None, "none (" + ("type=" if platform == "libvirt" else "the driver")
-                     + " names it)"),
-        "preallocation": _d(None, "none (chosen at image creation)"),
-        "num_queues": queues, "queue_size": size}
+    result: dict[str, PlatformDefault] = MODULES[platform].defaults(storage=storage,
+                                                                    settings=settings)
+    return result
 
 
 FALLBACK = {axis: _fallback for axis, _fallback in (

@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 
 from iomatrix.core.errors import InvalidCombination
+from iomatrix.platform import PLATFORMS as MODULES
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import GuestSpec, guest_argv
-from iomatrix.recommend.defaults import (LIBVIRT_BUSES, LIBVIRT_SCSI_MODELS, NO_AIO_STORAGES,
-                                         PLACEHOLDER_VMID,
-                                         PLACEHOLDER_VOLUME, PROXMOX_BUSES, PROXMOX_SCSIHW_OF,
-                                         TARGET_DEVS, UNEXPRESSIBLE, Platform)
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
+from iomatrix.recommend.defaults import UNEXPRESSIBLE, Platform
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.target.workspace import Image
 from iomatrix.core.model import Frozen
 
-PLACEHOLDER_IMAGES = {"libvirt": "/var/lib/libvirt/images/disk", "qemu": "disk"}
-"""Without ``--image``, the image path shown (plus ``.raw``/``.qcow2``)."""
 
 
 class Rendered(Frozen):
@@ -48,7 +46,7 @@ def render(platform: Platform, config: Configuration, *, vmid: str = PLACEHOLDER
     _check(platform, config)
     if platform == "proxmox":
         return proxmox(config, vmid=vmid, volume=volume, storage=storage)
-    path = image or f"{PLACEHOLDER_IMAGES[platform]}.{config.format or 'raw'}"
+    path = image or f"{MODULES[platform].PLACEHOLDER_IMAGE}.{config.format or 'raw'}"
     if platform == "libvirt":
         return libvirt(config, image=path)
     return qemu(config, image=Path(path))
@@ -74,108 +72,21 @@ def _image_notes(config: Configuration, where: str) -> list[str]:
 
 def proxmox(config: Configuration, *, vmid: str = PLACEHOLDER_VMID,
             volume: str = PLACEHOLDER_VOLUME, storage: str = "other") -> Rendered:
-    """``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…[,queues=N]``.
-
-    qemu-server gives an iothread only to virtio disks and to SCSI disks on virtio-scsi-single;
-    on virtio-scsi-pci it warns and ignores it, and sata/ide drives have no such key (§1). For one
-    disk, virtio-scsi with an iothread is what virtio-scsi-single is, so that is what is written.
-    ``queues=`` exists for SCSI disks on virtio-scsi-single only, and from 2 up."""
+    """The ``qm set`` line of :func:`iomatrix.platform.proxmox.qm_set`."""
     _check("proxmox", config)
-    controller = str(config.controller)
-    notes: list[str] = []
-    scsihw = PROXMOX_SCSIHW_OF.get(controller)
-    if controller == "virtio-scsi" and config.iothread:
-        scsihw = "virtio-scsi-single"
-        notes.append("measured as virtio-scsi with an iothread: for one disk that is Proxmox's "
-                     "virtio-scsi-single (qemu-server ignores iothread on virtio-scsi-pci)")
-    bus = PROXMOX_BUSES[controller]
-    options = [f"aio={config.aio or 'threads'}"]
-    if storage in NO_AIO_STORAGES:
-        # Blockdev.pm generate_file_blockdev: an rbd node gets no aio; writing one does nothing
-        options = []
-        notes.append(f"no aio= written: on {NO_AIO_STORAGES[storage]} qemu-server passes none")
-    if bus == "virtio" or scsihw == "virtio-scsi-single":
-        options.append(f"iothread={1 if config.iothread else 0}")
-    options.append(f"cache={config.cache or 'writeback'}")
-    if config.num_queues:
-        if scsihw == "virtio-scsi-single" and config.num_queues >= 2:
-            options.append(f"queues={config.num_queues}")
-        else:
-            notes.append(f"num_queues={config.num_queues} left out: qemu-server passes queues= "
-                         "only for SCSI disks on virtio-scsi-single, from 2 up")
-    if config.queue_size:
-        notes.append(f"queue_size={config.queue_size} left out: qemu-server has no virtqueue-size "
-                     "option")
-    if (config.format or "raw") != "raw" or (config.preallocation or "off") != "off":
-        notes.append(f"the volume must be {config.format or 'raw'}: format and preallocation are "
-                     "chosen when the volume is allocated (by the storage), not by qm set")
-    argv = ["qm", "set", vmid]
-    if scsihw is not None:
-        argv += ["--scsihw", scsihw]
-    argv += [f"--{bus}0", ",".join([volume, *options])]
+    argv, notes = pve.qm_set(config, vmid=vmid, volume=volume, storage=storage)
     return Rendered(platform="proxmox", text=" ".join(argv), notes=tuple(notes), argv=tuple(argv))
 
 
 # -- libvirt (reference §2) -------------------------------------------------------------------
 
 def libvirt(config: Configuration, *, image: str) -> Rendered:
-    """``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
-    ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
-    (in ``<devices>``). An iothread goes on the disk's driver for virtio-blk and on the
-    controller's driver for virtio-scsi, whose disks share it; queues likewise."""
+    """The domain XML fragments of :func:`iomatrix.platform.libvirt.pasted_xml`."""
     _check("libvirt", config)
-    controller = str(config.controller)
-    bus = LIBVIRT_BUSES[controller]
-    notes: list[str] = []
-    fragments: list[tuple[str, str]] = []
-    if config.iothread:
-        threads = ET.Element("iothreads")
-        threads.text = "1"
-        fragments.append(("<domain>", _xml(threads)))
-    model = LIBVIRT_SCSI_MODELS.get(controller)
-    if model is not None:
-        element = ET.Element("controller", {"type": "scsi", "index": "0", "model": model})
-        props = {}
-        if config.iothread:
-            props["iothread"] = "1"
-        if config.num_queues:
-            props["queues"] = str(config.num_queues)
-        if props:
-            ET.SubElement(element, "driver", props)
-        if config.queue_size:
-            notes.append(f"queue_size={config.queue_size} left out: the reference documents no "
-                         "virtqueue size for libvirt's virtio-scsi controller")
-        if controller == "virtio-scsi-single":
-            notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
-                         "virtio-scsi controller (and its own iothread); for one disk this is it")
-        fragments.append(("<devices>", _xml(element)))
-    elif bus == "sata":
-        fragments.append(("<devices>", _xml(ET.Element("controller", {"type": "sata",
-                                                                        "index": "0"}))))
-    block = image.startswith("/dev/")
-    disk = ET.Element("disk", {"type": "block" if block else "file", "device": "disk"})
-    driver = {"name": "qemu", "type": config.format or "raw", "cache": config.cache or "writeback",
-              "io": config.aio or "threads"}
-    if bus == "virtio":
-        if config.iothread:
-            driver["iothread"] = "1"
-        if config.num_queues:
-            driver["queues"] = str(config.num_queues)
-        if config.queue_size:
-            driver["queue_size"] = str(config.queue_size)
-    ET.SubElement(disk, "driver", driver)
-    ET.SubElement(disk, "source", {"dev" if block else "file": image})
-    ET.SubElement(disk, "target", {"dev": TARGET_DEVS[bus], "bus": bus})
-    fragments.append(("<devices>", _xml(disk)))
+    fragments, notes = lv.pasted_xml(config, image=image)
     notes += _image_notes(config, "qemu-img or a storage pool volume")
     text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
     return Rendered(platform="libvirt", text=text, notes=tuple(notes), fragments=tuple(fragments))
-
-
-def _xml(element: ET.Element) -> str:
-    ET.indent(element, space="  ")
-    # libvirt's own documentation quotes attributes with '; ElementTree writes ".
-    return ET.tostring(element, encoding="unicode").replace('"', "'").replace(" />", "/>")
 
 
 # -- QEMU (reference §3, §4) ------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.model import Ioping, block_sizes
+from iomatrix.suite.model import Ioping, Method, block_sizes
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
@@ -379,9 +379,8 @@ def build_report_data(run: "StoredRun") -> ReportData:
     groups, workloads = _workloads(run)
     config_index = {c.key: i for i, c in enumerate(configs)}
     workload_index = {w.key: i for i, w in enumerate(workloads)}
-    method = run.suite_settings.method
-    target, source = _ci_target(method)
-    eff = efficiency(pts)
+    target, source = _ci_target(run.suite.method)
+    eff = efficiency(pts, run.configs)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
         if trial.status == "ok":
@@ -398,11 +397,10 @@ def build_report_data(run: "StoredRun") -> ReportData:
     return ReportData(
         latency_mean=latency.mean, latency_percentiles=latency.percentiles,
         latency_note=latency.sentence,
-        run_id=run.id, suite_name=run.suite_name,
-        suite_description=run.suite_settings.description,
+        run_id=run.id, suite_name=run.suite.name, suite_description=run.suite.description,
         created_at=run.created_at, finished_at=run.finished_at, status=run.status,
         accelerator=run.accelerator, emulated=run.emulated, host=run.host,
-        method={k: shown(v) for k, v in method.items()}, notes=run.notes,
+        method={k: shown(v) for k, v in run.suite.written_method.items()}, notes=run.notes,
         axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
         points=tuple(views), gains=_gains(run), aa=_aa(run), **_scores(run, config_index),
         **_recommendations(run), quality=_quality(run, views, target, source),
@@ -515,17 +513,10 @@ def _group(rw: str, bs: int, numjobs: int, rate: int | None, ioping: str = "") -
                      rate_iops=rate)
 
 
-def _ci_target(method: dict[str, Any]) -> tuple[float, str]:
+def _ci_target(method: Method) -> tuple[float, str]:
     """The suite's target_ci, or the report's default when it set none (or one we cannot read)."""
-    from iomatrix.suite.model import Method
-
-    if "target_ci" in method:
-        try:
-            target = Method.model_validate({"target_ci": method["target_ci"]}).target_ci
-        except ValidationError:
-            target = None
-        if target is not None:
-            return target, "the suite's target_ci"
+    if method.target_ci is not None:
+        return method.target_ci, "the suite's target_ci"
     return DEFAULT_CI_TARGET, "the report's default (the suite set no target_ci)"
 
 

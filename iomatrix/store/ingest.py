@@ -53,7 +53,8 @@ from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.fio.samples import (DEFAULT_LATENCY, LATENCIES, DirectionSample, LatencyKind,
                                   distribution, has_percentiles, merged_percentiles, samples_of)
 from iomatrix.store import Store
-from iomatrix.store.records import TrialResult
+from iomatrix.store.records import IMPORTED, StoredSuite, TrialResult
+from iomatrix.suite.load import toml_table
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.core.units import fio_size, parse_size
 
@@ -784,10 +785,9 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
               "say otherwise")]
     suite_name = name or Path(path).resolve().name or "imported"
     suite_text = (f"# imported from {source} ({len(found.files)} files); "
-                  "not a suite iomatrix can run\n[suite]\nname = "
-                  + _toml_string(suite_name) + "\n")
+                  "not a suite iomatrix can run\n" + toml_table("suite", {"name": suite_name}))
     run_id = store.create_run(
-        suite_name=suite_name, suite_source=f"import:{source}", suite_text=suite_text, host=host,
+        suite=StoredSuite(name=suite_name, source=IMPORTED + source, text=suite_text), host=host,
         accelerator="none", notes=notes, configs=list(configs.values()), workloads=workloads,
         seed=None)
     index: dict[tuple[str, str], int] = {}
@@ -850,7 +850,3 @@ def _positive(text: str, key: str, *, least: int = 1, most: int = FIO_UINT) -> i
 
 def _iso(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
-
-
-def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -5,13 +5,15 @@ analysis, show, export and report. A trial to be stored is a ``TrialResult``."""
 from __future__ import annotations
 
 import tomllib
-from functools import cached_property
 from typing import Any
 
-from pydantic import computed_field
+from pydantic import (Field, SerializerFunctionWrapHandler, ValidationError, computed_field,
+                      model_serializer, model_validator)
 
+from iomatrix.core.errors import IomatrixError, SuiteError
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.suite.model import method_of_vm
+from iomatrix.suite.load import load_suite_text
+from iomatrix.suite.model import ConfigKey, Finding, Method, Suite, method_of_vm
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
@@ -126,6 +128,11 @@ class ConfigRecord(Frozen):
     mode: str
     params: dict[str, str]
 
+    @property
+    def identity(self) -> ConfigKey:
+        """Its key, typed: as stored, ``str(identity) == key``."""
+        return ConfigKey(mode=self.mode, params=tuple(self.params.items()))
+
 
 class WorkloadRecord(Frozen):
     key: str
@@ -149,46 +156,118 @@ class RunSummary(Frozen):
     trials_failed: int
 
 
-class SuiteSettings(Frozen):
-    """What a run's suite text says about the run, as written: its description and its [method]
-    table (values as in the TOML, no defaults filled in; platform and pve_version as a suite
-    made from a VM follows them, ``suite.model.method_of_vm``). Empty where the text is not
-    TOML."""
+IMPORTED = "import:"
+"""How the source of an imported run begins (``import:PATH``)."""
 
+
+class StoredSuite(Frozen):
+    """The suite a run was made from, as the store keeps it: its name, where it came from and
+    its TOML text, byte for byte; and what iomatrix reads from that text, parsed once, when this
+    is made (by the runner for a new run, by ``Store.load_run`` for a stored one). Nothing else
+    reads a stored suite's TOML: construct one from ``name``, ``source`` and ``text``; the other
+    fields are derived (a copy with another text must be constructed, not ``model_copy``-ed).
+
+    Imported and synthetic runs store texts that are not runnable suites, and an older iomatrix
+    may have stored one this one refuses: each part is then read on its own, empty (or the
+    default) where it cannot be, and ``suite`` is None."""
+
+    name: str
+    source: str
+    """Where it came from: a suite file (``PATH --scale NAME`` at a scale), ``builtin:NAME``,
+    ``import:PATH`` for imported results (``IMPORTED``), or ``synthetic``."""
+    text: str
+    """The suite's TOML as the run keeps it, its job files ([jobfiles]) and the VM's disk
+    ([matrix.reference]) included: ``export --format suite`` writes it, and it runs again."""
+    suite: Suite | None = None
+    """The suite loaded back from ``text`` (what ``--resume`` measures); None where it does not
+    load (``problem`` says why)."""
+    problem: str | None = None
+    """Why ``suite`` is None: the error loading the text gave."""
     description: str = ""
-    method: dict[str, Any] = {}
-    target: dict[str, Any] = {}
-    findings: tuple[dict[str, Any], ...] = ()
-    """The [[finding]] tables, unvalidated."""
+    written_method: dict[str, Any] = {}
+    """The [method] table as written: values as in the TOML, no defaults filled in; platform
+    and pve_version as a suite made from a VM follows them (``suite.model.method_of_vm``)."""
+    method: Method = Method()
+    """The [method] table as this iomatrix reads it; the defaults where it cannot be read
+    (``method_problem`` says why)."""
+    method_problem: str | None = None
+    working_set: str = "size"
+    """[target] working_set as written ("size" when the text does not say)."""
+    findings: tuple[Finding, ...] = ()
+    """The [[finding]] tables: the claims the run can check."""
+    findings_problem: str | None = None
+    """Why the [[finding]] tables cannot be read (the first error); ``findings`` is then empty."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parsed(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            return data
+        return {"name": data.get("name"), "source": data.get("source"), "text": data["text"],
+                **_parse(data["text"], str(data.get("source")))}
+
+    @classmethod
+    def of(cls, suite: Suite) -> "StoredSuite":
+        """What a new run of ``suite`` stores."""
+        return cls(name=suite.name, source=suite.source_path, text=suite.source_text)
+
+    @property
+    def imported(self) -> bool:
+        """Results ``iomatrix import`` read, not a run iomatrix measured."""
+        return self.source.startswith(IMPORTED)
+
+    @property
+    def builtin(self) -> str | None:
+        """The name of the built-in suite the run was of (at whatever scale); None for others."""
+        if not self.source.startswith("builtin:"):
+            return None
+        return self.source.removeprefix("builtin:").split()[0]
+
+    def runnable(self) -> Suite:
+        """The suite, to be measured again (``--resume``); SuiteError when it cannot be."""
+        if self.suite is None:
+            raise SuiteError(self.problem or f"{self.source}: not a suite")
+        return self.suite
 
 
-def suite_settings(text: str) -> SuiteSettings:
-    """What a stored suite text says, as written; empty where the text is not TOML."""
+def _parse(text: str, source: str) -> dict[str, Any]:
+    """A stored suite text's parts (``StoredSuite``), each read on its own."""
+    try:
+        suite: Suite | None = load_suite_text(text, source=source)
+        problem = None
+    except IomatrixError as exc:
+        suite, problem = None, str(exc)
     try:
         tables = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return SuiteSettings()
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return {"suite": None, "problem": problem, "method_problem": problem}
 
     def table(name: str) -> dict[str, Any]:
         value = tables.get(name, {})
         return dict(value) if isinstance(value, dict) else {}
 
-    findings = tables.get("finding", [])
-    return SuiteSettings(
-        description=str(table("suite").get("description", "")),
-        method=method_of_vm(table("method"), tables.get("matrix")),
-        target=table("target"),
-        findings=tuple(f for f in findings if isinstance(f, dict))
-        if isinstance(findings, list) else ())
+    written = method_of_vm(table("method"), tables.get("matrix"))
+    parts: dict[str, Any] = {"suite": suite, "problem": problem, "written_method": written,
+                             "description": str(table("suite").get("description", "")),
+                             "working_set": str(table("target").get("working_set", "size"))}
+    try:
+        parts["method"] = Method.model_validate(written)
+    except ValidationError as exc:
+        parts["method_problem"] = f"{source}: [method]: {exc.errors()[0]['msg']}"
+    found = tables.get("finding", [])
+    try:
+        parts["findings"] = tuple(Finding.model_validate(f) for f in found if isinstance(f, dict)
+                                  ) if isinstance(found, list) else ()
+    except ValidationError as exc:
+        parts["findings_problem"] = exc.errors()[0]["msg"]
+    return parts
 
 
 class StoredRun(Frozen):
     """A whole run as stored."""
 
     id: int
-    suite_name: str
-    suite_source: str
-    suite_text: str
+    suite: StoredSuite = Field(exclude=True)
     created_at: str
     finished_at: str | None
     status: str
@@ -207,10 +286,13 @@ class StoredRun(Frozen):
         """Whether any measured figure of the run came from guests under TCG."""
         return any(t.accelerator == "tcg" and t.samples for t in self.trials)
 
-    @cached_property
-    def suite_settings(self) -> SuiteSettings:
-        """The suite text's settings, parsed once (a stored run is immutable)."""
-        return suite_settings(self.suite_text)
+    @model_serializer(mode="wrap")
+    def _exported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """As ``export --format json`` has always written a run: its suite as suite_name,
+        suite_source and suite_text, after its id."""
+        data = handler(self)
+        return {"id": data.pop("id"), "suite_name": self.suite.name,
+                "suite_source": self.suite.source, "suite_text": self.suite.text, **data}
 
 
 class ProcessRecord(Frozen):
@@ -227,6 +309,10 @@ class ProcessRecord(Frozen):
     """The file it holds an exclusive flock on while it lives."""
     started_at: str
     ended_at: str | None = None
+    lock_dev: int | None = None
+    lock_ino: int | None = None
+    """The lock file's device and inode, recorded once it was made (None before, or by an
+    iomatrix older than schema 6): a file in its place with another inode is not its lock."""
 
 
 class ResourceRecord(Frozen):

@@ -17,14 +17,13 @@ from typing import Any
 
 from iomatrix import __version__
 from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
-from iomatrix.core.owner import Identity, liveness, this_process
+from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
-                                    TrialRecord, TrialResult, WorkloadRecord, suite_settings)
+                                    StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
-from iomatrix.core.units import parse_duration
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
 from iomatrix.telemetry.steady import SteadyState
@@ -122,18 +121,19 @@ class Store:
         return current_version(self.conn)
 
     # -- writing ---------------------------------------------------------------------------
-    def create_run(self, *, suite_name: str, suite_source: str, suite_text: str,
-                   host: Mapping[str, str], accelerator: str, notes: Iterable[str],
-                   configs: Iterable[Configuration], workloads: Iterable[Workload],
-                   seed: int | None = None, owner: int | None = None) -> int:
-        """A new run with its configurations and workloads; its id. ``owner`` (a process from
-        ``register_process``) owns it from the start, and its resources are the run's."""
+    def create_run(self, *, suite: StoredSuite, host: Mapping[str, str], accelerator: str,
+                   notes: Iterable[str], configs: Iterable[Configuration],
+                   workloads: Iterable[Workload], seed: int | None = None,
+                   owner: int | None = None) -> int:
+        """A new run of ``suite`` with its configurations and workloads; its id. ``owner`` (a
+        process from ``register_process``) owns it from the start, and its resources are the
+        run's."""
         with self._transaction():
             run_id = self.conn.execute(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
                 "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id) "
                 "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (suite_name, suite_source, suite_text, now(), json.dumps(dict(host)), accelerator,
+                (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
                  __version__, json.dumps(list(notes)), seed, owner)).lastrowid
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
@@ -225,6 +225,12 @@ class Store:
         assert pid is not None
         return pid
 
+    def lock_made(self, process_id: int, info: os.stat_result) -> None:
+        """Record the device and inode of the lock file the process has made and holds."""
+        with self._transaction():
+            self.conn.execute("UPDATE processes SET lock_dev = ?, lock_ino = ? WHERE id = ?",
+                              (info.st_dev, info.st_ino, process_id))
+
     def end_process(self, process_id: int) -> None:
         """The process is ending: it owns no run any more."""
         with self._transaction():
@@ -247,7 +253,7 @@ class Store:
             previous = self.owner(run_id)
             if previous is not None and previous.id != process_id:
                 me = this_process()
-                alive, _ = liveness(identity(previous), previous.lock_path, me=me)
+                alive, _ = liveness(identity(previous), lock_of(previous), me=me)
                 if alive:
                     where = ("" if previous.host == me.host else f" on host {previous.host} "
                              "(whether it still runs cannot be seen from here)")
@@ -276,12 +282,6 @@ class Store:
         with self._transaction():
             self.conn.execute("UPDATE resources SET removed_at = ?, outcome = ? WHERE id = ?",
                               (now(), outcome, resource_id))
-
-    def adopt_resource(self, resource_id: int, process_id: int, run_id: int | None) -> None:
-        """A resource a dead process created becomes the process's, to remove at its end."""
-        with self._transaction():
-            self.conn.execute("UPDATE resources SET process_id = ?, run_id = ? WHERE id = ? "
-                              "AND removed_at IS NULL", (process_id, run_id, resource_id))
 
     def open_resources(self, process_id: int | None = None) -> list[ResourceRecord]:
         """What processes created and nobody has removed yet (of one process, or all)."""
@@ -339,6 +339,7 @@ class Store:
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.path}: no run {run_id}")
+        suite = StoredSuite(name=row[1], source=row[2], text=row[3])
         configs = tuple(
             ConfigRecord(key=r[0], label=r[1], mode=r[2], params=json.loads(r[3]))
             for r in self.conn.execute("SELECT key, label, mode, params_json FROM configurations "
@@ -350,13 +351,12 @@ class Store:
                                        "options_json FROM workloads WHERE run_id = ? ORDER BY id",
                                        (run_id,)))
         trials = self._with_device_shares(run_id, self._trials("t.run_id = ?", run_id),
-                                          ramp_s=_ramp(row[3]),
+                                          ramp_s=suite.method.ramp,
                                           fallback=stored_device(json.loads(row[9])))
-        return StoredRun(id=row[0], suite_name=row[1], suite_source=row[2], suite_text=row[3],
-                         created_at=row[4], finished_at=row[5], status=row[6], accelerator=row[7],
-                         iomatrix_version=row[8], host=json.loads(row[9]),
-                         notes=tuple(json.loads(row[10])), seed=row[11], configs=configs,
-                         workloads=workloads, trials=trials)
+        return StoredRun(id=row[0], suite=suite, created_at=row[4], finished_at=row[5],
+                         status=row[6], accelerator=row[7], iomatrix_version=row[8],
+                         host=json.loads(row[9]), notes=tuple(json.loads(row[10])), seed=row[11],
+                         configs=configs, workloads=workloads, trials=trials)
 
     def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
         """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""
@@ -459,17 +459,6 @@ class Store:
         return _Transaction(self.conn)
 
 
-def _ramp(suite_text: str) -> float:
-    """The [method] ramp of a stored suite text, in seconds (the default when it has none or
-    cannot be read, as for imported runs)."""
-    default = float(Method.model_fields["ramp"].default)
-    method = suite_settings(suite_text).method
-    try:
-        return parse_duration(method["ramp"]) if "ramp" in method else default
-    except (ValueError, TypeError, AttributeError):
-        return default
-
-
 def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:
     """Steady state as stored since schema v4: flat, the verdict's fields beside "checked" and
     "source" (or "checked": false and "reason"); nothing for a failed trial."""
@@ -500,18 +489,26 @@ def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
 
 
 _PROCESS = ("p.id, p.pid, p.host, p.boot_id, p.start_ticks, p.uid, p.lock_path, p.started_at, "
-            "p.ended_at")
+            "p.ended_at, p.lock_dev, p.lock_ino")
 
 
 def _process(row: Any) -> ProcessRecord:
     return ProcessRecord(id=row[0], pid=row[1], host=row[2], boot_id=row[3], start_ticks=row[4],
-                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8])
+                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8],
+                         lock_dev=row[9], lock_ino=row[10])
 
 
 def identity(process: ProcessRecord) -> Identity:
     """A recorded process as ``iomatrix.core.owner`` names processes."""
     return Identity(pid=process.pid, host=process.host, boot_id=process.boot_id,
                     start_ticks=process.start_ticks, uid=process.uid)
+
+
+def lock_of(process: ProcessRecord) -> LockFile | None:
+    """The lock file the process made, as recorded; None when it did not record one."""
+    if process.lock_dev is None or process.lock_ino is None or not process.lock_path:
+        return None
+    return LockFile(process.lock_path, process.lock_dev, process.lock_ino, process.uid)
 
 
 class _Transaction:

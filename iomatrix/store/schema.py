@@ -13,6 +13,8 @@ History:
      file), the run's current owner, what each process created on disk (scratch directories,
      image directories, target directories) and whether it was removed; trial_history keeps a
      failed trial, whole, when --retry-failed measures it again
+  6  the device and inode of each process's lock file, recorded once made: a file planted
+     under its name is not its lock (``iomatrix.core.owner.LockFile``)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -179,6 +181,11 @@ MIGRATIONS: tuple[str, ...] = (
         telemetry_json TEXT NOT NULL,
         fio_json BLOB
     );
+    """,
+    # 6
+    """
+    ALTER TABLE processes ADD COLUMN lock_dev INTEGER;
+    ALTER TABLE processes ADD COLUMN lock_ino INTEGER;
     """,
 )
 

@@ -8,6 +8,8 @@ import itertools
 
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.model import Frozen, shown
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform import refusal
 from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload)
@@ -99,7 +101,7 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
     With a ``platform`` other than qemu, a guest configuration that platform cannot produce
     (or would silently change) is refused too, with the platform's reason."""
     if config.mode == "guest" and platform != "qemu":
-        reason = _platform_reason(config, platform)
+        reason = refusal(platform, config)
         if reason:
             return reason
     if config.aio == "native" and config.cache not in DIRECT_CACHES:
@@ -120,32 +122,6 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
                           or (config.vms or 1) > 1):
         return ("a block-device target holds one raw image: format must be raw, preallocation "
                 "off and vms 1 (iomatrix writes qcow2, preallocates and multiplies images only in files)")
-    return None
-
-
-def _platform_reason(config: Configuration, platform: str) -> str | None:
-    """What Proxmox VE's qemu-server or libvirt cannot give a guest (docs/proxmox-options.md)."""
-    kind = "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
-    if platform == "proxmox":
-        if kind == "nvme":
-            return "Proxmox VE has no NVMe drive bus (virtioN, scsiN, sataN, ideN only)"
-        if kind == "vhost-user-blk":
-            return "qemu-server does not attach vhost-user-blk disks"
-        if config.iothread and kind not in ("virtio-blk", "virtio-scsi-single"):
-            # QemuServer.pm config_to_command: "iothread is only valid with virtio disk or
-            # virtio-scsi-single controller, ignoring"; sata/ide drives have no iothread option.
-            return (f"qemu-server ignores iothread=1 on {kind} (only virtio disks and scsihw "
-                    "virtio-scsi-single get an iothread): the guest would run without one")
-        if config.num_queues and (kind != "virtio-scsi-single" or config.num_queues < 2):
-            return ("qemu-server passes queues= only for scsi drives on virtio-scsi-single, "
-                    "from 2 up (Drive.pm %queues_fmt minimum 2; config_to_command)")
-        if config.queue_size:
-            return "qemu-server has no virtqueue-size option"
-    if platform == "libvirt":
-        if kind in ("nvme", "vhost-user-blk"):
-            return f"iomatrix does not model libvirt's {kind} disks"
-        if config.queue_size and kind != "virtio-blk":
-            return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
     return None
 
 
@@ -202,8 +178,17 @@ def _normalize(config: Configuration) -> Configuration:
     return config.model_copy(update=update) if update else config
 
 
-def expand(suite: Suite) -> Expansion:
-    """Every configuration × workload the suite asks for, invalid ones rejected or skipped."""
+NBD_IOTHREAD_SURVIVES_FROM = (9, 0, 0)
+"""QEMU 7.2 aborts an NBD export that has an iothread when a client disconnects (an assertion in
+``nbd_blockdev_client_closed``); 10.0 does not (both tried, four fio clients in a row). The NBD
+server's client list went to the main loop thread for 9.0 (f816310d0c3): before 9.0 the abort
+is possible, from 9.0 on it is not seen."""
+
+
+def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
+    """Every configuration × workload the suite asks for, invalid ones rejected or skipped.
+    ``qemu``: the version of the QEMU that will run them, where known (notes name what that
+    version does, and nothing about another's)."""
     targets: list[tuple[str | None, bool]] = (
         [(t.name, t.device is not None) for t in suite.named_targets]
         or [(None, suite.target.device is not None)])
@@ -218,7 +203,7 @@ def expand(suite: Suite) -> Expansion:
     parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
     for part_mode, matrix, where, rule in parts:
         before, skipped_before = len(configs), len(skipped)
-        _expand_part(suite, part_mode, matrix, where, targets, configs, skipped, notes)
+        _expand_part(suite, part_mode, matrix, where, targets, configs, skipped, notes, qemu)
         if len(configs) == before and len(skipped) > skipped_before:
             raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
         under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
@@ -289,7 +274,7 @@ def reference_lines(suite: Suite) -> list[str]:
         lines.append(f"your VM: its volume is on {ref.storage}; iomatrix measures an image on "
                      "the suite's [target] instead (the storage is not reproduced)")
     if ref.platform == suite.method.platform:
-        version = (f", PVE {suite.method.pve_version or 9}" if ref.platform == "proxmox" else "")
+        version = (f", PVE {suite.method.pve_version or pve.DEFAULT_PVE_VERSION}" if ref.platform == "proxmox" else "")
         lines.append(f"your VM: [method] platform = \"{ref.platform}\"{version}: every "
                      f"configuration gets {ref.platform}'s block graph, as the VM's disk does")
     else:
@@ -319,7 +304,7 @@ def _add_reference(suite: Suite, configs: list[Configuration],
         if reason is not None:
             raise InvalidCombination(f"{suite.source_path}: [matrix] from_vm "
                                      f"{suite.matrix.from_vm}: your VM's disk "
-                                     f"({config.key.split('/', 1)[1]}) cannot be measured: {reason}")
+                                     f"({config.identity.settings}) cannot be measured: {reason}")
         last = max((i for i, c in enumerate(configs)
                     if c.mode == config.mode and c.target == target), default=len(configs) - 1)
         configs.insert(last + 1, config)
@@ -328,7 +313,8 @@ def _add_reference(suite: Suite, configs: list[Configuration],
 
 def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
                  targets: list[tuple[str | None, bool]], configs: list[Configuration],
-                 skipped: list[Skipped], notes: list[str]) -> None:
+                 skipped: list[Skipped], notes: list[str],
+                 qemu: tuple[int, int, int] | None) -> None:
     """Append one matrix's valid configurations (not already present) to ``configs``, on each
     of ``targets`` in turn: (name, whether it is a block device); name None for a run of one."""
     used = MODE_AXES[mode]
@@ -339,8 +325,12 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
             notes.append(f"{where} {axis} is ignored in {mode} mode "
                          f"(values {', '.join(map(shown, values))} not used)")
     if mode == "blocklayer":
+        why = ""
+        if qemu is not None and qemu < NBD_IOTHREAD_SURVIVES_FROM:
+            why = (f" (QEMU before 9.0, as this {'.'.join(map(str, qemu))} is, can abort an NBD "
+                   "export with an iothread when a client disconnects: 7.2 does)")
         notes.append(f"{where} iothread in blocklayer mode: on = FUSE export with an iothread, "
-                     "off = NBD export (QEMU 7.2 aborts an NBD export with an iothread on disconnect)")
+                     f"off = NBD export{why}")
     axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
     if mode == "guest":
         axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
@@ -360,7 +350,7 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
             notes.append(f"skipped {config.key}: {reason}")
         else:
             raise InvalidCombination(
-                f"{suite.source_path}: {where} {config.key.split('/', 1)[1]}: {reason}",
+                f"{suite.source_path}: {where} {config.identity.settings}: {reason}",
                 hint="remove the value from the matrix, or set skip_invalid = true to drop such "
                      "combinations and list them")
 

@@ -14,6 +14,7 @@ import math
 import re
 import sys
 import tomllib
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,10 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
     read = carry(raw, source=source, directory=directory)
     if read:                  # kept in the text a run stores: --resume needs no file
         raw[JOBFILES] = read
-        text += ("" if text.endswith("\n") else "\n") + "\n".join(
-            ["", "# written by iomatrix: the job files this suite named, as they were read, so",
-             "# the run needs no file (a suite with [jobfiles] reads none)",
-             *_jobfiles_lines(read)]) + "\n"
+        text = _appended(text, [
+            "written by iomatrix: the job files this suite named, as they were read, so",
+            "the run needs no file (a suite with [jobfiles] reads none)"],
+            "\n".join(_jobfiles_lines(read)) + "\n")
     scales = _scales(raw.pop("scale", None), source)
     if scales and isinstance(raw.get("suite"), dict) and "scale" in raw["suite"]:
         raise SuiteError(f"{source}: [suite] scale: iomatrix writes it into a suite resolved at "
@@ -123,9 +124,8 @@ def suite_file(suite: Suite) -> Path | None:
 def with_reference(suite: Suite, reference: Reference) -> Suite:
     """``suite`` with its VM disk resolved: the settings appended to its text as
     [matrix.reference] (what a run stores, so that it needs the VM's file no more)."""
-    table = reference.model_dump(exclude_defaults=True)
-    text = (suite.source_text.rstrip("\n") + "\n\n# [matrix] from_vm as iomatrix read it\n"
-            "[matrix.reference]\n" + "\n".join(_table_lines(table)) + "\n")
+    text = _appended(suite.source_text, ["[matrix] from_vm as iomatrix read it"],
+                     toml_table("matrix.reference", reference.model_dump(exclude_defaults=True)))
     try:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError:
@@ -296,13 +296,24 @@ def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def toml_table(name: str, values: Mapping[str, Any]) -> str:
+    """``[name]`` and its keys, as iomatrix writes the TOML of a suite."""
+    return "\n".join([f"[{name}]", *_table_lines(values)]) + "\n"
+
+
+def _appended(text: str, comment: Sequence[str], table: str) -> str:
+    """A suite's text with a table iomatrix wrote after it, below ``comment`` lines: what a run
+    keeps (the job files it read, the VM's disk) so that it needs no file again."""
+    return text.rstrip("\n") + "\n\n" + "".join(f"# {line}\n" for line in comment) + table
+
+
 def _jobfiles_lines(texts: dict[str, str]) -> list[str]:
     """The [jobfiles] table (name → job file text) as TOML that reads back to those texts."""
     return [f"[{JOBFILES}]", *(f"{_toml_string(name)} = {_toml_string(text, multiline=True)}"
                                for name, text in texts.items())]
 
 
-def _table_lines(table: dict[str, Any]) -> list[str]:
+def _table_lines(table: Mapping[str, Any]) -> list[str]:
     return [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
 
 

@@ -449,7 +449,7 @@ VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
 
 class Reference(Frozen):
     """The disk of the user's VM (``[matrix] from_vm`` and ``disk``) as plain settings: what
-    iomatrix read from the file (``iomatrix.platform.translate``), written by iomatrix into the
+    iomatrix read from the file (``iomatrix.measure.translate``), written by iomatrix into the
     suite text a run stores (``[matrix.reference]``), so that ``--resume``, ``recommend``,
     ``show`` and the report need the file no more. The run measures it as its reference
     configuration, in the same rounds as the matrix."""
@@ -707,6 +707,11 @@ class Method(Frozen):
     """With platform = "libvirt": run the guests through this libvirtd (``"qemu:///system"``):
     iomatrix writes each guest's domain XML and starts it with ``virsh create``
     (iomatrix.drivers.libvirt). Absent: iomatrix's own QEMU with libvirt's block graph."""
+    libvirt_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    """With platform = "libvirt" and no libvirt_uri: the libvirt whose block graph the disks get
+    ("11.3"), with the QEMU that runs them (libvirt 10.1 and later give a raw disk no format
+    node on QEMU 9.0 and later). Absent: the libvirt installed here, else 11.3. Through a
+    libvirtd (libvirt_uri) the daemon's own version is used."""
     aa: bool = False
     """A/A calibration: measure the first configuration of the matrix twice (as itself and as
     its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
@@ -717,9 +722,13 @@ class Method(Frozen):
         if self.pve_version is not None and self.platform != "proxmox":
             raise ValueError(f'pve_version is for platform = "proxmox" (platform is '
                              f'"{self.platform}")')
-        if self.libvirt_uri is not None and self.platform != "libvirt":
-            raise ValueError(f'libvirt_uri is for platform = "libvirt" (platform is '
-                             f'"{self.platform}")')
+        for key in ("libvirt_uri", "libvirt_version"):
+            if getattr(self, key) is not None and self.platform != "libvirt":
+                raise ValueError(f'{key} is for platform = "libvirt" (platform is '
+                                 f'"{self.platform}")')
+        if self.libvirt_uri is not None and self.libvirt_version is not None:
+            raise ValueError("libvirt_version models a libvirt; with libvirt_uri the daemon's "
+                             "own version is used: drop one")
         return self
 
     @field_validator("target_ci", mode="before")
@@ -1034,6 +1043,36 @@ class Suite(Frozen):
         return self.suite.scale
 
 
+class ConfigKey(Frozen):
+    """A configuration's identity, typed: its mode and the settings that tell it apart
+    (``Configuration.params``, in that order). ``str(key)`` is the text runs store and are
+    compared, resumed and reported by (``blocklayer/aio=native/cache=none/...``): it is
+    written, never read back into parts."""
+
+    mode: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params)])
+
+    @property
+    def settings(self) -> str:
+        """The key without its mode: ``aio=native/cache=none/...``."""
+        return str(self).partition("/")[2]
+
+    @property
+    def target(self) -> str | None:
+        """The target's name in a run that measures several; None in a run of one."""
+        return dict(self.params).get(TARGET_AXIS)
+
+    @property
+    def baseline(self) -> "ConfigKey":
+        """The bare-metal baseline this configuration is measured against: the host-mode
+        configuration on the same target (``host``, or ``host/target=NAME``)."""
+        target = self.target
+        return ConfigKey(mode="host", params=() if target is None else ((TARGET_AXIS, target),))
+
+
 class Configuration(Frozen):
     """One point of the disk matrix. Fields that the mode ignores are None."""
 
@@ -1075,9 +1114,14 @@ class Configuration(Frozen):
         return out
 
     @property
+    def identity(self) -> ConfigKey:
+        """Its key, typed."""
+        return ConfigKey(mode=self.mode, params=tuple(self.params().items()))
+
+    @property
     def key(self) -> str:
         """Stable identity, e.g. ``blocklayer/aio=native/cache=none/format=raw/...``."""
-        return "/".join([self.mode, *(f"{k}={v}" for k, v in self.params().items())])
+        return str(self.identity)
 
     @property
     def label(self) -> str:
@@ -1105,14 +1149,6 @@ class Configuration(Frozen):
         if self.yours:
             text += f" {YOUR_VM}"
         return text
-
-
-def baseline_key(config_key: str) -> str:
-    """The key of the bare-metal baseline a configuration is measured against: the host-mode
-    configuration on the same target (``host``, or ``host/target=NAME`` in a run of several)."""
-    target = next((part.split("=", 1)[1] for part in config_key.split("/")[1:]
-                   if part.startswith(TARGET_AXIS + "=")), None)
-    return "host" if target is None else f"host/{TARGET_AXIS}={target}"
 
 
 SPLIT_OPTIONS = ("bssplit", "bsrange", "blocksize_range")

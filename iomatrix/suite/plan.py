@@ -105,14 +105,14 @@ class Estimate(Frozen):
     max_seconds: float | None = None
 
 
-def estimate(expansion: Expansion, method: Method, seed: int = 0) -> Estimate:
+def estimate(expansion: Expansion, method: Method) -> Estimate:
     """The trials, sessions and time of ``expansion`` measured with ``method``: the fixed
     rounds, and with adaptive repetition (target_ci) the bound when every point needs
-    max_samples."""
-    blocks = plan(expansion, method.samples, seed)
+    max_samples. Whatever the order (seed): each round has every configuration once."""
+    blocks = plan(expansion, method.samples, 0)
     most: list[Block] | None = None
     if method.target_ci is not None and method.max_samples > method.samples:
-        most = plan(expansion, method.max_samples, seed)
+        most = plan(expansion, method.max_samples, 0)
     return Estimate(
         configurations=len(expansion.configurations),
         trials=sum(len(b.workloads) for b in blocks), sessions=len(blocks),

@@ -57,10 +57,11 @@ def backed_in(directory: str | os.PathLike[str], sys_block: Path = SYS_BLOCK) ->
     return [loop for loop in loops(sys_block) if loop.backing.startswith(inside)]
 
 
-def attach(file: Path, sys_block: Path = SYS_BLOCK) -> Loop:
-    """A free loop device over ``file`` (which iomatrix created), with direct I/O where the
-    file's filesystem allows it, so that the loop device does not read and write through the
-    host page cache. Checked afterwards to be backed by ``file`` and nothing else."""
+def attach(file: Path, made: os.stat_result, sys_block: Path = SYS_BLOCK) -> Loop:
+    """A free loop device over ``file`` (which iomatrix created: ``made`` is its status), with
+    direct I/O where the file's filesystem allows it, so that the loop device does not read and
+    write through the host page cache. Checked afterwards to be backed by ``file`` and nothing
+    else: its path as the kernel names it, its device and inode as ``made``."""
     losetup = require("losetup", hint="install it: apt-get install mount")
     done = run([losetup, "--find", "--show", "--direct-io=on", str(file)], timeout=60)
     device = done.stdout.strip()
@@ -69,6 +70,12 @@ def attach(file: Path, sys_block: Path = SYS_BLOCK) -> Loop:
     if loop is None or loop.backing != real:
         raise TargetError(f"losetup attached {file} as {device!r}, but the kernel shows "
                           f"{loop.backing if loop else 'no such loop device'} behind it")
+    shown = run([losetup, "--list", "--noheadings", "--raw", "--output", "BACK-INO,BACK-MAJ:MIN",
+                 device], timeout=60).stdout.replace("\\x20", " ").split()
+    expected = [str(made.st_ino), f"{os.major(made.st_dev)}:{os.minor(made.st_dev)}"]
+    if shown != expected:
+        raise TargetError(f"losetup attached {device} to inode {' on '.join(shown) or '?'}, "
+                          f"not to the file iomatrix made ({' on '.join(expected)})")
     return loop
 
 

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from iomatrix.core.errors import IomatrixError, NotEnoughSpace, TargetError
 from iomatrix.core.model import Frozen
-from iomatrix.core.mounts import MOUNTINFO, PrivateMounts, is_mounted, mount_of, mounts
+from iomatrix.core.mounts import (MOUNTINFO, NOT_A_MOUNT, PrivateMounts, is_mounted, mount_of,
+                                  mounts, root_is_a_mount)
 from iomatrix.core.proc import require, run, which
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, NamedTarget, Suite, Target
@@ -129,6 +130,8 @@ def _cannot_make(fs: str, filesystems: Path) -> str | None:
             return f"{tool} not found (apt-get install mount)"
     if not Path("/dev/loop-control").exists():
         return "this host has no loop devices (/dev/loop-control is missing)"
+    if not root_is_a_mount():
+        return NOT_A_MOUNT
     try:
         known = {line.split()[-1] for line in filesystems.read_text().splitlines() if line.split()}
     except OSError:
@@ -148,32 +151,38 @@ def filesystem_size(fs: str, footprint: int) -> int:
 
 class LoopFilesystem:
     """A filesystem made on a loop device over a file in ``directory`` (the run's private
-    directory on the target), mounted at ``directory / fs``. See the module's docstring."""
+    directory on the target, held open as ``dir_fd``), mounted at ``directory / fs``. See the
+    module's docstring."""
 
-    def __init__(self, directory: Path, fs: str, size: int) -> None:
+    def __init__(self, directory: Path, fs: str, size: int, *, dir_fd: int) -> None:
         self.fs = fs
         self.size = size
         self.file = directory / f"{fs}.img"
         self.mountpoint = directory / fs
         self.loop: loops.Loop | None = None
         self._mounted = False
+        self._dir_fd = dir_fd
 
     def create(self) -> "LoopFilesystem":
         """Allocate the file, make the filesystem, attach and mount it (in the caller's mount
         namespace: ``PrivateMounts``)."""
-        fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.file.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600, dir_fd=self._dir_fd)
         try:
-            os.posix_fallocate(fd, 0, self.size)
-        except OSError as exc:
-            raise TargetError(f"cannot allocate {format_bytes(self.size)} for the {self.fs} "
-                              f"filesystem in {self.file.parent}: {exc.strerror}") from exc
+            try:
+                os.posix_fallocate(fd, 0, self.size)
+            except OSError as exc:
+                raise TargetError(f"cannot allocate {format_bytes(self.size)} for the {self.fs} "
+                                  f"filesystem in {self.file.parent}: {exc.strerror}") from exc
+            command, _ = MKFS[self.fs]
+            # mkfs writes the file iomatrix just made, through the descriptor it inherits
+            run([require(command[0]), *command[1:], f"/proc/self/fd/{fd}"],
+                timeout=max(120.0, self.size / 50e6), pass_fds=(fd,))
+            made = os.fstat(fd)
         finally:
             os.close(fd)
-        command, _ = MKFS[self.fs]
-        run([require(command[0]), *command[1:], str(self.file)],
-            timeout=max(120.0, self.size / 50e6))
-        self.loop = loops.attach(self.file)
-        self.mountpoint.mkdir(mode=0o700)
+        self.loop = loops.attach(self.file, made)
+        os.mkdir(self.mountpoint.name, 0o700, dir_fd=self._dir_fd)
         run([require("mount"), "-t", self.fs, self.loop.device, str(self.mountpoint)],
             timeout=120)
         self._mounted = True
@@ -313,7 +322,8 @@ class TargetSet:
             except (OSError, IomatrixError) as exc:
                 raise TargetError(f"target {plan.name}: cannot mount the {plan.make} filesystem "
                                   f"privately: {exc}") from exc
-            made = LoopFilesystem(outer.directory, plan.make, self._sizes[plan.name])
+            made = LoopFilesystem(outer.directory, plan.make, self._sizes[plan.name],
+                                  dir_fd=outer.directory_fd)
             self._made[plan.name] = made
             made.create()
             assert made.loop is not None
@@ -329,17 +339,11 @@ class TargetSet:
                                                    self._configs.get(plan.name, []))
         return self
 
-    def adopt(self, created: Iterable[str]) -> list[Path]:
-        """``Workspace.adopt`` for every target directory."""
-        created = list(created)
-        return [level for w in self._outer.values() for level in w.adopt(created)]
-
     def close(self) -> None:
         """Remove everything created (unless keep); unmount and detach the filesystems made
         (whatever keep says: with keep, their files stay, with the images inside)."""
         try:
-            # the first target to create a missing target directory removes it: last
-            for name, outer in reversed(self._outer.items()):
+            for name, outer in self._outer.items():
                 with contextlib.suppress(Exception):
                     if name in self._inner:
                         self._inner[name].close()
@@ -363,6 +367,12 @@ class TargetSet:
     def images(self, config: Configuration) -> list[Image]:
         """One image per guest of the configuration, on its target."""
         return self._workspace(config).images(config)
+
+    def verify(self, images: Iterable[Image]) -> None:
+        """``Workspace.verify`` on every target."""
+        images = list(images)
+        for workspace in [*self._inner.values(), *self._outer.values()]:
+            workspace.verify(images)
 
     def storage_of(self, config: Configuration) -> Path:
         """What holds the configuration's images (a made filesystem: its mount point, whose

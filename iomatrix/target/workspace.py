@@ -5,6 +5,14 @@ iomatrix writes to what it measures. A block device is used only when the suite 
 can be opened exclusively. A directory gets a private subdirectory that is removed at the end
 unless the user asks to keep it.
 
+A target directory is used only when nobody but root (or iomatrix's user) controls it or a
+directory above it (``iomatrix.core.dirs``): another user could otherwise swap a directory
+during the run and have root write an image's data through a symlink. Missing directories are
+made 0700; the private directory is made exclusively and held open, and each image is created in
+it relative to that descriptor (``O_EXCL``, ``O_NOFOLLOW``), qemu-img writing it through the
+descriptor. The programs that open an image by its path later (fio, QEMU, ioping) are checked
+before and after (``verify``): the path must still name the file iomatrix made.
+
 Everything is checked (``check``) before anything is created (``create``), so that a refusal
 leaves nothing behind, not even a stored run. ``create`` names each directory to its ``record``
 callback before making it: a process killed at any moment leaves nothing unrecorded, and what
@@ -12,7 +20,6 @@ was recorded can be removed later (``iomatrix.measure.reclaim``)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
@@ -21,8 +28,9 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-
-from iomatrix.core.errors import NotEnoughSpace, TargetError
+from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
+                                walk)
+from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
@@ -37,10 +45,11 @@ RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 PREFIX = "iomatrix-"
 """The name of every image directory iomatrix creates in a target directory begins so."""
 
-Recorder = Callable[[str, Path, Path], None]
+Recorder = Callable[[str, Path, Path], str]
 """Called with (kind, path, the directory it is created in) just before a directory is
 created: kind "parent" for a target directory (or a parent of it) that did not exist, kind
-"workspace" for the run's private image directory."""
+"workspace" for the run's private image directory. It returns the marker to write in a
+private directory (``core.dirs.MARKER``); a target directory gets ``core.dirs.parent_marker``."""
 
 
 class Image(Frozen):
@@ -75,7 +84,11 @@ class Workspace:
         self._images: dict[tuple[str, str], Image] = {}
         self.preconditioned: set[Path] = set()
         self.directory: Path | None = None
-        self._created_parent: Path | None = None
+        """The run's private directory once created (its real path)."""
+        self._fd: int | None = None
+        """The private directory, held open: images are created relative to it."""
+        self._made: dict[Path, os.stat_result] = {}
+        """Each image created, as it was made (``verify``)."""
         self.device_size: int | None = None
         self.notes: list[str] = []
         """Warnings found by ``check`` (see target_notes), for the run's notes."""
@@ -119,9 +132,9 @@ class Workspace:
                       *page_cache_notes(self.target, configs, self.image_size,
                                         memory_total(self._proc / "meminfo"))]
         parent = self.target.directory
-        existing = nearest_existing(parent)
-        if not existing.is_dir():
-            raise TargetError(f"[target] directory {parent}: {existing} is not a directory")
+        walked = _walk(parent)
+        os.close(walked.fd)
+        existing = walked.real
         if not _writable(existing):
             raise TargetError(f"[target] directory {parent}: {existing} is not writable "
                               "(read-only, or not ours)")
@@ -142,72 +155,86 @@ class Workspace:
         return self
 
     def create(self) -> "Workspace":
-        """Create the target directory if need be, and the run's private directory in it
-        (nothing on a device). Each is named to ``record`` before it is made."""
+        """Create the target directory if need be (mode 0700), and the run's private directory
+        in it (nothing on a device). Each is named to ``record`` before it is made."""
         if self.target.device is not None:
             return self
-        parent = self.target.directory
-        assert parent is not None
-        existing = nearest_existing(parent)
-        if existing != parent:
-            missing = [p for p in [parent, *parent.parents] if not p.exists()]
-            for level in reversed(missing):
+        assert self.target.directory is not None
+        for _ in range(3):
+            try:
+                self._fd = self._create(self.target.directory)
+                return self
+            except _Vanished:       # another run removed the (empty) target directory meanwhile
+                continue
+        raise TargetError(f"[target] directory {self.target.directory}: removed again and again "
+                          "as this run made its directory in it")
+
+    def _create(self, parent: Path) -> int:
+        walked = _walk(parent)
+        fd, level = walked.fd, walked.real
+        try:
+            for name in walked.missing:
+                level = level / name
                 self._record("parent", level)
                 try:
-                    level.mkdir()
-                except FileExistsError:
-                    pass
+                    inner, _ = make_private(fd, level.parent, name, reuse=True,
+                                            marker=parent_marker(level))
+                except UnsafeDirectory as exc:      # another user made it first
+                    raise UnsafeDirectory(f"[target] directory {parent}: {exc}") from exc
+                except FileNotFoundError as exc:
+                    raise _Vanished() from exc
                 except OSError as exc:
-                    raise TargetError(f"[target] directory {parent}: cannot create: "
+                    raise TargetError(f"[target] directory {parent}: cannot create {level}: "
                                       f"{exc.strerror}") from exc
-            self._created_parent = missing[-1]
+                os.close(fd)
+                fd = inner
+            return self._private(fd, level, parent)
+        finally:
+            os.close(fd)
+
+    @property
+    def directory_fd(self) -> int:
+        """The private directory, held open (``O_PATH``): create files in it relative to it."""
+        assert self._fd is not None, "Workspace.create() first"
+        return self._fd
+
+    def _private(self, fd: int, level: Path, parent: Path) -> int:
+        """Make the run's private directory in ``level`` (open as ``fd``), marked as the
+        recorder says; its descriptor."""
         for _ in range(100):
-            directory = parent / f"{PREFIX}{secrets.token_hex(4)}"
-            self._record("workspace", directory)
+            directory = level / f"{PREFIX}{secrets.token_hex(4)}"
+            marker = self._record("workspace", directory)
             try:
-                directory.mkdir(mode=0o700)
+                private, _ = make_private(fd, level, directory.name, reuse=False, marker=marker)
             except FileExistsError:
                 continue
+            except FileNotFoundError as exc:
+                raise _Vanished() from exc
             except OSError as exc:
                 raise TargetError(f"[target] directory {parent}: not writable: "
                                   f"{exc.strerror}") from exc
             self.directory = directory
-            return self
+            return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
 
-    def adopt(self, created: Iterable[str]) -> list[Path]:
-        """Take on directories another iomatrix process created for this target and could not
-        remove (it was killed): ``created`` holds their real paths. The target directory, and
-        its parents in turn while they are in ``created``, are then removed at ``close`` when
-        empty, as if this workspace had created them. Returns the directories taken on."""
-        if self.target.directory is None or self._created_parent is not None:
-            return []
-        wanted = set(created)
-        taken: list[Path] = []
-        for level in [self.target.directory, *self.target.directory.parents]:
-            if not level.is_dir() or os.path.realpath(level) not in wanted:
-                break
-            taken.append(level)
-        if taken:
-            self._created_parent = taken[-1]
-        return taken
-
-    def _record(self, kind: str, path: Path) -> None:
-        if self.record is not None:
-            real = Path(os.path.realpath(path))
-            self.record(kind, real, real.parent)
+    def _record(self, kind: str, path: Path) -> str | None:
+        if self.record is None:
+            return None
+        real = Path(os.path.realpath(path))
+        return self.record(kind, real, real.parent)
 
     def close(self) -> None:
         """Remove everything created, unless keep was asked for."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self.keep:
             return
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-        if self._created_parent is not None:
-            # only directories we created, and only while empty
-            with contextlib.suppress(OSError):
-                _rmdir_up(self.target.directory, self._created_parent)  # type: ignore[arg-type]
+        if self.target.directory is not None:
+            _remove_up(Path(os.path.realpath(self.target.directory)))
 
     def storage_of(self, config: Configuration) -> Path:
         """What holds the configuration's images: the device, or the target directory (or its
@@ -243,17 +270,46 @@ class Workspace:
             image = Image(path=self.target.device, format="raw", preallocation="off",
                           size=self.size, is_device=True)
         else:
-            assert self.directory is not None, "Workspace.open() first"
+            assert self.directory is not None and self._fd is not None, "Workspace.open() first"
             fmt, prealloc, _ = spec
             suffix = f"-vm{index}" if index else ""
-            path = self.directory / (f"disk-{fmt}-{prealloc}{suffix}."
-                                     f"{'qcow2' if fmt == 'qcow2' else 'raw'}")
-            qemu_img = require("qemu-img")
-            run([qemu_img, "create", "-q", "-f", fmt, "-o", f"preallocation={prealloc}",
-                 str(path), str(self.size)], timeout=max(60.0, self.size / 50e6))
+            name = f"disk-{fmt}-{prealloc}{suffix}.{'qcow2' if fmt == 'qcow2' else 'raw'}"
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=self._fd)
+            try:
+                # qemu-img writes the file iomatrix just made, through the descriptor it inherits
+                run([require("qemu-img"), "create", "-q", "-f", fmt, "-o",
+                     f"preallocation={prealloc}", f"/proc/self/fd/{fd}", str(self.size)],
+                    timeout=max(60.0, self.size / 50e6), pass_fds=(fd,))
+                path = self.directory / name
+                self._made[path] = os.fstat(fd)
+            finally:
+                os.close(fd)
             image = Image(path=path, format=fmt, preallocation=prealloc, size=self.size)
         self._images[spec] = image
         return image
+
+    def verify(self, images: Iterable[Image]) -> None:
+        """Check that each image's path still names the file iomatrix made (programs open it by
+        path): a ``TargetError`` when something else is there now."""
+        for image in images:
+            made = self._made.get(image.path)
+            if made is None:
+                continue
+            try:
+                now = os.lstat(image.path)
+            except OSError as exc:
+                raise TargetError(f"the image {image.path} is gone ({exc.strerror}): something "
+                                  "else changed the run's private directory") from exc
+            if not stat.S_ISREG(now.st_mode) or not same_file(now, made):
+                raise TargetError(f"{image.path} is no longer the image iomatrix made (replaced "
+                                  "or moved): the run stops rather than write through it",
+                                  hint="make sure nobody but root can write to the target "
+                                       "directory or the directories above it")
+
+
+class _Vanished(Exception):
+    """The directory held open was removed (an empty target directory, by another run)."""
 
 
 def target_notes(target: Target, *, mountinfo: Path = MOUNTINFO) -> list[str]:
@@ -346,6 +402,20 @@ def plan_lines(target: Target, configs: Iterable[Configuration], *,
     return [line]
 
 
+def _walk(directory: Path) -> Walked:
+    """``core.dirs.walk`` of a target directory, its refusals worded for the target."""
+    try:
+        return walk(directory)
+    except UnsafeDirectory as exc:
+        raise UnsafeDirectory(f"[target] directory {directory}: {exc}") from exc
+    except NotADirectoryError as exc:
+        raise TargetError(f"[target] directory {directory}: {exc.filename} is not a "
+                          "directory") from exc
+    except OSError as exc:
+        raise TargetError(f"[target] directory {directory}: cannot reach it: "
+                          f"{exc.strerror}") from exc
+
+
 def _writable(directory: Path) -> bool:
     """Whether this process may create files in ``directory`` (a read-only filesystem says no,
     even to root)."""
@@ -370,13 +440,22 @@ def images_footprint(specs: Iterable[tuple[str, str, int]], size: int) -> int:
     return sum(_footprint(size, fmt) for fmt, _, _ in specs)
 
 
-def _rmdir_up(path: Path, stop_at: Path) -> None:
-    """rmdir ``path`` and its parents up to ``stop_at`` while they are empty."""
+def _remove_up(path: Path) -> None:
+    """Remove ``path`` and its parents in turn while each holds nothing but the marker iomatrix
+    wrote when it made it (``core.dirs.remove_empty``), whichever run made it: the last run over
+    a target directory that several made removes it."""
     current = path
-    while True:
-        current.rmdir()
-        if current == stop_at:
+    while current != current.parent:
+        try:
+            walked = walk(current.parent)
+        except (OSError, TargetError):
             return
+        try:
+            if walked.missing or remove_empty(walked.fd, current.name,
+                                              parent_marker(current)) is not None:
+                return
+        finally:
+            os.close(walked.fd)
         current = current.parent
 
 

@@ -110,6 +110,12 @@ class PerfStat:
         self._t0 = 0.0
         self.argv: list[str] = []
 
+    @property
+    def pid(self) -> int | None:
+        """perf's process while it counts; None before start, after stop or once it exited."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def start(self) -> PerfStat:
         path = _require(self.perf)
         self.argv = [path, "stat", "-x,", "-e", ",".join(self.events), "-p",

@@ -5,13 +5,13 @@ measured: every synthetic run is named "synthetic" and carries a note saying so.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
-from iomatrix.store.records import TrialResult
+from iomatrix.store.records import StoredSuite, TrialResult
+from iomatrix.suite.load import toml_table
 from iomatrix.suite.model import Configuration, Workload
 
 NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
@@ -44,11 +44,9 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
     """A finished run in ``store`` whose trials carry ``figures``; returns its id. Each trial's
     one direction is the workload's (read for reads and mixed workloads, write for writes).
     ``method`` goes into the stored suite text's [method] table (e.g. platform = "proxmox")."""
-    text = f'[suite]\nname = "{name}"\n'
-    if method:
-        text += "[method]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in method.items())
+    text = toml_table("suite", {"name": name}) + (toml_table("method", method) if method else "")
     run_id = store.create_run(
-        suite_name=name, suite_source="synthetic", suite_text=text,
+        suite=StoredSuite(name=name, source="synthetic", text=text),
         host=dict(host or {"hostname": "synthetic", "target": "synthetic", "target_fs": "none"}),
         accelerator=accelerator, notes=[NOTE], configs=configs, workloads=workloads, seed=0)
     for index in range(samples):

@@ -36,6 +36,11 @@ class DiskTranslation(Frozen):
     """A disk under test, or a drive that is not one: a CD-ROM (read-only media), the EFI
     vars disk (OVMF's flash), the TPM state (opened by swtpm), an empty drive."""
 
+    @property
+    def cdrom(self) -> bool:
+        """A CD-ROM drive: read-only, shown with its arguments, not a disk to measure."""
+        return self.kind == "cdrom"
+
 
 NOT_A_DISK = {"cdrom": "a CD-ROM (read-only media)", "efidisk": "the EFI vars disk (OVMF's flash)",
               "tpmstate": "the TPM state (swtpm opens it, not QEMU)", "empty": "an empty drive"}
@@ -45,7 +50,8 @@ NOT_A_DISK = {"cdrom": "a CD-ROM (read-only media)", "efidisk": "the EFI vars di
 class Translation(Frozen):
     platform: Literal["proxmox", "libvirt"]
     generation: str
-    """"PVE 8 (-drive)", "PVE 9 (-blockdev)", "libvirt (-blockdev)"."""
+    """"PVE 8 (-drive)", "PVE 9 (-blockdev)", "libvirt 11.3.0 with QEMU 10.0.0 (-blockdev, raw
+    disks without a format node)"."""
     disks: tuple[DiskTranslation, ...]
     notes: tuple[str, ...] = ()
     pve_version: pve.PveVersion | None = None
@@ -61,16 +67,18 @@ class Translation(Frozen):
         """Disks and other drives, in the platform's order."""
         every = {d.name: d for d in (*self.disks, *self.others)}
         return tuple(every[n] for n in self.order) if self.order else tuple(every.values())
+    argv: tuple[str, ...] = ()
+    """libvirt: the iothread objects and controllers the disks share, given before them."""
 
 
 def translate(text: str, *, pve_version: pve.PveVersion | None = None,
               storages: dict[str, pve.Storage] | None = None,
-              vmid: str | None = None) -> Translation:
-    """``text`` (a PVE configuration, or a libvirt domain when it starts with ``<``);
-    ``vmid``: the Proxmox VE VM's id (its file's name), for the paths qemu-server derives
-    from it."""
+              vmid: str | None = None, libvirt: lv.Versions | None = None) -> Translation:
+    """``text`` (a PVE configuration, or a libvirt domain when it starts with ``<``, its
+    arguments as ``libvirt`` generates them, by default :class:`lv.Versions`' own); ``vmid``:
+    the Proxmox VE VM's id (its file's name), for the paths qemu-server derives from it."""
     if text.lstrip().startswith("<"):
-        return _libvirt(text)
+        return _libvirt(text, libvirt or lv.Versions())
     return _proxmox(text, pve_version, storages, vmid)
 
 
@@ -207,25 +215,28 @@ def _where(drive: pve.Drive, volume: pve.Volume | None) -> str:
     return f"{volume.storage} storage {drive.volume.partition(':')[0]}, {volume.path}"
 
 
-def _libvirt(text: str) -> Translation:
+def _libvirt(text: str, versions: lv.Versions) -> Translation:
     domain = lv.parse_domain(text)
-    notes = ["PCI addresses and bootindex are left out: they place the device, they do not "
-             "change its I/O", *domain.skipped]
+    out = lv.domain_args(domain, versions)
+    notes = ["PCI addresses are left out: they place a device, they do not change its I/O",
+             *domain.skipped, *out.notes]
     disks = []
-    for number, disk in enumerate(reversed(domain.disks), start=1):   # libvirt numbers last first
-        written = (f"<disk type='{disk.kind}'> {disk.source} → <target dev='{disk.dev}' "
-                   f"bus='{disk.bus}'> <driver " + " ".join(f"{k}='{v}'" for k, v in disk.driver)
-                   + "/>")
-        values, disk_notes = lv.configuration_of(disk)
-        try:
-            out = lv.disk_args(disk, iothreads=domain.iothreads if number == 1 else 0,
-                               number=number)
-            argv, disk_notes = out.argv, disk_notes + list(out.notes)
-        except ValueError as exc:
-            argv, disk_notes = (), disk_notes + [str(exc)]
-        config = _config(values, disk_notes)
+    for disk, args in zip(domain.disks, out.disks):
+        written = (f"<disk type='{disk.kind}' device='{disk.device}'> {disk.source or '(empty)'} "
+                   f"→ <target dev='{disk.dev}' bus='{disk.bus}'> <driver "
+                   + " ".join(f"{k}='{v}'" for k, v in disk.driver) + "/>")
+        cdrom = disk.device == "cdrom"
+        values, disk_notes = ({}, ["a CD-ROM: read-only, not a disk iomatrix measures"]) if cdrom \
+            else lv.configuration_of(disk)
+        disk_notes += args.notes
+        config = None if cdrom else _config(values, disk_notes)
         disks.append(DiskTranslation(name=disk.dev, written=written, values=values, config=config,
-                                     argv=argv, notes=tuple(disk_notes),
-                                     storage=f"a {disk.kind} source, {disk.source}"))
-    return Translation(platform="libvirt", generation="libvirt 9 with QEMU 7.2 (-blockdev)",
-                       disks=tuple(reversed(disks)), notes=tuple(notes))
+                                     argv=args.argv, notes=tuple(disk_notes),
+                                     kind="cdrom" if cdrom else "disk",
+                                     storage=f"a {disk.kind} source, {disk.source or '(empty)'}"))
+    generation = f"{versions.label} (-blockdev" + ("" if versions.raw_format_node else
+                                                   ", raw disks without a format node") + ")"
+    return Translation(platform="libvirt", generation=generation,
+                       disks=tuple(d for d in disks if not d.cdrom),
+                       others=tuple(d for d in disks if d.cdrom), order=tuple(d.name for d in disks),
+                       notes=tuple(notes), argv=out.objects + out.controllers)

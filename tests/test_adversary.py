@@ -1,0 +1,475 @@
+"""Issue 20: root's runs against an unprivileged local user, tried for real.
+
+The tests make a user of their own (``useradd``, removed afterwards) and run the attacks as
+that user (``setpriv``) against real root runs, on a shared area of the system's temporary
+directory that both can reach: a root-only "secret" file stands for what the user wants root to
+overwrite. Each attack must be refused, or harmless: the secret unchanged, the run complete or
+refused in one line.
+
+1. a target directory the user owns (or a directory above it, or a ``/var/tmp/iomatrix`` the
+   user made first in a sticky directory), or a ``$TMPDIR`` the user owns: refused before
+   anything is made, while the user renames directories and plants symlinks under the images'
+   names in a loop (F1);
+   the same loop against a run in a sticky directory (as ``/var/tmp``), during the whole run,
+   trials and the gaps between them, on the target's own filesystem and on one iomatrix makes;
+2. a lock the user plants where a killed run's lock was: the run is not kept alive by it;
+4. a database that names the user's choice of directories: ``clean`` removes none of them;
+6. a killed run's children (qemu-img) die with it, and ``clean`` frees what they wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from iomatrix.cli.status import ExitStatus
+from iomatrix.core.mounts import mount_of
+from iomatrix.core.owner import this_process
+from iomatrix.store import Store
+from iomatrix.suite import load_suite
+from iomatrix.target.targets import plan_targets
+from tests.conftest import cli_result, write_suite
+
+IOMATRIX = [sys.executable, "-m", "iomatrix"]
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+"""The attacker's interpreter: one every user may run (this test's may be in root's home)."""
+SHARED = Path(tempfile.gettempdir())
+"""Where the shared area goes: the system's temporary directory, which every user reaches."""
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
+    or SYSTEM_PYTHON is None,
+    reason="needs root, useradd, userdel, setpriv and a system python3 (a user of its own)")
+
+HOST = """
+[[workloads]]
+rw = ["randwrite", "randread"]
+bs = "4k"
+iodepth = 4
+[method]
+mode = "host"
+samples = 1
+seed = 5
+ramp = 0
+runtime = "500ms"
+"""
+
+
+class User(NamedTuple):
+    name: str
+    uid: int
+    gid: int
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[User]:
+    """A user made for these tests, with no home and no shell; removed afterwards."""
+    name = f"iomx-adv-{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        entry = pwd.getpwnam(name)
+        yield User(name, entry.pw_uid, entry.pw_gid)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+        subprocess.run(["groupdel", name], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def arena(no_leftovers: None) -> Iterator[Path]:
+    """A directory both root and the attacker reach (mode 0755, root's), with ``sticky`` in it
+    (mode 1777, as /var/tmp) and ``secret``: 1 MiB only root may read or write."""
+    area = Path(tempfile.mkdtemp(prefix="iomatrix-arena-", dir=SHARED))
+    try:
+        area.chmod(0o755)
+        (area / "sticky").mkdir()
+        (area / "sticky").chmod(0o1777)
+        secret = area / "secret"
+        secret.write_bytes(secrets.token_bytes(1 << 20))
+        secret.chmod(0o600)
+        yield area
+    finally:
+        shutil.rmtree(area, ignore_errors=True)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def as_user(user: User, code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` (Python) as ``user``, with ``args``; it dies with this process."""
+    return subprocess.Popen(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
+                             "--clear-groups", "--pdeathsig", "KILL", "--", str(SYSTEM_PYTHON),
+                             "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
+
+
+SWAPPER = r'''
+import json, os, sys, time
+target, secret, stop = sys.argv[1:4]
+precreate = sys.argv[4] == "precreate"
+names = ["disk-raw-off.raw", "ext4.img", "xfs.img", "btrfs.img"]
+counts = {}
+def attempt(op, fn, *args):
+    try:
+        fn(*args)
+    except OSError:
+        counts[op + " refused"] = counts.get(op + " refused", 0) + 1
+        return False
+    counts[op + " done"] = counts.get(op + " done", 0) + 1
+    return True
+def plant(directory):
+    for name in names:
+        attempt("plant symlink", os.symlink, secret, os.path.join(directory, name))
+n = 0
+while not os.path.exists(stop):
+    n += 1
+    # F1: the target directory away, one of ours in its place, symlinks under the images' names
+    if os.path.lexists(target):
+        attempt("rename target", os.rename, target, f"{target}.{n}")
+    if precreate or os.path.lexists(f"{target}.{n}"):
+        if attempt("make target", os.mkdir, target):
+            os.chmod(target, 0o777)
+    try:
+        entries = os.listdir(target)
+    except OSError:
+        counts["list target refused"] = counts.get("list target refused", 0) + 1
+        entries = []
+    for entry in entries:
+        path = os.path.join(target, entry)
+        if entry.startswith("iomatrix-") and "." not in entry:
+            if attempt("rename private", os.rename, path, f"{path}.{n}"):
+                attempt("make private", os.mkdir, path)
+            plant(path)
+    time.sleep(0.002)
+print(json.dumps(counts))
+'''
+
+
+class Swapper:
+    """The F1 attacker, in a loop until stopped: its counts of what it tried."""
+
+    def __init__(self, user: User, target: Path, secret: Path, *, precreate: bool) -> None:
+        self._stop = secret.parent / f"stop-{secrets.token_hex(4)}"   # in root's directory
+        self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop),
+                            "precreate" if precreate else "wait")
+
+    def stop(self) -> dict[str, int]:
+        self._stop.touch()
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return json.loads(out)
+
+
+def run(*args: str, tmpdir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*IOMATRIX, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": str(tmpdir)})
+
+
+def stored_runs(db: Path) -> list[int]:
+    if not db.exists():
+        return []
+    with Store(db, readonly=True) as store:
+        return [r.id for r in store.list_runs()]
+
+
+# -- 1. directories the user controls ------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["owns the target", "owns a directory above it",
+                                   "made it first in a sticky directory"])
+def test_a_target_another_user_controls_is_refused_while_they_swap_it(
+        tmp_path: Path, arena: Path, attacker: User, where: str) -> None:
+    secret = arena / "secret"
+    before = digest(secret)
+    if where == "owns the target":
+        target = arena / "theirs"
+        target.mkdir()
+        os.chown(target, attacker.uid, attacker.gid)
+        shown = target
+    elif where == "owns a directory above it":
+        home = arena / "home"
+        home.mkdir()
+        os.chown(home, attacker.uid, attacker.gid)
+        target = home / "bench"          # root's own, below the user's: the user may rename it
+        target.mkdir()
+        shown = home
+    else:
+        target = arena / "sticky" / "iomatrix"      # as /var/tmp/iomatrix, made by the user
+        shown = target
+    swapper = Swapper(attacker, target, secret, precreate=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not target.is_dir():                 # the user's loop is at work (or made it)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        suite = write_suite(tmp_path, HOST, size="16MiB", target=target)
+        db = tmp_path / "r.db"
+        done = run("run", str(suite), "--db", str(db), tmpdir=tmp_path)
+    finally:
+        counts = swapper.stop()
+    assert done.returncode == ExitStatus.TARGET, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(f"iomatrix: [target] directory {target}: {shown} is owned by "
+                               f"{attacker.name} (uid {attacker.uid}), not root"), lines
+    assert lines[1].startswith("iomatrix: hint: use a directory that only root (or you) can "
+                               "write to") and len(lines) == 2
+    assert stored_runs(db) == []
+    assert digest(secret) == before
+    assert sum(counts.values()) > 0                         # the loop was at work throughout
+    left = [p for p in arena.rglob("iomatrix-*") if p.owner() == "root"]
+    assert left == []                                       # root made nothing there
+
+
+def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
+                                               attacker: User) -> None:
+    """The scratch directory (sockets, job files) goes under $TMPDIR, as under ``sudo -E``."""
+    theirs = arena / "their-tmp"
+    theirs.mkdir()
+    os.chown(theirs, attacker.uid, attacker.gid)
+    suite = write_suite(tmp_path, HOST, size="16MiB")
+    db = tmp_path / "r.db"
+    done = run("run", str(suite), "--db", str(db), tmpdir=theirs)
+    assert done.returncode == ExitStatus.ENVIRONMENT, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: TMPDIR {theirs}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), "
+        "not root: another user could redirect the run's sockets and job files",
+        "iomatrix: hint: set TMPDIR to a directory only root (or you) can write to, e.g. /tmp"]
+    assert stored_runs(db) == [] and list(theirs.iterdir()) == []
+    assert not (tmp_path / "target").exists()
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["own filesystem", "made filesystem"])
+def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
+        tmp_path: Path, arena: Path, attacker: User, made: bool) -> None:
+    """F1 during a real run: the run makes its directory in a sticky directory (as /var/tmp) and
+    measures, while the user tries to swap it for one of theirs, in a loop, all along; also with
+    the images on a filesystem iomatrix makes there (mkfs, losetup, mount)."""
+    secret = arena / "secret"
+    before = digest(secret)
+    target = arena / "sticky" / "iomatrix"
+    body = HOST
+    if made:
+        own = mount_of(arena)
+        other = "ext4" if own is not None and own.fstype == "xfs" else "xfs"
+        body = f'filesystems = ["{other}"]\n' + HOST
+    suite = write_suite(tmp_path, body, size="16MiB", target=target)
+    if made and (problem := plan_targets(load_suite(suite))[0].problem):
+        pytest.skip(f"this host cannot make {other} on a loop device: {problem}")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 60
+    while not list(target.glob("iomatrix-*")) if target.exists() else True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    swapper = Swapper(attacker, target, secret, precreate=False)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        counts = swapper.stop()
+    assert proc.returncode == 0, err
+    assert "2 trials ok, 0 failed" in out
+    assert digest(secret) == before
+    assert counts.get("rename target refused", 0) > 0, counts
+    assert not any(k.endswith(" done") for k in counts), counts
+    assert not target.exists()                     # made by the run, removed by it
+
+
+# -- 2. a lock planted where a killed run's was ---------------------------------------------------
+
+HOLDER = r'''
+import fcntl, os, sys, time
+directory = sys.argv[1]
+os.mkdir(directory, 0o700)
+fd = os.open(os.path.join(directory, "owner.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+'''
+
+
+def trials(db: Path) -> int:
+    try:
+        with Store(db, readonly=True) as store:
+            return len(store.load_run(1).trials)
+    except Exception:             # not stored yet
+        return 0
+
+
+def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
+                                                attacker: User) -> None:
+    """The run's scratch directory is in a sticky $TMPDIR (as /tmp); the run is killed, its
+    scratch directory removed (as a cleaner of /tmp would), and the user makes one of that name
+    and holds a flock on an owner.lock in it."""
+    shared_tmp = arena / "sticky"
+    suite = write_suite(tmp_path, HOST.replace('"500ms"', '"2s"'), size="16MiB")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(shared_tmp)})
+    deadline = time.monotonic() + 120
+    while trials(db) < 1:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=30)
+    [scratch] = shared_tmp.glob("iomatrix-run-*")
+    shutil.rmtree(scratch)
+    holder = as_user(attacker, HOLDER, str(scratch))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        listing = cli_result("runs", "--db", str(db))
+        assert "stopped (process gone; --resume)" in listing.stdout, listing.stdout
+        dry = cli_result("clean", "--db", str(db), "--dry-run")
+        assert "in use by a live iomatrix" not in dry.stdout, dry.stdout
+        assert f"left scratch {scratch} " in dry.stdout and "owned by uid" in dry.stdout
+        resumed = run("run", "--resume", "1", "--db", str(db), tmpdir=shared_tmp)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "which is gone: this process takes it over" in resumed.stderr
+        assert "2 trials ok" in resumed.stdout or "1 trials ok" in resumed.stdout
+        assert (scratch / "owner.lock").exists()           # the user's: left alone
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+    assert not list((tmp_path / "target").glob("iomatrix-*"))
+
+
+# -- 4. a database that names directories ---------------------------------------------------------
+
+def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, arena: Path,
+                                                                 attacker: User) -> None:
+    """The user hands root a database of a dead process that names root's directories as what
+    it made: a folder of reports with the name iomatrix gives its own, and an empty one."""
+    data = arena / "data"
+    reports = data / "iomatrix-reports"
+    reports.mkdir(parents=True)
+    (reports / "index.html").write_text("root's report")
+    empty = arena / "empty"                  # as /run/sshd: empty, and needed
+    empty.mkdir()
+    crafted = arena / "crafted.db"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with Store(crafted) as store:
+        dead = store.register_process(this_process()._replace(pid=gone.pid), "")
+        store.add_resource(dead, "workspace", str(reports), str(data))
+        store.add_resource(dead, "scratch", str(data / "iomatrix-run-reports"), str(data))
+        store.add_resource(dead, "parent", str(empty), str(arena))
+    (data / "iomatrix-run-reports").mkdir()
+    (data / "iomatrix-run-reports" / "keep.txt").write_text("root's")
+    os.chown(crafted, attacker.uid, attacker.gid)
+    cleaned = cli_result("clean", "--db", str(crafted))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cleaned.stdout.endswith("removed 0 (0.0 MiB), left 3\n"), cleaned.stdout
+    assert cleaned.stdout.count("does not carry iomatrix's marker") == 3, cleaned.stdout
+    assert (reports / "index.html").read_text() == "root's report"
+    assert (data / "iomatrix-run-reports" / "keep.txt").exists() and empty.is_dir()
+
+
+# -- 6. a killed run's children ---------------------------------------------------------------------
+
+def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """qemu-img preallocating a large image when the run is killed: it gets SIGTERM from the
+    kernel (setpriv --pdeathsig), and clean removes what it wrote, with no process left
+    writing a deleted file."""
+    size = 4 << 30
+    if shutil.disk_usage(tmp_path).free < size + (1 << 30):
+        pytest.skip("needs 5 GiB free under the temporary directory")
+    body = HOST.replace('mode = "host"', 'mode = "blocklayer"') + (
+        '[matrix]\naio = "threads"\ncache = "none"\nformat = "raw"\npreallocation = "full"\n')
+    suite = write_suite(tmp_path, body, size="4GiB")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    child = None
+    while child is None:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "qemu-img was not seen running"
+        child = next((pid for pid in _children(proc.pid) if _comm(pid) == "qemu-img"), None)
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while _comm(child) == "qemu-img":          # gone (or a zombie's name no more)
+        assert time.monotonic() < deadline, "qemu-img outlived the run it belonged to"
+        time.sleep(0.05)
+    cleaned = cli_result("clean", "--db", str(db))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed images" in cleaned.stdout and cleaned.stdout.endswith(", left 0\n")
+    assert not list((tmp_path / "target").glob("iomatrix-*"))
+    assert _open_inside(tmp_path) == []
+
+
+def test_every_command_a_run_starts_dies_with_it(tmp_path: Path) -> None:
+    """What ``core.proc.run`` starts (mkfs, losetup, mount, ioping, qemu-img...) gets SIGTERM
+    when the process that ran it is killed; a stand-in that takes long, as none of those does
+    for sure."""
+    stand_in = tmp_path / "mkfs.stand-in"
+    stand_in.write_text("#!/bin/sh\nexec sleep 600\n")
+    stand_in.chmod(0o755)
+    code = ("import sys; from iomatrix.core.proc import run; "
+            f"run([{str(stand_in)!r}], timeout=900)")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while not (children := [c for c in _children(proc.pid) if _comm(c) == "sleep"]):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _comm(children[0]) == "sleep":
+        assert time.monotonic() < deadline, "the command outlived the process that ran it"
+        time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return "" if stat[stat.rindex(")") + 2] == "Z" else stat[stat.index("(") + 1:stat.rindex(")")]
+
+
+def _open_inside(directory: Path) -> list[str]:
+    """Files under ``directory`` (deleted ones too) that some process holds open."""
+    inside = str(directory) + "/"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            link = os.readlink(entry)
+        except OSError:
+            continue
+        if link.startswith(inside):
+            found.append(f"{entry}: {link}")
+    return found
