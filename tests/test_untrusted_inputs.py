@@ -104,6 +104,17 @@ def test_a_proxmox_limit_beyond_a_double_is_a_note(tmp_path: Path, option: str) 
                                     "qemu-server takes" in done.stdout, done
 
 
+@pytest.mark.parametrize("count", ["9" * 19, "-1", "65536"])
+def test_a_libvirt_iothread_count_beyond_reason_is_refused_at_once(tmp_path: Path,
+                                                                   count: str) -> None:
+    """Found by sweeping every setting of a domain: <iothreads>10**19 wrote -objects until
+    memory ran out."""
+    (tmp_path / "vm.xml").write_text(LIBVIRT_X.replace("<devices>", f"<iothreads>{count}"
+                                                                    "</iothreads><devices>"))
+    done = cli_result("translate", "vm.xml", cwd=tmp_path)
+    assert f"<iothreads>{int(count)}</iothreads>: iomatrix reads 0 to 65535" in usage_error(done)
+
+
 def _fio_json(**top: object) -> str:
     data = json.loads(FIO_JSON.read_text())
     data.update(top)
