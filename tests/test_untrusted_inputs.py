@@ -234,6 +234,23 @@ def test_every_suite_key_takes_an_extreme_value_or_refuses_it_in_one_line(
                 one_line(done, ExitStatus.SUITE_INVALID)
 
 
+def test_a_suite_of_a_few_lines_cannot_ask_for_years_of_trials(tmp_path: Path) -> None:
+    """Found by hand: lists of 1000 iodepths, 1000 block sizes and 100 numjobs (a 10 KB
+    suite) kept run --plan busy for hours making 10**8 workloads; it is refused at once."""
+    lists = {"iodepth": range(1, 1001), "bs": range(512, 512 * 1001, 512),
+             "numjobs": range(1, 101)}
+    body = "[workloads]\nrw = \"randread\"\n" + "".join(
+        f"{key} = [{', '.join(map(str, values))}]\n" for key, values in lists.items())
+    suite = write_suite(tmp_path, body)
+    line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert "× 100,000,000 workloads, samples = 1: more than the 1,000,000 trials" in line
+    fewer = write_suite(tmp_path, body.replace("numjobs = [", "numjobs = [1]\n#"))
+    assert "× 1,000,000 workloads" in cli_result("run", str(fewer), "--plan").stderr
+    assert cli_result("run", str(write_suite(tmp_path, '[workloads]\nrw = "randread"\n'
+                                             'iodepth = [1, 2, 4]\nbs = [4096, 65536]\n')),
+                      "--plan").returncode == 0
+
+
 def test_a_suite_number_of_5000_digits_is_one_line(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, f"[method]\nsamples = {NINES}\n")
     line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
