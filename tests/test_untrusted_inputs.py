@@ -104,6 +104,17 @@ def test_a_proxmox_limit_beyond_a_double_is_a_note(tmp_path: Path, option: str) 
                                     "qemu-server takes" in done.stdout, done
 
 
+@pytest.mark.parametrize("count", ["9" * 19, "-1", "65536"])
+def test_a_libvirt_iothread_count_beyond_reason_is_refused_at_once(tmp_path: Path,
+                                                                   count: str) -> None:
+    """Found by sweeping every setting of a domain: <iothreads>10**19 wrote -objects until
+    memory ran out."""
+    (tmp_path / "vm.xml").write_text(LIBVIRT_X.replace("<devices>", f"<iothreads>{count}"
+                                                                    "</iothreads><devices>"))
+    done = cli_result("translate", "vm.xml", cwd=tmp_path)
+    assert f"<iothreads>{int(count)}</iothreads>: iomatrix reads 0 to 65535" in usage_error(done)
+
+
 def _fio_json(**top: object) -> str:
     data = json.loads(FIO_JSON.read_text())
     data.update(top)
@@ -133,6 +144,41 @@ def test_fio_output_with_disk_util_not_a_list_is_imported(tmp_path: Path) -> Non
     (tmp_path / "r.json").write_text(_fio_json(disk_util=5))
     done = cli_result("import", str(tmp_path / "r.json"), "--db", str(tmp_path / "r.db"))
     assert done.returncode == 0 and "trials: 1 ok" in done.stdout, done
+
+
+def _with_job(**values: object) -> str:
+    data = json.loads(FIO_JSON.read_text())
+    job = data["jobs"][0]
+    for key, value in values.items():
+        holder, _, name = key.rpartition(".")
+        (job[holder] if holder else job)[name] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("text, reason", [
+    (_with_job(**{"read.iops": float("nan")}), "'iops' is nan: not a rate fio measured"),
+    (_with_job(**{"read.bw_bytes": float("inf")}), "'bw_bytes' is inf: not a rate fio measured"),
+    (_fio_json(timestamp=2**62), "'timestamp' is 4611686018427387904: not a time fio writes"),
+    (_fio_json(timestamp=-1), "'timestamp' is -1: not a time fio writes"),
+])
+def test_fio_output_that_cannot_be_stored_is_skipped(tmp_path: Path, text: str,
+                                                     reason: str) -> None:
+    """Found by a sweep of every value of real fio output: SQLite's NOT NULL refused a NaN
+    rate (IntegrityError), datetime a time past the year 9999 (OverflowError)."""
+    (tmp_path / "r.json").write_text(text)
+    line = one_line(cli_result("import", str(tmp_path / "r.json"), "--db",
+                               str(tmp_path / "r.db")), ExitStatus.USAGE)
+    assert reason in line, line
+
+
+@pytest.mark.parametrize("elapsed", [10**30, -(2**63), 2**40, "x"])
+def test_an_elapsed_time_fio_does_not_write_is_not_used(tmp_path: Path, elapsed: object) -> None:
+    (tmp_path / "r.json").write_text(_with_job(elapsed=elapsed))
+    assert cli_result("import", str(tmp_path / "r.json"), "--db",
+                      str(tmp_path / "r.db")).returncode == 0
+    done = cli_result("export", "1", "--format", "json", "--db", str(tmp_path / "r.db"))
+    trial = json.loads(done.stdout)["trials"][0]
+    assert trial["wall_seconds"] is None and trial["started_at"].startswith("2026-")
 
 
 def test_job_options_beyond_fios_integers_skip_the_file(tmp_path: Path) -> None:
@@ -186,6 +232,23 @@ def test_every_suite_key_takes_an_extreme_value_or_refuses_it_in_one_line(
             done = cli_result("run", str(tmp_path / "s.toml"), "--plan")
             if done.returncode:
                 one_line(done, ExitStatus.SUITE_INVALID)
+
+
+def test_a_suite_of_a_few_lines_cannot_ask_for_years_of_trials(tmp_path: Path) -> None:
+    """Found by hand: lists of 1000 iodepths, 1000 block sizes and 100 numjobs (a 10 KB
+    suite) kept run --plan busy for hours making 10**8 workloads; it is refused at once."""
+    lists = {"iodepth": range(1, 1001), "bs": range(512, 512 * 1001, 512),
+             "numjobs": range(1, 101)}
+    body = "[workloads]\nrw = \"randread\"\n" + "".join(
+        f"{key} = [{', '.join(map(str, values))}]\n" for key, values in lists.items())
+    suite = write_suite(tmp_path, body)
+    line = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
+    assert "× 100,000,000 workloads, samples = 1: more than the 1,000,000 trials" in line
+    fewer = write_suite(tmp_path, body.replace("numjobs = [", "numjobs = [1]\n#"))
+    assert "× 1,000,000 workloads" in cli_result("run", str(fewer), "--plan").stderr
+    assert cli_result("run", str(write_suite(tmp_path, '[workloads]\nrw = "randread"\n'
+                                             'iodepth = [1, 2, 4]\nbs = [4096, 65536]\n')),
+                      "--plan").returncode == 0
 
 
 def test_a_suite_number_of_5000_digits_is_one_line(tmp_path: Path) -> None:

@@ -55,6 +55,8 @@ _IO_BYTES_IN_BYTES = (2, 21)   # before: io_bytes in KiB
 _TOTAL_IOS = (2, 1, 14)        # before: no total_ios
 _LARGEST = 2**63 - 1
 """The largest integer a result may hold: fio counts in 64 bits, SQLite stores 64 signed."""
+_LATEST = 253402300799
+"""The last second of the year 9999: Python's datetime ends there."""
 
 
 def parse_fio_output(text: str) -> FioResult:
@@ -91,6 +93,9 @@ def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
         raise FioParseError(f"{version} output: fio older than {'.'.join(map(str, OLDEST))} "
                             "is not supported")
     timestamp = _int(obj, "timestamp", "top level") if "timestamp" in obj else None  # fio >= 2.2.8
+    if timestamp is not None and not 0 <= timestamp <= _LATEST:
+        raise FioParseError(f"fio top level 'timestamp' is {timestamp}: not a time fio writes "
+                            "(seconds since 1970, before the year 10000)")
 
     if "client_stats" in obj:
         key = "client_stats"
@@ -226,15 +231,15 @@ def _direction(d: dict[str, Any], where: str, options: Mapping[str, Any],
     if release is not None and release < _IO_BYTES_IN_BYTES:
         io_bytes *= 1024  # KiB before fio 2.21
     runtime = _int(d, "runtime", where)
-    iops = _float(d, "iops", where)
+    iops = _rate(d, "iops", where)
     if "total_ios" not in d and release is not None and release < _TOTAL_IOS:
         total_ios = round(iops * runtime / 1000)  # fio < 2.1.14: iops = 1000 × ios / runtime
     else:
         total_ios = _int(d, "total_ios", where)
     if "bw_bytes" in d:  # fio >= 3.3
-        bw_bytes = _float(d, "bw_bytes", where)
+        bw_bytes = _rate(d, "bw_bytes", where)
     elif "bw" in d:
-        bw_bytes = _float(d, "bw", where) * 1024.0  # KiB/s
+        bw_bytes = _rate(d, "bw", where) * 1024.0  # KiB/s
     else:
         bw_bytes = io_bytes * 1000.0 / runtime if runtime > 0 else 0.0
 
@@ -374,6 +379,14 @@ def _float(obj: Mapping[str, Any], key: str, where: str, default: float | None =
             return default
         raise FioParseError(f"fio {where}: missing '{key}' (keys: {_keys(obj)})")
     return _number(obj[key], f"{where} '{key}'")
+
+
+def _rate(obj: Mapping[str, Any], key: str, where: str) -> float:
+    """A direction's IOPS or bandwidth: a finite number (what is stored and compared)."""
+    value = _float(obj, key, where)
+    if not math.isfinite(value):
+        raise FioParseError(f"fio {where} '{key}' is {value}: not a rate fio measured")
+    return value
 
 
 def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:

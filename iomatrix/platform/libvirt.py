@@ -78,6 +78,8 @@ DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size
                 "detect_zeroes", "error_policy", "rerror_policy")
 """``<driver>`` attributes modelled here; others are named as not reproduced."""
 CONTROLLER_DRIVER_ATTRS = ("iothread", "queues")
+MAX_IOTHREADS = 65535
+"""The most ``<iothreads>`` iomatrix reads in a domain: it writes an ``-object`` for each."""
 UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
                        "transient", "encryption", "backingStore", "mirror", "throttlefilters",
                        "slices")
@@ -212,8 +214,12 @@ def parse_domain(text: str) -> Domain:
     if not boot and all(d.boot is None for d in disks):
         boot = ("hd",)                       # virDomainDefBootOrderPostParse
     threads = root.find("iothreads")
+    iothreads = int(threads.text or "0") if threads is not None else 0
+    if not 0 <= iothreads <= MAX_IOTHREADS:
+        raise ValueError(f"<iothreads>{iothreads}</iothreads>: iomatrix reads 0 to "
+                         f"{MAX_IOTHREADS}")
     return Domain(name=root.findtext("name", ""), disks=tuple(disks), skipped=tuple(skipped),
-                  iothreads=int(threads.text or "0") if threads is not None else 0,
+                  iothreads=iothreads,
                   controllers=tuple(c for c in controllers if not _builtin(c, machine_name)),
                   machine=machine_name, boot=boot)
 

@@ -395,7 +395,7 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
     groups: dict[int, list[tuple[dict[str, Any], JobStats]]] = {}
     for raw, job in entries:
         groups.setdefault(_int_or(raw.get("groupid"), 0), []).append((raw, job))
-    elapsed = {g: max(_int_or(raw.get("elapsed"), 0) for raw, _ in members)
+    elapsed = {g: max(_elapsed(raw.get("elapsed")) for raw, _ in members)
                for g, members in groups.items()}
     order = sorted(groups)
     for index, gid in enumerate(order):
@@ -428,7 +428,7 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
             found.skipped.append(Skipped(where, "no reads or writes measured (trim workloads "
                                                 "are not stored)"))
             continue
-        started = timestamp - sum(elapsed[g] for g in order[index:])
+        started = max(0, timestamp - sum(elapsed[g] for g in order[index:]))   # 1970 at most
         cpu_source = [result.aggregate] if client and result.aggregate and len(order) == 1 else jobs
         directions = [s for job in cpu_source for s in (job.read, job.write) if s.active]
         found.trials.append(FoundTrial(
@@ -820,6 +820,13 @@ def _workload_order(w: Workload) -> tuple[Any, ...]:
 
 def _strings(options: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else {}
+
+
+def _elapsed(value: Any) -> int:
+    """A job's "elapsed" seconds; 0 (unknown) for what fio does not write: not a whole number,
+    negative, or more than since 1970."""
+    seconds = _int_or(value, 0)
+    return seconds if 0 <= seconds <= 2**32 else 0
 
 
 def _int_or(value: Any, default: int) -> int:

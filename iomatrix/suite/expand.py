@@ -4,15 +4,16 @@ anything runs, with QEMU's own reason; axes the mode ignores are reported, never
 from __future__ import annotations
 
 import itertools
+import math
 
 
-from iomatrix.core.errors import InvalidCombination
+from iomatrix.core.errors import InvalidCombination, SuiteError
 from iomatrix.core.model import Frozen, shown
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform import refusal
 from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
-                                  Matrix, Suite, Workload)
+                                  Matrix, Suite, Workload, WorkloadGroup)
 
 # Which matrix axes each mode uses. host runs fio on the target itself: no QEMU settings apply.
 MODE_AXES: dict[str, tuple[str, ...]] = {
@@ -21,6 +22,10 @@ MODE_AXES: dict[str, tuple[str, ...]] = {
     "guest": CONFIG_AXES,
 }
 AXES = CONFIG_AXES
+MAX_TRIALS = 1_000_000
+"""The most trials a suite may ask for (configurations × workloads × samples), counted before any
+is made: at a second each they take 11 days (the largest built-in suite asks for a few
+thousand); lists of a thousand values in a few lines would otherwise keep --plan busy for hours."""
 
 _QEMU_DEVICE = {"pvscsi": "pvscsi", "lsi": "lsi53c895a", "megasas": "megasas", "sata": "ide-hd",
                 "ide": "ide-hd", "nvme": "nvme"}
@@ -201,6 +206,8 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
         configs += [Configuration(mode="host", target=name) for name, _ in targets]
     parts: list[tuple[str, Matrix, str, str]] = [(mode, suite.matrix, "[matrix]", "all")]
     parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
+    groups, jobfile_notes = workload_groups(suite)      # job files' jobs in their tables' place
+    _bounded(suite, [(m, matrix) for m, matrix, _, _ in parts], len(targets), groups)
     for part_mode, matrix, where, rule in parts:
         before, skipped_before = len(configs), len(skipped)
         _expand_part(suite, part_mode, matrix, where, targets, configs, skipped, notes, qemu)
@@ -219,7 +226,6 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
 
     workloads: list[Workload] = []
     seen: set[str] = set()
-    groups, jobfile_notes = workload_groups(suite)      # job files' jobs in their tables' place
     notes += jobfile_notes
     for group in groups:
         options = tuple(sorted((k, shown(v)) for k, v in group.options.items()))
@@ -232,6 +238,23 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
                 workloads.append(workload)
     return Expansion(configurations=tuple(configs), workloads=tuple(workloads),
                      skipped=tuple(skipped), notes=tuple(notes), under_tcg=tuple(under_tcg))
+
+
+def _bounded(suite: Suite, parts: list[tuple[str, Matrix]], targets: int,
+             groups: tuple[WorkloadGroup, ...]) -> None:
+    """SuiteError when the suite could ask for more than MAX_TRIALS trials: every combination of
+    its axes and workload lists (before duplicates and invalid ones are dropped), per sample."""
+    configs = 1 + sum(targets * math.prod(len(getattr(matrix, axis) or (1,))
+                                          for axis in MODE_AXES[part_mode])
+                      for part_mode, matrix in parts)
+    workloads = sum(math.prod(len(values) for values in (g.rw, g.bs, g.iodepth, g.numjobs,
+                                                          g.rate_iops)) for g in groups)
+    trials = configs * workloads * suite.method.samples
+    if trials > MAX_TRIALS:
+        raise SuiteError(f"{suite.source_path}: up to {configs:,} configurations × "
+                         f"{workloads:,} workloads, samples = {suite.method.samples}: more than "
+                         f"the {MAX_TRIALS:,} trials iomatrix runs in one suite (at a second "
+                         "each, 11 days); split it, or use fewer values")
 
 
 def reference_configuration(suite: Suite) -> Configuration | None:
