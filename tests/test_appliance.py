@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from iomatrix.appliance.protocol import (DISK_MARKER, GUEST_FIO_PORT, MIN_MEMORY
 from iomatrix.core.errors import EnvironmentProblem, FioSourceUnavailable, IomatrixError
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import managed, read_text, require, run, wait_for
+from iomatrix.drivers.guest import free_port
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.suite.model import Method
 
@@ -289,12 +289,6 @@ def test_cmdline_tunes_for_the_accelerator() -> None:
     assert kernel_cmdline("quiet=1").endswith(" quiet=1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 VIRTIO_BLK = ["-device", "virtio-blk-pci,drive=d0"]
 
 
@@ -305,7 +299,7 @@ def _booted(appliance: Appliance, work: Path, *, devices: list[str] = VIRTIO_BLK
     ``devices``); yields (serial text once READY showed or QEMU exited; the host port of
     fio --server; seconds to that point)."""
     serial = work / "serial.log"
-    port = _free_port()
+    port = free_port()
     argv = [require("qemu-system-x86_64"), "-accel", "tcg", "-machine", "pc", "-cpu", "max",
             "-m", str(MIN_MEMORY_MIB), "-nodefaults", "-no-user-config", "-display", "none",
             "-no-reboot",

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import time
@@ -26,6 +25,7 @@ from iomatrix.appliance.kernel import default_cache_dir, find_kernel
 from iomatrix.appliance.libraries import hollowable, library_closure
 from iomatrix.core.errors import EnvironmentProblem, FioSourceUnavailable
 from iomatrix.core.proc import managed, require, run, wait_for
+from iomatrix.drivers.guest import free_port
 from tests.conftest import our_processes
 
 
@@ -65,9 +65,7 @@ def test_guest_fio_is_static_the_hosts_version_and_has_the_engines(built: GuestF
 def _client_seconds(server: str, job: Path, rounds: int = 2) -> float:
     """Median wall time of the host's fio client running ``job`` through ``server --server``
     on a free port of this host's loopback (the first round also waits for it to listen)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     client = [require("fio"), f"--client=ip:127.0.0.1,{port}", str(job), "--output-format=json"]
     with managed([server, f"--server=ip:127.0.0.1,{port}"],
                  log=job.with_suffix(f".{Path(server).name}.log")):
