@@ -467,13 +467,11 @@ def check_guest_channel(*, env: Mapping[str, str] | None = None) -> Check:
         return Check(name=name, ok=False, required=False,
                      detail="qemu-system-x86_64 not found on PATH",
                      hint="apt-get install qemu-system-x86")
-    from iomatrix.drivers.guest import shared_warning   # measure may import drivers
+    from iomatrix.drivers.guest import free_port, shared_warning   # measure may import drivers
 
     with socket.socket() as outside, tempfile.TemporaryDirectory(
             prefix="iomatrix-doctor-net-") as tmp:      # this socket stays in the host's namespace
-        with socket.socket() as free:                   # a port nothing listens on out here
-            free.bind(("127.0.0.1", 0))
-            port = int(free.getsockname()[1])
+        port = free_port()                              # a port nothing listens on out here
         try:
             with private_network():
                 detail = _channel_probe(qemu, Path(tmp), outside, port, env)
