@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 from iomatrix.core.model import Frozen, on_off
 from iomatrix.platform.qemu import queue_defaults
-from iomatrix.platform.settings import DiskSettings, PlatformDefault, default
+from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
+                                        PlatformDefault, StorageGraph, default, disk_kind)
 
 PveVersion = Literal[8, 9]
 PVE_VERSIONS: tuple[PveVersion, ...] = (8, 9)
@@ -1031,7 +1032,7 @@ one, which librbd ignores. So an aio setting does nothing there."""
 
 def refusal(settings: DiskSettings) -> str | None:
     """Why qemu-server cannot give a guest ``settings`` (docs/proxmox-options.md), or None."""
-    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    kind = disk_kind(settings)
     if ("controller", kind) in UNEXPRESSIBLE:
         return UNEXPRESSIBLE[("controller", kind)]
     if kind == "vhost-user-blk":
@@ -1241,3 +1242,57 @@ def configuration_of(drive: Drive, scsihw: str | None, volume: Volume) -> tuple[
         "num_queues": int(queues) if queues and drive.bus == "scsi"
         and scsihw == "virtio-scsi-single" else None}
     return values, notes
+
+
+# -- a disk's settings as qemu-server gives them to a guest and a storage daemon ---------------
+
+DAEMON_BUS = "virtio-blk"
+"""The bus of the drive line a daemon's graph is built from: it names the nodes
+(``drive-virtio0``), nothing more; the layers do not depend on the bus."""
+
+
+def _drive(settings: DiskSettings, controller: str, volume: str,
+           guest: bool) -> tuple[Drive, str | None]:
+    """The drive line (and scsihw) for ``settings`` (``guest``: with its iothread and queues)."""
+    return drive_for(controller, volume=volume, aio=settings.aio, cache=settings.cache,
+                     iothread=guest and bool(settings.iothread), fmt=settings.format or "raw",
+                     num_queues=settings.num_queues if guest else None)
+
+
+def guest_disk_argv(settings: DiskSettings, image: DiskImage,
+                    version: PveVersion | None = None) -> list[str]:
+    """The disk's arguments qemu-server (``version``, by default 9) generates for the drive line
+    a user would write for ``settings``, with the image as an absolute path. ValueError for
+    what it refuses."""
+    drive, scsihw = _drive(settings, disk_kind(settings), image.path, guest=True)
+    volume = resolve_volume(drive, is_device=image.is_device)
+    return list(disk_args(drive, volume, scsihw=scsihw, version=version or DEFAULT_PVE_VERSION,
+                          size=image.size, escape=True).argv)
+
+
+def storage_graph(settings: DiskSettings, image: DiskImage,
+                  version: PveVersion | None = None) -> StorageGraph:
+    """qemu-server's layers (:func:`daemon_graph`): detect-zeroes, discard, and on PVE 9 the
+    throttle filter over an empty throttle group, the export on the top node."""
+    drive, _ = _drive(settings, DAEMON_BUS, image.path, guest=False)
+    volume = resolve_volume(drive, is_device=image.is_device)
+    graph = daemon_graph(drive, volume, version=version or DEFAULT_PVE_VERSION, size=image.size)
+    return StorageGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
+
+
+def graph_shape(settings: DiskSettings, version: PveVersion | None = None, *,
+                is_device: bool = False) -> GraphShape:
+    """Drive.pm detect_zeroes_cmdline_option on every node (PVE 8: the -drive's top node only;
+    :func:`daemon_detect_zeroes`); PVE 9's throttle filter on top; PVE 8's device has no
+    write-cache= (``auto``)."""
+    pve = version or DEFAULT_PVE_VERSION
+    drive, _ = _drive(settings, DAEMON_BUS, "/", guest=False)
+    return GraphShape(detect_zeroes=daemon_detect_zeroes(drive, pve), throttle=pve >= 9,
+                      device_write_cache=None if pve >= 9 else "auto")
+
+
+def pasted(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
+           volume: str = PLACEHOLDER_VOLUME, storage: str = "other", **_: str | None) -> Pasted:
+    """The ``qm set`` line of :func:`qm_set`."""
+    argv, notes = qm_set(settings, vmid=vmid, volume=volume, storage=storage)
+    return Pasted(text=" ".join(argv), notes=tuple(notes), argv=tuple(argv))
