@@ -119,6 +119,7 @@ def _proxmox(text: str, version: pve.PveVersion | None,
     others: list[DiskTranslation] = []
     controllers: set[str] = set()
     drives = sorted(vm.drives, key=lambda d: pve.drive_order(d.key))
+    boot = pve.boot_order(vm)
     for drive in drives:
         written = f"{drive.key}: {drive.volume}" + "".join(f",{k}={v}" for k, v in drive.options)
         kind = ("efidisk" if drive.bus == "efidisk" else "tpmstate" if drive.bus == "tpmstate"
@@ -138,7 +139,8 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                 where = pve.controller_of(drive, vm.scsihw)
                 out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen, host=host,
                                     template=vm.template, q35=pve.is_q35(vm),
-                                    controller=where is None or where[1] not in controllers)
+                                    controller=where is None or where[1] not in controllers,
+                                    bootindex=boot.get(drive.key))
                 controllers |= {where[1]} if where else set()
         except ValueError as exc:
             translated = DiskTranslation(name=drive.key, written=written, values={}, config=None,

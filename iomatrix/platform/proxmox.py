@@ -15,7 +15,7 @@ Two generations:
   and ``detect-zeroes``; the device gets ``write-cache=`` (and SCSI disks ``device_id=``).
 
 What does not bear on I/O is left out and said so (``OMITTED``): PCI addresses (``bus=pci.N,
-addr=…``), ``bootindex``, the rest of the VM.
+addr=…``) and the rest of the VM. A drive's ``bootindex`` is qemu-server's (:func:`boot_order`).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ SCSIHW_DEFAULT = "lsi"
 """QemuServer.pm ``$confdesc->{scsihw}``: ``default => 'lsi'`` (the GUI offers virtio-scsi-single
 for new Linux VMs, but a configuration without ``scsihw:`` gets lsi)."""
 DRIVE_KEY = re.compile(r"^(virtio|scsi|sata|ide|efidisk|tpmstate)(\d+)$")
-OMITTED = ("PCI addresses (bus=pci.N,addr=…) and bootindex are left out: they place the device "
-           "in the VM, they do not change its I/O")
+OMITTED = ("PCI addresses (bus=pci.N,addr=…) are left out: they place the device in the VM, "
+           "they do not change its I/O")
 
 # Drive options (Drive.pm %drivedesc_base and the per-bus formats) by what iomatrix does with them.
 IO_OPTIONS = ("aio", "cache", "discard", "detect_zeroes", "iothread", "ssd", "queues", "format",
@@ -237,6 +237,9 @@ class VmConfig(Frozen):
     cvm: str | None = None
     """``amd-sev`` type (std, es, snp) or ``tdx``: a confidential VM's firmware."""
     arch: str | None = None
+    boot: str | None = None
+    """``boot:`` as written (None: not given; "" given empty)."""
+    bootdisk: str | None = None
 
     @property
     def windows(self) -> bool:
@@ -262,7 +265,7 @@ def parse_config(text: str) -> VmConfig:
         if not sep:
             raise ValueError(f"not a configuration line: {raw!r}")
         key, value = key.strip(), value.strip()
-        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch"):
+        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch", "boot", "bootdisk"):
             values[key] = value
         elif key == "template":
             values["template"] = value in ("1", "on", "yes", "true")
@@ -274,6 +277,31 @@ def parse_config(text: str) -> VmConfig:
         else:
             ignored.append(key)
     return VmConfig(drives=tuple(drives), ignored=tuple(ignored), **values)
+
+
+def boot_order(vm: VmConfig) -> dict[str, int]:
+    """Each drive's bootindex (QemuServer.pm device_bootorder). ``boot: order=a;b;…`` numbers
+    the devices listed from 100. Without ``boot:``, or with a legacy ``boot: [acdn]{1,4}``
+    (bootorder_from_legacy, default ``cdn``), each letter's number is 100 times its place; in
+    drive order a CD-ROM (cloud-init's is not) takes the ``d`` number and counts it up, any
+    other drive counts the ``c`` number up and only ``bootdisk`` takes it. A ``boot:`` with
+    neither gives no drive one. A template is started without ``boot:`` and ``bootdisk:``."""
+    boot, bootdisk = (None, None) if vm.template else (vm.boot, vm.bootdisk)
+    items = dict(i.split("=", 1) if "=" in i else ("legacy", i)
+                 for i in (boot or "").split(",") if i.strip())
+    if boot is not None and not items.get("legacy"):
+        devices = [d for d in re.split(r"[;\s]+", items.get("order", "")) if d]
+        return {dev: 100 + i for i, dev in enumerate(devices)}
+    number = {letter: 100 * (i + 1) for i, letter in enumerate(items.get("legacy") or "cdn")}
+    out: dict[str, int] = {}
+    for drive in sorted(vm.drives, key=lambda d: drive_order(d.key)):
+        letter = "d" if drive.is_cdrom and not drive.is_cloudinit else "c"
+        if letter not in number:
+            continue
+        if letter == "d" or drive.key == bootdisk:
+            out[drive.key] = number[letter]
+        number[letter] += 1
+    return out
 
 
 # -- machine versions -------------------------------------------------------------------------
@@ -641,7 +669,8 @@ class DiskArgs(Frozen):
 
 def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, version: PveVersion,
               size: int | None = None, escape: bool = False, host: PveVersion | None = None,
-              template: bool = False, q35: bool = False, controller: bool = True) -> DiskArgs:
+              template: bool = False, q35: bool = False, controller: bool = True,
+              bootindex: int | None = None) -> DiskArgs:
     """The ``-object``/``-device``/``-drive``/``-blockdev`` arguments qemu-server's
     config_to_command emits for ``drive`` (a disk or CD-ROM, in its order: objects,
     controller, drive, device); ``volume`` None for an empty drive (``none``).
@@ -649,7 +678,8 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
     ``version``: the generation (8: ``-drive``, 9: ``-blockdev``); ``host``: the qemu-server
     writing it (PVE 9 writes ``-drive`` for machines below 10.0, in its own order), by default
     ``version``. ``template``: a template's read-only graph; ``q35``: that machine's IDE buses;
-    ``controller`` False when an earlier drive on the same controller added it. ``size`` limits
+    ``controller`` False when an earlier drive on the same controller added it; ``bootindex``
+    the device's (:func:`boot_order`). ``size`` limits
     a raw format node (Blockdev.pm generate_format_blockdev's ``size``); ``escape`` doubles
     commas in a path (qemu-server's paths have none)."""
     notes: list[str] = list(volume.notes) if volume else []
@@ -715,7 +745,8 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
                      "makes it for a SCSI disk (it asks the device; a device that is not SCSI "
                      "gets scsi-hd)")
     devices += ["-device", _device(drive, scsihw, version, where, template=template, q35=q35,
-                                   attached=volume is not None, scsi_block=scsi_block)]
+                                   attached=volume is not None, scsi_block=scsi_block,
+                                   bootindex=bootindex)]
     for name in drive.unmodelled:
         notes.append(f"{drive_id}: {name}={drive.get(name)} is not reproduced by iomatrix in a "
                      "measurement (the arguments carry it, a measured disk runs without it)")
@@ -950,8 +981,9 @@ def _drive_line(drive: Drive, volume: Volume | None, direct: bool, aio: str, siz
 
 def _device(drive: Drive, scsihw: str | None, version: PveVersion,
             controller: tuple[str, str, str] | None, *, template: bool = False,
-            q35: bool = False, attached: bool = True, scsi_block: bool = False) -> str:
-    """DriveDevice.pm print_drivedevice_full, without PCI address and bootindex. A template's
+            q35: bool = False, attached: bool = True, scsi_block: bool = False,
+            bootindex: int | None = None) -> str:
+    """DriveDevice.pm print_drivedevice_full, without PCI address. A template's
     SATA and IDE drives are ide-cd on PVE 9 (IDE cannot be read-only; a template is only
     started for backups, which read the block node); q35 has one unit per IDE bus."""
     drive_id = drive.key
@@ -994,6 +1026,8 @@ def _device(drive: Drive, scsihw: str | None, version: PveVersion,
             device += f",model={_unescaped(drive.get('model'))}" if drive.get("model") else ""
             device += ",rotation_rate=1" if drive.flag("ssd") else ""
         device += f",wwn={drive.get('wwn')}" if drive.get("wwn") else ""
+    if bootindex:
+        device += f",bootindex={bootindex}"
     if drive.get("serial"):
         device += f",serial={_unescaped(drive.get('serial'))}"
     if blockdev:
