@@ -25,7 +25,7 @@ import json
 import math
 import re
 import urllib.parse
-from typing import Any, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 from iomatrix.core.model import Frozen, on_off
 from iomatrix.platform.qemu import queue_defaults
@@ -419,74 +419,105 @@ def resolve_volume(drive: Drive, storages: dict[str, Storage] | None = None, *,
         raise ValueError(f"storage '{store}' does not support content-type '{vtype}'")
     if iso and drive.get("media") is None:
         raise ValueError(f"{drive.key}: explicit media parameter is required for iso images")
-    notes: list[str] = []
+    resolver = _RESOLVERS.get(storage.type)
+    if resolver is None:
+        raise ValueError(f"{drive.key}: storage type {storage.type!r} ({store}) is not modelled "
+                         f"(known: {', '.join(STORAGE_TYPES)})")
+    return resolver(_OnStorage(drive, store, storage, volname, []))
 
-    def given(value: str | None, what: str, assumed: str) -> str:
+
+class _OnStorage(NamedTuple):
+    """A drive's volume on its storage, being resolved; ``notes`` collects what was assumed."""
+
+    drive: Drive
+    store: str
+    storage: Storage
+    volname: str
+    notes: list[str]
+
+    def given(self, value: str | None, what: str, assumed: str) -> str:
+        """``value``, or ``assumed`` with a note where the storage's definition does not say."""
         if value:
             return value
-        notes.append(f"{drive.key}: storage {store} ({storage.type}) does not say its {what}: "
-                     f"{assumed} assumed (give --storage-cfg with its definition)")
+        self.notes.append(f"{self.drive.key}: storage {self.store} ({self.storage.type}) does not "
+                          f"say its {what}: {assumed} assumed (give --storage-cfg with its "
+                          "definition)")
         return assumed
 
-    kind = storage.kind
-    if storage.type in FILE_STORAGES:
-        default = "/var/lib/vz" if storage.type == "dir" else f"/mnt/pve/{store}"
-        base = given(storage.path, "path", default)
-        subdir = dict(storage.content_dirs).get(vtype, "template/iso" if iso else "images")
-        if iso:
-            return Volume(driver="file", path=f"{base}/{subdir}/{iso.group(1)}", format="raw",
-                          storage=kind, volid=volid, notes=tuple(notes))
-        vmid, name, fmt = _dir_image(drive.key, volname)
-        path = f"{base}/{subdir}/{vmid}/{name}"
-        if storage.type == "btrfs" and fmt == "raw":   # BTRFSPlugin: a subvolume per raw disk
-            path = f"{base}/{subdir}/{vmid}/{name[:-4]}/disk.raw"
-        chain = storage.volume_chain and fmt == "qcow2"
-        return Volume(driver="file", path=path, format=fmt, storage=kind, volid=volid,
-                      volume_chain=chain, backing=chain and storage.type in ("dir", "nfs", "cifs"),
-                      notes=tuple(notes))
-    if storage.type in ("lvm", "lvmthin"):
-        if not re.match(r"^(vm|base)-\d+-[a-z0-9\-_.]*[a-z0-9]$", volname, re.IGNORECASE) or (
-                storage.type == "lvm" and volname.startswith("base-")):
-            raise ValueError(f"{drive.key}: unable to parse lvm volume name '{volname}'")
-        fmt = "qcow2" if storage.type == "lvm" and volname.endswith(".qcow2") else "raw"
-        path = f"/dev/{given(storage.vgname, 'volume group', store)}/{volname}"
-        return Volume(driver="host_device", path=path, format=fmt, storage=kind, volid=volid,
-                      volume_chain=storage.volume_chain and fmt == "qcow2",
-                      backing=fmt == "qcow2", notes=tuple(notes))
-    if storage.type in ("zfspool", "zfs"):
-        found = re.match(r"^(?:(?:base|basevol)-\d+-\S+/)?((base|basevol|vm|subvol)-\d+-\S+)$",
-                         volname)
+    def volume(self, driver: Literal["file", "host_device"], path: str, fmt: str = "raw",
+               **more: Any) -> Volume:
+        return Volume(driver=driver, path=path, format=fmt, storage=self.storage.kind,
+                      volid=self.drive.volume, notes=tuple(self.notes), **more)
+
+    def unparsable(self, kind: str) -> ValueError:
+        return ValueError(f"{self.drive.key}: unable to parse {kind} volume name '{self.volname}'")
+
+
+def _file_volume(at: _OnStorage) -> Volume:
+    """A directory-like storage (Plugin.pm, BTRFSPlugin.pm): an image or an ISO."""
+    drive, storage = at.drive, at.storage
+    iso = _ISO.match(at.volname)
+    vtype = "iso" if iso else "images"
+    default = "/var/lib/vz" if storage.type == "dir" else f"/mnt/pve/{at.store}"
+    base = at.given(storage.path, "path", default)
+    subdir = dict(storage.content_dirs).get(vtype, "template/iso" if iso else "images")
+    if iso:
+        return at.volume("file", f"{base}/{subdir}/{iso.group(1)}")
+    vmid, name, fmt = _dir_image(drive.key, at.volname)
+    path = f"{base}/{subdir}/{vmid}/{name}"
+    if storage.type == "btrfs" and fmt == "raw":   # BTRFSPlugin: a subvolume per raw disk
+        path = f"{base}/{subdir}/{vmid}/{name[:-4]}/disk.raw"
+    chain = storage.volume_chain and fmt == "qcow2"
+    return at.volume("file", path, fmt, volume_chain=chain,
+                     backing=chain and storage.type in ("dir", "nfs", "cifs"))
+
+
+def _lvm_volume(at: _OnStorage) -> Volume:
+    """LVMPlugin.pm, LvmThinPlugin.pm: a logical volume (thick LVM: raw, or qcow2 in it)."""
+    volname, thick = at.volname, at.storage.type == "lvm"
+    if not re.match(r"^(vm|base)-\d+-[a-z0-9\-_.]*[a-z0-9]$", volname, re.IGNORECASE) or (
+            thick and volname.startswith("base-")):
+        raise at.unparsable("lvm")
+    fmt = "qcow2" if thick and volname.endswith(".qcow2") else "raw"
+    path = f"/dev/{at.given(at.storage.vgname, 'volume group', at.store)}/{volname}"
+    return at.volume("host_device", path, fmt,
+                     volume_chain=at.storage.volume_chain and fmt == "qcow2",
+                     backing=fmt == "qcow2")
+
+
+def _zfs_volume(at: _OnStorage) -> Volume:
+    """ZFSPoolPlugin.pm (a zvol) and ZFSPlugin.pm (ZFS over iSCSI)."""
+    found = re.match(r"^(?:(?:base|basevol)-\d+-\S+/)?((base|basevol|vm|subvol)-\d+-\S+)$",
+                     at.volname)
+    if found is None:
+        raise at.unparsable("zfs")
+    if found.group(2) in ("subvol", "basevol"):
+        raise ValueError(f"{at.drive.key}: volume '{at.volname}' not usable as VM image")
+    pool = at.given(at.storage.pool, "pool", at.store)
+    if at.storage.type == "zfspool":
+        return at.volume("host_device", f"/dev/zvol/{pool}/{found.group(1)}")
+    # ZFS over iSCSI: ZFSPlugin qemu_blockdev_options asks the target for the LUN (ssh)
+    portal = at.given(at.storage.portal, "portal", "<portal>")
+    target = at.given(at.storage.target, "target", "<target>")
+    at.notes.append(f"{at.drive.key}: ZFS over iSCSI: qemu-server asks the target for the LUN of "
+                    f"{pool}/{found.group(1)} (over ssh); LUN 0 assumed")
+    return _iscsi(portal, target, 0, at.storage.kind, at.drive.volume, at.notes)
+
+
+def _iscsi_volume(at: _OnStorage) -> Volume:
+    """ISCSIPlugin.pm (the kernel's initiator: a /dev/disk/by-id device) and
+    ISCSIDirectPlugin.pm (QEMU's own: ``lunN``)."""
+    if at.storage.type == "iscsi":
+        found = re.match(r"^\d+\.\d+\.\d+\.([^/\s]+)$", at.volname)
         if found is None:
-            raise ValueError(f"{drive.key}: unable to parse zfs volume name '{volname}'")
-        if found.group(2) in ("subvol", "basevol"):
-            raise ValueError(f"{drive.key}: volume '{volname}' not usable as VM image")
-        pool = given(storage.pool, "pool", store)
-        if storage.type == "zfspool":
-            return Volume(driver="host_device", path=f"/dev/zvol/{pool}/{found.group(1)}",
-                          format="raw", storage=kind, volid=volid, notes=tuple(notes))
-        # ZFS over iSCSI: ZFSPlugin qemu_blockdev_options asks the target for the LUN (ssh)
-        portal, target = given(storage.portal, "portal", "<portal>"), given(
-            storage.target, "target", "<target>")
-        notes.append(f"{drive.key}: ZFS over iSCSI: qemu-server asks the target for the LUN of "
-                     f"{pool}/{found.group(1)} (over ssh); LUN 0 assumed")
-        return _iscsi(portal, target, 0, kind, volid, notes)
-    if storage.type == "iscsi":
-        found = re.match(r"^\d+\.\d+\.\d+\.([^/\s]+)$", volname)
-        if found is None:
-            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
-        return Volume(driver="host_device", path=f"/dev/disk/by-id/{found.group(1)}",
-                      format="raw", storage=kind, volid=volid)
-    if storage.type == "iscsidirect":
-        found = re.match(r"^lun(\d+)$", volname)
-        if found is None:
-            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
-        return _iscsi(given(storage.portal, "portal", "<portal>"),
-                      given(storage.target, "target", "<target>"), found.group(1), kind, volid,
-                      notes)
-    if storage.type == "rbd":
-        return _rbd(drive, storage, volname, notes)
-    raise ValueError(f"{drive.key}: storage type {storage.type!r} ({store}) is not modelled "
-                     f"(known: {', '.join(STORAGE_TYPES)})")
+            raise at.unparsable("iscsi")
+        return at.volume("host_device", f"/dev/disk/by-id/{found.group(1)}")
+    found = re.match(r"^lun(\d+)$", at.volname)
+    if found is None:
+        raise at.unparsable("iscsi")
+    return _iscsi(at.given(at.storage.portal, "portal", "<portal>"),
+                  at.given(at.storage.target, "target", "<target>"), found.group(1),
+                  at.storage.kind, at.drive.volume, at.notes)
 
 
 def _dir_image(key: str, volname: str) -> tuple[str, str, str]:
@@ -512,9 +543,10 @@ def _iscsi(portal: str, target: str, lun: int | str, kind: str, volid: str,
                   notes=tuple(notes))
 
 
-def _rbd(drive: Drive, storage: Storage, volname: str, notes: list[str]) -> Volume:
+def _rbd(at: _OnStorage) -> Volume:
     """RBDPlugin.pm path and qemu_blockdev_options; ceph_connect_option for the monitors,
     configuration file and auth."""
+    drive, storage, volname, notes = at.drive, at.storage, at.volname, at.notes
     found = re.match(r"^(?:base-\d+-\S+/)?((?:base)?(?:vm)?-\d+-\S+)$", volname)
     if found is None:
         raise ValueError(f"{drive.key}: unable to parse rbd volume name '{volname}'")
@@ -569,6 +601,13 @@ def _rbd(drive: Drive, storage: Storage, volname: str, notes: list[str]) -> Volu
         drive_file += f":id={user}:keyring={keyring}"
     return Volume(driver="rbd", path=f"{pool}/{image}", format="raw", storage="rbd",
                   volid=drive.volume, node=node, drive_file=drive_file, notes=tuple(notes))
+
+
+_RESOLVERS: dict[str, Callable[[_OnStorage], Volume]] = {
+    **{kind: _file_volume for kind in FILE_STORAGES}, "lvm": _lvm_volume,
+    "lvmthin": _lvm_volume, "zfspool": _zfs_volume, "zfs": _zfs_volume, "iscsi": _iscsi_volume,
+    "iscsidirect": _iscsi_volume, "rbd": _rbd}
+"""Storage type → how its volumes resolve (every one of STORAGE_TYPES)."""
 
 
 def _host_and_port(address: str) -> tuple[str, str | None]:
@@ -679,44 +718,22 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
     writing it (PVE 9 writes ``-drive`` for machines below 10.0, in its own order), by default
     ``version``. ``template``: a template's read-only graph; ``q35``: that machine's IDE buses;
     ``controller`` False when an earlier drive on the same controller added it; ``bootindex``
-    the device's (:func:`boot_order`). ``size`` limits
-    a raw format node (Blockdev.pm generate_format_blockdev's ``size``); ``escape`` doubles
-    commas in a path (qemu-server's paths have none)."""
+    the device's (:func:`boot_order`). ``size`` limits a raw format node (Blockdev.pm
+    generate_format_blockdev's ``size``); ``escape`` doubles commas in a path (qemu-server's
+    paths have none)."""
     notes: list[str] = list(volume.notes) if volume else []
     drive_id = drive.key
     storage = volume.storage if volume else "path"
     direct = uses_cache_direct(drive.get("cache"), storage, cdrom=drive.is_cdrom)
     objects: list[str] = []
-    devices: list[str] = []
-    iothread = None
-    # config_to_command: an iothread for virtio drives; for scsi only on virtio-scsi-single.
-    if drive.flag("iothread"):
-        if drive.bus == "virtio":
-            iothread = f"iothread-{drive_id}"
-        elif drive.bus == "scsi" and scsihw == "virtio-scsi-single":
-            iothread = f"iothread-virtioscsi{drive.index}"
-        else:
-            notes.append(f"{drive_id}: iothread=1 is ignored by qemu-server here (only virtio "
-                         "disks and scsihw virtio-scsi-single get an iothread)")
+    iothread = _iothread(drive, scsihw, notes)
     if iothread:
         objects += ["-object", f"iothread,id={iothread}"]
     if version >= 9 and volume is not None:
         objects += ["-object", _json(_throttle_group(drive))]
     where = controller_of(drive, scsihw)
-    queues = drive.get("queues")
-    if where is not None and controller:
-        ctype, cid, _ = where
-        props = f"{ctype},id={cid}"
-        if ctype == "ahci":
-            props += ",multifunction=on"
-        elif iothread and drive.bus == "scsi":
-            props += f",iothread={iothread}"
-        if drive.bus == "scsi" and scsihw == "virtio-scsi-single" and queues:
-            props += f",num_queues={queues}"
-        devices += ["-device", props]
-    if queues and not (drive.bus == "scsi" and scsihw == "virtio-scsi-single"):
-        notes.append(f"{drive_id}: queues={queues} is ignored by qemu-server here (only scsi "
-                     "drives on virtio-scsi-single)")
+    added = _controller_device(drive, scsihw, where, iothread, notes)   # notes even when not added
+    devices = added if controller else []
     if drive.flag("ssd") and drive.bus == "virtio":
         notes.append(f"{drive_id}: ssd=1 has no effect on a virtio drive (no rotation_rate)")
     aio = aio_option(drive.get("aio"), storage, direct)
@@ -754,6 +771,43 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
         notes.append(f"{drive_id}: {name}={drive.get(name)} is not a qemu-server drive option "
                      "iomatrix knows")
     return DiskArgs(argv=tuple(objects + devices), notes=tuple(notes), iothread=iothread)
+
+
+def _iothread(drive: Drive, scsihw: str | None, notes: list[str]) -> str | None:
+    """config_to_command: the iothread's id for a virtio drive, and for a scsi drive only on
+    virtio-scsi-single; elsewhere iothread=1 is ignored (noted)."""
+    if not drive.flag("iothread"):
+        return None
+    if drive.bus == "virtio":
+        return f"iothread-{drive.key}"
+    if drive.bus == "scsi" and scsihw == "virtio-scsi-single":
+        return f"iothread-virtioscsi{drive.index}"
+    notes.append(f"{drive.key}: iothread=1 is ignored by qemu-server here (only virtio "
+                 "disks and scsihw virtio-scsi-single get an iothread)")
+    return None
+
+
+def _controller_device(drive: Drive, scsihw: str | None, where: tuple[str, str, str] | None,
+                       iothread: str | None, notes: list[str]) -> list[str]:
+    """The ``-device`` of the drive's controller (none for virtio-blk and IDE): AHCI
+    multifunction, a SCSI controller with the iothread and, on virtio-scsi-single, the drive's
+    ``queues`` (which qemu-server ignores elsewhere: noted)."""
+    queues = drive.get("queues")
+    single = drive.bus == "scsi" and scsihw == "virtio-scsi-single"
+    if queues and not single:
+        notes.append(f"{drive.key}: queues={queues} is ignored by qemu-server here (only scsi "
+                     "drives on virtio-scsi-single)")
+    if where is None:
+        return []
+    ctype, cid, _ = where
+    props = f"{ctype},id={cid}"
+    if ctype == "ahci":
+        props += ",multifunction=on"
+    elif iothread and drive.bus == "scsi":
+        props += f",iothread={iothread}"
+    if single and queues:
+        props += f",num_queues={queues}"
+    return ["-device", props]
 
 
 OVMF_DIR = "/usr/share/pve-edk2-firmware/"
