@@ -4,7 +4,7 @@ qemu-server's test ``cfg2cmd`` turns VM configurations into the command line ``q
 prints and compares it with one written down beside each. For every one of its fixtures with a
 drive, of qemu-server 9.2.6 and (``--pve-version 8``) 8.3.13, translate must give each drive
 the arguments qemu-server's test expects for it, argument by argument, in order, except where
-translate says it leaves them out: PCI placement (``bus=pci.N,addr=…``) and ``bootindex``.
+translate says it leaves them out: PCI placement (``bus=pci.N,addr=…``).
 
 The fixtures (tests/fixtures/cfg2cmd/qemu-server-VERSION/NAME.txt, made by make.py there from a
 fetched qemu-server) hold each configuration and each drive's expected arguments, byte for
@@ -34,7 +34,7 @@ VMID = "8006"
 STORAGES = {ident: storage.model_copy(update={"keyring": False, "ceph_conf": False})
             for ident, storage in pve.parse_storage_cfg(
                 (FIXTURES / "storage.cfg").read_text()).items()}
-PLACEMENT = re.compile(r",bus=pci\.\d+,addr=0x[0-9a-f]+(?:\.0x[0-9a-f]+)?|,bootindex=\d+")
+PLACEMENT = re.compile(r",bus=pci\.\d+,addr=0x[0-9a-f]+(?:\.0x[0-9a-f]+)?")
 
 Args = list[tuple[str, str]]
 
@@ -49,7 +49,7 @@ class Fixture(NamedTuple):
 
 
 def _expected(flag: str, value: str) -> tuple[str, str]:
-    """An argument as translate gives it: a device without its PCI placement and bootindex;
+    """An argument as translate gives it: a device without its PCI placement;
     of ``-machine`` only the EFI flash items (the rest is the VM's)."""
     if flag == "-device":
         return flag, PLACEMENT.sub("", value)

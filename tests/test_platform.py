@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.core.proc import managed, read_text, run, wait_for, which
 from iomatrix.drivers.guest import free_port
+from iomatrix.platform import PLATFORMS
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.measure.translate import translate
@@ -26,7 +28,8 @@ from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings)
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.suite.model import Configuration, Method, Platform
+from iomatrix.platform.settings import DiskImage
 from iomatrix.target.workspace import Image
 
 needs_qemu = pytest.mark.skipif(not (which("qemu-system-x86_64") and which("qemu-img")),
@@ -582,3 +585,21 @@ def test_invalid_platform_configuration_is_refused_by_guest_argv(tmp_path: Path)
                      serial_log=Path("s"), host_port=1, name="n", platform="proxmox")
     with pytest.raises(InvalidCombination, match="NVMe"):
         guest_argv(spec)
+
+
+def test_every_platform_a_suite_can_name_is_one_registered_module() -> None:
+    """A platform is its module and its registry line (plus the name a suite may give): every
+    name has a module with what qemu/ and recommend call, and each module builds a disk."""
+    assert set(typing.get_args(Platform)) == set(PLATFORMS)
+    config = Configuration(mode="guest", controller="virtio-blk", aio="native", cache="none",
+                           iothread=True)
+    image = DiskImage(path="/var/tmp/d.raw")
+    for name, module in PLATFORMS.items():
+        for attr in ("TITLE", "NAMES", "UNEXPRESSIBLE", "defaults", "refusal"):
+            assert hasattr(module, attr), (name, attr)
+        assert "-blockdev" in module.guest_disk_argv(config, image), name
+        graph = module.storage_graph(config, image)
+        assert graph.blockdevs and graph.export_node in "".join(graph.blockdevs), name
+        assert module.graph_shape(config).detect_zeroes, name
+        assert module.pasted(config, image=None, vmid="1", volume="s:v", storage="dir").text, name
+

@@ -103,7 +103,7 @@ def test_pve_config_round_trips_to_qemu_servers_arguments() -> None:
         "read-only": False}
     assert argv[8:] == ["-device", "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,"
                         "drive=drive-scsi0,id=scsi0,device_id=drive-scsi0,rotation_rate=1,"
-                        "write-cache=on"]
+                        "bootindex=100,write-cache=on"]      # boot: order=scsi0 numbers from 100
     # queues on virtio-scsi-single; no cache given: qemu-server's cache=none
     scsi1 = by_name["scsi1"]
     assert scsi1.config is not None and scsi1.config.num_queues == 4 and scsi1.config.cache == "none"
@@ -129,7 +129,7 @@ def test_pve_version_8_and_pinned_machines_use_drive() -> None:
         "-drive", "file=/dev/pve/vm-100-disk-0,if=none,id=drive-scsi0,cache=none,aio=io_uring,"
                   "discard=on,format=raw,detect-zeroes=unmap",
         "-device", "scsi-hd,bus=virtioscsi0.0,channel=0,scsi-id=0,lun=0,drive=drive-scsi0,"
-                   "id=scsi0,rotation_rate=1"]
+                   "id=scsi0,rotation_rate=1,bootindex=100"]
 
 
 def test_pve_defaults_and_storage_cfg() -> None:

@@ -16,6 +16,8 @@ from iomatrix.core.files import output_directory
 
 if TYPE_CHECKING:
     from iomatrix.measure.prepare import PreparedRun
+    from iomatrix.store.records import StoredRun
+    from iomatrix.suite.model import Suite
 
 
 def _print_plan(prepared: PreparedRun) -> None:
@@ -99,6 +101,76 @@ def _print_plan(prepared: PreparedRun) -> None:
                   markup=False, soft_wrap=True)
 
 
+def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
+                   scale: str | None, seed: int | None) -> None:
+    """BadParameter for options that cannot go together or have no meaning."""
+    if accel not in (None, "auto", "kvm", "tcg"):
+        raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
+    if retry_failed and resume is None:
+        raise typer.BadParameter("goes with --resume RUN", param_hint="--retry-failed")
+    if scale is not None and resume is not None:
+        raise typer.BadParameter("a resumed run keeps the scale it was started at",
+                                 param_hint="--scale")
+    if seed is not None and resume is not None:
+        raise typer.BadParameter("a resumed run keeps the trial order it was started with",
+                                 param_hint="--seed")
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
+
+
+def _to_resume(db: Path, resume: str, *, retry_failed: bool) -> StoredRun | None:
+    """The stored run ``--resume`` names, or None (said on stdout) when it has nothing left to
+    do: a complete run is what --resume asks for, so nothing to do is success."""
+    with open_store(db) as store:
+        stored = store.load_run(store.resolve(resume))
+    failed = sum(1 for t in stored.trials if t.status == "failed")
+    if stored.status == "complete" and not retry_failed:
+        out.print(f"run {stored.id} is complete: nothing to do" + (
+            f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
+            "--retry-failed` measures them again)" if failed else ""), markup=False,
+            soft_wrap=True)
+        return None
+    if stored.status == "complete" and not failed:
+        out.print(f"run {stored.id} is complete and none of its trials failed: nothing "
+                  "to retry", markup=False, soft_wrap=True)
+        return None
+    return stored
+
+
+def _show_plan(loaded: Suite, suite: str, *, accel: str | None, seed: int | None,
+               stored: StoredRun | None, scale: str | None) -> None:
+    """``--plan``: the run prepared as run_suite will prepare it (a new run on a PVE host
+    measures Proxmox's graph; a resumed one only its missing trials), and a new suite's
+    scales when none was asked for."""
+    from iomatrix.measure.prepare import prepare
+    from iomatrix.measure.pvehost import detect_pve
+
+    prepared = prepare(loaded, accel=accel, seed=seed,
+                       pve=detect_pve() if stored is None else None)
+    _print_plan(prepared if stored is None else prepared.resumed(stored))
+    if stored is None and scale is None and loaded.scales:
+        from iomatrix.cli.suites import scale_lines
+
+        out.print("\n".join(scale_lines(suite, loaded, loaded.name)), markup=False,
+                  soft_wrap=True)
+
+
+def _with_target(loaded: Suite, target: Path) -> Suite:
+    """The suite with ``--target`` as its one directory target; SuiteError for a suite whose
+    target is a device or that names several."""
+    if loaded.target.device is not None:
+        raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
+                         "but this suite names a device")
+    if loaded.targets:
+        raise SuiteError(f"{loaded.source_path}: --target replaces the directory of one "
+                         f"target, but this suite names {len(loaded.targets)} in [[targets]]",
+                         hint="edit their directories in the suite file")
+    # validated like the suite's own [target]: --target is as untrusted as the file
+    target_model = type(loaded.target).model_validate(
+        {**loaded.target.model_dump(), "directory": str(target)})
+    return loaded.model_copy(update={"target": target_model})
+
+
 def _interrupt(signum: int, frame: object) -> None:
     from iomatrix.qemu.qmp import defer_interrupt
 
@@ -124,18 +196,8 @@ def run(
     from iomatrix.measure.runner import run_suite
     from iomatrix.suite import load_suite
 
-    if accel not in (None, "auto", "kvm", "tcg"):
-        raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
-    if retry_failed and resume is None:
-        raise typer.BadParameter("goes with --resume RUN", param_hint="--retry-failed")
-    if scale is not None and resume is not None:
-        raise typer.BadParameter("a resumed run keeps the scale it was started at",
-                                 param_hint="--scale")
-    if seed is not None and resume is not None:
-        raise typer.BadParameter("a resumed run keeps the trial order it was started with",
-                                 param_hint="--seed")
-    if seed is not None and not -(2**63) <= seed < 2**63:
-        raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
+    _check_options(accel=accel, retry_failed=retry_failed, resume=resume, scale=scale,
+                   seed=seed)
     if report is not None and not show_plan:
         output_directory(report)      # refused now rather than after the run
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
@@ -144,54 +206,22 @@ def run(
     # cancellation would absorb the Ctrl-C with it.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
+    stored = None
     if resume is not None:
-        with open_store(db) as store:
-            stored = store.load_run(store.resolve(resume))
-        failed = sum(1 for t in stored.trials if t.status == "failed")
-        # a complete run is what --resume asks for: nothing to do is success, said on stdout
-        if stored.status == "complete" and not retry_failed:
-            out.print(f"run {stored.id} is complete: nothing to do" + (
-                f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
-                "--retry-failed` measures them again)" if failed else ""), markup=False,
-                soft_wrap=True)
-            return
-        if stored.status == "complete" and not failed:
-            out.print(f"run {stored.id} is complete and none of its trials failed: nothing "
-                      "to retry", markup=False, soft_wrap=True)
+        stored = _to_resume(db, resume, retry_failed=retry_failed)
+        if stored is None:
             return
         loaded = stored.suite.runnable()
-        resume_id: int | None = stored.id
     else:
         from iomatrix.measure.fromvm import resolve_vm
 
         loaded = resolve_vm(load_suite(suite, scale=scale))
-        resume_id = None
     if show_plan:
-        from iomatrix.measure.prepare import prepare
-        from iomatrix.measure.pvehost import detect_pve
-
-        # as run_suite will: a new run on a PVE host measures Proxmox's graph
-        prepared = prepare(loaded, accel=accel, seed=seed,
-                           pve=detect_pve() if resume is None else None)
-        _print_plan(prepared if resume is None else prepared.resumed(stored))
-        if resume is None and scale is None and loaded.scales:
-            from iomatrix.cli.suites import scale_lines
-
-            out.print("\n".join(scale_lines(suite, loaded, loaded.name)), markup=False,
-                      soft_wrap=True)
+        _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale)
         return
     if target is not None:
-        if loaded.target.device is not None:
-            raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
-                             "but this suite names a device")
-        if loaded.targets:
-            raise SuiteError(f"{loaded.source_path}: --target replaces the directory of one "
-                             f"target, but this suite names {len(loaded.targets)} in [[targets]]",
-                             hint="edit their directories in the suite file")
-        # validated like the suite's own [target]: --target is as untrusted as the file
-        target_model = type(loaded.target).model_validate(
-            {**loaded.target.model_dump(), "directory": str(target)})
-        loaded = loaded.model_copy(update={"target": target_model})
+        loaded = _with_target(loaded, target)
+    resume_id = stored.id if stored is not None else None
     err = environment().stderr
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:

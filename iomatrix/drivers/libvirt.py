@@ -54,7 +54,7 @@ from iomatrix.core.proc import read_text, require, run, wait_for
 from iomatrix.drivers.guest import Guest, GuestDriver, free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE, disk_backend
-from iomatrix.qemu.blockdev import cache_flags
+from iomatrix.platform.qemu import cache_flags
 from iomatrix.suite.model import Configuration, Method
 from iomatrix.target.workspace import Image
 

@@ -100,25 +100,12 @@ def _proxmox(text: str, version: pve.PveVersion | None,
     host: pve.PveVersion = version or pve.DEFAULT_PVE_VERSION
     gen = pve.version_of_machine(vm, host)
     pinned = pve.pinned_version(vm)
-    notes = [pve.OMITTED]
-    if vm.template:
-        notes.append("template: qemu-server starts a template only for backups, from its drives, "
-                     "scsihw, bios and name: every block node read-only, SATA and IDE drives as "
-                     "ide-cd, the newest machine version, -snapshot for the whole VM")
-    elif pinned and pve.machine_type(vm) in (None, "pc", "q35"):
-        notes.append(f"ostype: {vm.ostype} without a machine version: qemu-server pins a Windows "
-                     f"VM to {pinned[0]}.{pinned[1]} → PVE {gen}'s command line")
-    elif vm.machine:
-        notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
-    if vm.arch and vm.arch != "x86_64":
-        notes.append(f"arch: {vm.arch}: iomatrix models x86_64's devices and firmware")
-    if vm.bios == "ovmf" and not any(d.bus == "efidisk" for d in vm.drives):
-        notes.append("bios: ovmf without efidisk0: qemu-server gives OVMF a temporary vars disk "
-                     f"(/run/qemu-server/efidisk/{vmid or '<vmid>'}-ovmf.fd), not shown")
+    notes = _vm_notes(vm, gen, vmid)
     disks: list[DiskTranslation] = []
     others: list[DiskTranslation] = []
     controllers: set[str] = set()
     drives = sorted(vm.drives, key=lambda d: pve.drive_order(d.key))
+    boot = pve.boot_order(vm)
     for drive in drives:
         written = f"{drive.key}: {drive.volume}" + "".join(f",{k}={v}" for k, v in drive.options)
         kind = ("efidisk" if drive.bus == "efidisk" else "tpmstate" if drive.bus == "tpmstate"
@@ -138,7 +125,8 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                 where = pve.controller_of(drive, vm.scsihw)
                 out = pve.disk_args(drive, volume, scsihw=vm.scsihw, version=gen, host=host,
                                     template=vm.template, q35=pve.is_q35(vm),
-                                    controller=where is None or where[1] not in controllers)
+                                    controller=where is None or where[1] not in controllers,
+                                    bootindex=boot.get(drive.key))
                 controllers |= {where[1]} if where else set()
         except ValueError as exc:
             translated = DiskTranslation(name=drive.key, written=written, values={}, config=None,
@@ -177,6 +165,28 @@ def _proxmox(text: str, version: pve.PveVersion | None,
     return Translation(platform="proxmox", generation=label, disks=tuple(disks),
                        others=tuple(others), order=tuple(d.key for d in drives),
                        notes=tuple(notes), pve_version=gen)
+
+
+def _vm_notes(vm: pve.VmConfig, gen: pve.PveVersion, vmid: str | None) -> list[str]:
+    """What the VM's own settings do to its disks' command line: a template's, a pinned or
+    given machine version's, another architecture's, OVMF's temporary vars disk."""
+    notes = [pve.OMITTED]
+    pinned = pve.pinned_version(vm)
+    if vm.template:
+        notes.append("template: qemu-server starts a template only for backups, from its drives, "
+                     "scsihw, bios and name: every block node read-only, SATA and IDE drives as "
+                     "ide-cd, the newest machine version, -snapshot for the whole VM")
+    elif pinned and pve.machine_type(vm) in (None, "pc", "q35"):
+        notes.append(f"ostype: {vm.ostype} without a machine version: qemu-server pins a Windows "
+                     f"VM to {pinned[0]}.{pinned[1]} → PVE {gen}'s command line")
+    elif vm.machine:
+        notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
+    if vm.arch and vm.arch != "x86_64":
+        notes.append(f"arch: {vm.arch}: iomatrix models x86_64's devices and firmware")
+    if vm.bios == "ovmf" and not any(d.bus == "efidisk" for d in vm.drives):
+        notes.append("bios: ovmf without efidisk0: qemu-server gives OVMF a temporary vars disk "
+                     f"(/run/qemu-server/efidisk/{vmid or '<vmid>'}-ovmf.fd), not shown")
+    return notes
 
 
 def _efidisk(drive: pve.Drive, volume: pve.Volume | None, vm: pve.VmConfig, gen: pve.PveVersion,

@@ -41,7 +41,8 @@ from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
 from iomatrix.platform.qemu import defaults as qemu_defaults
-from iomatrix.platform.settings import DiskSettings, PlatformDefault
+from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
+                                        PlatformDefault, StorageGraph, disk_kind, image_notes)
 
 Version = tuple[int, int, int]
 
@@ -577,7 +578,7 @@ UNEXPRESSIBLE = {("controller", "nvme"): "the reference documents no libvirt map
 
 def refusal(settings: DiskSettings) -> str | None:
     """Why iomatrix cannot give a guest ``settings`` as libvirt would, or None."""
-    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    kind = disk_kind(settings)
     if kind in ("nvme", "vhost-user-blk"):
         return f"iomatrix does not model libvirt's {kind} disks"
     if settings.queue_size and kind != "virtio-blk":
@@ -643,13 +644,15 @@ def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
     return out
 
 
-def pasted_xml(settings: DiskSettings, *, image: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """What a libvirt user pastes for ``settings``, as (where it goes, XML text) pairs: the
-    ``<iothreads>`` (in ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the
-    ``<disk>`` with its ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>``
-    (in ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
+def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pasted:
+    """What a libvirt user pastes for ``settings`` (on ``image``, by default
+    :data:`PLACEHOLDER_IMAGE`), as (where it goes, XML text) pairs: the ``<iothreads>`` (in
+    ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the ``<disk>`` with its
+    ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>`` (in
+    ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
     iothread goes on the disk's driver for virtio-blk and on the controller's driver for
     virtio-scsi, whose disks share it; queues likewise."""
+    path = image or f"{PLACEHOLDER_IMAGE}.{settings.format or 'raw'}"
     controller = str(settings.controller)
     notes: list[str] = []
     if controller in ("virtio-scsi", "virtio-scsi-single") and settings.queue_size:
@@ -658,11 +661,14 @@ def pasted_xml(settings: DiskSettings, *, image: str) -> tuple[list[tuple[str, s
     if controller == "virtio-scsi-single":
         notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
                      "virtio-scsi controller (and its own iothread); for one disk this is it")
-    disk, threads = disk_for(controller, source=image, block=image.startswith("/dev/"),
+    disk, threads = disk_for(controller, source=path, block=path.startswith("/dev/"),
                              aio=settings.aio or "threads", cache=settings.cache or "writeback",
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
                              num_queues=settings.num_queues, queue_size=settings.queue_size)
-    return [(where, _text(element)) for where, element in disk_xml(disk, threads)], notes
+    fragments = [(where, _text(element)) for where, element in disk_xml(disk, threads)]
+    notes += image_notes(settings, "qemu-img or a storage pool volume")
+    text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
+    return Pasted(text=text, notes=tuple(notes), fragments=tuple(fragments))
 
 
 def _text(element: ET.Element) -> str:
@@ -697,3 +703,43 @@ def configuration_of(disk: Disk) -> tuple[dict[str, Any], list[str]]:
             "cache": cache or "writeback", "format": disk.get("type") or "raw",
             "num_queues": int(queues) if queues else None,
             "queue_size": int(disk.get("queue_size") or 0) or None}, notes
+
+
+# -- a disk's settings as libvirt gives them to a guest and a storage daemon -------------------
+
+DAEMON_BUS = "virtio-blk"
+"""The bus of the ``<disk>`` a daemon's graph is built from: the nodes do not depend on it."""
+
+
+def guest_disk_argv(settings: DiskSettings, image: DiskImage,
+                    version: Versions | None = None) -> list[str]:
+    """The disk's arguments libvirt at ``version`` (by default :class:`Versions`' own)
+    generates for the ``<disk>`` a user would write for ``settings``. ValueError for what
+    libvirt refuses."""
+    disk, threads = disk_for(disk_kind(settings), source=image.path, block=image.is_device,
+                             aio=settings.aio, cache=settings.cache,
+                             iothread=bool(settings.iothread), fmt=settings.format or "raw",
+                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+    return list(disk_args(disk, version or Versions(), iothreads=threads, size=image.size).argv)
+
+
+def storage_graph(settings: DiskSettings, image: DiskImage,
+                  version: Versions | None = None) -> StorageGraph:
+    """``libvirt-1-storage`` and, where that libvirt gives the disk one, ``libvirt-1-format``
+    over it (:func:`disk_args`), the export on the top one."""
+    disk, _ = disk_for(DAEMON_BUS, source=image.path, block=image.is_device, aio=settings.aio,
+                       cache=settings.cache, iothread=False, fmt=settings.format or "raw")
+    argv = disk_args(disk, version or Versions(), size=image.size).argv
+    nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
+    return StorageGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
+
+
+def graph_shape(settings: DiskSettings, version: Versions | None = None, *,
+                is_device: bool = False) -> GraphShape:
+    """A format node unless libvirt leaves it out (a block device's test area is a raw slice
+    node, which plays that part: :func:`has_format_node`); libvirt numbers ``<iothreads>``
+    from 1."""
+    format_node = has_format_node(settings.format or "raw", version or Versions(),
+                                  sliced=is_device)
+    zeroes = {"protocol": "off", "format": "off"} if format_node else {"protocol": "off"}
+    return GraphShape(format_node=format_node, detect_zeroes=zeroes, iothread="iothread1")

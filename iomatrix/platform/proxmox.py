@@ -15,7 +15,7 @@ Two generations:
   and ``detect-zeroes``; the device gets ``write-cache=`` (and SCSI disks ``device_id=``).
 
 What does not bear on I/O is left out and said so (``OMITTED``): PCI addresses (``bus=pci.N,
-addr=…``), ``bootindex``, the rest of the VM.
+addr=…``) and the rest of the VM. A drive's ``bootindex`` is qemu-server's (:func:`boot_order`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import json
 import math
 import re
 import urllib.parse
-from typing import Any, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 from iomatrix.core.model import Frozen, on_off
 from iomatrix.platform.qemu import queue_defaults
-from iomatrix.platform.settings import DiskSettings, PlatformDefault, default
+from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
+                                        PlatformDefault, StorageGraph, default, disk_kind)
 
 PveVersion = Literal[8, 9]
 PVE_VERSIONS: tuple[PveVersion, ...] = (8, 9)
@@ -40,8 +41,8 @@ SCSIHW_DEFAULT = "lsi"
 """QemuServer.pm ``$confdesc->{scsihw}``: ``default => 'lsi'`` (the GUI offers virtio-scsi-single
 for new Linux VMs, but a configuration without ``scsihw:`` gets lsi)."""
 DRIVE_KEY = re.compile(r"^(virtio|scsi|sata|ide|efidisk|tpmstate)(\d+)$")
-OMITTED = ("PCI addresses (bus=pci.N,addr=…) and bootindex are left out: they place the device "
-           "in the VM, they do not change its I/O")
+OMITTED = ("PCI addresses (bus=pci.N,addr=…) are left out: they place the device in the VM, "
+           "they do not change its I/O")
 
 # Drive options (Drive.pm %drivedesc_base and the per-bus formats) by what iomatrix does with them.
 IO_OPTIONS = ("aio", "cache", "discard", "detect_zeroes", "iothread", "ssd", "queues", "format",
@@ -236,6 +237,9 @@ class VmConfig(Frozen):
     cvm: str | None = None
     """``amd-sev`` type (std, es, snp) or ``tdx``: a confidential VM's firmware."""
     arch: str | None = None
+    boot: str | None = None
+    """``boot:`` as written (None: not given; "" given empty)."""
+    bootdisk: str | None = None
 
     @property
     def windows(self) -> bool:
@@ -261,7 +265,7 @@ def parse_config(text: str) -> VmConfig:
         if not sep:
             raise ValueError(f"not a configuration line: {raw!r}")
         key, value = key.strip(), value.strip()
-        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch"):
+        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch", "boot", "bootdisk"):
             values[key] = value
         elif key == "template":
             values["template"] = value in ("1", "on", "yes", "true")
@@ -273,6 +277,31 @@ def parse_config(text: str) -> VmConfig:
         else:
             ignored.append(key)
     return VmConfig(drives=tuple(drives), ignored=tuple(ignored), **values)
+
+
+def boot_order(vm: VmConfig) -> dict[str, int]:
+    """Each drive's bootindex (QemuServer.pm device_bootorder). ``boot: order=a;b;…`` numbers
+    the devices listed from 100. Without ``boot:``, or with a legacy ``boot: [acdn]{1,4}``
+    (bootorder_from_legacy, default ``cdn``), each letter's number is 100 times its place; in
+    drive order a CD-ROM (cloud-init's is not) takes the ``d`` number and counts it up, any
+    other drive counts the ``c`` number up and only ``bootdisk`` takes it. A ``boot:`` with
+    neither gives no drive one. A template is started without ``boot:`` and ``bootdisk:``."""
+    boot, bootdisk = (None, None) if vm.template else (vm.boot, vm.bootdisk)
+    items = dict(i.split("=", 1) if "=" in i else ("legacy", i)
+                 for i in (boot or "").split(",") if i.strip())
+    if boot is not None and not items.get("legacy"):
+        devices = [d for d in re.split(r"[;\s]+", items.get("order", "")) if d]
+        return {dev: 100 + i for i, dev in enumerate(devices)}
+    number = {letter: 100 * (i + 1) for i, letter in enumerate(items.get("legacy") or "cdn")}
+    out: dict[str, int] = {}
+    for drive in sorted(vm.drives, key=lambda d: drive_order(d.key)):
+        letter = "d" if drive.is_cdrom and not drive.is_cloudinit else "c"
+        if letter not in number:
+            continue
+        if letter == "d" or drive.key == bootdisk:
+            out[drive.key] = number[letter]
+        number[letter] += 1
+    return out
 
 
 # -- machine versions -------------------------------------------------------------------------
@@ -390,74 +419,105 @@ def resolve_volume(drive: Drive, storages: dict[str, Storage] | None = None, *,
         raise ValueError(f"storage '{store}' does not support content-type '{vtype}'")
     if iso and drive.get("media") is None:
         raise ValueError(f"{drive.key}: explicit media parameter is required for iso images")
-    notes: list[str] = []
+    resolver = _RESOLVERS.get(storage.type)
+    if resolver is None:
+        raise ValueError(f"{drive.key}: storage type {storage.type!r} ({store}) is not modelled "
+                         f"(known: {', '.join(STORAGE_TYPES)})")
+    return resolver(_OnStorage(drive, store, storage, volname, []))
 
-    def given(value: str | None, what: str, assumed: str) -> str:
+
+class _OnStorage(NamedTuple):
+    """A drive's volume on its storage, being resolved; ``notes`` collects what was assumed."""
+
+    drive: Drive
+    store: str
+    storage: Storage
+    volname: str
+    notes: list[str]
+
+    def given(self, value: str | None, what: str, assumed: str) -> str:
+        """``value``, or ``assumed`` with a note where the storage's definition does not say."""
         if value:
             return value
-        notes.append(f"{drive.key}: storage {store} ({storage.type}) does not say its {what}: "
-                     f"{assumed} assumed (give --storage-cfg with its definition)")
+        self.notes.append(f"{self.drive.key}: storage {self.store} ({self.storage.type}) does not "
+                          f"say its {what}: {assumed} assumed (give --storage-cfg with its "
+                          "definition)")
         return assumed
 
-    kind = storage.kind
-    if storage.type in FILE_STORAGES:
-        default = "/var/lib/vz" if storage.type == "dir" else f"/mnt/pve/{store}"
-        base = given(storage.path, "path", default)
-        subdir = dict(storage.content_dirs).get(vtype, "template/iso" if iso else "images")
-        if iso:
-            return Volume(driver="file", path=f"{base}/{subdir}/{iso.group(1)}", format="raw",
-                          storage=kind, volid=volid, notes=tuple(notes))
-        vmid, name, fmt = _dir_image(drive.key, volname)
-        path = f"{base}/{subdir}/{vmid}/{name}"
-        if storage.type == "btrfs" and fmt == "raw":   # BTRFSPlugin: a subvolume per raw disk
-            path = f"{base}/{subdir}/{vmid}/{name[:-4]}/disk.raw"
-        chain = storage.volume_chain and fmt == "qcow2"
-        return Volume(driver="file", path=path, format=fmt, storage=kind, volid=volid,
-                      volume_chain=chain, backing=chain and storage.type in ("dir", "nfs", "cifs"),
-                      notes=tuple(notes))
-    if storage.type in ("lvm", "lvmthin"):
-        if not re.match(r"^(vm|base)-\d+-[a-z0-9\-_.]*[a-z0-9]$", volname, re.IGNORECASE) or (
-                storage.type == "lvm" and volname.startswith("base-")):
-            raise ValueError(f"{drive.key}: unable to parse lvm volume name '{volname}'")
-        fmt = "qcow2" if storage.type == "lvm" and volname.endswith(".qcow2") else "raw"
-        path = f"/dev/{given(storage.vgname, 'volume group', store)}/{volname}"
-        return Volume(driver="host_device", path=path, format=fmt, storage=kind, volid=volid,
-                      volume_chain=storage.volume_chain and fmt == "qcow2",
-                      backing=fmt == "qcow2", notes=tuple(notes))
-    if storage.type in ("zfspool", "zfs"):
-        found = re.match(r"^(?:(?:base|basevol)-\d+-\S+/)?((base|basevol|vm|subvol)-\d+-\S+)$",
-                         volname)
+    def volume(self, driver: Literal["file", "host_device"], path: str, fmt: str = "raw",
+               **more: Any) -> Volume:
+        return Volume(driver=driver, path=path, format=fmt, storage=self.storage.kind,
+                      volid=self.drive.volume, notes=tuple(self.notes), **more)
+
+    def unparsable(self, kind: str) -> ValueError:
+        return ValueError(f"{self.drive.key}: unable to parse {kind} volume name '{self.volname}'")
+
+
+def _file_volume(at: _OnStorage) -> Volume:
+    """A directory-like storage (Plugin.pm, BTRFSPlugin.pm): an image or an ISO."""
+    drive, storage = at.drive, at.storage
+    iso = _ISO.match(at.volname)
+    vtype = "iso" if iso else "images"
+    default = "/var/lib/vz" if storage.type == "dir" else f"/mnt/pve/{at.store}"
+    base = at.given(storage.path, "path", default)
+    subdir = dict(storage.content_dirs).get(vtype, "template/iso" if iso else "images")
+    if iso:
+        return at.volume("file", f"{base}/{subdir}/{iso.group(1)}")
+    vmid, name, fmt = _dir_image(drive.key, at.volname)
+    path = f"{base}/{subdir}/{vmid}/{name}"
+    if storage.type == "btrfs" and fmt == "raw":   # BTRFSPlugin: a subvolume per raw disk
+        path = f"{base}/{subdir}/{vmid}/{name[:-4]}/disk.raw"
+    chain = storage.volume_chain and fmt == "qcow2"
+    return at.volume("file", path, fmt, volume_chain=chain,
+                     backing=chain and storage.type in ("dir", "nfs", "cifs"))
+
+
+def _lvm_volume(at: _OnStorage) -> Volume:
+    """LVMPlugin.pm, LvmThinPlugin.pm: a logical volume (thick LVM: raw, or qcow2 in it)."""
+    volname, thick = at.volname, at.storage.type == "lvm"
+    if not re.match(r"^(vm|base)-\d+-[a-z0-9\-_.]*[a-z0-9]$", volname, re.IGNORECASE) or (
+            thick and volname.startswith("base-")):
+        raise at.unparsable("lvm")
+    fmt = "qcow2" if thick and volname.endswith(".qcow2") else "raw"
+    path = f"/dev/{at.given(at.storage.vgname, 'volume group', at.store)}/{volname}"
+    return at.volume("host_device", path, fmt,
+                     volume_chain=at.storage.volume_chain and fmt == "qcow2",
+                     backing=fmt == "qcow2")
+
+
+def _zfs_volume(at: _OnStorage) -> Volume:
+    """ZFSPoolPlugin.pm (a zvol) and ZFSPlugin.pm (ZFS over iSCSI)."""
+    found = re.match(r"^(?:(?:base|basevol)-\d+-\S+/)?((base|basevol|vm|subvol)-\d+-\S+)$",
+                     at.volname)
+    if found is None:
+        raise at.unparsable("zfs")
+    if found.group(2) in ("subvol", "basevol"):
+        raise ValueError(f"{at.drive.key}: volume '{at.volname}' not usable as VM image")
+    pool = at.given(at.storage.pool, "pool", at.store)
+    if at.storage.type == "zfspool":
+        return at.volume("host_device", f"/dev/zvol/{pool}/{found.group(1)}")
+    # ZFS over iSCSI: ZFSPlugin qemu_blockdev_options asks the target for the LUN (ssh)
+    portal = at.given(at.storage.portal, "portal", "<portal>")
+    target = at.given(at.storage.target, "target", "<target>")
+    at.notes.append(f"{at.drive.key}: ZFS over iSCSI: qemu-server asks the target for the LUN of "
+                    f"{pool}/{found.group(1)} (over ssh); LUN 0 assumed")
+    return _iscsi(portal, target, 0, at.storage.kind, at.drive.volume, at.notes)
+
+
+def _iscsi_volume(at: _OnStorage) -> Volume:
+    """ISCSIPlugin.pm (the kernel's initiator: a /dev/disk/by-id device) and
+    ISCSIDirectPlugin.pm (QEMU's own: ``lunN``)."""
+    if at.storage.type == "iscsi":
+        found = re.match(r"^\d+\.\d+\.\d+\.([^/\s]+)$", at.volname)
         if found is None:
-            raise ValueError(f"{drive.key}: unable to parse zfs volume name '{volname}'")
-        if found.group(2) in ("subvol", "basevol"):
-            raise ValueError(f"{drive.key}: volume '{volname}' not usable as VM image")
-        pool = given(storage.pool, "pool", store)
-        if storage.type == "zfspool":
-            return Volume(driver="host_device", path=f"/dev/zvol/{pool}/{found.group(1)}",
-                          format="raw", storage=kind, volid=volid, notes=tuple(notes))
-        # ZFS over iSCSI: ZFSPlugin qemu_blockdev_options asks the target for the LUN (ssh)
-        portal, target = given(storage.portal, "portal", "<portal>"), given(
-            storage.target, "target", "<target>")
-        notes.append(f"{drive.key}: ZFS over iSCSI: qemu-server asks the target for the LUN of "
-                     f"{pool}/{found.group(1)} (over ssh); LUN 0 assumed")
-        return _iscsi(portal, target, 0, kind, volid, notes)
-    if storage.type == "iscsi":
-        found = re.match(r"^\d+\.\d+\.\d+\.([^/\s]+)$", volname)
-        if found is None:
-            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
-        return Volume(driver="host_device", path=f"/dev/disk/by-id/{found.group(1)}",
-                      format="raw", storage=kind, volid=volid)
-    if storage.type == "iscsidirect":
-        found = re.match(r"^lun(\d+)$", volname)
-        if found is None:
-            raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
-        return _iscsi(given(storage.portal, "portal", "<portal>"),
-                      given(storage.target, "target", "<target>"), found.group(1), kind, volid,
-                      notes)
-    if storage.type == "rbd":
-        return _rbd(drive, storage, volname, notes)
-    raise ValueError(f"{drive.key}: storage type {storage.type!r} ({store}) is not modelled "
-                     f"(known: {', '.join(STORAGE_TYPES)})")
+            raise at.unparsable("iscsi")
+        return at.volume("host_device", f"/dev/disk/by-id/{found.group(1)}")
+    found = re.match(r"^lun(\d+)$", at.volname)
+    if found is None:
+        raise at.unparsable("iscsi")
+    return _iscsi(at.given(at.storage.portal, "portal", "<portal>"),
+                  at.given(at.storage.target, "target", "<target>"), found.group(1),
+                  at.storage.kind, at.drive.volume, at.notes)
 
 
 def _dir_image(key: str, volname: str) -> tuple[str, str, str]:
@@ -483,9 +543,10 @@ def _iscsi(portal: str, target: str, lun: int | str, kind: str, volid: str,
                   notes=tuple(notes))
 
 
-def _rbd(drive: Drive, storage: Storage, volname: str, notes: list[str]) -> Volume:
+def _rbd(at: _OnStorage) -> Volume:
     """RBDPlugin.pm path and qemu_blockdev_options; ceph_connect_option for the monitors,
     configuration file and auth."""
+    drive, storage, volname, notes = at.drive, at.storage, at.volname, at.notes
     found = re.match(r"^(?:base-\d+-\S+/)?((?:base)?(?:vm)?-\d+-\S+)$", volname)
     if found is None:
         raise ValueError(f"{drive.key}: unable to parse rbd volume name '{volname}'")
@@ -540,6 +601,13 @@ def _rbd(drive: Drive, storage: Storage, volname: str, notes: list[str]) -> Volu
         drive_file += f":id={user}:keyring={keyring}"
     return Volume(driver="rbd", path=f"{pool}/{image}", format="raw", storage="rbd",
                   volid=drive.volume, node=node, drive_file=drive_file, notes=tuple(notes))
+
+
+_RESOLVERS: dict[str, Callable[[_OnStorage], Volume]] = {
+    **{kind: _file_volume for kind in FILE_STORAGES}, "lvm": _lvm_volume,
+    "lvmthin": _lvm_volume, "zfspool": _zfs_volume, "zfs": _zfs_volume, "iscsi": _iscsi_volume,
+    "iscsidirect": _iscsi_volume, "rbd": _rbd}
+"""Storage type → how its volumes resolve (every one of STORAGE_TYPES)."""
 
 
 def _host_and_port(address: str) -> tuple[str, str | None]:
@@ -640,7 +708,8 @@ class DiskArgs(Frozen):
 
 def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, version: PveVersion,
               size: int | None = None, escape: bool = False, host: PveVersion | None = None,
-              template: bool = False, q35: bool = False, controller: bool = True) -> DiskArgs:
+              template: bool = False, q35: bool = False, controller: bool = True,
+              bootindex: int | None = None) -> DiskArgs:
     """The ``-object``/``-device``/``-drive``/``-blockdev`` arguments qemu-server's
     config_to_command emits for ``drive`` (a disk or CD-ROM, in its order: objects,
     controller, drive, device); ``volume`` None for an empty drive (``none``).
@@ -648,44 +717,23 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
     ``version``: the generation (8: ``-drive``, 9: ``-blockdev``); ``host``: the qemu-server
     writing it (PVE 9 writes ``-drive`` for machines below 10.0, in its own order), by default
     ``version``. ``template``: a template's read-only graph; ``q35``: that machine's IDE buses;
-    ``controller`` False when an earlier drive on the same controller added it. ``size`` limits
-    a raw format node (Blockdev.pm generate_format_blockdev's ``size``); ``escape`` doubles
-    commas in a path (qemu-server's paths have none)."""
+    ``controller`` False when an earlier drive on the same controller added it; ``bootindex``
+    the device's (:func:`boot_order`). ``size`` limits a raw format node (Blockdev.pm
+    generate_format_blockdev's ``size``); ``escape`` doubles commas in a path (qemu-server's
+    paths have none)."""
     notes: list[str] = list(volume.notes) if volume else []
     drive_id = drive.key
     storage = volume.storage if volume else "path"
     direct = uses_cache_direct(drive.get("cache"), storage, cdrom=drive.is_cdrom)
     objects: list[str] = []
-    devices: list[str] = []
-    iothread = None
-    # config_to_command: an iothread for virtio drives; for scsi only on virtio-scsi-single.
-    if drive.flag("iothread"):
-        if drive.bus == "virtio":
-            iothread = f"iothread-{drive_id}"
-        elif drive.bus == "scsi" and scsihw == "virtio-scsi-single":
-            iothread = f"iothread-virtioscsi{drive.index}"
-        else:
-            notes.append(f"{drive_id}: iothread=1 is ignored by qemu-server here (only virtio "
-                         "disks and scsihw virtio-scsi-single get an iothread)")
+    iothread = _iothread(drive, scsihw, notes)
     if iothread:
         objects += ["-object", f"iothread,id={iothread}"]
     if version >= 9 and volume is not None:
         objects += ["-object", _json(_throttle_group(drive))]
     where = controller_of(drive, scsihw)
-    queues = drive.get("queues")
-    if where is not None and controller:
-        ctype, cid, _ = where
-        props = f"{ctype},id={cid}"
-        if ctype == "ahci":
-            props += ",multifunction=on"
-        elif iothread and drive.bus == "scsi":
-            props += f",iothread={iothread}"
-        if drive.bus == "scsi" and scsihw == "virtio-scsi-single" and queues:
-            props += f",num_queues={queues}"
-        devices += ["-device", props]
-    if queues and not (drive.bus == "scsi" and scsihw == "virtio-scsi-single"):
-        notes.append(f"{drive_id}: queues={queues} is ignored by qemu-server here (only scsi "
-                     "drives on virtio-scsi-single)")
+    added = _controller_device(drive, scsihw, where, iothread, notes)   # notes even when not added
+    devices = added if controller else []
     if drive.flag("ssd") and drive.bus == "virtio":
         notes.append(f"{drive_id}: ssd=1 has no effect on a virtio drive (no rotation_rate)")
     aio = aio_option(drive.get("aio"), storage, direct)
@@ -714,7 +762,8 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
                      "makes it for a SCSI disk (it asks the device; a device that is not SCSI "
                      "gets scsi-hd)")
     devices += ["-device", _device(drive, scsihw, version, where, template=template, q35=q35,
-                                   attached=volume is not None, scsi_block=scsi_block)]
+                                   attached=volume is not None, scsi_block=scsi_block,
+                                   bootindex=bootindex)]
     for name in drive.unmodelled:
         notes.append(f"{drive_id}: {name}={drive.get(name)} is not reproduced by iomatrix in a "
                      "measurement (the arguments carry it, a measured disk runs without it)")
@@ -722,6 +771,43 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
         notes.append(f"{drive_id}: {name}={drive.get(name)} is not a qemu-server drive option "
                      "iomatrix knows")
     return DiskArgs(argv=tuple(objects + devices), notes=tuple(notes), iothread=iothread)
+
+
+def _iothread(drive: Drive, scsihw: str | None, notes: list[str]) -> str | None:
+    """config_to_command: the iothread's id for a virtio drive, and for a scsi drive only on
+    virtio-scsi-single; elsewhere iothread=1 is ignored (noted)."""
+    if not drive.flag("iothread"):
+        return None
+    if drive.bus == "virtio":
+        return f"iothread-{drive.key}"
+    if drive.bus == "scsi" and scsihw == "virtio-scsi-single":
+        return f"iothread-virtioscsi{drive.index}"
+    notes.append(f"{drive.key}: iothread=1 is ignored by qemu-server here (only virtio "
+                 "disks and scsihw virtio-scsi-single get an iothread)")
+    return None
+
+
+def _controller_device(drive: Drive, scsihw: str | None, where: tuple[str, str, str] | None,
+                       iothread: str | None, notes: list[str]) -> list[str]:
+    """The ``-device`` of the drive's controller (none for virtio-blk and IDE): AHCI
+    multifunction, a SCSI controller with the iothread and, on virtio-scsi-single, the drive's
+    ``queues`` (which qemu-server ignores elsewhere: noted)."""
+    queues = drive.get("queues")
+    single = drive.bus == "scsi" and scsihw == "virtio-scsi-single"
+    if queues and not single:
+        notes.append(f"{drive.key}: queues={queues} is ignored by qemu-server here (only scsi "
+                     "drives on virtio-scsi-single)")
+    if where is None:
+        return []
+    ctype, cid, _ = where
+    props = f"{ctype},id={cid}"
+    if ctype == "ahci":
+        props += ",multifunction=on"
+    elif iothread and drive.bus == "scsi":
+        props += f",iothread={iothread}"
+    if single and queues:
+        props += f",num_queues={queues}"
+    return ["-device", props]
 
 
 OVMF_DIR = "/usr/share/pve-edk2-firmware/"
@@ -949,8 +1035,9 @@ def _drive_line(drive: Drive, volume: Volume | None, direct: bool, aio: str, siz
 
 def _device(drive: Drive, scsihw: str | None, version: PveVersion,
             controller: tuple[str, str, str] | None, *, template: bool = False,
-            q35: bool = False, attached: bool = True, scsi_block: bool = False) -> str:
-    """DriveDevice.pm print_drivedevice_full, without PCI address and bootindex. A template's
+            q35: bool = False, attached: bool = True, scsi_block: bool = False,
+            bootindex: int | None = None) -> str:
+    """DriveDevice.pm print_drivedevice_full, without PCI address. A template's
     SATA and IDE drives are ide-cd on PVE 9 (IDE cannot be read-only; a template is only
     started for backups, which read the block node); q35 has one unit per IDE bus."""
     drive_id = drive.key
@@ -993,6 +1080,8 @@ def _device(drive: Drive, scsihw: str | None, version: PveVersion,
             device += f",model={_unescaped(drive.get('model'))}" if drive.get("model") else ""
             device += ",rotation_rate=1" if drive.flag("ssd") else ""
         device += f",wwn={drive.get('wwn')}" if drive.get("wwn") else ""
+    if bootindex:
+        device += f",bootindex={bootindex}"
     if drive.get("serial"):
         device += f",serial={_unescaped(drive.get('serial'))}"
     if blockdev:
@@ -1031,7 +1120,7 @@ one, which librbd ignores. So an aio setting does nothing there."""
 
 def refusal(settings: DiskSettings) -> str | None:
     """Why qemu-server cannot give a guest ``settings`` (docs/proxmox-options.md), or None."""
-    kind = "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)
+    kind = disk_kind(settings)
     if ("controller", kind) in UNEXPRESSIBLE:
         return UNEXPRESSIBLE[("controller", kind)]
     if kind == "vhost-user-blk":
@@ -1241,3 +1330,57 @@ def configuration_of(drive: Drive, scsihw: str | None, volume: Volume) -> tuple[
         "num_queues": int(queues) if queues and drive.bus == "scsi"
         and scsihw == "virtio-scsi-single" else None}
     return values, notes
+
+
+# -- a disk's settings as qemu-server gives them to a guest and a storage daemon ---------------
+
+DAEMON_BUS = "virtio-blk"
+"""The bus of the drive line a daemon's graph is built from: it names the nodes
+(``drive-virtio0``), nothing more; the layers do not depend on the bus."""
+
+
+def _drive(settings: DiskSettings, controller: str, volume: str,
+           guest: bool) -> tuple[Drive, str | None]:
+    """The drive line (and scsihw) for ``settings`` (``guest``: with its iothread and queues)."""
+    return drive_for(controller, volume=volume, aio=settings.aio, cache=settings.cache,
+                     iothread=guest and bool(settings.iothread), fmt=settings.format or "raw",
+                     num_queues=settings.num_queues if guest else None)
+
+
+def guest_disk_argv(settings: DiskSettings, image: DiskImage,
+                    version: PveVersion | None = None) -> list[str]:
+    """The disk's arguments qemu-server (``version``, by default 9) generates for the drive line
+    a user would write for ``settings``, with the image as an absolute path. ValueError for
+    what it refuses."""
+    drive, scsihw = _drive(settings, disk_kind(settings), image.path, guest=True)
+    volume = resolve_volume(drive, is_device=image.is_device)
+    return list(disk_args(drive, volume, scsihw=scsihw, version=version or DEFAULT_PVE_VERSION,
+                          size=image.size, escape=True).argv)
+
+
+def storage_graph(settings: DiskSettings, image: DiskImage,
+                  version: PveVersion | None = None) -> StorageGraph:
+    """qemu-server's layers (:func:`daemon_graph`): detect-zeroes, discard, and on PVE 9 the
+    throttle filter over an empty throttle group, the export on the top node."""
+    drive, _ = _drive(settings, DAEMON_BUS, image.path, guest=False)
+    volume = resolve_volume(drive, is_device=image.is_device)
+    graph = daemon_graph(drive, volume, version=version or DEFAULT_PVE_VERSION, size=image.size)
+    return StorageGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
+
+
+def graph_shape(settings: DiskSettings, version: PveVersion | None = None, *,
+                is_device: bool = False) -> GraphShape:
+    """Drive.pm detect_zeroes_cmdline_option on every node (PVE 8: the -drive's top node only;
+    :func:`daemon_detect_zeroes`); PVE 9's throttle filter on top; PVE 8's device has no
+    write-cache= (``auto``)."""
+    pve = version or DEFAULT_PVE_VERSION
+    drive, _ = _drive(settings, DAEMON_BUS, "/", guest=False)
+    return GraphShape(detect_zeroes=daemon_detect_zeroes(drive, pve), throttle=pve >= 9,
+                      device_write_cache=None if pve >= 9 else "auto")
+
+
+def pasted(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
+           volume: str = PLACEHOLDER_VOLUME, storage: str = "other", **_: str | None) -> Pasted:
+    """The ``qm set`` line of :func:`qm_set`."""
+    argv, notes = qm_set(settings, vmid=vmid, volume=volume, storage=storage)
+    return Pasted(text=" ".join(argv), notes=tuple(notes), argv=tuple(argv))

@@ -44,3 +44,61 @@ class PlatformDefault(Frozen):
 
 def default(level: str | None, shown: str | None = None, note: str = "") -> PlatformDefault:
     return PlatformDefault(level=level, shown=shown or (level or "none"), note=note)
+
+
+class DiskImage(Frozen):
+    """The image a disk's graph opens: its path, whether it is a block device, and the size a
+    raw format node is limited to (a block device's test area; None: the whole image)."""
+
+    path: str
+    is_device: bool = False
+    size: int | None = None
+
+
+class StorageGraph(Frozen):
+    """One disk's block graph as a qemu-storage-daemon holds it (blocklayer mode):
+    ``--object`` and ``--blockdev`` values (JSON) and the node its export sits on."""
+
+    objects: tuple[str, ...] = ()
+    blockdevs: tuple[str, ...]
+    export_node: str
+
+
+class GraphShape(Frozen):
+    """What QEMU must report of a platform's graph for one disk, beyond the cache flags every
+    node carries: whether a format node sits over the protocol node, each node's detect-zeroes
+    by role (``protocol``, ``format``, ``throttle``; a role left out is off), whether a throttle
+    filter is the top, the guest device's write-cache when not the cache mode's (None), and the
+    guest's iothread id when not iomatrix's own (None)."""
+
+    format_node: bool = True
+    detect_zeroes: dict[str, str] = {}
+    throttle: bool = False
+    device_write_cache: str | None = None
+    iothread: str | None = None
+
+
+class Pasted(Frozen):
+    """What a user pastes for a disk's settings on a platform (``text``), its parts for
+    programs, and notes on what was left out."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+    fragments: tuple[tuple[str, str], ...] = ()
+    """libvirt: (where it goes, one XML element) pairs."""
+    argv: tuple[str, ...] = ()
+    """QEMU: the disk's arguments, unquoted; Proxmox: the ``qm set`` argv."""
+
+
+def image_notes(settings: DiskSettings, where: str) -> list[str]:
+    """The note that preallocation is chosen when the image is made (``where``), not pasted."""
+    prealloc = settings.preallocation or "off"
+    if prealloc == "off":
+        return []
+    return [f"preallocation={prealloc} is chosen when the image is created ({where}), e.g. "
+            f"qemu-img create -f {settings.format or 'raw'} -o preallocation={prealloc} IMAGE SIZE"]
+
+
+def disk_kind(settings: DiskSettings) -> str:
+    """The disk's kind: its controller, or vhost-user-blk for that data path."""
+    return "vhost-user-blk" if settings.data_path == "vhost-user-blk" else str(settings.controller)

@@ -3,36 +3,19 @@ vhost-user-blk disk, in one place for every driver (local QEMU now; libvirt and 
 same settings). Building is pure; :func:`read_guest_settings` and :func:`read_daemon_settings`
 ask a running QEMU over QMP what it applied, to diff with the ``expected_*`` settings.
 
-The disk under test is two ``-blockdev`` nodes with explicit names (see
-:func:`iomatrix.qemu.blockdev.blockdev_nodes`) and ``-device`` lines with explicit ids, named
-as Proxmox VE names them. iothread and queue options go to the virtio device:
+The disk under test's graph and devices are its platform's
+(``iomatrix.platform.PLATFORMS[name].guest_disk_argv``): on platform ``qemu`` iomatrix's own
+(:mod:`iomatrix.platform.qemu`: two ``-blockdev`` nodes with explicit names and ``-device``
+lines with explicit ids, named as Proxmox VE names them). A vhost-user-blk disk is built here:
+its device (``vhostuserblk0``, chardev ``vub0``) takes the queues, and the daemon holds the
+image and the iothread; its export gets ``writethrough=on`` where the cache mode has no write
+cache. Option values that hold a path have their commas doubled; ``-blockdev`` is JSON,
+``-kernel``, ``-initrd`` and ``-append`` are taken verbatim.
 
-    controller          disk device (id)            controller (id)                 options on
-    virtio-blk          virtio-blk-pci (virtio0)    -                               the disk
-    virtio-scsi         scsi-hd (scsi0)             virtio-scsi-pci (scsihw0)       controller
-    virtio-scsi-single  scsi-hd (scsi0)             virtio-scsi-pci (virtioscsi0)   controller
-    pvscsi              scsi-hd (scsi0)             pvscsi (scsihw0)                -
-    lsi                 scsi-hd (scsi0)             lsi53c895a (scsihw0)            -
-    megasas             scsi-hd (scsi0)             megasas (scsihw0)               -
-    sata                ide-hd (sata0)              ahci (ahci0)                    -
-    ide                 ide-hd (ide0)               the PIIX controller of pc       -
-    nvme                nvme (nvme0; serial= set)   -                               max_ioqpairs
-    vhost-user-blk      vhost-user-blk-pci (vhostuserblk0), chardev vub0            queues; the
-                        daemon holds the image and the iothread
-
-virtio-scsi shares one controller among all disks and virtio-scsi-single gives each disk its
-own; a guest here has one disk under test, so the two differ only in their ids.
-
-``-blockdev`` has no writeback flag, and a device's ``write-cache=auto`` then means on: the
-device gets ``write-cache=off`` for writethrough and directsync, ``on`` otherwise (what PVE 9
-and libvirt emit). A vhost-user-blk export gets ``writethrough=on`` instead. Option values
-that hold a path have their commas doubled; ``-blockdev`` is JSON, ``-kernel``, ``-initrd``
-and ``-append`` are taken verbatim.
-
-That is the ``qemu`` platform. With ``platform = "proxmox"`` (PVE 8 or 9) or ``"libvirt"`` the
-disk's arguments are the ones that platform generates for the same settings
-(:mod:`iomatrix.platform`): PVE's detect-zeroes, discard, throttle filter and node names,
-libvirt's ``libvirt-1-storage`` (and ``-format``) nodes, by libvirt version. Reading back,
+With ``platform = "proxmox"`` (PVE 8 or 9) or ``"libvirt"`` the disk's arguments are the ones
+that platform generates for the same settings: PVE's detect-zeroes, discard, throttle filter
+and node names, libvirt's ``libvirt-1-storage`` (and ``-format``) nodes, by libvirt version,
+and what QEMU must report of them is the platform's ``graph_shape``. Reading back,
 nodes are named by their role (``file0`` protocol, ``disk0`` format, ``throttle0`` filter)
 whatever the platform called them, and ``backend.node`` is the role of the node the disk
 device sits on.
@@ -40,18 +23,19 @@ device sits on.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import Field
 
 from iomatrix.core.errors import InvalidCombination
+from iomatrix.platform import PLATFORMS, platform_version
 from iomatrix.platform import libvirt as lv
-from iomatrix.platform import proxmox as pve
-from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, THROTTLE_NODE, blockdev_nodes,
-                                   cache_flags, daemon_graph, expected_node_flags,
-                                   libvirt_format_node, nodes_by_role)
+from iomatrix.platform.qemu import (FILE_NODE, FORMAT_NODE, LAYOUTS, QUEUE_PROPERTIES,
+                                    cache_flags, device, hub_options, iothread_id)
+from iomatrix.platform.settings import DiskImage, disk_kind
+from iomatrix.qemu.blockdev import (THROTTLE_NODE, daemon_graph, expected_node_flags,
+                                   nodes_by_role, throttle_flags)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
@@ -62,55 +46,16 @@ from iomatrix.core.model import Frozen, on_off
 MACHINE = "pc"
 """i440fx, Proxmox VE's default machine; its PIIX IDE controller is always present."""
 TCG_CPU = "max"
-NVME_SERIAL = "IOMATRIX0"
 VHOST_CHARDEV = "vub0"
-VHOST_DEVICE = "vhostuserblk0"
 VHOST_EXPORT = "export0"
 MEMORY_BACKEND = "mem"
 
 # QEMU 7.2's defaults, for what QMP must show when a configuration leaves them unset.
 DEFAULT_QUEUE_SIZE = {"virtio-blk-pci": 256, "virtio-scsi-pci": 256, "vhost-user-blk-pci": 128}
 NVME_DEFAULT_IOQPAIRS = 64
-
-
-class _Layout(NamedTuple):
-    """The devices of one controller kind: QOM types and ids ("" for no separate controller)."""
-
-    disk: str
-    disk_id: str
-    controller: str = ""
-    controller_id: str = ""
-
-    @property
-    def hub(self) -> tuple[str, str]:
-        """(type, id) of the device that takes iothread and queue options: a SCSI disk's
-        controller, otherwise the disk device itself."""
-        if self.disk == "scsi-hd":
-            return self.controller, self.controller_id
-        return self.disk, self.disk_id
-
-
-_LAYOUTS = {
-    "virtio-blk": _Layout("virtio-blk-pci", "virtio0"),
-    "virtio-scsi": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "scsihw0"),
-    "virtio-scsi-single": _Layout("scsi-hd", "scsi0", "virtio-scsi-pci", "virtioscsi0"),
-    "pvscsi": _Layout("scsi-hd", "scsi0", "pvscsi", "scsihw0"),
-    "lsi": _Layout("scsi-hd", "scsi0", "lsi53c895a", "scsihw0"),
-    "megasas": _Layout("scsi-hd", "scsi0", "megasas", "scsihw0"),
-    "sata": _Layout("ide-hd", "sata0", "ich9-ahci", "ahci0"),
-    "ide": _Layout("ide-hd", "ide0"),
-    "nvme": _Layout("nvme", "nvme0"),
-    "vhost-user-blk": _Layout("vhost-user-blk-pci", VHOST_DEVICE),
-}
-_QUEUE_PROPERTIES = {  # hub type → (queue count, queue size) properties
-    "virtio-blk-pci": ("num-queues", "queue-size"),
-    "vhost-user-blk-pci": ("num-queues", "queue-size"),
-    "virtio-scsi-pci": ("num_queues", "virtqueue_size"),
-    "nvme": ("max_ioqpairs", ""),
-}
 _IOTHREAD_HOLDERS = ("virtio-blk-pci", "virtio-scsi-pci")
-_DISK_TYPES = {layout.disk for layout in _LAYOUTS.values()}
-_CONTROLLER_TYPES = {layout.controller for layout in _LAYOUTS.values()} - {""}
+_DISK_TYPES = {layout.disk for layout in LAYOUTS.values()}
+_CONTROLLER_TYPES = {layout.controller for layout in LAYOUTS.values()} - {""}
 
 
 class GuestSpec(Frozen):
@@ -165,8 +110,8 @@ def vhost_daemon_argv(config: Configuration, image: Image, *, socket: Path, qmp_
               f"num-queues={num_queues},writethrough={export_writethrough(config)}")
     argv = storage_daemon_argv(config, image, qmp_socket=qmp_socket, qsd=qsd)
     if config.iothread:
-        argv += ["--object", f"iothread,id={_iothread_id(VHOST_EXPORT)}"]
-        export += f",iothread={_iothread_id(VHOST_EXPORT)}"
+        argv += ["--object", f"iothread,id={iothread_id(VHOST_EXPORT)}"]
+        export += f",iothread={iothread_id(VHOST_EXPORT)}"
     return argv + ["--export", export]
 
 
@@ -183,16 +128,12 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
     argv = [qsd,
             "--chardev", f"socket,id=qmp0,path={qemu_escape(str(qmp_socket))},server=on,wait=off",
             "--monitor", "chardev=qmp0"]
-    if platform == "qemu":
-        nodes = _nodes(config, image)
-    else:
-        graph = daemon_graph(config, image.path, is_device=image.is_device,
-                             size=image.size if image.is_device else None, platform=platform,
-                             pve_version=pve_version, libvirt=libvirt)
-        for obj in graph.objects:
-            argv += ["--object", obj]
-        nodes = list(graph.blockdevs)
-    for node in nodes:
+    graph = daemon_graph(config, image.path, is_device=image.is_device,
+                         size=image.size if image.is_device else None, platform=platform,
+                         pve_version=pve_version, libvirt=libvirt)
+    for obj in graph.objects:
+        argv += ["--object", obj]
+    for node in graph.blockdevs:
         argv += ["--blockdev", node]
     return argv
 
@@ -216,40 +157,33 @@ def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Plat
     """What :func:`read_guest_settings` must report for a guest started from
     :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
     ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device)."""
-    kind = _kind(config)
+    kind = disk_kind(config)
     flags = cache_flags(config)
+    shape = PLATFORMS[platform].graph_shape(config, platform_version(pve_version, libvirt),
+                                            is_device=is_device)
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
-        format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
-        out.update(expected_node_flags(config, format_node=format_node))
+        out.update(expected_node_flags(config, format_node=shape.format_node))
+        roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
+        # read_guest_settings reports a node's detect-zeroes only where it is on
+        out |= {f"{roles[role]}.detect-zeroes": value
+                for role, value in shape.detect_zeroes.items() if value != "off"}
         out["backend.write-cache"] = on_off(flags.writeback)
-        out["backend.node"] = FORMAT_NODE if format_node else FILE_NODE
-        out["device.write-cache"] = on_off(flags.writeback)
-        if platform == "proxmox":
-            # Drive.pm detect_zeroes_cmdline_option: "on" without discard= (PVE 8 sets it on the
-            # -drive's top node only); PVE 8's device has no write-cache= ("auto").
-            pve9 = (pve_version or pve.DEFAULT_PVE_VERSION) >= 9
-            nodes = (FILE_NODE, FORMAT_NODE, THROTTLE_NODE) if pve9 else (FORMAT_NODE,)
-            out |= {f"{node}.detect-zeroes": "on" for node in nodes}
-            if not pve9:
-                out["device.write-cache"] = "auto"
-            else:   # the throttle filter: QEMU's default cache flags (none given)
-                out["backend.node"] = THROTTLE_NODE
-                out |= {f"{THROTTLE_NODE}.driver": "throttle",
-                        f"{THROTTLE_NODE}.cache.direct": "false",
-                        f"{THROTTLE_NODE}.cache.no-flush": "false"}
+        out["backend.node"] = FORMAT_NODE if shape.format_node else FILE_NODE
+        out["device.write-cache"] = shape.device_write_cache or on_off(flags.writeback)
+        if shape.throttle:
+            out["backend.node"] = THROTTLE_NODE
+            out |= throttle_flags()
     else:
         out["memory.share"] = "true"
-    layout = _LAYOUTS[kind]
+    layout = LAYOUTS[kind]
     hub_type, hub_id = layout.hub
     out["device.type"] = layout.disk
     out["controller.type"] = layout.controller
     in_guest = bool(config.iothread) and hub_type in _IOTHREAD_HOLDERS
-    out["device.iothread"] = _iothread_id(hub_id) if in_guest else ""
-    if in_guest and platform == "libvirt":
-        out["device.iothread"] = "iothread1"      # libvirt numbers <iothreads> from 1
+    out["device.iothread"] = (shape.iothread or iothread_id(hub_id)) if in_guest else ""
     out["iothreads"] = "1" if in_guest else "0"
-    count, size = _QUEUE_PROPERTIES.get(hub_type, ("", ""))
+    count, size = QUEUE_PROPERTIES.get(hub_type, ("", ""))
     if count:
         default = NVME_DEFAULT_IOQPAIRS if hub_type == "nvme" else vcpus
         out["device.num-queues"] = str(config.num_queues or default)
@@ -291,7 +225,7 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     if types.get(hub) in _IOTHREAD_HOLDERS:
         gets.append(("device.iothread", hub, "iothread"))
     for key, prop in zip(("device.num-queues", "device.queue-size"),
-                         _QUEUE_PROPERTIES.get(types.get(hub, ""), ("", ""))):
+                         QUEUE_PROPERTIES.get(types.get(hub, ""), ("", ""))):
         if prop:
             gets.append((key, hub, prop))
     values = qmp_execute(qmp_socket, [
@@ -378,7 +312,7 @@ def _check(config: Configuration, image: Image, *, platform: Platform = "qemu") 
 def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
     """:func:`guest_argv` without the check, so tests can show what QEMU says to a refused one."""
     config = spec.config
-    kind = _kind(config)
+    kind = disk_kind(config)
     machine = f"type={MACHINE}"
     argv = [qemu, "-name", f"guest={qemu_escape(spec.name)},debug-threads=on"]
     if kind == "vhost-user-blk":
@@ -402,52 +336,19 @@ def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
 
 
 def _disk_args(spec: GuestSpec, kind: str) -> list[str]:
+    """The disk under test's arguments: a vhost-user-blk device on the daemon's socket, else
+    the ones its platform gives it."""
     config = spec.config
-    if kind not in _LAYOUTS:
-        raise InvalidCombination(f"{config.key}: unknown controller {kind!r}")
-    if spec.platform != "qemu" and kind != "vhost-user-blk":
+    if kind != "vhost-user-blk":
         return platform_disk_argv(config, spec.image, platform=spec.platform,
                                   pve_version=spec.pve_version, libvirt=spec.libvirt)
-    layout = _LAYOUTS[kind]
-    hub_type, hub_id = layout.hub
-    # Options go to the device where QEMU looks for them (for a refused configuration, the
-    # device QEMU then names in its error).
-    hub: dict[str, str] = {}
-    if config.iothread and kind != "vhost-user-blk":
-        hub["iothread"] = _iothread_id(hub_id)
-    count, size = _QUEUE_PROPERTIES.get(hub_type, ("num-queues", "queue-size"))
-    if kind == "vhost-user-blk":
-        hub[count] = str(vhost_num_queues(config, spec.vcpus))
-    elif config.num_queues:
-        hub[count] = str(config.num_queues)
-    if config.queue_size:
-        hub[size or "queue-size"] = str(config.queue_size)
-
-    if kind == "vhost-user-blk":
-        if spec.vhost_socket is None:
-            raise InvalidCombination(f"{config.key}: vhost-user-blk needs the daemon's socket")
-        return ["-chardev", f"socket,id={VHOST_CHARDEV},path={qemu_escape(str(spec.vhost_socket))}",
-                "-device", _device(layout.disk, layout.disk_id, {"chardev": VHOST_CHARDEV} | hub)]
-
-    argv: list[str] = []
-    if config.iothread:
-        argv += ["-object", f"iothread,id={_iothread_id(hub_id)}"]
-    for node in _nodes(config, spec.image):
-        argv += ["-blockdev", node]
-    disk = {"drive": FORMAT_NODE, "write-cache": on_off(cache_flags(config).writeback)}
-    if layout.disk == "scsi-hd":
-        controller = layout.controller
-        disk = {"bus": f"{layout.controller_id}.0", "channel": "0", "scsi-id": "0", "lun": "0"} | disk
-        return argv + ["-device", _device(controller, layout.controller_id, hub),
-                       "-device", _device(layout.disk, layout.disk_id, disk)]
-    if kind == "sata":
-        argv += ["-device", f"ahci,id={layout.controller_id}"]
-        disk = {"bus": f"{layout.controller_id}.0"} | disk
-    elif kind == "ide":
-        disk = {"bus": "ide.0", "unit": "0"} | disk   # the PIIX controller of machine pc
-    elif kind == "nvme":
-        disk = {"serial": NVME_SERIAL} | disk
-    return argv + ["-device", _device(layout.disk, layout.disk_id, disk | hub)]
+    if spec.vhost_socket is None:
+        raise InvalidCombination(f"{config.key}: vhost-user-blk needs the daemon's socket")
+    layout = LAYOUTS[kind]
+    queues = {"chardev": VHOST_CHARDEV,
+              "num-queues": str(vhost_num_queues(config, spec.vcpus))}
+    return ["-chardev", f"socket,id={VHOST_CHARDEV},path={qemu_escape(str(spec.vhost_socket))}",
+            "-device", device(layout.disk, layout.disk_id, queues | hub_options(config, layout))]
 
 
 def platform_disk_argv(config: Configuration, image: Image, *, platform: Platform,
@@ -455,49 +356,18 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
                        libvirt: lv.Versions | None = None) -> list[str]:
     """The disk's arguments as ``platform`` generates them for the configuration's settings
     (Proxmox VE: the drive line a user would write, with the image as an absolute path)."""
-    kind = _kind(config)
-    size = image.size if image.is_device else None
+    disk = DiskImage(path=str(image.path), is_device=image.is_device,
+                     size=image.size if image.is_device else None)
     try:
-        if platform == "proxmox":
-            drive, scsihw = pve.drive_for(kind, volume=str(image.path), aio=config.aio,
-                                          cache=config.cache, iothread=bool(config.iothread),
-                                          fmt=config.format or "raw", num_queues=config.num_queues)
-            volume = pve.resolve_volume(drive, is_device=image.is_device)
-            return list(pve.disk_args(drive, volume, scsihw=scsihw,
-                                      version=pve_version or pve.DEFAULT_PVE_VERSION,
-                                      size=size, escape=True).argv)
-        disk, threads = lv.disk_for(kind, source=str(image.path), block=image.is_device,
-                                    aio=config.aio, cache=config.cache,
-                                    iothread=bool(config.iothread), fmt=config.format or "raw",
-                                    num_queues=config.num_queues, queue_size=config.queue_size)
-        return list(lv.disk_args(disk, libvirt or lv.Versions(), iothreads=threads,
-                                 size=size).argv)
+        return PLATFORMS[platform].guest_disk_argv(config, disk,
+                                                   platform_version(pve_version, libvirt))
     except ValueError as exc:
         raise InvalidCombination(f"{config.key}: {exc}") from None
-
-
-def _nodes(config: Configuration, image: Image) -> list[str]:
-    """The protocol and format nodes as JSON ``-blockdev`` values (JSON needs no comma escaping)."""
-    size = image.size if image.is_device else None
-    return [json.dumps(node, separators=(",", ":"))
-            for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size)]
-
-
-def _device(driver: str, ident: str, props: dict[str, str]) -> str:
-    return ",".join([driver, f"id={ident}", *(f"{k}={v}" for k, v in props.items())])
 
 
 def _size(value: int) -> str:
     """Bytes as QEMU reads a size: whole MiB as ``<n>M``, else ``<n>B`` (a bare -m number is MiB)."""
     return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value}B"
-
-
-def _kind(config: Configuration) -> str:
-    return "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
-
-
-def _iothread_id(holder: str) -> str:
-    return f"iothread-{holder}"
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -1,83 +1,22 @@
-"""Configuration → QEMU block-layer options, in one place for every driver (qemu-storage-daemon
-now, guests later). Cache modes follow QEMU's table (qemu-system(1), checked on 7.2):
-
-    cache=        writeback  direct  no-flush
-    writeback     on         off     off
-    none          on         on      off
-    writethrough  off        off     off
-    directsync    off        on      off
-    unsafe        on         off     on
-
-``-blockdev`` has no writeback flag: a guest device gets ``write-cache=``, an export ``writethrough=``.
+"""A disk's block graph for qemu-storage-daemon and what QEMU must report of it, for every
+platform: each platform module builds its graph (``PLATFORMS[name].storage_graph``) and says
+its shape (``graph_shape``); this module dispatches and reads nodes back by their role.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-
-from iomatrix.platform import libvirt as lv
-from iomatrix.platform import proxmox as pve
-from iomatrix.suite.model import Configuration, Platform, PveVersion
-from iomatrix.core.model import Frozen
+from iomatrix.platform import PLATFORMS, platform_version
+from iomatrix.platform.libvirt import Versions
+from iomatrix.platform.qemu import FILE_NODE, FORMAT_NODE, cache_flags
+from iomatrix.platform.settings import DiskImage, StorageGraph
 from iomatrix.qemu.escape import qemu_bool
+from iomatrix.suite.model import Configuration, Platform, PveVersion
 
-
-class CacheFlags(Frozen):
-    writeback: bool
-    direct: bool
-    no_flush: bool
-
-
-CACHE_MODES: dict[str, CacheFlags] = {
-    "writeback": CacheFlags(writeback=True, direct=False, no_flush=False),
-    "none": CacheFlags(writeback=True, direct=True, no_flush=False),
-    "writethrough": CacheFlags(writeback=False, direct=False, no_flush=False),
-    "directsync": CacheFlags(writeback=False, direct=True, no_flush=False),
-    "unsafe": CacheFlags(writeback=True, direct=False, no_flush=True),
-}
-
-FILE_NODE = "file0"
-FORMAT_NODE = "disk0"
 THROTTLE_NODE = "throttle0"
 """The filter's role name, as iomatrix.qemu.args reads a platform's graph back."""
-LIBVIRT_BUS = "virtio-blk"
-"""The bus of the ``<disk>`` a daemon's graph is built from on platform libvirt: the nodes do
-not depend on it."""
-PVE_BUS = "virtio-blk"
-"""The bus of the drive line a daemon's graph is built from on platform proxmox: it names the
-nodes (``drive-virtio0``), nothing more; the layers do not depend on the bus."""
-
-
-def cache_flags(config: Configuration) -> CacheFlags:
-    return CACHE_MODES[config.cache or "writeback"]
-
-
-def blockdev_nodes(config: Configuration, image: Path, *, is_device: bool = False,
-                   size: int | None = None) -> list[dict[str, Any]]:
-    """The protocol node (file or host_device, carrying aio and cache) and the format node above
-    it, with explicit node names. Both carry the cache flags: QEMU reports them per node, and an
-    explicitly defined child does not inherit them."""
-    flags = cache_flags(config)
-    cache = {"direct": flags.direct, "no-flush": flags.no_flush}
-    file_node: dict[str, Any] = {
-        "driver": "host_device" if is_device else "file",
-        "filename": str(image),
-        "node-name": FILE_NODE,
-        "aio": config.aio or "threads",
-        "cache": cache,
-    }
-    format_node: dict[str, Any] = {
-        "driver": config.format or "raw",
-        "file": FILE_NODE,
-        "node-name": FORMAT_NODE,
-        "cache": cache,
-    }
-    if size is not None and (config.format or "raw") == "raw":
-        format_node["size"] = size
-    return [file_node, format_node]
 
 
 def expected_node_flags(config: Configuration, *, format_node: bool = True) -> dict[str, str]:
@@ -95,86 +34,44 @@ def expected_node_flags(config: Configuration, *, format_node: bool = True) -> d
     return out
 
 
-
-
 # -- the daemon's graph per platform (blocklayer mode) ----------------------------------------
-
-class DaemonGraph(Frozen):
-    """What a qemu-storage-daemon gets for one image: ``--object`` and ``--blockdev`` values
-    (JSON) and the node its export sits on."""
-
-    objects: tuple[str, ...] = ()
-    blockdevs: tuple[str, ...]
-    export_node: str
-
 
 def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
                  size: int | None = None, platform: Platform = "qemu",
                  pve_version: PveVersion | None = None,
-                 libvirt: lv.Versions | None = None) -> DaemonGraph:
+                 libvirt: Versions | None = None) -> StorageGraph:
     """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
-    for the configuration's settings. qemu: iomatrix's own two nodes, the export on the format
-    node. libvirt (``libvirt``: the libvirt and QEMU modelled, by default
-    :class:`iomatrix.platform.libvirt.Versions`' own): ``libvirt-1-storage`` and, where that
-    libvirt gives the disk one, ``libvirt-1-format`` over it
-    (:func:`iomatrix.platform.libvirt.disk_args`), the export on the top one. proxmox:
-    qemu-server's layers (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes,
-    discard, and on PVE 9 the throttle filter over an empty throttle group, the export on the
-    top node."""
-    if platform == "libvirt":
-        disk, _ = lv.disk_for(LIBVIRT_BUS, source=str(image), block=is_device, aio=config.aio,
-                              cache=config.cache, iothread=False, fmt=config.format or "raw")
-        argv = lv.disk_args(disk, libvirt or lv.Versions(), size=size).argv
-        nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
-        return DaemonGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
-    if platform != "proxmox":
-        nodes = blockdev_nodes(config, image, is_device=is_device, size=size)
-        return DaemonGraph(blockdevs=tuple(json.dumps(n, separators=(",", ":")) for n in nodes),
-                           export_node=FORMAT_NODE)
-    drive = _pve_drive(config, str(image))
-    volume = pve.resolve_volume(drive, is_device=is_device)
-    graph = pve.daemon_graph(drive, volume, version=pve_version or pve.DEFAULT_PVE_VERSION,
-                             size=size)
-    return DaemonGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
+    for the configuration's settings (``PLATFORMS[platform].storage_graph``): qemu, iomatrix's
+    own two nodes; libvirt (at ``libvirt``), its storage and format nodes; proxmox (PVE
+    ``pve_version``), qemu-server's layers. The export goes on ``export_node``."""
+    return PLATFORMS[platform].storage_graph(
+        config, DiskImage(path=str(image), is_device=is_device, size=size),
+        platform_version(pve_version, libvirt))
 
 
 def expected_daemon_graph(config: Configuration, *, platform: Platform = "qemu",
                           pve_version: PveVersion | None = None,
-                          libvirt: lv.Versions | None = None,
+                          libvirt: Versions | None = None,
                           is_device: bool = False) -> dict[str, str]:
     """What a daemon from :func:`daemon_graph` must report over QMP, nodes named by role
     (``file0``, ``disk0``, ``throttle0``): :func:`expected_node_flags`, each node's
     detect-zeroes, the filter, the export's node and the count of throttle groups. QMP does not
     report a node's discard mode, so it is not checked."""
-    format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
-    out = expected_node_flags(config, format_node=format_node)
+    shape = PLATFORMS[platform].graph_shape(config, platform_version(pve_version, libvirt),
+                                            is_device=is_device)
+    out = expected_node_flags(config, format_node=shape.format_node)
     roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
-    if platform != "proxmox":
-        zeroes = {"protocol": "off", "format": "off"} if format_node else {"protocol": "off"}
-        groups, top = 0, FORMAT_NODE if format_node else FILE_NODE
-    else:
-        version = pve_version or pve.DEFAULT_PVE_VERSION
-        zeroes = pve.daemon_detect_zeroes(_pve_drive(config, "/"), version)
-        groups, top = (1, THROTTLE_NODE) if version >= 9 else (0, FORMAT_NODE)
-    out |= {f"{roles[role]}.detect-zeroes": value for role, value in zeroes.items()}
-    if groups:   # the filter gets no cache option: QEMU's defaults
-        out |= {f"{THROTTLE_NODE}.driver": "throttle", f"{THROTTLE_NODE}.cache.direct": "false",
-                f"{THROTTLE_NODE}.cache.no-flush": "false"}
-    return out | {"export.node": top, "throttle-groups": str(groups)}
+    out |= {f"{roles[role]}.detect-zeroes": value for role, value in shape.detect_zeroes.items()}
+    if shape.throttle:
+        out |= throttle_flags()
+    top = THROTTLE_NODE if shape.throttle else FORMAT_NODE if shape.format_node else FILE_NODE
+    return out | {"export.node": top, "throttle-groups": str(int(shape.throttle))}
 
 
-def libvirt_format_node(config: Configuration, libvirt: lv.Versions | None,
-                        is_device: bool) -> bool:
-    """Whether the disk libvirt gets for the configuration has a node in the format role (a
-    block device's test area is a raw slice node: :func:`daemon_graph` passes its size)."""
-    return lv.has_format_node(config.format or "raw", libvirt or lv.Versions(),
-                              sliced=is_device)
-
-
-def _pve_drive(config: Configuration, volume: str) -> pve.Drive:
-    drive, _ = pve.drive_for(PVE_BUS, volume=volume, aio=config.aio, cache=config.cache,
-                             iothread=False, fmt=config.format or "raw")
-    return drive
+def throttle_flags() -> dict[str, str]:
+    """What QEMU reports of a throttle filter: it gets no cache option, so QEMU's defaults."""
+    return {f"{THROTTLE_NODE}.driver": "throttle", f"{THROTTLE_NODE}.cache.direct": "false",
+            f"{THROTTLE_NODE}.cache.no-flush": "false"}
 
 
 def nodes_by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,15 +9,14 @@ level instead.
 
 from __future__ import annotations
 
-from typing import Literal
-
+from typing import cast
 
 from iomatrix.platform import PLATFORMS as MODULES
 from iomatrix.platform.settings import PlatformDefault
-from iomatrix.suite.model import Matrix
+from iomatrix.suite.model import Matrix, Platform
 
-Platform = Literal["proxmox", "libvirt", "qemu"]
-PLATFORMS: tuple[Platform, ...] = ("proxmox", "libvirt", "qemu")
+PLATFORMS = cast(tuple[Platform, ...], tuple(MODULES))
+"""Every platform, in the registry's order (the order recommend shows them in)."""
 TITLES: dict[Platform, str] = {p: MODULES[p].TITLE for p in PLATFORMS}
 
 PARAMETERS = ("controller", "aio", "iothread", "cache", "format", "preallocation", "num_queues",

@@ -11,6 +11,7 @@ from iomatrix.core.errors import InvalidCombination, SuiteError
 from iomatrix.core.model import Frozen, shown
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform import refusal
+from iomatrix.platform.settings import disk_kind
 from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
                                   Matrix, Suite, Workload, WorkloadGroup)
@@ -139,7 +140,7 @@ _SIZE_PROPERTY = {"virtio-blk": "queue-size", "virtio-scsi": "virtqueue_size",
 def _queue_reason(config: Configuration) -> str | None:
     """QEMU 7.2's limits on queue count and size per controller, as QEMU states them (checked
     against QEMU itself in tests/test_qemu_args.py)."""
-    kind = "vhost-user-blk" if config.data_path == "vhost-user-blk" else str(config.controller)
+    kind = disk_kind(config)
     device = _QEMU_DEVICE.get(kind, f"{kind}-pci")
     queues, size = config.num_queues, config.queue_size
     if queues:
