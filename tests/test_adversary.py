@@ -122,7 +122,7 @@ SWAPPER = r'''
 import json, os, sys, time
 target, secret, stop = sys.argv[1:4]
 precreate = sys.argv[4] == "precreate"
-names = ["disk-raw-off.raw", "ext4.img", "xfs.img", "btrfs.img"]
+names = sys.argv[5].split(",")
 counts = {}
 def attempt(op, fn, *args):
     try:
@@ -139,9 +139,10 @@ n = 0
 while not os.path.exists(stop):
     n += 1
     # F1: the target directory away, one of ours in its place, symlinks under the images' names
-    if os.path.lexists(target):
+    # (mode "inside": only root's directories in it)
+    if sys.argv[4] != "inside" and os.path.lexists(target):
         attempt("rename target", os.rename, target, f"{target}.{n}")
-    if precreate or os.path.lexists(f"{target}.{n}"):
+    if sys.argv[4] != "inside" and (precreate or os.path.lexists(f"{target}.{n}")):
         if attempt("make target", os.mkdir, target):
             os.chmod(target, 0o777)
     try:
@@ -156,17 +157,26 @@ while not os.path.exists(stop):
                 attempt("make private", os.mkdir, path)
             plant(path)
     time.sleep(0.002)
+counts["rounds"] = n
 print(json.dumps(counts))
 '''
+
+
+IMAGES = ("disk-raw-off.raw", "ext4.img", "xfs.img", "btrfs.img")
+"""The names a run's images take: where the attacker plants its symlinks."""
 
 
 class Swapper:
     """The F1 attacker, in a loop until stopped: its counts of what it tried."""
 
-    def __init__(self, user: User, target: Path, secret: Path, *, precreate: bool) -> None:
+    def __init__(self, user: User, target: Path, secret: Path, *, precreate: bool,
+                 names: tuple[str, ...] = IMAGES, inside: bool = False) -> None:
+        """``precreate``: the user makes ``target`` first; ``inside``: the user leaves
+        ``target`` alone and swaps only the directories root makes in it."""
         self._stop = secret.parent / f"stop-{secrets.token_hex(4)}"   # in root's directory
-        self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop),
-                            "precreate" if precreate else "wait")
+        mode = "inside" if inside else "precreate" if precreate else "wait"
+        self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop), mode,
+                            ",".join(names))
 
     def stop(self) -> dict[str, int]:
         self._stop.touch()
@@ -185,6 +195,25 @@ def stored_runs(db: Path) -> list[int]:
         return []
     with Store(db, readonly=True) as store:
         return [r.id for r in store.list_runs()]
+
+
+def their_directory(arena: Path, user: User, name: str) -> Path:
+    """A directory ``user`` owns in the arena."""
+    path = arena / name
+    path.mkdir()
+    os.chown(path, user.uid, user.gid)
+    return path
+
+
+def assert_tmpdir_refused(done: subprocess.CompletedProcess[str], theirs: Path,
+                          user: User) -> None:
+    """``done`` refused, in one line and its hint, a $TMPDIR ``theirs`` that ``user`` owns."""
+    assert done.returncode == ExitStatus.ENVIRONMENT, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: TMPDIR {theirs}: {theirs} is owned by {user.name} (uid {user.uid}), not "
+        "root: another user could redirect the files iomatrix makes there (sockets, job files, "
+        "probes)",
+        "iomatrix: hint: set TMPDIR to a directory only root (or you) can write to, e.g. /tmp"]
 
 
 # -- 1. directories the user controls ------------------------------------------------------------
@@ -229,7 +258,7 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
                                "write to") and len(lines) == 2
     assert stored_runs(db) == []
     assert digest(secret) == before
-    assert sum(counts.values()) > 0                         # the loop was at work throughout
+    assert sum(v for k, v in counts.items() if k != "rounds") > 0   # the loop was at work
     left = [p for p in arena.rglob("iomatrix-*") if p.owner() == "root"]
     assert left == []                                       # root made nothing there
 
@@ -237,17 +266,11 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
 def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
                                                attacker: User) -> None:
     """The scratch directory (sockets, job files) goes under $TMPDIR, as under ``sudo -E``."""
-    theirs = arena / "their-tmp"
-    theirs.mkdir()
-    os.chown(theirs, attacker.uid, attacker.gid)
+    theirs = their_directory(arena, attacker, "their-tmp")
     suite = write_suite(tmp_path, HOST, size="16MiB")
     db = tmp_path / "r.db"
     done = run("run", str(suite), "--db", str(db), tmpdir=theirs)
-    assert done.returncode == ExitStatus.ENVIRONMENT, done.stderr
-    assert done.stderr.splitlines() == [
-        f"iomatrix: TMPDIR {theirs}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), "
-        "not root: another user could redirect the run's sockets and job files",
-        "iomatrix: hint: set TMPDIR to a directory only root (or you) can write to, e.g. /tmp"]
+    assert_tmpdir_refused(done, theirs, attacker)
     assert stored_runs(db) == [] and list(theirs.iterdir()) == []
     assert not (tmp_path / "target").exists()
 
@@ -289,6 +312,164 @@ def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
     assert counts.get("rename target refused", 0) > 0, counts
     assert not any(k.endswith(" done") for k in counts), counts
     assert not target.exists()                     # made by the run, removed by it
+
+
+PLANT = r'''
+import os, sys
+directory, db, secret, absent = sys.argv[1:5]
+if db:
+    os.symlink(absent, os.path.join(directory, db))
+for suffix in ("-wal", "-shm"):
+    os.symlink(secret, os.path.join(directory, (db or "r.db") + suffix))
+'''
+
+
+def plant(user: User, directory: Path, db: str, secret: Path, absent: Path) -> None:
+    """As ``user``: in ``directory``, ``db`` (unless empty) a symlink to ``absent`` (a name in a
+    root-only directory: root would create it), and its ``-wal`` and ``-shm`` to ``secret``."""
+    planter = as_user(user, PLANT, str(directory), db, str(secret), str(absent))
+    _, err = planter.communicate(timeout=60)
+    assert planter.returncode == 0, err
+
+
+DB_HINT = ("iomatrix: hint: keep the results database in a directory only root (or you) can "
+           "write to: copy it there, or run iomatrix as the user who owns it")
+DB_WHY = ("another user could swap the database, or the files SQLite writes beside it, while "
+          "iomatrix uses it")
+
+
+@pytest.mark.parametrize("given", ["--db", "IOMATRIX_DB", "default"])
+def test_a_database_in_a_directory_another_user_owns_is_refused(
+        tmp_path: Path, arena: Path, attacker: User, given: str) -> None:
+    """The results database named (``--db``, ``IOMATRIX_DB``, or the default ``iomatrix.db`` of
+    the working directory) in the user's directory, where the user put a symlink under its name
+    to a root-only place where nothing is yet (root would create a file there) and its
+    ``-wal`` and ``-shm`` names to the secret: refused in one line before SQLite opens
+    anything."""
+    secret, absent = arena / "secret", arena / "made-by-root"
+    before = digest(secret)
+    theirs = their_directory(arena, attacker, "theirs")
+    plant(attacker, theirs, "iomatrix.db", secret, absent)
+    suite = write_suite(tmp_path, HOST, size="16MiB")
+    env = {k: v for k, v in os.environ.items() if k != "IOMATRIX_DB"} | {"TMPDIR": str(tmp_path)}
+    args: list[str] = []
+    shown = theirs / "iomatrix.db"
+    if given == "--db":
+        args = ["--db", str(shown)]
+    elif given == "IOMATRIX_DB":
+        env["IOMATRIX_DB"] = str(shown)
+    else:
+        shown = Path("iomatrix.db")
+    done = subprocess.run([*IOMATRIX, "run", str(suite), *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=theirs)
+    assert done.returncode == ExitStatus.STORE, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: {shown}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), not "
+        f"root: {DB_WHY}", DB_HINT]
+    assert not absent.exists() and digest(secret) == before
+    assert not (tmp_path / "target").exists()
+    assert sorted(p.name for p in theirs.iterdir()) == ["iomatrix.db", "iomatrix.db-shm",
+                                                        "iomatrix.db-wal"]
+
+
+def test_reading_root_s_database_through_another_users_directory_is_refused(
+        tmp_path: Path, arena: Path, attacker: User) -> None:
+    """``runs``, ``export``: the user's directory holds a symlink to root's own database (in a
+    directory only root can read) under the name root is given: root would show the user its
+    runs, or copy them where the user reads them."""
+    db = tmp_path / "r.db"
+    Store(db).close()
+    theirs = their_directory(arena, attacker, "theirs")
+    link = as_user(attacker, "import os, sys; os.symlink(sys.argv[1], sys.argv[2])", str(db),
+                   str(theirs / "r.db"))
+    assert link.wait(timeout=60) == 0
+    for args in (["runs"], ["export", "last", "--out", str(theirs / "runs.csv")]):
+        done = cli_result(*args, "--db", str(theirs / "r.db"))
+        assert done.returncode == ExitStatus.STORE, done.stderr
+        assert done.stderr.splitlines()[0] == (
+            f"iomatrix: {theirs / 'r.db'}: {theirs} is owned by {attacker.name} (uid "
+            f"{attacker.uid}), not root: {DB_WHY}")
+    assert sorted(p.name for p in theirs.iterdir()) == ["r.db"]
+
+
+def test_files_another_user_planted_beside_a_database_in_a_sticky_directory_are_refused(
+        tmp_path: Path, arena: Path, attacker: User) -> None:
+    """``--db`` in a sticky directory (as ``/tmp/r.db``): root's name is free, but the user
+    made ``r.db-wal`` and ``r.db-shm`` there first, symlinks to the secret."""
+    secret = arena / "secret"
+    before = digest(secret)
+    sticky = arena / "sticky"
+    plant(attacker, sticky, "", secret, arena / "unused")
+    suite = write_suite(tmp_path, HOST, size="16MiB")
+    done = run("run", str(suite), "--db", str(sticky / "r.db"), tmpdir=tmp_path)
+    assert done.returncode == ExitStatus.STORE, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: {sticky / 'r.db-wal'} is owned by {attacker.name} (uid {attacker.uid}), not "
+        f"root: {DB_WHY}", DB_HINT]
+    assert digest(secret) == before and not (sticky / "r.db").exists()
+
+
+def test_doctor_with_a_tmpdir_another_user_owns_is_refused_while_they_swap_in_it(
+        arena: Path, attacker: User) -> None:
+    """``doctor`` boots QEMU for its KVM probe and starts it for the channel check, writing
+    their logs in a temporary directory of $TMPDIR: the user owns $TMPDIR (as under ``sudo
+    -E``) and swaps every directory root makes there for one of theirs, with symlinks to the
+    secret under the logs' names, in a loop."""
+    secret = arena / "secret"
+    before = digest(secret)
+    theirs = their_directory(arena, attacker, "their-tmp")
+    swapper = Swapper(attacker, theirs, secret, precreate=False, inside=True,
+                      names=("serial.log", "qemu.stderr", "qemu.log"))
+    try:
+        done = subprocess.run([*IOMATRIX, "doctor", "--no-drift", "--kvm-timeout", "2"],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "TMPDIR": str(theirs)})
+    finally:
+        counts = swapper.stop()
+    assert_tmpdir_refused(done, theirs, attacker)
+    assert digest(secret) == before
+    assert counts["rounds"] > 0 and list(theirs.iterdir()) == []
+
+
+PLANTED_MEMO = '{"accel": "kvm", "usable": true, "reason": "planted", "seconds": 1}'
+
+
+@pytest.mark.parametrize("whose", ["their cache directory", "their file in root's cache"])
+def test_a_kvm_probe_result_another_user_wrote_is_not_believed(
+        tmp_path: Path, arena: Path, attacker: User, appliance_kernel: Path, whose: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run remembers that KVM worked (per boot and appliance) in the cache: the user writes
+    that memo, saying "usable", where root reads it (under ``sudo -E``, the user's
+    XDG_CACHE_HOME; or a file of theirs left in root's cache). KVM hangs guests here: believing
+    it would send every guest trial to a hang. The probe runs instead and finds KVM unusable."""
+    from iomatrix.appliance.build import Appliance
+    from iomatrix.appliance.kernel import default_cache_dir
+    from iomatrix.appliance.probe import KvmProbe
+    from iomatrix.drivers.guest import resolve_accel
+
+    home = arena / ("theirs" if whose == "their cache directory" else "root-cache")
+    cache = home / "iomatrix" / "kernel"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    assert default_cache_dir() == cache
+    appliance = Appliance(kernel=appliance_kernel, initrd=appliance_kernel, key="f" * 64,
+                          kernel_release="", fio_version="", kernel_bytes=0, initrd_bytes=0,
+                          build_seconds=0, cached=True)
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    memo = cache / f"kvm-probe-{boot_id}-{'f' * 16}.json"
+    if whose == "their cache directory":
+        subprocess.run(["chown", "-R", f"{attacker.uid}:{attacker.gid}", str(home)], check=True,
+                       timeout=60)
+        writer = as_user(attacker, "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                         str(memo), PLANTED_MEMO)
+        assert writer.wait(timeout=60) == 0
+    else:
+        memo.write_text(PLANTED_MEMO)
+        os.chown(memo, attacker.uid, attacker.gid)
+    assert KvmProbe.model_validate_json(memo.read_text()).usable     # a memo a run would take
+    notes: list[str] = []
+    assert resolve_accel("auto", appliance, notes.append) == "tcg"
+    assert len(notes) == 1 and "KVM is not usable" in notes[0] and "planted" not in notes[0]
 
 
 # -- 2. a lock planted where a killed run's was ---------------------------------------------------
@@ -356,7 +537,9 @@ def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
 def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, arena: Path,
                                                                  attacker: User) -> None:
     """The user hands root a database of a dead process that names root's directories as what
-    it made: a folder of reports with the name iomatrix gives its own, and an empty one."""
+    it made: a folder of reports with the name iomatrix gives its own, and an empty one. The
+    user's file is refused as it is (the user could change it while root reads it); copied into
+    root's own directory, as the refusal says, ``clean`` removes nothing it names."""
     data = arena / "data"
     reports = data / "iomatrix-reports"
     reports.mkdir(parents=True)
@@ -374,7 +557,12 @@ def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, 
     (data / "iomatrix-run-reports").mkdir()
     (data / "iomatrix-run-reports" / "keep.txt").write_text("root's")
     os.chown(crafted, attacker.uid, attacker.gid)
-    cleaned = cli_result("clean", "--db", str(crafted))
+    refused = cli_result("clean", "--db", str(crafted))
+    assert refused.returncode == ExitStatus.STORE and refused.stderr.splitlines()[0] == (
+        f"iomatrix: {crafted} is owned by {attacker.name} (uid {attacker.uid}), not root: {DB_WHY}")
+    copied = tmp_path / "crafted.db"
+    shutil.copyfile(crafted, copied)
+    cleaned = cli_result("clean", "--db", str(copied))
     assert cleaned.returncode == 0, cleaned.stderr
     assert cleaned.stdout.endswith("removed 0 (0.0 MiB), left 3\n"), cleaned.stdout
     assert cleaned.stdout.count("does not carry iomatrix's marker") == 3, cleaned.stdout
