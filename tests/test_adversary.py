@@ -532,6 +532,39 @@ def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
     assert not list((tmp_path / "target").glob("iomatrix-*"))
 
 
+# -- 3. where --out writes ------------------------------------------------------------------------
+
+FIO_JSON = Path(__file__).parent / "fixtures" / "fio" / "3.33" / "randread.json"
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: Path,
+                                                        attacker: User, command: str) -> None:
+    """Root writes ``--out`` into a folder of the user's directory (``export`` a file in it,
+    ``report`` the folder itself); the user has made that folder a symlink to a directory of
+    root's, where a file of the name root writes is the secret: root would replace it."""
+    db = tmp_path / "r.db"
+    assert cli_result("import", str(FIO_JSON), "--db", str(db)).returncode == 0
+    roots = arena / "roots"                  # as /var/www/html: root's, with a file iomatrix names
+    roots.mkdir()
+    name = "out.csv" if command == "export" else "index.html"
+    shutil.copyfile(arena / "secret", roots / name)
+    before = digest(roots / name)
+    theirs = their_directory(arena, attacker, "theirs")
+    link = as_user(attacker, "import os, sys; os.symlink(sys.argv[1], sys.argv[2])", str(roots),
+                   str(theirs / "folder"))
+    assert link.wait(timeout=60) == 0
+    out = theirs / "folder" / name if command == "export" else theirs / "folder"
+    done = cli_result(command, "last", "--db", str(db), "--out", str(out))
+    assert done.returncode == ExitStatus.USAGE, done.stderr
+    assert done.stderr.splitlines() == [
+        f"iomatrix: {out}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), not root: "
+        "another user could redirect what iomatrix writes there",
+        "iomatrix: hint: write it into a directory only root (or you) can write to, and whose "
+        "parents are so too"]
+    assert digest(roots / name) == before and sorted(os.listdir(roots)) == [name]
+
+
 # -- 4. a database that names directories ---------------------------------------------------------
 
 def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, arena: Path,
