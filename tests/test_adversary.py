@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pwd
 import secrets
 import shutil
 import subprocess
@@ -31,7 +30,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -41,18 +39,13 @@ from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.target.targets import plan_targets
-from tests.conftest import cli_result, write_suite
+from tests.conftest import ATTACKS, Attack, User, as_user, cli_result, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
-SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
-"""The attacker's interpreter: one every user may run (this test's may be in root's home)."""
 SHARED = Path(tempfile.gettempdir())
 """Where the shared area goes: the system's temporary directory, which every user reaches."""
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
-    or SYSTEM_PYTHON is None,
-    reason="needs root, useradd, userdel, setpriv and a system python3 (a user of its own)")
+pytestmark = ATTACKS
 
 HOST = """
 [[workloads]]
@@ -66,27 +59,6 @@ seed = 5
 ramp = 0
 runtime = "500ms"
 """
-
-
-class User(NamedTuple):
-    name: str
-    uid: int
-    gid: int
-
-
-@pytest.fixture(scope="module")
-def attacker() -> Iterator[User]:
-    """A user made for these tests, with no home and no shell; removed afterwards."""
-    name = f"iomx-adv-{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-                   check=True, capture_output=True, timeout=60)
-    try:
-        entry = pwd.getpwnam(name)
-        yield User(name, entry.pw_uid, entry.pw_gid)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True, timeout=60)
-        subprocess.run(["groupdel", name], capture_output=True, timeout=60)
 
 
 @pytest.fixture
@@ -108,14 +80,6 @@ def arena(no_leftovers: None) -> Iterator[Path]:
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def as_user(user: User, code: str, *args: str) -> subprocess.Popen[str]:
-    """Run ``code`` (Python) as ``user``, with ``args``; it dies with this process."""
-    return subprocess.Popen(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
-                             "--clear-groups", "--pdeathsig", "KILL", "--", str(SYSTEM_PYTHON),
-                             "-c", code, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd="/")
 
 
 SWAPPER = r'''
@@ -221,7 +185,8 @@ def assert_tmpdir_refused(done: subprocess.CompletedProcess[str], theirs: Path,
 @pytest.mark.parametrize("where", ["owns the target", "owns a directory above it",
                                    "made it first in a sticky directory"])
 def test_a_target_another_user_controls_is_refused_while_they_swap_it(
-        tmp_path: Path, arena: Path, attacker: User, where: str) -> None:
+        tmp_path: Path, arena: Path, attacker: User, where: str, attack: Attack) -> None:
+    attack(f"1. target directory: the user {where}, swapping it in a loop", "refused")
     secret = arena / "secret"
     before = digest(secret)
     if where == "owns the target":
@@ -250,6 +215,7 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
         done = run("run", str(suite), "--db", str(db), tmpdir=tmp_path)
     finally:
         counts = swapper.stop()
+        attack(attempts=counts)
     assert done.returncode == ExitStatus.TARGET, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0].startswith(f"iomatrix: [target] directory {target}: {shown} is owned by "
@@ -264,8 +230,9 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
 
 
 def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
-                                               attacker: User) -> None:
+                                               attacker: User, attack: Attack) -> None:
     """The scratch directory (sockets, job files) goes under $TMPDIR, as under ``sudo -E``."""
+    attack("1. $TMPDIR the user owns (sudo -E)", "refused")
     theirs = their_directory(arena, attacker, "their-tmp")
     suite = write_suite(tmp_path, HOST, size="16MiB")
     db = tmp_path / "r.db"
@@ -277,10 +244,12 @@ def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
 
 @pytest.mark.parametrize("made", [False, True], ids=["own filesystem", "made filesystem"])
 def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
-        tmp_path: Path, arena: Path, attacker: User, made: bool) -> None:
+        tmp_path: Path, arena: Path, attacker: User, made: bool, attack: Attack) -> None:
     """F1 during a real run: the run makes its directory in a sticky directory (as /var/tmp) and
     measures, while the user tries to swap it for one of theirs, in a loop, all along; also with
     the images on a filesystem iomatrix makes there (mkfs, losetup, mount)."""
+    attack("1. F1: swapping directories in a loop during a real run in a sticky directory",
+           "harmless")
     secret = arena / "secret"
     before = digest(secret)
     target = arena / "sticky" / "iomatrix"
@@ -306,6 +275,7 @@ def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
         out, err = proc.communicate(timeout=300)
     finally:
         counts = swapper.stop()
+        attack(attempts=counts)
     assert proc.returncode == 0, err
     assert "2 trials ok, 0 failed" in out
     assert digest(secret) == before
@@ -340,12 +310,13 @@ DB_WHY = ("another user could swap the database, or the files SQLite writes besi
 
 @pytest.mark.parametrize("given", ["--db", "IOMATRIX_DB", "default"])
 def test_a_database_in_a_directory_another_user_owns_is_refused(
-        tmp_path: Path, arena: Path, attacker: User, given: str) -> None:
+        tmp_path: Path, arena: Path, attacker: User, given: str, attack: Attack) -> None:
     """The results database named (``--db``, ``IOMATRIX_DB``, or the default ``iomatrix.db`` of
     the working directory) in the user's directory, where the user put a symlink under its name
     to a root-only place where nothing is yet (root would create a file there) and its
     ``-wal`` and ``-shm`` names to the secret: refused in one line before SQLite opens
     anything."""
+    attack(f"1. results database ({given}) in the user's directory, symlinks planted", "refused")
     secret, absent = arena / "secret", arena / "made-by-root"
     before = digest(secret)
     theirs = their_directory(arena, attacker, "theirs")
@@ -373,10 +344,11 @@ def test_a_database_in_a_directory_another_user_owns_is_refused(
 
 
 def test_reading_root_s_database_through_another_users_directory_is_refused(
-        tmp_path: Path, arena: Path, attacker: User) -> None:
+        tmp_path: Path, arena: Path, attacker: User, attack: Attack) -> None:
     """``runs``, ``export``: the user's directory holds a symlink to root's own database (in a
     directory only root can read) under the name root is given: root would show the user its
     runs, or copy them where the user reads them."""
+    attack("1. root's database read through the user's symlink", "refused")
     db = tmp_path / "r.db"
     Store(db).close()
     theirs = their_directory(arena, attacker, "theirs")
@@ -393,9 +365,10 @@ def test_reading_root_s_database_through_another_users_directory_is_refused(
 
 
 def test_files_another_user_planted_beside_a_database_in_a_sticky_directory_are_refused(
-        tmp_path: Path, arena: Path, attacker: User) -> None:
+        tmp_path: Path, arena: Path, attacker: User, attack: Attack) -> None:
     """``--db`` in a sticky directory (as ``/tmp/r.db``): root's name is free, but the user
     made ``r.db-wal`` and ``r.db-shm`` there first, symlinks to the secret."""
+    attack("1. -wal/-shm planted beside a database in a sticky directory", "refused")
     secret = arena / "secret"
     before = digest(secret)
     sticky = arena / "sticky"
@@ -410,11 +383,12 @@ def test_files_another_user_planted_beside_a_database_in_a_sticky_directory_are_
 
 
 def test_doctor_with_a_tmpdir_another_user_owns_is_refused_while_they_swap_in_it(
-        arena: Path, attacker: User) -> None:
+        arena: Path, attacker: User, attack: Attack) -> None:
     """``doctor`` boots QEMU for its KVM probe and starts it for the channel check, writing
     their logs in a temporary directory of $TMPDIR: the user owns $TMPDIR (as under ``sudo
     -E``) and swaps every directory root makes there for one of theirs, with symlinks to the
     secret under the logs' names, in a loop."""
+    attack("1. doctor with the user's $TMPDIR, swapping in it in a loop", "refused")
     secret = arena / "secret"
     before = digest(secret)
     theirs = their_directory(arena, attacker, "their-tmp")
@@ -426,6 +400,7 @@ def test_doctor_with_a_tmpdir_another_user_owns_is_refused_while_they_swap_in_it
                               env={**os.environ, "TMPDIR": str(theirs)})
     finally:
         counts = swapper.stop()
+        attack(attempts=counts)
     assert_tmpdir_refused(done, theirs, attacker)
     assert digest(secret) == before
     assert counts["rounds"] > 0 and list(theirs.iterdir()) == []
@@ -437,7 +412,7 @@ PLANTED_MEMO = '{"accel": "kvm", "usable": true, "reason": "planted", "seconds":
 @pytest.mark.parametrize("whose", ["their cache directory", "their file in root's cache"])
 def test_a_kvm_probe_result_another_user_wrote_is_not_believed(
         tmp_path: Path, arena: Path, attacker: User, appliance_kernel: Path, whose: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, attack: Attack) -> None:
     """A run remembers that KVM worked (per boot and appliance) in the cache: the user writes
     that memo, saying "usable", where root reads it (under ``sudo -E``, the user's
     XDG_CACHE_HOME; or a file of theirs left in root's cache). KVM hangs guests here: believing
@@ -446,6 +421,7 @@ def test_a_kvm_probe_result_another_user_wrote_is_not_believed(
     from iomatrix.appliance.kernel import default_cache_dir
     from iomatrix.appliance.probe import KvmProbe
     from iomatrix.drivers.guest import resolve_accel
+    attack(f"1. KVM probe memo written by the user ({whose})", "refused")
 
     home = arena / ("theirs" if whose == "their cache directory" else "root-cache")
     cache = home / "iomatrix" / "kernel"
@@ -494,10 +470,11 @@ def trials(db: Path) -> int:
 
 
 def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
-                                                attacker: User) -> None:
+                                                attacker: User, attack: Attack) -> None:
     """The run's scratch directory is in a sticky $TMPDIR (as /tmp); the run is killed, its
     scratch directory removed (as a cleaner of /tmp would), and the user makes one of that name
     and holds a flock on an owner.lock in it."""
+    attack("2. lock planted where a killed run's was", "harmless")
     shared_tmp = arena / "sticky"
     suite = write_suite(tmp_path, HOST.replace('"500ms"', '"2s"'), size="16MiB")
     db = tmp_path / "r.db"
@@ -539,10 +516,12 @@ FIO_JSON = Path(__file__).parent / "fixtures" / "fio" / "3.33" / "randread.json"
 
 @pytest.mark.parametrize("command", ["export", "report"])
 def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: Path,
-                                                        attacker: User, command: str) -> None:
+                                                        attacker: User, command: str,
+                                                        attack: Attack) -> None:
     """Root writes ``--out`` into a folder of the user's directory (``export`` a file in it,
     ``report`` the folder itself); the user has made that folder a symlink to a directory of
     root's, where a file of the name root writes is the secret: root would replace it."""
+    attack(f"3. {command} --out through the user's symlink", "refused")
     db = tmp_path / "r.db"
     assert cli_result("import", str(FIO_JSON), "--db", str(db)).returncode == 0
     roots = arena / "roots"                  # as /var/www/html: root's, with a file iomatrix names
@@ -567,12 +546,13 @@ def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: P
 
 # -- 4. a database that names directories ---------------------------------------------------------
 
-def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, arena: Path,
-                                                                 attacker: User) -> None:
+def test_a_crafted_database_makes_clean_remove_nothing_it_names(
+        tmp_path: Path, arena: Path, attacker: User, attack: Attack) -> None:
     """The user hands root a database of a dead process that names root's directories as what
     it made: a folder of reports with the name iomatrix gives its own, and an empty one. The
     user's file is refused as it is (the user could change it while root reads it); copied into
     root's own directory, as the refusal says, ``clean`` removes nothing it names."""
+    attack("4. crafted database naming root's directories", "refused")
     data = arena / "data"
     reports = data / "iomatrix-reports"
     reports.mkdir(parents=True)
@@ -606,10 +586,11 @@ def test_a_crafted_database_makes_clean_remove_nothing_it_names(tmp_path: Path, 
 # -- 6. a killed run's children ---------------------------------------------------------------------
 
 def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
-        tmp_path: Path, no_leftovers: None) -> None:
+        tmp_path: Path, no_leftovers: None, attack: Attack) -> None:
     """qemu-img preallocating a large image when the run is killed: it gets SIGTERM from the
     kernel (setpriv --pdeathsig), and clean removes what it wrote, with no process left
     writing a deleted file."""
+    attack("6. kill -9 of a run during qemu-img (preallocation=full)", "harmless")
     size = 4 << 30
     if shutil.disk_usage(tmp_path).free < size + (1 << 30):
         pytest.skip("needs 5 GiB free under the temporary directory")
@@ -639,10 +620,11 @@ def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
     assert _open_inside(tmp_path) == []
 
 
-def test_every_command_a_run_starts_dies_with_it(tmp_path: Path) -> None:
+def test_every_command_a_run_starts_dies_with_it(tmp_path: Path, attack: Attack) -> None:
     """What ``core.proc.run`` starts (mkfs, losetup, mount, ioping, qemu-img...) gets SIGTERM
     when the process that ran it is killed; a stand-in that takes long, as none of those does
     for sure."""
+    attack("6. kill -9 of a process running a command (mkfs, losetup, mount...)", "harmless")
     stand_in = tmp_path / "mkfs.stand-in"
     stand_in.write_text("#!/bin/sh\nexec sleep 600\n")
     stand_in.chmod(0o755)
