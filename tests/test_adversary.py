@@ -120,6 +120,8 @@ while not os.path.exists(stop):
             if attempt("rename private", os.rename, path, f"{path}.{n}"):
                 attempt("make private", os.mkdir, path)
             plant(path)
+    if n == 1:
+        print("looping", flush=True)
     time.sleep(0.002)
 counts["rounds"] = n
 print(json.dumps(counts))
@@ -142,11 +144,15 @@ class Swapper:
         self.proc = as_user(user, SWAPPER, str(target), str(secret), str(self._stop), mode,
                             ",".join(names))
 
+    def looping(self) -> None:
+        """Return once the loop has gone round once."""
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "looping\n"
+
     def stop(self) -> dict[str, int]:
         self._stop.touch()
         out, err = self.proc.communicate(timeout=60)
         assert self.proc.returncode == 0, err
-        return json.loads(out)
+        return json.loads(out.splitlines()[-1])
 
 
 def run(*args: str, tmpdir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -246,8 +252,9 @@ def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
 def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
         tmp_path: Path, arena: Path, attacker: User, made: bool, attack: Attack) -> None:
     """F1 during a real run: the run makes its directory in a sticky directory (as /var/tmp) and
-    measures, while the user tries to swap it for one of theirs, in a loop, all along; also with
-    the images on a filesystem iomatrix makes there (mkfs, losetup, mount)."""
+    measures, while the user tries to swap it for one of theirs, in a loop that starts before
+    the run and stops after it; also with the images on a filesystem iomatrix makes there
+    (mkfs, losetup, mount)."""
     attack("1. F1: swapping directories in a loop during a real run in a sticky directory",
            "harmless")
     secret = arena / "secret"
@@ -262,22 +269,15 @@ def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
     if made and (problem := plan_targets(load_suite(suite))[0].problem):
         pytest.skip(f"this host cannot make {other} on a loop device: {problem}")
     db = tmp_path / "r.db"
-    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})
-    deadline = time.monotonic() + 60
-    while not list(target.glob("iomatrix-*")) if target.exists() else True:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
     swapper = Swapper(attacker, target, secret, precreate=False)
     try:
-        out, err = proc.communicate(timeout=300)
+        swapper.looping()
+        done = run("run", str(suite), "--db", str(db), tmpdir=tmp_path)
     finally:
         counts = swapper.stop()
         attack(attempts=counts)
-    assert proc.returncode == 0, err
-    assert "2 trials ok, 0 failed" in out
+    assert done.returncode == 0, done.stderr
+    assert "2 trials ok, 0 failed" in done.stdout
     assert digest(secret) == before
     assert counts.get("rename target refused", 0) > 0, counts
     assert not any(k.endswith(" done") for k in counts), counts
