@@ -70,8 +70,9 @@ def main() -> int:
         print("\nThe attacker's loops, by operation (done: the kernel let the user do it):")
         for name in sorted(loops):
             ops = loops[name]
-            print(f"  {name}: {ops.pop('rounds', 0)} rounds; "
-                  + ", ".join(f"{op} {ops[op]}" for op in sorted(ops)))
+            rounds = ops.pop("rounds", 0)
+            print(f"  {name}: {rounds} rounds; " + (", ".join(
+                f"{op} {ops[op]}" for op in sorted(ops)) or "nothing of root's there to act on"))
     if failed:
         print(f"\nfailed: {', '.join(failed)}")
     return 0 if done.returncode == 0 else 1
