@@ -514,14 +514,16 @@ def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
 FIO_JSON = Path(__file__).parent / "fixtures" / "fio" / "3.33" / "randread.json"
 
 
-@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("command", ["export", "report", "run"])
 def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: Path,
                                                         attacker: User, command: str,
                                                         attack: Attack) -> None:
     """Root writes ``--out`` into a folder of the user's directory (``export`` a file in it,
-    ``report`` the folder itself); the user has made that folder a symlink to a directory of
-    root's, where a file of the name root writes is the secret: root would replace it."""
-    attack(f"3. {command} --out through the user's symlink", "refused")
+    ``report`` the folder itself, as ``run --report`` does once the run ends); the user has
+    made that folder a symlink to a directory of root's, where a file of the name root writes
+    is the secret: root would replace it."""
+    option = "--report" if command == "run" else "--out"
+    attack(f"3. {command} {option} through the user's symlink", "refused")
     db = tmp_path / "r.db"
     assert cli_result("import", str(FIO_JSON), "--db", str(db)).returncode == 0
     roots = arena / "roots"                  # as /var/www/html: root's, with a file iomatrix names
@@ -534,7 +536,8 @@ def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: P
                    str(theirs / "folder"))
     assert link.wait(timeout=60) == 0
     out = theirs / "folder" / name if command == "export" else theirs / "folder"
-    done = cli_result(command, "last", "--db", str(db), "--out", str(out))
+    which = [str(write_suite(tmp_path, HOST, size="16MiB"))] if command == "run" else ["last"]
+    done = cli_result(command, *which, "--db", str(db), option, str(out))
     assert done.returncode == ExitStatus.USAGE, done.stderr
     assert done.stderr.splitlines() == [
         f"iomatrix: {out}: {theirs} is owned by {attacker.name} (uid {attacker.uid}), not root: "
@@ -542,6 +545,7 @@ def test_out_through_another_users_directory_is_refused(tmp_path: Path, arena: P
         "iomatrix: hint: write it into a directory only root (or you) can write to, and whose "
         "parents are so too"]
     assert digest(roots / name) == before and sorted(os.listdir(roots)) == [name]
+    assert not (tmp_path / "target").exists()              # a run is refused before it starts
 
 
 # -- 4. a database that names directories ---------------------------------------------------------
