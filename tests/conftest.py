@@ -6,13 +6,19 @@ KVM working or failing (nor how it fails), not a network."""
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import pwd
+import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -82,6 +88,71 @@ def as_nobody(argv: list[str]) -> list[str]:
     user = pwd.getpwnam("nobody")
     return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
             "--", *argv]
+
+
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+"""An attacker's interpreter: one every user may run (this test's may be in root's home)."""
+ATTACKS = pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
+    or SYSTEM_PYTHON is None,
+    reason="needs root, useradd, userdel, setpriv and a system python3 (a user of its own)")
+"""Marks a test that acts as ``attacker`` (issue 20)."""
+
+
+class User(NamedTuple):
+    name: str
+    uid: int
+    gid: int
+
+
+@pytest.fixture(scope="session")
+def attacker() -> Iterator[User]:
+    """An unprivileged user made for the tests that attack root's runs, with no home and no
+    shell; removed afterwards. Needs root (mark the test ``ATTACKS``)."""
+    name = f"iomx-adv-{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        entry = pwd.getpwnam(name)
+        yield User(name, entry.pw_uid, entry.pw_gid)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+        subprocess.run(["groupdel", name], capture_output=True, timeout=60)
+
+
+ATTACK_OUTCOMES = ("refused", "harmless")
+"""How a test of issue 20 expects an attack to end: iomatrix refuses it (in one line, or by
+not believing what the user planted), or lets it run and it changes nothing it should not."""
+
+
+Attack = Callable[..., None]
+
+
+@pytest.fixture
+def attack(record_property: Callable[[str, object], None]) -> Attack:
+    """``attack(name, outcome)``, called as a test of issue 20 starts: the attack it tries and
+    how it must end (``ATTACK_OUTCOMES``), kept in the JUnit XML that
+    ``bench/attacks.py`` reads back to print the table of attacks (the outcome counts only
+    where the test passed). ``attack(attempts=...)``, once known: what the attacker's own loop
+    tried (its counts, by operation)."""
+    def record(name: str | None = None, outcome: str | None = None,
+               attempts: dict[str, int] | None = None) -> None:
+        if name is not None:
+            assert outcome in ATTACK_OUTCOMES
+            record_property("attack", name)
+            record_property("outcome", outcome)
+        if attempts is not None:
+            record_property("attempts", json.dumps(attempts, sort_keys=True))
+    return record
+
+
+def as_user(user: User, code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` (Python) as ``user``, with ``args``; it dies with this process."""
+    return subprocess.Popen(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
+                             "--clear-groups", "--pdeathsig", "KILL", "--", str(SYSTEM_PYTHON),
+                             "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
 
 
 def write_suite(directory: Path, body: str, *, name: str = "t", size: str = "64MiB",

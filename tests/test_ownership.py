@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -644,7 +645,7 @@ def test_a_signal_during_the_clean_up_takes_effect_after_it(tmp_path: Path,
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
-    monkeypatch.setattr(reclaim_module.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     previous = signal.signal(signal.SIGTERM, stop)
     real = shutil.rmtree
 

@@ -5,7 +5,7 @@ a documented exit status, never a traceback (issue 20, items 3, 5, 7, 8):
   command line (``cli_result``: the real entry point, in this process);
 - ``--out`` and ``--report`` write only a regular file or a new name, or into a directory;
 - a cache another user controls is not used, and a cached file that changed is not booted: as a
-  real unprivileged user (``nobody`` through ``setpriv``) against a real appliance build;
+  real unprivileged user (made by the test: ``attacker``) against a real appliance build;
 - property tests (hypothesis) through the command line over suites, job files, VM files, fio JSON
   and run numbers: deep nesting, huge integers, control characters and line separators,
   bytes that are not UTF-8.
@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from iomatrix.cli.status import ExitStatus
-from tests.conftest import REPO, cli_result, write_suite
+from tests.conftest import ATTACKS, REPO, Attack, User, as_user, cli_result, write_suite
 from tests.test_hardening import suite_texts, toml_string
 from tests.test_translate import LIBVIRT_XML, PVE_CONF
 
@@ -341,7 +341,9 @@ def _planted(tmp_path: Path, kind: str) -> Path:
     ("fifo", "a FIFO (named pipe)"), ("null", "a character device"),
     ("directory", "a directory"), ("symlink", "a symbolic link")])
 def test_out_refuses_what_is_not_a_regular_file_and_leaves_it(db: Path, tmp_path: Path,
-                                                              kind: str, said: str) -> None:
+                                                              kind: str, said: str,
+                                                              attack: Attack) -> None:
+    attack(f"3. export --out onto {said}", "refused")
     path = _planted(tmp_path, kind)
     before = os.lstat(path)
     line = one_line(cli_result("export", "1", "--db", str(db), "--out", str(path)),
@@ -402,9 +404,6 @@ def test_run_report_is_checked_before_the_run(tmp_path: Path) -> None:
 
 # -- caches: used only if nobody else controls them, booted only as built --------------------------
 
-TOOLS = os.geteuid() == 0 and shutil.which("setpriv") is not None
-needs_root = pytest.mark.skipif(not TOOLS, reason="needs root and setpriv (util-linux) to act "
-                                                  "as another user")
 INIT_LINE = (b"""sched=$(sed -n 's/.*\\[\\(.*\\)\\].*/\\1/p' $q/scheduler); """
              b"""[ -n "$sched" ] || sched=none""")
 """A line of the appliance's /init; the attack replaces it, keeping the initrd's size."""
@@ -455,41 +454,40 @@ def _build(cache: Path, kernel: Path):  # type: ignore[no-untyped-def]
     return build_appliance(cache_dir=cache, kernel=kernel)
 
 
-def _tamper_as_nobody(initrd: Path) -> None:
-    """Run TAMPER on ``initrd`` as the user nobody, with the system's Python."""
-    from tests.conftest import as_nobody
-
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    assert python is not None
-    subprocess.run(as_nobody([python, "-c", TAMPER, str(initrd)]), check=True,
-                   capture_output=True, timeout=60, cwd="/")
+def _tamper_as(user: User, initrd: Path) -> None:
+    """Run TAMPER on ``initrd`` as ``user``."""
+    tamper = as_user(user, TAMPER, str(initrd))
+    _, err = tamper.communicate(timeout=60)
+    assert tamper.returncode == 0, err
 
 
-@needs_root
+@ATTACKS
 @pytest.mark.slow
 def test_a_cache_another_user_owns_is_refused_before_anything_boots(
-        own_cache: Path, appliance_kernel: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """As under ``sudo -E``: XDG_CACHE_HOME is nobody's, who has put a built appliance there
+        own_cache: Path, appliance_kernel: Path, tmp_path: Path, attacker: User,
+        monkeypatch: pytest.MonkeyPatch, attack: Attack) -> None:
+    """As under ``sudo -E``: XDG_CACHE_HOME is the user's, who has put a built appliance there
     with one line of its init changed (same size). Neither ``appliance build`` nor a guest run
-    takes it: one line naming the directory nobody owns, exit 4, no run stored, no QEMU."""
+    takes it: one line naming the directory the user owns, exit 4, no run stored, no QEMU."""
     from tests.conftest import our_processes
+    attack("5. appliance cache the user owns (sudo -E), its initrd changed", "refused")
 
     built = _build(own_cache, appliance_kernel)
-    home = Path(tempfile.mkdtemp(prefix="iomatrix-xdg-", dir="/tmp"))  # reachable by nobody
+    home = Path(tempfile.mkdtemp(prefix="iomatrix-xdg-", dir="/tmp"))  # reachable by the user
     try:
         cache = home / "iomatrix" / "kernel"
         shutil.copytree(own_cache, cache, symlinks=True)
-        subprocess.run(["chown", "-R", "nobody:", str(home)], check=True, timeout=60)
+        subprocess.run(["chown", "-R", f"{attacker.uid}:{attacker.gid}", str(home)], check=True,
+                       timeout=60)
         initrd = cache / "appliance" / built.key / "initrd"
-        _tamper_as_nobody(initrd)
+        _tamper_as(attacker, initrd)
         assert initrd.stat().st_size == built.initrd_bytes and b"PWNED" in initrd.read_bytes()
 
         monkeypatch.setenv("XDG_CACHE_HOME", str(home))
         line = one_line(cli_result("appliance", "build"), ExitStatus.ENVIRONMENT)
-        assert line == (f"iomatrix: the appliance cache: {home} is owned by nobody (uid "
-                        f"{os.stat(home).st_uid}), not root: what it holds would be booted and "
-                        "run as root")
+        assert line == (f"iomatrix: the appliance cache: {home} is owned by {attacker.name} (uid "
+                        f"{attacker.uid}), not root: what it holds would be booted and run as "
+                        "root")
         suite = write_suite(tmp_path, '[matrix]\ncontroller = "virtio-blk"\naio = "threads"\n'
                             'cache = "none"\nformat = "raw"\n[workloads]\nrw = "randread"\n'
                             'bs = "4k"\niodepth = 1\n[method]\nmode = "guest"\n'
@@ -502,18 +500,20 @@ def test_a_cache_another_user_owns_is_refused_before_anything_boots(
         assert not our_processes(str(home)) and not (tmp_path / "target").exists()
         plan = cli_result("run", str(suite), "--plan")          # says why, builds nothing
         assert plan.returncode == 0 and f"warning: the appliance cache: {home} is owned by " \
-                                       "nobody" in plan.stdout
+                                       f"{attacker.name}" in plan.stdout
     finally:
         shutil.rmtree(home)
 
 
-@needs_root
+@ATTACKS
 @pytest.mark.slow
 def test_a_cached_file_others_could_change_or_that_changed_is_built_again(
-        own_cache: Path, appliance_kernel: Path, tmp_path: Path) -> None:
+        own_cache: Path, appliance_kernel: Path, tmp_path: Path, attacker: User,
+        attack: Attack) -> None:
     """In root's own cache: an initrd left writable by others is not used (even unchanged), nor
-    one that nobody changed through that mode, nor one whose bytes differ from what was built
+    one that the user changed through that mode, nor one whose bytes differ from what was built
     with its size kept (only the hash can tell)."""
+    attack("5. initrd in root's cache left writable, changed by the user", "refused")
     built = _build(own_cache, appliance_kernel)
     initrd = built.initrd
     fresh = initrd.read_bytes()
@@ -528,7 +528,7 @@ def test_a_cached_file_others_could_change_or_that_changed_is_built_again(
     initrd.chmod(0o666)                                   # unchanged, but anyone could have
     assert rebuilt() == fresh
     initrd.chmod(0o666)
-    _tamper_as_nobody(initrd)
+    _tamper_as(attacker, initrd)
     assert b"PWNED" in initrd.read_bytes() and initrd.stat().st_size == len(fresh)
     assert rebuilt() == fresh
     data = bytearray(fresh)                               # root's mode, other bytes, same size
@@ -540,13 +540,14 @@ def test_a_cached_file_others_could_change_or_that_changed_is_built_again(
     assert _build(own_cache, appliance_kernel).cached
 
 
-@needs_root
-def test_a_guest_fio_others_control_or_that_changed_is_not_taken(own_cache: Path,
-                                                                  tmp_path: Path) -> None:
+@ATTACKS
+def test_a_guest_fio_others_control_or_that_changed_is_not_taken(
+        own_cache: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
     """The built guest fio (copied into a cache of this test's): taken while it is as built;
-    not once a byte changed (same size) nor once its directory is nobody's, and then the plan's
-    status says why."""
+    not once a byte changed (same size) nor once its directory is the user's, and then the
+    plan's status says why."""
     from iomatrix.appliance.guestfio import guest_fio_status
+    attack("5. guest fio changed, or its directory the user's", "refused")
 
     status = guest_fio_status(own_cache)
     if not status.cached:       # the folder may hold only a remembered failure (no source)
@@ -563,25 +564,29 @@ def test_a_guest_fio_others_control_or_that_changed_is_not_taken(own_cache: Path
     data[len(data) // 2] ^= 0xFF
     fio.write_bytes(bytes(data))
     assert guest_fio_status(cache).cached
-    os.chown(cache / "guest-fio", 65534, 65534)
+    os.chown(cache / "guest-fio", attacker.uid, attacker.gid)
     status = guest_fio_status(cache)
     assert not status.ok and not status.cached
-    assert f"{cache / 'guest-fio'} is owned by nobody" in status.detail
+    assert f"{cache / 'guest-fio'} is owned by {attacker.name}" in status.detail
 
 
-@needs_root
-def test_a_cache_reached_through_another_users_symlink_is_refused(tmp_path: Path,
-                                                                   own_cache: Path) -> None:
-    """Root's own directory, named through a symlink in a directory nobody owns: nobody can
-    point the link elsewhere at any time, so the cache is not trusted; named directly, it is."""
+@ATTACKS
+def test_a_cache_reached_through_another_users_symlink_is_refused(
+        tmp_path: Path, own_cache: Path, attacker: User, attack: Attack) -> None:
+    """Root's own directory, named through a symlink the user made in their directory: the
+    user can point the link elsewhere at any time, so the cache is not trusted; named
+    directly, it is."""
     from iomatrix.appliance.kernel import trusted_cache
     from iomatrix.core.errors import EnvironmentProblem
+    attack("5. cache reached through the user's symlink", "refused")
 
     theirs = Path(tempfile.mkdtemp(prefix="iomatrix-link-", dir="/tmp"))
     try:
-        os.chown(theirs, 65534, 65534)
-        (theirs / "cache").symlink_to(own_cache)
-        with pytest.raises(EnvironmentProblem, match=f"{theirs} is owned by nobody"):
+        os.chown(theirs, attacker.uid, attacker.gid)
+        link = as_user(attacker, "import os, sys; os.symlink(sys.argv[1], sys.argv[2])",
+                       str(own_cache), str(theirs / "cache"))
+        assert link.wait(timeout=60) == 0
+        with pytest.raises(EnvironmentProblem, match=f"{theirs} is owned by {attacker.name}"):
             trusted_cache(theirs / "cache" / "appliance")
         assert trusted_cache(own_cache / "appliance") == own_cache / "appliance"
     finally:

@@ -17,13 +17,13 @@ deadline, and is killed and reaped before the function returns, whatever happens
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
 from iomatrix.appliance.kernel import find_kernel, kernel_problem
+from iomatrix.core.dirs import private_tempdir
 from iomatrix.core.errors import IomatrixError, ToolFailed
 from iomatrix.core.proc import last_line, managed, read_text, wait_for, which
 from iomatrix.qemu.escape import qemu_escape
@@ -119,7 +119,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                       kernel=kernel)
 
     markers = (marker,) if marker else LATE_BOOT_MARKERS
-    with tempfile.TemporaryDirectory(prefix="iomatrix-bootprobe-") as tmp:
+    with private_tempdir("iomatrix-bootprobe-") as tmp:
         serial = Path(tmp) / "serial.log"
         stderr_path = Path(tmp) / "qemu.stderr"
         argv = boot_argv(binary, accel, Path(kernel), serial, initrd=initrd,

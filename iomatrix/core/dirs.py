@@ -23,10 +23,12 @@ import grp
 import os
 import pwd
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from iomatrix.core.errors import UnsafeDirectory
+from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.proc import signals_deferred
 
 MAX_SYMLINKS = 40
@@ -67,7 +69,7 @@ def distrust(info: os.stat_result) -> str | None:
     return None
 
 
-def _sticky_shared(info: os.stat_result) -> bool:
+def sticky_shared(info: os.stat_result) -> bool:
     """A directory anyone may create names in, whose names only their owners may move."""
     return bool(info.st_mode & stat.S_IWOTH and info.st_mode & stat.S_ISVTX)
 
@@ -127,7 +129,7 @@ class _Walker:
             child_info = os.fstat(child)
             if stat.S_ISLNK(child_info.st_mode):
                 try:
-                    if _sticky_shared(info) and child_info.st_uid not in _trusted_uids():
+                    if sticky_shared(info) and child_info.st_uid not in _trusted_uids():
                         raise UnsafeDirectory(f"{here / name} is a symlink that "
                                               f"{_owner(child_info.st_uid)} made in {here}, which "
                                               "every user may write to")
@@ -149,6 +151,38 @@ class _Walker:
             real.append(name)
             info = _judged(self.fd, Path("/", *real))
         return Walked(self.fd, Path("/", *real), ())
+
+
+def walk_tmpdir() -> Walked:
+    """``walk`` of ``$TMPDIR`` (``tempfile.gettempdir()``), which must exist: EnvironmentProblem
+    in one line, with the fix, when another user controls it (as under ``sudo -E``)."""
+    given = Path(tempfile.gettempdir())
+    try:
+        walked = walk(given)
+    except UnsafeDirectory as exc:
+        raise EnvironmentProblem(f"TMPDIR {given}: {exc}: another user could redirect the "
+                                 "files iomatrix makes there (sockets, job files, probes)", hint="set TMPDIR to a "
+                                 "directory only root (or you) can write to, e.g. /tmp") from exc
+    if walked.missing:
+        os.close(walked.fd)
+        raise EnvironmentProblem(f"TMPDIR {given}: {walked.real / walked.missing[0]} does not "
+                                 "exist", hint="set TMPDIR to an existing directory")
+    return walked
+
+
+@contextlib.contextmanager
+def private_tempdir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A new directory (0700, ``tempfile.mkdtemp``) in ``parent`` (default ``$TMPDIR``: see
+    ``walk_tmpdir``), made only once nobody else controls ``parent`` (``walk``:
+    ``UnsafeDirectory`` otherwise), and removed with what it holds afterwards. Since then no
+    other user can rename it or a directory above it, what is made in it by path stays in it."""
+    walked = walk_tmpdir() if parent is None else walk(parent)
+    os.close(walked.fd)
+    if walked.missing:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT),
+                                str(walked.real / walked.missing[0]))
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=walked.real) as made:
+        yield Path(made)
 
 
 def _judged(fd: int, directory: Path) -> os.stat_result:

@@ -22,13 +22,21 @@ def write_file_atomically(path: Path, text: str) -> None:
     of it or of its parents in between does not move the file elsewhere. Anything else at
     ``path`` (a directory, FIFO, device, socket or symbolic link), a missing directory, or a
     failed write is OutputRefused in one line. The file gets the usual mode for new files (0666
-    less the umask)."""
+    less the umask). A directory on the way that another user controls is refused too
+    (:func:`iomatrix.core.dirs.walk`): they could swap it for a symlink to where root would
+    write instead."""
     try:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        walked = walk(path.parent)
+    except UnsafeDirectory as exc:
+        raise OutputRefused(f"{path}: {exc}: {_REDIRECT}", hint=_TRUSTED) from None
     except OSError as exc:
         raise OutputRefused(f"{path}: no directory {path.parent} to write it in"
-                            + ("" if exc.errno == errno.ENOENT else f" ({exc.strerror})")) from None
+                            + ("" if exc.errno == errno.ENOENT else f" ({os.strerror(exc.errno)})")
+                            ) from None
+    directory = walked.fd
     try:
+        if walked.missing:
+            raise OutputRefused(f"{path}: no directory {path.parent} to write it in")
         if path.name in ("", ".", ".."):
             raise OutputRefused(f"{path}: a directory, {_ONLY}")
         with contextlib.suppress(FileNotFoundError):
@@ -53,11 +61,20 @@ def write_file_atomically(path: Path, text: str) -> None:
 
 
 _ONLY = "where iomatrix writes only a regular file (replacing it) or a new name"
+_REDIRECT = "another user could redirect what iomatrix writes there"
+_TRUSTED = "write it into a directory only root (or you) can write to, and whose parents are so too"
 
 
 def output_directory(path: Path) -> Path:
     """``path`` made a directory to write into (with its parents) unless it is one already;
-    OutputRefused in one line when something else has its name or it cannot be made."""
+    OutputRefused in one line when something else has its name, another user controls it or a
+    directory above it (:func:`iomatrix.core.dirs.walk`), or it cannot be made."""
+    try:
+        os.close(walk(path).fd)
+    except UnsafeDirectory as exc:
+        raise OutputRefused(f"{path}: {exc}: {_REDIRECT}", hint=_TRUSTED) from None
+    except OSError:
+        pass                             # said below
     with contextlib.suppress(OSError):
         found = os.stat(path)
         if not stat.S_ISDIR(found.st_mode):

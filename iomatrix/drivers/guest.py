@@ -62,10 +62,12 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       GuestDisk,
                                       build_appliance, console_error, kernel_cmdline,
                                       parse_disk_lines)
-from iomatrix.appliance.kernel import default_cache_dir
+from iomatrix.appliance.kernel import default_cache_dir, trusted_cache
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.versions import method_versions
-from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
+from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, ToolFailed, TrialFailed,
+                                  UnsafeDirectory)
+from iomatrix.core.files import read_owned, write_file_atomically
 from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
                                 read_text, require, wait_for)
 from iomatrix.fio.models import FioResult, JobStats
@@ -624,18 +626,20 @@ def resolve_accel(accel: str, appliance: Appliance, note: Callable[[str], None])
 
 
 def _probe(appliance: Appliance) -> KvmProbe:
-    """The KVM probe; a success is remembered for this boot of the host and this appliance."""
+    """The KVM probe; a success is remembered for this boot of the host and this appliance, and
+    believed only from a file nobody else could have written (a planted "usable" would send the
+    guests to a KVM that hangs them)."""
     boot_id = read_text(Path("/proc/sys/kernel/random/boot_id")).strip() or "unknown"
     memo = default_cache_dir() / f"kvm-probe-{boot_id}-{appliance.key[:16]}.json"
-    with contextlib.suppress(OSError, ValueError):
-        return KvmProbe.model_validate_json(memo.read_text())
+    with contextlib.suppress(OSError, ValueError, UnsafeDirectory):
+        return KvmProbe.model_validate_json(read_owned(memo))
     # The appliance itself, as guests boot it, must get as far as running its /init
     # (loglevel=7 after the command line's "quiet" lets the kernel say so).
     probe = probe_accel("kvm", appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT,
                         marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
                         append=kernel_cmdline("loglevel=7", accel="kvm"))
     if probe.usable:   # a failure may be passing (a busy host): it is probed again next run
-        with contextlib.suppress(OSError):
-            memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.write_text(probe.model_dump_json())
+        with contextlib.suppress(OSError, IomatrixError):
+            trusted_cache(memo.parent)
+            write_file_atomically(memo, probe.model_dump_json())
     return probe

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+from iomatrix.core.dirs import private_tempdir
 from iomatrix.core.errors import EnvironmentProblem, IomatrixError, ToolFailed
 from iomatrix.core.mounts import force_unmount, fstype, is_mounted
 from iomatrix.core.proc import (first_line, managed, private_network, read_text, run, stop,
@@ -188,8 +189,7 @@ def check_fio_engine(engine: str, *, env: Mapping[str, str] | None = None,
     if fio is None:
         return Check(name=engine, ok=False, detail="fio not found on PATH",
                      hint="apt-get install fio")
-    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-fio-",
-                                     dir=_probe_dir(directory)) as tmp:
+    with _probe_tempdir("iomatrix-doctor-fio-", directory) as tmp:
         data = Path(tmp) / "probe.dat"
         result = Path(tmp) / "result.json"
         argv = [fio, "--name=iomatrix-doctor", f"--filename={data}", f"--size={FIO_PROBE_SIZE}",
@@ -269,8 +269,7 @@ def check_drift(*, env: Mapping[str, str] | None = None,
                      hint="apt-get install fio")
     import math
 
-    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-drift-",
-                                     dir=_probe_dir(directory)) as tmp:
+    with _probe_tempdir("iomatrix-doctor-drift-", directory) as tmp:
         work = Path(tmp)
         data = work / "drift.dat"
         with open(data, "wb") as f:   # written, so reads touch the storage
@@ -329,8 +328,7 @@ def check_fuse(*, env: Mapping[str, str] | None = None, directory: Path | None =
                      hint="apt-get install fuse3")
     hint = "apt-get install fuse3; /dev/fuse must be usable (in a container: --device /dev/fuse " \
            "--cap-add SYS_ADMIN)"
-    with tempfile.TemporaryDirectory(prefix="iomatrix-doctor-fuse-",
-                                     dir=_probe_dir(directory)) as tmp:
+    with _probe_tempdir("iomatrix-doctor-fuse-", directory) as tmp:
         work = Path(os.path.realpath(tmp))
         try:
             detail = _fuse_probe(qsd, fusermount, work, env)
@@ -469,8 +467,8 @@ def check_guest_channel(*, env: Mapping[str, str] | None = None) -> Check:
                      hint="apt-get install qemu-system-x86")
     from iomatrix.drivers.guest import free_port, shared_warning   # measure may import drivers
 
-    with socket.socket() as outside, tempfile.TemporaryDirectory(
-            prefix="iomatrix-doctor-net-") as tmp:      # this socket stays in the host's namespace
+    with socket.socket() as outside, private_tempdir(
+            "iomatrix-doctor-net-") as tmp:      # this socket stays in the host's namespace
         port = free_port()                              # a port nothing listens on out here
         try:
             with private_network():
@@ -523,6 +521,13 @@ def _probe_dir(directory: Path | None) -> str:
     if os.path.isdir(var_tmp) and os.access(var_tmp, os.W_OK | os.X_OK):
         return var_tmp
     return tempfile.gettempdir()
+
+
+def _probe_tempdir(prefix: str, directory: Path | None) -> contextlib.AbstractContextManager[Path]:
+    """A private directory for a probe in ``_probe_dir``, refused (in one line) where another
+    user controls it: as root, fio and QEMU write in it."""
+    place = _probe_dir(directory)
+    return private_tempdir(prefix, None if place == tempfile.gettempdir() else Path(place))
 
 
 def _try_run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None,

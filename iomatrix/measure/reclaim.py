@@ -36,14 +36,13 @@ import shutil
 import signal
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker, remove_empty,
-                                walk)
+                                walk, walk_tmpdir)
 from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import PROC, HeldLock, Identity, liveness, this_process
@@ -77,18 +76,9 @@ class RunProcess:
         self._lock: HeldLock | None = None
 
     def start(self) -> None:
-        given = Path(tempfile.gettempdir())
-        try:
-            walked = walk(given)
-        except UnsafeDirectory as exc:
-            raise EnvironmentProblem(f"TMPDIR {given}: {exc}: another user could redirect the "
-                                     "run's sockets and job files", hint="set TMPDIR to a "
-                                     "directory only root (or you) can write to, e.g. /tmp") from exc
+        walked = walk_tmpdir()
         try:
             tmp = walked.real
-            if walked.missing:
-                raise EnvironmentProblem(f"TMPDIR {given}: {tmp / walked.missing[0]} does not "
-                                         "exist", hint="set TMPDIR to an existing directory")
             path = tmp / f"{SCRATCH_PREFIX}{secrets.token_hex(4)}"
             if len(str(path)) > SCRATCH_MAX:
                 raise EnvironmentProblem(f"scratch directory {path} is too long for the UNIX "

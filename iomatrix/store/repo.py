@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix import __version__
-from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
+from iomatrix.core.dirs import MAX_SYMLINKS, distrust, sticky_shared, walk
+from iomatrix.core.errors import RunBusy, RunNotFound, StoreError, UnsafeDirectory
 from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
@@ -49,6 +50,7 @@ class Store:
                  readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        _check_place(self.path)
         header = _check_file(self.path, readonly)
         try:
             self.conn = (self._open_readonly(header, migrate_to) if readonly
@@ -564,6 +566,49 @@ def _check_file(path: Path, readonly: bool) -> bytes:
         raise StoreError(f"{path}: cannot write the results database (the file or its directory "
                          f"is read-only)")
     return header
+
+
+SQLITE_BESIDE = ("", "-wal", "-shm", "-journal")
+"""The database file and the files SQLite makes beside it, which it opens by name."""
+
+
+def _check_place(path: Path, links: int = 0) -> None:
+    """StoreError unless nobody but root and this user controls the database ``path``: every
+    directory from ``/`` to it (``iomatrix.core.dirs.walk``), and the file and the files SQLite
+    opens beside it (by name, following symlinks: one another user planted as the ``-wal`` or
+    ``-shm`` name would have root write its journal into whatever it points to). A symlink
+    there that root or this user made is followed and its target checked the same way."""
+    where = ("another user could swap the database, or the files SQLite writes beside it, "
+             "while iomatrix uses it")
+    hint = ("keep the results database in a directory only root (or you) can write to: copy it "
+            "there, or run iomatrix as the user who owns it")
+    try:
+        walked = walk(path.parent)
+    except UnsafeDirectory as exc:
+        raise StoreError(f"{path}: {exc}: {where}", hint=hint) from None
+    except OSError:
+        return                                   # _check_file says what is wrong with it
+    try:
+        if walked.missing:
+            return
+        shared = sticky_shared(os.fstat(walked.fd))
+        for suffix in SQLITE_BESIDE:
+            name = path.name + suffix
+            try:
+                info = os.stat(name, dir_fd=walked.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(info.st_mode) and not (shared and info.st_uid not in (0, os.geteuid())):
+                if links >= MAX_SYMLINKS:
+                    raise StoreError(f"{path}: too many symlinks on the way (a loop?)")
+                target = os.readlink(name, dir_fd=walked.fd)
+                _check_place(Path(os.path.join(walked.real, target)), links + 1)
+                continue
+            why = distrust(info)
+            if why is not None:
+                raise StoreError(f"{walked.real / name} {why}: {where}", hint=hint)
+    finally:
+        os.close(walked.fd)
 
 
 def _connect(target: Path | str, where: str, *, uri: bool = False) -> sqlite3.Connection:

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The table of attacks of issue 20, from running them: tests/test_adversary.py and the cache and
+``--out`` tests of tests/test_untrusted_inputs.py, as root, each attack as a user the tests make.
+Each test names its attack and how it must end (``tests.conftest.attack``): "refused" (one line,
+or what the user planted is not believed) or "harmless" (the run goes on and nothing it should
+not changes). A row counts the tests of that attack that ran (tried) and, of those that passed,
+each as its outcome; a failed test counts as tried only. The attacker's own loops (the F1 swap)
+add what they tried, by operation, and what the kernel let them do.
+
+    .venv/bin/python bench/attacks.py              # about 5 minutes on 2 busy cores
+    .venv/bin/python bench/attacks.py -- -k F1     # more pytest arguments after --
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = ["tests/test_adversary.py", "tests/test_untrusted_inputs.py",
+         "-k", "not test_any_ and (adversary or cache or out_refuses or guest_fio)"]
+"""The attacks: all of test_adversary, and test_untrusted_inputs' tests of items 3 and 5 (its
+fuzz tests, ``test_any_*``, are counted by their own settings, not here)."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="iomatrix-attacks-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-o", "junit_family=legacy", f"--junitxml={xml}", *TESTS,
+                               *args.pytest_args], cwd=REPO,
+                              timeout=3600)
+        if not xml.exists():
+            print(f"pytest wrote no results (exit {done.returncode})", file=sys.stderr)
+            return 1
+        cases = ET.parse(xml).getroot().iter("testcase")
+        rows: dict[str, Counter[str]] = defaultdict(Counter)
+        loops: dict[str, Counter[str]] = defaultdict(Counter)
+        failed = []
+        for case in cases:
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            if "attack" not in props:
+                continue
+            if case.find("skipped") is not None:
+                continue
+            row = rows[str(props["attack"])]
+            row["tried"] += 1
+            if case.find("failure") is None and case.find("error") is None:
+                row[str(props["outcome"])] += 1
+            else:
+                failed.append(case.get("name"))
+            if "attempts" in props:
+                loops[str(props["attack"])].update(json.loads(str(props["attempts"])))
+    print("| attack | tried | refused | harmless |\n|---|---:|---:|---:|")
+    for name in sorted(rows):
+        r = rows[name]
+        print(f"| {name} | {r['tried']} | {r['refused']} | {r['harmless']} |")
+    total = sum(rows.values(), Counter())
+    print(f"| **all** | {total['tried']} | {total['refused']} | {total['harmless']} |")
+    if loops:
+        print("\nThe attacker's loops, by operation (done: the kernel let the user do it):")
+        for name in sorted(loops):
+            ops = loops[name]
+            rounds = ops.pop("rounds", 0)
+            print(f"  {name}: {rounds} rounds; " + (", ".join(
+                f"{op} {ops[op]}" for op in sorted(ops)) or "nothing of root's there to act on"))
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    return 0 if done.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
