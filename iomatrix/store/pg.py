@@ -99,6 +99,8 @@ class PgConnection:
                                  hint="what was stored before is kept whole; `iomatrix run "
                                       "--resume RUN` measures the rest") from None
             raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
+        except self._psycopg.DataError as exc:    # a value PostgreSQL cannot hold (a NUL in text)
+            raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
 
     @property
     def in_transaction(self) -> bool:

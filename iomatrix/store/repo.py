@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from iomatrix import __version__
 from iomatrix.core.errors import RunBusy, RunNotFound, StoreError
@@ -59,6 +59,9 @@ class Store:
                  readonly: bool = False) -> None:
         found = parse_location(location) if isinstance(location, str) else location
         self.readonly = readonly
+        self.stored_version = migrate_to
+        """The schema version of the database itself: lower than ``version`` when a read-only
+        open migrated an older file in memory."""
         self.where = str(found)
         self.conn: Any
         if isinstance(found, PgUrl):
@@ -139,6 +142,7 @@ class Store:
                 version = _identify(conn, str(self.path))
             if version == 0:
                 raise StoreError(f"{self.path}: not an iomatrix results database (it is empty)")
+            self.stored_version = version
             if version < migrate_to:
                 copy = sqlite3.connect(":memory:", isolation_level=None)
                 conn.backup(copy)
@@ -379,6 +383,103 @@ class Store:
                                created_at=r[5], run_id=r[6], run_status=r[7],
                                process=_process(r[8:])) for r in rows]
 
+    # -- copying between stores --------------------------------------------------------------
+    def copy_run(self, source: "Store", run_id: int) -> CopyOutcome:
+        """Run ``run_id`` of ``source`` into this store, in one transaction, known by its uuid:
+        a run this store lacks is added whole (under a new number; without its owner, its
+        processes and what they made on disk, which are the source host's); a run it has gets
+        the trials it lacks, a trial measured again (``--retry-failed``) replaces the stored
+        one, and the run's status, end and notes follow the source's. Every value is copied as
+        stored: samples, raw fio output, telemetry. A run still being measured is not copied."""
+        (run,) = source._dicts("SELECT * FROM runs WHERE id = ?", (run_id,)) or [None]
+        if run is None:
+            raise RunNotFound(f"{source.where}: no run {run_id}")
+        if source.stored_version < 7:
+            raise StoreError(f"{source.where}: schema version {source.stored_version} keeps no "
+                             "run uuids, by which a copied run is known again",
+                             hint="open it once with a command that writes (`iomatrix clean "
+                                  "--db ...`) to migrate it")
+        if run["status"] == "running":
+            return CopyOutcome(run_id, None, "skipped", "it is still being measured, or was "
+                               "killed: resume it, or let it end, then copy")
+        configs = source._dicts("SELECT * FROM configurations WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        workloads = source._dicts("SELECT * FROM workloads WHERE run_id = ? ORDER BY id",
+                                  (run_id,))
+        trials = source._dicts(
+            "SELECT t.*, c.key AS config_key, w.key AS workload_key FROM trials t "
+            "JOIN configurations c ON c.id = t.configuration_id "
+            "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ? ORDER BY t.id", (run_id,))
+        samples = {table: _grouped(source._dicts(
+            f"SELECT s.* FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ?",
+            (run_id,))) for table in ("samples", "vm_samples")}
+        history = source._dicts("SELECT * FROM trial_history WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        with self._transaction():
+            row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run["uuid"],)).fetchone()
+            if row is None:
+                dst = self._insert_row("runs", run, skip=("id", "owner_id"))
+                for table, rows in (("configurations", configs), ("workloads", workloads)):
+                    for r in rows:
+                        self._insert_row(table, {**r, "run_id": dst}, skip=("id",))
+            else:
+                dst = int(row[0])
+                self.conn.execute("UPDATE runs SET status = ?, finished_at = ?, notes_json = ? "
+                                  "WHERE id = ?", (run["status"], run["finished_at"],
+                                                   run["notes_json"], dst))
+            ids = {table: {r[0]: r[1] for r in self.conn.execute(
+                f"SELECT key, id FROM {table} WHERE run_id = ?", (dst,))}
+                for table in ("configurations", "workloads")}
+            have = {(r[0], r[1], r[2]): (r[3], r[4]) for r in self.conn.execute(
+                "SELECT c.key, w.key, t.sample_index, t.id, t.started_at FROM trials t "
+                "JOIN configurations c ON c.id = t.configuration_id "
+                "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ?", (dst,))}
+            added = 0
+            for t in trials:
+                stored = have.get((t["config_key"], t["workload_key"], t["sample_index"]))
+                if stored is not None and stored[1] == t["started_at"]:
+                    continue                            # the same trial
+                if stored is not None:                  # measured again at the source
+                    self.conn.execute("DELETE FROM trials WHERE id = ?", (stored[0],))
+                trial_id = self._insert_row("trials", {
+                    **t, "run_id": dst, "configuration_id": ids["configurations"][t["config_key"]],
+                    "workload_id": ids["workloads"][t["workload_key"]]},
+                    skip=("id", "config_key", "workload_key"))
+                for table, by_trial in samples.items():
+                    for s in by_trial.get(t["id"], ()):
+                        self._insert_row(table, {**s, "trial_id": trial_id}, keyed=False)
+                added += 1
+            retired = {(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
+                "SELECT config_key, workload_key, sample_index, retired_at FROM trial_history "
+                "WHERE run_id = ?", (dst,))}
+            for h in history:
+                if (h["config_key"], h["workload_key"], h["sample_index"],
+                        h["retired_at"]) not in retired:
+                    self._insert_row("trial_history", {**h, "run_id": dst}, skip=("id",))
+        if row is None:
+            return CopyOutcome(run_id, dst, "copied", f"{added} trials")
+        return CopyOutcome(run_id, dst, "updated" if added else "present",
+                           f"{added} new trials" if added else "nothing new")
+
+    def _dicts(self, statement: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(statement, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+    def _insert_row(self, table: str, row: Mapping[str, Any], *, skip: tuple[str, ...] = (),
+                    keyed: bool = True) -> int:
+        """Insert ``row`` (column → value, as another store gave it) but ``skip``; the new id
+        when the table is ``keyed`` by one."""
+        names = [n for n in row if n not in skip]
+        values = tuple(bytes(v) if isinstance(v, memoryview) else v for v in
+                       (row[n] for n in names))
+        statement = (f"INSERT INTO {table} ({', '.join(names)}) "
+                     f"VALUES ({', '.join('?' * len(names))})")
+        if keyed:
+            return self._insert(statement, values)
+        self.conn.execute(statement, values)
+        return 0
+
     def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
         """The runs marked running, each with its owner (None: an older iomatrix ran it)."""
         return [(run_id, self.owner(run_id)) for (run_id,) in self.conn.execute(
@@ -391,15 +492,36 @@ class Store:
                                            "WHERE run_id = ? ORDER BY id", (run_id,))]
 
     # -- reading ---------------------------------------------------------------------------
-    def list_runs(self) -> list[RunSummary]:
+    def list_runs(self, *, host: str | None = None, suite: str | None = None,
+                  target: str | None = None, since: str | None = None,
+                  until: str | None = None) -> list[RunSummary]:
+        """The stored runs, oldest first; those of one host (its hostname), suite, target (the
+        directory or device, or one of its [[targets]]) and started within [since, until]
+        (ISO dates or times, UTC; a date alone means the whole day), where given."""
+        # compared here, not in SQL: PostgreSQL orders text by the database's locale
+        end = None if until is None else until + ("~" if len(until) <= 10 else "")
         rows = self.conn.execute(
             "SELECT r.id, r.suite_name, r.created_at, r.finished_at, r.status, r.accelerator, "
             "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'ok'), "
-            "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed') "
-            "FROM runs r ORDER BY r.id").fetchall()
-        return [RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
-                           status=r[4], accelerator=r[5], trials_ok=r[6], trials_failed=r[7])
-                for r in rows]
+            "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed'), "
+            "  r.host_json FROM runs r ORDER BY r.id").fetchall()
+        found = []
+        for r in rows:
+            meta = json.loads(r[8])
+            places = str(meta.get("targets") or meta.get("target") or "")
+            summary = RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
+                                 status=r[4], accelerator=r[5], trials_ok=r[6],
+                                 trials_failed=r[7], hostname=str(meta.get("hostname", "")),
+                                 target=places)
+            if ((suite is not None and r[1] != suite) or (since is not None and r[2] < since)
+                    or (end is not None and r[2] >= end)):
+                continue
+            if host is not None and host not in summary.hostname.split(", "):
+                continue
+            if target is not None and target not in places.split(", "):
+                continue
+            found.append(summary)
+        return found
 
     def resolve(self, ref: str) -> int:
         """A run id from ``ref``: a number, or ``last``."""
@@ -542,6 +664,24 @@ class Store:
         if self.readonly:
             raise StoreError(f"{self.where}: opened read-only")
         return _Transaction(self.conn, self.postgres)
+
+
+class CopyOutcome(NamedTuple):
+    """What ``Store.copy_run`` did with one run."""
+
+    source_id: int
+    copy_id: int | None
+    action: str
+    """copied | updated | present | skipped"""
+    detail: str
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Sample rows by their trial's id."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["trial_id"], []).append(r)
+    return out
 
 
 def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:
