@@ -216,6 +216,16 @@ def test_per_vm_samples_round_trip(backend: Backend) -> None:
     assert [(s.vm, s.iops) for s in stored.vm_samples] == [(0, 60), (1, 40)]
 
 
+def host_series() -> HostSeries:
+    """Host telemetry of one second, as a trial stores it."""
+    return HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
+                      sampler_cpu_s=0.01,
+                      devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
+                                                   read_iops=(1.0,), write_iops=(0.0,),
+                                                   read_bytes_s=(4096.0,),
+                                                   write_bytes_s=(0.0,))})
+
+
 def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
     verdict = SteadyState(reached=True, at_seconds=6.0, windows=2, range_ratio=0.1,
                           excursion_ratio=0.05, rule="SNIA PTS")
@@ -223,12 +233,7 @@ def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
                     exited_cpu_s=0.0, cpu_s=0.3, voluntary_csw=10, involuntary_csw=1, ios=100,
                     bytes=409600, cpu_us_per_io=3000.0, cpu_ms_per_mib=768.0, csw_per_io=0.11,
                     perf="perf is not installed")
-    series = HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
-                        sampler_cpu_s=0.01,
-                        devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
-                                                     read_iops=(1.0,), write_iops=(0.0,),
-                                                     read_bytes_s=(4096.0,),
-                                                     write_bytes_s=(0.0,))})
+    series = host_series()
     steady = SteadyRecord(checked=True, source="fio status stream", verdict=verdict)
     with Store(backend.location) as store:
         run_id = new_run(store)

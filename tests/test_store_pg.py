@@ -21,9 +21,8 @@ from iomatrix.core.errors import RunBusy, StoreError
 from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.store.records import CpuRecord, SteadyRecord
-from iomatrix.telemetry.host import DeviceSeries, HostSeries
 from tests.conftest import Backend, cli_result, write_suite
-from tests.test_store import new_run, sample, trial
+from tests.test_store import host_series, new_run, sample, trial
 
 ROOT = Path(__file__).parents[1]
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -273,12 +272,7 @@ def test_the_password_never_appears_in_output(pg_server: object, pg_url: str,
 def rich_run(store: Store) -> int:
     """A run with everything a trial can hold, a retried failure among it."""
     run_id = new_run(store)
-    series = HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
-                        sampler_cpu_s=0.01,
-                        devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
-                                                     read_iops=(1.0,), write_iops=(0.0,),
-                                                     read_bytes_s=(4096.0,),
-                                                     write_bytes_s=(0.0,))})
+    series = host_series()
     cpu = CpuRecord(window_s=1.0, cpu_s_by_role={"daemon": 0.2}, exited_cpu_s=0.0, cpu_s=1 / 3,
                     voluntary_csw=10, involuntary_csw=1, ios=2**40, bytes=2**52,
                     cpu_us_per_io=3000.0, cpu_ms_per_mib=768.0, csw_per_io=0.11,
