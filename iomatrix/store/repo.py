@@ -26,6 +26,7 @@ from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, Reso
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.location import Location, PgUrl, parse_location
 from iomatrix.store.pg import WRITE_LOCK
+from iomatrix.store.pg import connect as pg_connect
 from iomatrix.store.schema import (APPLICATION_ID, SCHEMA_VERSION, current_version, identify, identify_pg,
                                    migrate, migrate_pg)
 from iomatrix.suite.model import Configuration, Workload
@@ -84,9 +85,7 @@ class Store:
         return self.url is not None
 
     def _open_pg(self, url: PgUrl, migrate_to: int) -> Any:
-        from iomatrix.store import pg
-
-        conn = pg.connect(url, readonly=self.readonly)
+        conn = pg_connect(url, readonly=self.readonly)
         try:
             if self.readonly:
                 version = identify_pg(conn, self.where)
@@ -99,7 +98,7 @@ class Store:
                                      "not migrate it", hint="run a command that writes once "
                                      "(`iomatrix clean --db ...` does)")
             else:
-                migrate_pg(conn, migrate_to, where=self.where, lock=pg.WRITE_LOCK)
+                migrate_pg(conn, migrate_to, where=self.where, lock=WRITE_LOCK)
             return conn
         except BaseException:
             conn.close()
