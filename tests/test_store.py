@@ -264,3 +264,21 @@ def test_steady_state_of_the_first_v4_runs(backend: Backend) -> None:
                            (json.dumps(verdict.model_dump()), trial_id))
         (old,) = store.load_run(run_id).trials
     assert old.steady == SteadyRecord(checked=True, verdict=verdict) and not old.steady.reached
+
+
+def test_runs_of_one_host_suite_target_or_time_span(backend: Backend) -> None:
+    with Store(backend.location) as store:
+        for host, target in (("pve1", "/srv/a"), ("pve2", "/srv/b"), ("pve2", "/srv/a")):
+            store.create_run(suite=StoredSuite(name=host, source="t.toml", text="[suite]\n"),
+                             host={"hostname": host, "target": target}, accelerator="none",
+                             notes=[], configs=[CONFIG], workloads=[WORKLOAD])
+        for run_id, at in ((1, "2026-11-24T23:59:59+00:00"), (2, "2026-11-25T00:00:00+00:00"),
+                           (3, "2026-11-26T08:00:00+00:00")):
+            store.conn.execute("UPDATE runs SET created_at = ? WHERE id = ?", (at, run_id))
+        ids = lambda **given: [r.id for r in store.list_runs(**given)]  # noqa: E731
+        assert ids(host="pve2") == [2, 3] and ids(suite="pve1") == [1]
+        assert ids(target="/srv/a") == [1, 3] and ids(host="pve2", target="/srv/a") == [3]
+        assert ids(until="2026-11-24") == [1] and ids(since="2026-11-25") == [2, 3]
+        assert ids(until="2026-11-24T23:59") == [] and ids(host="nowhere") == []
+        assert ids(since="2026-11-25", until="2026-11-25") == [2]
+        assert store.list_runs()[0].hostname == "pve1"

@@ -20,6 +20,7 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import RunBusy, StoreError
 from iomatrix.core.owner import this_process
 from iomatrix.store import Store
+from iomatrix.store.location import parse_location, shown
 from iomatrix.store.records import CpuRecord, SteadyRecord
 from tests.conftest import Backend, cli_result, write_suite
 from tests.test_store import host_series, new_run, sample, trial
@@ -360,3 +361,17 @@ def test_an_empty_database_is_not_read_but_is_written(pg_url: str) -> None:
     with Store(pg_url) as store:
         assert store.version == store.stored_version
         assert store.list_runs() == []
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("postgresql://u:p%40ss@h:5432/db?password=x&sslmode=require",
+     "postgresql://u@h:5432/db?sslmode=require"),
+    ("postgresql://:pw@/db?host=/run/postgresql", "postgresql:///db?host=/run/postgresql"),
+    ("postgresql:///db?host=/run/postgresql", "postgresql:///db?host=/run/postgresql"),
+    ("postgres://u:pw@h1,h2/db", "postgres://u@h1,h2/db"),
+    ("postgresql://u:pw@h:badport/db", "postgresql://u@h:badport/db"),
+    ("r.db", "r.db"),
+])
+def test_a_url_is_shown_without_its_password(given: str, expected: str) -> None:
+    assert shown(given) == expected
+    assert "pw" not in repr(parse_location(given))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -60,13 +60,19 @@ def redact_url(url: str) -> str:
     """``url`` with any password (``user:PASSWORD@``, ``?password=``) removed."""
     try:
         parts = urlsplit(url)
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        if parts.password is None and all(k != "password" for k, _ in pairs):
+            return url                      # nothing to strike: as given
         netloc = parts.netloc
         if "@" in netloc:
             user, _, hosts = netloc.rpartition("@")
-            netloc = f"{user.partition(':')[0]}@{hosts}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                           if k != "password"], safe="/", quote_via=quote)
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            user = user.partition(":")[0]
+            netloc = f"{user}@{hosts}" if user else hosts
+        query = urlencode([(k, v) for k, v in pairs if k != "password"], safe="/",
+                          quote_via=quote)
+        # by hand: urlunsplit would drop the empty host of postgresql:///db
+        return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+                + (f"#{parts.fragment}" if parts.fragment else ""))
     except ValueError:                      # not even a URL: show the scheme alone
         return re.split(r"(?<=//)", url, maxsplit=1)[0] + "..."
 
