@@ -67,7 +67,9 @@ def connect(url: PgUrl, *, readonly: bool) -> "PgConnection":
 def reason(exc: BaseException, url: PgUrl) -> str:
     """libpq's or the server's reason, on one line, without the URL's password."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = "; ".join(line for line in lines if not line.startswith(("DETAIL", "HINT")))
+    # the first lines say why; DETAIL, HINT and the statement quoted with a caret under it do not
+    text = "; ".join(line for line in lines
+                     if not line.startswith(("DETAIL", "HINT", "LINE ", "^")))
     text = text.removeprefix("connection failed: ")
     return strike(text or type(exc).__name__, url.secrets)
 
@@ -92,14 +94,12 @@ class PgConnection:
             return self.raw.execute(_sql(statement), tuple(params))
         except self._psycopg.errors.IntegrityError:
             raise
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+        except self._psycopg.Error as exc:   # the server's refusals too (no CREATE right, ...)
             if self.raw.closed or self.raw.broken:
                 raise StoreError(f"{self.url.shown}: the connection to the database was lost "
                                  f"({reason(exc, self.url)})",
                                  hint="what was stored before is kept whole; `iomatrix run "
                                       "--resume RUN` measures the rest") from None
-            raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
-        except self._psycopg.DataError as exc:    # a value PostgreSQL cannot hold (a NUL in text)
             raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
 
     @property

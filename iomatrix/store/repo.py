@@ -215,7 +215,9 @@ class Store:
         try:
             return self._record_trial(run_id, result, replace_failed)
         except Exception as exc:
-            if type(exc).__name__ not in ("IntegrityError", "UniqueViolation"):
+            # a unique key: SQLite's message, PostgreSQL's SQLSTATE unique_violation
+            if not ((isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc))
+                    or getattr(exc, "sqlstate", None) == "23505"):
                 raise
             raise StoreError(f"run {run_id}: trial {result.config_key} × {result.workload_key} "
                              f"#{result.sample_index} is stored already") from exc
