@@ -375,3 +375,18 @@ def test_an_empty_database_is_not_read_but_is_written(pg_url: str) -> None:
 def test_a_url_is_shown_without_its_password(given: str, expected: str) -> None:
     assert shown(given) == expected
     assert "pw" not in repr(parse_location(given))
+
+
+def test_a_role_that_may_not_create_tables_is_refused_in_one_line(pg_server: object,
+                                                                   pg_url: str) -> None:
+    role = f"r{os.getpid()}"
+    pg_server.admin(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}'")  # type: ignore[attr-defined]
+    try:
+        url = pg_url.replace("iomatrix@", f"{role}:pw-{role}@")
+        done = cli_result("import", str(ROOT / "tests/fixtures/fio/3.33"), "--db", url)
+    finally:
+        pg_server.admin(f"DROP OWNED BY {role}; DROP ROLE {role}",  # type: ignore[attr-defined]
+                        dbname=pg_url.split("@/")[1].split("?")[0])
+    assert done.returncode == ExitStatus.STORE
+    assert done.stderr == (f"iomatrix: {pg_url.replace('iomatrix@', f'{role}@')}: permission "
+                           "denied for schema public\n")
