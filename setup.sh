@@ -48,6 +48,8 @@ packages="$packages e2fsprogs xfsprogs btrfs-progs"
 packages="$packages ioping"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 [ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
+# PostgreSQL: the store tests start a server of their own in a temporary directory (initdb, pg_ctl)
+[ "$dev" = 1 ] && packages="$packages postgresql"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

@@ -331,3 +331,78 @@ def cli(*args: str) -> tuple[int, str]:
     and stdout followed by stderr."""
     done = cli_result(*args)
     return done.returncode, done.stdout + done.stderr
+
+
+# -- the results store on both backends ------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def pg_server():  # type: ignore[no-untyped-def]
+    """A PostgreSQL server of the tests' own (``iomatrix.testing.pgserver``) for the session;
+    clients (ours and the subprocesses we start) find its password through PGPASSFILE."""
+    from iomatrix.testing.pgserver import PgServer
+
+    server = PgServer()
+    saved = {k: os.environ.get(k) for k in ("PGPASSFILE", "PGPASSWORD")}
+    os.environ.pop("PGPASSWORD", None)
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
+_databases = iter(range(1, 10**9))
+
+
+@pytest.fixture
+def pg_url(pg_server):  # type: ignore[no-untyped-def]
+    """The URL of a new, empty database on the session's server, dropped after the test."""
+    name = f"t{os.getpid()}_{next(_databases)}"
+    url = pg_server.create_database(name)
+    yield url
+    pg_server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+class Backend:
+    """Where a store test keeps its results: ``location`` for ``Store`` and ``--db``, and
+    ``raw`` to read or change the database behind the store's back."""
+
+    def __init__(self, kind: str, location: str) -> None:
+        self.kind = kind
+        self.location = location
+
+    def raw(self, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """One statement on a connection of its own (autocommit); its rows."""
+        if self.kind == "sqlite":
+            import sqlite3
+
+            conn = sqlite3.connect(self.location, isolation_level=None)
+            try:
+                return conn.execute(statement, params).fetchall()
+            finally:
+                conn.close()
+        import psycopg
+
+        with psycopg.connect(self.location, autocommit=True) as conn:
+            cur = conn.execute(statement.replace("?", "%s"), params)
+            return cur.fetchall() if cur.description else []
+
+    def set_version(self, version: int) -> None:
+        """Claim schema ``version`` for the database, as a newer iomatrix would."""
+        if self.kind == "sqlite":
+            self.raw(f"PRAGMA user_version = {version}")
+        else:
+            self.raw("UPDATE iomatrix_schema SET version = ?", (version,))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each store test once on an SQLite file and once on a PostgreSQL database."""
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "r.db"))
+    return Backend("postgresql", request.getfixturevalue("pg_url"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.cli.status import ExitStatus
-from iomatrix.core.errors import RunBusy, TargetError
+from iomatrix.core.errors import RunBusy, StoreError, TargetError
 from iomatrix.core.dirs import MARKER
 from iomatrix.core.owner import HeldLock, Identity, LockFile, liveness, start_ticks, this_process
 from iomatrix.measure import reclaim as reclaim_module
@@ -239,7 +238,7 @@ def test_record_trial_replacing_a_failed_trial_keeps_it_whole(tmp_path: Path) ->
         assert old.trial.status == "failed" and old.trial.reason == "QEMU did not"
         assert old.trial.samples == (sample,) and old.trial.started_at == "t0"
         assert store.conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
-        with pytest.raises(sqlite3.IntegrityError):             # an ok trial is never replaced
+        with pytest.raises(StoreError, match="stored already"):  # an ok trial is never replaced
             store.record_trial(run_id, TrialResult(**key, status="ok", started_at="t2"),
                                replace_failed=True)
 

@@ -1,4 +1,5 @@
-"""Resume after a real kill -9 of a running `iomatrix run`: nothing lost, nothing duplicated."""
+"""Resume after a real kill -9 of a running `iomatrix run`: nothing lost, nothing duplicated;
+on an SQLite file and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.store import Store
-from tests.conftest import cli_result, write_suite
+from tests.conftest import Backend, cli_result, write_suite
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -35,22 +36,22 @@ runtime = "500ms"
 """
 
 
-def stored_trials(db: Path) -> dict[tuple[str, str, int], tuple[int, str, float]]:
+def stored_trials(db: str) -> dict[tuple[str, str, int], tuple[int, str, float]]:
     with Store(db) as store:
         run = store.load_run(1)
     return {(t.config_key, t.workload_key, t.sample_index):
             (t.id, t.status, sum(s.iops for s in t.samples)) for t in run.trials}
 
 
-def test_resume_after_kill_9(tmp_path: Path, no_leftovers: None) -> None:
+def test_resume_after_kill_9(backend: Backend, tmp_path: Path, no_leftovers: None) -> None:
     suite = write_suite(tmp_path, BODY, size="16MiB")
-    db = tmp_path / "r.db"
-    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)], cwd=tmp_path,
+    db = backend.location
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", db], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
     while True:                                  # kill once a few trials are stored
         assert proc.poll() is None and time.monotonic() < deadline
-        if db.exists():
+        if backend.kind == "postgresql" or Path(db).exists():
             try:
                 if len(stored_trials(db)) >= 4:
                     break
@@ -63,7 +64,7 @@ def test_resume_after_kill_9(tmp_path: Path, no_leftovers: None) -> None:
     assert 4 <= len(before) < 12
     with Store(db) as store:
         assert store.load_run(1).status == "running"       # killed: nobody could say otherwise
-    done = subprocess.run([*IOMATRIX, "run", "--resume", "1", "--db", str(db)], cwd=tmp_path,
+    done = subprocess.run([*IOMATRIX, "run", "--resume", "1", "--db", db], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     after = stored_trials(db)
@@ -74,5 +75,5 @@ def test_resume_after_kill_9(tmp_path: Path, no_leftovers: None) -> None:
     with Store(db) as store:
         run = store.load_run(1)
     assert run.status == "complete" and run.seed == 7
-    again = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
+    again = cli_result("run", "--resume", "1", "--db", db, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout == "run 1 is complete: nothing to do\n"

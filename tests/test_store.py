@@ -1,4 +1,5 @@
-"""The results store: migrations, refusal of newer schemas, atomic trials under kill -9."""
+"""The results store: migrations, refusal of newer schemas, atomic trials under kill -9. Every
+test runs on both backends: an SQLite file and a PostgreSQL database (``backend``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import DeviceSeries, HostSeries
 from iomatrix.telemetry.steady import SteadyState
+from tests.conftest import Backend
 
 FIXTURE = Path(__file__).parent / "fixtures/store/schema-v1.db"
 CONFIG = Configuration(mode="blocklayer", aio="io_uring", iothread=False, cache="none",
@@ -47,8 +49,8 @@ def new_run(store: Store) -> int:
                             configs=[CONFIG], workloads=[WORKLOAD])
 
 
-def test_fresh_database_round_trip(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
+def test_fresh_database_round_trip(backend: Backend) -> None:
+    with Store(backend.location) as store:
         assert store.version == SCHEMA_VERSION
         run_id = new_run(store)
         store.record_trial(run_id, trial(0, started_at="t0",
@@ -63,22 +65,22 @@ def test_fresh_database_round_trip(tmp_path: Path) -> None:
     assert [s.direction for s in ok.samples] == ["read", "write"]
     assert ok.applied == {"aio": "io_uring"} and ok.command == "qsd ..."
     assert failed.reason == "boom" and failed.samples == ()
-    with Store(tmp_path / "r.db") as store:
+    with Store(backend.location) as store:
         assert store.fio_json(ok.id) == '{"x": 1}'
         assert store.list_runs()[0].trials_failed == 1
 
 
-def test_duplicate_trial_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
+def test_duplicate_trial_is_refused_and_leaves_nothing(backend: Backend) -> None:
+    with Store(backend.location) as store:
         run_id = new_run(store)
         store.record_trial(run_id, trial(0, samples=[sample("read", 1)]))
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(StoreError, match=r"#0 is stored already$"):
             store.record_trial(run_id, trial(0, samples=[sample("read", 2)]))
         assert store.conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
 
 
-def test_resolve_errors(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
+def test_resolve_errors(backend: Backend) -> None:
+    with Store(backend.location) as store:
         with pytest.raises(RunNotFound, match="no runs stored yet"):
             store.resolve("last")
         new_run(store)
@@ -88,11 +90,33 @@ def test_resolve_errors(tmp_path: Path) -> None:
             store.resolve("abc")
 
 
-def test_migrates_committed_v1_database(tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
-    shutil.copy(FIXTURE, db)
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 1
-    with Store(db) as store:
+def v1_database(backend: Backend) -> None:
+    """The committed schema-1 database; on PostgreSQL a schema-1 database holding its rows."""
+    if backend.kind == "sqlite":
+        shutil.copy(FIXTURE, backend.location)
+        return
+    import psycopg
+
+    Store(backend.location, migrate_to=1).close()
+    source = sqlite3.connect(FIXTURE)
+    with psycopg.connect(backend.location, autocommit=True) as conn:
+        for table in ("runs", "configurations", "workloads", "trials", "samples"):
+            cursor = source.execute(f"SELECT * FROM {table}")
+            names = [d[0] for d in cursor.description]
+            for row in cursor:
+                conn.execute(f"INSERT INTO {table} ({', '.join(names)}) "
+                             f"VALUES ({', '.join(['%s'] * len(names))})", row)
+            if "id" in names:           # rows given their ids: the next one follows them
+                conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                             f"(SELECT MAX(id) FROM {table}))")
+    source.close()
+
+
+def test_migrates_committed_v1_database(backend: Backend) -> None:
+    v1_database(backend)
+    with Store(backend.location, migrate_to=1) as store:
+        assert store.version == 1
+    with Store(backend.location) as store:
         assert store.version == SCHEMA_VERSION
         run = store.load_run(1)
         assert run.notes == ()
@@ -105,21 +129,25 @@ def test_migrates_committed_v1_database(tmp_path: Path) -> None:
         assert run_id == 2
 
 
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "new.db"
-    Store(db).close()
-    conn = sqlite3.connect(db)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(SchemaTooNew, match="newer than this iomatrix understands"):
-        Store(db)
+@pytest.mark.parametrize("readonly", [False, True])
+def test_newer_schema_is_refused(backend: Backend, readonly: bool) -> None:
+    Store(backend.location).close()
+    backend.set_version(SCHEMA_VERSION + 1)
+    with pytest.raises(SchemaTooNew, match="newer than this iomatrix understands") as caught:
+        Store(backend.location, readonly=readonly)
+    assert "\n" not in str(caught.value)
 
 
-def test_not_a_database(tmp_path: Path) -> None:
-    junk = tmp_path / "junk.db"
-    junk.write_bytes(b"this is not sqlite" * 100)
+def test_not_a_database(backend: Backend) -> None:
+    if backend.kind == "sqlite":
+        Path(backend.location).write_bytes(b"this is not sqlite" * 100)
+    else:
+        backend.raw("CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT)")
     with pytest.raises(StoreError, match="not an iomatrix results database"):
-        Store(junk)
+        Store(backend.location)
+    if backend.kind == "postgresql":        # refused before anything was written
+        assert backend.raw("SELECT table_name FROM information_schema.tables WHERE "
+                           "table_schema = 'public'") == [("moz_places",)]
 
 
 WRITER = """
@@ -150,12 +178,12 @@ store.record_trial(run_id, trial(3, samples=[sample("read", 10), sample("write",
 """
 
 
-def test_killed_writer_leaves_no_partial_sample(tmp_path: Path) -> None:
+def test_killed_writer_leaves_no_partial_sample(backend: Backend, tmp_path: Path) -> None:
     """kill -9 in the middle of a trial's transaction: the trial is absent, not half there."""
-    db, flag = tmp_path / "k.db", tmp_path / "flag"
+    db, flag = backend.location, tmp_path / "flag"
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(root=str(Path(__file__).parents[1])))
-    proc = subprocess.Popen([sys.executable, str(script), str(db), str(flag)])
+    proc = subprocess.Popen([sys.executable, str(script), db, str(flag)])
     try:
         deadline = time.monotonic() + 30
         while not flag.exists():
@@ -177,8 +205,8 @@ def test_killed_writer_leaves_no_partial_sample(tmp_path: Path) -> None:
         assert orphans == 0
 
 
-def test_per_vm_samples_round_trip(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
+def test_per_vm_samples_round_trip(backend: Backend) -> None:
+    with Store(backend.location) as store:
         run_id = new_run(store)
         per_vm = [sample("read", 60).model_copy(update={"vm": 0}),
                   sample("read", 40).model_copy(update={"vm": 1})]
@@ -188,21 +216,26 @@ def test_per_vm_samples_round_trip(tmp_path: Path) -> None:
     assert [(s.vm, s.iops) for s in stored.vm_samples] == [(0, 60), (1, 40)]
 
 
-def test_steady_cpu_and_telemetry_round_trip(tmp_path: Path) -> None:
+def host_series() -> HostSeries:
+    """Host telemetry of one second, as a trial stores it."""
+    return HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
+                      sampler_cpu_s=0.01,
+                      devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
+                                                   read_iops=(1.0,), write_iops=(0.0,),
+                                                   read_bytes_s=(4096.0,),
+                                                   write_bytes_s=(0.0,))})
+
+
+def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
     verdict = SteadyState(reached=True, at_seconds=6.0, windows=2, range_ratio=0.1,
                           excursion_ratio=0.05, rule="SNIA PTS")
     cpu = CpuRecord(window_s=1.0, cpu_s_by_role={"daemon": 0.2, "fio (host)": 0.1},
                     exited_cpu_s=0.0, cpu_s=0.3, voluntary_csw=10, involuntary_csw=1, ios=100,
                     bytes=409600, cpu_us_per_io=3000.0, cpu_ms_per_mib=768.0, csw_per_io=0.11,
                     perf="perf is not installed")
-    series = HostSeries(interval_s=1.0, t=(1.0,), intr_per_s=(5.0,), ctxt_per_s=(7.0,),
-                        sampler_cpu_s=0.01,
-                        devices={"vda": DeviceSeries(util_pct=(50.0,), queue_depth=(None,),
-                                                     read_iops=(1.0,), write_iops=(0.0,),
-                                                     read_bytes_s=(4096.0,),
-                                                     write_bytes_s=(0.0,))})
+    series = host_series()
     steady = SteadyRecord(checked=True, source="fio status stream", verdict=verdict)
-    with Store(tmp_path / "r.db") as store:
+    with Store(backend.location) as store:
         run_id = new_run(store)
         trial_id = store.record_trial(run_id, trial(0, samples=[sample("read", 1)],
                                                     steady=steady, cpu=cpu, telemetry=series))
@@ -220,14 +253,32 @@ def test_steady_cpu_and_telemetry_round_trip(tmp_path: Path) -> None:
     assert json.loads(stored[1][0]) == {"checked": False, "reason": "steady_state is off"}
 
 
-def test_steady_state_of_the_first_v4_runs(tmp_path: Path) -> None:
+def test_steady_state_of_the_first_v4_runs(backend: Backend) -> None:
     """They stored the verdict alone, without "checked": a verdict means it was checked."""
     verdict = SteadyState(reached=False, at_seconds=None, windows=3, range_ratio=0.4,
                           excursion_ratio=0.2, rule="SNIA PTS")
-    with Store(tmp_path / "r.db") as store:
+    with Store(backend.location) as store:
         run_id = new_run(store)
         trial_id = store.record_trial(run_id, trial(0, samples=[sample("read", 1)]))
         store.conn.execute("UPDATE trials SET steady_json = ? WHERE id = ?",
                            (json.dumps(verdict.model_dump()), trial_id))
         (old,) = store.load_run(run_id).trials
     assert old.steady == SteadyRecord(checked=True, verdict=verdict) and not old.steady.reached
+
+
+def test_runs_of_one_host_suite_target_or_time_span(backend: Backend) -> None:
+    with Store(backend.location) as store:
+        for host, target in (("pve1", "/srv/a"), ("pve2", "/srv/b"), ("pve2", "/srv/a")):
+            store.create_run(suite=StoredSuite(name=host, source="t.toml", text="[suite]\n"),
+                             host={"hostname": host, "target": target}, accelerator="none",
+                             notes=[], configs=[CONFIG], workloads=[WORKLOAD])
+        for run_id, at in ((1, "2026-11-24T23:59:59+00:00"), (2, "2026-11-25T00:00:00+00:00"),
+                           (3, "2026-11-26T08:00:00+00:00")):
+            store.conn.execute("UPDATE runs SET created_at = ? WHERE id = ?", (at, run_id))
+        ids = lambda **given: [r.id for r in store.list_runs(**given)]  # noqa: E731
+        assert ids(host="pve2") == [2, 3] and ids(suite="pve1") == [1]
+        assert ids(target="/srv/a") == [1, 3] and ids(host="pve2", target="/srv/a") == [3]
+        assert ids(until="2026-11-24") == [1] and ids(since="2026-11-25") == [2, 3]
+        assert ids(until="2026-11-24T23:59") == [] and ids(host="nowhere") == []
+        assert ids(since="2026-11-25", until="2026-11-25") == [2]
+        assert store.list_runs()[0].hostname == "pve1"

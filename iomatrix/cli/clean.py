@@ -18,35 +18,29 @@ def clean(
 ) -> None:
     """Remove the scratch directories and images that killed runs left behind."""
     from iomatrix.measure.reclaim import describe, reclaim
-    from iomatrix.store import Store
-    from iomatrix.store.repo import identity, lock_of
-    from iomatrix.core.owner import liveness
 
     open_store(db).close()                  # a missing or foreign file is refused, unchanged
-    with (open_store(db) if dry_run else Store(db)) as store:
+    with open_store(db, writable=not dry_run) as store:
         results = reclaim(store, dry_run=dry_run)
-        running = store.running_runs()
+        gone = [(run_id, owner, why) for run_id, owner in store.running_runs()
+                if owner is not None for alive, why in [store.alive(owner)] if not alive]
     for r in results:
         out.print(describe(r), markup=False, highlight=False)
     from iomatrix.measure.reclaim import reclaim_libvirt_domains
     domains = reclaim_libvirt_domains(dry_run=dry_run)
     for line in domains:
         out.print(line, markup=False, highlight=False)
-    for run_id, owner in running:
-        if owner is None:
-            continue
-        alive, why = liveness(identity(owner), lock_of(owner))
-        if not alive:
-            out.print(f"run {run_id}: its process (pid {owner.pid}, since {owner.started_at}) "
-                      f"is gone ({why}); `iomatrix run --resume {run_id}` finishes it",
-                      markup=False, highlight=False)
-    gone = [r for r in results if r.action in ("removed", "would remove")]
-    freed = sum(r.bytes for r in gone) / 2**20
+    for run_id, owner, why in gone:
+        out.print(f"run {run_id}: its process (pid {owner.pid}, since {owner.started_at}) "
+                  f"is gone ({why}); `iomatrix run --resume {run_id}` finishes it",
+                  markup=False, highlight=False)
+    removed = [r for r in results if r.action in ("removed", "would remove")]
+    freed = sum(r.bytes for r in removed) / 2**20
     left = sum(1 for r in results if r.action == "left")
     if not results and not domains:
         out.print("nothing to clean", markup=False)
     elif dry_run:
-        out.print(f"would remove {len(gone)} ({freed:.1f} MiB), leave {left}; nothing removed "
+        out.print(f"would remove {len(removed)} ({freed:.1f} MiB), leave {left}; nothing removed "
                   "(--dry-run)", markup=False)
     else:
-        out.print(f"removed {len(gone)} ({freed:.1f} MiB), left {left}", markup=False)
+        out.print(f"removed {len(removed)} ({freed:.1f} MiB), left {left}", markup=False)

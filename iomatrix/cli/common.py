@@ -76,29 +76,43 @@ class _CurrentConsole:
 out = cast(Console, _CurrentConsole("stdout"))
 err = cast(Console, _CurrentConsole("stderr"))
 
-Db = Annotated[Path, typer.Option("--db", envvar="IOMATRIX_DB", help="Results database file.",
-                                  show_default=True)]
+Db = Annotated[str, typer.Option("--db", envvar="IOMATRIX_DB", show_default=True,
+                                 help="Results database: an SQLite file, or a PostgreSQL URL "
+                                      "(postgresql://USER@HOST/DBNAME; the password from "
+                                      "~/.pgpass or PGPASSWORD). Default from IOMATRIX_DB.")]
 RunRef = Annotated[str, typer.Argument(help="Run number (see `iomatrix runs`), or 'last'.")]
-DEFAULT_DB = Path("iomatrix.db")
+DEFAULT_DB = "iomatrix.db"
 
 
-def open_store(db: Path, *, must_exist: bool = True) -> Store:
-    """The results database ``db``; unless ``must_exist`` is false, a missing file is an error."""
+def open_store(db: str, *, must_exist: bool = True, writable: bool = False) -> Store:
+    """The results database ``db`` (a file or a PostgreSQL URL); unless ``must_exist`` is
+    false, a missing file is an error. It is opened read-only when it must exist, unless
+    ``writable``."""
     from iomatrix.core.errors import StoreError
     from iomatrix.store import Store
+    from iomatrix.store.location import parse_location
 
-    if must_exist and not db.exists():
+    where = parse_location(db)
+    if must_exist and isinstance(where, Path) and not where.exists():
         raise StoreError(f"{db}: no results database here", hint="run a suite first, or pass --db")
-    return Store(db, readonly=must_exist)  # the commands that need the file only read it
+    # the commands that need the database to exist only read it
+    return Store(where, readonly=must_exist and not writable)
 
 
-def load_run(db: Path, run_ref: str) -> StoredRun:
+def shown_db(db: str) -> str:
+    """``--db`` as output names it: a PostgreSQL URL without its password."""
+    from iomatrix.store.location import shown
+
+    return shown(db)
+
+
+def load_run(db: str, run_ref: str) -> StoredRun:
     """The stored run ``run_ref`` (a number or 'last') of the database ``db``."""
     with open_store(db) as store:
         return store.load_run(store.resolve(run_ref))
 
 
-def write_report(db: Path, run_ref: str, out_dir: Path) -> Path:
+def write_report(db: str, run_ref: str, out_dir: Path) -> Path:
     """The HTML report of run ``run_ref`` written into ``out_dir``; returns the page's path."""
     from iomatrix.report.data import build_report_data
     from iomatrix.report.html import write_report as write

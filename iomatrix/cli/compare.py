@@ -3,7 +3,6 @@ configurations paired by name, by ``--match``, or, one in each run, with each ot
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -12,15 +11,15 @@ from rich.table import Table
 
 from iomatrix.analysis.metrics import (OPTION_CHOICES, OPTION_HELP, Metric, metric_named,
                                        run_latency)
-from iomatrix.cli.common import DEFAULT_DB, Db, err, load_run, out, p_column
+from iomatrix.cli.common import DEFAULT_DB, Db, err, load_run, out, p_column, shown_db
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
     from iomatrix.analysis.crossrun import RunComparison, Side
     from iomatrix.store.records import StoredRun
 
-def _header(name: str, run: StoredRun, db: Path) -> str:
+def _header(name: str, run: StoredRun, db: str) -> str:
     host = run.host
-    return (f"{name}: run {run.id} ({db}) · suite {run.suite.name} · {run.status} · "
+    return (f"{name}: run {run.id} ({shown_db(db)}) · suite {run.suite.name} · {run.status} · "
             f"{run.created_at} · {host.get('hostname', '?')} · "
             f"target {host.get('target', '?')} ({host.get('target_fs', '?')})")
 
@@ -111,7 +110,7 @@ def compare(
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run compared against it: a number or 'last' (in --db-b when given).")],
     metric: Annotated[str, typer.Option(help=OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
-    db_b: Annotated[Optional[Path], typer.Option("--db-b", help="Read RUN_B from this database (e.g. copied from another host) instead of --db.")] = None,
+    db_b: Annotated[Optional[str], typer.Option("--db-b", help="Read RUN_B from this database (a file or a PostgreSQL URL, e.g. copied from another host) instead of --db.")] = None,
     match: Annotated[Optional[list[str]], typer.Option("--match", metavar="workload|A=B", help="Pair configurations other than by name: 'workload' pairs the configuration each run measured a workload in; CONFIG_A=CONFIG_B (repeatable) pairs run A's configuration with run B's, by label, key or imported folder name. Runs of one configuration each are paired without it.")] = None,
 ) -> None:
     """Compare the same points across two runs (another host, storage, or an upgrade): change of B

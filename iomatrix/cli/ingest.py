@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from iomatrix.cli.common import DEFAULT_DB, Db, open_store, out
+from iomatrix.cli.common import DEFAULT_DB, Db, open_store, out, shown_db
 
 SHOWN = 20
 """Skipped files and warnings listed one by one; the rest are counted."""
@@ -31,7 +31,7 @@ def import_(
     with open_store(db, must_exist=False) as store:
         summary = store_scan(store, found, name=name, mode=mode)
     line = lambda text: out.print(text, markup=False, soft_wrap=True)  # noqa: E731
-    line(f"run {summary.run_id}: imported {summary.files} fio result files from {directory} ({db})")
+    line(f"run {summary.run_id}: imported {summary.files} fio result files from {directory} ({shown_db(db)})")
     line(f"  configurations ({len(summary.configurations)}): " + "; ".join(summary.configurations))
     line(f"  workloads ({len(summary.workloads)}): " + "; ".join(summary.workloads))
     line(f"  trials: {summary.trials_ok} ok, {summary.trials_failed} failed (fio reported an error)")

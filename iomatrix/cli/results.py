@@ -14,23 +14,41 @@ from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, 
 from iomatrix.core.files import write_file_atomically
 
 
-def runs(db: Db = DEFAULT_DB) -> None:
-    """List the stored runs."""
-    from iomatrix.core.owner import liveness
-    from iomatrix.store.repo import identity, lock_of
+def _date(value: str | None, option: str) -> str | None:
+    """An ISO date (2026-11-25) or date and time (2026-11-25T08:00), as ``--since`` and
+    ``--until`` take them."""
+    import re
 
+    if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(T\d{2}(:\d{2}(:\d{2})?)?)?", value):
+        raise typer.BadParameter(f"{value!r}: give a date (2026-11-25) or a date and time "
+                                 "(2026-11-25T08:00), UTC", param_hint=option)
+    return value
+
+
+def runs(
+    db: Db = DEFAULT_DB,
+    host: Annotated[Optional[str], typer.Option("--host", help="Only the runs measured on this host (its hostname).")] = None,
+    suite: Annotated[Optional[str], typer.Option("--suite", help="Only the runs of this suite (its name).")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="Only the runs over this storage: the target's directory or device, or one of its [[targets]] names.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only the runs started on or after this date (2026-11-25) or time (2026-11-25T08:00), UTC.")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only the runs started on or before this date (the whole day) or before this time, UTC.")] = None,
+) -> None:
+    """List the stored runs (of one host, suite, storage or time span)."""
     with open_store(db) as store:
-        rows = store.list_runs()
+        rows = store.list_runs(host=host, suite=suite, target=target,
+                               since=_date(since, "--since"), until=_date(until, "--until"))
         # A run marked running whose process is gone was killed: say so, and how to go on.
         gone = {run_id for run_id, owner in store.running_runs()
-                if owner is None or not liveness(identity(owner), lock_of(owner))[0]}
-    table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", box=None)
+                if owner is None or not store.alive(owner)[0]}
+    table = Table("run", "suite", "started (UTC)", "status", "accel", "ok", "failed", "host",
+                  box=None)
     for r in rows:
         status = "stopped (process gone; --resume)" if r.id in gone else r.status
         table.add_row(str(r.id), r.suite_name, r.created_at, status,
                       r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
-                      str(r.trials_ok), str(r.trials_failed))
-    out.print(table if rows else "no runs stored")
+                      str(r.trials_ok), str(r.trials_failed), r.hostname)
+    filtered = any(v is not None for v in (host, suite, target, since, until))
+    out.print(table if rows else "no runs match" if filtered else "no runs stored")
 
 
 def show(

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from iomatrix.cli.common import DEFAULT_DB, Db, environment, open_store, out, write_report
+from iomatrix.cli.common import (DEFAULT_DB, Db, environment, open_store, out, shown_db,
+                                 write_report)
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import output_directory
@@ -231,7 +232,7 @@ def run(
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
     out.print(f"run {outcome.run_id}: {outcome.trials_ok} trials ok, {outcome.trials_failed} failed, "
-              f"{outcome.wall_seconds:.0f} s ({db})")
+              f"{outcome.wall_seconds:.0f} s ({shown_db(db)})")
     if report is not None:
         path = write_report(db, str(outcome.run_id), report)
         out.print(f"report: {path}")

@@ -7,8 +7,10 @@ the target, a target directory that did not exist. A process that ends normally 
 says so. One that is killed cannot; then ``reclaim`` removes them, from the next
 ``run --resume``, the next run over the same target, or ``iomatrix clean``, once it is sure that
 
-- the process that created it is dead or has ended (``iomatrix.core.owner.liveness``: a live
-  process's pid, start time and lock; a process on another host counts as alive);
+- it was made on this host: what a process of another host (sharing a PostgreSQL store)
+  made is that host's to remove, whether its process lives or not;
+- the process that created it is dead or has ended (``Store.alive``: a live process's pid,
+  start time and lock);
 - the run did not ask to ``--keep`` it;
 - the path still is what iomatrix created: its name (``iomatrix-run-*``, ``iomatrix-*``), in
   the directory it was created in, reached through directories nobody else controls
@@ -45,10 +47,10 @@ from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker
                                 walk, walk_tmpdir)
 from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
-from iomatrix.core.owner import PROC, HeldLock, Identity, liveness, this_process
+from iomatrix.core.owner import PROC, HeldLock, Identity, this_process
 from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.store.records import ResourceRecord
-from iomatrix.store.repo import Store, identity, lock_of
+from iomatrix.store.repo import Store, identity
 from iomatrix.target import loops
 from iomatrix.target.targets import release_loops
 from iomatrix.target.workspace import PREFIX
@@ -174,7 +176,11 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
     """Paths removed, or with dry_run that would be: not there for the directories above."""
     # what is inside a directory before the directory: images and scratch before targets
     for r in sorted(resources, key=lambda r: (r.kind == "parent", -len(r.path))):
-        alive, why = liveness(identity(r.process), lock_of(r.process), me=myself)
+        if r.process.host != myself.host:
+            done.append(Reclaimed(r, "left", f"made on host {r.process.host}: `iomatrix clean` "
+                                             "there removes it"))
+            continue
+        alive, why = store.alive(r.process)
         if alive and r.process.ended_at is None:
             done.append(Reclaimed(r, "left", f"in use by a live iomatrix since "
                                              f"{r.process.started_at} ({why})"))

@@ -154,6 +154,9 @@ class RunSummary(Frozen):
     accelerator: str
     trials_ok: int
     trials_failed: int
+    hostname: str = ""
+    target: str = ""
+    """Where it measured: the target's directory or device, or its [[targets]] names."""
 
 
 IMPORTED = "import:"

@@ -1,4 +1,5 @@
-"""Everything iomatrix reads from and writes to the SQLite results file. Each trial is written in
+"""Everything iomatrix reads from and writes to the results database: an SQLite file, or a
+PostgreSQL database (``iomatrix.store.pg`` says how the two differ). Each trial is written in
 one transaction with its samples, so a crash never leaves a half-written sample."""
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ import re
 import sqlite3
 import stat
 import time
+import uuid
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from iomatrix import __version__
 from iomatrix.core.dirs import MAX_SYMLINKS, distrust, sticky_shared, walk
@@ -23,7 +25,11 @@ from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
-from iomatrix.store.schema import SCHEMA_VERSION, current_version, identify, migrate
+from iomatrix.store.location import Location, PgUrl, parse_location
+from iomatrix.store.pg import WRITE_LOCK
+from iomatrix.store.pg import connect as pg_connect
+from iomatrix.store.schema import (APPLICATION_ID, SCHEMA_VERSION, current_version, identify, identify_pg,
+                                   migrate, migrate_pg)
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
@@ -44,14 +50,30 @@ class Store:
 
     ``readonly=True`` opens for reading only: the file, and the files beside it, are left as they
     are. A missing or empty file is refused rather than created; an older schema is migrated in
-    a private copy in memory, not on disk; writing raises ``StoreError``."""
+    a private copy in memory, not on disk; writing raises ``StoreError``.
 
-    def __init__(self, path: Path | str, *, migrate_to: int = SCHEMA_VERSION,
+    ``location`` is a path (SQLite) or a ``postgresql://`` URL (``iomatrix.store.location``).
+    On PostgreSQL a read-only store is a read-only session (the server refuses writes), and a
+    database of an older schema is refused by it rather than migrated: a command that writes
+    migrates it. ``where`` names the database in every message, without a password."""
+
+    def __init__(self, location: Location | str, *, migrate_to: int = SCHEMA_VERSION,
                  readonly: bool = False) -> None:
-        self.path = Path(path)
+        found = parse_location(location) if isinstance(location, str) else location
         self.readonly = readonly
-        _check_place(self.path)
-        header = _check_file(self.path, readonly)
+        self.stored_version = migrate_to
+        """The schema version of the database itself: lower than ``version`` when a read-only
+        open migrated an older file in memory."""
+        self.where = str(found)
+        self.conn: Any
+        if isinstance(found, PgUrl):
+            self.path: Path | None = None
+            self.url: PgUrl | None = found
+            self.conn = self._open_pg(found, migrate_to)
+            return
+        self.path, self.url = found, None
+        _check_place(found)
+        header = _check_file(found, readonly)
         try:
             self.conn = (self._open_readonly(header, migrate_to) if readonly
                          else self._open_writable(migrate_to))
@@ -59,6 +81,30 @@ class Store:
             what = ("not an iomatrix results database" if "not a database" in str(exc)
                     else "cannot use the results database")
             raise StoreError(f"{self.path}: {what} ({exc})") from exc
+
+    @property
+    def postgres(self) -> bool:
+        return self.url is not None
+
+    def _open_pg(self, url: PgUrl, migrate_to: int) -> Any:
+        conn = pg_connect(url, readonly=self.readonly)
+        try:
+            if self.readonly:
+                version = identify_pg(conn, self.where)
+                if version == 0:
+                    raise StoreError(f"{self.where}: not an iomatrix results database (it is "
+                                     "empty)", hint="run a suite first, or pass --db")
+                if version < migrate_to:
+                    raise StoreError(f"{self.where}: schema version {version} is older than "
+                                     f"this iomatrix's ({migrate_to}); a read-only command does "
+                                     "not migrate it", hint="run a command that writes once "
+                                     "(`iomatrix clean --db ...` does)")
+            else:
+                migrate_pg(conn, migrate_to, where=self.where, lock=WRITE_LOCK)
+            return conn
+        except BaseException:
+            conn.close()
+            raise
 
     def _open_writable(self, migrate_to: int) -> sqlite3.Connection:
         """Creates the file if need be. The database is identified, and migrated, each time
@@ -97,6 +143,7 @@ class Store:
                 version = _identify(conn, str(self.path))
             if version == 0:
                 raise StoreError(f"{self.path}: not an iomatrix results database (it is empty)")
+            self.stored_version = version
             if version < migrate_to:
                 copy = sqlite3.connect(":memory:", isolation_level=None)
                 conn.backup(copy)
@@ -122,6 +169,14 @@ class Store:
     def version(self) -> int:
         return current_version(self.conn)
 
+    def _insert(self, statement: str, params: tuple[Any, ...]) -> int:
+        """Run an INSERT into a table keyed by ``id``; the new row's id."""
+        if self.postgres:
+            return int(self.conn.execute(statement + " RETURNING id", params).fetchone()[0])
+        rowid = self.conn.execute(statement, params).lastrowid
+        assert rowid is not None
+        return int(rowid)
+
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, *, suite: StoredSuite, host: Mapping[str, str], accelerator: str,
                    notes: Iterable[str], configs: Iterable[Configuration],
@@ -131,12 +186,12 @@ class Store:
         process from ``register_process``) owns it from the start, and its resources are the
         run's."""
         with self._transaction():
-            run_id = self.conn.execute(
+            run_id = self._insert(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
-                "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id, uuid) "
+                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
-                 __version__, json.dumps(list(notes)), seed, owner)).lastrowid
+                 __version__, json.dumps(list(notes)), seed, owner, uuid.uuid4().hex))
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
                                   "AND run_id IS NULL", (run_id, owner))
@@ -151,20 +206,31 @@ class Store:
                     "rate_iops, options_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, w.key, w.label, w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops,
                      json.dumps(dict(w.options))))
-        assert run_id is not None
         return run_id
 
     def record_trial(self, run_id: int, result: TrialResult, *,
                      replace_failed: bool = False) -> int:
         """One trial and its samples, atomically; the trial's id. With ``replace_failed``, a
         failed trial stored under the same key moves, whole, to the run's trial history in the
-        same transaction (``trial_history``); an ok one still makes this a duplicate."""
+        same transaction (``trial_history``); an ok one still makes this a duplicate, refused
+        with ``StoreError`` and nothing written."""
+        try:
+            return self._record_trial(run_id, result, replace_failed)
+        except Exception as exc:
+            # a unique key: SQLite's message, PostgreSQL's SQLSTATE unique_violation
+            if not ((isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc))
+                    or getattr(exc, "sqlstate", None) == "23505"):
+                raise
+            raise StoreError(f"run {run_id}: trial {result.config_key} × {result.workload_key} "
+                             f"#{result.sample_index} is stored already") from exc
+
+    def _record_trial(self, run_id: int, result: TrialResult, replace_failed: bool) -> int:
         with self._transaction():
             cid = self._id("configurations", run_id, result.config_key)
             wid = self._id("workloads", run_id, result.workload_key)
             if replace_failed:
                 self._retire_failed(run_id, cid, wid, result.sample_index)
-            trial_id = self.conn.execute(
+            trial_id = self._insert(
                 "INSERT INTO trials (run_id, configuration_id, workload_id, sample_index, status, "
                 "reason, started_at, wall_seconds, fio_version, usr_cpu, sys_cpu, ctx, fio_json, "
                 "accelerator, applied_json, command, steady_json, cpu_json, telemetry_json) "
@@ -176,7 +242,7 @@ class Store:
                  result.accelerator, json.dumps(result.applied, sort_keys=True), result.command,
                  json.dumps(_stored_steady(result.steady)),
                  json.dumps(result.cpu.model_dump() if result.cpu else {}),
-                 json.dumps(result.telemetry.model_dump() if result.telemetry else {}))).lastrowid
+                 json.dumps(result.telemetry.model_dump() if result.telemetry else {})))
             placeholders = ", ".join("?" * (len(_SAMPLE_COLUMNS) + 1))
             for s in result.samples:
                 self.conn.execute(
@@ -188,7 +254,6 @@ class Store:
                     f"INSERT INTO vm_samples (trial_id, vm, {', '.join(_SAMPLE_COLUMNS)}) "
                     f"VALUES (?, {placeholders})",
                     (trial_id, s.vm, *(getattr(s, c) for c in _SAMPLE_COLUMNS)))
-        assert trial_id is not None
         return trial_id
 
     def finish_run(self, run_id: int, status: str) -> None:
@@ -209,7 +274,7 @@ class Store:
             row = self.conn.execute("SELECT notes_json FROM runs WHERE id = ?",
                                     (run_id,)).fetchone()
             if row is None:
-                raise RunNotFound(f"{self.path}: no run {run_id}")
+                raise RunNotFound(f"{self.where}: no run {run_id}")
             have = list(json.loads(row[0]))
             have += [n for n in dict.fromkeys(notes) if n not in have]
             self.conn.execute("UPDATE runs SET notes_json = ? WHERE id = ?",
@@ -217,14 +282,17 @@ class Store:
 
     # -- ownership and clean-up --------------------------------------------------------------
     def register_process(self, me: Identity, lock_path: str) -> int:
-        """Record this process (see ``iomatrix.core.owner``), before it creates anything."""
+        """Record this process (see ``iomatrix.core.owner``), before it creates anything. On
+        PostgreSQL the connection then holds, for the process's life, a session-level advisory
+        lock on the process's id: the server drops it when the session ends, however the
+        process ends, and every host sees whether it is held (``alive``)."""
         with self._transaction():
-            pid = self.conn.execute(
+            pid = self._insert(
                 "INSERT INTO processes (pid, host, boot_id, start_ticks, uid, lock_path, "
                 "started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (me.pid, me.host, me.boot_id, me.start_ticks, me.uid, lock_path,
-                 now())).lastrowid
-        assert pid is not None
+                (me.pid, me.host, me.boot_id, me.start_ticks, me.uid, lock_path, now()))
+        if self.postgres:
+            self.conn.execute("SELECT pg_advisory_lock(?::int, ?::int)", (APPLICATION_ID, pid))
         return pid
 
     def lock_made(self, process_id: int, info: os.stat_result) -> None:
@@ -239,6 +307,27 @@ class Store:
             self.conn.execute("UPDATE runs SET owner_id = NULL WHERE owner_id = ?", (process_id,))
             self.conn.execute("UPDATE processes SET ended_at = ? WHERE id = ?",
                               (now(), process_id))
+        if self.postgres:
+            self.conn.execute("SELECT pg_advisory_unlock(?::int, ?::int)",
+                              (APPLICATION_ID, process_id))
+
+    def alive(self, process: ProcessRecord) -> tuple[bool, str]:
+        """Whether a recorded process still runs, and why it is judged so
+        (``iomatrix.core.owner.liveness``). On PostgreSQL its session lock decides for a
+        process of another host: held, it lives; released, its session has ended and it can
+        never write again (nothing reconnects). On this host a process that still runs after
+        losing its session is alive too: what it made on disk may still be in use."""
+        if self.postgres:
+            held = self.conn.execute(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+                "database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND classid = ?::bigint::oid AND objid = ?::bigint::oid AND objsubid = 2",
+                (APPLICATION_ID, process.id)).fetchone()
+            if held:
+                return True, f"its database session (on host {process.host}) holds its lock"
+            if process.host != this_process().host:
+                return False, f"its database session (on host {process.host}) has ended"
+        return liveness(identity(process), lock_of(process))
 
     def owner(self, run_id: int) -> ProcessRecord | None:
         """The process that owns the run now (it may have died without saying so), or None."""
@@ -251,14 +340,16 @@ class Store:
         a process that died (taken over); ``RunBusy`` when a live process owns the run."""
         with self._transaction():
             if self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                raise RunNotFound(f"{self.path}: no run {run_id}")
+                raise RunNotFound(f"{self.where}: no run {run_id}")
             previous = self.owner(run_id)
             if previous is not None and previous.id != process_id:
                 me = this_process()
-                alive, _ = liveness(identity(previous), lock_of(previous), me=me)
+                alive, _ = self.alive(previous)
                 if alive:
-                    where = ("" if previous.host == me.host else f" on host {previous.host} "
-                             "(whether it still runs cannot be seen from here)")
+                    seen = ("" if self.postgres else
+                            " (whether it still runs cannot be seen from here)")
+                    where = ("" if previous.host == me.host else
+                             f" on host {previous.host}{seen}")
                     raise RunBusy(f"run {run_id} is being measured by pid {previous.pid}{where} "
                                   f"since {previous.started_at}: wait for it to end, or stop "
                                   "it, then resume")
@@ -271,12 +362,10 @@ class Store:
                      run_id: int | None = None, keep: bool = False) -> int:
         """Record, before creating it, something the process is about to create on disk."""
         with self._transaction():
-            rid = self.conn.execute(
+            return self._insert(
                 "INSERT INTO resources (process_id, run_id, kind, path, within, keep, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (process_id, run_id, kind, path, within, int(keep), now())).lastrowid
-        assert rid is not None
-        return rid
+                (process_id, run_id, kind, path, within, int(keep), now()))
 
     def settle_resource(self, resource_id: int, outcome: str) -> None:
         """A resource is gone (removed, or found gone), or is left for good: ``outcome`` says
@@ -297,6 +386,103 @@ class Store:
                                created_at=r[5], run_id=r[6], run_status=r[7],
                                process=_process(r[8:])) for r in rows]
 
+    # -- copying between stores --------------------------------------------------------------
+    def copy_run(self, source: "Store", run_id: int) -> CopyOutcome:
+        """Run ``run_id`` of ``source`` into this store, in one transaction, known by its uuid:
+        a run this store lacks is added whole (under a new number; without its owner, its
+        processes and what they made on disk, which are the source host's); a run it has gets
+        the trials it lacks, a trial measured again (``--retry-failed``) replaces the stored
+        one, and the run's status, end and notes follow the source's. Every value is copied as
+        stored: samples, raw fio output, telemetry. A run still being measured is not copied."""
+        (run,) = source._dicts("SELECT * FROM runs WHERE id = ?", (run_id,)) or [None]
+        if run is None:
+            raise RunNotFound(f"{source.where}: no run {run_id}")
+        if source.stored_version < 7:
+            raise StoreError(f"{source.where}: schema version {source.stored_version} keeps no "
+                             "run uuids, by which a copied run is known again",
+                             hint="open it once with a command that writes (`iomatrix clean "
+                                  "--db ...`) to migrate it")
+        if run["status"] == "running":
+            return CopyOutcome(run_id, None, "skipped", "it is still being measured, or was "
+                               "killed: resume it, or let it end, then copy")
+        configs = source._dicts("SELECT * FROM configurations WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        workloads = source._dicts("SELECT * FROM workloads WHERE run_id = ? ORDER BY id",
+                                  (run_id,))
+        trials = source._dicts(
+            "SELECT t.*, c.key AS config_key, w.key AS workload_key FROM trials t "
+            "JOIN configurations c ON c.id = t.configuration_id "
+            "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ? ORDER BY t.id", (run_id,))
+        samples = {table: _grouped(source._dicts(
+            f"SELECT s.* FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE t.run_id = ?",
+            (run_id,))) for table in ("samples", "vm_samples")}
+        history = source._dicts("SELECT * FROM trial_history WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        with self._transaction():
+            row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run["uuid"],)).fetchone()
+            if row is None:
+                dst = self._insert_row("runs", run, skip=("id", "owner_id"))
+                for table, rows in (("configurations", configs), ("workloads", workloads)):
+                    for r in rows:
+                        self._insert_row(table, {**r, "run_id": dst}, skip=("id",))
+            else:
+                dst = int(row[0])
+                self.conn.execute("UPDATE runs SET status = ?, finished_at = ?, notes_json = ? "
+                                  "WHERE id = ?", (run["status"], run["finished_at"],
+                                                   run["notes_json"], dst))
+            ids = {table: {r[0]: r[1] for r in self.conn.execute(
+                f"SELECT key, id FROM {table} WHERE run_id = ?", (dst,))}
+                for table in ("configurations", "workloads")}
+            have = {(r[0], r[1], r[2]): (r[3], r[4]) for r in self.conn.execute(
+                "SELECT c.key, w.key, t.sample_index, t.id, t.started_at FROM trials t "
+                "JOIN configurations c ON c.id = t.configuration_id "
+                "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ?", (dst,))}
+            added = 0
+            for t in trials:
+                stored = have.get((t["config_key"], t["workload_key"], t["sample_index"]))
+                if stored is not None and stored[1] == t["started_at"]:
+                    continue                            # the same trial
+                if stored is not None:                  # measured again at the source
+                    self.conn.execute("DELETE FROM trials WHERE id = ?", (stored[0],))
+                trial_id = self._insert_row("trials", {
+                    **t, "run_id": dst, "configuration_id": ids["configurations"][t["config_key"]],
+                    "workload_id": ids["workloads"][t["workload_key"]]},
+                    skip=("id", "config_key", "workload_key"))
+                for table, by_trial in samples.items():
+                    for s in by_trial.get(t["id"], ()):
+                        self._insert_row(table, {**s, "trial_id": trial_id}, keyed=False)
+                added += 1
+            retired = {(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
+                "SELECT config_key, workload_key, sample_index, retired_at FROM trial_history "
+                "WHERE run_id = ?", (dst,))}
+            for h in history:
+                if (h["config_key"], h["workload_key"], h["sample_index"],
+                        h["retired_at"]) not in retired:
+                    self._insert_row("trial_history", {**h, "run_id": dst}, skip=("id",))
+        if row is None:
+            return CopyOutcome(run_id, dst, "copied", f"{added} trials")
+        return CopyOutcome(run_id, dst, "updated" if added else "present",
+                           f"{added} new trials" if added else "nothing new")
+
+    def _dicts(self, statement: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(statement, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+    def _insert_row(self, table: str, row: Mapping[str, Any], *, skip: tuple[str, ...] = (),
+                    keyed: bool = True) -> int:
+        """Insert ``row`` (column → value, as another store gave it) but ``skip``; the new id
+        when the table is ``keyed`` by one."""
+        names = [n for n in row if n not in skip]
+        values = tuple(bytes(v) if isinstance(v, memoryview) else v for v in
+                       (row[n] for n in names))
+        statement = (f"INSERT INTO {table} ({', '.join(names)}) "
+                     f"VALUES ({', '.join('?' * len(names))})")
+        if keyed:
+            return self._insert(statement, values)
+        self.conn.execute(statement, values)
+        return 0
+
     def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
         """The runs marked running, each with its owner (None: an older iomatrix ran it)."""
         return [(run_id, self.owner(run_id)) for (run_id,) in self.conn.execute(
@@ -309,29 +495,51 @@ class Store:
                                            "WHERE run_id = ? ORDER BY id", (run_id,))]
 
     # -- reading ---------------------------------------------------------------------------
-    def list_runs(self) -> list[RunSummary]:
+    def list_runs(self, *, host: str | None = None, suite: str | None = None,
+                  target: str | None = None, since: str | None = None,
+                  until: str | None = None) -> list[RunSummary]:
+        """The stored runs, oldest first; those of one host (its hostname), suite, target (the
+        directory or device, or one of its [[targets]]) and started within [since, until]
+        (ISO dates or times, UTC; a date alone means the whole day), where given."""
+        # compared here, not in SQL: PostgreSQL orders text by the database's locale
+        end = None if until is None else until + ("~" if len(until) <= 10 else "")
         rows = self.conn.execute(
             "SELECT r.id, r.suite_name, r.created_at, r.finished_at, r.status, r.accelerator, "
             "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'ok'), "
-            "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed') "
-            "FROM runs r ORDER BY r.id").fetchall()
-        return [RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
-                           status=r[4], accelerator=r[5], trials_ok=r[6], trials_failed=r[7])
-                for r in rows]
+            "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed'), "
+            "  r.host_json FROM runs r ORDER BY r.id").fetchall()
+        found = []
+        for r in rows:
+            meta = json.loads(r[8])
+            places = str(meta.get("targets") or meta.get("target") or "")
+            summary = RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
+                                 status=r[4], accelerator=r[5], trials_ok=r[6],
+                                 trials_failed=r[7], hostname=str(meta.get("hostname", "")),
+                                 target=places)
+            if ((suite is not None and r[1] != suite) or (since is not None and r[2] < since)
+                    or (end is not None and r[2] >= end)):
+                continue
+            if host is not None and host not in summary.hostname.split(", "):
+                continue
+            if target is not None and target not in places.split(", "):
+                continue
+            found.append(summary)
+        return found
 
     def resolve(self, ref: str) -> int:
         """A run id from ``ref``: a number, or ``last``."""
         if ref == "last":
             row = self.conn.execute("SELECT MAX(id) FROM runs").fetchone()
             if row[0] is None:
-                raise RunNotFound(f"{self.path}: no runs stored yet")
+                raise RunNotFound(f"{self.where}: no runs stored yet")
             return int(row[0])
         if not re.fullmatch(r"[0-9]+", ref):        # str.isdigit() takes "²" and "٣" too
             raise RunNotFound(f"run {ref!r}: give a run number or 'last'")
         # SQLite's integers have at most 19 digits: a longer number is no run's
         if len(ref) > 18 or self.conn.execute("SELECT 1 FROM runs WHERE id = ?",
                                               (int(ref),)).fetchone() is None:
-            raise RunNotFound(f"{self.path}: no run {ref if len(ref) <= 40 else ref[:37] + '...'}")
+            raise RunNotFound(f"{self.where}: no run "
+                              f"{ref if len(ref) <= 40 else ref[:37] + '...'}")
         return int(ref)
 
     def load_run(self, run_id: int) -> StoredRun:
@@ -340,7 +548,7 @@ class Store:
             "accelerator, iomatrix_version, host_json, notes_json, seed FROM runs WHERE id = ?",
             (run_id,)).fetchone()
         if row is None:
-            raise RunNotFound(f"{self.path}: no run {run_id}")
+            raise RunNotFound(f"{self.where}: no run {run_id}")
         suite = StoredSuite(name=row[1], source=row[2], text=row[3])
         configs = tuple(
             ConfigRecord(key=r[0], label=r[1], mode=r[2], params=json.loads(r[3]))
@@ -425,7 +633,7 @@ class Store:
         for r in self.conn.execute(
                 f"SELECT s.trial_id, {vm}, {', '.join('s.' + c for c in _SAMPLE_COLUMNS)} "
                 f"FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE {where} "
-                f"ORDER BY s.trial_id, {vm}, s.direction", (key,)):
+                f"ORDER BY s.trial_id, {'s.vm, ' if vm == 's.vm' else ''}s.direction", (key,)):
             out.setdefault(r[0], []).append(
                 DirectionSample(vm=r[1], **dict(zip(_SAMPLE_COLUMNS, r[2:]))))
         return out
@@ -457,8 +665,26 @@ class Store:
 
     def _transaction(self) -> "_Transaction":
         if self.readonly:
-            raise StoreError(f"{self.path}: opened read-only")
-        return _Transaction(self.conn)
+            raise StoreError(f"{self.where}: opened read-only")
+        return _Transaction(self.conn, self.postgres)
+
+
+class CopyOutcome(NamedTuple):
+    """What ``Store.copy_run`` did with one run."""
+
+    source_id: int
+    copy_id: int | None
+    action: str
+    """copied | updated | present | skipped"""
+    detail: str
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Sample rows by their trial's id."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["trial_id"], []).append(r)
+    return out
 
 
 def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:
@@ -514,11 +740,16 @@ def lock_of(process: ProcessRecord) -> LockFile | None:
 
 
 class _Transaction:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Any, postgres: bool) -> None:
         self.conn = conn
+        self.postgres = postgres
 
     def __enter__(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
+        if self.postgres:                   # writers take turns, as BEGIN IMMEDIATE has them
+            self.conn.execute("BEGIN")
+            self.conn.execute("SELECT pg_advisory_xact_lock(?::int, ?::int)", WRITE_LOCK)
+        else:
+            self.conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *rest: object) -> None:
         if not exc_type:
