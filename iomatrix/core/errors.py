@@ -9,7 +9,9 @@ an exit code and one line on stderr.
      │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
      ├── TargetError               the storage under test is unsafe or unusable
      │    ├── NotEnoughSpace       free space is below what the images need
-     │    └── UnsafeDirectory      another user controls a directory iomatrix would write in
+     │    ├── UnsafeDirectory      another user controls a directory iomatrix would write in
+     │    └── TargetUnreachable    network storage did not answer, refused the credentials, or
+     │                             lacks the pool or LUN named (within its connect timeout)
      ├── ToolFailed                an external command failed (carries argv, exit code, output)
      │    └── FioFailed            fio failed or printed no result
      ├── FioParseError             fio's output could not be parsed
@@ -65,6 +67,12 @@ class FioSourceUnavailable(GuestFioUnavailable):
 
 class TargetError(IomatrixError):
     """The storage under test cannot be used safely."""
+
+
+class TargetUnreachable(TargetError):
+    """Network storage (a Ceph cluster, an iSCSI portal) cannot be used as the suite names it:
+    no answer within the connect timeout, credentials refused, no such pool or LUN. Raised
+    before anything is created or stored."""
 
 
 class NotEnoughSpace(TargetError):

@@ -51,7 +51,7 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, THROTTLE_NODE, blockdev_nodes,
                                    cache_flags, daemon_graph, expected_node_flags,
-                                   libvirt_format_node, nodes_by_role)
+                                   libvirt_format_node, nodes_by_role, pve_volume)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
@@ -188,7 +188,7 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
     else:
         graph = daemon_graph(config, image.path, is_device=image.is_device,
                              size=image.size if image.is_device else None, platform=platform,
-                             pve_version=pve_version, libvirt=libvirt)
+                             pve_version=pve_version, libvirt=libvirt, network=image.network)
         for obj in graph.objects:
             argv += ["--object", obj]
         nodes = list(graph.blockdevs)
@@ -462,7 +462,8 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
             drive, scsihw = pve.drive_for(kind, volume=str(image.path), aio=config.aio,
                                           cache=config.cache, iothread=bool(config.iothread),
                                           fmt=config.format or "raw", num_queues=config.num_queues)
-            volume = pve.resolve_volume(drive, is_device=image.is_device)
+            volume = (pve_volume(image.network) if image.network is not None
+                      else pve.resolve_volume(drive, is_device=image.is_device))
             return list(pve.disk_args(drive, volume, scsihw=scsihw,
                                       version=pve_version or pve.DEFAULT_PVE_VERSION,
                                       size=size, escape=True).argv)
@@ -480,7 +481,8 @@ def _nodes(config: Configuration, image: Image) -> list[str]:
     """The protocol and format nodes as JSON ``-blockdev`` values (JSON needs no comma escaping)."""
     size = image.size if image.is_device else None
     return [json.dumps(node, separators=(",", ":"))
-            for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size)]
+            for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size,
+                                       network=image.network)]
 
 
 def _device(driver: str, ident: str, props: dict[str, str]) -> str:

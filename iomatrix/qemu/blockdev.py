@@ -23,6 +23,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.suite.model import Configuration, Platform, PveVersion
 from iomatrix.core.model import Frozen
 from iomatrix.qemu.escape import qemu_bool
+from iomatrix.target.network import NetworkVolume
 
 
 class CacheFlags(Frozen):
@@ -56,10 +57,12 @@ def cache_flags(config: Configuration) -> CacheFlags:
 
 
 def blockdev_nodes(config: Configuration, image: Path, *, is_device: bool = False,
-                   size: int | None = None) -> list[dict[str, Any]]:
-    """The protocol node (file or host_device, carrying aio and cache) and the format node above
-    it, with explicit node names. Both carry the cache flags: QEMU reports them per node, and an
-    explicitly defined child does not inherit them."""
+                   size: int | None = None,
+                   network: NetworkVolume | None = None) -> list[dict[str, Any]]:
+    """The protocol node (file or host_device, carrying aio and cache; for a ``network`` volume
+    its driver, rbd, with no aio) and the format node above it, with explicit node names. Both
+    carry the cache flags: QEMU reports them per node, and an explicitly defined child does not
+    inherit them."""
     flags = cache_flags(config)
     cache = {"direct": flags.direct, "no-flush": flags.no_flush}
     file_node: dict[str, Any] = {
@@ -69,6 +72,9 @@ def blockdev_nodes(config: Configuration, image: Path, *, is_device: bool = Fals
         "aio": config.aio or "threads",
         "cache": cache,
     }
+    if network is not None:
+        file_node = {"driver": network.protocol, **network.node, "node-name": FILE_NODE,
+                     "cache": cache}
     format_node: dict[str, Any] = {
         "driver": config.format or "raw",
         "file": FILE_NODE,
@@ -80,12 +86,14 @@ def blockdev_nodes(config: Configuration, image: Path, *, is_device: bool = Fals
     return [file_node, format_node]
 
 
-def expected_node_flags(config: Configuration, *, format_node: bool = True) -> dict[str, str]:
+def expected_node_flags(config: Configuration, *, format_node: bool = True,
+                        network: str | None = None) -> dict[str, str]:
     """What ``query-named-block-nodes`` must report for the configuration, flattened as
     ``<node>.<field>`` → value, to compare with what QEMU applied (``format_node``: whether the
-    graph has one over the protocol node)."""
+    graph has one over the protocol node; ``network``: the protocol node's driver, rbd, which
+    must be the one QEMU opened)."""
     flags = cache_flags(config)
-    out: dict[str, str] = {}
+    out: dict[str, str] = {f"{FILE_NODE}.driver": network} if network else {}
     roles = ((FILE_NODE, None), (FORMAT_NODE, config.format or "raw"))
     for node, driver in roles if format_node else roles[:1]:
         if driver is not None:
@@ -111,7 +119,8 @@ class DaemonGraph(Frozen):
 def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
                  size: int | None = None, platform: Platform = "qemu",
                  pve_version: PveVersion | None = None,
-                 libvirt: lv.Versions | None = None) -> DaemonGraph:
+                 libvirt: lv.Versions | None = None,
+                 network: NetworkVolume | None = None) -> DaemonGraph:
     """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
     for the configuration's settings. qemu: iomatrix's own two nodes, the export on the format
     node. libvirt (``libvirt``: the libvirt and QEMU modelled, by default
@@ -120,7 +129,11 @@ def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
     (:func:`iomatrix.platform.libvirt.disk_args`), the export on the top one. proxmox:
     qemu-server's layers (:func:`iomatrix.platform.proxmox.daemon_graph`): detect-zeroes,
     discard, and on PVE 9 the throttle filter over an empty throttle group, the export on the
-    top node."""
+    top node. A ``network`` volume (rbd) is opened by its protocol driver on every platform
+    (libvirt's graph of one is not modelled: ValueError)."""
+    if platform == "libvirt" and network is not None:
+        raise ValueError(f"libvirt's graph for a {network.protocol} volume is not modelled: "
+                         "measure it with platform qemu or proxmox")
     if platform == "libvirt":
         disk, _ = lv.disk_for(LIBVIRT_BUS, source=str(image), block=is_device, aio=config.aio,
                               cache=config.cache, iothread=False, fmt=config.format or "raw")
@@ -128,26 +141,35 @@ def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
         nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
         return DaemonGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
     if platform != "proxmox":
-        nodes = blockdev_nodes(config, image, is_device=is_device, size=size)
+        nodes = blockdev_nodes(config, image, is_device=is_device, size=size, network=network)
         return DaemonGraph(blockdevs=tuple(json.dumps(n, separators=(",", ":")) for n in nodes),
                            export_node=FORMAT_NODE)
     drive = _pve_drive(config, str(image))
-    volume = pve.resolve_volume(drive, is_device=is_device)
+    volume = (pve_volume(network) if network is not None
+              else pve.resolve_volume(drive, is_device=is_device))
     graph = pve.daemon_graph(drive, volume, version=pve_version or pve.DEFAULT_PVE_VERSION,
                              size=size)
     return DaemonGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
 
 
+def pve_volume(network: NetworkVolume) -> pve.Volume:
+    """A network volume as qemu-server resolves one on its storage (pve-storage's
+    qemu_blockdev_options and path: the node and the ``-drive file=`` string)."""
+    return pve.Volume(driver=network.protocol, path=network.name, format="raw",
+                      storage=network.protocol, volid=f"iomatrix:{network.name}",
+                      node=network.node, drive_file=network.drive_file)
+
+
 def expected_daemon_graph(config: Configuration, *, platform: Platform = "qemu",
                           pve_version: PveVersion | None = None,
                           libvirt: lv.Versions | None = None,
-                          is_device: bool = False) -> dict[str, str]:
+                          is_device: bool = False, network: str | None = None) -> dict[str, str]:
     """What a daemon from :func:`daemon_graph` must report over QMP, nodes named by role
     (``file0``, ``disk0``, ``throttle0``): :func:`expected_node_flags`, each node's
     detect-zeroes, the filter, the export's node and the count of throttle groups. QMP does not
     report a node's discard mode, so it is not checked."""
     format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
-    out = expected_node_flags(config, format_node=format_node)
+    out = expected_node_flags(config, format_node=format_node, network=network)
     roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
     if platform != "proxmox":
         zeroes = {"protocol": "off", "format": "off"} if format_node else {"protocol": "off"}

@@ -15,6 +15,9 @@ History:
      failed trial, whole, when --retry-failed measures it again
   6  the device and inode of each process's lock file, recorded once made: a file planted
      under its name is not its lock (``iomatrix.core.owner.LockFile``)
+  7  resources on network storage: a kind ``<storage>-<thing>`` (``rbd-image``: an RBD image a
+     run created, its path ``pool[/namespace]/name``, its ``within`` the connection as JSON,
+     file paths only: ``iomatrix.target.rbd``)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -186,6 +189,27 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE processes ADD COLUMN lock_dev INTEGER;
     ALTER TABLE processes ADD COLUMN lock_ino INTEGER;
+    """,
+    # 7
+    """
+    CREATE TABLE resources_7 (
+        id INTEGER PRIMARY KEY,
+        process_id INTEGER NOT NULL REFERENCES processes(id),
+        run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('scratch', 'workspace', 'parent')
+                                  OR kind GLOB '[a-z]*-[a-z]*'),
+        path TEXT NOT NULL,
+        within TEXT NOT NULL,
+        keep INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        removed_at TEXT,
+        outcome TEXT
+    );
+    INSERT INTO resources_7 SELECT id, process_id, run_id, kind, path, within, keep, created_at,
+        removed_at, outcome FROM resources;
+    DROP TABLE resources;
+    ALTER TABLE resources_7 RENAME TO resources;
+    CREATE INDEX resources_open ON resources(removed_at);
     """,
 )
 
