@@ -155,3 +155,27 @@ def test_killed_run_leaves_no_image(tmp_path: Path, cluster: ceph.Cluster) -> No
     assert other in cluster.images()
     subprocess.run(["rbd", "-c", str(cluster.conf), "-k", str(cluster.admin_keyring), "rm",
                     "--no-progress", f"{ceph.POOL}/{other}"], check=True, timeout=60)
+
+
+def test_proxmox_vm_on_rbd_runs_against_the_cluster(tmp_path: Path, cluster: ceph.Cluster) -> None:
+    """A Proxmox VE VM whose disk is on an rbd storage (``from_vm`` with its storage.cfg) is
+    measured on the pool: the daemon holds qemu-server's graph for it (PVE 9: the throttle
+    filter over the raw node over the rbd node), with the VM's cache read back over QMP."""
+    (tmp_path / "100.conf").write_text("scsihw: virtio-scsi-single\n"
+                                       "scsi0: ceph:vm-100-disk-0,cache=writeback,size=8G\n")
+    (tmp_path / "storage.cfg").write_text(f"rbd: ceph\n\tmonhost {cluster.monitor}\n\tpool "
+                                          f"{ceph.POOL}\n\tusername {ceph.CLIENT}\n"
+                                          "\tcontent images\n")
+    suite = rbd_suite(tmp_path, cluster, caches='["none"]')
+    text = suite.read_text().replace("[matrix]\n", '[matrix]\nfrom_vm = "100.conf"\n'
+                                     'storage_cfg = "storage.cfg"\n')
+    suite.write_text(text.replace('controller = ["virtio-blk"]\n', ""))
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "writeback/raw (your VM)" in done.stderr and "3 trials ok" in done.stdout
+    seen = applied(db)
+    yours = next(v for k, v in seen.items() if k.startswith("blocklayer/") and "writeback" in k)
+    assert yours["file0.driver"] == "rbd" and yours["throttle0.driver"] == "throttle"
+    assert yours["file0.cache.direct"] == "false"
+    assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []

@@ -494,7 +494,8 @@ class Reference(Frozen):
     storage: Printable = ""
     """Where the volume lives on the VM's host (storage type, or file/block)."""
     controller: Controller | None = None
-    aio: Aio
+    aio: Aio | None = None
+    """None: a disk on librbd, which has no aio."""
     iothread: StrictBool = False
     cache: Cache
     format: Format
