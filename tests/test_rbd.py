@@ -179,3 +179,30 @@ def test_proxmox_vm_on_rbd_runs_against_the_cluster(tmp_path: Path, cluster: cep
     assert yours["file0.driver"] == "rbd" and yours["throttle0.driver"] == "throttle"
     assert yours["file0.cache.direct"] == "false"
     assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pve_version", [8, 9])
+def test_guest_on_rbd_as_proxmox_attaches_it(tmp_path: Path, cluster: ceph.Cluster,
+                                             pve_version: int) -> None:
+    """An appliance guest (TCG here) on an image in the pool, attached as Proxmox VE does: PVE 8
+    a ``-drive file=rbd:…`` with the monitor list and auth, PVE 9 a ``-blockdev`` rbd node with
+    ``server`` and ``auth-client-required``; QEMU's rbd node and cache read back over QMP."""
+    suite = rbd_suite(tmp_path, cluster, mode="guest", caches='["writeback"]')
+    suite.write_text(suite.read_text().replace("baseline = true", "baseline = false")
+                     + f'platform = "proxmox"\npve_version = {pve_version}\n')
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 trials ok, 0 failed" in done.stdout
+    (settings,) = applied(db).values()
+    assert settings["file0.driver"] == "rbd" and settings["file0.cache.direct"] == "false"
+    with Store(db, readonly=True) as store:
+        command = store.load_run(1).trials[0].command
+    if pve_version == 8:
+        assert f"mon_host={cluster.monitor.replace(':', chr(92) + ':')}" in command
+        assert "auth_supported=cephx" in command and "id=iomatrix" in command
+    else:
+        assert '"server":[{"host":"127.0.0.1"' in command and '"auth-client-required":["cephx"]' in command
+    assert key_of(cluster.keyring) not in command
+    assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []

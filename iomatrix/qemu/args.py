@@ -212,16 +212,17 @@ def vhost_num_queues(config: Configuration, vcpus: int) -> int:
 def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Platform = "qemu",
                             pve_version: PveVersion | None = None,
                             libvirt: lv.Versions | None = None,
-                            is_device: bool = False) -> dict[str, str]:
+                            is_device: bool = False, network: str | None = None) -> dict[str, str]:
     """What :func:`read_guest_settings` must report for a guest started from
     :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
-    ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device)."""
+    ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device;
+    ``network``: the protocol driver, rbd, that must have opened it)."""
     kind = _kind(config)
     flags = cache_flags(config)
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
         format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
-        out.update(expected_node_flags(config, format_node=format_node))
+        out.update(expected_node_flags(config, format_node=format_node, network=network))
         out["backend.write-cache"] = on_off(flags.writeback)
         out["backend.node"] = FORMAT_NODE if format_node else FILE_NODE
         out["device.write-cache"] = on_off(flags.writeback)
@@ -506,10 +507,12 @@ def _iothread_id(holder: str) -> str:
 
 def _node_settings(flat: dict[str, str]) -> dict[str, str]:
     """The node keys :func:`iomatrix.qemu.blockdev.expected_node_flags` gives: every node's
-    cache.direct and cache.no-flush, and the format node's driver."""
+    cache.direct and cache.no-flush, the format node's driver, and the protocol node's where it
+    is network storage's (rbd)."""
     return {key: value for key, value in flat.items()
             if key.endswith((".cache.direct", ".cache.no-flush"))
-            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")}
+            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")
+            or (key == f"{FILE_NODE}.driver" and value not in ("file", "host_device"))}
 
 
 def _qom_text(value: Any) -> str:
