@@ -206,3 +206,35 @@ def test_guest_on_rbd_as_proxmox_attaches_it(tmp_path: Path, cluster: ceph.Clust
         assert '"server":[{"host":"127.0.0.1"' in command and '"auth-client-required":["cephx"]' in command
     assert key_of(cluster.keyring) not in command
     assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []
+
+
+def test_proxmox_storage_id_with_storage_cfg(tmp_path: Path, cluster: ceph.Cluster) -> None:
+    """``[target] storage = "ID"`` with ``--storage-cfg``: an rbd storage connects as
+    pve-storage does (monhost, username, pool; the keyring priv/ceph/ID.keyring beside
+    storage.cfg); without --storage-cfg the run is refused in one line."""
+    pve = tmp_path / "pve"
+    (pve / "priv" / "ceph").mkdir(parents=True)
+    (pve / "storage.cfg").write_text(f"dir: local\n\tpath /var/lib/vz\n\n"
+                                     f"rbd: ceph-vm\n\tmonhost {cluster.monitor}\n\tpool "
+                                     f"{ceph.POOL}\n\tusername {ceph.CLIENT}\n"
+                                     "\tcontent images\n")
+    keyring = pve / "priv" / "ceph" / "ceph-vm.keyring"
+    keyring.write_text(cluster.keyring.read_text())
+    keyring.chmod(0o600)
+    suite = rbd_suite(tmp_path, cluster, mode="host")
+    text = suite.read_text()
+    start = text.index("rbd = {")
+    suite.write_text(text[:start] + 'storage = "ceph-vm"' + text[text.index("}\n", start) + 1:])
+    db = tmp_path / "r.db"
+    refused = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+    assert refused.returncode == ExitStatus.SUITE_INVALID
+    assert "give --storage-cfg" in refused.stderr
+    done = cli_result("run", str(suite), "--db", str(db), "--storage-cfg",
+                      str(pve / "storage.cfg"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"rbd pool {ceph.POOL} (monitors {cluster.monitor}, client.{ceph.CLIENT})" in done.stderr
+    assert "1 trials ok" in done.stdout
+    missing = cli_result("run", str(suite), "--db", str(db),
+                         "--storage-cfg", str(tmp_path / "nothing.cfg"), cwd=tmp_path)
+    assert missing.returncode == ExitStatus.USAGE and "No such file" in missing.stderr
+    assert key_of(keyring) not in done.stdout + done.stderr
