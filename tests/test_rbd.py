@@ -238,3 +238,19 @@ def test_proxmox_storage_id_with_storage_cfg(tmp_path: Path, cluster: ceph.Clust
                          "--storage-cfg", str(tmp_path / "nothing.cfg"), cwd=tmp_path)
     assert missing.returncode == ExitStatus.USAGE and "No such file" in missing.stderr
     assert key_of(keyring) not in done.stdout + done.stderr
+
+
+def test_doctor_names_the_storage_clients(tmp_path: Path) -> None:
+    """Where the test cluster can run, setup.sh --dev installed QEMU's rbd driver, fio's rbd
+    engine and the rbd command: doctor says so; a kernel without rbd is "not available on this
+    host" with the reason."""
+    from iomatrix.measure.doctor import check_storage_clients
+    from iomatrix.target.rbd import krbd_problem
+
+    found = {c.name: c for c in check_storage_clients()}
+    assert found["QEMU network block drivers"].detail.startswith("has rbd")
+    assert found["fio rbd engine"].ok and found["rbd command"].ok
+    problem = krbd_problem(sysfs=tmp_path, modules=tmp_path)
+    assert problem is not None and problem.startswith("not available on this host")
+    (tmp_path / "bus" / "rbd").mkdir(parents=True)
+    assert krbd_problem(sysfs=tmp_path, modules=tmp_path) is None

@@ -57,9 +57,10 @@ HOST_CLIENT = "fio's rbd engine (librbd, rbd_cache off)"
 RBD_MODULES = ("rbd.ko", "rbd.ko.xz", "rbd.ko.zst", "rbd.ko.gz")
 
 
-def krbd_problem(proc: Path = Path("/proc"), modules: Path | None = None) -> str | None:
-    """Why this host cannot map RBD images in the kernel (krbd); None when it can."""
-    if Path("/sys/bus/rbd").exists():
+def krbd_problem(*, sysfs: Path = Path("/sys"), modules: Path | None = None) -> str | None:
+    """Why this host cannot map RBD images in the kernel (krbd); None when it can (the module
+    loaded, /sys/bus/rbd, or present to load)."""
+    if (sysfs / "bus" / "rbd").exists():
         return None
     release = platform.release()
     tree = modules or Path("/lib/modules") / release
@@ -182,7 +183,7 @@ class RbdPool(NetworkTarget):
                               f"OpenStack use them); drop format {', '.join(qcow2)} from the "
                               "matrix")
         if self.rbd.krbd and any(c.mode == "guest" for c in configs):
-            problem = krbd_problem(self._proc)
+            problem = krbd_problem()
             if problem is not None:
                 raise TargetError(f"[target] rbd krbd = true: {problem}")
         if self.rbd.namespace and any(c.mode == "host" for c in configs):
