@@ -95,6 +95,12 @@ def test_host_and_blocklayer_on_rbd(tmp_path: Path, cluster: ceph.Cluster) -> No
     assert key.encode() not in db.read_bytes()
     exported = cli_result("export", "--db", str(db), "1", cwd=tmp_path)
     assert key not in exported.stdout + exported.stderr
+    # the recommendation shows the aio Proxmox VE really uses on librbd: none
+    advice = cli_result("recommend", "1", "--for", "proxmox", "--db", str(db), cwd=tmp_path)
+    assert advice.returncode == 0, advice.stderr
+    assert "(storage type rbd)" in advice.stdout
+    line = next(x for x in advice.stdout.splitlines() if x.startswith("qm set"))
+    assert "aio=" not in line and "no aio= written: on librbd" in advice.stdout
 
 
 @pytest.mark.parametrize("case", ["monitor", "key", "pool"])

@@ -285,3 +285,16 @@ def test_rbd_fixtures_are_measurable(folder: str) -> None:
     assert {n: disks[n].config.aio for n in expected} == expected
     assert all("/dev/rbd-pve/fc4181a6-56eb-4f68-b452-8ba1f381ca2a/cpool/vm-8006-disk-0"
                in " ".join(disks[n].argv) for n in expected)
+
+
+def test_proxmox_effective_aio_on_each_storage() -> None:
+    """The aio qemu-server really gives a drive without aio= (Drive.pm aio_cmdline_option and
+    storage_allows_io_uring_default): io_uring off for krbd with writeback/writethrough, for
+    thick LVM and for CIFS (native with a direct cache, threads without); none on librbd."""
+    cases = {("other", "none"): "io_uring", ("other", "writeback"): "io_uring",
+             ("krbd", "none"): "io_uring", ("krbd", "writeback"): "threads",
+             ("krbd", "writethrough"): "threads", ("krbd", "directsync"): "io_uring",
+             ("lvm", "none"): "native", ("lvm", "writeback"): "threads",
+             ("cifs", "none"): "native", ("cifs", "writethrough"): "threads",
+             ("lvmthin", "writeback"): "io_uring", ("rbd", "writeback"): None}
+    assert {k: pve.aio_default(*k) for k in cases} == cases
