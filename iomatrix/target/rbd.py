@@ -33,6 +33,7 @@ import os
 import platform
 import re
 import secrets
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,21 @@ def rbd_args(rbd: RbdTarget) -> list[str]:
     return argv
 
 
-def _rbd(rbd: RbdTarget, *args: str, timeout: float | None = None) -> str:
-    """Run ``rbd`` on the pool; ``TargetUnreachable`` says in one line why it failed."""
+def _call(rbd: RbdTarget, *args: str,
+          timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``rbd`` on the pool, whatever its exit status; ``TargetUnreachable`` when it did
+    not finish in time."""
     limit = timeout if timeout is not None else rbd.connect_timeout * 2 + 30
     try:
-        done = run([require("rbd"), *rbd_args(rbd), *args], timeout=limit, check=False)
+        return run([require("rbd"), *rbd_args(rbd), *args], timeout=limit, check=False)
     except ToolFailed as exc:          # the command's own timeout
         raise TargetUnreachable(f"rbd pool {rbd.spec}: no answer within {limit:.0f} s "
                                 f"({_where(rbd)})") from exc
+
+
+def _rbd(rbd: RbdTarget, *args: str, timeout: float | None = None) -> str:
+    """Run ``rbd`` on the pool; ``TargetUnreachable`` says in one line why it failed."""
+    done = _call(rbd, *args, timeout=timeout)
     if done.returncode != 0:
         raise TargetUnreachable(_why(rbd, done.stderr or done.stdout or ""),
                                 hint="check [target] rbd: monitors or conf, client, keyring, "
@@ -332,9 +340,9 @@ def remove_recorded(path: str, within: str, marker: str, *, dry_run: bool = Fals
 
 def _image_meta(rbd: RbdTarget, spec: str) -> str | None:
     """The image's ``iomatrix.owner`` metadata, None when it has none."""
-    try:
-        return _rbd(rbd, "image-meta", "get", spec, OWNER_KEY).strip()
-    except TargetUnreachable as exc:
-        if "No such file" in str(exc) or "has no" in str(exc):
-            return None
-        raise
+    done = _call(rbd, "image-meta", "get", spec, OWNER_KEY)
+    if done.returncode == 0:
+        return done.stdout.strip()
+    if "failed to get metadata" in done.stderr:       # the image has no such key
+        return None
+    raise TargetUnreachable(_why(rbd, done.stderr))
