@@ -260,3 +260,18 @@ def test_doctor_names_the_storage_clients(tmp_path: Path) -> None:
     assert problem is not None and problem.startswith("not available on this host")
     (tmp_path / "bus" / "rbd").mkdir(parents=True)
     assert krbd_problem(sysfs=tmp_path, modules=tmp_path) is None
+
+
+def test_conf_names_monitors_and_keyring(tmp_path: Path, cluster: ceph.Cluster) -> None:
+    """``conf`` alone: the monitors (``mon host = v2:…``) and the keyring come from the
+    cluster's ceph.conf, for the rbd command, fio and QEMU alike."""
+    suite = rbd_suite(tmp_path, cluster, caches='["none"]', conf=f'"{cluster.conf}"',
+                      client='"admin"')
+    text = suite.read_text()
+    for key in ("monitors", "keyring"):
+        start = text.index(f"{key} = ")
+        text = text[:start] + text[text.index(", ", start) + 2:]
+    suite.write_text(text)
+    done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 trials ok" in done.stdout and f"the monitors in {cluster.conf}" in done.stderr

@@ -139,24 +139,30 @@ def _why(rbd: RbdTarget, stderr: str) -> str:
     return f"rbd pool {rbd.spec}: " + (last[-1].strip()[:300] if last else "rbd failed")
 
 
-def monitors_of_conf(conf: Path) -> list[str]:
-    """The monitors a ceph.conf names in [global] (``mon_host`` / ``mon host``), as
-    pve-storage's get_monaddr_list reads them (v1:/v2: vectors reduced to host:port)."""
+def conf_value(conf: Path, key: str, sections: tuple[str, ...] = ("global",)) -> str:
+    """A ceph.conf option (``mon_host`` and ``mon host`` alike) from the last of ``sections``
+    that sets it; "" when none does."""
     try:
         text = conf.read_text()
     except OSError as exc:
         raise TargetError(f"[target] rbd conf {conf}: cannot read it ({exc.strerror})") from exc
-    section, found = "", ""
+    section, found = "", {}
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].split(";", 1)[0].strip()
         if line.startswith("["):
             section = line.strip("[] ").lower()
-        elif "=" in line and section == "global":
-            key, _, value = line.partition("=")
-            if re.sub(r"[\s_]+", "_", key.strip().lower()) == "mon_host":
-                found = value.strip()
+        elif "=" in line and section in sections:
+            name, _, value = line.partition("=")
+            if re.sub(r"[\s_]+", "_", name.strip().lower()) == key:
+                found[section] = value.strip()
+    return next((found[s] for s in reversed(sections) if s in found), "")
+
+
+def monitors_of_conf(conf: Path) -> list[str]:
+    """The monitors a ceph.conf names in [global] (``mon_host``), as pve-storage's
+    get_monaddr_list reads them (v1:/v2: vectors reduced to host:port)."""
     out = []
-    for item in re.split(r"[\s,]+", found):
+    for item in re.split(r"[\s,]+", conf_value(conf, "mon_host")):
         item = re.sub(r"^\[?v\d:", "", item)
         item = re.sub(r"/\d+\]?$", "", item).rstrip("]")
         if item:
@@ -224,8 +230,10 @@ class RbdPool(NetworkTarget):
         lines = ["[global]", f"mon_host = {','.join(monitors)}",
                  f"client_mount_timeout = {timeout}", f"rados_mon_op_timeout = {timeout}",
                  "rbd_cache = false"]
-        if self.rbd.keyring:
-            lines.append(f"keyring = {self.rbd.keyring}")
+        keyring = self.rbd.keyring or (self.rbd.conf and conf_value(
+            self.rbd.conf, "keyring", ("global", "client", f"client.{self.rbd.client}")))
+        if keyring:          # the user's file, by path: the key stays in it
+            lines.append(f"keyring = {keyring}")
         self.conf = self.scratch / "ceph.conf"
         fd = os.open(self.conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
