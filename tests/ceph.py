@@ -25,6 +25,14 @@ CLIENT = "iomatrix"
 """A cephx user of the tests' own, allowed the pool only (as a Proxmox VE storage's user is)."""
 
 
+def class_dir() -> Path | None:
+    """Where this host's OSD classes (libcls_rbd.so) are. Debian 13's Ceph 18 defaults
+    ``osd class dir`` to a relative path (lib/x86_64-linux-gnu/rados-classes), which the OSD
+    then cannot find: ``rbd create`` fails with EOPNOTSUPP. So the cluster names it."""
+    return next((p.parent for p in sorted(Path("/usr/lib").glob("*/rados-classes/libcls_rbd.so"))),
+                None)
+
+
 def missing() -> str | None:
     """Why no cluster can be made here; None when it can."""
     gone = [p for p in PROGRAMS if shutil.which(p) is None]
@@ -81,6 +89,7 @@ log file = {d}/log/$name.log
 mon data = {d}/mon.$id
 mgr data = {d}/mgr.$id
 osd data = {d}/osd.$id
+osd class dir = {class_dir() or "/usr/lib/rados-classes"}
 osd objectstore = memstore
 memstore device bytes = 3221225472
 osd pool default size = 1
