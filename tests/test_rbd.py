@@ -4,6 +4,7 @@ Debian's ceph-mon, ceph-mgr and ceph-osd are not installed (``./setup.sh --dev``
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -128,6 +129,28 @@ def test_unusable_cluster_is_one_line_within_the_timeout(tmp_path: Path, cluster
     assert took < 3 * 2 + 30          # the rbd command's own limit; the connect timeout is 3 s
     assert not db.exists() or b"rbd-test" not in db.read_bytes()
     assert fresh not in done.stderr
+
+
+def test_ctrl_c_removes_the_image(tmp_path: Path, cluster: ceph.Cluster) -> None:
+    """SIGINT in the middle of a run: the run is marked interrupted and its image is gone."""
+    suite = rbd_suite(tmp_path, cluster, mode="host", caches='["none"]', runtime="60s")
+    proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db",
+                             str(tmp_path / "r.db")], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(i.startswith("iomatrix-") for i in cluster.images()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []
 
 
 def test_killed_run_leaves_no_image(tmp_path: Path, cluster: ceph.Cluster) -> None:
