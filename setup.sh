@@ -46,10 +46,15 @@ packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison
 packages="$packages e2fsprogs xfsprogs btrfs-progs"
 # ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
 packages="$packages ioping"
+# Ceph RBD and other network targets: QEMU's rbd/iscsi/nfs block drivers (librbd, libiscsi, libnfs;
+# pve-qemu-kvm has them built in) and the rbd command, which makes and removes a run's images
+packages="$packages qemu-block-extra ceph-common"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 [ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
 # PostgreSQL: the store tests start a server of their own in a temporary directory (initdb, pg_ctl)
 [ "$dev" = 1 ] && packages="$packages postgresql"
+# a single-node Ceph cluster (one mon, mgr and OSD in the test's directory) the RBD tests run against
+[ "$dev" = 1 ] && packages="$packages ceph-mon ceph-mgr ceph-osd"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

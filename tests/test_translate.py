@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.measure.translate import translate
@@ -141,7 +143,9 @@ def test_pve_defaults_and_storage_cfg() -> None:
     assert fast.config.aio == "native"            # thick LVM, direct (unset cache = none)
     assert any("qemu-server's default, lsi" in n for n in fast.notes)
     slow = disks["scsi1"]
-    assert slow.values["aio"] is None and slow.config is None
+    # librbd has no aio: measurable all the same, on a Ceph pool (iomatrix.target.rbd)
+    assert slow.values["aio"] is None and slow.config is not None
+    assert (slow.config.aio, slow.config.cache) == (None, "writeback")
     assert any("librbd" in n and "no aio" in n for n in slow.notes)
     assert '"aio"' not in slow.argv[-3]
     unknown = translate("scsi0: nowhere:vm-1-disk-0\n").disks[0]
@@ -258,3 +262,39 @@ def test_cli_translate(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "iomatrix", "translate", str(conf),
                            "--pve-version", "7"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
+
+
+@pytest.mark.parametrize("folder", ["qemu-server-9.2.6", "qemu-server-8.3.13"])
+def test_rbd_fixtures_are_measurable(folder: str) -> None:
+    """qemu-server's rbd fixtures: every rbd and krbd disk is a configuration iomatrix can
+    measure, librbd without aio, krbd with the aio Proxmox VE really uses (threads for a
+    non-direct cache: Drive.pm storage_allows_io_uring_default), and the arguments name the
+    monitors from monhost, the auth, and krbd's device from the fsid."""
+    from tests.test_cfg2cmd import FIXTURES, STORAGES, VERSIONS
+    text = (FIXTURES / folder / "simple-rbd.txt").read_text()
+    config = text.split("--- config\n", 1)[1].split("\n---", 1)[0]
+    result = translate(config, pve_version=VERSIONS[folder], storages=STORAGES, vmid="8006")
+    disks = {d.name: d for d in result.disks}
+    assert len(disks) == 8 and all(d.config is not None for d in disks.values())
+    for name in ("scsi0", "scsi1", "scsi2", "scsi3"):
+        assert disks[name].config.aio is None                       # librbd
+        joined = " ".join(disks[name].argv)
+        assert "127.0.0.42" in joined and "127.0.0.21" in joined
+        assert "auth" in joined and "none" in joined                # no keyring: auth none
+    expected = {"scsi4": "io_uring", "scsi5": "threads", "scsi6": "threads", "scsi7": "io_uring"}
+    assert {n: disks[n].config.aio for n in expected} == expected
+    assert all("/dev/rbd-pve/fc4181a6-56eb-4f68-b452-8ba1f381ca2a/cpool/vm-8006-disk-0"
+               in " ".join(disks[n].argv) for n in expected)
+
+
+def test_proxmox_effective_aio_on_each_storage() -> None:
+    """The aio qemu-server really gives a drive without aio= (Drive.pm aio_cmdline_option and
+    storage_allows_io_uring_default): io_uring off for krbd with writeback/writethrough, for
+    thick LVM and for CIFS (native with a direct cache, threads without); none on librbd."""
+    cases = {("other", "none"): "io_uring", ("other", "writeback"): "io_uring",
+             ("krbd", "none"): "io_uring", ("krbd", "writeback"): "threads",
+             ("krbd", "writethrough"): "threads", ("krbd", "directsync"): "io_uring",
+             ("lvm", "none"): "native", ("lvm", "writeback"): "threads",
+             ("cifs", "none"): "native", ("cifs", "writethrough"): "threads",
+             ("lvmthin", "writeback"): "io_uring", ("rbd", "writeback"): None}
+    assert {k: pve.aio_default(*k) for k in cases} == cases

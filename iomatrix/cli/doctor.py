@@ -15,7 +15,8 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
            drift: Annotated[bool, typer.Option(help="Also estimate the host's drift (about 30 s): a few short interleaved fio runs on a small file in /var/tmp, and the rounds a point and a paired gain need.")] = True) -> None:
     """Check this host: QEMU, qemu-storage-daemon, qemu-img, fio, io_uring, libaio, FUSE, KVM,
     the private guest channel, the guests' fio and appliance (kernel, modules, busybox; fetched
-    as a run would), libvirt, drift."""
+    as a run would), network storage clients (QEMU's rbd, iscsi and nfs block drivers, fio's
+    rbd engine, the rbd command, the kernel's rbd module), libvirt, drift."""
     from iomatrix.measure.doctor import failed_required, run_checks
 
     if not 0 < kvm_timeout <= 3600:       # nan and inf too

@@ -15,16 +15,31 @@ from iomatrix.recommend.defaults import PLATFORMS, TITLES
 
 if TYPE_CHECKING:
     from iomatrix.recommend.decide import Recommendation
+    from iomatrix.store.records import StoredRun
 
 _SHOWN_STATUS = {"change": "", "choose": "", "keep": " (default)", "not measured": " (default)",
                  "not evaluated": " (default)"}
+
+
+def _storage_of(stored: "StoredRun") -> str:
+    """The Proxmox storage type a run measured: an rbd pool is librbd (krbd with krbd = true),
+    whose disks get the aio qemu-server really gives them; anything else "other"."""
+    from iomatrix.core.errors import IomatrixError
+
+    try:
+        rbd = stored.suite.runnable().target.rbd
+    except IomatrixError:            # a suite iomatrix cannot run again (an imported one)
+        return "other"
+    if rbd is None:
+        return "other"
+    return "krbd" if rbd.krbd else "rbd"
 
 
 def recommend(
     run_ref: RunRef,
     platform: Annotated[str, typer.Option("--for", help="proxmox (a qm set line), libvirt (domain XML) or qemu (-blockdev/-device arguments).")],
     db: Db = DEFAULT_DB,
-    storage_type: Annotated[str, typer.Option("--storage-type", help="Proxmox storage type, for its default aio: " + ", ".join(PROXMOX_STORAGES) + ".")] = "other",
+    storage_type: Annotated[Optional[str], typer.Option("--storage-type", help="Proxmox storage type, for its default aio: " + ", ".join(PROXMOX_STORAGES) + ". Default: rbd (krbd with krbd = true) for a run measured on a Ceph pool, else other.")] = None,
     vmid: Annotated[str, typer.Option(help="Proxmox VM id for the qm line.")] = PLACEHOLDER_VMID,
     volume: Annotated[str, typer.Option(help="Proxmox volume (storage:volume) for the qm line.")] = PLACEHOLDER_VOLUME,
     image: Annotated[Optional[str], typer.Option(help="Image path for the libvirt XML and the QEMU arguments.")] = None,
@@ -35,10 +50,12 @@ def recommend(
 
     if platform not in PLATFORMS:
         raise typer.BadParameter(f"{platform!r}: choose {', '.join(PLATFORMS)}", param_hint="--for")
+    stored = load_run(db, run_ref)
+    if storage_type is None:
+        storage_type = _storage_of(stored)
     if storage_type not in PROXMOX_STORAGES:
         raise typer.BadParameter(f"{storage_type!r}: choose {', '.join(PROXMOX_STORAGES)}",
                                  param_hint="--storage-type")
-    stored = load_run(db, run_ref)
     rec = build(stored, platform, storage=storage_type)  # type: ignore[arg-type]
     _print(rec)
     pasted = render(rec.platform, rec.config, vmid=vmid, volume=volume, image=image,

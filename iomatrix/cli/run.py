@@ -159,9 +159,9 @@ def _show_plan(loaded: Suite, suite: str, *, accel: str | None, seed: int | None
 def _with_target(loaded: Suite, target: Path) -> Suite:
     """The suite with ``--target`` as its one directory target; SuiteError for a suite whose
     target is a device or that names several."""
-    if loaded.target.device is not None:
+    if loaded.target.directory is None:
         raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
-                         "but this suite names a device")
+                         "but this suite names a device or network storage")
     if loaded.targets:
         raise SuiteError(f"{loaded.source_path}: --target replaces the directory of one "
                          f"target, but this suite names {len(loaded.targets)} in [[targets]]",
@@ -179,10 +179,34 @@ def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
 
+def _storage_target(suite: "Suite", storage_cfg: Path | None) -> "Suite":
+    """``suite`` with a [target] storage = "ID" resolved from ``storage_cfg``."""
+    if suite.target.storage is None:
+        if storage_cfg is not None:
+            raise typer.BadParameter("goes with a suite whose [target] names a storage "
+                                     "(storage = \"ID\")", param_hint="--storage-cfg")
+        return suite
+    if storage_cfg is None:
+        raise SuiteError(f"{suite.source_path}: [target] storage = {suite.target.storage!r} "
+                         "names a Proxmox VE storage",
+                         hint="give --storage-cfg /etc/pve/storage.cfg")
+    from iomatrix.cli.translate import _read
+    from iomatrix.platform.proxmox import parse_storage_cfg
+    from iomatrix.target.network import resolve_storage
+
+    storages = parse_storage_cfg(_read(storage_cfg, "--storage-cfg"))
+    try:
+        resolved = resolve_storage(suite.target, storages, storage_cfg.absolute().parent)
+    except ValueError as exc:
+        raise SuiteError(f"{suite.source_path}: [target] storage: {exc}") from None
+    return suite.model_copy(update={"target": resolved})
+
+
 def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
     target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory (with [target] filesystems: the directory the filesystems are measured in).")] = None,
+    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's storage.cfg (/etc/pve/storage.cfg), for a [target] storage = \"ID\": an rbd storage is measured as [target] rbd (monhost, username, pool, namespace, krbd; the keyring priv/ceph/ID.keyring and priv/ceph/ID.conf beside the file, as Proxmox VE keeps them), dir/nfs/cifs as a directory.")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
@@ -217,6 +241,7 @@ def run(
         from iomatrix.measure.fromvm import resolve_vm
 
         loaded = resolve_vm(load_suite(suite, scale=scale))
+    loaded = _storage_target(loaded, storage_cfg)
     if show_plan:
         _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale)
         return

@@ -18,6 +18,7 @@ class ExitStatus(IntEnum):
     NOT_FOUND = 7             # no such run
     STORE = 8                 # the results database cannot be used
     BUSY = 9                  # another live process is measuring that run
+    UNREACHABLE = 10          # network storage did not answer, refused the credentials, or lacks the pool/LUN
     INTERRUPTED = 130         # Ctrl-C; what was measured is stored and the run marked interrupted
 
 
@@ -26,6 +27,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
     for kind, status in (
         (errors.SuiteError, ExitStatus.SUITE_INVALID),
         (errors.EnvironmentProblem, ExitStatus.ENVIRONMENT),
+        (errors.TargetUnreachable, ExitStatus.UNREACHABLE),
         (errors.TargetError, ExitStatus.TARGET),
         (errors.RunNotFound, ExitStatus.NOT_FOUND),
         (errors.RunBusy, ExitStatus.BUSY),

@@ -91,20 +91,21 @@ def _shown(value: object) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, param_hint: str = "FILE") -> str:
+    """A VM configuration or storage.cfg the user names: UTF-8 text, at most MAX_BYTES."""
     try:
         with open(path, "rb") as file:
-            return _text(file.read(MAX_BYTES + 1), str(path))
+            return _text(file.read(MAX_BYTES + 1), str(path), param_hint)
     except OSError as exc:
-        raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint="FILE") from None
+        raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint=param_hint) from None
 
 
-def _text(data: bytes, name: str) -> str:
+def _text(data: bytes, name: str, param_hint: str = "FILE") -> str:
     if len(data) > MAX_BYTES:
         raise typer.BadParameter(f"{name}: more than {MAX_BYTES >> 20} MiB: not a VM "
-                                 "configuration", param_hint="FILE")
+                                 "configuration", param_hint=param_hint)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise typer.BadParameter(f"{name}: not UTF-8 text (byte {exc.start})",
-                                 param_hint="FILE") from None
+                                 param_hint=param_hint) from None

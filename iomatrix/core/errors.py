@@ -9,7 +9,8 @@ an exit code and one line on stderr.
      │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
      ├── TargetError               the storage under test is unsafe or unusable
      │    ├── NotEnoughSpace       free space is below what the images need
-     │    └── UnsafeDirectory      another user controls a directory iomatrix would write in
+     │    ├── UnsafeDirectory      another user controls a directory iomatrix would write in
+     │    └── TargetUnreachable    network storage did not answer, refused the key, or lacks the pool
      ├── ToolFailed                an external command failed (carries argv, exit code, output)
      │    └── FioFailed            fio failed or printed no result
      ├── FioParseError             fio's output could not be parsed
@@ -77,6 +78,12 @@ class UnsafeDirectory(TargetError):
 
     hint = ("use a directory that only root (or you) can write to, and whose parents are so "
             "too: remove the other user's directory, or make it root's and not writable by others")
+
+
+class TargetUnreachable(TargetError):
+    """Network storage (a Ceph cluster, an iSCSI portal) cannot be used as the suite names it:
+    no answer within the connect timeout, credentials refused, no such pool or LUN. Raised
+    before anything is created or stored."""
 
 
 class ToolFailed(IomatrixError):

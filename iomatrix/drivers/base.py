@@ -35,6 +35,10 @@ class Session(abc.ABC):
         """Extra fio command-line arguments (a guest driver adds --client here)."""
         return []
 
+    def fio_env(self) -> dict[str, str]:
+        """Environment fio needs besides iomatrix's own (fio's rbd engine: ``CEPH_CONF``)."""
+        return {}
+
     def ioping_path(self) -> Path | None:
         """The file or device ioping reads to reach this configuration's disk, or None where
         it cannot run (guests: the appliance has no ioping; QEMU's block layer: NBD): an ioping

@@ -51,7 +51,8 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
                                platform=platform, pve_version=pve_version, libvirt=libvirt)
     top = daemon_graph(config, image.path, is_device=image.is_device,
                        size=image.size if image.is_device else None, platform=platform,
-                       pve_version=pve_version, libvirt=libvirt).export_node
+                       pve_version=pve_version, libvirt=libvirt,
+                       network=image.network).export_node
     common = f"id=exp0,node-name={top},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
         mountpoint = qemu_escape(str(workdir / "fuse.img"))
@@ -121,6 +122,8 @@ class BlocklayerSession(Session):
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
+        if self.image.network is not None:     # no aio on librbd (iomatrix.target.rbd)
+            return wrong
         seen = self.aio()
         if seen is None:
             wrong.append("aio: not observed while fio ran")
@@ -184,7 +187,8 @@ class BlocklayerDriver(Driver):
                 expected = expected_daemon_graph(config, platform=self.method.platform,
                                                  pve_version=self.method.pve_version,
                                                  libvirt=self.libvirt,
-                                                 is_device=image.is_device)
+                                                 is_device=image.is_device,
+                                                 network=image.network and image.network.protocol)
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
                                         self.method.engine, expected, qemu=from_qmp(version))
         finally:

@@ -12,7 +12,8 @@ its QEMUs and daemons, and the fio client the runner starts from the same thread
 the forwarded ports exist only there. Nobody else can enter it (that needs CAP_SYS_ADMIN), and it
 ends with its last process, which the kernel stops if iomatrix is killed (``orphan_guard``).
 Sockets (QMP, vhost-user) and logs are in the run's 0700 scratch directory. Where no namespace can
-be made (iomatrix not root), the guests use the host's loopback as before: ``prepare`` says so in
+be made (iomatrix not root), or the disks are on network storage (an RBD pool: QEMU must reach
+its monitors and OSDs through the host's network), the guests use the host's loopback as before: ``prepare`` says so in
 a warning, every sample stores it (``guest.channel``) and ``iomatrix doctor`` explains it; the
 check below still catches what a foreign client does.
 
@@ -469,7 +470,12 @@ class GuestDriver(Driver):
         self.boots += 1
         with contextlib.ExitStack() as stack:
             channel = PRIVATE
-            if self.shared_reason is None:
+            remote = next((i.network for i in images if i.network is not None), None)
+            if remote is not None:
+                # a private namespace has loopback only: QEMU could not reach the storage
+                channel = (f"{SHARED} (the disks are on {remote.protocol} storage, which QEMU "
+                           "reaches through the host's network)")
+            elif self.shared_reason is None:
                 try:
                     stack.enter_context(private_network())
                 except EnvironmentProblem as exc:   # the probe in prepare passed: unexpected
@@ -571,7 +577,8 @@ class GuestDriver(Driver):
                                            platform=self.method.platform,
                                            pve_version=self.method.pve_version,
                                            libvirt=self.libvirt,
-                                           is_device=image.is_device and self.sliced_devices)
+                                           is_device=image.is_device and self.sliced_devices,
+                                           network=image.network and image.network.protocol)
             if guest.daemon_qmp is not None:
                 seen |= {f"daemon.{k}": v for k, v in read_daemon_settings(guest.daemon_qmp).items()}
                 want |= {f"daemon.{k}": v for k, v in expected_daemon_settings(config).items()}

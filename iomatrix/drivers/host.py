@@ -17,11 +17,16 @@ class HostSession(Session):
         self.engine = engine
 
     def fio_target(self) -> dict[str, str]:
+        if self.image.network is not None:       # fio's own client of the storage (librbd)
+            return {**self.image.network.fio, "size": str(self.image.size)}
         return {"ioengine": self.engine, "direct": "1", "filename": str(self.image.path),
                 "size": str(self.image.size)}
 
-    def ioping_path(self) -> Path:
-        return self.image.path
+    def fio_env(self) -> dict[str, str]:
+        return dict(self.image.network.env) if self.image.network is not None else {}
+
+    def ioping_path(self) -> Path | None:
+        return None if self.image.network is not None else self.image.path
 
 
 class HostDriver(Driver):

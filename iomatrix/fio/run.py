@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -44,14 +44,15 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             extra_args: Sequence[str] = (), during: Callable[[int], None] | None = None,
             during_at: float = 0.0, output_format: str = "json",
             stop_when: Callable[[float], bool] | None = None,
-            status_stream: bool = True) -> FioRun:
+            status_stream: bool = True, env: Mapping[str, str] | None = None) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation). With
     ``stop_when``, fio writes a status object every second to its output (``output_path``) and
     gets SIGINT as soon as ``stop_when(elapsed)`` is true; fio then stops its jobs and writes a
     final result, which is the one parsed. ``status_stream=False`` keeps fio from writing status
     objects (fio's client gathers them into its one final object, useless while it runs): then
-    ``stop_when`` must judge from something else, and the output is fio's one final result."""
+    ``stop_when`` must judge from something else, and the output is fio's one final result.
+    ``env``: variables added to iomatrix's environment for fio."""
     job_path = workdir / "job.fio"
     out_path = output_path(workdir)
     console_path = workdir / "fio.console"
@@ -72,7 +73,8 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             # cwd: a relative name fio might still open lands in the run's private directory
             proc = subprocess.Popen(orphan_guard(argv), stdout=console, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=job_path.parent)
+                                    cwd=job_path.parent,
+                                    env={**os.environ, **env} if env else None)
     except OSError as exc:
         raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
                         argv=argv, returncode=None) from exc

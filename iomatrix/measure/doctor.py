@@ -92,6 +92,7 @@ def run_checks(kvm_timeout: float = 10.0, *, env: Mapping[str, str] | None = Non
     checks.append(check_guest_channel(env=env))
     checks.append(check_guest_fio(env=env))
     checks.append(check_appliance(env=env, fetch=fetch))
+    checks += check_storage_clients(env=env)
     if libvirt:
         checks.append(check_libvirt())
     if drift:
@@ -120,6 +121,59 @@ def check_libvirt(uri: str | None = None) -> Check:
                          "each); Debian's udev rule makes it root:kvm 0660")
     return Check(name="libvirt", ok=True, required=False, detail="; ".join(
         [f"libvirtd answers at {uri}"] + notes))
+
+
+NETWORK_DRIVERS = ("rbd", "iscsi", "nfs")
+"""QEMU's block drivers for network storage (Debian: qemu-block-extra; built into Proxmox VE's
+QEMU): Ceph RBD through librbd, iSCSI through libiscsi, NFS through libnfs."""
+
+
+def check_storage_clients(*, env: Mapping[str, str] | None = None,
+                          sysfs: Path = Path("/sys")) -> list[Check]:
+    """Which network storage this host can reach, for [target] rbd and the like: QEMU's block
+    drivers (``qemu-img info --image-opts driver=X`` says "Unknown driver" for one it lacks,
+    and anything else, here a missing option, for one it has: nothing is contacted), fio's rbd
+    engine, the ``rbd`` command, and the kernel's rbd module (krbd)."""
+    from iomatrix.target.rbd import krbd_problem
+
+    out = []
+    img = which("qemu-img", env)
+    if img is None:
+        out.append(Check(name="QEMU network block drivers", ok=False, required=False,
+                         detail="qemu-img not found on PATH", hint="apt-get install qemu-utils"))
+    else:
+        have, lack = [], []
+        for driver in NETWORK_DRIVERS:
+            rc, o, e = _try_run([img, "info", "--image-opts", f"driver={driver}"],
+                                timeout=TOOL_TIMEOUT, env=env)
+            (lack if rc is None or rc == 127 or "Unknown driver" in o + e else have).append(driver)
+        out.append(Check(name="QEMU network block drivers", ok=not lack, required=False,
+                         detail=(f"has {', '.join(have) or 'none'}"
+                                 + (f"; lacks {', '.join(lack)}" if lack else "")),
+                         hint=None if not lack else "apt-get install qemu-block-extra"))
+    fio = which("fio", env)
+    if fio is None:
+        out.append(Check(name="fio rbd engine", ok=False, required=False,
+                         detail="fio not found on PATH", hint="apt-get install fio"))
+    else:
+        _, o, _ = _try_run([fio, "--enghelp"], timeout=TOOL_TIMEOUT, env=env)
+        engines = {line.strip() for line in o.splitlines()[1:] if line.strip()}
+        out.append(Check(name="fio rbd engine", ok="rbd" in engines, required=False,
+                         detail=("fio lists the rbd engine (librbd): host mode on an rbd target"
+                                 if "rbd" in engines else "fio has no rbd engine: host mode on "
+                                 "an rbd target cannot run"),
+                         hint=None if "rbd" in engines else "install Debian's fio (built with "
+                                                            "librbd)"))
+    rbd = which("rbd", env)
+    out.append(Check(name="rbd command", ok=rbd is not None, required=False,
+                     detail=(f"{rbd}: makes and removes a run's images in a Ceph pool" if rbd
+                             else "rbd not found on PATH: an rbd target cannot be measured"),
+                     hint=None if rbd else "apt-get install ceph-common"))
+    problem = krbd_problem(sysfs=sysfs)
+    out.append(Check(name="kernel rbd (krbd)", ok=problem is None, required=False,
+                     detail=problem or ("the kernel can map RBD images (/dev/rbd*): rbd "
+                                        "targets with krbd = true"), hint=None))
+    return out
 
 
 def failed_required(checks: Sequence[Check]) -> tuple[Check, ...]:

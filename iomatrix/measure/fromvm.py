@@ -48,6 +48,11 @@ def resolve_vm(suite: Suite) -> Suite:
         raise SuiteError(f"{where}: not a Proxmox VE configuration nor a libvirt domain: "
                          f"{exc}") from None
     disk = _pick(result, matrix.disk, where)
+    if disk.config is not None and disk.values.get("aio") is None and suite.target.rbd is None:
+        raise SuiteError(f"{where}: {disk.name} is on librbd ({disk.storage}), which has no aio "
+                         "and is reached over the network: measure it on a Ceph pool",
+                         hint="set [target] rbd = { pool = ..., conf = ..., client = ..., "
+                              "keyring = ... } (README: Measure your Ceph pool)")
     try:
         reference = _reference(result, disk, suite.method.mode, where)
     except ValidationError as exc:
@@ -105,7 +110,8 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
     why = "; ".join(disk.notes)
     unusable = [(key, values.get(key), allowed) for key, allowed in (
         ("aio", Aio.__args__), ("cache", Cache.__args__), ("format", Format.__args__))  # type: ignore[attr-defined]
-        if values.get(key) not in allowed]
+        if values.get(key) not in allowed
+        and not (key == "aio" and values.get(key) is None and disk.config is not None)]
     if mode == "guest" and values.get("controller") not in CONTROLLERS:
         unusable.append(("controller", values.get("controller"), CONTROLLERS))
     if not values or unusable:
@@ -121,7 +127,7 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
     return Reference(
         platform=result.platform, pve_version=result.pve_version, disk=disk.name,
         written=disk.written, storage=disk.storage,
-        controller=controller if controller in CONTROLLERS else None, aio=values["aio"],
+        controller=controller if controller in CONTROLLERS else None, aio=values.get("aio"),
         iothread=bool(values.get("iothread")), cache=values["cache"], format=values["format"],
         num_queues=values.get("num_queues") or 0, queue_size=values.get("queue_size") or 0,
         notes=disk.notes)

@@ -45,13 +45,13 @@ from typing import NamedTuple
 
 from iomatrix.core.dirs import (MARKER, make_private, parent_marker, read_marker, remove_empty,
                                 walk, walk_tmpdir)
-from iomatrix.core.errors import EnvironmentProblem, UnsafeDirectory
+from iomatrix.core.errors import EnvironmentProblem, TargetUnreachable, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import PROC, HeldLock, Identity, this_process
 from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
-from iomatrix.target import loops
+from iomatrix.target import loops, rbd
 from iomatrix.target.targets import release_loops
 from iomatrix.target.workspace import PREFIX
 
@@ -60,7 +60,8 @@ SCRATCH_MAX = 90
 """Longest scratch path: sockets go up to 18 characters below it, and a UNIX socket path has
 at most 107."""
 LOCK_NAME = "owner.lock"
-KINDS = {"scratch": "scratch", "workspace": "images", "parent": "target directory"}
+KINDS = {"scratch": "scratch", "workspace": "images", "parent": "target directory",
+         rbd.KIND: "RBD image"}
 """How each kind of resource is named to people."""
 
 
@@ -128,7 +129,9 @@ class RunProcess:
                         continue
                     # a target directory another run made and ended in is removed by the last
                     # run over it (``Workspace.close``), which settles its record
-                    if not os.path.lexists(r.path):
+                    if r.kind == rbd.KIND:
+                        self._settle_image(r)
+                    elif not os.path.lexists(r.path):
                         self.store.settle_resource(r.id, "removed" if mine else
                                                    f"gone (seen at the end of pid {self.me.pid})")
                     elif r.keep and mine:
@@ -140,6 +143,19 @@ class RunProcess:
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+
+    def _settle_image(self, r: ResourceRecord) -> None:
+        """This run's RBD image: removed by its target's close (or now, if that failed), or
+        kept with --keep; left open while its cluster cannot be reached."""
+        if r.keep:
+            self.store.settle_resource(r.id, "kept (--keep)")
+            return
+        marker = marker_text(self.me, r.kind, r.path)
+        with contextlib.suppress(TargetUnreachable):
+            done = rbd.remove_recorded(r.path, r.within, marker)
+            if done in ("removed", "gone"):
+                self.store.settle_resource(r.id, "removed")
 
 
 @contextlib.contextmanager
@@ -212,6 +228,8 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
                  others: list[ResourceRecord], going: set[str]) -> Reclaimed:
     if r.keep:
         return Reclaimed(r, "kept", "the run asked to --keep it")
+    if r.kind == rbd.KIND:
+        return _reclaim_rbd(r, dry_run)
     try:
         parent_fd = _open_within(r)
     except _Leave as exc:
@@ -224,6 +242,19 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
         return Reclaimed(r, "left", str(exc))
     finally:
         os.close(parent_fd)
+
+
+def _reclaim_rbd(r: ResourceRecord, dry_run: bool) -> Reclaimed:
+    """An RBD image a dead run made: removed from its pool when it is still iomatrix's
+    (``iomatrix.target.rbd.remove_recorded``); left, with why, while the cluster cannot be
+    reached (a later ``clean`` tries again)."""
+    marker = marker_text(identity(r.process), r.kind, r.path)
+    try:
+        done = rbd.remove_recorded(r.path, r.within, marker, dry_run=dry_run)
+    except TargetUnreachable as exc:
+        return Reclaimed(r, "left", str(exc))
+    action, _, detail = done.partition(": ")
+    return Reclaimed(r, action, detail or {"gone": "already removed"}.get(action, "in its pool"))
 
 
 def _reclaim_in(r: ResourceRecord, parent_fd: int, dry_run: bool, mountinfo: Path,

@@ -31,6 +31,8 @@ from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, Sto
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.target.network import NetworkTarget
+from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool
 from iomatrix.target.targets import TargetSet
 from iomatrix.target.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
@@ -83,6 +85,12 @@ def tools_for(expansion: Expansion) -> list[str]:
     return tools
 
 
+NETWORK_TARGETS: dict[str, type[NetworkTarget]] = {"rbd": RbdPool}
+"""[target] network kind → what prepares it for a run (``iomatrix.target.network``)."""
+NETWORK_TOOLS = {"rbd": "rbd"}
+"""The program each network kind needs besides fio and QEMU."""
+
+
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
@@ -107,6 +115,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     suite = prepared.suite
     for tool in tools_for(prepared.full):
         require(tool)
+    if suite.target.network is not None:
+        require(NETWORK_TOOLS[suite.target.kind])
     workspace = _workspace(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
@@ -122,6 +132,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if done_item.action == "removed":
                 progress.note(describe(done_item))
         workspace.record = me.record
+        if isinstance(workspace, NetworkTarget):
+            workspace.scratch = workdir
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         prepared = prepared.under(accelerator)
@@ -131,6 +143,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             host = host_metadata(target_path, accelerator=accelerator)
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
+            if isinstance(workspace, RbdPool):
+                host["target"] = f"rbd pool {workspace.rbd.spec}"
             notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
                      *prepared.notes]
             run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
@@ -156,6 +170,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.reopen_run(run_id)
         for text in notes:
             progress.note(text)
+        if isinstance(workspace, RbdPool):
+            workspace.run_label = str(run_id)
         status = "failed"
         try:
             runner = _Runner(prepared, store, run_id, progress, done, retry)
@@ -199,9 +215,12 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
-def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet:
-    """The run's target as one ``Workspace``, or for a suite of several targets a
-    ``TargetSet`` of those this host provides."""
+def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
+    """The run's target as one ``Workspace`` (a ``NetworkTarget`` for network storage), or for
+    a suite of several targets a ``TargetSet`` of those this host provides."""
+    target = prepared.suite.target
+    if target.network is not None:
+        return NETWORK_TARGETS[target.kind](target, keep=keep)
     if not prepared.targets:
         return Workspace(prepared.suite.target, keep=keep)
     return TargetSet(prepared.targets, keep=keep)
@@ -216,7 +235,7 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
     above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return r.kind == "scratch" or (r.kind == "parent" and r.path in above) or (
+        return r.kind in ("scratch", RBD_KIND) or (r.kind == "parent" and r.path in above) or (
             r.kind == "workspace" and (r.within in targets
                                        or (resume is not None and r.run_id == resume)))
     return wanted
@@ -265,7 +284,7 @@ class _Runner:
                 out.append(b.model_copy(update={"workloads": left}))
         return out
 
-    def run(self, workspace: Workspace | TargetSet, workdir: Path,
+    def run(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
             drivers: dict[str, Driver]) -> None:
         blocks = self._todo(self.prepared.blocks)
         self.progress.start(sum(len(b.workloads) for b in blocks),
@@ -308,11 +327,12 @@ class _Runner:
                    *vm_needing_more(run, self.method.target_ci)}     # the user's VM's gains
         return [p for p in candidates if p in wanting]
 
-    def _block(self, block: Block, workspace: Workspace | TargetSet, workdir: Path,
+    def _block(self, block: Block, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
                drivers: dict[str, Driver]) -> None:
         config = block.config
         if config.target not in self._devices:
-            self._devices[config.target] = device_of(workspace.storage_of(config))
+            storage = workspace.storage_of(config)
+            self._devices[config.target] = device_of(storage) if storage else None
         self.device = self._devices[config.target]
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
@@ -343,7 +363,7 @@ class _Runner:
         size = session.image.size if "size" not in target else None
         job = fill_text(target=target, size=size)
         run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
-                extra_args=session.fio_args())
+                extra_args=session.fio_args(), env=session.fio_env())
 
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
                k: int) -> None:
@@ -377,7 +397,7 @@ class _Runner:
                                   / 2),
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
-                              status_stream=not guests)
+                              status_stream=not guests, env=session.fio_env())
             session.check_trial(fio.result, workload)
         except IomatrixError as exc:
             self._failed(config, workload, k, str(exc), started=started,

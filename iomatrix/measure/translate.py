@@ -82,8 +82,12 @@ def translate(text: str, *, pve_version: pve.PveVersion | None = None,
     return _proxmox(text, pve_version, storages, vmid)
 
 
-def _config(values: dict[str, Any], notes: list[str]) -> Configuration | None:
-    if values.get("controller") not in CONTROLLERS or values.get("aio") is None:
+def _config(values: dict[str, Any], notes: list[str], *,
+            librbd: bool = False) -> Configuration | None:
+    """The guest configuration the values amount to; ``librbd``: a disk on librbd, which has
+    no aio (a [target] rbd pool measures it: ``iomatrix.target.rbd``)."""
+    if values.get("controller") not in CONTROLLERS or (values.get("aio") is None
+                                                         and not librbd):
         return None
     config = Configuration(mode="guest", preallocation="off",
                            **{k: v for k, v in values.items() if v is not None})
@@ -153,7 +157,7 @@ def _proxmox(text: str, version: pve.PveVersion | None,
             disk_notes.append(f"{drive.key}: the VM has snapshots, kept as qcow2 backing files: "
                               "qemu-server adds the chain the storage reports (qemu-img info "
                               "--backing-chain), which the configuration does not hold: left out")
-        config = _config(values, disk_notes)
+        config = _config(values, disk_notes, librbd=volume.driver == "rbd")
         disks.append(DiskTranslation(name=drive.key, written=written, values=values,
                                      config=config, argv=out.argv, notes=tuple(disk_notes),
                                      storage=storage))

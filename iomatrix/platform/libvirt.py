@@ -716,6 +716,7 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     """The disk's arguments libvirt at ``version`` (by default :class:`Versions`' own)
     generates for the ``<disk>`` a user would write for ``settings``. ValueError for what
     libvirt refuses."""
+    _local(image)
     disk, threads = disk_for(disk_kind(settings), source=image.path, block=image.is_device,
                              aio=settings.aio, cache=settings.cache,
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
@@ -723,10 +724,17 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     return list(disk_args(disk, version or Versions(), iothreads=threads, size=image.size).argv)
 
 
+def _local(image: DiskImage) -> None:
+    if image.network is not None:
+        raise ValueError(f"libvirt's graph for a {image.network.protocol} volume is not "
+                         "modelled: measure it with platform qemu or proxmox")
+
+
 def storage_graph(settings: DiskSettings, image: DiskImage,
                   version: Versions | None = None) -> StorageGraph:
     """``libvirt-1-storage`` and, where that libvirt gives the disk one, ``libvirt-1-format``
     over it (:func:`disk_args`), the export on the top one."""
+    _local(image)
     disk, _ = disk_for(DAEMON_BUS, source=image.path, block=image.is_device, aio=settings.aio,
                        cache=settings.cache, iothread=False, fmt=settings.format or "raw")
     argv = disk_args(disk, version or Versions(), size=image.size).argv

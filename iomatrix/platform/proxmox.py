@@ -1353,9 +1353,20 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     a user would write for ``settings``, with the image as an absolute path. ValueError for
     what it refuses."""
     drive, scsihw = _drive(settings, disk_kind(settings), image.path, guest=True)
-    volume = resolve_volume(drive, is_device=image.is_device)
+    volume = _volume(drive, image)
     return list(disk_args(drive, volume, scsihw=scsihw, version=version or DEFAULT_PVE_VERSION,
                           size=image.size, escape=True).argv)
+
+
+def _volume(drive: Drive, image: DiskImage) -> Volume:
+    """The drive's volume: the image's path, or a volume on network storage as qemu-server
+    resolves one on its storage (pve-storage's qemu_blockdev_options and path)."""
+    if image.network is None:
+        return resolve_volume(drive, is_device=image.is_device)
+    network = image.network
+    return Volume(driver=network.protocol, path=network.name, format="raw",
+                  storage=network.protocol, volid=f"iomatrix:{network.name}",
+                  node=network.node, drive_file=network.drive_file)
 
 
 def storage_graph(settings: DiskSettings, image: DiskImage,
@@ -1363,7 +1374,7 @@ def storage_graph(settings: DiskSettings, image: DiskImage,
     """qemu-server's layers (:func:`daemon_graph`): detect-zeroes, discard, and on PVE 9 the
     throttle filter over an empty throttle group, the export on the top node."""
     drive, _ = _drive(settings, DAEMON_BUS, image.path, guest=False)
-    volume = resolve_volume(drive, is_device=image.is_device)
+    volume = _volume(drive, image)
     graph = daemon_graph(drive, volume, version=version or DEFAULT_PVE_VERSION, size=image.size)
     return StorageGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
 

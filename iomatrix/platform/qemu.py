@@ -160,9 +160,10 @@ def defaults(*, storage: str = "other", settings: dict[str, str] | None = None,
 # -- the block graph and the disk's arguments -------------------------------------------------
 
 def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, Any]]:
-    """The protocol node (file or host_device, carrying aio and cache) and the format node above
-    it, with explicit node names. Both carry the cache flags: QEMU reports them per node, and an
-    explicitly defined child does not inherit them."""
+    """The protocol node (file or host_device, carrying aio and cache; for a volume on network
+    storage its driver, rbd, with no aio) and the format node above it, with explicit node
+    names. Both carry the cache flags: QEMU reports them per node, and an explicitly defined
+    child does not inherit them."""
     flags = cache_flags(settings)
     cache = {"direct": flags.direct, "no-flush": flags.no_flush}
     file_node: dict[str, Any] = {
@@ -172,6 +173,9 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
         "aio": settings.aio or "threads",
         "cache": cache,
     }
+    if image.network is not None:
+        file_node = {"driver": image.network.protocol, **image.network.node,
+                     "node-name": FILE_NODE, "cache": cache}
     format_node: dict[str, Any] = {
         "driver": settings.format or "raw",
         "file": FILE_NODE,

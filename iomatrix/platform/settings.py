@@ -4,7 +4,7 @@ no suite type and sits right above core."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from iomatrix.core.model import Frozen
 
@@ -46,13 +46,27 @@ def default(level: str | None, shown: str | None = None, note: str = "") -> Plat
     return PlatformDefault(level=level, shown=shown or (level or "none"), note=note)
 
 
+class NetworkNode(Frozen):
+    """A volume on network storage as a disk's graph opens it: the protocol driver (rbd,
+    iscsi) and its node's options, the ``-drive file=`` string (PVE 8), the ``--object``
+    values it needs, and ``name``, what people are shown (``pool/image``)."""
+
+    protocol: str
+    name: str
+    node: dict[str, Any]
+    drive_file: str
+    objects: tuple[str, ...] = ()
+
+
 class DiskImage(Frozen):
-    """The image a disk's graph opens: its path, whether it is a block device, and the size a
-    raw format node is limited to (a block device's test area; None: the whole image)."""
+    """The image a disk's graph opens: its path, whether it is a block device, the size a raw
+    format node is limited to (a block device's test area; None: the whole image), and, for a
+    volume on network storage, how its protocol driver reaches it (``path`` is then a name)."""
 
     path: str
     is_device: bool = False
     size: int | None = None
+    network: NetworkNode | None = None
 
 
 class StorageGraph(Frozen):

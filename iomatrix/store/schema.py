@@ -17,6 +17,10 @@ History:
      under its name is not its lock (``iomatrix.core.owner.LockFile``)
   7  the run's uuid: the same run in two stores (``iomatrix db copy``) is known by it; the runs
      made before it get one drawn at random
+  8  resources on network storage: a kind ``<storage>-<thing>`` (``rbd-image``: an RBD image a
+     run created, its path ``pool[/namespace]/name``, its ``within`` the connection as JSON,
+     file paths only: ``iomatrix.target.rbd``); PostgreSQL swaps the table's check
+     rather than rebuilding the table (``PG_MIGRATIONS``)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -201,9 +205,41 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE runs SET uuid = lower(hex(randomblob(16)));
     CREATE UNIQUE INDEX runs_by_uuid ON runs(uuid);
     """,
+    # 8
+    """
+    CREATE TABLE resources_8 (
+        id INTEGER PRIMARY KEY,
+        process_id INTEGER NOT NULL REFERENCES processes(id),
+        run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('scratch', 'workspace', 'parent')
+                                  OR kind GLOB '[a-z]*-[a-z]*'),
+        path TEXT NOT NULL,
+        within TEXT NOT NULL,
+        keep INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        removed_at TEXT,
+        outcome TEXT
+    );
+    INSERT INTO resources_8 SELECT id, process_id, run_id, kind, path, within, keep, created_at,
+        removed_at, outcome FROM resources;
+    DROP TABLE resources;
+    ALTER TABLE resources_8 RENAME TO resources;
+    CREATE INDEX resources_open ON resources(removed_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+PG_MIGRATIONS: dict[int, str] = {
+    # 8: PostgreSQL changes a table's check in place; rebuilding the table as SQLite must would
+    # leave its identity sequence behind the copied ids
+    8: """
+    ALTER TABLE resources DROP CONSTRAINT resources_kind_check;
+    ALTER TABLE resources ADD CONSTRAINT resources_kind_check
+        CHECK (kind IN ('scratch', 'workspace', 'parent') OR kind ~ '^[a-z].*-[a-z]');
+    """,
+}
+"""Migrations (by number) that PostgreSQL runs in words of its own instead of ``MIGRATIONS``'."""
 
 APPLICATION_ID = 0x696F6D78
 """``PRAGMA application_id`` of an iomatrix results database: "iomx"."""
@@ -326,7 +362,8 @@ def migrate_pg(conn: Any, upto: int = SCHEMA_VERSION, *, where: str, lock: tuple
                     conn.execute(f"CREATE TABLE {META} (application_id BIGINT NOT NULL, "
                                  "version BIGINT NOT NULL)")
                     conn.execute(f"INSERT INTO {META} VALUES (?, 0)", (APPLICATION_ID,))
-                for statement in _statements(pg_script(MIGRATIONS[version])):
+                script = PG_MIGRATIONS.get(version + 1) or pg_script(MIGRATIONS[version])
+                for statement in _statements(script):
                     conn.execute(statement)
                 version += 1
                 conn.execute(f"UPDATE {META} SET version = ?", (version,))

@@ -358,6 +358,13 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
     axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
     if mode == "guest":
         axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
+    if suite.target.network is not None and "aio" in used:
+        # QEMU's rbd driver has no aio option: one configuration, not one per aio value
+        axis_values[AXES.index("aio")] = (None,)
+        note = (f"{where} aio is not evaluated on {suite.target.kind}: QEMU's {suite.target.kind} "
+                "driver has no aio option (librbd completes requests on its own threads)")
+        if note not in notes:
+            notes.append(note)
     seen = {c.key for c in configs}
     for (target, device_target), combo in itertools.product(targets,
                                                             itertools.product(*axis_values)):

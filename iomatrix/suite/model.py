@@ -14,6 +14,7 @@ from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, Valida
 
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
+from iomatrix.suite.network import NETWORK_KINDS, RbdTarget
 
 Mode = Literal["host", "blocklayer", "guest"]
 Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "lsi", "megasas",
@@ -377,13 +378,23 @@ def _target_path(value: Path | None, key: str) -> Path | None:
                          "write the full path") from None
 
 
+STORAGE_ID = r"^[A-Za-z][A-Za-z0-9\-_.]*$"
+"""A Proxmox VE storage id (pve-storage's ``pve-storage-id`` format)."""
+
+
 class Target(Frozen):
-    """Where the images live: a directory (files are created there) or a whole block device."""
+    """Where the images live: a directory (files are created there), a whole block device, or
+    network storage (``network``: a Ceph RBD pool), or a Proxmox VE storage named by its id
+    (``storage``, resolved into one of those from storage.cfg before the run:
+    ``iomatrix.target.network.resolve_storage``)."""
 
     directory: Path | None = None
     size: Size | None = None
     device: Path | None = None
     allow_destroy: bool = False
+    rbd: RbdTarget | None = None
+    storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
+    """A Proxmox VE storage id; ``iomatrix run --storage-cfg`` says where its definition is."""
     allow_tmpfs: bool = False
     """The directory is on tmpfs (RAM) on purpose: no warning that figures measure memory."""
     working_set: WorkingSet = "size"
@@ -412,8 +423,16 @@ class Target(Frozen):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Target":
-        if (self.directory is None) == (self.device is None):
-            raise ValueError("give either directory (with size) or device (with allow_destroy = true)")
+        given = [k for k in ("directory", "device", *NETWORK_KINDS, "storage")
+                 if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give one of directory (with size), device (with allow_destroy = "
+                             "true), " + ", ".join(NETWORK_KINDS) + " (a table, with size) or "
+                             "storage (a Proxmox VE storage id)"
+                             + (f", not {' and '.join(given)}" if given else ""))
+        if self.network is not None and self.size is None and self.working_set != "exceed-ram":
+            raise ValueError(f"a {given[0]} target needs a size for the images iomatrix creates "
+                             "there, e.g. size = \"4GiB\"")
         if self.filesystems and self.directory is None:
             raise ValueError("filesystems are made in a directory target (a device is measured "
                              "as it is): give directory, or drop filesystems")
@@ -428,6 +447,18 @@ class Target(Frozen):
             raise ValueError(f"device {self.device} is written to and destroyed; "
                              "say so with allow_destroy = true")
         return self
+
+    @property
+    def network(self) -> "RbdTarget | None":
+        """The network storage table given (``NETWORK_KINDS``), or None."""
+        return next((getattr(self, k) for k in NETWORK_KINDS if getattr(self, k) is not None),
+                    None)
+
+    @property
+    def kind(self) -> str:
+        """directory, device, storage, or the network kind (rbd)."""
+        return next(k for k in ("directory", "device", *NETWORK_KINDS, "storage")
+                    if getattr(self, k) is not None)
 
 
 def _vm_file(value: str | None) -> str | None:
@@ -463,7 +494,8 @@ class Reference(Frozen):
     storage: Printable = ""
     """Where the volume lives on the VM's host (storage type, or file/block)."""
     controller: Controller | None = None
-    aio: Aio
+    aio: Aio | None = None
+    """None: a disk on librbd, which has no aio."""
     iothread: StrictBool = False
     cache: Cache
     format: Format
@@ -499,6 +531,9 @@ class NamedTarget(Target):
                              "filesystem (filesystem = \"xfs\")")
         if self.filesystem is not None and self.directory is None:
             raise ValueError("filesystem is made in a directory target: give directory")
+        if self.directory is None and self.device is None:
+            raise ValueError(f"a {self.kind} target is measured in a run of its own ([target]), "
+                             "not as one of several [[targets]]")
         return self
 
 
@@ -973,7 +1008,8 @@ class Suite(Frozen):
         shared, tables = data.get("target", {}), data["targets"]
         if not isinstance(shared, dict) or not isinstance(tables, list):
             return data                 # pydantic says what is wrong with them
-        for key in ("directory", "device", "allow_destroy", "filesystems"):
+        for key in ("directory", "device", "allow_destroy", "filesystems", *NETWORK_KINDS,
+                    "storage"):
             if key in shared:
                 raise ValueError(f"[target] {key}: with [[targets]], each target names its own "
                                  "directory or device; [target] holds only what they share "

@@ -34,6 +34,7 @@ from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
+from iomatrix.target.network import NetworkVolume
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen
 
@@ -53,13 +54,18 @@ private directory (``core.dirs.MARKER``); a target directory gets ``core.dirs.pa
 
 
 class Image(Frozen):
-    """One disk image (or the block device itself) that configurations run on."""
+    """One disk image (or the block device itself, or a volume on network storage) that
+    configurations run on."""
 
     path: Path
+    """The file or device; for a network volume a name to show (``rbd:pool/image``), never
+    opened."""
     format: str
     preallocation: str
     size: int
     is_device: bool = False
+    network: NetworkVolume | None = None
+    """How QEMU and fio reach a volume on network storage (``iomatrix.target.network``)."""
 
 
 def image_spec(config: Configuration) -> tuple[str, str]:

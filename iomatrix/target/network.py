@@ -1,0 +1,142 @@
+"""Network storage as a run uses it: the common shape every kind shares (a Ceph RBD pool,
+``iomatrix.target.rbd``; an iSCSI LUN beside it), and a Proxmox VE storage id resolved into a
+[target].
+
+The shape, which the runner, the drivers and ``reclaim`` rely on:
+
+- ``NetworkVolume``: one volume on the storage as the programs reach it. ``node`` is QEMU's
+  protocol node without ``driver``/``node-name``/``cache`` (``-blockdev driver=rbd,…`` or
+  ``iscsi``); ``drive_file`` the ``-drive file=`` string of the same (Proxmox VE 8's form);
+  ``objects`` the ``--object`` values the node needs (a ``secret`` read from a file the user
+  named); ``fio`` the host-mode job options that replace ``ioengine``/``filename`` (fio's rbd
+  engine), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's files: only
+  their paths are in these, never their contents.
+- ``Image.network`` carries it (``iomatrix.target.workspace.Image``); ``Image.path`` is then a
+  name to show (``rbd:pool/image``), never opened.
+- ``NetworkTarget``: what the runner uses in place of a ``Workspace`` (``check``, ``create``,
+  ``close``, ``images``, ``verify``, ``storage_of``, ``notes``, ``preconditioned``,
+  ``record``). It checks the connection in ``check`` (one line, ``NetworkTargetError``, within
+  the kind's connect timeout) before anything is created or stored, records every volume it
+  creates (kind ``<kind>-image``: path the volume's name, within the connection as JSON with
+  file paths only) before creating it, and removes them in ``close``; ``reclaim`` removes what
+  a killed run left through ``remove_recorded``.
+- ``KINDS``: [target] key → the module's class (``open_target``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from iomatrix.core.model import Frozen
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.settings import NetworkNode
+from iomatrix.suite.model import Configuration, Target
+
+
+class NetworkVolume(NetworkNode):
+    """One volume on network storage as QEMU and fio reach it (the module's docstring): the
+    node a disk's graph opens, and how host mode's fio reaches it."""
+
+    protocol: Literal["rbd", "iscsi"]
+    fio: dict[str, str]
+    env: dict[str, str] = {}
+    client: str
+    """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
+
+
+class NetworkTarget:
+    """The interface a network target offers the runner (see the module's docstring); each
+    kind subclasses it. The bookkeeping every kind shares is here."""
+
+    kind = ""
+    """The [target] key (``rbd``)."""
+
+    def __init__(self, target: Target, *, keep: bool = False, record: Any = None,
+                 scratch: Path | None = None) -> None:
+        self.target = target
+        self.keep = keep
+        self.record = record
+        self.scratch = scratch
+        """The run's private scratch directory (files the clients read: a ceph.conf)."""
+        self.notes: list[str] = []
+        self.preconditioned: set[Path] = set()
+        self.image_size: int | None = None
+
+    def check(self, configs: Iterable[Configuration]) -> "NetworkTarget":
+        raise NotImplementedError
+
+    def create(self) -> "NetworkTarget":
+        return self
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def images(self, config: Configuration) -> list[Any]:
+        raise NotImplementedError
+
+    def verify(self, images: Iterable[Any]) -> None:
+        """Network volumes are named, not reached through a path another user could swap."""
+
+    def storage_of(self, config: Configuration) -> Path | None:
+        """No local device holds network storage: no host disk telemetry."""
+        return None
+
+    def __enter__(self) -> "NetworkTarget":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def network_kind(target: Target) -> str | None:
+    """The target's network kind (``rbd``), or None for a directory or device."""
+    return target.kind if target.network is not None else None
+
+
+def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: Path) -> Target:
+    """A ``[target] storage = "ID"`` as the [target] it names in ``storages`` (a parsed
+    storage.cfg in ``pve_dir``, /etc/pve on Proxmox VE): rbd → ``rbd`` (``rbd_of_storage``), dir/nfs/cifs → ``directory`` (the storage's
+    path; nfs and cifs as mounted by Proxmox VE, /mnt/pve/ID unless path says). Any other
+    target is returned as it is. ``ValueError`` says what cannot be measured."""
+    if target.storage is None:
+        return target
+    ident = target.storage
+    storage = storages.get(ident)
+    if storage is None:
+        known = ", ".join(sorted(storages)) or "none"
+        raise ValueError(f"storage {ident!r} is not in the storage.cfg given (it defines: {known})")
+    rest = target.model_dump(exclude={"storage", "directory", "device", "rbd"}, exclude_none=True)
+    if storage.type == "rbd":
+        return Target.model_validate({**rest, "rbd": rbd_of_storage(storage, pve_dir)})
+    if storage.type in ("dir", "nfs", "cifs"):
+        path = storage.path or (f"/mnt/pve/{ident}" if storage.type != "dir" else None)
+        if path is None:
+            raise ValueError(f"storage {ident} (dir) has no path in the storage.cfg given")
+        return Target.model_validate({**rest, "directory": path})
+    raise ValueError(f"storage {ident} is a {storage.type} storage: iomatrix measures rbd, dir, "
+                     "nfs and cifs storages by their id (a device or directory of any other: "
+                     "give it as [target] device or directory)")
+
+
+def rbd_of_storage(storage: pve.Storage, pve_dir: Path) -> dict[str, Any]:
+    """A Proxmox VE rbd storage as ``[target] rbd`` keys, as pve-storage's CephConfig.pm
+    ceph_connect_option connects: the keyring ``priv/ceph/ID.keyring`` in ``pve_dir`` where it
+    exists (else no cephx), the configuration ``priv/ceph/ID.conf`` for an external cluster
+    (monhost), ``ceph.conf`` there for one Proxmox VE manages; user ``username`` or admin;
+    pool ``rbd`` when none is named."""
+    out: dict[str, Any] = {"pool": storage.pool or "rbd", "client": storage.username or "admin",
+                           "krbd": storage.krbd}
+    if storage.namespace:
+        out["namespace"] = storage.namespace
+    priv = pve_dir / "priv" / "ceph"
+    if storage.monhost:
+        out["monitors"] = [m for m in re.split(r"[,;\s]+", storage.monhost.strip()) if m]
+        if (priv / f"{storage.id}.conf").exists():
+            out["conf"] = str(priv / f"{storage.id}.conf")
+    else:
+        out["conf"] = str(pve_dir / "ceph.conf")
+    if (priv / f"{storage.id}.keyring").exists():
+        out["keyring"] = str(priv / f"{storage.id}.keyring")
+    return out
