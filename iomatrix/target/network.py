@@ -29,7 +29,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from iomatrix.core.model import Frozen
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.model import Configuration, Target
