@@ -113,15 +113,16 @@ def data_json(data: ReportData) -> str:
     ``<``, ``>`` and ``&`` are written as ``\\u003c``/``\\u003e``/``\\u0026`` (valid JSON escapes), so
     no string in the data can close the element; ``JSON.parse`` and ``json.loads`` read it back as is.
     """
-    dumped = data.model_dump(mode="json", exclude={"samples_csv", "points"}, exclude_defaults=True)
+    dumped = rounded(data.model_dump(mode="json", exclude={"samples_csv", "points"},
+                                     exclude_defaults=True))
     columns = list(PointView.model_fields)
     defaults = {name: _json_default(PointView.model_fields[name].get_default()) for name in columns}
     rows = []
     for point in data.points:
         row = point.model_dump(mode="json")
         rows.append([None if (v := row[c]) == defaults[c] else rounded(v) for c in columns])
-    dumped["points"] = {"columns": columns, "rows": rows}
-    return _script_json(rounded(dumped))
+    dumped["points"] = {"columns": columns, "rows": rows}   # rounded once, above
+    return _script_json(dumped)
 
 
 def _script_json(value: object) -> str:
