@@ -1,9 +1,10 @@
 """Draw a ``ReportData`` as one self-contained HTML page.
 
-The page works with no network: plotly.js comes inline from the installed plotly package, the
-run's data is embedded once as JSON, the raw samples as gzip-compressed CSV (the page decompresses
-it when asked to download it), and ``templates/report.js`` builds the charts and the paged tables
-in the browser. Charts are drawn nearest-the-viewport first, one per task, so the page is usable
+The page works with no network: plotly.js (from the installed plotly package) and the run's
+data (JSON) are embedded gzip-compressed and base64-encoded, and the page's script decompresses
+them in the browser (``DecompressionStream``) before it draws: a 10,000-point run's page is half
+the size it would be inline. The raw samples are embedded the same way as CSV (decompressed when
+asked to download them), and ``templates/report.js`` builds the charts and the paged tables. Charts are drawn nearest-the-viewport first, one per task, so the page is usable
 while the rest are drawn; ``<html data-charts>`` says "drawing" until every chart is drawn, then
 "ready". Everything shown is read from ``ReportData``; a missing value is shown as "—", never
 guessed.
@@ -101,8 +102,8 @@ def _json_default(value: object) -> object:
 
 
 def data_json(data: ReportData) -> str:
-    """The run as JSON for a ``<script type="application/json">`` element (the raw CSV is left
-    out: it has an element of its own).
+    """The run as JSON for the page (the raw CSV is left out: it has an element of its own),
+    which embeds it ``packed``.
 
     The points, the bulk of a large run, are a table: ``{"columns": [field, ...], "rows":
     [[value, ...], ...]}`` with null for a field at its default, which ``read_data_json`` and
@@ -155,18 +156,24 @@ def read_data_json(text: str) -> ReportData:
     return ReportData.model_validate(raw)
 
 
-def csv_blob(csv_text: str) -> str:
-    """The CSV gzip-compressed and base64-encoded: base64 cannot end a <script> element."""
-    packed = gzip.compress(csv_text.encode("utf-8"), compresslevel=6, mtime=0)
-    return base64.b64encode(packed).decode("ascii")
+def packed(text: str, level: int = 6) -> str:
+    """``text`` gzip-compressed and base64-encoded, for a ``data-encoding="gzip+base64"``
+    element: base64 cannot end a <script> element."""
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=level,
+                                          mtime=0)).decode("ascii")
+
+
+def unpacked(blob: str) -> str:
+    """``packed``'s text back."""
+    return gzip.decompress(base64.b64decode(blob)).decode("utf-8")
 
 
 @lru_cache(maxsize=1)
 def plotly_js() -> str:
-    """plotly.js from the installed plotly package, safe to inline in a <script> element."""
+    """plotly.js from the installed plotly package, ``packed`` (once per process: 4.6 MiB)."""
     from plotly.offline import get_plotlyjs
 
-    return _script_safe(get_plotlyjs())
+    return packed(get_plotlyjs(), level=9)
 
 
 @lru_cache(maxsize=2)
@@ -227,8 +234,8 @@ def render_html(data: ReportData) -> str:
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),
         csv_rows=csv_rows,
-        csv_blob=Markup(csv_blob(data.samples_csv)) if csv_rows else "",
-        data_json=Markup(data_json(data)),
+        csv_blob=Markup(packed(data.samples_csv)) if csv_rows else "",
+        data_json=Markup(packed(data_json(data))),
         css=Markup(_asset("report.css")),
         report_js=Markup(_script_safe(_asset("report.js"))),
         plotly_js=Markup(plotly_js()),
