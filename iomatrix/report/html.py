@@ -176,7 +176,7 @@ def plotly_js() -> str:
     return packed(get_plotlyjs(), level=9)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=8)
 def _asset(name: str) -> str:
     return (_TEMPLATES / name).read_text(encoding="utf-8")
 
@@ -238,6 +238,7 @@ def render_html(data: ReportData) -> str:
         data_json=Markup(packed(data_json(data))),
         css=Markup(_asset("report.css")),
         report_js=Markup(_script_safe(_asset("report.js"))),
+        unpack_js=Markup(_script_safe(_asset("unpack.js"))),
         plotly_js=Markup(plotly_js()),
         missing=MISSING,
     )

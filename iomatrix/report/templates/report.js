@@ -2,25 +2,10 @@
 // Charts are drawn one per task, those nearest the viewport first, so the page stays usable while
 // the rest are drawn; <html data-charts> is "drawing" until every chart is drawn, then "ready"
 // ("error" when the page's data cannot be unpacked).
-// The run's data and plotly.js are embedded gzip+base64 (half the page's size inline): the page
-// unpacks them with the browser's DecompressionStream before it draws.
-const bytesOf = (id) => {
-  const raw = atob(document.getElementById(id).textContent.trim());
-  const bytes = new Uint8Array(raw.length);
-  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-  return bytes;
-};
-const unpack = (id) => new Response(new Blob([bytesOf(id)]).stream()
-  .pipeThrough(new DecompressionStream("gzip"))).text();
+// The run's data and plotly.js are embedded gzip+base64: unpack.js unpacks them.
 (async () => {
   "use strict";
-  if (typeof DecompressionStream !== "function") {
-    throw new Error("this browser cannot decompress the report's data (no DecompressionStream): "
-                    + "open it in a current Chromium, Firefox or Safari");
-  }
-  const [dataText, plotlyText] = await Promise.all([unpack("report-data"), unpack("plotly-js")]);
-  (0, eval)(plotlyText);   // global code: plotly.js defines window.Plotly as its own <script> would
-  const D = JSON.parse(dataText);
+  const D = JSON.parse(await withPlotly("report-data"));
   // IOPS, bandwidth and the latencies as iomatrix.analysis.metrics defines them, by key.
   const FIGURES = JSON.parse(document.getElementById("report-metrics").textContent);
   const FIGURE = Object.fromEntries(FIGURES.map((f) => [f.key, f]));
