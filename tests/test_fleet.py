@@ -24,8 +24,9 @@ except ImportError:  # tests/ run as plain directory (rootdir not on sys.path)
     from browser import chromium_available, open_page
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CONFIGS = configurations("blocklayer", {"aio": ["native", "io_uring"], "cache": ["none"],
-                                        "format": ["raw"]})
+CONFIGS = [*configurations("blocklayer", {"aio": ["native", "io_uring"], "cache": ["none"],
+                                          "format": ["raw"]}),
+           Configuration(mode="blocklayer", aio="native", cache="none", format="raw", aa=True)]
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 32)]
 # node → (storage, speed against the reference): alpha is the reference, beta its equal, gamma
 # 20 % slower, delta (another storage) 10 % faster
@@ -70,7 +71,8 @@ def test_slower_faster_and_equal_nodes(fleet_db):
     assert by_node["gamma"].change == pytest.approx(-0.2, abs=0.02)
     assert by_node["gamma"].worse == by_node["gamma"].points == len(CONFIGS) * len(WORKLOADS)
     assert [d.key for d in by_node["delta"].differences] == ["target"]
-    assert by_node["beta"].noise_floor is None   # no A/A twin in these runs
+    # the A/A twin's noise floor (±1 % noise a sample): above 0, far below gamma's 20 %
+    assert 0 < by_node["beta"].noise_floor < 0.05 and "noise floor ±" in by_node["gamma"].verdict
     assert "unpaired" in fleet.point_method and "paired by point" in fleet.node_method
 
 
@@ -83,7 +85,7 @@ def test_compare_of_several_runs_prints_one_line_per_node_slowest_first(fleet_db
     assert rows[:4] == ["gamma", "beta", "delta", "alpha"]
     assert re.search(r"^gamma \(run \d+\): slower: −(19|20)\.\d % IOPS", proc.stdout, re.M)
     assert "by storage (median change of its nodes):" in proc.stdout
-    assert "Welch per point" in proc.stdout and "no A/A noise floor measured" in proc.stdout
+    assert "Welch per point" in proc.stdout and "noise floor ±" in proc.stdout
     refused = cli_result("compare", *map(str, ids), "--db", str(db), "--match", "workload")
     assert refused.returncode != 0 and "fleet" in refused.stderr
 
