@@ -207,9 +207,13 @@ def t_interval(xs: Sequence[float], confidence: float = 0.95) -> Interval:
     if n < 2:
         return Interval(mean=centre, low=None, high=None, half_width=None, relative=None,
                         method="none", n=n, confidence=confidence)
-    hw = _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    hw = _t_half_width(n, sd, confidence)
     return Interval(mean=centre, low=centre - hw, high=centre + hw, half_width=hw,
                     relative=_relative(hw, centre), method="t", n=n, confidence=confidence)
+
+
+def _t_half_width(n: int, sd: float, confidence: float) -> float:
+    return _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
 
 
 def bootstrap_interval(xs: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,
@@ -273,6 +277,21 @@ def confidence_interval(xs: Sequence[float], confidence: float = 0.95, seed: int
     if is_skewed(xs):
         return bootstrap_interval(xs, confidence, seed=seed)
     return t_interval(xs, confidence)
+
+
+def interval_bounds(xs: Sequence[float], confidence: float = 0.95) -> tuple[float | None,
+                                                                          float | None]:
+    """``confidence_interval(xs)``'s low and high ((None, None) below 2 samples), without the
+    Interval: a report asks for three of them per point."""
+    if len(xs) < 2:
+        return None, None
+    if is_skewed(xs):
+        ci = bootstrap_interval(xs, confidence)
+        return ci.low, ci.high
+    _check_level("confidence", confidence)
+    n, centre, sd, _ = _summary(xs)
+    hw = _t_half_width(n, sd, confidence)
+    return centre - hw, centre + hw
 
 
 def outliers(xs: Sequence[float]) -> tuple[bool, ...]:

@@ -86,19 +86,15 @@ def _script_safe(js: str) -> str:
 
 
 def rounded(value: object) -> object:
-    """``value`` with its floats rounded to ``SIGNIFICANT`` digits, in nested lists and dicts too
-    (what ``data_json`` writes)."""
+    """``value`` with its floats rounded to ``SIGNIFICANT`` digits, in nested lists (tuples become
+    lists) and dicts too (what ``data_json`` writes)."""
     if isinstance(value, float):
         return float(f"{value:.{SIGNIFICANT}g}") if math.isfinite(value) else None
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [rounded(v) for v in value]
     if isinstance(value, dict):
         return {k: rounded(v) for k, v in value.items()}
     return value
-
-
-def _json_default(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def data_json(data: ReportData) -> str:
@@ -117,11 +113,12 @@ def data_json(data: ReportData) -> str:
     dumped = rounded(data.model_dump(mode="json", exclude={"samples_csv", "points"},
                                      exclude_defaults=True))
     columns = list(PointView.model_fields)
-    defaults = {name: _json_default(PointView.model_fields[name].get_default()) for name in columns}
+    defaults = [PointView.model_fields[name].get_default() for name in columns]
     rows = []
-    for point in data.points:
-        row = point.model_dump(mode="json")
-        rows.append([None if (v := row[c]) == defaults[c] else rounded(v) for c in columns])
+    for point in data.points:   # its fields are numbers, strings, tuples and dicts of them
+        row = point.__dict__
+        rows.append([None if (v := row[c]) == d else rounded(v)
+                     for c, d in zip(columns, defaults, strict=True)])
     dumped["points"] = {"columns": columns, "rows": rows}   # rounded once, above
     return _script_json(dumped)
 
