@@ -155,6 +155,16 @@ def open_in_chromium(path: Path, opens: int) -> None:
     print(f"  every chart drawn                   {best['allChartsMs']:8.0f} ms   (one per task, page usable meanwhile)")
 
 
+def warm_imports() -> None:
+    """Import what build_report_data imports on first use (scipy among them: a second or two,
+    once per process), so that its timing is the analysis's."""
+    import iomatrix.analysis.effects  # noqa: F401
+    import iomatrix.analysis.efficiency  # noqa: F401
+    import iomatrix.analysis.findings  # noqa: F401
+    import iomatrix.recommend.decide  # noqa: F401
+    import iomatrix.report.export  # noqa: F401
+
+
 def measure(db: Path, run_id: int, out: Path) -> dict[str, float]:
     """Load, build and write the report of ``run_id``: wall and CPU seconds of each, page size."""
     from iomatrix.report.data import build_report_data
@@ -167,6 +177,8 @@ def measure(db: Path, run_id: int, out: Path) -> dict[str, float]:
         result = fn(*args)
         got[name], got[name + "_cpu"] = time.perf_counter() - wall, time.process_time() - cpu
         return result
+
+    step("imports", warm_imports)
 
     with Store(db) as store:
         run = step("load", store.load_run, run_id)
@@ -193,7 +205,8 @@ def against(other: Path, db: Path, run_id: int, work: Path, rounds: int) -> None
     b, a = best["before"], best["after"]
     print(f"before ({other}) and after ({REPO}), best of {rounds} each, alternately:")
     print(f"  {'':<22} {'before':>16} {'after':>16} {'before/after':>14}")
-    for key, label in (("load", "store.load_run"), ("build", "build_report_data"),
+    for key, label in (("imports", "imports (scipy, once)"), ("load", "store.load_run"),
+                       ("build", "build_report_data"),
                        ("write", "write_report")):
         print(f"  {label:<22} {b[key]:7.2f} s ({b[key + '_cpu']:5.2f} cpu)"
               f" {a[key]:7.2f} s ({a[key + '_cpu']:5.2f} cpu) {b[key] / a[key]:6.1f}× wall"
@@ -241,6 +254,7 @@ def main() -> None:
     if args.against:
         against(args.against, db, run_id, work, args.rounds)
     print("timings:")
+    timed("imports (scipy, once per process)", warm_imports)
     with Store(db) as store:
         run, t_load = timed("store.load_run", store.load_run, run_id)
     run = with_telemetry(run)
