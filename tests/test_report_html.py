@@ -19,7 +19,7 @@ import pytest
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.report.export import samples_csv
 from iomatrix.report.data import CI_OVER, FAILED, STEADY_MISSED, ReportData, build_report_data
-from iomatrix.report.html import rounded, read_data_json, render_html, write_report
+from iomatrix.report.html import rounded, read_data_json, render_html, unpacked, write_report
 from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, StoredSuite
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
@@ -198,14 +198,24 @@ def test_page_is_self_contained(data):
     external = [u for u in s.links if re.match(r"^\s*(https?:)?//", u, re.IGNORECASE)]
     assert external == []
     assert not re.search(r"<(link|img|iframe)\b", html, re.IGNORECASE)
-    # plotly.js is inline, not fetched
+    # plotly.js is in the page (packed), not fetched
     assert all("src" not in attrs for attrs, _ in s.scripts)
-    assert any("Plotly" in body and len(body) > 1_000_000 for _, body in s.scripts)
+    plotly = unpacked(script(s, "plotly-js"))
+    assert "Plotly" in plotly and len(plotly) > 1_000_000
+
+
+def test_page_embeds_plotly_and_data_packed(data):
+    """plotly.js and the run's JSON are gzip+base64: together well under half their inline size."""
+    s = scan(render_html(data))
+    for element_id in ("plotly-js", "report-data"):
+        ((attrs, body),) = [(a, b) for a, b in s.scripts if a.get("id") == element_id]
+        assert attrs["data-encoding"] == "gzip+base64"
+        assert len(body) < len(unpacked(body)) / 2
 
 
 def test_data_json_round_trips(data):
-    body = script(scan(render_html(data)), "report-data")
-    assert "<" not in body  # nothing can close the element early
+    body = unpacked(script(scan(render_html(data)), "report-data"))
+    assert "<" not in body  # nothing can close the element early, packed or not
     expected = ReportData.model_validate(rounded(data.model_dump(mode="json")))
     assert read_data_json(body) == expected.model_copy(update={"samples_csv": ""})
     # six significant digits: no figure moves by more than 5e-6 of itself
@@ -228,7 +238,7 @@ def test_script_breaking_text_is_escaped(data):
     html = render_html(data)
     assert "<script>alert(1)" not in html
     assert "&lt;b&gt;x&lt;/b&gt;" in html  # autoescaped in the page
-    assert read_data_json(script(scan(html), "report-data")).notes == (hostile,)
+    assert read_data_json(unpacked(script(scan(html), "report-data"))).notes == (hostile,)
 
 
 def test_tcg_banner_and_labels(run, data, tmp_path):
@@ -302,7 +312,7 @@ def test_write_report(data, tmp_path):
     s = scan(html)
     # the data and the samples it embeds parse back
     expected = ReportData.model_validate(rounded(data.model_dump(mode="json")))
-    assert read_data_json(script(s, "report-data")) == expected.model_copy(update={"samples_csv": ""})
+    assert read_data_json(unpacked(script(s, "report-data"))) == expected.model_copy(update={"samples_csv": ""})
     csv_text = gzip.decompress(base64.b64decode(script(s, "samples-csv"))).decode()
     assert csv_text == data.samples_csv
     # every section the data calls for, each listed in the table of contents

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from iomatrix.analysis.metrics import LATENCY_KEY, LATENCY_NAMES, METRICS, run_latency
 from iomatrix.analysis.points import Point, points
-from iomatrix.analysis.stats import Adjustment, Comparison, Interval, adjust, compare, confidence_interval
+from iomatrix.analysis.stats import Adjustment, Comparison, Interval, compare_many, confidence_interval
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.units import format_bytes
@@ -317,7 +317,7 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
     pairings = pair_configurations(a, b, match)
     workloads = {w.key: w.label for w in a.workloads}
     matched, unpaired = _matched(a, b, pairings, metric)
-    adjusted = adjust([m[6] for m in matched], adjustment)
+    adjusted = compare_many([m[6] for m in matched], adjustment=adjustment)
     out = []
     for (pair, workload_key, direction, sa, sb, change, _), c in zip(matched, adjusted,
                                                                       strict=True):
@@ -350,7 +350,8 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
                         family=sum(1 for p in out if p.comparison.p_value is not None)))
 
 
-_Row = tuple[Pairing, str, str | None, Side, Side, float | None, Comparison]
+_Row = tuple[Pairing, str, str | None, Side, Side, float | None,
+             tuple[tuple[float, ...], tuple[float, ...]]]
 
 
 def _require_same_workloads(a: StoredRun, b: StoredRun) -> None:
@@ -365,7 +366,7 @@ def _require_same_workloads(a: StoredRun, b: StoredRun) -> None:
 def _matched(a: StoredRun, b: StoredRun, pairings: Sequence[Pairing],
              metric: str) -> tuple[list[_Row], list[Unpaired]]:
     """Each point measured in both runs (per direction for a mixed workload's percentile), with
-    its unadjusted comparison; and the points only one run measured."""
+    the values to compare; and the points only one run measured."""
     points_a = {(p.config_key, p.workload_key): p for p in points(a)}
     points_b = {(p.config_key, p.workload_key): p for p in points(b)}
     emulated_a, emulated_b = _emulated_points(a), _emulated_points(b)
@@ -392,7 +393,7 @@ def _matched(a: StoredRun, b: StoredRun, pairings: Sequence[Pairing],
                 sa, sb = _side(pa, va, tcg_a), _side(pb, vb, tcg_b)
                 change = (sb.mean / sa.mean - 1 if sa.mean is not None and sb.mean is not None
                           and sa.mean != 0 else None)
-                matched.append((pair, workload.key, direction, sa, sb, change, compare(va, vb)))
+                matched.append((pair, workload.key, direction, sa, sb, change, (va, vb)))
     return matched, unpaired
 
 

@@ -64,7 +64,7 @@ from pydantic import computed_field
 from scipy import stats as _scipy
 
 from iomatrix.analysis.metrics import METRICS, get_metric
-from iomatrix.analysis.points import Point, points
+from iomatrix.analysis.points import points
 from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, LogRatioTest,
                                      adjust, compare, log_ratio_test, minimal_detectable, p_text,
                                      percent_text, t_interval)
@@ -199,6 +199,9 @@ class _Pair:
     workload: WorkloadRecord
     a: tuple[float, ...]
     b: tuple[float, ...]
+    ma: float
+    """Mean of ``a`` (and ``mb`` of ``b``), once: a large matrix has millions of pairs."""
+    mb: float
     ra: dict[int, float] | None = None
     """Round → figure of each side, when the run's rounds are known."""
     rb: dict[int, float] | None = None
@@ -219,8 +222,31 @@ def _check_level(run: StoredRun, axis: str, level: str, levels: list[str]) -> No
                             hint=f"levels of {axis}: {', '.join(levels)}")
 
 
-def _matched_pairs(run: StoredRun, found: dict[tuple[str, str], Point], axis: str, level: str,
-                   reference: str, metric: str,
+_Series = dict[str, list[tuple[tuple[float, ...], float] | None]]
+_SERIES: dict[tuple[int, str], tuple[StoredRun, _Series]] = {}
+
+
+def _series(run: StoredRun, metric: str) -> _Series:
+    """Configuration key → per workload of the run (in its order) the point's per-sample values
+    of ``metric`` and their mean, or None where it has none: read once per run and metric,
+    rather than once per pair and ``gains`` call."""
+    key = (id(run), metric)
+    cached = _SERIES.get(key)
+    if cached is not None and cached[0] is run:
+        return cached[1]
+    index = {w.key: i for i, w in enumerate(run.workloads)}
+    out: _Series = {c.key: [None] * len(index) for c in run.configs}
+    for p in points(run):
+        values = p.values(metric)
+        if values and p.config_key in out and p.workload_key in index:
+            out[p.config_key][index[p.workload_key]] = (values, math.fsum(values) / len(values))
+    if len(_SERIES) >= _GAINS_SIZE:
+        _SERIES.pop(next(iter(_SERIES)))
+    _SERIES[key] = (run, out)
+    return out
+
+
+def _matched_pairs(run: StoredRun, axis: str, level: str, reference: str, metric: str,
                    by_round: dict[tuple[str, str], dict[int, float]] | None = None) -> list[_Pair]:
     """Every (reference config, level config, workload) with samples of ``metric`` on both sides."""
     twins: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, ConfigRecord]] = {}
@@ -229,22 +255,21 @@ def _matched_pairs(run: StoredRun, found: dict[tuple[str, str], Point], axis: st
             continue
         rest = tuple(sorted((k, v) for k, v in config.params.items() if k != axis))
         twins.setdefault((config.mode, rest), {})[config.params[axis]] = config
+    series = _series(run, metric)
     out = []
     for by_level in twins.values():
         ref, other = by_level.get(reference), by_level.get(level)
         if ref is None or other is None:
             continue
-        for workload in run.workloads:
-            pa, pb = found.get((ref.key, workload.key)), found.get((other.key, workload.key))
-            if pa is None or pb is None:
+        for workload, sa, sb in zip(run.workloads, series[ref.key], series[other.key],
+                                    strict=True):
+            if sa is None or sb is None:
                 continue
-            a, b = pa.values(metric), pb.values(metric)
-            if a and b:
-                ra = rb = None
-                if by_round is not None:
-                    ra = by_round.get((ref.key, workload.key), {})
-                    rb = by_round.get((other.key, workload.key), {})
-                out.append(_Pair(ref, other, workload, a, b, ra, rb))
+            ra = rb = None
+            if by_round is not None:
+                ra = by_round.get((ref.key, workload.key), {})
+                rb = by_round.get((other.key, workload.key), {})
+            out.append(_Pair(ref, other, workload, sa[0], sb[0], sa[1], sb[1], ra, rb))
     return out
 
 
@@ -270,7 +295,7 @@ def _by_rounds(pairs: list[_Pair]) -> _Estimate | None:
     every usable pair on both sides (or the rounds are unknown)."""
     if any(p.ra is None or p.rb is None for p in pairs):
         return None
-    usable = [p for p in pairs if math.fsum(p.a) > 0 and math.fsum(p.b) > 0]
+    usable = [p for p in pairs if p.ma > 0 and p.mb > 0]
     if not usable:
         return None
     common: set[int] | None = None
@@ -314,8 +339,7 @@ def _estimate(pairs: list[_Pair]) -> _Estimate:
     c, method, excluded = _unadjusted(pairs)
     mde = None
     if method == "pairs" and c.n_a >= 2:
-        logs = [math.log((math.fsum(p.b) / len(p.b)) / (math.fsum(p.a) / len(p.a)))
-                for p in pairs if math.fsum(p.a) > 0 and math.fsum(p.b) > 0]
+        logs = [math.log(p.mb / p.ma) for p in pairs if p.ma > 0 and p.mb > 0]
         mde = _mde(log_ratio_test(logs, CONFIDENCE)) if len(logs) >= 2 else None
     return _Estimate(comparison=c, method=method, excluded=excluded,
                      interval="t" if method == "pairs" else None, mde=mde)
@@ -326,8 +350,7 @@ def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
     out."""
     if len(pairs) == 1:
         return compare(pairs[0].a, pairs[0].b, confidence=CONFIDENCE, alpha=ALPHA), "samples", 0
-    # plain float means: numpy's cost ~20 µs a call, and a large matrix has millions of pairs
-    means = [(math.fsum(p.a) / len(p.a), math.fsum(p.b) / len(p.b)) for p in pairs]
+    means = [(p.ma, p.mb) for p in pairs]
     usable = [p for p, (ma, mb) in zip(pairs, means) if ma > 0 and mb > 0]
     ratios = [mb / ma for ma, mb in means if ma > 0 and mb > 0]
     excluded = len(pairs) - len(usable)
@@ -444,7 +467,6 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
         if other not in axes and other != "mode":
             raise AnalysisError(f"run {run.id}: cannot hold {other!r}, not an axis with two or "
                                 "more levels", hint=f"axes of run {run.id}: {', '.join(axes)}")
-    found = {(p.config_key, p.workload_key): p for p in points(run)}
     by_round = round_values(run, metric) if paired and rounds_known(run) else None
     workload_order = {w.key: i for i, w in enumerate(run.workloads)}
     rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}
@@ -453,7 +475,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
     for level in levels:
         if level == reference:
             continue
-        for pair in _matched_pairs(run, found, axis, level, reference, metric, by_round):
+        for pair in _matched_pairs(run, axis, level, reference, metric, by_round):
             held = tuple(pair.config.mode if a == "mode" else pair.config.params.get(a, "n/a")
                          for a in hold)
             groups.setdefault((level, held, _group_key(pair, by)), []).append(pair)

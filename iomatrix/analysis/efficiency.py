@@ -5,12 +5,10 @@ is Welch's test on the samples (``stats.compare``), Holm-adjusted across every p
 that has a baseline: "no significant difference" is then the answer, not a bare percentage."""
 
 from __future__ import annotations
-
-
 from collections.abc import Iterable
 
 from iomatrix.analysis.points import Point
-from iomatrix.analysis.stats import Comparison, adjust, compare
+from iomatrix.analysis.stats import Comparison, compare_many
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord
 
@@ -47,7 +45,7 @@ def efficiency(points: list[Point],
     pairs = [(p, base[(baseline[p.config_key], p.workload_key)]) for p in points
              if p.samples and baseline[p.config_key] != p.config_key
              and (baseline[p.config_key], p.workload_key) in base]
-    tests = adjust([compare(b.iops_samples, p.iops_samples) for p, b in pairs])
+    tests = compare_many([(b.iops_samples, p.iops_samples) for p, b in pairs], adjustment="holm")
     return {(p.config_key, p.workload_key): Efficiency(
                 config_key=p.config_key, workload_key=p.workload_key,
                 iops_pct=_pct(p.iops, b.iops), bw_pct=_pct(p.bw_bytes, b.bw_bytes),

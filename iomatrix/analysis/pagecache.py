@@ -63,22 +63,23 @@ def from_ram_by_level(run: StoredRun, axis: str, levels: Iterable[str],
     mode when None): its measured points and how many were served from RAM."""
     wanted = set(levels)
     configs = {c.key: c for c in run.configs}
-    out: dict[str, LevelCount] = {}
+    counts: dict[str, list[int]] = {}
+    shares: dict[str, list[float]] = {}
     for p in points(run):
         config = configs.get(p.config_key)
         level = config.params.get(axis) if config is not None else None
         if (level is None or (wanted and level not in wanted) or not p.samples
                 or (mode is not None and config.mode != mode)):  # type: ignore[union-attr]
             continue
-        count = out.get(level, LevelCount())
-        shares = count.shares
+        count = counts.setdefault(level, [0, 0])
+        mine = shares.setdefault(level, [])
+        count[0] += 1
         if p.from_ram:
             assert p.device_share is not None
-            shares += tuple(v for v in (p.device_share.read, p.device_share.write)
-                            if v is not None)
-        out[level] = LevelCount(points=count.points + 1,
-                                from_ram=count.from_ram + bool(p.from_ram), shares=shares)
-    return out
+            count[1] += 1
+            mine += [v for v in (p.device_share.read, p.device_share.write) if v is not None]
+    return {level: LevelCount(points=n, from_ram=ram, shares=tuple(shares[level]))
+            for level, (n, ram) in counts.items()}
 
 
 def share_range(values: Iterable[float]) -> str:

@@ -121,6 +121,7 @@ def _checked(trial: TrialRecord) -> bool:
 
 _CACHE: dict[int, tuple[StoredRun, list[Point]]] = {}
 _CACHE_SIZE = 8
+_SUBSETS: dict[tuple[int, frozenset[str]], tuple[StoredRun, StoredRun]] = {}
 
 
 def points(run: StoredRun) -> list[Point]:
@@ -142,13 +143,22 @@ def points(run: StoredRun) -> list[Point]:
 def only_configs(run: StoredRun, keys: set[str]) -> StoredRun:
     """``run`` restricted to the configurations ``keys`` and their trials. Its points are those
     of ``run`` for those configurations (a point depends on its own trials only), so they are
-    taken from there rather than reduced again."""
+    taken from there rather than reduced again. The same restriction asked again is the same
+    object, so that what is kept per run object (gains) is found again: ``recommend`` restricts
+    the run to each mode once per platform."""
+    key = (id(run), frozenset(keys))
+    kept = _SUBSETS.get(key)
+    if kept is not None and kept[0] is run:
+        return kept[1]
     sub = run.model_copy(update={"configs": tuple(c for c in run.configs if c.key in keys),
                                  "trials": tuple(t for t in run.trials if t.config_key in keys)})
     found = [p for p in points(run) if p.config_key in keys]
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[id(sub)] = (sub, found)
+    if len(_SUBSETS) >= _CACHE_SIZE:
+        _SUBSETS.pop(next(iter(_SUBSETS)))
+    _SUBSETS[key] = (run, sub)
     return sub
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from iomatrix.core.model import Frozen
@@ -207,9 +207,13 @@ def t_interval(xs: Sequence[float], confidence: float = 0.95) -> Interval:
     if n < 2:
         return Interval(mean=centre, low=None, high=None, half_width=None, relative=None,
                         method="none", n=n, confidence=confidence)
-    hw = _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    hw = _t_half_width(n, sd, confidence)
     return Interval(mean=centre, low=centre - hw, high=centre + hw, half_width=hw,
                     relative=_relative(hw, centre), method="t", n=n, confidence=confidence)
+
+
+def _t_half_width(n: int, sd: float, confidence: float) -> float:
+    return _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
 
 
 def bootstrap_interval(xs: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,
@@ -257,7 +261,7 @@ def bootstrap_interval(xs: Sequence[float], confidence: float = 0.95, resamples:
 
 def is_skewed(xs: Sequence[float]) -> bool:
     """The bootstrap switch: n ≥ 8 and |adjusted Fisher–Pearson skewness| > 1."""
-    return _summary(xs)[0] >= _BOOTSTRAP_MIN_N and abs(skewness(xs)) > _BOOTSTRAP_MIN_SKEW
+    return len(xs) >= _BOOTSTRAP_MIN_N and abs(skewness(xs)) > _BOOTSTRAP_MIN_SKEW
 
 
 def confidence_interval(xs: Sequence[float], confidence: float = 0.95, seed: int = 0) -> Interval:
@@ -273,6 +277,21 @@ def confidence_interval(xs: Sequence[float], confidence: float = 0.95, seed: int
     if is_skewed(xs):
         return bootstrap_interval(xs, confidence, seed=seed)
     return t_interval(xs, confidence)
+
+
+def interval_bounds(xs: Sequence[float], confidence: float = 0.95) -> tuple[float | None,
+                                                                          float | None]:
+    """``confidence_interval(xs)``'s low and high ((None, None) below 2 samples), without the
+    Interval: a report asks for three of them per point."""
+    if len(xs) < 2:
+        return None, None
+    if is_skewed(xs):
+        ci = bootstrap_interval(xs, confidence)
+        return ci.low, ci.high
+    _check_level("confidence", confidence)
+    n, centre, sd, _ = _summary(xs)
+    hw = _t_half_width(n, sd, confidence)
+    return centre - hw, centre + hw
 
 
 def outliers(xs: Sequence[float]) -> tuple[bool, ...]:
@@ -301,10 +320,10 @@ def _welch_df(va: float, vb: float, n_a: int, n_b: int, r: float) -> float:
     return num / den if den > 0 else float(n_a - 1)
 
 
-def _fieller(ma: float, mb: float, va: float, vb: float, df: float,
-             confidence: float) -> tuple[float, float] | None:
-    """Fieller's bounds for mean_b/mean_a, or None when the confidence set is unbounded."""
-    t = _t_quantile(0.5 + confidence / 2, df)
+def _fieller(ma: float, mb: float, va: float, vb: float,
+             t: float) -> tuple[float, float] | None:
+    """Fieller's bounds for mean_b/mean_a at the t quantile ``t``, or None when the confidence
+    set is unbounded."""
     # r is inside the set when (mb − r·ma)² ≤ t²(vb + r²·va): a quadratic a·r² + b·r + c ≤ 0.
     a = ma * ma - t * t * va
     if a <= 0:  # mean_a is not clearly away from 0: the set is unbounded
@@ -382,37 +401,74 @@ def compare(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
     - mean_a = 0: the relative difference is undefined (None); the test still runs.
     Independence of the trials is assumed; trials run back to back can correlate.
     """
+    return compare_many([(a, b)], confidence=confidence, alpha=alpha)[0]
+
+
+def compare_many(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *,
+                 confidence: float = 0.95, alpha: float = 0.05,
+                 adjustment: Adjustment | None = None) -> tuple[Comparison, ...]:
+    """``compare`` of each (a, b), in order, then ``adjust``ed together when ``adjustment`` is
+    given: the same Comparisons, with Welch's test and the t quantiles computed for the whole
+    batch at once (a run of 10,000 points makes 10,000 comparisons)."""
     _check_level("confidence", confidence)
     _check_level("alpha", alpha)
-    n_a, ma, sa, const_a = _summary(a)
-    n_b, mb, sb, const_b = _summary(b)
-    sides = dict(n_a=n_a, n_b=n_b, mean_a=ma if n_a else None,
-                 mean_b=mb if n_b else None, confidence=confidence, alpha=alpha)
-    if n_a < 2 or n_b < 2:
-        return _finish(Comparison(**sides, relative=None, low=None, high=None, p_value=None,
-                                  significant=False, verdict=""))
-    relative = mb / ma - 1 if ma != 0 else None
-    constant = const_a and const_b
-    low = high = None
-    if constant:
-        p = 1.0 if ma == mb else 0.0
-        low = high = relative
-    else:
-        # From summary statistics, so that a constant side has a standard deviation of exactly 0
-        # (ttest_ind recomputes it and warns about cancellation); otherwise the same test.
-        p = float(_scipy.ttest_ind_from_stats(mb, sb, n_b, ma, sa, n_a, equal_var=False).pvalue)
-        if relative is not None:
-            va, vb = sa * sa / n_a, sb * sb / n_b
-            bounds = _fieller(ma, mb, va, vb, _welch_df(va, vb, n_a, n_b, mb / ma), confidence)
-            if bounds is not None:
-                low, high = bounds[0] - 1, bounds[1] - 1
-    return _finish(Comparison(**sides, relative=relative, low=low, high=high, p_value=p,
-                              significant=p < alpha, constant=constant, verdict=""))
+    if adjustment is not None and adjustment not in ADJUSTMENT_NAMES:
+        raise ValueError(f"unknown adjustment {adjustment!r}; "
+                         f"use one of: {', '.join(ADJUSTMENT_NAMES)}")
+    rows = [(*_summary(a), *_summary(b)) for a, b in pairs]
+    # Welch's test from summary statistics, so that a constant side has a standard deviation of
+    # exactly 0 (ttest_ind recomputes it and warns about cancellation); otherwise the same test.
+    tested = [i for i, (n_a, _, _, const_a, n_b, _, _, const_b) in enumerate(rows)
+              if n_a >= 2 and n_b >= 2 and not (const_a and const_b)]
+    p_values: dict[int, float] = {}
+    bounds: dict[int, tuple[float, float] | None] = {}
+    if tested:
+        n_a, ma, sa, _, n_b, mb, sb, _ = (np.array(col, dtype=float)
+                                          for col in zip(*(rows[i] for i in tested)))
+        ps = _scipy.ttest_ind_from_stats(mb, sb, n_b, ma, sa, n_a, equal_var=False).pvalue
+        p_values = dict(zip(tested, (float(p) for p in np.atleast_1d(ps)), strict=True))
+        # Fieller's bounds where the ratio is defined, with one t quantile call for all of them
+        fieller = [i for i in tested if rows[i][1] != 0]
+        moments = {}
+        for i in fieller:
+            na, a_mean, a_sd, _, nb, b_mean, b_sd, _ = rows[i]
+            va, vb = a_sd * a_sd / na, b_sd * b_sd / nb
+            moments[i] = (a_mean, b_mean, va, vb,
+                          _welch_df(va, vb, na, nb, b_mean / a_mean))
+        if fieller:
+            ts = np.atleast_1d(_scipy.t.ppf(0.5 + confidence / 2,
+                                            np.array([moments[i][4] for i in fieller])))
+            bounds = {i: _fieller(*moments[i][:4], float(t)) for i, t in zip(fieller, ts, strict=True)}
+    out: list[dict[str, Any]] = []
+    for i, (n_a, ma, _, const_a, n_b, mb, _, const_b) in enumerate(rows):
+        sides = dict(n_a=n_a, n_b=n_b, mean_a=ma if n_a else None, mean_b=mb if n_b else None,
+                     confidence=confidence, alpha=alpha)
+        if n_a < 2 or n_b < 2:
+            out.append(dict(sides, relative=None, low=None, high=None, p_value=None,
+                            significant=False))
+            continue
+        relative = mb / ma - 1 if ma != 0 else None
+        constant = const_a and const_b
+        low = high = None
+        if constant:
+            p = 1.0 if ma == mb else 0.0
+            low = high = relative
+        else:
+            p = p_values[i]
+            found = bounds.get(i)
+            if found is not None:
+                low, high = found[0] - 1, found[1] - 1
+        out.append(dict(sides, relative=relative, low=low, high=high, p_value=p,
+                        significant=p < alpha, constant=constant))
+    if adjustment is not None:
+        _adjust_fields(out, adjustment)
+    return tuple(_made(fields) for fields in out)
 
 
-def _finish(c: Comparison) -> Comparison:
-    """``c`` with the verdict its other fields call for."""
-    return c.model_copy(update={"verdict": _verdict(c)})
+def _made(fields: dict[str, Any]) -> Comparison:
+    """The Comparison of ``fields`` with the verdict they call for (validated once)."""
+    draft = Comparison.model_construct(**fields, verdict="")   # read only for its verdict
+    return Comparison(**fields, verdict=_verdict(draft))
 
 
 def _holm(ps: np.ndarray) -> np.ndarray:
@@ -452,18 +508,22 @@ def adjust(comparisons: Sequence[Comparison],
     if method not in ADJUSTMENT_NAMES:
         raise ValueError(f"unknown adjustment {method!r}; "
                          f"use one of: {', '.join(ADJUSTMENT_NAMES)}")
-    tested = [i for i, c in enumerate(comparisons) if c.p_value is not None]
-    out = list(comparisons)
+    out = [{k: v for k, v in c if k != "verdict"} for c in comparisons]
+    _adjust_fields(out, method)
+    return tuple(_made(fields) if c.p_value is not None else c
+                 for fields, c in zip(out, comparisons, strict=True))
+
+
+def _adjust_fields(comparisons: list[dict[str, Any]], method: Adjustment) -> None:
+    """``adjust`` on the fields of comparisons, in place."""
+    tested = [c for c in comparisons if c["p_value"] is not None]
     if not tested:
-        return tuple(out)
-    ps = np.array([comparisons[i].p_value for i in tested], dtype=float)
+        return
+    ps = np.array([c["p_value"] for c in tested], dtype=float)
     adjusted = _holm(ps) if method == "holm" else _bh(ps)
-    for i, q in zip(tested, adjusted, strict=True):
-        c = comparisons[i]
-        out[i] = _finish(c.model_copy(update={
-            "adjusted_p": float(q), "adjustment": method, "family": len(tested),
-            "significant": bool(q < c.alpha)}))
-    return tuple(out)
+    for c, q in zip(tested, adjusted, strict=True):
+        c.update(adjusted_p=float(q), adjustment=method, family=len(tested),
+                 significant=bool(q < c["alpha"]))
 
 
 def needs_more(xs: Sequence[float], target_relative_half_width: float, *,

@@ -1,5 +1,7 @@
 """``iomatrix compare RUN_A RUN_B [--match workload|A=B]``: the same points across two runs;
-configurations paired by name, by ``--match``, or, one in each run, with each other."""
+configurations paired by name, by ``--match``, or, one in each run, with each other.
+``iomatrix compare RUN_A RUN_B RUN_C ...``: a fleet, every run against the first, one line per
+node (``analysis.fleet``)."""
 
 from __future__ import annotations
 
@@ -107,21 +109,29 @@ def _print(result: RunComparison, metric: Metric, headings: tuple[str, str]) -> 
 
 def compare(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The reference run: a number (see `iomatrix runs`) or 'last'.")],
-    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run compared against it: a number or 'last' (in --db-b when given).")],
+    run_b: Annotated[list[str], typer.Argument(metavar="RUN_B [RUN...]", help="The run compared against it: a number or 'last' (in --db-b when given). Several: a fleet (runs of other nodes or storages), each against RUN_A, one line per node.")],
     metric: Annotated[str, typer.Option(help=OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
     db_b: Annotated[Optional[str], typer.Option("--db-b", help="Read RUN_B from this database (a file or a PostgreSQL URL, e.g. copied from another host) instead of --db.")] = None,
     match: Annotated[Optional[list[str]], typer.Option("--match", metavar="workload|A=B", help="Pair configurations other than by name: 'workload' pairs the configuration each run measured a workload in; CONFIG_A=CONFIG_B (repeatable) pairs run A's configuration with run B's, by label, key or imported folder name. Runs of one configuration each are paired without it.")] = None,
 ) -> None:
     """Compare the same points across two runs (another host, storage, or an upgrade): change of B
-    against A, its 95 % CI and a multiple-comparison adjusted Welch test per point."""
+    against A, its 95 % CI and a multiple-comparison adjusted Welch test per point. With more
+    runs (a fleet: several nodes or storages), each against RUN_A: which node is slower, by how
+    much, the method and the noise floor."""
     from iomatrix.analysis.crossrun import compare_runs
 
     chosen = metric_named(metric)
     if chosen is None:
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
+    if len(run_b) > 1:
+        if db_b is not None or match:
+            raise typer.BadParameter("a fleet (3 runs or more) reads every run from --db and "
+                                     "pairs configurations by name", param_hint="--db-b/--match")
+        _fleet([load_run(db, r) for r in (run_a, *run_b)], chosen, db)
+        return
     a = load_run(db, run_a)
-    b = load_run(db_b or db, run_b)
+    b = load_run(db_b or db, run_b[0])
     result = compare_runs(a, b, metric=chosen.key, match=match or ())
     _line(_header("A", a, db))
     _line(_header("B", b, db_b or db))
@@ -140,3 +150,34 @@ def compare(
         d = result.latency_difference
         _warn(f"{d.key} is not the same latency: A {d.a} · B {d.b}")
     _print(result, chosen, (chosen.heading_for(run_latency(a)), chosen.heading_for(run_latency(b))))
+
+
+def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
+    from iomatrix.analysis.fleet import by_storage, compare_fleet, slowest_first
+
+    fleet = compare_fleet(runs, metric=metric.key)
+    _line(_header("reference", runs[0], db))
+    if any(r.emulated for r in runs):
+        _warn("some runs' guests were emulated (TCG): their figures measure the emulator")
+    table = Table("node", "storage", "run", "points", f"{metric.name} vs reference", "95% CI",
+                  "worse", "better", "n.s.", "noise floor", "standing", box=None)
+    for col in table.columns[2:10]:
+        col.justify = "right"
+    for n in slowest_first(fleet):
+        ci = ("—" if n.low is None or n.high is None else f"{_pct(n.low)} … {_pct(n.high)}")
+        floor = "—" if n.noise_floor is None else f"±{n.noise_floor:.1%}"
+        counts = (["—"] * 4 if n.standing == "reference"
+                  else [str(x) for x in (n.points, n.worse, n.better, n.no_difference)])
+        table.add_row(escape(n.node), escape(n.storage), str(n.run), counts[0], _pct(n.change),
+                      ci, *counts[1:], floor, n.standing)
+    out.print(table)
+    for n in fleet.nodes[1:]:
+        _line(f"{n.node} (run {n.run}): {n.verdict}")
+        for d in n.differences:
+            _line(f"  {n.node}: host {d.key} differs: reference {d.a or '(not recorded)'} · "
+                  f"{d.b or '(not recorded)'}")
+    storages = by_storage(fleet)
+    if len(storages) > 1:
+        _line("by storage (median change of its nodes): " + ", ".join(
+            f"{k} {_pct(v)}" for k, v in storages.items()))
+    _line(f"per point: {fleet.point_method}; per node: {fleet.node_method}")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from iomatrix.analysis.metrics import OPTION_CHOICES, OPTION_HELP, metric_named
 from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, err, load_run,
                                  open_store, out, write_report)
 from iomatrix.core.files import write_file_atomically
@@ -191,12 +192,24 @@ def _page_cache_legend(found: list[Any]) -> None:
 
 
 def report(
-    run_ref: RunRef,
+    run_refs: Annotated[list[str], typer.Argument(metavar="RUN [RUN...]", help="Run number (see `iomatrix runs`), or 'last'. Several: a fleet page, every run against the first (the reference).")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write index.html into.")] = Path("iomatrix-report"),
+    metric: Annotated[str, typer.Option(help="A fleet page's metric: " + OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
 ) -> None:
-    """Write a run's self-contained HTML report (charts and a table of every point)."""
-    out.print(f"report: {write_report(db, run_ref, out_dir)}")
+    """Write a run's self-contained HTML report (charts and a table of every point). With several
+    runs (nodes or storages of a fleet), one page that compares each with the first: which node
+    or storage is slower, by how much, the method and the noise floor."""
+    if len(run_refs) == 1:
+        out.print(f"report: {write_report(db, run_refs[0], out_dir)}")
+        return
+    from iomatrix.report.fleet import build_fleet_data, write_fleet_report
+
+    chosen = metric_named(metric)
+    if chosen is None:
+        raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
+    runs = [load_run(db, r) for r in run_refs]
+    out.print(f"fleet report: {write_fleet_report(build_fleet_data(runs, metric=chosen.key), out_dir)}")
 
 
 def export(

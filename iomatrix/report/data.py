@@ -9,9 +9,11 @@ None, never 0 or a guess. Points are indexed (``PointView.config``/``workload`` 
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
@@ -368,6 +370,26 @@ class ReportData(Frozen):
 
 def build_report_data(run: "StoredRun") -> ReportData:
     """The view model of a stored run."""
+    with _cyclic_gc_paused():
+        return _build(run)
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the view model is built, as it was before after.
+    A 10,000-point run is millions of objects that all live until the page is written; every
+    full collection walks them all again, for nothing (the analysis makes no cycles): a fifth
+    of the time. Reference counting still frees everything that is dropped."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build(run: "StoredRun") -> ReportData:
     from iomatrix import __version__
     from iomatrix.analysis.efficiency import efficiency
     from iomatrix.analysis.metrics import run_latency
@@ -530,12 +552,10 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _interval(values: Sequence[float]) -> tuple[float | None, float | None]:
-    from iomatrix.analysis.stats import confidence_interval
+    from iomatrix.analysis.stats import interval_bounds
 
-    if len(values) < 2:
-        return None, None
-    ci = confidence_interval(values)
-    return _finite(ci.low), _finite(ci.high)
+    low, high = interval_bounds(values)
+    return _finite(low), _finite(high)
 
 
 def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:

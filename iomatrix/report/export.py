@@ -8,34 +8,31 @@ import io
 from iomatrix.store.records import StoredRun
 
 
+_SAMPLE_FIELDS = ("vm", "direction", "iops", "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns",
+                  "p90_ns", "p99_ns", "p99_9_ns", "p99_99_ns")
+"""The columns a sample fills (empty for a trial without one)."""
+
+
 def samples_csv(stored: StoredRun) -> str:
     """One row per trial and direction (each guest's own rows follow the aggregate's)."""
     configs = {c.key: c for c in stored.configs}
     workloads = {w.key: w for w in stored.workloads}
     axes = sorted({k for c in stored.configs for k in c.params})
     fields = ["run", "configuration", "mode", *axes, "rw", "bs", "iodepth", "numjobs", "rate_iops",
-              "sample", "status", "reason", "accelerator", "emulated", "vm", "direction", "iops",
-              "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns",
-              "p99_99_ns", "usr_cpu", "sys_cpu", "ctx", "started_at"]
+              "sample", "status", "reason", "accelerator", "emulated", *_SAMPLE_FIELDS,
+              "usr_cpu", "sys_cpu", "ctx", "started_at"]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fields)
     for t in stored.trials:
         c, w = configs[t.config_key], workloads[t.workload_key]
-        base = {"run": stored.id, "configuration": c.key, "mode": c.mode,
-                **{a: c.params.get(a, "") for a in axes}, "rw": w.rw, "bs": w.bs,
-                "iodepth": w.iodepth, "numjobs": w.numjobs, "rate_iops": w.rate_iops,
-                "sample": t.sample_index, "status": t.status, "reason": t.reason or "",
-                "accelerator": t.accelerator, "emulated": t.accelerator == "tcg",
-                "usr_cpu": t.usr_cpu, "sys_cpu": t.sys_cpu, "ctx": t.ctx,
-                "started_at": t.started_at}
+        head = [stored.id, c.key, c.mode, *(c.params.get(a, "") for a in axes), w.rw, w.bs,
+                w.iodepth, w.numjobs, w.rate_iops, t.sample_index, t.status, t.reason or "",
+                t.accelerator, t.accelerator == "tcg"]
+        tail = [t.usr_cpu, t.sys_cpu, t.ctx, t.started_at]
         # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
         for s in [*(t.samples or [None]), *t.vm_samples]:
-            row = dict(base)
-            if s is not None:
-                row["vm"] = "" if s.vm is None else s.vm
-                row.update({k: getattr(s, k) for k in ("direction", "iops", "bw_bytes",
-                            "lat_mean_ns", "lat_stdev_ns", "p50_ns", "p90_ns", "p99_ns",
-                            "p99_9_ns", "p99_99_ns")})
-            writer.writerow(row)
+            middle = [""] * len(_SAMPLE_FIELDS) if s is None else [
+                "" if s.vm is None else s.vm, *(getattr(s, k) for k in _SAMPLE_FIELDS[1:])]
+            writer.writerow(head + middle + tail)
     return buf.getvalue()

@@ -1,9 +1,10 @@
 """Draw a ``ReportData`` as one self-contained HTML page.
 
-The page works with no network: plotly.js comes inline from the installed plotly package, the
-run's data is embedded once as JSON, the raw samples as gzip-compressed CSV (the page decompresses
-it when asked to download it), and ``templates/report.js`` builds the charts and the paged tables
-in the browser. Charts are drawn nearest-the-viewport first, one per task, so the page is usable
+The page works with no network: plotly.js (from the installed plotly package) and the run's
+data (JSON) are embedded gzip-compressed and base64-encoded, and the page's script decompresses
+them in the browser (``DecompressionStream``) before it draws: a 10,000-point run's page is half
+the size it would be inline. The raw samples are embedded the same way as CSV (decompressed when
+asked to download them), and ``templates/report.js`` builds the charts and the paged tables. Charts are drawn nearest-the-viewport first, one per task, so the page is usable
 while the rest are drawn; ``<html data-charts>`` says "drawing" until every chart is drawn, then
 "ready". Everything shown is read from ``ReportData``; a missing value is shown as "—", never
 guessed.
@@ -85,24 +86,20 @@ def _script_safe(js: str) -> str:
 
 
 def rounded(value: object) -> object:
-    """``value`` with its floats rounded to ``SIGNIFICANT`` digits, in nested lists and dicts too
-    (what ``data_json`` writes)."""
+    """``value`` with its floats rounded to ``SIGNIFICANT`` digits, in nested lists (tuples become
+    lists) and dicts too (what ``data_json`` writes)."""
     if isinstance(value, float):
         return float(f"{value:.{SIGNIFICANT}g}") if math.isfinite(value) else None
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [rounded(v) for v in value]
     if isinstance(value, dict):
         return {k: rounded(v) for k, v in value.items()}
     return value
 
 
-def _json_default(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
-
-
 def data_json(data: ReportData) -> str:
-    """The run as JSON for a ``<script type="application/json">`` element (the raw CSV is left
-    out: it has an element of its own).
+    """The run as JSON for the page (the raw CSV is left out: it has an element of its own),
+    which embeds it ``packed``.
 
     The points, the bulk of a large run, are a table: ``{"columns": [field, ...], "rows":
     [[value, ...], ...]}`` with null for a field at its default, which ``read_data_json`` and
@@ -113,15 +110,17 @@ def data_json(data: ReportData) -> str:
     ``<``, ``>`` and ``&`` are written as ``\\u003c``/``\\u003e``/``\\u0026`` (valid JSON escapes), so
     no string in the data can close the element; ``JSON.parse`` and ``json.loads`` read it back as is.
     """
-    dumped = data.model_dump(mode="json", exclude={"samples_csv", "points"}, exclude_defaults=True)
+    dumped = rounded(data.model_dump(mode="json", exclude={"samples_csv", "points"},
+                                     exclude_defaults=True))
     columns = list(PointView.model_fields)
-    defaults = {name: _json_default(PointView.model_fields[name].get_default()) for name in columns}
+    defaults = [PointView.model_fields[name].get_default() for name in columns]
     rows = []
-    for point in data.points:
-        row = point.model_dump(mode="json")
-        rows.append([None if (v := row[c]) == defaults[c] else rounded(v) for c in columns])
-    dumped["points"] = {"columns": columns, "rows": rows}
-    return _script_json(rounded(dumped))
+    for point in data.points:   # its fields are numbers, strings, tuples and dicts of them
+        row = point.__dict__
+        rows.append([None if (v := row[c]) == d else rounded(v)
+                     for c, d in zip(columns, defaults, strict=True)])
+    dumped["points"] = {"columns": columns, "rows": rows}   # rounded once, above
+    return _script_json(dumped)
 
 
 def _script_json(value: object) -> str:
@@ -154,21 +153,27 @@ def read_data_json(text: str) -> ReportData:
     return ReportData.model_validate(raw)
 
 
-def csv_blob(csv_text: str) -> str:
-    """The CSV gzip-compressed and base64-encoded: base64 cannot end a <script> element."""
-    packed = gzip.compress(csv_text.encode("utf-8"), compresslevel=6, mtime=0)
-    return base64.b64encode(packed).decode("ascii")
+def packed(text: str, level: int = 6) -> str:
+    """``text`` gzip-compressed and base64-encoded, for a ``data-encoding="gzip+base64"``
+    element: base64 cannot end a <script> element."""
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=level,
+                                          mtime=0)).decode("ascii")
+
+
+def unpacked(blob: str) -> str:
+    """``packed``'s text back."""
+    return gzip.decompress(base64.b64decode(blob)).decode("utf-8")
 
 
 @lru_cache(maxsize=1)
 def plotly_js() -> str:
-    """plotly.js from the installed plotly package, safe to inline in a <script> element."""
+    """plotly.js from the installed plotly package, ``packed`` (once per process: 4.6 MiB)."""
     from plotly.offline import get_plotlyjs
 
-    return _script_safe(get_plotlyjs())
+    return packed(get_plotlyjs(), level=9)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=8)
 def _asset(name: str) -> str:
     return (_TEMPLATES / name).read_text(encoding="utf-8")
 
@@ -226,10 +231,11 @@ def render_html(data: ReportData) -> str:
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),
         csv_rows=csv_rows,
-        csv_blob=Markup(csv_blob(data.samples_csv)) if csv_rows else "",
-        data_json=Markup(data_json(data)),
+        csv_blob=Markup(packed(data.samples_csv)) if csv_rows else "",
+        data_json=Markup(packed(data_json(data))),
         css=Markup(_asset("report.css")),
         report_js=Markup(_script_safe(_asset("report.js"))),
+        unpack_js=Markup(_script_safe(_asset("unpack.js"))),
         plotly_js=Markup(plotly_js()),
         missing=MISSING,
     )

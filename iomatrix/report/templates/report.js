@@ -1,9 +1,11 @@
 // iomatrix report: draws the charts and paged tables of the page from the embedded run data.
 // Charts are drawn one per task, those nearest the viewport first, so the page stays usable while
-// the rest are drawn; <html data-charts> is "drawing" until every chart is drawn, then "ready".
-(() => {
+// the rest are drawn; <html data-charts> is "drawing" until every chart is drawn, then "ready"
+// ("error" when the page's data cannot be unpacked).
+// The run's data and plotly.js are embedded gzip+base64: unpack.js unpacks them.
+(async () => {
   "use strict";
-  const D = JSON.parse(document.getElementById("report-data").textContent);
+  const D = JSON.parse(await withPlotly("report-data"));
   // IOPS, bandwidth and the latencies as iomatrix.analysis.metrics defines them, by key.
   const FIGURES = JSON.parse(document.getElementById("report-metrics").textContent);
   const FIGURE = Object.fromEntries(FIGURES.map((f) => [f.key, f]));
@@ -600,18 +602,8 @@
   const csvButton = document.getElementById("csv-download");
   if (csvButton) {
     csvButton.addEventListener("click", async () => {
-      const b64 = document.getElementById("samples-csv").textContent.trim();
-      const raw = atob(b64);
-      const bytes = new Uint8Array(raw.length);
-      for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-      let blob, name = csvButton.dataset.filename;
-      if (typeof DecompressionStream === "function") {
-        const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-        blob = new Blob([await new Response(stream).arrayBuffer()], {type: "text/csv"});
-      } else {
-        blob = new Blob([bytes], {type: "application/gzip"});
-        name += ".gz";
-      }
+      const blob = new Blob([await unpack("samples-csv")], {type: "text/csv"});
+      const name = csvButton.dataset.filename;
       const a = document.createElement("a");
       a.href = URL.createObjectURL(blob);
       a.download = name;
@@ -625,4 +617,7 @@
   root.dataset.charts = charts.length ? "drawing" : "ready";
   // Let the IntersectionObserver report what is on screen before the first chart is picked.
   requestAnimationFrame(() => setTimeout(pump, 0));
-})();
+})().catch((err) => {
+  document.documentElement.dataset.charts = "error";
+  console.error("iomatrix: the report could not be drawn:", err);
+});
