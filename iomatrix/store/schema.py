@@ -15,6 +15,8 @@ History:
      failed trial, whole, when --retry-failed measures it again
   6  the device and inode of each process's lock file, recorded once made: a file planted
      under its name is not its lock (``iomatrix.core.owner.LockFile``)
+  7  pilot_trials: the trials a run's pilot measured to choose its trial length and rounds
+     (``[method] pilot``; never part of a gain), and trial_plans: what it chose and why (JSON)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -186,6 +188,25 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE processes ADD COLUMN lock_dev INTEGER;
     ALTER TABLE processes ADD COLUMN lock_ino INTEGER;
+    """,
+    # 7
+    """
+    CREATE TABLE pilot_trials (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        mode TEXT NOT NULL,
+        config_key TEXT NOT NULL,
+        workload_key TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        runtime_s REAL NOT NULL,
+        iops REAL,
+        wall_s REAL NOT NULL,
+        session_s REAL NOT NULL
+    );
+    CREATE TABLE trial_plans (
+        run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        plan_json TEXT NOT NULL
+    );
     """,
 )
 
