@@ -7,6 +7,7 @@ nature (the noise model must be known to check the choice); the real pilot runs 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,11 @@ from scipy import stats as sps
 
 from iomatrix.analysis import trialplan as tp
 from iomatrix.analysis.stats import log_ratio_test
+from iomatrix.measure.runner import run_suite
+from iomatrix.store import Store
 from iomatrix.store.records import PilotTrial
+from iomatrix.suite import load_suite
+from tests.conftest import write_suite
 
 Z = float(sps.norm.ppf(0.975))
 
@@ -177,3 +182,45 @@ def test_the_fixed_stop_rule_keeps_the_nominal_false_difference_rate() -> None:
     assert abs(fixed - 0.05) <= 3.5 * se, fixed
     assert narrow > 0.05 + 3.5 * se, narrow
     assert 3 < mean_rounds < 30
+
+
+def test_a_real_blocklayer_run_stores_its_pilot_and_its_choice(tmp_path: Path,
+                                                              no_leftovers: None) -> None:
+    """qemu-storage-daemon and fio for real: the pilot measures both configurations at both
+    lengths in its rounds, stores them apart from the run's trials, and the run then measures
+    exactly the rounds chosen, at the runtime chosen, saying so in its notes."""
+    body = """
+[matrix]
+aio = ["threads", "io_uring"]
+cache = "none"
+iothread = false
+[workloads]
+rw = "randread"
+iodepth = 4
+[method]
+mode = "blocklayer"
+ramp = 0
+pilot = true
+target_ci = "10%"
+max_samples = 4
+max_runtime = "3s"
+"""
+    suite = load_suite(write_suite(tmp_path, body, size="64MiB"))
+    with Store(tmp_path / "r.db") as store:
+        outcome = run_suite(suite, store)
+        run = store.load_run(outcome.run_id)
+        trials, plan = store.load_pilot(outcome.run_id)
+    assert len(trials) == tp.PILOT_ROUNDS * 2 * len(tp.PILOT_LENGTHS)
+    assert {t.runtime_s for t in trials} == set(tp.PILOT_LENGTHS)
+    assert {t.round for t in trials} == set(range(tp.PILOT_ROUNDS))
+    assert all(t.iops and t.iops > 0 and t.wall_s > t.runtime_s for t in trials)
+    assert sum(t.session_s > 0 for t in trials) == tp.PILOT_ROUNDS * 2   # one per block
+    assert plan is not None and plan["choice"] is not None and len(plan["noise"]) == 1
+    choice = tp.Choice.model_validate(plan["choice"])
+    assert tp.MIN_ROUNDS <= choice.rounds <= 4 and tp.MIN_RUNTIME <= choice.runtime <= 3.0
+    assert outcome.trials_failed == 0
+    assert sorted(t.sample_index for t in run.trials) == sorted(list(range(choice.rounds)) * 2)
+    for t in run.trials:    # fio measured the chosen runtime (ms, rounded by fio)
+        assert abs(t.samples[0].runtime_ms / 1000 - choice.runtime) < 0.1
+    note, = [n for n in run.notes if n.startswith("pilot:")]
+    assert "chosen: trials of" in note and "blocklayer: within-trial noise" in note

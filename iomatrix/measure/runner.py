@@ -381,7 +381,8 @@ class _Runner:
         if noises:
             runtime, samples = base.fixed_by_suite
             choice = tp.choose(noises, base.target_ci or tp.DEFAULT_TARGET,
-                               max_rounds=base.max_samples, runtime=runtime, rounds=samples)
+                               max_rounds=base.max_samples, max_runtime=base.max_runtime,
+                               runtime=runtime, rounds=samples)
             plan["choice"] = choice.model_dump()
             note = tp.pilot_choice_note(noises, choice, seconds, len(collected))
         else:
