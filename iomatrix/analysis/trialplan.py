@@ -251,3 +251,22 @@ def pilot_choice_note(noises: Mapping[str, Noise] | Sequence[Noise], choice: Cho
             f"time, stored apart from its trials) at {PILOT_LENGTHS[0]:g} s and "
             f"{PILOT_LENGTHS[1]:g} s, {PILOT_ROUNDS} rounds; measured "
             + "; ".join(n.text() for n in listed) + ". " + choice.text())
+
+
+def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rounds: int,
+              max_runtime: float, runtime: float | None, rounds: int | None) -> str:
+    """What ``run --plan`` says of a run with a pilot: what it will measure, and how it will
+    choose (the rounds listed above are the suite's own, which the choice replaces)."""
+    keep = [f"runtime {runtime:g} s (fixed by the suite)" if runtime is not None else "",
+            f"{rounds} rounds (samples, fixed by the suite)" if rounds is not None else ""]
+    kept = "; it keeps " + " and ".join(k for k in keep if k) if any(keep) else ""
+    return (f"pilot: first {pilot_trials} trials of {' and '.join(modes)} ({PILOT_ROUNDS} rounds "
+            f"of two configurations on up to {PILOT_WORKLOADS} workloads, each at "
+            f"{PILOT_LENGTHS[0]:g} s and {PILOT_LENGTHS[1]:g} s; counted in the run's time, "
+            f"stored apart from its trials) measure the within-trial noise and how it shrinks "
+            f"with trial length, the drift between rounds that pairing leaves, and the fixed "
+            f"cost of a trial and of a session; then the trial length (at most "
+            f"{max_runtime:g} s) and rounds ({MIN_ROUNDS} to {max_rounds}) with the least wall "
+            f"time to a 95 % CI within ±{target * 100:g} pp on every gain are chosen, replacing "
+            f"the rounds listed above{kept}. The rounds are then fixed: no look at the gains "
+            f"decides when to stop, so an A/A pair is called different at the nominal 5 %.")
