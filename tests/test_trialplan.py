@@ -224,3 +224,16 @@ max_runtime = "3s"
         assert abs(t.samples[0].runtime_ms / 1000 - choice.runtime) < 0.1
     note, = [n for n in run.notes if n.startswith("pilot:")]
     assert "chosen: trials of" in note and "blocklayer: within-trial noise" in note
+    # resumed without its last round: the stored plan is kept, no second pilot
+    last = choice.rounds - 1
+    with Store(tmp_path / "r.db") as store:
+        with store.conn:
+            store.conn.execute("DELETE FROM samples WHERE trial_id IN (SELECT id FROM trials "
+                               "WHERE run_id = ? AND sample_index = ?)", (run.id, last))
+            store.conn.execute("DELETE FROM trials WHERE run_id = ? AND sample_index = ?",
+                               (run.id, last))
+        again = run_suite(suite, store, resume=run.id)
+        resumed = store.load_run(run.id)
+        assert store.load_pilot(run.id) == (trials, plan)
+    assert again.trials_ok == 2 and len(resumed.trials) == 2 * choice.rounds
+    assert [n for n in resumed.notes if n.startswith("pilot:")] == [note]
