@@ -5,8 +5,13 @@
            (log ratios within a round, t-interval across rounds); rounds continue (3 to
            --max-rounds) until every gain the run reports (per queue depth) is within ±--target
            percentage points or decided (``analysis.paired.needing_more``)
+  planner: [method] pilot = true: a pilot measures the noise at 1 s and 4 s, the drift and the
+           fixed costs, then trial length (up to --planner-max-runtime) and rounds (up to
+           --max-rounds) are chosen for the least wall time to ±--target; rounds then fixed
   fixed:   every point --fixed-runtime long, --fixed-samples times, gains unpaired (the
            studies' way: Welch/Fieller per workload, t across pairs per queue depth)
+--arms picks which run (default all three). --hog runs a CPU hog on one core (a busy loop
+pinned to CPU 0, started before the first arm and stopped after the last): the loaded host.
 Both arms measure an A/A twin of aio=native ([method] aa = true); printed: wall time, the widest
 95 % CI each arm's gains reached (per queue depth, and per workload), and the A/A
 false-difference rate of each method (how often the identical pair is called different at
@@ -24,11 +29,14 @@ N workloads (seeded draw from the 56) for both arms. The target is a RAM-backed 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,18 +91,35 @@ def widest(run: StoredRun, paired: bool) -> tuple[float, float, str]:
     return half(per_qd), half(per_wl), methods
 
 
-def arm(work: Path, text: str, paired: bool) -> dict[str, object]:
-    db = work / f"{'paired' if paired else 'fixed'}.db"
+def arm(work: Path, text: str, paired: bool, name: str) -> dict[str, object]:
+    db = work / f"{name}.db"
     with Store(db) as store:
         t0 = time.monotonic()
         outcome = run_suite(load_suite_text(text, source="bench"), store)
         wall = time.monotonic() - t0
         run = store.load_run(outcome.run_id)
+        plan = next((n for n in run.notes if n.startswith("pilot:")), "")
     qd, wl, methods = widest(run, paired)
     aa = aa_report(run, paired=paired)
     rounds = max(t.sample_index for t in run.trials) + 1
     return {"wall": wall, "qd": qd, "wl": wl, "methods": methods, "aa": aa,
-            "trials": outcome.trials_ok, "failed": outcome.trials_failed, "rounds": rounds}
+            "trials": outcome.trials_ok, "failed": outcome.trials_failed, "rounds": rounds,
+            "plan": plan}
+
+
+@contextlib.contextmanager
+def cpu_hog(on: bool) -> Iterator[None]:
+    """A busy loop pinned to CPU 0 while the arms run (the synthetic load), stopped after."""
+    if not on:
+        yield
+        return
+    hog = subprocess.Popen([sys.executable, "-c",
+                            "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait(timeout=10)
 
 
 def main() -> None:
@@ -109,7 +134,11 @@ def main() -> None:
     parser.add_argument("--ramp", default="500ms")
     parser.add_argument("--target", default="2%")
     parser.add_argument("--max-rounds", type=int, default=30)
+    parser.add_argument("--planner-max-runtime", default="60s")
+    parser.add_argument("--arms", default="paired,planner,fixed")
+    parser.add_argument("--hog", action="store_true", help="a CPU hog on one core meanwhile")
     args = parser.parse_args()
+    arms = args.arms.split(",")
     every = [(b, d) for b in BLOCK_SIZES for d in DEPTHS]
     chosen = every if args.workloads >= len(every) else sorted(
         random.Random(1).sample(every, args.workloads), key=every.index)
@@ -117,17 +146,26 @@ def main() -> None:
     if args.fixed_subset and args.fixed_subset < len(chosen):
         subset = sorted(random.Random(2).sample(chosen, args.fixed_subset), key=chosen.index)
     work = Path(tempfile.mkdtemp(prefix="iomatrix-bench-", dir="/var/tmp"))
+    results: dict[str, dict[str, object]] = {}
     try:
-        with contextlib_ram(True) as device:
+        with contextlib_ram(True) as device, cpu_hog(args.hog):
             target = f'device = "{device}"\nallow_destroy = true'
-            paired = arm(work, suite(target, chosen,
-                                     f'ramp = "{args.ramp}"\nruntime = "{args.paired_runtime}"\n'
-                                     f'samples = 3\ntarget_ci = "{args.target}"\n'
-                                     f'max_samples = {args.max_rounds}'), True)
-            print(f"paired arm done: {paired['wall']:.0f} s", flush=True)
-            fixed = arm(work, suite(target, subset,
-                                    f'ramp = "1s"\nruntime = "{args.fixed_runtime}"\n'
-                                    f'samples = {args.fixed_samples}'), False)
+            if "paired" in arms:
+                results["paired"] = arm(work, suite(
+                    target, chosen, f'ramp = "{args.ramp}"\nruntime = "{args.paired_runtime}"\n'
+                    f'samples = 3\ntarget_ci = "{args.target}"\nmax_samples = {args.max_rounds}'),
+                    True, "paired")
+                print(f"paired arm done: {results['paired']['wall']:.0f} s", flush=True)
+            if "planner" in arms:
+                results["planner"] = arm(work, suite(
+                    target, chosen, f'ramp = "{args.ramp}"\npilot = true\n'
+                    f'target_ci = "{args.target}"\nmax_samples = {args.max_rounds}\n'
+                    f'max_runtime = "{args.planner_max_runtime}"'), True, "planner")
+                print(f"planner arm done: {results['planner']['wall']:.0f} s", flush=True)
+            if "fixed" in arms:
+                results["fixed"] = arm(work, suite(
+                    target, subset, f'ramp = "1s"\nruntime = "{args.fixed_runtime}"\n'
+                    f'samples = {args.fixed_samples}'), False, "fixed")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     n = len(chosen)
@@ -142,21 +180,26 @@ def main() -> None:
         r = a["aa"]  # type: ignore[index]
         return "—" if r is None or not r.tested else f"{r.significant_raw}/{r.tested}"
 
-    fixed_wall = fixed["wall"]
-    for name, r in (("paired", paired), ("fixed", fixed)):
+    for name, r in results.items():
         print(f"{name:<8} {r['wall']:>8.1f} {r['rounds']:>6} {'±' + format(r['qd'], '.2%'):>17} "
               f"{'±' + format(r['wl'], '.2%'):>13} {aa_text(r):>21}  {r['methods']}")
-    if subset is not chosen:
-        fixed_wall = fixed["wall"] / len(subset) * n
+    fixed = results.get("fixed")
+    fixed_wall = fixed["wall"] if fixed else None
+    if fixed is not None and subset is not chosen:
+        fixed_wall = fixed["wall"] / len(subset) * n  # type: ignore[operator]
         print(f"fixed arm measured on {len(subset)} of {n} workloads "
               f"({', '.join(f'{b} QD{d}' for b, d in subset)}); PROJECTED to {n}: "
               f"{fixed_wall:.0f} s ({fixed['wall'] / len(subset):.1f} s per workload); its "
               "widest CIs are those of the measured subset")
     print(f"fixed runtime {args.fixed_runtime} × {args.fixed_samples}; paired runtime "
           f"{args.paired_runtime}, target ±{args.target} on every gain, at most "
-          f"{args.max_rounds} rounds")
-    print(f"paired / fixed wall time: {paired['wall'] / fixed_wall:.3f}")
-    for name, r in (("paired", paired), ("fixed", fixed)):
+          f"{args.max_rounds} rounds" + ("; CPU hog on core 0 throughout" if args.hog else ""))
+    for name in ("paired", "planner"):
+        if name in results and fixed_wall:
+            print(f"{name} / fixed wall time: {results[name]['wall'] / fixed_wall:.3f}")
+    if "planner" in results:
+        print(f"planner: {results['planner']['plan']}")
+    for name, r in results.items():
         a = r["aa"]
         if a is not None:
             print(f"{name}: {a.text()}")  # type: ignore[attr-defined]

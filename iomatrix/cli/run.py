@@ -51,10 +51,23 @@ def _print_plan(prepared: PreparedRun) -> None:
                                             "in this order (a run without a seed draws its own)"
                                             if prepared.drawn else ""),
               markup=False, soft_wrap=True)
-    from iomatrix.analysis.paired import stopping_rule
+    if suite.method.pilot:
+        from iomatrix.analysis.trialplan import (DEFAULT_TARGET, PILOT_LENGTHS, PILOT_ROUNDS,
+                                                 plan_text)
+        from iomatrix.measure.runner import pilot_points
 
-    out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
-                            suite.method.samples), markup=False, soft_wrap=True)
+        pairs, per_mode = pilot_points(expansion, seed)
+        runtime, rounds = suite.method.fixed_by_suite
+        out.print(plan_text(len(pairs) * PILOT_ROUNDS * len(PILOT_LENGTHS), list(per_mode),
+                            suite.method.target_ci or DEFAULT_TARGET,
+                            max_rounds=suite.method.max_samples,
+                            max_runtime=suite.method.max_runtime, runtime=runtime,
+                            rounds=rounds), markup=False, soft_wrap=True)
+    else:
+        from iomatrix.analysis.paired import stopping_rule
+
+        out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
+                                suite.method.samples), markup=False, soft_wrap=True)
     for note in prepared.host_notes:
         out.print(note, markup=False, soft_wrap=True)
     from iomatrix.suite.expand import reference_lines

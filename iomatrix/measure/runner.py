@@ -5,6 +5,7 @@ a callback object; never prints."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import time
 from collections.abc import Callable
@@ -26,8 +27,8 @@ from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.core.proc import require
 from iomatrix.suite.plan import Block, estimate_seconds, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
-from iomatrix.store.records import (CpuRecord, ResourceRecord, SteadyRecord, StoredRun,
-                                    StoredSuite, TrialResult)
+from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, SteadyRecord,
+                                    StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Configuration, Suite, Workload
@@ -178,6 +179,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             with workspace:
                 workspace.create()
                 _late_notes(store, run_id, progress, notes, workspace.notes)
+                if suite.method.pilot:
+                    runner.choose_trials(workspace, workdir, drivers)
                 runner.run(workspace, workdir, drivers)
             status = "complete"
         except KeyboardInterrupt:
@@ -274,6 +277,12 @@ class _Runner:
         self.perf = perf_problem()
         self.ioping = prepared.ioping
         """ioping, where installed: host-mode ioping workloads run it (fio's equivalent if not)."""
+        self.started = False
+        """Progress was told a count of trials (by the pilot, before the rounds)."""
+        self.pilot: list[TrialResult] | None = None
+        """While the pilot measures: where its trials go instead of the store."""
+        self.preconditioning = 0.0
+        """Seconds spent preconditioning images so far (kept out of the pilot's session cost)."""
 
     def _todo(self, blocks: list[Block]) -> list[Block]:
         """The blocks with only the trials not stored yet (resume), empty blocks dropped."""
@@ -287,8 +296,8 @@ class _Runner:
     def run(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
             drivers: dict[str, Driver]) -> None:
         blocks = self._todo(self.prepared.blocks)
-        self.progress.start(sum(len(b.workloads) for b in blocks),
-                            estimate_seconds(blocks, self.method))
+        (self.progress.more if self.started else self.progress.start)(
+            sum(len(b.workloads) for b in blocks), estimate_seconds(blocks, self.method))
         for block in blocks:
             self._block(block, workspace, workdir, drivers)
         if self.method.target_ci is None:
@@ -327,8 +336,112 @@ class _Runner:
                    *vm_needing_more(run, self.method.target_ci)}     # the user's VM's gains
         return [p for p in candidates if p in wanting]
 
+    def choose_trials(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+                      drivers: dict[str, Driver]) -> None:
+        """[method] pilot: the runtime and rounds chosen from a pilot (``analysis.trialplan``)
+        replace the suite's for this run. A resumed run keeps the plan it stored; a run
+        without one (new, or stopped during its pilot) measures the pilot first, stores its
+        trials apart from the run's (never part of a gain) and says in the run's notes what was
+        measured and chosen."""
+        _, plan = self.store.load_pilot(self.run_id)
+        if plan is None:
+            plan = self._pilot(workspace, workdir, drivers)
+        if plan.get("choice") is None:
+            return
+        rounds, runtime = int(plan["choice"]["rounds"]), float(plan["choice"]["runtime"])
+        method = self.method.model_copy(update={
+            "runtime": runtime, "samples": rounds, "target_ci": None, "pilot": False,
+            "max_samples": max(rounds, self.method.max_samples)})
+        self.prepared = self.prepared.model_copy(update={
+            "suite": self.suite.model_copy(update={"method": method})})
+        self.suite, self.method = self.prepared.suite, method
+
+    def _pilot(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+               drivers: dict[str, Driver]) -> dict[str, object]:
+        """Measure the pilot, choose, store both and note them; the plan stored."""
+        from iomatrix.analysis import trialplan as tp   # scipy: loaded only when asked for
+
+        t0 = time.monotonic()
+        pairs, per_mode = pilot_points(self.expansion, self.seed)
+        rounds = [plan_round(self.expansion, -1 - r, self.seed, pairs)
+                  for r in range(tp.PILOT_ROUNDS)]
+        count = sum(len(b.workloads) for blocks in rounds for b in blocks) * len(tp.PILOT_LENGTHS)
+        self.progress.start(count, count * (tp.PILOT_LENGTHS[0] + tp.PILOT_LENGTHS[1]) / 2)
+        self.started = True
+        self.progress.note(f"pilot: {count} trials of {' and '.join(per_mode)} at "
+                           f"{' and '.join(f'{x:g} s' for x in tp.PILOT_LENGTHS)} before the "
+                           "rounds, to choose their trial length and number")
+        collected: list[PilotTrial] = []
+        counts = (self.ok, self.failed, self.measured)
+        base = self.method
+        try:
+            for r, blocks in enumerate(rounds):
+                for block in blocks:
+                    start, before, prep = time.monotonic(), len(collected), self.preconditioning
+                    self._block(block, workspace, workdir, drivers,
+                                each=self._pilot_trial(collected, r))
+                    mine = collected[before:]
+                    if mine:
+                        outside = (time.monotonic() - start - (self.preconditioning - prep)
+                                   - sum(t.wall_s for t in mine))
+                        collected[-1] = mine[-1].model_copy(update={"session_s": max(0.0, outside)})
+        finally:
+            self.method, self.pilot = base, None
+            self.ok, self.failed, self.measured = counts
+        noises = []
+        for mode, (trials, sessions, gain_pairs) in per_mode.items():
+            noise = tp.estimate(collected, mode=mode, trials_per_round=trials,
+                                sessions_per_round=sessions, pairs=gain_pairs)
+            if noise is not None:
+                noises.append(noise)
+        seconds = time.monotonic() - t0
+        plan: dict[str, object] = {"pilot_seconds": seconds,
+                                   "noise": [n.model_dump() for n in noises], "choice": None}
+        if noises:
+            runtime, samples = base.fixed_by_suite
+            choice = tp.choose(noises, base.target_ci or tp.DEFAULT_TARGET,
+                               max_rounds=base.max_samples, max_runtime=base.max_runtime,
+                               runtime=runtime, rounds=samples)
+            plan["choice"] = choice.model_dump()
+            note = tp.pilot_choice_note(noises, choice, seconds, len(collected))
+        else:
+            note = (f"pilot: {len(collected)} trials ({seconds:.0f} s) gave too little to choose "
+                    f"from (failed trials, or a class with a single round); the suite's runtime "
+                    f"({base.runtime:g} s) and rounds ({base.samples}) are used")
+        self.store.record_pilot(self.run_id, collected, plan)
+        self.store.add_notes(self.run_id, [note])
+        self.progress.note(note)
+        return plan
+
+    def _pilot_trial(self, collected: list[PilotTrial], r: int) -> "_Each":
+        """What a pilot block does with each workload: measure it at each pilot length (in an
+        order drawn with the run's seed), timing each trial whole."""
+        from iomatrix.analysis.trialplan import PILOT_LENGTHS
+
+        base = self.method
+        rng = random.Random(f"{self.seed}:pilot:{r}")
+
+        def each(session: Session, workdir: Path, config: Configuration, workload: Workload,
+                 k: int) -> None:
+            for length in rng.sample(PILOT_LENGTHS, len(PILOT_LENGTHS)):
+                self.method = base.model_copy(update={"runtime": length})
+                self.pilot = []
+                t = time.monotonic()
+                try:
+                    self._trial(session, workdir, config, workload, k)
+                finally:
+                    wall = time.monotonic() - t
+                    self.method = base
+                    got, self.pilot = self.pilot, None
+                ok = [g for g in got if g.status == "ok"]
+                collected.append(PilotTrial(
+                    mode=config.mode, config_key=config.key, workload_key=workload.key, round=r,
+                    runtime_s=length, wall_s=wall,
+                    iops=sum(s.iops for s in ok[0].samples) if ok else None))
+        return each
+
     def _block(self, block: Block, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
-               drivers: dict[str, Driver]) -> None:
+               drivers: dict[str, Driver], each: "_Each | None" = None) -> None:
         config = block.config
         if config.target not in self._devices:
             storage = workspace.storage_of(config)
@@ -345,11 +458,13 @@ class _Runner:
                 if self.method.precondition and fresh:
                     self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)} "
                                        f"(writing fully once) through {config.label}")
+                    t = time.monotonic()
                     self._precondition(session, workdir)
+                    self.preconditioning += time.monotonic() - t
                     workspace.preconditioned.update(fresh)
                 while trials:
                     workspace.verify(images)
-                    self._trial(session, workdir, config, trials[0], block.sample)
+                    (each or self._trial)(session, workdir, config, trials[0], block.sample)
                     trials.pop(0)
                 workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
@@ -465,7 +580,11 @@ class _Runner:
         self.progress.trial_started(self.n, config, workload, k)
 
     def _record(self, result: TrialResult) -> None:
-        """Store a trial; one being retried replaces its failed attempt (kept in the history)."""
+        """Store a trial; one being retried replaces its failed attempt (kept in the history).
+        A pilot's trial is kept for the pilot instead."""
+        if self.pilot is not None:
+            self.pilot.append(result)
+            return
         key = (result.config_key, result.workload_key, result.sample_index)
         self.store.record_trial(self.run_id, result, replace_failed=key in self.retry)
         self.retry.discard(key)
@@ -478,6 +597,39 @@ class _Runner:
             accelerator=self.accelerator))
         self.failed += 1
         self.progress.trial_finished(self.n, False, reason)
+
+
+_Each = Callable[[Session, Path, Configuration, Workload, int], None]
+"""What a block does with each of its workloads (``_Runner._trial``, or a pilot's)."""
+
+
+def pilot_points(expansion: Expansion, seed: int) -> tuple[
+        list[tuple[str, str]], dict[str, tuple[int, int, int]]]:
+    """The (configuration, workload) points a pilot measures: per mode, its first two
+    configurations (not an A/A twin) on ``PILOT_WORKLOADS`` of their common workloads drawn
+    with ``seed`` (ioping workloads, whose length is a count of requests, left out); and per
+    mode with such points, (trials a round, sessions a round, the fewest workloads at one
+    queue depth: the pairs a gain per queue depth averages over)."""
+    from iomatrix.analysis.trialplan import PILOT_WORKLOADS
+
+    rng = random.Random(f"{seed}:pilot")
+    pairs: list[tuple[str, str]] = []
+    per_mode: dict[str, tuple[int, int, int]] = {}
+    for mode in dict.fromkeys(c.mode for c in expansion.configurations):
+        configs = [c for c in expansion.configurations if c.mode == mode and not c.aa][:2]
+        common = [w for w in expansion.workloads_for(configs[0]) if not w.ioping and all(
+            w in expansion.workloads_for(c) for c in configs)] if configs else []
+        if not common:
+            continue
+        drawn = rng.sample(common, min(PILOT_WORKLOADS, len(common)))
+        pairs += [(c.key, w.key) for c in configs for w in drawn]
+        mine = [c for c in expansion.configurations if c.mode == mode]
+        timed = [w for c in mine for w in expansion.workloads_for(c) if not w.ioping]
+        depths: dict[int, int] = {}
+        for w in {w.key: w for w in timed}.values():
+            depths[w.iodepth] = depths.get(w.iodepth, 0) + 1
+        per_mode[mode] = (len(timed), len(mine), min(depths.values()))
+    return pairs, per_mode
 
 
 def _latency_text(samples: tuple[DirectionSample, ...], tool: str) -> str:

@@ -342,3 +342,21 @@ class RetiredTrial(Frozen):
 
     retired_at: str
     trial: TrialRecord
+
+
+class PilotTrial(Frozen):
+    """One trial of a run's pilot (``analysis.trialplan``), stored apart from its trials: which,
+    how long it measured, what it got and what it cost."""
+
+    mode: str
+    config_key: str
+    workload_key: str
+    round: int
+    runtime_s: float
+    iops: float | None
+    """None: the trial failed."""
+    wall_s: float
+    """Wall time of the whole trial (fio start, ramp, runtime, the runner's checks)."""
+    session_s: float = 0.0
+    """For a block's last trial: the block's time outside its trials (daemon or guests up and
+    down), preconditioning excluded; 0 for the others."""

@@ -22,7 +22,7 @@ from iomatrix.core.dirs import MAX_SYMLINKS, distrust, sticky_shared, walk
 from iomatrix.core.errors import RunBusy, RunNotFound, StoreError, UnsafeDirectory
 from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.store.records import (ConfigRecord, CpuRecord, ProcessRecord, ResourceRecord,
+from iomatrix.store.records import (ConfigRecord, CpuRecord, PilotTrial, ProcessRecord, ResourceRecord,
                                     RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.location import Location, PgUrl, parse_location
@@ -280,6 +280,23 @@ class Store:
             self.conn.execute("UPDATE runs SET notes_json = ? WHERE id = ?",
                               (json.dumps(have), run_id))
 
+    def record_pilot(self, run_id: int, trials: Iterable[PilotTrial],
+                     plan: Mapping[str, Any]) -> None:
+        """A run's pilot trials and the trial plan chosen from them (``[method] pilot``), at
+        once; a pilot stored before (an interrupted run's) is replaced."""
+        with self._transaction():
+            self.conn.execute("DELETE FROM pilot_trials WHERE run_id = ?", (run_id,))
+            for t in trials:
+                self.conn.execute(
+                    "INSERT INTO pilot_trials (run_id, mode, config_key, workload_key, round, "
+                    "runtime_s, iops, wall_s, session_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, t.mode, t.config_key, t.workload_key, t.round, t.runtime_s, t.iops,
+                     t.wall_s, t.session_s))
+            # DELETE and INSERT rather than INSERT OR REPLACE: the same words on PostgreSQL
+            self.conn.execute("DELETE FROM trial_plans WHERE run_id = ?", (run_id,))
+            self.conn.execute("INSERT INTO trial_plans (run_id, plan_json) VALUES (?, ?)",
+                              (run_id, json.dumps(dict(plan), sort_keys=True)))
+
     # -- ownership and clean-up --------------------------------------------------------------
     def register_process(self, me: Identity, lock_path: str) -> int:
         """Record this process (see ``iomatrix.core.owner``), before it creates anything. On
@@ -418,6 +435,8 @@ class Store:
             (run_id,))) for table in ("samples", "vm_samples")}
         history = source._dicts("SELECT * FROM trial_history WHERE run_id = ? ORDER BY id",
                                 (run_id,))
+        pilot = [source._dicts(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))
+                 for table in ("pilot_trials", "trial_plans")] if source.stored_version >= 9 else []
         with self._transaction():
             row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run["uuid"],)).fetchone()
             if row is None:
@@ -459,6 +478,10 @@ class Store:
                 if (h["config_key"], h["workload_key"], h["sample_index"],
                         h["retired_at"]) not in retired:
                     self._insert_row("trial_history", {**h, "run_id": dst}, skip=("id",))
+            for table, rows in zip(("pilot_trials", "trial_plans"), pilot):   # the source's, whole
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (dst,))
+                for r in rows:
+                    self._insert_row(table, {**r, "run_id": dst}, skip=("id",), keyed=False)
         if row is None:
             return CopyOutcome(run_id, dst, "copied", f"{added} trials")
         return CopyOutcome(run_id, dst, "updated" if added else "present",
@@ -567,6 +590,21 @@ class Store:
                          status=row[6], accelerator=row[7], iomatrix_version=row[8],
                          host=json.loads(row[9]), notes=tuple(json.loads(row[10])), seed=row[11],
                          configs=configs, workloads=workloads, trials=trials)
+
+    def load_pilot(self, run_id: int) -> tuple[tuple[PilotTrial, ...], dict[str, Any] | None]:
+        """A run's pilot trials and its trial plan (None: the run had no pilot, or it did not
+        finish); a database older than schema 9 has neither."""
+        if self.version < 9:
+            return (), None
+        trials = tuple(
+            PilotTrial(mode=r[0], config_key=r[1], workload_key=r[2], round=r[3], runtime_s=r[4],
+                       iops=r[5], wall_s=r[6], session_s=r[7])
+            for r in self.conn.execute(
+                "SELECT mode, config_key, workload_key, round, runtime_s, iops, wall_s, "
+                "session_s FROM pilot_trials WHERE run_id = ? ORDER BY id", (run_id,)))
+        row = self.conn.execute("SELECT plan_json FROM trial_plans WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return trials, None if row is None else json.loads(row[0])
 
     def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
         """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""

@@ -21,6 +21,8 @@ History:
      run created, its path ``pool[/namespace]/name``, its ``within`` the connection as JSON,
      file paths only: ``iomatrix.target.rbd``); PostgreSQL swaps the table's check
      rather than rebuilding the table (``PG_MIGRATIONS``)
+  9  pilot_trials: the trials a run's pilot measured to choose its trial length and rounds
+     (``[method] pilot``; never part of a gain), and trial_plans: what it chose and why (JSON)
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -225,6 +227,25 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE resources;
     ALTER TABLE resources_8 RENAME TO resources;
     CREATE INDEX resources_open ON resources(removed_at);
+    """,
+    # 9
+    """
+    CREATE TABLE pilot_trials (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        mode TEXT NOT NULL,
+        config_key TEXT NOT NULL,
+        workload_key TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        runtime_s REAL NOT NULL,
+        iops REAL,
+        wall_s REAL NOT NULL,
+        session_s REAL NOT NULL
+    );
+    CREATE TABLE trial_plans (
+        run_id INTEGER NOT NULL PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        plan_json TEXT NOT NULL
+    );
     """,
 )
 

@@ -751,6 +751,13 @@ class Method(Frozen):
     """A/A calibration: measure the first configuration of the matrix twice (as itself and as
     its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
     method calls the identical pair different, and its noise floor (``analysis.paired``)."""
+    pilot: bool = False
+    """Choose runtime and rounds from a pilot measured at the start of the run: its noise at
+    two trial lengths, its drift between rounds and its fixed cost per trial and session; the
+    least wall time to target_ci (±2 pp when absent) on every gain (``analysis.trialplan``),
+    with trials of at most max_runtime and at most max_samples rounds. A runtime or samples the
+    suite gives is kept and only the other chosen. The rounds are then fixed: no look at the
+    gains decides when to stop."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -785,7 +792,20 @@ class Method(Frozen):
                              "(the rule looks at the last 5 one-second intervals)")
         if self.max_samples < self.samples:
             raise ValueError(f"max_samples ({self.max_samples}) is below samples ({self.samples})")
+        if self.pilot and self.steady_state:
+            raise ValueError("pilot chooses each trial's runtime; steady_state lets each trial "
+                             "choose its own: drop one")
+        if self.pilot and {"runtime", "samples"} <= self.model_fields_set:
+            raise ValueError("pilot chooses runtime and samples, and the suite fixes both: "
+                             "drop one of them, or pilot")
         return self
+
+    @property
+    def fixed_by_suite(self) -> tuple[float | None, int | None]:
+        """(runtime, samples) as the suite fixed them for a pilot to keep; None: not given."""
+        fields = self.model_fields_set
+        return (self.runtime if "runtime" in fields else None,
+                self.samples if "samples" in fields else None)
 
     @property
     def window(self) -> float:

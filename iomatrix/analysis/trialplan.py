@@ -1,0 +1,272 @@
+"""Choosing a run's trial length and rounds from a pilot's measured noise (pure).
+
+The model: in round r a gain's paired statistic (the mean log ratio of its pairs) is the true
+gain plus within-trial noise of variance ``within / (pairs · T)`` (a trial of T seconds averages
+T seconds of I/O: its noise shrinks as 1/√T) plus drift that pairing does not cancel, of
+variance ``drift`` per round (between the blocks of one round; taken as shared by every pair of
+a gain, which is conservative: drift independent across pairs would shrink by ``pairs`` too).
+After R rounds the 95 % CI half-width is t(R−1) · √(V(T) / R), V(T) = within/(pairs·T) + drift.
+Each round costs ``n_trials · (T + fixed) + n_sessions · session`` seconds: ``fixed`` is what a
+trial costs beyond its runtime (ramp, fio's start, the runner), ``session`` what bringing a
+configuration up costs once per block (the daemon or guests start and stop).
+
+``choose`` minimises the wall time R · cost(T) subject to the half-width ≤ target for every
+configuration class (mode) of the run, over integer R ≥ ``MIN_ROUNDS`` and T within bounds.
+With t(R−1) taken as constant the continuous optimum is the classical T* = √(a·c / b) with
+a = within/pairs, c = fixed + session/trials-per-block, b = drift: longer trials where fixed
+costs are high and drift is low, shorter ones (more rounds) where drift dominates.
+
+``estimate`` reads the pilot: every pilot workload measured on two configurations of a class at
+two trial lengths T1 < T2 in each of a few rounds, back to back in one session. Within a round
+the difference between a workload's log ratio at T1 and at T2 shares that round's drift, so its
+variance is within · (1/T1 + 1/T2): that gives ``within`` free of drift. Across rounds the log
+ratio's variance at length L is within/L + drift, which gives ``drift``. A class with one
+configuration (no gain to pair) uses log IOPS instead of log ratios: its drift then includes
+everything a round moves (nothing cancels it).
+
+Limits: a pilot of a few rounds knows a variance to within a factor of about two (2 to 4
+degrees of freedom per figure), so the chosen R reaches the target about half the time, and the
+run says how wide it got; the pilot's workloads stand for all of the run's (their noise is
+pooled); one T serves the whole run.
+
+The stop rule is fixed: R is chosen from the pilot only, whose trials are not part of any gain,
+and the run then measures exactly R rounds. No look at the gains decides when to stop, so a
+gain's test keeps its nominal false-positive rate (5 % for an A/A pair). Stopping the first time
+a CI is narrow enough (the ``target_ci`` rule without a pilot) does not: a CI is narrow by
+chance when its variance estimate is small, which is when a difference looks largest
+(``tests/test_trialplan.py`` measures both).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats as _scipy
+
+from iomatrix.core.model import Frozen
+from iomatrix.store.records import PilotTrial
+
+MIN_ROUNDS = 3
+"""As ``analysis.paired.MIN_ROUNDS``: a gain needs 2 degrees of freedom across rounds."""
+PILOT_LENGTHS = (1.0, 4.0)
+"""The pilot's two trial lengths (seconds): 1 s shows within-trial noise, 4 s how it shrinks."""
+PILOT_ROUNDS = 3
+PILOT_WORKLOADS = 2
+"""Workloads per class the pilot measures (drawn with the run's seed)."""
+DEFAULT_TARGET = 0.02
+"""The target half-width when the suite gives no target_ci: ±2 percentage points."""
+MIN_RUNTIME = 0.5
+"""fio's shortest runtime the suite accepts (``Method.runtime``)."""
+
+
+class Noise(Frozen):
+    """What the pilot measured for one configuration class (mode)."""
+
+    mode: str
+    within: float
+    """Variance of one pair's log ratio from within-trial noise, times seconds (a: σ² = a/T)."""
+    drift: float
+    """Variance per round of a pair's log ratio that pairing does not cancel (b)."""
+    fixed: float
+    """Seconds a trial costs beyond its runtime (c)."""
+    session: float
+    """Seconds a block costs beyond its trials (daemon or guests up and down)."""
+    trials: int
+    """Trials per round in the run for this class (its points)."""
+    sessions: int
+    """Blocks per round in the run (its configurations)."""
+    pairs: int
+    """Pairs a gain averages over per round (the fewest workloads at one queue depth)."""
+    paired: bool
+    """False: one configuration, log IOPS not log ratios."""
+    df: int
+    """Degrees of freedom behind ``within`` (those behind ``drift`` are about as many)."""
+
+    def variance(self, runtime: float) -> float:
+        """V(T): a gain's per-round variance at trial length ``runtime``."""
+        return self.within / (self.pairs * runtime) + self.drift
+
+    def round_seconds(self, runtime: float) -> float:
+        return self.trials * (runtime + self.fixed) + self.sessions * self.session
+
+    def text(self) -> str:
+        what = "log ratio of two configurations" if self.paired else "log IOPS (one configuration)"
+        return (f"{self.mode}: within-trial noise σ = {math.sqrt(self.within) * 100:.1f} % at "
+                f"1 s ({what}, shrinking as 1/√T), drift per round not cancelled "
+                f"{math.sqrt(self.drift) * 100:.1f} %, fixed cost {self.fixed:.2f} s a trial "
+                f"beyond its runtime and {self.session:.2f} s a session; {self.trials} trials "
+                f"and {self.sessions} sessions a round; a gain pairs {self.pairs} workload(s) a "
+                f"round; {self.df} degrees of freedom")
+
+
+class Choice(Frozen):
+    """The trial length and rounds chosen, with why."""
+
+    runtime: float
+    rounds: int
+    seconds: float
+    """Planned wall time of the R rounds."""
+    half_width: float
+    """Expected widest 95 % CI half-width (log units ≈ fraction) at that choice."""
+    target: float
+    optimum: float | None
+    """The continuous optimum √(a·c/b) of the binding class, where drift > 0."""
+    reached: bool
+    """False: no T within bounds reaches the target in max rounds; the widest reachable."""
+    fixed_runtime: bool = False
+    fixed_rounds: bool = False
+
+    def text(self) -> str:
+        how = []
+        if self.fixed_runtime:
+            how.append("runtime fixed by the suite")
+        if self.fixed_rounds:
+            how.append("rounds (samples) fixed by the suite")
+        why = (f"continuous optimum √(a·c/b) = {self.optimum:.2f} s" if self.optimum is not None
+               else "no drift measured: each round more only buys a smaller t quantile, "
+               "against its trials' fixed cost")
+        reach = (f"expected widest 95 % CI ±{self.half_width * 100:.2f} pp (target "
+                 f"±{self.target * 100:g} pp)" if self.reached else
+                 f"the target ±{self.target * 100:g} pp is out of reach within the bounds: "
+                 f"expected widest ±{self.half_width * 100:.2f} pp")
+        return (f"chosen: trials of {self.runtime:.2f} s × {self.rounds} rounds, about "
+                f"{self.seconds:.0f} s; {reach}; {why}"
+                + (f" ({'; '.join(how)})" if how else "")
+                + "; the rounds are fixed now (no look at the gains decides when to stop)")
+
+
+@functools.lru_cache(maxsize=None)
+def _t(rounds: int) -> float:
+    return float(_scipy.t.ppf(0.975, rounds - 1))
+
+
+def _variance(xs: Sequence[float]) -> tuple[float, int]:
+    """(sum of squared deviations, degrees of freedom) of one group."""
+    if len(xs) < 2:
+        return 0.0, 0
+    a = np.asarray(xs, dtype=float)
+    return float(((a - a.mean()) ** 2).sum()), len(xs) - 1
+
+
+def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
+             sessions_per_round: int, pairs: int) -> Noise | None:
+    """A class's noise and costs from its pilot trials (the module's method); None when the
+    pilot gave too little (fewer than two rounds at both lengths)."""
+    ok = [t for t in trials if t.mode == mode and t.iops is not None and t.iops > 0]
+    mine = [t for t in trials if t.mode == mode]
+    configs = list(dict.fromkeys(t.config_key for t in mine))[:2]
+    lengths = sorted({t.runtime_s for t in ok})
+    if len(lengths) < 2 or not configs:
+        return None
+    value: dict[tuple[str, int, float], float] = {}
+    for w in {t.workload_key for t in ok}:
+        for r in {t.round for t in ok}:
+            for length in lengths:
+                got = {t.config_key: math.log(t.iops) for t in ok  # type: ignore[arg-type]
+                       if t.workload_key == w and t.round == r and t.runtime_s == length}
+                if len(configs) == 2 and all(c in got for c in configs):
+                    value[(w, r, length)] = got[configs[0]] - got[configs[1]]
+                elif len(configs) == 1 and configs[0] in got:
+                    value[(w, r, length)] = got[configs[0]]
+    t1, t2 = lengths[0], lengths[-1]
+    # within: the T1 - T2 difference inside one round (drift shared), centred per workload
+    ss, df = 0.0, 0
+    groups: dict[str, list[float]] = {}
+    for (w, r, length), x in value.items():
+        if length == t1 and (w, r, t2) in value:
+            groups.setdefault(w, []).append(x - value[(w, r, t2)])
+    for xs in groups.values():
+        s, d = _variance(xs)
+        ss, df = ss + s, df + d
+    if df == 0:
+        return None
+    within = ss / df / (1 / t1 + 1 / t2)
+    # drift: across rounds at each length, less the within-trial part
+    drifts = []
+    for length in (t1, t2):
+        ss_l, df_l = 0.0, 0
+        for w in groups:
+            s, d = _variance([x for (ww, _, ll), x in value.items() if ww == w and ll == length])
+            ss_l, df_l = ss_l + s, df_l + d
+        if df_l:
+            drifts.append(ss_l / df_l - within / length)
+    drift = max(0.0, float(np.mean(drifts))) if drifts else 0.0
+    walls = [t.wall_s - t.runtime_s for t in mine]
+    sessions = [t.session_s for t in mine if t.session_s > 0]
+    return Noise(mode=mode, within=within, drift=drift, fixed=max(0.0, float(np.mean(walls))),
+                 session=float(np.mean(sessions)) if sessions else 0.0,
+                 trials=trials_per_round, sessions=sessions_per_round, pairs=max(1, pairs),
+                 paired=len(configs) == 2, df=df)
+
+
+def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
+           min_runtime: float = MIN_RUNTIME, max_runtime: float = 600.0,
+           runtime: float | None = None, rounds: int | None = None) -> Choice:
+    """The T and R that reach ``target`` (95 % CI half-width, log units) for every class in the
+    least wall time (see the module docstring). ``runtime`` or ``rounds`` given: that one is
+    kept and only the other chosen. Rounds lie in [MIN_ROUNDS, max_rounds] unless given."""
+    if not noises:
+        raise ValueError("no class to plan")
+    lo_r = rounds if rounds is not None else MIN_ROUNDS
+    hi_r = rounds if rounds is not None else max(MIN_ROUNDS, max_rounds)
+    best: tuple[float, float, int, float] | None = None
+    widest: tuple[float, float, int, float] | None = None
+    for r in range(lo_r, hi_r + 1):
+        need = target ** 2 * r / _t(r) ** 2      # the largest V(T) that reaches the target
+        if runtime is not None:
+            t = runtime
+        else:
+            t = min_runtime
+            for n in noises:
+                room = need - n.drift
+                t = max(t, math.inf if room <= 0 else n.within / n.pairs / room)
+        feasible = t <= (runtime if runtime is not None else max_runtime)
+        t_used = min(t, runtime if runtime is not None else max_runtime)
+        seconds = r * sum(n.round_seconds(t_used) for n in noises)
+        half = max(_t(r) * math.sqrt(n.variance(t_used) / r) for n in noises)
+        if feasible and half <= target * (1 + 1e-9) and (best is None or seconds < best[0]):
+            best = (seconds, t_used, r, half)
+        if widest is None or half < widest[3]:
+            widest = (seconds, t_used, r, half)
+    chosen = best or widest
+    assert chosen is not None
+    seconds, t_used, r, half = chosen
+    binding = max(noises, key=lambda n: n.variance(t_used))
+    c = binding.fixed + binding.session * binding.sessions / max(1, binding.trials)
+    optimum = (math.sqrt(binding.within / binding.pairs * c / binding.drift)
+               if binding.drift > 0 else None)
+    return Choice(runtime=t_used, rounds=r, seconds=seconds, half_width=half, target=target,
+                  optimum=optimum, reached=best is not None, fixed_runtime=runtime is not None,
+                  fixed_rounds=rounds is not None)
+
+
+def pilot_choice_note(noises: Mapping[str, Noise] | Sequence[Noise], choice: Choice,
+                      pilot_seconds: float, pilot_trials: int) -> str:
+    """The run note that says what the pilot measured and what was chosen and why."""
+    listed = noises.values() if isinstance(noises, Mapping) else noises
+    return (f"pilot: {pilot_trials} trials ({pilot_seconds:.0f} s, counted in the run's wall "
+            f"time, stored apart from its trials) at {PILOT_LENGTHS[0]:g} s and "
+            f"{PILOT_LENGTHS[1]:g} s, {PILOT_ROUNDS} rounds; measured "
+            + "; ".join(n.text() for n in listed) + ". " + choice.text())
+
+
+def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rounds: int,
+              max_runtime: float, runtime: float | None, rounds: int | None) -> str:
+    """What ``run --plan`` says of a run with a pilot: what it will measure, and how it will
+    choose (the rounds listed above are the suite's own, which the choice replaces)."""
+    keep = [f"runtime {runtime:g} s (fixed by the suite)" if runtime is not None else "",
+            f"{rounds} rounds (samples, fixed by the suite)" if rounds is not None else ""]
+    kept = "; it keeps " + " and ".join(k for k in keep if k) if any(keep) else ""
+    return (f"pilot: first {pilot_trials} trials of {' and '.join(modes)} ({PILOT_ROUNDS} rounds "
+            f"of two configurations on up to {PILOT_WORKLOADS} workloads, each at "
+            f"{PILOT_LENGTHS[0]:g} s and {PILOT_LENGTHS[1]:g} s; counted in the run's time, "
+            f"stored apart from its trials) measure the within-trial noise and how it shrinks "
+            f"with trial length, the drift between rounds that pairing leaves, and the fixed "
+            f"cost of a trial and of a session; then the trial length (at most "
+            f"{max_runtime:g} s) and rounds ({MIN_ROUNDS} to {max_rounds}) with the least wall "
+            f"time to a 95 % CI within ±{target * 100:g} pp on every gain are chosen, replacing "
+            f"the rounds listed above{kept}. The rounds are then fixed: no look at the gains "
+            f"decides when to stop, so an A/A pair is called different at the nominal 5 %.")
