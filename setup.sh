@@ -46,8 +46,13 @@ packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison
 packages="$packages e2fsprogs xfsprogs btrfs-progs"
 # ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
 packages="$packages ioping"
+# xorriso: the NoCloud seed (an ISO with user-data, meta-data and the guests' fio) that starts fio
+# in the user's own cloud image ([guest] image; iomatrix/guestimage/seed.py)
+packages="$packages xorriso"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 [ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
+# mmdebstrap: the tests' small Debian 12 guest image with its own kernel and cloud-init ([guest] image)
+[ "$dev" = 1 ] && packages="$packages mmdebstrap"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

@@ -357,6 +357,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
     axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
     if mode == "guest":
         axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
+        axis_values[AXES.index("guest")] = (
+            matrix.guest or ((suite.guest.label,) if suite.guest is not None else (None,)))
     seen = {c.key for c in configs}
     for (target, device_target), combo in itertools.product(targets,
                                                             itertools.product(*axis_values)):
