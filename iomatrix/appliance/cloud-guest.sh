@@ -34,7 +34,7 @@ for p in $dev $dev/device $dev/device/device; do
     [ -z "$model" ] && [ -r $p/model ] && model=$(tr -d '"' < $p/model | sed 's/ *$//')
 done
 os=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null | tr -d '"')
-say "@GUEST_MARKER@ kernel=$(uname -r) os=\"$os\""
+say "@GUEST_MARKER@ kernel=$(uname -r) os=\"$os\" fio=$(@SEED_DIR@/fio --version)"
 say "@DISK_MARKER@ name=$name size=$((sectors * 512)) queues=$queues scheduler=$sched" \
     "rotational=$rotational driver=$driver model=\"$model\""
 # The private channel: QEMU's user network (restricted: nothing beyond the host's forward to fio).

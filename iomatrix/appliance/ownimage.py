@@ -43,7 +43,8 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 
 GUEST_MARKER = "IOMATRIX-GUEST"
-"""Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"``."""
+"""Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"
+fio=<fio --version>`` (fio= may be missing)."""
 SEED_LABEL = "cidata"
 """The volume label cloud-init's NoCloud data source looks for."""
 SEED_DIR = "/run/iomatrix-seed"
@@ -184,9 +185,14 @@ def make_seed(directory: Path, *, fio: Path, disk_size: int, port: int = GUEST_F
 
 
 def parse_guest_line(console_text: str) -> dict[str, str]:
-    """``guest.kernel`` and ``guest.os`` from the first :data:`GUEST_MARKER` line ({} if none)."""
-    match = re.search(GUEST_MARKER + r' kernel=(\S+) os="([^"\r\n]*)"', console_text)
-    return {} if match is None else {"guest.kernel": match[1], "guest.os": match[2]}
+    """``guest.kernel``, ``guest.os`` and (where the guest says it) ``guest.fio`` from the first
+    :data:`GUEST_MARKER` line ({} if none)."""
+    match = re.search(GUEST_MARKER + r' kernel=(\S+) os="([^"\r\n]*)"(?: fio=(\S+))?',
+                      console_text)
+    if match is None:
+        return {}
+    found = {"guest.kernel": match[1], "guest.os": match[2]}
+    return found | ({"guest.fio": match[3]} if match[3] else {})
 
 
 # --- Windows (its fio is installed in the image; nothing is booted here to test it) ----------

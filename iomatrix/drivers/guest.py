@@ -66,7 +66,8 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
 from iomatrix.appliance.guestfio import guest_fio
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.appliance.ownimage import (BaseImage, inspect_image, make_overlay, make_seed,
-                                         parse_guest_line, system_argv, windows_target)
+                                         parse_guest_line, system_argv, version_mismatch,
+                                         windows_target)
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, ToolFailed,
@@ -634,6 +635,10 @@ class GuestDriver(Driver):
                                   f"console: {log_tail(guest.console, 6)}")
             disks.append(found[0])
         seen = parse_guest_line(read_text(guests[0].console))
+        if "guest.fio" in seen:
+            wrong = version_mismatch(self.appliance.fio_version, seen["guest.fio"])
+            if wrong is not None:
+                raise TrialFailed(wrong)
         if self._own_os(config) is None:
             seen = {"guest.kernel": self.appliance.kernel_release, "guest.os": APPLIANCE}
         return disks[0], seen
