@@ -205,12 +205,20 @@ def test_a_debian_12_guest_measures_beside_the_appliance_and_its_image_is_untouc
                            "--seed", "1"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    with Store(tmp_path / "r.db") as store:
-        trials = store.load_run(1).trials if hasattr(store.load_run(1), "trials") else None
     assert _sha256(debian12.image) == before
-    assert trials is None or trials
-    assert "in debian12" in done.stdout and "in appliance" in done.stdout
-    assert done.stdout.count(": ok ") == 4, done.stdout
+    with Store(tmp_path / "r.db") as store:
+        trials = store.load_run(1).trials
+    assert sorted(t.status for t in trials) == ["ok"] * 4, [t.reason for t in trials]
+    seen = {t.config_key: t.applied for t in trials}
+    for controller, driver in (("virtio-blk", "virtio_blk"), ("virtio-scsi", "sd")):
+        own = seen[f"guest/controller={controller}/aio=io_uring/iothread=off/cache=none/"
+                   "format=raw/preallocation=off/vms=1/guest=debian12"]
+        appliance = seen[f"guest/controller={controller}/aio=io_uring/iothread=off/"
+                         "cache=none/format=raw/preallocation=off/vms=1/guest=appliance"]
+        assert own["guest.os"].startswith("Debian GNU/Linux 12") and own["guest.driver"] == driver
+        assert appliance["guest.os"] == "appliance" and appliance["guest.driver"] == driver
+        assert own["guest.fio"].startswith("fio-")          # the seed's fio, as it says
+        assert own["device.type"] == appliance["device.type"]     # the disk, not the system disk
     assert not list(tmp_path.rglob("overlay.qcow2")) and not list(tmp_path.rglob("seed.iso"))
 
 
