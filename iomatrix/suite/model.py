@@ -727,7 +727,8 @@ class OwnGuest(Frozen):
 
 TCG_READY_FACTOR = 5
 """A real distribution's boot under TCG, against KVM: Debian 12 with cloud-init became ready in
-73 s (guest uptime 63 s) on 2 busy cores, where the same boot under KVM takes seconds."""
+58-73 s on 2 busy cores (the appliance: 5-6 s; ``bench/own_guest.py``), and took over 160 s of
+guest uptime at a load of 13; under KVM the same boot takes seconds."""
 
 
 class Method(Frozen):

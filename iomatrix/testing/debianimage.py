@@ -5,8 +5,8 @@ iomatrix beyond what a cloud image has (cloud-init looks for NoCloud only).
 ``mmdebstrap`` installs bookworm (minbase, ``linux-image-amd64``, ``systemd-sysv``, ``udev``,
 ``cloud-init``, ``iproute2``) into a directory, ``mkfs.ext4 -d`` turns it into a filesystem
 image (no partition table: the guest boots its own kernel and initrd, copied out of ``/boot``,
-with ``root=/dev/vda``). About 3 minutes on 2 busy cores (164 s measured), 1.5 GiB sparse
-(~750 MB used).
+with ``root=/dev/vda``). 164 s on 2 cores at a load of ~4, 385 s at a load of ~13; 1.5 GiB
+sparse (~750 MB used).
 
 Cache: ``<cache>/debian-image/<key>/`` (the appliance's cache root), the key hashing
 :data:`RECIPE`; a build goes to a hidden temporary directory and is renamed into place. Used
