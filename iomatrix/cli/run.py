@@ -81,7 +81,7 @@ def _print_plan(prepared: PreparedRun) -> None:
                       f"{own.ready_seconds('kvm'):.0f} s under KVM, "
                       f"{own.ready_seconds('tcg'):.0f} s under TCG, or its trials fail with the "
                       "console's last lines; its boots take longer than the estimate says "
-                      "(Debian 12 with cloud-init: ~75 s under TCG)", markup=False, soft_wrap=True)
+                      "(Debian 12 with cloud-init: about a minute under TCG)", markup=False, soft_wrap=True)
         from iomatrix.appliance.guestfio import guest_fio_status
         from iomatrix.appliance.kernel import default_cache_dir
 
