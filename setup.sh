@@ -55,6 +55,13 @@ packages="$packages qemu-block-extra ceph-common"
 [ "$dev" = 1 ] && packages="$packages postgresql"
 # a single-node Ceph cluster (one mon, mgr and OSD in the test's directory) the RBD tests run against
 [ "$dev" = 1 ] && packages="$packages ceph-mon ceph-mgr ceph-osd"
+# xorriso: the NoCloud seed (an ISO with user-data, meta-data and the guests' fio) that starts fio
+# in the user's own cloud image ([guest] image; iomatrix/guestimage/seed.py)
+packages="$packages xorriso"
+[ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
+[ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
+# mmdebstrap: the tests' small Debian 12 guest image with its own kernel and cloud-init ([guest] image)
+[ "$dev" = 1 ] && packages="$packages mmdebstrap"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

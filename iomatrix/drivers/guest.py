@@ -51,6 +51,7 @@ import contextlib
 import json
 import re
 import shlex
+import shutil
 import socket
 import threading
 import time
@@ -63,11 +64,15 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       GuestDisk,
                                       build_appliance, console_error, kernel_cmdline,
                                       parse_disk_lines)
+from iomatrix.appliance.guestfio import guest_fio
 from iomatrix.appliance.kernel import default_cache_dir, trusted_cache
+from iomatrix.appliance.ownimage import (BaseImage, inspect_image, make_overlay, make_seed,
+                                         parse_guest_line, system_argv, version_mismatch,
+                                         windows_target)
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.versions import method_versions
-from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, ToolFailed, TrialFailed,
-                                  UnsafeDirectory)
+from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, IomatrixError,
+                                  ToolFailed, TrialFailed, UnsafeDirectory)
 from iomatrix.core.files import read_owned, write_file_atomically
 from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
                                 read_text, require, wait_for)
@@ -79,7 +84,7 @@ from iomatrix.qemu.args import (GuestSpec, blockstats_of, expected_daemon_settin
 from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.qmp import qmp_execute
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
 from iomatrix.target.workspace import Image
 from iomatrix.core.units import format_bytes, fio_size
 
@@ -276,7 +281,7 @@ class GuestSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], guests: list[Guest],
                  procs: list, disk: GuestDisk, hosts_file: Path, applied: dict[str, str],
                  wrong: list[str], *, ramp: float = 0.0,
-                 channel: str = PRIVATE) -> None:  # type: ignore[type-arg]
+                 channel: str = PRIVATE, windows: bool = False) -> None:  # type: ignore[type-arg]
         super().__init__(config, images)
         self.guests = guests
         self.procs = procs
@@ -284,6 +289,8 @@ class GuestSession(Session):
         self.hosts_file = hosts_file
         self.ramp = ramp
         self.channel = channel
+        self.windows = windows
+        """The guest is the user's Windows image: fio's windowsaio on its PhysicalDrive."""
         self._applied = applied | {"guest.channel": channel}
         self._wrong = wrong
         self._lock = threading.Lock()
@@ -294,6 +301,8 @@ class GuestSession(Session):
         self._io_check = ""
 
     def fio_target(self) -> dict[str, str]:
+        if self.windows:
+            return windows_target(self.disk.name)
         return {"ioengine": "libaio", "direct": "1", "filename": f"/dev/{self.disk.name}"}
 
     def fio_args(self) -> list[str]:
@@ -442,6 +451,28 @@ class GuestDriver(Driver):
         """Why the guests cannot have a private network namespace here; None: they get one."""
         self.libvirt: lv.Versions | None = None
         """With platform libvirt: the libvirt (and its QEMU) whose nodes the disks get."""
+        self.own: OwnGuest | None = None
+        """[guest]: the user's image, for configurations whose guest is its name."""
+        self.own_base: BaseImage | None = None
+        self.own_fio: Path | None = None
+        """The static guest fio the seed carries to a Linux image."""
+
+    def use_image(self, own: OwnGuest, note: Callable[[str], None]) -> None:
+        """Take the user's image for the configurations whose guest is ``own.label``: checked
+        now (:func:`iomatrix.appliance.ownimage.inspect_image`), with the static fio a Linux
+        image's seed carries. EnvironmentProblem when either cannot be had."""
+        base = inspect_image(own.image)
+        if own.os == "linux":
+            try:
+                self.own_fio = guest_fio(default_cache_dir()).path
+            except GuestFioUnavailable as exc:
+                raise EnvironmentProblem(
+                    f"[guest] image: the guest needs the static fio of the host's version, "
+                    f"which cannot be built here: {exc}") from None
+        self.own, self.own_base = own, base
+        note(f"guest {own.label}: {base.path} ({base.format}, read only through an overlay "
+             f"per boot), ready within {own.ready_seconds(self.accelerator):.0f} s under "
+             f"{self.accelerator.upper()}")
 
     @classmethod
     def prepare(cls, method: Method, workdir: Path, *, accel: str,
@@ -488,13 +519,14 @@ class GuestDriver(Driver):
                 guest, proc = self._start(stack, config, image, index)
                 guests.append(guest)
                 procs.append(proc)
-            disk = self._wait_ready(config, guests, procs)
+            disk, seen = self._wait_ready(config, guests, procs)
             hosts = self.workdir / f"b{self.boots}" / "hosts.list"
             hosts.write_text("".join(f"ip:127.0.0.1,{g.port}\n" for g in guests))
             applied, wrong = self._verify(config, images[0], guests[0], disk)
             stack.callback(self._quit, guests, procs)
-            session = GuestSession(config, images, guests, procs, disk, hosts, applied, wrong,
-                                   ramp=self.method.ramp, channel=channel)
+            session = GuestSession(config, images, guests, procs, disk, hosts,
+                                   applied | seen, wrong, ramp=self.method.ramp,
+                                   channel=channel, windows=self._own_os(config) == "windows")
             stack.callback(session.close)
             yield session
 
@@ -529,11 +561,15 @@ class GuestDriver(Driver):
                                   f"{log_tail(daemon_log) or 'no output'}")
         # In the private namespace nothing else listens: fixed ports, no race for a free one.
         port = GUEST_FIO_PORT + index if self.shared_reason is None else free_port()
+        kernel: Path | None = self.appliance.kernel
+        initrd: Path | None = self.appliance.initrd
+        append = kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator)
+        system: list[str] = []
+        if self._own_os(config) is not None:
+            kernel, initrd, append, system = self._own_boot(stack, run_dir, image)
         spec = GuestSpec(
-            config=config, image=image, kernel=self.appliance.kernel,
-            initrd=self.appliance.initrd,
-            append=kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator),
-            accel=self.accelerator,
+            config=config, image=image, kernel=kernel, initrd=initrd, append=append,
+            system=tuple(system), accel=self.accelerator,
             vcpus=self.method.vcpus, memory_bytes=self.method.memory,
             qmp_socket=run_dir / "qmp", serial_log=console, host_port=port,
             guest_port=GUEST_FIO_PORT, vhost_socket=vhost_socket, name=f"iomatrix-vm{index}",
@@ -545,8 +581,47 @@ class GuestDriver(Driver):
                      argv=tuple(argv), pid=proc.pid, daemon_qmp=daemon_qmp,
                      daemon_argv=tuple(daemon_argv), daemon_pid=daemon_pid), proc
 
-    def _wait_ready(self, config: Configuration, guests: list[Guest], procs: list) -> GuestDisk:  # type: ignore[type-arg]
-        deadline = time.monotonic() + self.method.boot_timeout
+    def _own_os(self, config: Configuration) -> str | None:
+        """The OS of the user's image when ``config`` runs in it, else None (the appliance)."""
+        if self.own is None or config.guest in (None, APPLIANCE):
+            return None
+        if config.guest != self.own.label:
+            raise TrialFailed(f"no guest called {config.guest!r} in this run")
+        return self.own.os
+
+    def _own_boot(self, stack: contextlib.ExitStack, run_dir: Path,
+                  image: Image) -> tuple[Path | None, Path | None, str, list[str]]:
+        """Kernel, initrd, command line and system-disk arguments of a guest of the user's
+        image: its overlay and (Linux) seed made in ``run_dir`` and removed with the session,
+        after its QEMU (``stack`` stops that first)."""
+        own, base = self.own, self.own_base
+        assert own is not None and base is not None
+        overlay = run_dir / "overlay.qcow2"
+        stack.callback(overlay.unlink, missing_ok=True)
+        make_overlay(base, overlay)
+        seed = None
+        if own.os == "linux":
+            assert self.own_fio is not None
+            seed_dir = run_dir / "seed"
+            stack.callback(shutil.rmtree, seed_dir, ignore_errors=True)
+            seed_dir.mkdir(mode=0o700)
+            seed = make_seed(seed_dir, fio=self.own_fio, disk_size=image.size)
+        append = f"console=ttyS0 {own.append}"
+        return (own.kernel, own.initrd, append,
+                system_argv(base, overlay, seed, bootloader=own.kernel is None))
+
+    def _ready_timeout(self, config: Configuration) -> float:
+        if self._own_os(config) is None:
+            return self.method.boot_timeout
+        assert self.own is not None
+        return self.own.ready_seconds(self.accelerator)
+
+    def _wait_ready(self, config: Configuration, guests: list[Guest],
+                    procs: list) -> tuple[GuestDisk, dict[str, str]]:  # type: ignore[type-arg]
+        """The first guest's disk under test and what its OS says of itself, once every guest
+        is ready."""
+        timeout = self._ready_timeout(config)
+        deadline = time.monotonic() + timeout
         disks: list[GuestDisk] = []
         for guest, proc in zip(guests, procs):
             def ready() -> bool:
@@ -558,7 +633,7 @@ class GuestDriver(Driver):
                 why = (console_error(text) or (f"QEMU exited (status {proc.returncode}): "
                                                f"{log_tail(Path(str(guest.console).replace('-console', '-qemu')))}"
                                                if proc.poll() is not None else
-                                               f"not ready within {self.method.boot_timeout:.0f} s"))
+                                               f"not ready within {timeout:.0f} s"))
                 raise TrialFailed(f"guest vm{guest.index} ({self.accelerator}) did not boot: {why}; "
                                   f"console: {log_tail(guest.console, 6) or 'empty'}")
             found = parse_disk_lines(text)
@@ -566,7 +641,14 @@ class GuestDriver(Driver):
                 raise TrialFailed(f"guest vm{guest.index} sees no disk under test; "
                                   f"console: {log_tail(guest.console, 6)}")
             disks.append(found[0])
-        return disks[0]
+        seen = parse_guest_line(read_text(guests[0].console))
+        if "guest.fio" in seen:
+            wrong = version_mismatch(self.appliance.fio_version, seen["guest.fio"])
+            if wrong is not None:
+                raise TrialFailed(wrong)
+        if self._own_os(config) is None:
+            seen = {"guest.kernel": self.appliance.kernel_release, "guest.os": APPLIANCE}
+        return disks[0], seen
 
     def _verify(self, config: Configuration, image: Image, guest: Guest,
                 disk: GuestDisk) -> tuple[dict[str, str], list[str]]:

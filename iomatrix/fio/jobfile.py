@@ -25,6 +25,9 @@ itself (before the runner's own timeout, which allows a minute)."""
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f$\\]")
+WINDOWS_DRIVE = re.compile(r"\\\\\.\\PhysicalDrive[0-9]{1,3}")
+"""A Windows guest's disk as fio there names it (``\\\\.\\PhysicalDrive1``): the one value
+with backslashes a target may have; fio treats a backslash as an escape only before ``:``."""
 FILE_OPTIONS = ("filename",)
 """Target options whose value fio splits into files at ``:`` (escaped here)."""
 
@@ -103,7 +106,9 @@ def _target_lines(target: Mapping[str, str]) -> list[str]:
     lines = []
     for key, value in target.items():
         text = str(value)
-        if not _KEY.fullmatch(key) or _UNSAFE.search(text) or text != text.strip() or not text:
+        windows = key == "filename" and WINDOWS_DRIVE.fullmatch(text) is not None
+        if not _KEY.fullmatch(key) or (_UNSAFE.search(text) and not windows) \
+                or text != text.strip() or not text:
             raise TargetError(f"fio {key}={text!r}: the target's path may not hold control "
                               "characters, '$', '\\' or surrounding blanks (fio reads them as "
                               "a line break, a variable or an escape)")

@@ -14,6 +14,7 @@ from typing import Protocol
 
 
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
 from iomatrix.fio.ioping import IopingTool, run_ioping
@@ -248,8 +249,12 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
              progress: Progress) -> dict[str, Driver]:
     """One driver per mode the run uses, each prepared for the run (for guests: the appliance
     built or found cached, the accelerator resolved)."""
-    return {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
-            for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
+    drivers = {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
+               for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
+    guest = drivers.get("guest")
+    if suite.guest is not None and isinstance(guest, GuestDriver):
+        guest.use_image(suite.guest, progress.note)      # [guest] image: checked before any boot
+    return drivers
 
 
 class _Runner:

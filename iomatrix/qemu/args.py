@@ -49,6 +49,9 @@ TCG_CPU = "max"
 VHOST_CHARDEV = "vub0"
 VHOST_EXPORT = "export0"
 MEMORY_BACKEND = "mem"
+SYSTEM_PREFIX = "guestos"
+"""Node names and device ids of a user's guest's own disks (its system disk and seed): never the
+disk under test, left out of every reading of it."""
 
 # QEMU 7.2's defaults, for what QMP must show when a configuration leaves them unset.
 DEFAULT_QUEUE_SIZE = {"virtio-blk-pci": 256, "virtio-scsi-pci": 256, "vhost-user-blk-pci": 128}
@@ -63,10 +66,11 @@ class GuestSpec(Frozen):
 
     config: Configuration
     image: Image
-    kernel: Path
-    initrd: Path
+    kernel: Path | None
+    """None: the guest boots from its system disk's bootloader (a user's image)."""
+    initrd: Path | None
     append: str
-    """The kernel command line."""
+    """The kernel command line (with ``kernel``)."""
     accel: Literal["kvm", "tcg"]
     vcpus: int = Field(ge=1)
     memory_bytes: int = Field(ge=1 << 20)
@@ -85,6 +89,10 @@ class GuestSpec(Frozen):
     libvirt: lv.Versions | None = None
     """With platform libvirt: the libvirt and QEMU whose nodes the disk gets (None:
     :class:`iomatrix.platform.libvirt.Versions`' defaults)."""
+    system: tuple[str, ...] = ()
+    """A user's guest: the arguments of its system disk and seed (ids and nodes named
+    :data:`SYSTEM_PREFIX`...), before the disk under test; its user network is then
+    ``restrict=on`` (the host's forward to fio is all it has)."""
 
 
 def guest_argv(spec: GuestSpec, qemu: str = "qemu-system-x86_64") -> list[str]:
@@ -199,11 +207,12 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     nodes, blocks, iothreads, peripheral = qmp_execute(qmp_socket, [
         ("query-named-block-nodes", None), ("query-block", None), ("query-iothreads", None),
         ("qom-list", {"path": "/machine/peripheral"})], timeout=timeout)
+    nodes = [n for n in nodes if not _system(n.get("node-name"))]
     roles = nodes_by_role(nodes)
     role = {old.get("node-name"): new.get("node-name") for old, new in zip(nodes, roles)}
     nodes = roles
     types = {item["name"]: item["type"][len("child<"):-1] for item in peripheral
-             if item["type"].startswith("child<")}
+             if item["type"].startswith("child<") and not _system(item["name"])}
     disk = next((name for name, kind in types.items() if kind in _DISK_TYPES), "")
     controller = next((name for name, kind in types.items() if kind in _CONTROLLER_TYPES), "")
     out = _node_settings(flatten_block_nodes(nodes)) | {
@@ -253,10 +262,11 @@ def disk_backend(entries: Any) -> dict[str, Any] | None:
     libvirt's raw disks may have no format node) the one disk device's."""
     if not isinstance(entries, list):
         return None
-    found = [e for e in entries if isinstance(e, dict) and (e.get("inserted") or "stats" in e)]
-
     def node(entry: dict[str, Any]) -> object:   # query-block keeps it inside "inserted"
         return (entry.get("inserted") or entry).get("node-name")
+
+    found = [e for e in entries if isinstance(e, dict) and (e.get("inserted") or "stats" in e)
+             and not _system(node(e)) and f"/{SYSTEM_PREFIX}" not in str(e.get("qdev", ""))]
     return (next((e for e in found if node(e) == FORMAT_NODE), None)
             or next((e for e in found if e.get("qdev")), None))
 
@@ -324,15 +334,23 @@ def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
     argv += ["-machine", machine, "-accel", spec.accel,
              "-cpu", "host" if spec.accel == "kvm" else TCG_CPU,
              "-smp", str(spec.vcpus), "-m", _size(spec.memory_bytes),
-             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-             "-kernel", str(spec.kernel), "-initrd", str(spec.initrd), "-append", spec.append,
+             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
+    if spec.kernel is not None:
+        argv += ["-kernel", str(spec.kernel)]
+        if spec.initrd is not None:
+            argv += ["-initrd", str(spec.initrd)]
+        argv += ["-append", spec.append]
+    restrict = ",restrict=on" if spec.system else ""
+    argv += [
              "-chardev", f"file,id=ser0,path={qemu_escape(str(spec.serial_log))}",
              "-serial", "chardev:ser0",
              "-chardev", f"socket,id=qmp0,path={qemu_escape(str(spec.qmp_socket))},"
                          "server=on,wait=off",
              "-mon", "chardev=qmp0,mode=control",
-             "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{spec.host_port}-:{spec.guest_port}",
-             "-device", "virtio-net-pci,netdev=net0,id=nic0,romfile="]
+             "-netdev", f"user,id=net0{restrict},"
+                        f"hostfwd=tcp:127.0.0.1:{spec.host_port}-:{spec.guest_port}",
+             "-device", "virtio-net-pci,netdev=net0,id=nic0,romfile=",
+             *spec.system]
     return argv + _disk_args(spec, kind)
 
 
@@ -369,6 +387,11 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
 def _size(value: int) -> str:
     """Bytes as QEMU reads a size: whole MiB as ``<n>M``, else ``<n>B`` (a bare -m number is MiB)."""
     return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value}B"
+
+
+def _system(name: object) -> bool:
+    """Whether a node name or device id is a user's guest's own disk (:data:`SYSTEM_PREFIX`)."""
+    return isinstance(name, str) and name.startswith(SYSTEM_PREFIX)
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -358,6 +358,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
     axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
     if mode == "guest":
         axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
+        axis_values[AXES.index("guest")] = (
+            matrix.guest or ((suite.guest.label,) if suite.guest is not None else (None,)))
     if suite.target.network is not None and "aio" in used:
         # QEMU's rbd driver has no aio option: one configuration, not one per aio value
         axis_values[AXES.index("aio")] = (None,)

@@ -35,7 +35,9 @@ Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randr
 YOUR_VM = "(your VM)"
 """What the label of the configuration of the user's VM ends with (``Configuration.yours``)."""
 CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
-               "num_queues", "queue_size", "vms")
+               "num_queues", "queue_size", "vms", "guest")
+APPLIANCE = "appliance"
+"""The ``guest`` axis's value for iomatrix's own appliance (beside a [guest] image's name)."""
 CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
@@ -554,6 +556,10 @@ class Matrix(Frozen):
     """Entries per virtqueue; 0 = QEMU's default."""
     vms: _axis(Annotated[int, Field(ge=1, le=64)]) | None = None
     """Guests booted at once per configuration (guest mode); overrides [method] vms."""
+    guest: _axis(Annotated[str, Field(max_length=40, pattern=TARGET_NAME)]) | None = None
+    """Which guest measures each configuration (guest mode): "appliance" and/or the [guest]
+    image's name. Absent: the [guest] image when there is one, else the appliance (and then
+    the configurations' keys name no guest, as before the axis existed)."""
     skip_invalid: bool = False
     from_vm: VmFile = None
     """A VM definition beside the suite (a Proxmox VE ``ID.conf`` or ``qm config`` output, or
@@ -695,6 +701,69 @@ class WorkloadGroup(Frozen):
                 raise ValueError(problem)
             checked[key] = text
         return checked
+
+
+GuestOs = Literal["linux", "windows"]
+
+
+class OwnGuest(Frozen):
+    """[guest]: the user's own disk image as the guest (``iomatrix.appliance.ownimage``). It is
+    booted through a throwaway qcow2 overlay in the run's directory (the image is only read);
+    a Linux cloud image needs no preparation (a NoCloud seed starts fio in it), a Windows
+    image is prepared once (docs: "Measure with your own guest")."""
+
+    image: Path
+    """The base image, qcow2 or raw, as an absolute path."""
+    name: str | None = Field(default=None, max_length=40, pattern=TARGET_NAME)
+    """The guest's name on the ``guest`` axis; default: the image's file name without suffix."""
+    os: GuestOs = "linux"
+    kernel: Path | None = None
+    """Boot this kernel (and ``initrd``) with ``-kernel`` instead of the image's bootloader:
+    an image that is a bare filesystem (no partition table, no bootloader)."""
+    initrd: Path | None = None
+    append: Printable = Field(default="root=/dev/vda rw", max_length=1000)
+    """The kernel command line with ``kernel`` (console=ttyS0 is added)."""
+    ready_timeout: Duration = 120.0
+    """How long the guest may take to print its ready marker under KVM; under TCG
+    :data:`TCG_READY_FACTOR` times as long (a distribution boots its whole userspace)."""
+
+    @field_validator("image", "kernel", "initrd")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        text = str(value)
+        if not value.is_absolute() or ".." in value.parts or _CONTROL.search(text) \
+                or "\n" in text:
+            raise ValueError("give an absolute path without '..' (the image is only read, "
+                             "through an overlay in the run's directory)")
+        return value
+
+    @model_validator(mode="after")
+    def _kernel_pair(self) -> "OwnGuest":
+        if self.initrd is not None and self.kernel is None:
+            raise ValueError("initrd goes with kernel")
+        if self.os == "windows" and self.kernel is not None:
+            raise ValueError("kernel is for a Linux image without a bootloader")
+        return self
+
+    @property
+    def label(self) -> str:
+        """Its value on the ``guest`` axis."""
+        if self.name is not None:
+            return self.name
+        stem = re.sub(r"[^A-Za-z0-9._-]", "-", self.image.name.split(".")[0]).strip("-._")
+        return (stem or "image")[:40]
+
+    def ready_seconds(self, accel: str) -> float:
+        """How long it may take to become ready under ``accel``."""
+        return self.ready_timeout * (TCG_READY_FACTOR if accel == "tcg" else 1)
+
+
+TCG_READY_FACTOR = 5
+"""A real distribution's boot under TCG, against KVM: Debian 12 with cloud-init became ready in
+58-73 s on 2 busy cores (the appliance: 5-6 s; ``bench/own_guest.py``), and took over 160 s of
+guest uptime at a load of 13; under KVM the same boot takes seconds."""
 
 
 class Method(Frozen):
@@ -1016,6 +1085,8 @@ class Suite(Frozen):
     """[[finding]] tables: the study's conclusions as claims a run can check (``Finding``)."""
     targets: tuple[NamedTarget, ...] = ()
     """[[targets]] tables: several targets measured in one run (``named_targets``)."""
+    guest: OwnGuest | None = None
+    """[guest]: the user's own image as the guest (``OwnGuest``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -1072,6 +1143,19 @@ class Suite(Frozen):
         if self.matrix.from_vm is not None and self.method.mode == "host":
             raise ValueError("[matrix] from_vm: host mode measures no QEMU settings; set [method] "
                              "mode to blocklayer or guest to measure the VM's disk")
+        return self
+
+    @model_validator(mode="after")
+    def _guests_named(self) -> "Suite":
+        own = None if self.guest is None else self.guest.label
+        if own is not None and self.method.libvirt_uri is not None:
+            raise ValueError("[guest] image: its guests run under iomatrix's own QEMU; drop "
+                             "[method] libvirt_uri (libvirt's block graph is kept without it)")
+        for value in self.matrix.guest or ():
+            if value not in (APPLIANCE, own):
+                raise ValueError(f"[matrix] guest: {value!r} is neither {APPLIANCE!r} nor the "
+                                 "[guest] image's name" + (f" ({own!r})" if own else
+                                                           " (there is no [guest] table)"))
         return self
 
     @field_validator("finding")
@@ -1144,6 +1228,9 @@ class Configuration(Frozen):
     num_queues: int | None = None
     queue_size: int | None = None
     vms: int | None = None
+    guest: str | None = None
+    """Guest mode: "appliance" or the [guest] image's name; None: the appliance, in a run
+    whose matrix names no guest (keys as before the ``guest`` axis)."""
     aa: bool | None = None
     """True: the A/A twin of the configuration with the same settings (``[method] aa``): measured
     again under its own key (``.../aa=twin``) in the same rounds, never compared with others."""
@@ -1199,6 +1286,8 @@ class Configuration(Frozen):
             text += f" qs={self.queue_size}"
         if self.vms and self.vms > 1:
             text += f" ×{self.vms} VMs"
+        if self.guest is not None:
+            text += f" in {self.guest}"
         text += where
         if self.aa:
             text += " (A/A twin)"

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""A real guest (Debian 12 with cloud-init, iomatrix.testing.debianimage) beside the appliance,
+through the guest driver as runs use it: per guest and controller, boot-to-ready (session open:
+QEMU start, overlay and seed made, marker seen, QMP checks), the cost of one trial beyond fio's
+runtime (the fio client's wall time minus ramp + runtime), and 4k randread QD8 IOPS; then the
+ratio real guest / appliance per controller. Under TCG here: emulator figures, labelled so.
+
+    .venv/bin/python bench/own_guest.py [--accel tcg] [--runtime 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+from iomatrix.core.proc import require, run
+from iomatrix.drivers.guest import GuestDriver
+from iomatrix.fio.jobfile import job_text
+from iomatrix.fio.parse import parse_fio_output
+from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
+from iomatrix.target.workspace import Image
+from iomatrix.testing.debianimage import debian_image
+
+CONTROLLERS = ("virtio-blk", "virtio-scsi")
+DISK_BYTES = 64 << 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--accel", default="tcg", choices=("tcg", "kvm", "auto"))
+    parser.add_argument("--runtime", type=float, default=5.0)
+    args = parser.parse_args()
+    image = debian_image()
+    own = OwnGuest(image=image.image, name="debian12", kernel=image.kernel, initrd=image.initrd)
+    ramp = 1.0
+    method = Method(mode="guest", ramp=ramp, runtime=args.runtime, accel=args.accel)
+    workload = Workload(rw="randread", bs=4096, iodepth=8)
+    with tempfile.TemporaryDirectory(prefix="iomatrix-bench-own-", dir="/var/tmp") as tmp:
+        work = Path(tmp)
+        disk = work / "disk.raw"
+        run([require("qemu-img"), "create", "-q", "-f", "raw", "-o", "preallocation=full",
+             str(disk), str(DISK_BYTES)], timeout=120)
+        driver = GuestDriver.prepare(method, work / "w", accel=args.accel, note=print)
+        driver.use_image(own, print)
+        label = "TCG: emulator figures" if driver.accelerator == "tcg" else "KVM"
+        rows: dict[tuple[str, str], tuple[float, float, float]] = {}
+        for guest in (APPLIANCE, own.label):
+            for controller in CONTROLLERS:
+                config = Configuration(mode="guest", controller=controller, aio="io_uring",
+                                       iothread=False, cache="none", format="raw",
+                                       preallocation="off", vms=1, guest=guest)
+                started = time.monotonic()
+                with driver.session(config, [Image(path=disk, format="raw",
+                                                   preallocation="off",
+                                                   size=DISK_BYTES)]) as session:
+                    ready = time.monotonic() - started
+                    job = work / "job.fio"
+                    job.write_text(job_text(workload, target=session.fio_target(), ramp=ramp,
+                                            runtime=args.runtime))
+                    t = time.monotonic()
+                    out = run([require("fio"), *session.fio_args(), str(job),
+                               "--output-format=json"], timeout=300).stdout
+                    overhead = time.monotonic() - t - ramp - args.runtime
+                    result = parse_fio_output(out)
+                    iops = sum(j.read.iops for j in result.jobs)
+                rows[(guest, controller)] = (ready, overhead, iops)
+                print(f"{guest:10} {controller:12} ready {ready:6.1f} s  trial overhead "
+                      f"{overhead:5.2f} s  {iops:8,.0f} IOPS ({label})", flush=True)
+    print(f"\nboot-to-ready and IOPS ratio, {own.label} / appliance ({label}):")
+    for controller in CONTROLLERS:
+        a, o = rows[(APPLIANCE, controller)], rows[(own.label, controller)]
+        print(f"  {controller:12} ready {o[0]:6.1f} s vs {a[0]:5.1f} s ({o[0] / a[0]:4.1f}×)  "
+              f"trial overhead {o[1]:5.2f} s vs {a[1]:5.2f} s  IOPS ratio {o[2] / a[2]:.2f}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

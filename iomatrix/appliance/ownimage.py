@@ -1,0 +1,228 @@
+"""The user's own guest ([guest] image): their disk image booted instead of the appliance.
+
+The image is user input, and it is only ever read. :func:`inspect_image` takes it as a regular
+file (its path resolved once: a symlink is followed here and never again), asks ``qemu-img info``
+its format (raw or qcow2) and refuses a qcow2 image with a backing file (QEMU would open whatever
+path that names, and give it to the guest). Each guest gets an empty qcow2 overlay of the image's
+size in its own directory of the run's scratch directory (:func:`make_overlay`), which reclaim
+removes after a ``kill -9`` like the rest of it. The overlay names no backing file: QEMU's
+command line stacks it on the image's nodes, opened ``read-only`` (:func:`system_blockdevs`),
+so every write of the guest lands in the overlay and the image is never opened for writing.
+
+A Linux guest gets a NoCloud seed (:func:`make_seed`: an ISO 9660 volume ``cidata`` made with
+``xorriso``) holding ``meta-data``, ``user-data``, a ``network-config`` that keeps cloud-init
+from configuring the NIC, the static guest fio (:mod:`~iomatrix.appliance.guestfio`: the
+host's version, so client and server speak the same protocol) and ``iomatrix.sh``
+(``cloud-guest.sh``). cloud-init's ``bootcmd`` mounts the seed and runs the script: it finds the
+disk under test (neither the system disk nor the seed, and of the size the host attached),
+prints the :data:`GUEST_MARKER` and :data:`~iomatrix.appliance.protocol.DISK_MARKER` lines,
+gives the NIC the address QEMU's user network forwards to, starts ``fio --server`` and prints
+:data:`~iomatrix.appliance.protocol.READY_MARKER`. The NIC is on a ``restrict=on`` user network
+inside the session's private network namespace: the guest reaches nothing, and only the
+host's forward reaches its fio. No SSH, no other network.
+
+A Windows guest cannot be given its fio by a seed: the recipe in the README installs fio's
+Windows build of the host's version as a service listening on the same port; the disk under
+test is then ``\\\\.\\PhysicalDriveN`` (:func:`windows_disk`) and the engine ``windowsaio``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import stat
+from importlib import resources
+from pathlib import Path
+
+from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
+                                         READY_MARKER)
+from iomatrix.core.errors import EnvironmentProblem, ToolFailed
+from iomatrix.core.model import Frozen
+from iomatrix.core.proc import require, run
+
+GUEST_MARKER = "IOMATRIX-GUEST"
+"""Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"
+fio=<fio --version>`` (fio= may be missing)."""
+SEED_LABEL = "cidata"
+"""The volume label cloud-init's NoCloud data source looks for."""
+SEED_DIR = "/run/iomatrix-seed"
+"""Where the guest mounts the seed (read-only) and runs fio from."""
+QEMU_IMG_TIMEOUT = 60.0
+XORRISO_TIMEOUT = 120.0
+WINDOWS_ENGINE = "windowsaio"
+
+
+class BaseImage(Frozen):
+    """The user's image as :func:`inspect_image` found it."""
+
+    path: Path
+    """Resolved: no symlink left in it."""
+    format: str
+    virtual_size: int
+
+
+def inspect_image(path: Path) -> BaseImage:
+    """``path`` as a guest's base image: a regular file, raw or qcow2, without a backing file.
+    EnvironmentProblem naming the image otherwise."""
+    try:
+        real = path.resolve(strict=True)
+        info = os.stat(real)
+    except OSError as exc:
+        raise EnvironmentProblem(f"[guest] image {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise EnvironmentProblem(f"[guest] image {path}: not a regular file (a raw or qcow2 "
+                                 "image file)")
+    try:
+        # -U: another VM may have it open; it is only read here and by the guests
+        out = run([require("qemu-img"), "info", "-U", "--output=json", str(real)],
+                  timeout=QEMU_IMG_TIMEOUT).stdout
+        fields = json.loads(out)
+    except (ToolFailed, ValueError) as exc:
+        raise EnvironmentProblem(f"[guest] image {path}: qemu-img info failed: {exc}") from None
+    fmt = fields.get("format")
+    if fmt not in ("raw", "qcow2"):
+        raise EnvironmentProblem(f"[guest] image {path}: {fmt} image; iomatrix boots raw or "
+                                 "qcow2 images",
+                                 hint=f"qemu-img convert -O qcow2 {path} NEW.qcow2")
+    if fields.get("backing-filename") or fields.get("full-backing-filename"):
+        raise EnvironmentProblem(f"[guest] image {path}: it has a backing file "
+                                 f"({fields.get('backing-filename')}); give a standalone image",
+                                 hint=f"qemu-img convert -O qcow2 {path} NEW.qcow2")
+    return BaseImage(path=real, format=fmt, virtual_size=int(fields["virtual-size"]))
+
+
+def make_overlay(base: BaseImage, overlay: Path) -> None:
+    """An empty qcow2 of ``base``'s size at ``overlay``, naming no backing file (the guest's
+    command line gives it ``base`` as its read-only backing node)."""
+    run([require("qemu-img"), "create", "-q", "-f", "qcow2", str(overlay),
+         str(base.virtual_size)], timeout=QEMU_IMG_TIMEOUT)
+
+
+def system_blockdevs(base: BaseImage, overlay: Path) -> list[dict[str, object]]:
+    """The system disk's nodes, bottom up: the image, read-only, under the overlay (node
+    ``guestos-root``). Node names start with ``guestos``: QMP readings of the disk under test
+    leave them out (:func:`iomatrix.qemu.args.read_guest_settings`)."""
+    return [
+        {"driver": "file", "filename": str(base.path), "node-name": "guestos-base-file",
+         "read-only": True},
+        {"driver": base.format, "file": "guestos-base-file", "node-name": "guestos-base",
+         "read-only": True},
+        {"driver": "file", "filename": str(overlay), "node-name": "guestos-root-file"},
+        {"driver": "qcow2", "file": "guestos-root-file", "backing": "guestos-base",
+         "node-name": "guestos-root"},
+    ]
+
+
+def system_argv(base: BaseImage, overlay: Path, seed: Path | None, *,
+                bootloader: bool) -> list[str]:
+    """QEMU arguments of a user's guest's system disk (virtio-blk, first: ``/dev/vda``) and of
+    its seed (a read-only virtio-blk disk). ``bootloader``: the firmware boots the system disk
+    (no ``-kernel``)."""
+    argv: list[str] = []
+    for node in system_blockdevs(base, overlay):
+        argv += ["-blockdev", json.dumps(node, separators=(",", ":"))]
+    argv += ["-device", "virtio-blk-pci,id=guestos-root,drive=guestos-root"
+             + (",bootindex=0" if bootloader else "")]
+    if seed is not None:
+        argv += ["-blockdev", json.dumps({"driver": "file", "filename": str(seed),
+                                          "node-name": "guestos-seed-file", "read-only": True},
+                                         separators=(",", ":")),
+                 "-blockdev", json.dumps({"driver": "raw", "file": "guestos-seed-file",
+                                          "node-name": "guestos-seed", "read-only": True},
+                                         separators=(",", ":")),
+                 "-device", "virtio-blk-pci,id=guestos-seed,drive=guestos-seed"]
+    return argv
+
+
+def _template() -> str:
+    return resources.files("iomatrix.appliance").joinpath("cloud-guest.sh").read_text(
+        encoding="utf-8")
+
+
+def guest_script(disk_size: int, port: int = GUEST_FIO_PORT) -> str:
+    """``cloud-guest.sh`` for a disk under test of ``disk_size`` bytes and fio on ``port``."""
+    from iomatrix.appliance.build import render_template
+
+    return render_template(_template(), {
+        "SEED_DIR": SEED_DIR, "SIZE": str(disk_size), "PORT": str(port),
+        "GUEST_IP": GUEST_IP, "READY_MARKER": READY_MARKER, "DISK_MARKER": DISK_MARKER,
+        "ERROR_MARKER": ERROR_MARKER, "GUEST_MARKER": GUEST_MARKER})
+
+
+def user_data() -> str:
+    """cloud-config whose ``bootcmd`` (every boot, before the rest of cloud-init's modules) mounts
+    the seed read-only and runs its script."""
+    command = (f"mkdir -p {SEED_DIR} && mount -o ro /dev/disk/by-label/{SEED_LABEL} {SEED_DIR} "
+               f"|| mount -o ro LABEL={SEED_LABEL} {SEED_DIR}; sh {SEED_DIR}/iomatrix.sh")
+    return ("#cloud-config\n"
+            "# written by iomatrix: starts the guest's fio server for the host (no users, no SSH)\n"
+            f"bootcmd:\n  - [sh, -c, {json.dumps(command)}]\n")
+
+
+NETWORK_CONFIG = "network:\n  config: disabled\n"
+"""The seed's ``network-config``: cloud-init leaves the NIC alone (the script sets it up)."""
+
+
+def make_seed(directory: Path, *, fio: Path, disk_size: int, port: int = GUEST_FIO_PORT) -> Path:
+    """The NoCloud seed ISO in ``directory`` (see the module docstring); its instance-id is new
+    each time, so cloud-init treats every boot of the image as a first boot."""
+    files = directory / "seed.d"
+    files.mkdir(mode=0o700)
+    (files / "meta-data").write_text(f"instance-id: iomatrix-{secrets.token_hex(8)}\n"
+                                     "local-hostname: iomatrix-guest\n")
+    (files / "user-data").write_text(user_data())
+    (files / "network-config").write_text(NETWORK_CONFIG)
+    (files / "iomatrix.sh").write_text(guest_script(disk_size, port))
+    (files / "fio").write_bytes(fio.read_bytes())
+    (files / "fio").chmod(0o755)
+    seed = directory / "seed.iso"
+    run([require("xorriso", hint="install Debian's xorriso (./setup.sh does)"),
+         "-as", "mkisofs", "-quiet", "-output", str(seed), "-volid", SEED_LABEL, "-joliet",
+         "-rock", str(files)], timeout=XORRISO_TIMEOUT)
+    return seed
+
+
+def parse_guest_line(console_text: str) -> dict[str, str]:
+    """``guest.kernel``, ``guest.os`` and (where the guest says it) ``guest.fio`` from the first
+    :data:`GUEST_MARKER` line ({} if none)."""
+    match = re.search(GUEST_MARKER + r' kernel=(\S+) os="([^"\r\n]*)"(?: fio=(\S+))?',
+                      console_text)
+    if match is None:
+        return {}
+    found = {"guest.kernel": match[1], "guest.os": match[2]}
+    return found | ({"guest.fio": match[3]} if match[3] else {})
+
+
+# --- Windows (its fio is installed in the image; nothing is booted here to test it) ----------
+
+def windows_disk(name: str) -> str:
+    """fio's filename for a Windows guest's disk as its startup script names it
+    (``PhysicalDrive1``): ``\\\\.\\PhysicalDrive1``, colon-free, which fio takes as it is.
+    ValueError for any other name (it came from the guest's console)."""
+    if not re.fullmatch(r"PhysicalDrive[0-9]{1,3}", name):
+        raise ValueError(f"{name!r} is not a Windows physical drive (PhysicalDriveN)")
+    return "\\\\.\\" + name
+
+
+def windows_target(name: str) -> dict[str, str]:
+    """The job options that aim fio in a Windows guest at the disk under test: windowsaio
+    (fio's native engine there), unbuffered, fio's threads (Windows has no fork)."""
+    return {"ioengine": WINDOWS_ENGINE, "direct": "1", "thread": "1",
+            "filename": windows_disk(name)}
+
+
+_FIO_VERSION = re.compile(r"fio-\d+(?:\.\d+)*\S*")
+
+
+def version_mismatch(host: str, guest: str) -> str | None:
+    """One line naming both versions when the guest's fio (its ``--version`` or the server's
+    greeting) is not the host's: fio's client and server must be the same version. None when
+    they match."""
+    want, have = _FIO_VERSION.search(host), _FIO_VERSION.search(guest)
+    if want is not None and have is not None and want[0] == have[0]:
+        return None
+    return (f"the guest's fio is {have[0] if have else guest.strip() or 'unknown'}, the host's "
+            f"is {want[0] if want else host.strip() or 'unknown'}: fio's client and server must "
+            "be the same version (install the guest's fio of the host's version)")
