@@ -46,8 +46,12 @@ packages="$packages gcc make libc6-dev dpkg-dev libaio-dev zlib1g-dev flex bison
 packages="$packages e2fsprogs xfsprogs btrfs-progs"
 # ioping: host-mode ioping workloads (seed 001 §9) run it; without it fio's equivalent job runs
 packages="$packages ioping"
+# iSCSI LUNs: QEMU's iscsi block driver (libiscsi, userspace; pve-qemu-kvm has it built in)
+packages="$packages qemu-block-extra"
 [ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
 [ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
+# tgt: a userspace iSCSI target (tgtd) serving a file-backed LUN the iSCSI tests run against
+[ "$dev" = 1 ] && packages="$packages tgt"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

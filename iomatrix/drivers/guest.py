@@ -77,6 +77,7 @@ from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.target import iscsi
 from iomatrix.target.workspace import Image
 from iomatrix.core.units import format_bytes, fio_size
 
@@ -513,7 +514,9 @@ class GuestDriver(Driver):
             # QEMU 7.2 hangs stopping a vhost-user-blk export with an iothread while the guest
             # is connected: the guest (entered later, so stopped first) goes before the daemon,
             # and the daemon gets SIGKILL after a short wait.
-            daemon = stack.enter_context(managed(daemon_argv, log=daemon_log, stop_timeout=3))
+            secret = stack.enter_context(iscsi.chap_secret(image.iscsi, run_dir))
+            daemon = stack.enter_context(managed(secret.argv(daemon_argv), log=daemon_log,
+                                                 stop_timeout=3))
             daemon_pid = daemon.pid
             if not wait_for(lambda: daemon.poll() is not None or vhost_socket.exists(),
                             timeout=DAEMON_START_TIMEOUT) or daemon.poll() is not None:
@@ -532,7 +535,11 @@ class GuestDriver(Driver):
             platform=self.method.platform, pve_version=self.method.pve_version,
             libvirt=self.libvirt)
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
-        proc = stack.enter_context(managed(argv, log=Path(f"{logs}-qemu.log"), stop_timeout=5))
+        # the CHAP secret's file lives until the session ends, in the guest's private directory
+        secret = stack.enter_context(iscsi.chap_secret(
+            image.iscsi if config.data_path != "vhost-user-blk" else None, run_dir))
+        proc = stack.enter_context(managed(secret.argv(argv, "-object"),
+                                           log=Path(f"{logs}-qemu.log"), stop_timeout=5))
         return Guest(index=index, port=port, qmp_socket=spec.qmp_socket, console=console,
                      argv=tuple(argv), pid=proc.pid, daemon_qmp=daemon_qmp,
                      daemon_argv=tuple(daemon_argv), daemon_pid=daemon_pid), proc
@@ -569,7 +576,8 @@ class GuestDriver(Driver):
                                            platform=self.method.platform,
                                            pve_version=self.method.pve_version,
                                            libvirt=self.libvirt,
-                                           is_device=image.is_device and self.sliced_devices)
+                                           is_device=image.is_device and self.sliced_devices,
+                                           protocol="iscsi" if image.iscsi else None)
             if guest.daemon_qmp is not None:
                 seen |= {f"daemon.{k}": v for k, v in read_daemon_settings(guest.daemon_qmp).items()}
                 want |= {f"daemon.{k}": v for k, v in expected_daemon_settings(config).items()}

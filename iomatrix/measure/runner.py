@@ -129,6 +129,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         if resume is None:
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
+            if suite.target.iscsi is not None:
+                host.update(target=suite.target.iscsi.url, target_fs="(iSCSI LUN)")
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
             notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
@@ -312,7 +314,8 @@ class _Runner:
                drivers: dict[str, Driver]) -> None:
         config = block.config
         if config.target not in self._devices:
-            self._devices[config.target] = device_of(workspace.storage_of(config))
+            storage = workspace.storage_of(config)
+            self._devices[config.target] = device_of(storage) if storage else None
         self.device = self._devices[config.target]
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator

@@ -49,14 +49,16 @@ from pydantic import Field
 from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, THROTTLE_NODE, blockdev_nodes,
-                                   cache_flags, daemon_graph, expected_node_flags,
-                                   libvirt_format_node, nodes_by_role)
+from iomatrix.qemu.blockdev import (FILE_NODE, FORMAT_NODE, LIBVIRT_ISCSI, THROTTLE_NODE,
+                                   blockdev_nodes, cache_flags, daemon_graph,
+                                   expected_node_flags, libvirt_format_node, nodes_by_role,
+                                   pve_volume)
 from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Platform, PveVersion
 from iomatrix.target.workspace import Image
+from iomatrix.target import iscsi
 from iomatrix.core.model import Frozen, on_off
 
 MACHINE = "pc"
@@ -188,7 +190,7 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
     else:
         graph = daemon_graph(config, image.path, is_device=image.is_device,
                              size=image.size if image.is_device else None, platform=platform,
-                             pve_version=pve_version, libvirt=libvirt)
+                             pve_version=pve_version, libvirt=libvirt, lun=image.iscsi)
         for obj in graph.objects:
             argv += ["--object", obj]
         nodes = list(graph.blockdevs)
@@ -212,16 +214,18 @@ def vhost_num_queues(config: Configuration, vcpus: int) -> int:
 def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Platform = "qemu",
                             pve_version: PveVersion | None = None,
                             libvirt: lv.Versions | None = None,
-                            is_device: bool = False) -> dict[str, str]:
+                            is_device: bool = False,
+                            protocol: str | None = None) -> dict[str, str]:
     """What :func:`read_guest_settings` must report for a guest started from
     :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
-    ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device)."""
+    ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device;
+    ``protocol``: the protocol node's driver, where it is checked)."""
     kind = _kind(config)
     flags = cache_flags(config)
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
         format_node = platform != "libvirt" or libvirt_format_node(config, libvirt, is_device)
-        out.update(expected_node_flags(config, format_node=format_node))
+        out.update(expected_node_flags(config, format_node=format_node, protocol=protocol))
         out["backend.write-cache"] = on_off(flags.writeback)
         out["backend.node"] = FORMAT_NODE if format_node else FILE_NODE
         out["device.write-cache"] = on_off(flags.writeback)
@@ -459,13 +463,17 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
     size = image.size if image.is_device else None
     try:
         if platform == "proxmox":
-            drive, scsihw = pve.drive_for(kind, volume=str(image.path), aio=config.aio,
-                                          cache=config.cache, iothread=bool(config.iothread),
+            drive, scsihw = pve.drive_for(kind, volume=(iscsi.pve_volume(image.iscsi) if image.iscsi
+                                                        else str(image.path)),
+                                          aio=config.aio, cache=config.cache,
+                                          iothread=bool(config.iothread),
                                           fmt=config.format or "raw", num_queues=config.num_queues)
-            volume = pve.resolve_volume(drive, is_device=image.is_device)
+            volume = pve_volume(config, drive, is_device=image.is_device, lun=image.iscsi)
             return list(pve.disk_args(drive, volume, scsihw=scsihw,
                                       version=pve_version or pve.DEFAULT_PVE_VERSION,
                                       size=size, escape=True).argv)
+        if image.iscsi is not None:
+            raise ValueError(LIBVIRT_ISCSI)
         disk, threads = lv.disk_for(kind, source=str(image.path), block=image.is_device,
                                     aio=config.aio, cache=config.cache,
                                     iothread=bool(config.iothread), fmt=config.format or "raw",
@@ -480,7 +488,8 @@ def _nodes(config: Configuration, image: Image) -> list[str]:
     """The protocol and format nodes as JSON ``-blockdev`` values (JSON needs no comma escaping)."""
     size = image.size if image.is_device else None
     return [json.dumps(node, separators=(",", ":"))
-            for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size)]
+            for node in blockdev_nodes(config, image.path, is_device=image.is_device, size=size,
+                                       lun=image.iscsi)]
 
 
 def _device(driver: str, ident: str, props: dict[str, str]) -> str:

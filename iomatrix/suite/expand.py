@@ -195,8 +195,8 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
     ``qemu``: the version of the QEMU that will run them, where known (notes name what that
     version does, and nothing about another's)."""
     targets: list[tuple[str | None, bool]] = (
-        [(t.name, t.device is not None) for t in suite.named_targets]
-        or [(None, suite.target.device is not None)])
+        [(t.name, t.whole_device) for t in suite.named_targets]
+        or [(None, suite.target.whole_device)])
     notes: list[str] = []
     configs: list[Configuration] = []
     skipped: list[Skipped] = []

@@ -14,6 +14,7 @@ from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, Valida
 
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
+from iomatrix.suite.iscsi import IscsiLun
 
 Mode = Literal["host", "blocklayer", "guest"]
 Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "lsi", "megasas",
@@ -398,6 +399,14 @@ class Target(Frozen):
     def _path(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return _target_path(value, info.field_name)
 
+    iscsi: IscsiLun | None = None
+    """[target.iscsi]: an iSCSI LUN, a whole device (``iomatrix.target.iscsi``)."""
+
+    @property
+    def whole_device(self) -> bool:
+        """A block device or an iSCSI LUN: one raw image, the whole of it."""
+        return self.device is not None or self.iscsi is not None
+
     filesystems: tuple[TargetFilesystem, ...] = ()
     """Several targets from one directory, one per filesystem named (each a target of that name,
     ``Suite.named_targets``): the directory itself for the filesystem it is on, a filesystem
@@ -412,8 +421,12 @@ class Target(Frozen):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Target":
-        if (self.directory is None) == (self.device is None):
-            raise ValueError("give either directory (with size) or device (with allow_destroy = true)")
+        if sum(k is not None for k in (self.directory, self.device, self.iscsi)) != 1:
+            raise ValueError("give either directory (with size), device or [target.iscsi] (with "
+                             "allow_destroy = true)")
+        if self.iscsi is not None and not self.allow_destroy:
+            raise ValueError(f"iSCSI LUN {self.iscsi.url} is written to and destroyed; "
+                             "say so with allow_destroy = true")
         if self.filesystems and self.directory is None:
             raise ValueError("filesystems are made in a directory target (a device is measured "
                              "as it is): give directory, or drop filesystems")
@@ -973,7 +986,7 @@ class Suite(Frozen):
         shared, tables = data.get("target", {}), data["targets"]
         if not isinstance(shared, dict) or not isinstance(tables, list):
             return data                 # pydantic says what is wrong with them
-        for key in ("directory", "device", "allow_destroy", "filesystems"):
+        for key in ("directory", "device", "iscsi", "allow_destroy", "filesystems"):
             if key in shared:
                 raise ValueError(f"[target] {key}: with [[targets]], each target names its own "
                                  "directory or device; [target] holds only what they share "

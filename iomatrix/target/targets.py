@@ -88,6 +88,8 @@ class TargetPlan(Frozen):
         t = self.target
         if t.device is not None:
             return f"target {self.name}: the block device {t.device}"
+        if t.iscsi is not None:
+            return f"target {self.name}: the iSCSI LUN {t.iscsi.url}"
         on = f" ({self.on})" if self.on else ""
         if self.make is None:
             return f"target {self.name}: {t.directory}{on}"
@@ -374,7 +376,7 @@ class TargetSet:
         for workspace in [*self._inner.values(), *self._outer.values()]:
             workspace.verify(images)
 
-    def storage_of(self, config: Configuration) -> Path:
+    def storage_of(self, config: Configuration) -> Path | None:
         """What holds the configuration's images (a made filesystem: its mount point, whose
         device is the loop device), for the host's disk telemetry."""
         return self._workspace(config).storage_of(config)

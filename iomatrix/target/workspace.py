@@ -33,7 +33,9 @@ from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empt
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
+from iomatrix.suite.iscsi import IscsiLun
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
+from iomatrix.target import iscsi
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen
 
@@ -60,6 +62,8 @@ class Image(Frozen):
     preallocation: str
     size: int
     is_device: bool = False
+    iscsi: IscsiLun | None = None
+    """The LUN an iSCSI target's image is (``path`` then only names it)."""
 
 
 def image_spec(config: Configuration) -> tuple[str, str]:
@@ -108,18 +112,23 @@ class Workspace:
         configs = list(configs)
         specs = sorted(image_specs(configs))
         wanted = working_set_size(self.target, memory_total(self._proc / "meminfo"))
-        if self.target.device is not None:
-            self.device_size = check_device(self.target.device, proc_root=self._proc,
-                                            sysfs=self._sysfs)
+        if self.target.whole_device:
+            where = self.target.iscsi.url if self.target.iscsi else self.target.device
+            if self.target.iscsi is not None:
+                self.device_size = iscsi.probe(self.target.iscsi)
+            else:
+                assert self.target.device is not None
+                self.device_size = check_device(self.target.device, proc_root=self._proc,
+                                                sysfs=self._sysfs)
             if wanted is not None and wanted > self.device_size:
                 raise TargetError(
-                    f"[target] working_set = \"exceed-ram\": the device {self.target.device} "
+                    f"[target] working_set = \"exceed-ram\": the device {where} "
                     f"({format_bytes(self.device_size)}) is smaller than twice the host's RAM "
                     f"({format_bytes(wanted)}), so the page cache could hold what is measured",
                     hint="use a larger device, or drop working_set to measure as sized")
             if self.target.size is not None and self.target.size > self.device_size:
                 raise TargetError(f"[target] size {format_bytes(self.target.size)} exceeds the "
-                                  f"device {self.target.device} ({format_bytes(self.device_size)})")
+                                  f"device {where} ({format_bytes(self.device_size)})")
             self.image_size = wanted if wanted is not None else (self.target.size
                                                                  or self.device_size)
             self.notes = page_cache_notes(self.target, configs, self.image_size,
@@ -157,7 +166,7 @@ class Workspace:
     def create(self) -> "Workspace":
         """Create the target directory if need be (mode 0700), and the run's private directory
         in it (nothing on a device). Each is named to ``record`` before it is made."""
-        if self.target.device is not None:
+        if self.target.whole_device:
             return self
         assert self.target.directory is not None
         for _ in range(3):
@@ -236,9 +245,12 @@ class Workspace:
         if self.target.directory is not None:
             _remove_up(Path(os.path.realpath(self.target.directory)))
 
-    def storage_of(self, config: Configuration) -> Path:
+    def storage_of(self, config: Configuration) -> Path | None:
         """What holds the configuration's images: the device, or the target directory (or its
-        nearest existing parent), for the host's disk telemetry."""
+        nearest existing parent), for the host's disk telemetry; None for an iSCSI LUN (no
+        local disk holds it)."""
+        if self.target.iscsi is not None:
+            return None
         return self.target.device or nearest_existing(self.target.directory)  # type: ignore[arg-type]
 
     def __enter__(self) -> "Workspace":
@@ -266,7 +278,10 @@ class Workspace:
         spec = (*image_spec(config), index)
         if spec in self._images:
             return self._images[spec]
-        if self.target.device is not None:
+        if self.target.iscsi is not None:
+            image = Image(path=Path(self.target.iscsi.url), format="raw", preallocation="off",
+                          size=self.size, is_device=True, iscsi=self.target.iscsi)
+        elif self.target.device is not None:
             image = Image(path=self.target.device, format="raw", preallocation="off",
                           size=self.size, is_device=True)
         else:
