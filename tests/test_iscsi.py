@@ -225,4 +225,68 @@ def test_the_guest_disk_as_proxmox_attaches_it(tmp_path: Path, tgt: Tgt) -> None
     node = json.loads(pve9[pve9.index("-blockdev") + 1])
     protocol = node["file"]["file"]
     assert {k: protocol[k] for k in ("driver", "portal", "target", "lun")} == {
-        "driver": "iscsi", "portal": tgt.portal, "target": tgt.iqn, "lun": str(tgt.lun)}
+        "driver": "iscsi", "portal": tgt.portal, "target": tgt.iqn, "lun": tgt.lun}
+
+
+STORAGE_CFG = """
+dir: local
+	path /var/lib/vz
+	content iso,vztmpl,backup,images
+
+nfs: shared
+	export /srv/vms
+	server 192.0.2.20
+	content images
+
+cifs: smb
+	path /srv/smb-mounted
+	server 192.0.2.21
+	share vms
+	content-dirs images=vmdisks
+
+iscsidirect: lun-direct
+	portal {portal}
+	target {iqn}
+
+iscsi: lun-kernel
+	portal 192.0.2.30
+	target iqn.2003-01.org.example:kernel
+
+lvm: vg
+	vgname pve
+"""
+
+
+def test_storage_ids_name_targets_as_proxmox_does() -> None:
+    from iomatrix.suite.storage import target_keys
+    cfg = STORAGE_CFG.format(portal="127.0.0.1:3260", iqn="iqn.2026-11.org.iomatrix:test")
+    assert target_keys(cfg, "local") == {"directory": "/var/lib/vz/images"}
+    assert target_keys(cfg, "smb") == {"directory": "/srv/smb-mounted/vmdisks"}
+    assert target_keys(cfg, "shared", mounted=lambda p: True) == {
+        "directory": "/mnt/pve/shared/images"}
+    with pytest.raises(ValueError, match="/mnt/pve/shared is not mounted"):
+        target_keys(cfg, "shared", mounted=lambda p: False)
+    assert target_keys(cfg, "lun-direct:lun3") == {"iscsi": {
+        "portal": "127.0.0.1:3260", "target": "iqn.2026-11.org.iomatrix:test", "lun": 3}}
+    assert target_keys(cfg, "lun-kernel")["iscsi"]["lun"] == 0
+    with pytest.raises(ValueError, match="type lvm"):
+        target_keys(cfg, "vg")
+    with pytest.raises(ValueError, match="not in the storage.cfg"):
+        target_keys(cfg, "nope")
+    with pytest.raises(ValueError, match="lunN"):
+        target_keys(cfg, "lun-direct:disk0")
+
+
+def test_run_on_an_iscsidirect_storage_id(tmp_path: Path, tgt: Tgt, no_leftovers: None) -> None:
+    cfg = tmp_path / "storage.cfg"
+    cfg.write_text(STORAGE_CFG.format(portal=tgt.portal, iqn=tgt.iqn))
+    path = suite(tmp_path, tgt, BLOCKLAYER.replace('["none", "writeback"]', '"none"'), lun=0)
+    done = cli_result("run", str(path), "--db", "r.db", "--storage-cfg", str(cfg),
+                      "--storage", f"lun-direct:lun{tgt.lun}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Store(tmp_path / "r.db") as store:
+        run = store.load_run(1)
+    assert run.host["target"] == f"iscsi://{tgt.portal}/{tgt.iqn}/{tgt.lun}"
+    bad = cli_result("run", str(path), "--db", "r.db", "--storage-cfg", str(cfg),
+                     "--storage", "vg", cwd=tmp_path)
+    assert bad.returncode == ExitStatus.SUITE_INVALID and "type lvm" in bad.stderr

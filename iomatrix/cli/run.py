@@ -16,6 +16,7 @@ from iomatrix.core.files import output_directory
 
 if TYPE_CHECKING:
     from iomatrix.measure.prepare import PreparedRun
+    from iomatrix.suite.model import Suite
 
 
 def _print_plan(prepared: PreparedRun) -> None:
@@ -106,6 +107,31 @@ def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
 
+def _on_storage(loaded: "Suite", cfg: Path, storage: str, target: Path | None) -> "Suite":
+    """The suite with its [target] replaced by a Proxmox VE storage (``suite.storage``)."""
+    from iomatrix.core.mounts import is_mounted
+    from iomatrix.suite.storage import target_keys
+
+    if target is not None or loaded.targets:
+        raise typer.BadParameter("replaces the suite's one target: not with --target or "
+                                 "[[targets]]", param_hint="--storage")
+    try:
+        keys = target_keys(cfg.read_text(errors="replace"), storage, mounted=is_mounted)
+    except OSError as exc:
+        raise typer.BadParameter(f"{cfg}: {exc.strerror}", param_hint="--storage-cfg") from None
+    except ValueError as exc:
+        raise SuiteError(f"--storage {storage}: {exc}") from None
+    shared = {k: v for k, v in loaded.target.model_dump().items()
+              if k not in ("directory", "device", "iscsi", "filesystems")}
+    if "iscsi" in keys and loaded.target.iscsi is not None:   # its chap and connect_timeout
+        keys["iscsi"] = {**loaded.target.iscsi.model_dump(), **keys["iscsi"]}
+    try:
+        model = type(loaded.target).model_validate({**shared, **keys})
+    except ValueError as exc:
+        raise SuiteError(f"--storage {storage}: {str(exc).splitlines()[-1].strip()}") from None
+    return loaded.model_copy(update={"target": model})
+
+
 def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
@@ -117,6 +143,8 @@ def run(
     resume: Annotated[Optional[str], typer.Option(help="Continue this stored run (a number or 'last'): measure only the trials it lacks. SUITE is then ignored.")] = None,
     scale: Annotated[Optional[str], typer.Option(help="Run the suite at this scale: one of its [scale.NAME] tables (built-in suites have quick and full; `iomatrix suites NAME` lists them). Without it, the suite's own tables.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="With --resume: also measure the run's failed trials again (complete or not); each failed attempt is kept, with its reason, in the run's trial history.")] = False,
+    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's /etc/pve/storage.cfg: with --storage, measure a storage by its id.")] = None,
+    storage: Annotated[Optional[str], typer.Option(help="With --storage-cfg: the storage to measure instead of the suite's target, ID (dir, nfs, cifs: its images directory) or ID:lunN (iscsi, iscsidirect: that LUN, LUN 0 without); the suite's [target] gives size and allow_destroy.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Shuffle the trial order with this seed (overrides [method] seed): --plan prints the seed of the order it shows, and a run given it measures in that order. Without any, each run draws its own.")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
@@ -166,6 +194,11 @@ def run(
 
         loaded = resolve_vm(load_suite(suite, scale=scale))
         resume_id = None
+    if (storage is None) != (storage_cfg is None):
+        raise typer.BadParameter("--storage and --storage-cfg go together",
+                                 param_hint="--storage")
+    if storage is not None and storage_cfg is not None:
+        loaded = _on_storage(loaded, storage_cfg, storage, target)
     if show_plan:
         from iomatrix.measure.prepare import prepare
         from iomatrix.measure.pvehost import detect_pve
@@ -181,7 +214,7 @@ def run(
                       soft_wrap=True)
         return
     if target is not None:
-        if loaded.target.device is not None:
+        if loaded.target.whole_device:
             raise SuiteError(f"{loaded.source_path}: --target replaces a directory target, "
                              "but this suite names a device")
         if loaded.targets:

@@ -86,6 +86,8 @@ PRIVATE = "private network namespace"
 """``guest.channel`` of a session whose guests are reachable only from its own namespace."""
 SHARED = "host loopback, reachable by every local user"
 """``guest.channel`` when no private namespace could be made (followed by the reason)."""
+NETWORK_STORAGE = ("QEMU reaches the iSCSI portal over the host's network, which a private "
+                   "namespace would hide")
 
 POLL_SECONDS = 0.05
 """How often the sampler reads QEMU's counters until a guest's first I/O shows."""
@@ -438,6 +440,8 @@ class GuestDriver(Driver):
         self.boots = 0
         self.shared_reason = shared_reason
         """Why the guests cannot have a private network namespace here; None: they get one."""
+        self._private = True
+        """Whether the current session's guests run in a private network namespace."""
         self.libvirt: lv.Versions | None = None
         """With platform libvirt: the libvirt (and its QEMU) whose nodes the disks get."""
 
@@ -468,14 +472,16 @@ class GuestDriver(Driver):
         self.boots += 1
         with contextlib.ExitStack() as stack:
             channel = PRIVATE
-            if self.shared_reason is None:
+            shared = self.shared_reason or (NETWORK_STORAGE if images[0].iscsi else None)
+            self._private = shared is None
+            if shared is None:
                 try:
                     stack.enter_context(private_network())
                 except EnvironmentProblem as exc:   # the probe in prepare passed: unexpected
                     raise TrialFailed(f"cannot give the guests a private network namespace: "
                                       f"{exc}") from exc
             else:
-                channel = f"{SHARED} ({self.shared_reason})"
+                channel = f"{SHARED} ({shared})"
             guests, procs = [], []
             for index, image in enumerate(images):
                 guest, proc = self._start(stack, config, image, index)
@@ -523,7 +529,7 @@ class GuestDriver(Driver):
                 raise TrialFailed(f"qemu-storage-daemon for vm{index} did not start: "
                                   f"{log_tail(daemon_log) or 'no output'}")
         # In the private namespace nothing else listens: fixed ports, no race for a free one.
-        port = GUEST_FIO_PORT + index if self.shared_reason is None else free_port()
+        port = GUEST_FIO_PORT + index if self._private else free_port()
         spec = GuestSpec(
             config=config, image=image, kernel=self.appliance.kernel,
             initrd=self.appliance.initrd,

@@ -452,7 +452,8 @@ def resolve_volume(drive: Drive, storages: dict[str, Storage] | None = None, *,
         if found is None:
             raise ValueError(f"{drive.key}: unable to parse iscsi volume name '{volname}'")
         return _iscsi(given(storage.portal, "portal", "<portal>"),
-                      given(storage.target, "target", "<target>"), found.group(1), kind, volid,
+                      given(storage.target, "target", "<target>"), int(found.group(1)), kind,
+                      volid,
                       notes)
     if storage.type == "rbd":
         return _rbd(drive, storage, volname, notes)
@@ -474,7 +475,7 @@ def _dir_image(key: str, volname: str) -> tuple[str, str, str]:
     return found.group(1), found.group(2), fmt
 
 
-def _iscsi(portal: str, target: str, lun: int | str, kind: str, volid: str,
+def _iscsi(portal: str, target: str, lun: int, kind: str, volid: str,
            notes: list[str]) -> Volume:
     """An iSCSI LUN opened by QEMU's own initiator (libiscsi)."""
     return Volume(driver="iscsi", path=f"iscsi://{portal}/{target}/{lun}", format="raw",
