@@ -61,11 +61,13 @@ def tgt_problem() -> str | None:
 
 
 @contextlib.contextmanager
-def tgtd(directory: Path, size: int = 64 << 20) -> Iterator[Tgt]:
-    """tgtd with one LUN backed by a ``size`` file in ``directory``; stopped on leaving."""
-    backing = directory / "lun.img"
-    with open(backing, "wb") as f:
-        f.truncate(size)
+def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None) -> Iterator[Tgt]:
+    """tgtd with one LUN backed by ``backing`` (by default a new ``size`` file in
+    ``directory``); stopped on leaving."""
+    if backing is None:
+        backing = directory / "lun.img"
+        with open(backing, "wb") as f:
+            f.truncate(size)
     port = free_port()
     control = next(n for n in iter(lambda: random.randrange(1000, 2000), None)
                    if not (CONTROL / f"socket.{n}").exists())
