@@ -118,6 +118,11 @@ for p in $packages; do
         echo "setup.sh: not installing $p: using $found"
         continue
     fi
+    if [ "$p" = qemu-block-extra ] && [ -n "$(installed_by pve-qemu-kvm 2)" ]; then
+        # Debian's block modules belong to Debian's QEMU, which pve-qemu-kvm replaces
+        echo "setup.sh: not installing qemu-block-extra: pve-qemu-kvm has the iscsi driver built in"
+        continue
+    fi
     if [ "$p" = libvirt-daemon-system ] && [ -n "$pve" ]; then
         # PVE 9's libvirt QEMU driver depends on Debian's QEMU (qemu-kvm | qemu-system), which
         # pve-qemu-kvm conflicts with; and PVE runs its VMs through qemu-server, not libvirt

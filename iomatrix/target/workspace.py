@@ -35,7 +35,7 @@ from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.iscsi import IscsiLun
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
-from iomatrix.target import iscsi
+from iomatrix.target.iscsi import probe as probe_lun
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen
 
@@ -115,7 +115,7 @@ class Workspace:
         if self.target.whole_device:
             where = self.target.iscsi.url if self.target.iscsi else self.target.device
             if self.target.iscsi is not None:
-                self.device_size = iscsi.probe(self.target.iscsi)
+                self.device_size = probe_lun(self.target.iscsi)
             else:
                 assert self.target.device is not None
                 self.device_size = check_device(self.target.device, proc_root=self._proc,
