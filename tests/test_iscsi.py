@@ -290,3 +290,16 @@ def test_run_on_an_iscsidirect_storage_id(tmp_path: Path, tgt: Tgt, no_leftovers
     bad = cli_result("run", str(path), "--db", "r.db", "--storage-cfg", str(cfg),
                      "--storage", "vg", cwd=tmp_path)
     assert bad.returncode == ExitStatus.SUITE_INVALID and "type lvm" in bad.stderr
+
+
+def test_the_readme_suite_plans_against_a_real_lun(tmp_path: Path, tgt: Tgt) -> None:
+    """The README's "Measure an iSCSI LUN" suite, pointed at the test's LUN, as pasted."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("### Measure an iSCSI LUN"):]
+    text = section[section.index("```toml\n") + 8:section.index("```\n", section.index("```toml"))]
+    text = (text.replace("192.0.2.10:3260", tgt.portal)
+            .replace("iqn.2003-01.org.example:storage", tgt.iqn).replace('"4GiB"', '"16MiB"'))
+    (tmp_path / "lun.toml").write_text(text)
+    done = cli_result("run", str(tmp_path / "lun.toml"), "--plan", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "blocklayer" in done.stdout
