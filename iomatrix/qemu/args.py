@@ -513,11 +513,12 @@ def _iothread_id(holder: str) -> str:
 
 def _node_settings(flat: dict[str, str]) -> dict[str, str]:
     """The node keys :func:`iomatrix.qemu.blockdev.expected_node_flags` gives: every node's
-    cache.direct and cache.no-flush, the format node's driver, and the protocol node's (checked
-    where it is a network driver: ``protocol``)."""
+    cache.direct and cache.no-flush, the format node's driver, and the protocol node's where
+    it is a network driver (``expected_guest_settings``' ``protocol``)."""
     return {key: value for key, value in flat.items()
             if key.endswith((".cache.direct", ".cache.no-flush"))
-            or key in (f"{FILE_NODE}.driver", f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")}
+            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")
+            or (key == f"{FILE_NODE}.driver" and value == "iscsi")}
 
 
 def _qom_text(value: Any) -> str:
