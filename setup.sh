@@ -58,10 +58,10 @@ packages="$packages qemu-block-extra ceph-common"
 # xorriso: the NoCloud seed (an ISO with user-data, meta-data and the guests' fio) that starts fio
 # in the user's own cloud image ([guest] image; iomatrix/guestimage/seed.py)
 packages="$packages xorriso"
-[ "$dev" = 1 ] && packages="$packages chromium libxml2-utils"   # xmllint, for virt-xml-validate
-[ "$dev" = 1 ] && packages="$packages fio-examples"   # fio's examples/, which the job file tests load
 # mmdebstrap: the tests' small Debian 12 guest image with its own kernel and cloud-init ([guest] image)
 [ "$dev" = 1 ] && packages="$packages mmdebstrap"
+# tgt: a userspace iSCSI target (tgtd) serving a file-backed LUN the iSCSI tests run against
+[ "$dev" = 1 ] && packages="$packages tgt"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi
@@ -126,6 +126,11 @@ for p in $packages; do
     fi
     if [ -n "$(programs "$p")" ] && found=$(on_path $(programs "$p")) && [ -n "$found" ]; then
         echo "setup.sh: not installing $p: using $found"
+        continue
+    fi
+    if [ "$p" = qemu-block-extra ] && [ -n "$(installed_by pve-qemu-kvm 2)" ]; then
+        # Debian's block modules belong to Debian's QEMU, which pve-qemu-kvm replaces
+        echo "setup.sh: not installing qemu-block-extra: pve-qemu-kvm has the rbd and iscsi drivers built in"
         continue
     fi
     if [ "$p" = libvirt-daemon-system ] && [ -n "$pve" ]; then

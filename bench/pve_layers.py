@@ -119,17 +119,24 @@ def main() -> None:
 
 def report(values: dict[str, list[dict[str, float]]], arms: list[str],
            args: argparse.Namespace, wall: float) -> None:
-    keys = list(values["plain"][0])
     print(f"\nblocklayer (qemu-storage-daemon, NBD), aio={args.aio} cache={args.cache} raw, "
           f"RAM-backed loop device; {args.rounds} rounds × {len(arms)} arms interleaved, "
           f"ramp {args.ramp} + {args.runtime} per trial; {wall:.0f} s")
+    print_arms(values, arms, RATIOS, width=12)
+
+
+def print_arms(values: dict[str, list[dict[str, float]]], arms: list[str],
+               ratios: list[tuple[str, str]], *, width: int) -> None:
+    """Each arm's mean IOPS per workload, then each ratio of arms (``ratios``: numerator,
+    denominator) per workload from the paired per-round log-ratios, with its 95 % CI."""
+    keys = list(values[arms[0]][0])
     print("mean IOPS per arm (over rounds):")
-    print(f"  {'workload':<34}" + "".join(f"{arm:>12}" for arm in arms))
+    print(f"  {'workload':<34}" + "".join(f"{arm:>{width}}" for arm in arms))
     for key in keys:
         print(f"  {key:<34}" + "".join(
-            f"{sum(v[key] for v in values[arm]) / len(values[arm]):>12.0f}" for arm in arms))
+            f"{sum(v[key] for v in values[arm]) / len(values[arm]):>{width}.0f}" for arm in arms))
     print("paired per-round ratio, geometric mean [95 % CI], p (t-test of the log-ratios):")
-    for num, den in RATIOS:
+    for num, den in ratios:
         if num not in arms or den not in arms:
             continue
         print(f"  {num}/{den}")
@@ -139,7 +146,6 @@ def report(values: dict[str, list[dict[str, float]]], arms: list[str],
             ci = test.interval
             print(f"    {key:<32} {math.exp(ci.mean):.3f} [{math.exp(ci.low):.3f}, "
                   f"{math.exp(ci.high):.3f}]  p={test.p_value:.3f}")
-
 
 if __name__ == "__main__":
     main()

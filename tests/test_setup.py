@@ -124,6 +124,8 @@ def test_on_proxmox_ve_setup_keeps_pve_qemu_and_removes_nothing(tmp_path: Path,
     packages = wanted.group(1).split()
     assert {"fio", "ioping"} <= set(packages)
     assert not {p for p in packages if p.startswith(("qemu", "libvirt"))}
+    assert ("setup.sh: not installing qemu-block-extra: pve-qemu-kvm has the rbd and iscsi "
+            "drivers built in") in out.stdout
     plan = _simulate(status, *packages)
     assert plan and not [line for line in plan if line.startswith("Remv ")]
     assert "and to remove nothing" in out.stdout

@@ -212,12 +212,14 @@ def _storage_target(suite: "Suite", storage_cfg: Path | None) -> "Suite":
                          "names a Proxmox VE storage",
                          hint="give --storage-cfg /etc/pve/storage.cfg")
     from iomatrix.cli.translate import _read
+    from iomatrix.core.mounts import is_mounted
     from iomatrix.platform.proxmox import parse_storage_cfg
     from iomatrix.target.network import resolve_storage
 
     storages = parse_storage_cfg(_read(storage_cfg, "--storage-cfg"))
     try:
-        resolved = resolve_storage(suite.target, storages, storage_cfg.absolute().parent)
+        resolved = resolve_storage(suite.target, storages, storage_cfg.absolute().parent,
+                                   mounted=is_mounted)
     except ValueError as exc:
         raise SuiteError(f"{suite.source_path}: [target] storage: {exc}") from None
     return suite.model_copy(update={"target": resolved})
@@ -227,7 +229,7 @@ def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
     target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory (with [target] filesystems: the directory the filesystems are measured in).")] = None,
-    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's storage.cfg (/etc/pve/storage.cfg), for a [target] storage = \"ID\": an rbd storage is measured as [target] rbd (monhost, username, pool, namespace, krbd; the keyring priv/ceph/ID.keyring and priv/ceph/ID.conf beside the file, as Proxmox VE keeps them), dir/nfs/cifs as a directory.")] = None,
+    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's storage.cfg (/etc/pve/storage.cfg), for a [target] storage = \"ID\": an rbd storage is measured as [target] rbd (monhost, username, pool, namespace, krbd; the keyring priv/ceph/ID.keyring and priv/ceph/ID.conf beside the file, as Proxmox VE keeps them), iscsi/iscsidirect (storage = \"ID:lunN\", LUN 0 without :lunN) as [target] iscsi, dir/nfs/cifs as their images directory (nfs/cifs mounted at their path or /mnt/pve/ID).")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,

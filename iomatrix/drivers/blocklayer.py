@@ -36,6 +36,8 @@ from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.qemu.version import QemuVersion, from_qmp
 from iomatrix.fio.models import FioResult
 from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.target.iscsi import AIO_NOT_EVALUATED
+from iomatrix.target.network import reveal
 from iomatrix.target.workspace import Image
 
 START_TIMEOUT = 15.0
@@ -102,8 +104,10 @@ class BlocklayerSession(Session):
             self.seen = now if self.seen is None else self.seen.merged(now)
 
     def aio(self) -> AioSeen | None:
-        """The aio mode the daemon showed over this trial; None before any look."""
-        if self.seen is None:
+        """The aio mode the daemon showed over this trial; None before any look, and on an
+        iSCSI LUN (libiscsi has no aio mode: ``iomatrix.target.iscsi``)."""
+        if self.seen is None or (self.image.network is not None
+                                 and self.image.network.protocol == "iscsi"):
             return None
         log = self.workdir / "daemon.log"
         text = log.read_text(errors="replace") if log.is_file() else ""
@@ -113,6 +117,8 @@ class BlocklayerSession(Session):
         out = dict(self.nodes)
         out["export"] = "fuse+iothread" if self.config.iothread else "nbd"
         seen = self.aio()
+        if self.image.network is not None and self.image.network.protocol == "iscsi":
+            out["aio"] = AIO_NOT_EVALUATED
         if seen is not None:
             out["aio"] = seen.aio
             out["aio.evidence"] = seen.evidence
@@ -122,7 +128,7 @@ class BlocklayerSession(Session):
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
-        if self.image.network is not None:     # no aio on librbd (iomatrix.target.rbd)
+        if self.image.network is not None:     # no aio on librbd or libiscsi
             return wrong
         seen = self.aio()
         if seen is None:
@@ -173,7 +179,7 @@ class BlocklayerDriver(Driver):
         log = workdir / "daemon.log"
         log.write_text("")
         try:
-            with managed(argv, log=log, stop_timeout=10) as proc:
+            with managed(reveal(argv, image.network), log=log, stop_timeout=10) as proc:
                 ready = wait_for(lambda: proc.poll() is not None or _ready(config, workdir),
                                  timeout=START_TIMEOUT)
                 if proc.poll() is not None or not ready:

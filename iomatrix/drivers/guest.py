@@ -85,6 +85,7 @@ from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
+from iomatrix.target.network import reveal
 from iomatrix.target.workspace import Image
 from iomatrix.core.units import format_bytes, fio_size
 
@@ -553,14 +554,17 @@ class GuestDriver(Driver):
             # QEMU 7.2 hangs stopping a vhost-user-blk export with an iothread while the guest
             # is connected: the guest (entered later, so stopped first) goes before the daemon,
             # and the daemon gets SIGKILL after a short wait.
-            daemon = stack.enter_context(managed(daemon_argv, log=daemon_log, stop_timeout=3))
+            daemon = stack.enter_context(managed(reveal(daemon_argv, image.network),
+                                                 log=daemon_log, stop_timeout=3))
             daemon_pid = daemon.pid
             if not wait_for(lambda: daemon.poll() is not None or vhost_socket.exists(),
                             timeout=DAEMON_START_TIMEOUT) or daemon.poll() is not None:
                 raise TrialFailed(f"qemu-storage-daemon for vm{index} did not start: "
                                   f"{log_tail(daemon_log) or 'no output'}")
-        # In the private namespace nothing else listens: fixed ports, no race for a free one.
-        port = GUEST_FIO_PORT + index if self.shared_reason is None else free_port()
+        # In the private namespace nothing else listens: fixed ports, no race for a free one
+        # (in the host's, shared or for network storage, another process may hold them).
+        private = self.shared_reason is None and image.network is None
+        port = GUEST_FIO_PORT + index if private else free_port()
         kernel: Path | None = self.appliance.kernel
         initrd: Path | None = self.appliance.initrd
         append = kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator)
@@ -576,7 +580,8 @@ class GuestDriver(Driver):
             platform=self.method.platform, pve_version=self.method.pve_version,
             libvirt=self.libvirt)
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
-        proc = stack.enter_context(managed(argv, log=Path(f"{logs}-qemu.log"), stop_timeout=5))
+        proc = stack.enter_context(managed(reveal(argv, image.network),
+                                           log=Path(f"{logs}-qemu.log"), stop_timeout=5))
         return Guest(index=index, port=port, qmp_socket=spec.qmp_socket, console=console,
                      argv=tuple(argv), pid=proc.pid, daemon_qmp=daemon_qmp,
                      daemon_argv=tuple(daemon_argv), daemon_pid=daemon_pid), proc

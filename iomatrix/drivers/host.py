@@ -1,4 +1,7 @@
-"""host mode: fio on the target itself, the physical baseline."""
+"""host mode: fio on the target itself, the physical baseline. An iSCSI LUN is measured as the
+block device the kernel initiator gives it where the host is logged in to it, else through
+libiscsi in a qemu-storage-daemon (raw, cache=none) exported over NBD, which every trial's
+applied settings name (``iomatrix.target.iscsi``)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.suite.model import Configuration
+from iomatrix.target import iscsi
 from iomatrix.target.workspace import Image
 
 
@@ -34,4 +39,45 @@ class HostDriver(Driver):
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
-        yield HostSession(config, images, self.method.engine)
+        volume = images[0].network
+        if volume is None or volume.protocol != "iscsi":
+            yield HostSession(config, images, self.method.engine)
+            return
+        device = iscsi.kernel_device(volume)
+        if device is not None:
+            yield HostSession(config, [images[0].model_copy(update={"path": device,
+                                                                    "network": None})],
+                              self.method.engine)
+            return
+        why = iscsi.kernel_initiator_problem() or "this host is not logged in to the LUN"
+        userspace = config.model_copy(update={"cache": "none", "format": "raw", "aio": None,
+                                              "iothread": False})
+        daemon = BlocklayerDriver(self.method.model_copy(update={"platform": "qemu"}),
+                                  self.workdir)
+        with daemon.session(userspace, images) as session:
+            yield UserspaceSession(session, f"{volume.client}; kernel initiator: {why}")
+
+
+class UserspaceSession(Session):
+    """A host-mode baseline reached through a qemu-storage-daemon (an iSCSI LUN without the
+    kernel initiator): the daemon's session, its path named in what was applied."""
+
+    def __init__(self, inner: Session, path: str) -> None:
+        super().__init__(inner.config, inner.images)
+        self.inner = inner
+        self.path = path
+
+    def fio_target(self) -> dict[str, str]:
+        return self.inner.fio_target()
+
+    def applied(self) -> dict[str, str]:
+        return {"host.path": self.path, **self.inner.applied()}
+
+    def mismatches(self) -> list[str]:
+        return self.inner.mismatches()
+
+    def command(self) -> str:
+        return self.inner.command()
+
+    def pids(self) -> list[int]:
+        return self.inner.pids()

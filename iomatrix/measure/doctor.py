@@ -133,7 +133,9 @@ def check_storage_clients(*, env: Mapping[str, str] | None = None,
     """Which network storage this host can reach, for [target] rbd and the like: QEMU's block
     drivers (``qemu-img info --image-opts driver=X`` says "Unknown driver" for one it lacks,
     and anything else, here a missing option, for one it has: nothing is contacted), fio's rbd
-    engine, the ``rbd`` command, and the kernel's rbd module (krbd)."""
+    engine, the ``rbd`` command, the kernel's rbd module (krbd) and iSCSI initiator
+    (iscsi_tcp), and tgtd (the iSCSI tests' target)."""
+    from iomatrix.target.iscsi import kernel_initiator_problem
     from iomatrix.target.rbd import krbd_problem
 
     out = []
@@ -173,6 +175,16 @@ def check_storage_clients(*, env: Mapping[str, str] | None = None,
     out.append(Check(name="kernel rbd (krbd)", ok=problem is None, required=False,
                      detail=problem or ("the kernel can map RBD images (/dev/rbd*): rbd "
                                         "targets with krbd = true"), hint=None))
+    problem = kernel_initiator_problem(module=sysfs / "module" / "iscsi_tcp")
+    out.append(Check(name="kernel iSCSI initiator (iscsi_tcp)", ok=problem is None,
+                     required=False,
+                     detail=problem or ("iscsi_tcp is loaded: host mode measures a LUN this host "
+                                        "is logged in to as its block device"), hint=None))
+    tgtd = which("tgtd", env)
+    out.append(Check(name="tgtd (iSCSI target)", ok=tgtd is not None, required=False,
+                     detail=(f"{tgtd}: the iSCSI tests serve their LUN with it" if tgtd
+                             else "tgtd not found on PATH: the iSCSI tests are skipped"),
+                     hint=None if tgtd else "./setup.sh --dev (installs tgt)"))
     return out
 
 

@@ -33,6 +33,7 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.target.iscsi import IscsiLun
 from iomatrix.target.network import NetworkTarget
 from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool
 from iomatrix.target.targets import TargetSet
@@ -87,9 +88,9 @@ def tools_for(expansion: Expansion) -> list[str]:
     return tools
 
 
-NETWORK_TARGETS: dict[str, type[NetworkTarget]] = {"rbd": RbdPool}
+NETWORK_TARGETS: dict[str, type[NetworkTarget]] = {"rbd": RbdPool, "iscsi": IscsiLun}
 """[target] network kind → what prepares it for a run (``iomatrix.target.network``)."""
-NETWORK_TOOLS = {"rbd": "rbd"}
+NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
 """The program each network kind needs besides fio and QEMU."""
 
 
@@ -143,6 +144,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         if resume is None:
             target_path = suite.target.directory or suite.target.device
             host = host_metadata(target_path, accelerator=accelerator)
+            if isinstance(workspace, IscsiLun):
+                host.update(target=workspace.lun.url, target_fs="(iSCSI LUN)")
             if isinstance(workspace, TargetSet):
                 host["targets"] = ", ".join(p.name for p in workspace.plans)
             if isinstance(workspace, RbdPool):

@@ -1354,8 +1354,11 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     what it refuses."""
     drive, scsihw = _drive(settings, disk_kind(settings), image.path, guest=True)
     volume = _volume(drive, image)
-    return list(disk_args(drive, volume, scsihw=scsihw, version=version or DEFAULT_PVE_VERSION,
-                          size=image.size, escape=True).argv)
+    objects = [a for obj in (image.network.objects if image.network else ()) for a in
+               ("-object", obj)]
+    return objects + list(disk_args(drive, volume, scsihw=scsihw,
+                                    version=version or DEFAULT_PVE_VERSION, size=image.size,
+                                    escape=True).argv)
 
 
 def _volume(drive: Drive, image: DiskImage) -> Volume:
@@ -1376,7 +1379,9 @@ def storage_graph(settings: DiskSettings, image: DiskImage,
     drive, _ = _drive(settings, DAEMON_BUS, image.path, guest=False)
     volume = _volume(drive, image)
     graph = daemon_graph(drive, volume, version=version or DEFAULT_PVE_VERSION, size=image.size)
-    return StorageGraph(objects=graph.objects, blockdevs=(graph.blockdev,), export_node=graph.top)
+    needed = image.network.objects if image.network is not None else ()
+    return StorageGraph(objects=needed + graph.objects, blockdevs=(graph.blockdev,),
+                        export_node=graph.top)
 
 
 def graph_shape(settings: DiskSettings, version: PveVersion | None = None, *,

@@ -220,7 +220,7 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage, version: object = 
                          "the daemon's socket")
     layout = LAYOUTS[kind]
     hub = hub_options(settings, layout)
-    argv: list[str] = []
+    argv = [a for obj in _objects(image) for a in ("-object", obj)]
     if settings.iothread:
         argv += ["-object", f"iothread,id={iothread_id(layout.hub[1])}"]
     for node in _blockdevs(settings, image):
@@ -243,7 +243,13 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage, version: object = 
 
 def storage_graph(settings: DiskSettings, image: DiskImage, version: object = None) -> StorageGraph:
     """iomatrix's own two nodes in a qemu-storage-daemon, the export on the format node."""
-    return StorageGraph(blockdevs=tuple(_blockdevs(settings, image)), export_node=FORMAT_NODE)
+    return StorageGraph(objects=_objects(image), blockdevs=tuple(_blockdevs(settings, image)),
+                        export_node=FORMAT_NODE)
+
+
+def _objects(image: DiskImage) -> tuple[str, ...]:
+    """The objects a network volume's protocol node needs (an iSCSI CHAP secret)."""
+    return image.network.objects if image.network is not None else ()
 
 
 def graph_shape(settings: DiskSettings, version: object = None, *,

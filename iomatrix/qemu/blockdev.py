@@ -83,8 +83,8 @@ def nodes_by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``query-named-block-nodes`` with each node named by its role in the disk's graph
     (protocol ``file0``, format ``disk0``, filter ``throttle0``), as iomatrix's own graph names
     them; a graph of iomatrix's own is returned unchanged."""
-    roles = {"file": FILE_NODE, "host_device": FILE_NODE, "rbd": FILE_NODE, "raw": FORMAT_NODE,
-             "qcow2": FORMAT_NODE, "throttle": THROTTLE_NODE}
+    roles = {"file": FILE_NODE, "host_device": FILE_NODE, "rbd": FILE_NODE, "iscsi": FILE_NODE,
+             "raw": FORMAT_NODE, "qcow2": FORMAT_NODE, "throttle": THROTTLE_NODE}
     if any(n.get("node-name") in (FILE_NODE, FORMAT_NODE) for n in nodes):
         return nodes
     out, seen = [], set()

@@ -14,7 +14,7 @@ from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, Valida
 
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.network import NETWORK_KINDS, RbdTarget
+from iomatrix.suite.network import NETWORK_KINDS, IscsiTarget, RbdTarget
 
 Mode = Literal["host", "blocklayer", "guest"]
 Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "lsi", "megasas",
@@ -380,13 +380,14 @@ def _target_path(value: Path | None, key: str) -> Path | None:
                          "write the full path") from None
 
 
-STORAGE_ID = r"^[A-Za-z][A-Za-z0-9\-_.]*$"
-"""A Proxmox VE storage id (pve-storage's ``pve-storage-id`` format)."""
+STORAGE_ID = r"^[A-Za-z][A-Za-z0-9\-_.]*(?::[A-Za-z0-9\-_.]{1,100})?$"
+"""A Proxmox VE storage id (pve-storage's ``pve-storage-id`` format); for an iSCSI storage,
+with the LUN as Proxmox VE names its volumes (``ID:lunN``, checked by ``resolve_storage``)."""
 
 
 class Target(Frozen):
     """Where the images live: a directory (files are created there), a whole block device, or
-    network storage (``network``: a Ceph RBD pool), or a Proxmox VE storage named by its id
+    network storage (``network``: a Ceph RBD pool, or an iSCSI LUN, a whole device), or a Proxmox VE storage named by its id
     (``storage``, resolved into one of those from storage.cfg before the run:
     ``iomatrix.target.network.resolve_storage``)."""
 
@@ -395,8 +396,12 @@ class Target(Frozen):
     device: Path | None = None
     allow_destroy: bool = False
     rbd: RbdTarget | None = None
+    iscsi: IscsiTarget | None = None
+    """[target.iscsi]: an iSCSI LUN, written to and destroyed like a device
+    (``iomatrix.target.iscsi``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
-    """A Proxmox VE storage id; ``iomatrix run --storage-cfg`` says where its definition is."""
+    """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
+    --storage-cfg`` says where its definition is."""
     allow_tmpfs: bool = False
     """The directory is on tmpfs (RAM) on purpose: no warning that figures measure memory."""
     working_set: WorkingSet = "size"
@@ -432,7 +437,8 @@ class Target(Frozen):
                              "true), " + ", ".join(NETWORK_KINDS) + " (a table, with size) or "
                              "storage (a Proxmox VE storage id)"
                              + (f", not {' and '.join(given)}" if given else ""))
-        if self.network is not None and self.size is None and self.working_set != "exceed-ram":
+        if (self.rbd is not None and self.size is None  # a LUN's size is its own
+                and self.working_set != "exceed-ram"):
             raise ValueError(f"a {given[0]} target needs a size for the images iomatrix creates "
                              "there, e.g. size = \"4GiB\"")
         if self.filesystems and self.directory is None:
@@ -448,17 +454,20 @@ class Target(Frozen):
         if self.device is not None and not self.allow_destroy:
             raise ValueError(f"device {self.device} is written to and destroyed; "
                              "say so with allow_destroy = true")
+        if self.iscsi is not None and not self.allow_destroy:
+            raise ValueError(f"iSCSI LUN {self.iscsi.url} is written to and destroyed; "
+                             "say so with allow_destroy = true")
         return self
 
     @property
-    def network(self) -> "RbdTarget | None":
+    def network(self) -> "RbdTarget | IscsiTarget | None":
         """The network storage table given (``NETWORK_KINDS``), or None."""
         return next((getattr(self, k) for k in NETWORK_KINDS if getattr(self, k) is not None),
                     None)
 
     @property
     def kind(self) -> str:
-        """directory, device, storage, or the network kind (rbd)."""
+        """directory, device, storage, or the network kind (rbd, iscsi)."""
         return next(k for k in ("directory", "device", *NETWORK_KINDS, "storage")
                     if getattr(self, k) is not None)
 

@@ -1,6 +1,6 @@
 """Network storage as a run uses it: the common shape every kind shares (a Ceph RBD pool,
-``iomatrix.target.rbd``; an iSCSI LUN beside it), and a Proxmox VE storage id resolved into a
-[target].
+``iomatrix.target.rbd``; an iSCSI LUN, ``iomatrix.target.iscsi``), and a Proxmox VE storage id
+resolved into a [target].
 
 The shape, which the runner, the drivers and ``reclaim`` rely on:
 
@@ -8,8 +8,10 @@ The shape, which the runner, the drivers and ``reclaim`` rely on:
   protocol node without ``driver``/``node-name``/``cache`` (``-blockdev driver=rbd,…`` or
   ``iscsi``); ``drive_file`` the ``-drive file=`` string of the same (Proxmox VE 8's form);
   ``objects`` the ``--object`` values the node needs (a ``secret`` read from a file the user
-  named); ``fio`` the host-mode job options that replace ``ioengine``/``filename`` (fio's rbd
-  engine), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's files: only
+  named); ``hidden`` what a program's argv gets in place of a placeholder the node holds (a
+  CHAP user name: ``reveal``), so stored commands never show it; ``fio`` the host-mode job options that replace ``ioengine``/``filename`` (fio's rbd
+  engine; empty for a LUN, which host mode reaches as a block device or through a
+  qemu-storage-daemon), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's files: only
   their paths are in these, never their contents.
 - ``Image.network`` carries it (``iomatrix.target.workspace.Image``); ``Image.path`` is then a
   name to show (``rbd:pool/image``), never opened.
@@ -24,14 +26,19 @@ The shape, which the runner, the drivers and ``reclaim`` rely on:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
+from pydantic import Field
+
+from iomatrix.core.errors import TargetError
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.network import NETWORK_KINDS
 
 
 class NetworkVolume(NetworkNode):
@@ -39,10 +46,28 @@ class NetworkVolume(NetworkNode):
     node a disk's graph opens, and how host mode's fio reaches it."""
 
     protocol: Literal["rbd", "iscsi"]
+    hidden: dict[str, str] = Field(default={}, repr=False)
+    """Placeholder in ``node`` → the value programs get (``reveal``), never stored or shown."""
     fio: dict[str, str]
     env: dict[str, str] = {}
     client: str
     """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
+
+
+def reveal(argv: list[str], volume: NetworkNode | None) -> list[str]:
+    """``argv`` as a program is started with it: each of the volume's ``hidden`` placeholders
+    replaced by its value, as a JSON string (``-blockdev {…}``) or a ``key=value`` option
+    (commas doubled); ``argv`` itself, the command iomatrix stores, keeps the placeholders."""
+    hidden = getattr(volume, "hidden", None)
+    if not hidden:
+        return list(argv)
+    out = []
+    for arg in argv:
+        for placeholder, value in hidden.items():
+            arg = (arg.replace(json.dumps(placeholder), json.dumps(value))
+                   .replace(f"={placeholder}", "=" + value.replace(",", ",,")))
+        out.append(arg)
+    return out
 
 
 class NetworkTarget:
@@ -65,6 +90,14 @@ class NetworkTarget:
 
     def check(self, configs: Iterable[Configuration]) -> "NetworkTarget":
         raise NotImplementedError
+
+    def raw_only(self, configs: Iterable[Configuration], why: str) -> None:
+        """``TargetError`` when the matrix asks for a format other than raw (``why``: what
+        the volumes are, for the message)."""
+        others = sorted({c.format for c in configs if c.format not in (None, "raw")})
+        if others:
+            raise TargetError(f"[target] {self.kind}: {why}; drop format {', '.join(others)} "
+                              "from the matrix")
 
     def create(self) -> "NetworkTarget":
         return self
@@ -94,29 +127,56 @@ def network_kind(target: Target) -> str | None:
     return target.kind if target.network is not None else None
 
 
-def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: Path) -> Target:
-    """A ``[target] storage = "ID"`` as the [target] it names in ``storages`` (a parsed
-    storage.cfg in ``pve_dir``, /etc/pve on Proxmox VE): rbd → ``rbd`` (``rbd_of_storage``), dir/nfs/cifs → ``directory`` (the storage's
-    path; nfs and cifs as mounted by Proxmox VE, /mnt/pve/ID unless path says). Any other
-    target is returned as it is. ``ValueError`` says what cannot be measured."""
+def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: Path, *,
+                    mounted: Callable[[Path], bool] | None = None) -> Target:
+    """A ``[target] storage = "ID"`` (``"ID:lunN"`` for a LUN) as the [target] it names in
+    ``storages`` (a parsed storage.cfg in ``pve_dir``, /etc/pve on Proxmox VE), where Proxmox VE
+    itself would put a VM's disks: rbd → ``rbd`` (``rbd_of_storage``); iscsidirect (libiscsi)
+    and iscsi (open-iscsi) → ``iscsi``, the storage's portal and target and the LUN named as
+    Proxmox VE names its volumes (LUN 0 when none is); dir/nfs/cifs → ``directory``, the
+    storage's images directory (``<path>/images`` or its ``content-dirs`` images entry; nfs and
+    cifs at /mnt/pve/ID unless path says, as pve-storage's plugins mount them, which
+    ``mounted(path)`` checks when given). Any other target is returned as it is. ``ValueError``
+    says what cannot be measured."""
     if target.storage is None:
         return target
-    ident = target.storage
+    ident, _, volume = target.storage.partition(":")
     storage = storages.get(ident)
     if storage is None:
         known = ", ".join(sorted(storages)) or "none"
         raise ValueError(f"storage {ident!r} is not in the storage.cfg given (it defines: {known})")
-    rest = target.model_dump(exclude={"storage", "directory", "device", "rbd"}, exclude_none=True)
+    rest = target.model_dump(exclude={"storage", "directory", "device", *NETWORK_KINDS},
+                             exclude_none=True)
+    if storage.type in ("iscsi", "iscsidirect"):
+        return Target.model_validate({**rest, "iscsi": _lun_of_storage(storage, volume)})
+    if volume:
+        raise ValueError(f"storage {ident} ({storage.type}) is not an iSCSI storage: name it "
+                         f"without ':{volume}'")
     if storage.type == "rbd":
         return Target.model_validate({**rest, "rbd": rbd_of_storage(storage, pve_dir)})
     if storage.type in ("dir", "nfs", "cifs"):
         path = storage.path or (f"/mnt/pve/{ident}" if storage.type != "dir" else None)
         if path is None:
             raise ValueError(f"storage {ident} (dir) has no path in the storage.cfg given")
-        return Target.model_validate({**rest, "directory": path})
-    raise ValueError(f"storage {ident} is a {storage.type} storage: iomatrix measures rbd, dir, "
-                     "nfs and cifs storages by their id (a device or directory of any other: "
-                     "give it as [target] device or directory)")
+        if storage.type != "dir" and mounted is not None and not mounted(Path(path)):
+            raise ValueError(f"storage {ident} ({storage.type}): {path} is not mounted "
+                             "(Proxmox VE mounts it while the storage is active: pvesm status)")
+        images = Path(path) / dict(storage.content_dirs).get("images", "images")
+        return Target.model_validate({**rest, "directory": str(images)})
+    raise ValueError(f"storage {ident} is of type {storage.type}: iomatrix measures rbd, "
+                     "iscsi, iscsidirect, dir, nfs and cifs storages by their id (a device or "
+                     "directory of any other: give it as [target] device or directory)")
+
+
+def _lun_of_storage(storage: pve.Storage, volume: str) -> dict[str, Any]:
+    found = re.match(r"^lun(\d{1,5})$", volume) if volume else None
+    if volume and found is None:
+        raise ValueError(f"storage {storage.id}: name the LUN as Proxmox VE does, "
+                         f"{storage.id}:lunN (not {volume!r})")
+    if not storage.portal or not storage.target:
+        raise ValueError(f"storage {storage.id} ({storage.type}) names no portal or target")
+    return {"portal": storage.portal, "target": storage.target,
+            "lun": int(found.group(1)) if found else 0}
 
 
 def rbd_of_storage(storage: pve.Storage, pve_dir: Path) -> dict[str, Any]:

@@ -191,11 +191,8 @@ class RbdPool(NetworkTarget):
     # -- lifecycle -------------------------------------------------------------------------
     def check(self, configs: Iterable[Configuration]) -> "RbdPool":
         configs = list(configs)
-        qcow2 = sorted({c.format for c in configs if c.format not in (None, "raw")})
-        if qcow2:
-            raise TargetError(f"[target] rbd: images in a pool are raw (as Proxmox VE and "
-                              f"OpenStack use them); drop format {', '.join(qcow2)} from the "
-                              "matrix")
+        self.raw_only(configs, "images in a pool are raw (as Proxmox VE and OpenStack use "
+                               "them)")
         if self.rbd.krbd and any(c.mode == "guest" for c in configs):
             problem = krbd_problem()
             if problem is not None:
