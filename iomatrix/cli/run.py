@@ -29,14 +29,7 @@ def _print_plan(prepared: PreparedRun) -> None:
 
     suite, full, expansion = prepared.suite, prepared.full, prepared.expansion
     seed, blocks = prepared.seed, prepared.blocks
-    n = 0
-    for block in blocks:
-        session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
-                   "guest": f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
-        out.print(f"round {block.round + 1} · {block.config.label} · {session}", markup=False)
-        for w in block.workloads:
-            n += 1
-            out.print(f"  {n:>4}  {w.label}", markup=False)
+    n = _print_trials(prepared)
     boots = sum((b.config.vms or 1) for b in blocks if b.config.mode == "guest")
     starts = sum(1 for b in blocks if b.config.mode == "blocklayer")
     seconds = estimate_seconds(blocks, suite.method)
@@ -51,6 +44,56 @@ def _print_plan(prepared: PreparedRun) -> None:
                                             "in this order (a run without a seed draws its own)"
                                             if prepared.drawn else ""),
               markup=False, soft_wrap=True)
+    _print_stopping(prepared)
+    for note in prepared.host_notes:
+        out.print(note, markup=False, soft_wrap=True)
+    from iomatrix.suite.expand import reference_lines
+
+    for line in reference_lines(suite):      # the user's VM disk ([matrix] from_vm)
+        out.print(line, markup=False, soft_wrap=True)
+    if suite.method.aa:
+        twin = next((c for c in expansion.configurations if c.aa), None)
+        if twin is not None:
+            out.print(f"A/A calibration: {twin.label.removesuffix(' (A/A twin)')} is measured twice (as itself and as its "
+                      "twin aa=twin) in every round, so the run reports how often its method "
+                      "calls two identical configurations different, and its noise floor",
+                      markup=False, soft_wrap=True)
+    if any(c.mode == "guest" for c in expansion.configurations):
+        _print_guest_notes(prepared)
+    if suite.scale is not None:
+        described = {s.name: s.description for s in suite.scales}
+        out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
+                                             if described.get(suite.scale) else ""),
+                  markup=False, soft_wrap=True)
+    from iomatrix.suite.jobfiles import workload_groups
+
+    for note in [*workload_groups(suite)[1], *prepared.notes]:   # job files replaced; ioping
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    for line in describe_plans(prepared.targets, full.configurations):
+        out.print(line, markup=False, soft_wrap=True)
+    from iomatrix.target.workspace import plan_lines
+
+    for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set
+        out.print(f"warning: {line}" if line.startswith("page cache") else line,
+                  markup=False, soft_wrap=True)
+
+
+def _print_trials(prepared: PreparedRun) -> int:
+    """Each session of the plan and its trials, numbered; the count of trials."""
+    n = 0
+    for block in prepared.blocks:
+        session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
+                   "guest": f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
+        out.print(f"round {block.round + 1} · {block.config.label} · {session}", markup=False)
+        for w in block.workloads:
+            n += 1
+            out.print(f"  {n:>4}  {w.label}", markup=False)
+    return n
+
+
+def _print_stopping(prepared: PreparedRun) -> None:
+    """How the run decides its rounds: the pilot's plan, or the stopping rule."""
+    suite, expansion, seed = prepared.suite, prepared.expansion, prepared.seed
     if suite.method.pilot:
         from iomatrix.analysis.trialplan import (DEFAULT_TARGET, PILOT_LENGTHS, PILOT_ROUNDS,
                                                  plan_text)
@@ -68,59 +111,36 @@ def _print_plan(prepared: PreparedRun) -> None:
 
         out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
                                 suite.method.samples), markup=False, soft_wrap=True)
-    for note in prepared.host_notes:
-        out.print(note, markup=False, soft_wrap=True)
-    from iomatrix.suite.expand import reference_lines
 
-    for line in reference_lines(suite):      # the user's VM disk ([matrix] from_vm)
-        out.print(line, markup=False, soft_wrap=True)
-    if suite.method.aa:
-        twin = next((c for c in expansion.configurations if c.aa), None)
-        if twin is not None:
-            out.print(f"A/A calibration: {twin.label.removesuffix(' (A/A twin)')} is measured twice (as itself and as its "
-                      "twin aa=twin) in every round, so the run reports how often its method "
-                      "calls two identical configurations different, and its noise floor",
-                      markup=False, soft_wrap=True)
-    if any(c.mode == "guest" for c in expansion.configurations):
-        fewer = ""
-        if full.under_tcg:
-            tcg_blocks = prepared.under("tcg").blocks
-            fewer = (f"; with emulated guests (TCG, or --accel tcg) "
-                     f"{sum(len(b.workloads) for b in tcg_blocks)} trials, about "
-                     f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
-        out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter"
-                  + fewer, markup=False)
-        own = suite.guest
-        if own is not None:
-            out.print(f"guest {own.label}: {own.image} ({own.os}), booted through a throwaway "
-                      "overlay in the run's directory (the image is only read); ready within "
-                      f"{own.ready_seconds('kvm'):.0f} s under KVM, "
-                      f"{own.ready_seconds('tcg'):.0f} s under TCG, or its trials fail with the "
-                      "console's last lines; its boots take longer than the estimate says "
-                      "(Debian 12 with cloud-init: about a minute under TCG)", markup=False, soft_wrap=True)
-        from iomatrix.appliance.guestfio import guest_fio_status
-        from iomatrix.appliance.kernel import default_cache_dir
 
-        status = guest_fio_status(default_cache_dir())   # without building anything
-        if not status.cached:
-            out.print(status.detail if status.ok else f"warning: {status.detail}", markup=False,
-                      soft_wrap=True)
-    if suite.scale is not None:
-        described = {s.name: s.description for s in suite.scales}
-        out.print(f"scale {suite.scale}" + (f": {described[suite.scale]}"
-                                             if described.get(suite.scale) else ""),
-                  markup=False, soft_wrap=True)
-    from iomatrix.suite.jobfiles import workload_groups
+def _print_guest_notes(prepared: PreparedRun) -> None:
+    """What the estimate assumes of guests, the user's own guest, and the guest fio's state."""
+    from iomatrix.suite.plan import duration_text, estimate_seconds
 
-    for note in [*workload_groups(suite)[1], *prepared.notes]:   # job files replaced; ioping
-        out.print(f"note: {note}", markup=False, soft_wrap=True)
-    for line in describe_plans(prepared.targets, full.configurations):
-        out.print(line, markup=False, soft_wrap=True)
-    from iomatrix.target.workspace import plan_lines
+    suite, full = prepared.suite, prepared.full
+    fewer = ""
+    if full.under_tcg:
+        tcg_blocks = prepared.under("tcg").blocks
+        fewer = (f"; with emulated guests (TCG, or --accel tcg) "
+                 f"{sum(len(b.workloads) for b in tcg_blocks)} trials, about "
+                 f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
+    out.print("guest estimates assume TCG boots (about 3 s); under KVM they are shorter"
+              + fewer, markup=False)
+    own = suite.guest
+    if own is not None:
+        out.print(f"guest {own.label}: {own.image} ({own.os}), booted through a throwaway "
+                  "overlay in the run's directory (the image is only read); ready within "
+                  f"{own.ready_seconds('kvm'):.0f} s under KVM, "
+                  f"{own.ready_seconds('tcg'):.0f} s under TCG, or its trials fail with the "
+                  "console's last lines; its boots take longer than the estimate says "
+                  "(Debian 12 with cloud-init: about a minute under TCG)", markup=False, soft_wrap=True)
+    from iomatrix.appliance.guestfio import guest_fio_status
+    from iomatrix.appliance.kernel import default_cache_dir
 
-    for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set
-        out.print(f"warning: {line}" if line.startswith("page cache") else line,
-                  markup=False, soft_wrap=True)
+    status = guest_fio_status(default_cache_dir())   # without building anything
+    if not status.cached:
+        out.print(status.detail if status.ok else f"warning: {status.detail}", markup=False,
+                  soft_wrap=True)
 
 
 def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,

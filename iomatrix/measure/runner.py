@@ -142,14 +142,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         prepared = prepared.under(accelerator)
         retry: set[tuple[str, str, int]] = set()
         if resume is None:
-            target_path = suite.target.directory or suite.target.device
-            host = host_metadata(target_path, accelerator=accelerator)
-            if isinstance(workspace, IscsiLun):
-                host.update(target=workspace.lun.url, target_fs="(iSCSI LUN)")
-            if isinstance(workspace, TargetSet):
-                host["targets"] = ", ".join(p.name for p in workspace.plans)
-            if isinstance(workspace, RbdPool):
-                host["target"] = f"rbd pool {workspace.rbd.spec}"
+            host = _host_record(suite, workspace, accelerator)
             notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
                      *prepared.notes]
             run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
@@ -160,19 +153,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             me.run_id = run_id
             done: set[tuple[str, str, int]] = set()
         else:
-            stored = store.load_run(resume)
-            run_id = stored.id
-            prepared = prepared.resumed(stored)
-            done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
-                    if t.status == "ok" or not retry_failed}
-            retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
-                     if t.status == "failed" and retry_failed}
-            added = [n for n in [*workspace.notes, *prepared.notes] if n not in stored.notes]
-            if retry:
-                added.append(_retry_note(stored, retry))
-            notes = [*stored.notes, *added]
-            store.add_notes(run_id, added)
-            store.reopen_run(run_id)
+            run_id = resume
+            prepared, done, retry, notes = _reopen(store, resume, prepared, workspace.notes,
+                                                   retry_failed)
         for text in notes:
             progress.note(text)
         if isinstance(workspace, RbdPool):
@@ -194,6 +177,39 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
+                 accelerator: str) -> dict[str, str]:
+    """The host's metadata stored with a new run, the target named as the user gave it."""
+    host = host_metadata(suite.target.directory or suite.target.device, accelerator=accelerator)
+    if isinstance(workspace, IscsiLun):
+        host.update(target=workspace.lun.url, target_fs="(iSCSI LUN)")
+    if isinstance(workspace, TargetSet):
+        host["targets"] = ", ".join(p.name for p in workspace.plans)
+    if isinstance(workspace, RbdPool):
+        host["target"] = f"rbd pool {workspace.rbd.spec}"
+    return host
+
+
+def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],
+            retry_failed: bool) -> tuple[PreparedRun, set[tuple[str, str, int]],
+                                         set[tuple[str, str, int]], list[str]]:
+    """A stored run reopened to resume: the run prepared in its own order, the trials it has
+    (``done``), those to measure again (``retry``: its failed ones with ``retry_failed``) and
+    its notes with what this process adds."""
+    stored = store.load_run(run_id)
+    prepared = prepared.resumed(stored)
+    done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+            if t.status == "ok" or not retry_failed}
+    retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+             if t.status == "failed" and retry_failed}
+    added = [n for n in [*target_notes, *prepared.notes] if n not in stored.notes]
+    if retry:
+        added.append(_retry_note(stored, retry))
+    store.add_notes(run_id, added)
+    store.reopen_run(run_id)
+    return prepared, done, retry, [*stored.notes, *added]
 
 
 def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
