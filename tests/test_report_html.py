@@ -238,6 +238,15 @@ def test_raw_csv_is_embedded_compressed(run, data):
     assert len(body) < len(samples_csv(run)) / 2
 
 
+def test_csv_download_names_its_rows(data):
+    """A line break in a failure's reason (quoted) is not a row; every other line is."""
+    plain = "a,b\n1,2\n3,4\n"
+    quoted = 'a,b\n1,"line\nbreak"\n3,4\n'
+    for text in (plain, quoted):
+        html = render_html(data.model_copy(update={"samples_csv": text}))
+        assert "Download raw samples (CSV, 2 rows)" in html
+
+
 def test_script_breaking_text_is_escaped(data):
     hostile = "</script><script>alert(1)</script>"
     data = data.model_copy(update={"notes": (hostile,), "suite_name": "<b>x</b>",

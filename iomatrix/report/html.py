@@ -233,8 +233,12 @@ def _color_by(data: ReportData) -> str:
 
 def render_html(data: ReportData) -> str:
     """The whole report as one HTML document (no external resources)."""
-    # csv.reader, not a line count: a failure's reason may hold a line break
-    csv_rows = max(0, sum(1 for _ in csv.reader(io.StringIO(data.samples_csv))) - 1)
+    # a failure's reason may hold a line break (quoted in the CSV): only without quotes and
+    # carriage returns is every line a row, and a line count the cheap answer
+    text = data.samples_csv
+    plain = '"' not in text and "\r" not in text
+    rows = text.count("\n") if plain else sum(1 for _ in csv.reader(io.StringIO(text)))
+    csv_rows = max(0, rows - 1)
     return _environment().get_template(TEMPLATE).render(
         data=data,
         param_names=_param_names(data),
