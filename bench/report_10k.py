@@ -271,9 +271,9 @@ def main() -> None:
     html = path.read_text(encoding="utf-8")
     size = len(html.encode())
     parts = {name: len(m.group(1).encode()) for name, pattern in (
-        ("data JSON (gzip+base64)", r'<script type="application/octet-stream" id="report-data"[^>]*>(.*?)</script>'),
-        ("raw CSV (gzip+base64)", r'<script type="application/octet-stream" id="samples-csv"[^>]*>(.*?)</script>'),
-        ("plotly.js (gzip+base64)", r'<script type="application/octet-stream" id="plotly-js"[^>]*>(.*?)</script>'),
+        ("data JSON (gzip+base85)", r'<script type="application/octet-stream" id="report-data"[^>]*>(.*?)</script>'),
+        ("raw CSV (gzip+base85)", r'<script type="application/octet-stream" id="samples-csv"[^>]*>(.*?)</script>'),
+        ("plotly.js (gzip+base85)", r'<script type="application/octet-stream" id="plotly-js"[^>]*>(.*?)</script>'),
     ) if (m := re.search(pattern, html, re.DOTALL))}
     print(f"report: {path}  {size / 2**20:.1f} MiB"
           f" (target <= {TARGET_MIB:g} MiB: {'ok' if size <= TARGET_MIB * 2**20 else 'OVER TARGET'})")

@@ -102,7 +102,7 @@ def test_fleet_page_is_self_contained_and_draws(fleet_db, tmp_path):
     assert "<script src" not in html and "http://" not in html.split("<script")[0]
     assert data.matrix[ids[2]][0] == pytest.approx(-0.2, abs=0.02)
     assert write_fleet_report(data, tmp_path / "again").read_text() == html
-    body = html.split('id="fleet-data" data-encoding="gzip+base64">')[1].split("<")[0]
+    body = html.split('id="fleet-data" data-encoding="gzip+base85">')[1].split("<")[0]
     assert '"node":"gamma"' in unpacked(body)
     if not chromium_available():
         pytest.skip("no Chromium")

@@ -4,8 +4,6 @@ Screenshots go to ``test-artifacts/`` at the repository root (gitignored)."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import math
 import os
 import random
@@ -19,7 +17,8 @@ import pytest
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.report.export import samples_csv
 from iomatrix.report.data import CI_OVER, FAILED, STEADY_MISSED, ReportData, build_report_data
-from iomatrix.report.html import rounded, read_data_json, render_html, unpacked, write_report
+from iomatrix.report.html import (packed, rounded, read_data_json, render_html, unpacked,
+                                  write_report)
 from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, StoredSuite
 from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
@@ -205,11 +204,11 @@ def test_page_is_self_contained(data):
 
 
 def test_page_embeds_plotly_and_data_packed(data):
-    """plotly.js and the run's JSON are gzip+base64: together well under half their inline size."""
+    """plotly.js and the run's JSON are gzip+base85: together well under half their inline size."""
     s = scan(render_html(data))
     for element_id in ("plotly-js", "report-data"):
         ((attrs, body),) = [(a, b) for a, b in s.scripts if a.get("id") == element_id]
-        assert attrs["data-encoding"] == "gzip+base64"
+        assert attrs["data-encoding"] == "gzip+base85"
         assert len(body) < len(unpacked(body)) / 2
 
 
@@ -223,12 +222,29 @@ def test_data_json_round_trips(data):
     assert all(math.isclose(a.iops, b.iops, rel_tol=5e-6) for a, b in zip(back.points, data.points))
 
 
+def test_packed_has_no_angle_bracket_and_round_trips():
+    """base85 with "." for "<": nothing in a packed element can end it or open a comment."""
+    for n in range(40):
+        text = _rng("packed", n).randbytes(n * 37).hex()
+        blob = packed(text)
+        assert "<" not in blob and unpacked(blob) == text
+
+
 def test_raw_csv_is_embedded_compressed(run, data):
     s = scan(render_html(data))
     ((attrs, body),) = [(a, b) for a, b in s.scripts if a.get("id") == "samples-csv"]
-    assert attrs["data-encoding"] == "gzip+base64"
-    assert gzip.decompress(base64.b64decode(body)).decode() == samples_csv(run)
+    assert attrs["data-encoding"] == "gzip+base85"
+    assert unpacked(body) == samples_csv(run)
     assert len(body) < len(samples_csv(run)) / 2
+
+
+def test_csv_download_names_its_rows(data):
+    """A line break in a failure's reason (quoted) is not a row; every other line is."""
+    plain = "a,b\n1,2\n3,4\n"
+    quoted = 'a,b\n1,"line\nbreak"\n3,4\n'
+    for text in (plain, quoted):
+        html = render_html(data.model_copy(update={"samples_csv": text}))
+        assert "Download raw samples (CSV, 2 rows)" in html
 
 
 def test_script_breaking_text_is_escaped(data):
@@ -313,7 +329,7 @@ def test_write_report(data, tmp_path):
     # the data and the samples it embeds parse back
     expected = ReportData.model_validate(rounded(data.model_dump(mode="json")))
     assert read_data_json(unpacked(script(s, "report-data"))) == expected.model_copy(update={"samples_csv": ""})
-    csv_text = gzip.decompress(base64.b64decode(script(s, "samples-csv"))).decode()
+    csv_text = unpacked(script(s, "samples-csv"))
     assert csv_text == data.samples_csv
     # every section the data calls for, each listed in the table of contents
     assert set(sections) == {"summary", "notes", "recommendation", "quality", "performance",
@@ -481,6 +497,7 @@ def test_points_table_csv_download_and_recommendation(browser, data, run, page_p
     with open_page(page_path, browser=browser, block_network=True) as page:
         _points_table(page, data)
         _csv_download_and_recommendation(page, run, tmp_path)
+        _page_unpacks_every_length(page)
 
 
 def _points_table(page, data) -> None:
@@ -523,6 +540,21 @@ def _csv_download_and_recommendation(page, run, tmp_path) -> None:
     assert p.get_by_test_id("rec-libvirt").is_visible() and not p.get_by_test_id("rec-proxmox").is_visible()
     assert "<disk" in p.get_by_test_id("paste-libvirt").inner_text()
     assert page.problems == []
+
+
+def _page_unpacks_every_length(page) -> None:
+    """The page's base85 decoder reads back every length of gzip stream (its last group is 1 to
+    4 bytes, or none), "<"-bearing digits included."""
+    texts = [_rng("unpack", n).randbytes(n).hex() for n in range(40)] + ["<" * 999]
+    blobs = [packed(t) for t in texts]
+    assert {len(b) % 5 for b in blobs} >= {0, 2, 3, 4} and any("." in b for b in blobs)
+    got = page.evaluate("""async (blobs) => Promise.all(blobs.map((blob, i) => {
+        const el = document.createElement("script");
+        el.type = "application/octet-stream"; el.id = `unpack-test-${i}`; el.textContent = blob;
+        document.body.appendChild(el);
+        return unpack(el.id);
+    }))""", blobs)
+    assert got == texts
 
 
 @needs_chromium

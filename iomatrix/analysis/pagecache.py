@@ -57,11 +57,31 @@ class LevelCount(Frozen):
     shares: tuple[float, ...] = ()
 
 
+_BY_LEVEL: dict[tuple[int, str, tuple[str, ...], str | None],
+                tuple[StoredRun, dict[str, LevelCount]]] = {}
+_BY_LEVEL_SIZE = 64
+
+
 def from_ram_by_level(run: StoredRun, axis: str, levels: Iterable[str],
                       mode: str | None = None) -> dict[str, LevelCount]:
     """Per level of ``axis`` among ``levels`` (every level when empty), in ``mode`` (every
-    mode when None): its measured points and how many were served from RAM."""
-    wanted = set(levels)
+    mode when None): its measured points and how many were served from RAM.
+
+    Kept per run object (held, so that its id is not reused; a stored run is immutable):
+    recommend asks the same for every platform, each a pass over every point."""
+    key = (id(run), axis, tuple(levels), mode)
+    cached = _BY_LEVEL.get(key)
+    if cached is not None and cached[0] is run:
+        return dict(cached[1])
+    found = _by_level(run, axis, set(key[2]), mode)
+    if len(_BY_LEVEL) >= _BY_LEVEL_SIZE:
+        _BY_LEVEL.pop(next(iter(_BY_LEVEL)))
+    _BY_LEVEL[key] = (run, found)
+    return dict(found)
+
+
+def _by_level(run: StoredRun, axis: str, wanted: set[str],
+              mode: str | None) -> dict[str, LevelCount]:
     configs = {c.key: c for c in run.configs}
     counts: dict[str, list[int]] = {}
     shares: dict[str, list[float]] = {}

@@ -1,7 +1,7 @@
 """Draw a ``ReportData`` as one self-contained HTML page.
 
 The page works with no network: plotly.js (from the installed plotly package) and the run's
-data (JSON) are embedded gzip-compressed and base64-encoded, and the page's script decompresses
+data (JSON) are embedded gzip-compressed and base85-encoded, and the page's script decompresses
 them in the browser (``DecompressionStream``) before it draws: a 10,000-point run's page is half
 the size it would be inline. The raw samples are embedded the same way as CSV (decompressed when
 asked to download them), and ``templates/report.js`` builds the charts and the paged tables. Charts are drawn nearest-the-viewport first, one per task, so the page is usable
@@ -153,16 +153,35 @@ def read_data_json(text: str) -> ReportData:
     return ReportData.model_validate(raw)
 
 
-def packed(text: str, level: int = 6) -> str:
-    """``text`` gzip-compressed and base64-encoded, for a ``data-encoding="gzip+base64"``
-    element: base64 cannot end a <script> element."""
-    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=level,
-                                          mtime=0)).decode("ascii")
+_B85_DIGITS = (b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+               b"!#$%&()*+-;.=>?@^_`{|}~")
+"""RFC 1924's base85 digits, "." in place of "<" (see ``packed``)."""
+
+
+def packed(text: str) -> str:
+    """``text`` gzip-compressed and base85-encoded (RFC 1924's alphabet, Python's ``b85encode``,
+    with "." for "<"), for a ``data-encoding="gzip+base85"`` element: 5 characters per 4 bytes
+    where base64 takes 5⅓ (a 10,000-point page is a quarter MiB smaller), and with no "<" it
+    cannot end a <script> element nor open "<!--" in it."""
+    import numpy as np
+
+    # level 5: a 10,000-point page's three blobs compress in 0.3 s where 6 (and 9 for plotly.js)
+    # took 0.45, for 1 % more bytes
+    compressed = gzip.compress(text.encode("utf-8"), compresslevel=5, mtime=0)
+    # what base64.b85encode(...).replace("<", ".") writes, column-wise: 4.6 MiB of plotly.js
+    # in 20 ms where b85encode takes 400
+    cut = -len(compressed) % 4        # the zero bytes that complete the last group
+    words = np.frombuffer(compressed + bytes(cut), dtype=">u4").astype(np.uint64)
+    digits = np.empty((len(words), 5), dtype=np.uint8)
+    for i in range(4, -1, -1):
+        words, digits[:, i] = np.divmod(words, 85)
+    encoded = np.frombuffer(_B85_DIGITS, dtype=np.uint8)[digits].tobytes()
+    return encoded[:len(encoded) - cut].decode("ascii")
 
 
 def unpacked(blob: str) -> str:
     """``packed``'s text back."""
-    return gzip.decompress(base64.b64decode(blob)).decode("utf-8")
+    return gzip.decompress(base64.b85decode(blob.replace(".", "<"))).decode("utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -170,7 +189,7 @@ def plotly_js() -> str:
     """plotly.js from the installed plotly package, ``packed`` (once per process: 4.6 MiB)."""
     from plotly.offline import get_plotlyjs
 
-    return packed(get_plotlyjs(), level=9)
+    return packed(get_plotlyjs())
 
 
 @lru_cache(maxsize=8)
@@ -216,8 +235,12 @@ def _color_by(data: ReportData) -> str:
 
 def render_html(data: ReportData) -> str:
     """The whole report as one HTML document (no external resources)."""
-    # csv.reader, not a line count: a failure's reason may hold a line break
-    csv_rows = max(0, sum(1 for _ in csv.reader(io.StringIO(data.samples_csv))) - 1)
+    # a failure's reason may hold a line break (quoted in the CSV): only without quotes and
+    # carriage returns is every line a row, and a line count the cheap answer
+    text = data.samples_csv
+    plain = '"' not in text and "\r" not in text
+    rows = text.count("\n") if plain else sum(1 for _ in csv.reader(io.StringIO(text)))
+    csv_rows = max(0, rows - 1)
     return _environment().get_template(TEMPLATE).render(
         data=data,
         param_names=_param_names(data),

@@ -2,7 +2,7 @@
 // Charts are drawn one per task, those nearest the viewport first, so the page stays usable while
 // the rest are drawn; <html data-charts> is "drawing" until every chart is drawn, then "ready"
 // ("error" when the page's data cannot be unpacked).
-// The run's data and plotly.js are embedded gzip+base64: unpack.js unpacks them.
+// The run's data and plotly.js are embedded gzip+base85: unpack.js unpacks them.
 (async () => {
   "use strict";
   const D = JSON.parse(await withPlotly("report-data"));
@@ -597,7 +597,7 @@
     });
   }
 
-  // The raw samples: gzip+base64 in the page, decompressed on demand (the .gz itself where the
+  // The raw samples: gzip+base85 in the page, decompressed on demand (the .gz itself where the
   // browser cannot decompress).
   const csvButton = document.getElementById("csv-download");
   if (csvButton) {
