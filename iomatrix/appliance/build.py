@@ -331,6 +331,14 @@ def init_template() -> str:
     return resources.files("iomatrix.appliance").joinpath("init.sh").read_text(encoding="utf-8")
 
 
+def disk_line_function() -> str:
+    """``disk-line.sh``: the shell function ``disk_line NAME`` that prints a disk's
+    :data:`DISK_MARKER` line, which the appliance's init and a user's guest's script share."""
+    text = resources.files("iomatrix.appliance").joinpath("disk-line.sh").read_text(
+        encoding="utf-8")
+    return render_template(text, {"DISK_MARKER": DISK_MARKER}).rstrip("\n")
+
+
 def render_template(template: str, values: Mapping[str, str]) -> str:
     """``template`` with every ``@NAME@`` replaced by ``values["NAME"]``, in one pass (a value is
     never scanned for placeholders). Raises ValueError for a placeholder without a value or a
@@ -367,7 +375,8 @@ def init_script(modules: ModuleSet) -> str:
             for name, _ in modules.files if modules.closure(name)]
     return render_template(init_template(), {
         "BUILDER_VERSION": str(BUILDER_VERSION), "READY_MARKER": READY_MARKER,
-        "DISK_MARKER": DISK_MARKER, "ERROR_MARKER": ERROR_MARKER, "TRACE_MARKER": TRACE_MARKER,
+        "DISK_LINE": disk_line_function(), "ERROR_MARKER": ERROR_MARKER,
+        "TRACE_MARKER": TRACE_MARKER,
         "PORT": str(GUEST_FIO_PORT), "GUEST_IP": GUEST_IP, "BUSES": " ".join(BUSES),
         "DEPS": "\n".join(deps),
         "MATCH_FIRST": "\n".join(matchers[False]) or "    :",

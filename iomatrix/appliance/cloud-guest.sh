@@ -6,6 +6,7 @@ console=/dev/ttyS0
 [ -w "$console" ] || console=/dev/console
 say() { echo "$*" > "$console"; }
 fail() { say "@ERROR_MARKER@ $*"; exit 1; }
+@DISK_LINE@
 # The disk under test: neither the system disk nor the seed, of the size the host gave it.
 root=$(findmnt -no SOURCE / 2>/dev/null)
 rootdisk=$(lsblk -no PKNAME "$root" 2>/dev/null | head -n 1); [ -n "$rootdisk" ] || rootdisk=${root##*/}
@@ -23,20 +24,10 @@ while :; do
     n=$((n + 1)); [ "$n" -gt 600 ] && fail "no disk of @SIZE@ bytes besides $rootdisk and $seed"
     sleep 0.1
 done
-name=$found; q=/sys/block/$name/queue
-queues=$(ls -d /sys/block/$name/mq/* 2>/dev/null | wc -l)
-sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $q/scheduler); [ -n "$sched" ] || sched=none
-read -r rotational < $q/rotational
-read -r sectors < /sys/block/$name/size
-dev=/sys/block/$name/device; driver=; model=
-for p in $dev $dev/device $dev/device/device; do
-    [ -z "$driver" ] && [ -e $p/driver ] && driver=$(basename $(readlink $p/driver))
-    [ -z "$model" ] && [ -r $p/model ] && model=$(tr -d '"' < $p/model | sed 's/ *$//')
-done
+name=$found
 os=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null | tr -d '"')
 say "@GUEST_MARKER@ kernel=$(uname -r) os=\"$os\" fio=$(@SEED_DIR@/fio --version)"
-say "@DISK_MARKER@ name=$name size=$((sectors * 512)) queues=$queues scheduler=$sched" \
-    "rotational=$rotational driver=$driver model=\"$model\""
+say "$(disk_line "$name")"
 # The private channel: QEMU's user network (restricted: nothing beyond the host's forward to fio).
 nic=
 for n in /sys/class/net/*; do

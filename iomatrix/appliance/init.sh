@@ -61,19 +61,9 @@ while [ "$(blockdevs | wc -l)" -lt "$disks" ]; do
     usleep 50000
     probe match_first  # a controller that finds its disks late (NVMe, libata) gets sd_mod now
 done
+@DISK_LINE@
 for name in $(blockdevs); do
-    q=/sys/block/$name/queue
-    queues=$(ls -d /sys/block/$name/mq/* 2>/dev/null | wc -l)
-    sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $q/scheduler); [ -n "$sched" ] || sched=none
-    read -r rotational < $q/rotational
-    read -r sectors < /sys/block/$name/size
-    dev=/sys/block/$name/device; driver=; model=
-    for p in $dev $dev/device $dev/device/device; do
-        [ -z "$driver" ] && [ -e $p/driver ] && driver=$(basename $(readlink $p/driver))
-        [ -z "$model" ] && [ -r $p/model ] && model=$(tr -d '"' < $p/model | sed 's/ *$//')
-    done
-    echo "@DISK_MARKER@ name=$name size=$((sectors * 512)) queues=$queues scheduler=$sched" \
-         "rotational=$rotational driver=$driver model=\"$model\""
+    disk_line "$name"
 done
 stage disks
 nic=

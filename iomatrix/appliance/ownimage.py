@@ -36,7 +36,7 @@ import stat
 from importlib import resources
 from pathlib import Path
 
-from iomatrix.appliance.protocol import (DISK_MARKER, ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
+from iomatrix.appliance.protocol import (ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
                                          READY_MARKER)
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed
 from iomatrix.core.model import Frozen
@@ -143,11 +143,11 @@ def _template() -> str:
 
 def guest_script(disk_size: int, port: int = GUEST_FIO_PORT) -> str:
     """``cloud-guest.sh`` for a disk under test of ``disk_size`` bytes and fio on ``port``."""
-    from iomatrix.appliance.build import render_template
+    from iomatrix.appliance.build import disk_line_function, render_template
 
     return render_template(_template(), {
         "SEED_DIR": SEED_DIR, "SIZE": str(disk_size), "PORT": str(port),
-        "GUEST_IP": GUEST_IP, "READY_MARKER": READY_MARKER, "DISK_MARKER": DISK_MARKER,
+        "GUEST_IP": GUEST_IP, "READY_MARKER": READY_MARKER, "DISK_LINE": disk_line_function(),
         "ERROR_MARKER": ERROR_MARKER, "GUEST_MARKER": GUEST_MARKER})
 
 
