@@ -321,8 +321,9 @@ def identify(conn: sqlite3.Connection, where: str = "database") -> int:
 
 def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION, *,
             where: str = "database") -> int:
-    """Apply the migrations the database lacks, each in one transaction; the version reached.
-    Each transaction reads the version it starts from only once it holds the write lock, so
+    """Apply the migrations the database lacks, all in one transaction (a new file's nine
+    took nine journal syncs, 0.1 s, in every test that made a database); the version reached.
+    The transaction reads the version it starts from only once it holds the write lock, so
     processes that open a new file at once create it once. Refuses, unchanged, a database that
     ``identify`` refuses. The connection must be in autocommit mode (isolation_level=None)."""
     conn.execute("BEGIN")                   # a consistent read; up to date needs no write lock
@@ -331,11 +332,11 @@ def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION, *,
     finally:
         if conn.in_transaction:
             conn.execute("COMMIT")
-    while version < upto:
+    if version < upto:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = identify(conn, where)
-            if version < upto:
+            while version < upto:
                 for statement in _statements(MIGRATIONS[version]):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
