@@ -264,7 +264,6 @@ def test_needing_more_asks_for_the_points_of_wide_gains_only() -> None:
 @pytest.mark.slow
 def test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import shutil
-    import time
 
     from iomatrix.analysis.paired import aa_report
     from iomatrix.measure.runner import run_suite
@@ -276,7 +275,6 @@ def test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate(tmp_path)
     text = (f'[suite]\nname = "aa"\n[target]\ndirectory = "{tmp_path / "t"}"\nsize = "16MiB"\n'
             '[[workloads]]\nrw = "randread"\nbs = "4k"\niodepth = [1, 4, 16, 32]\n'
             '[method]\nmode = "host"\nramp = 0\nruntime = "500ms"\nsamples = 4\naa = true\n')
-    start = time.monotonic()
     tested = raw = 0
     for i in range(2):
         with Store(tmp_path / f"r{i}.db") as store:
@@ -287,4 +285,3 @@ def test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate(tmp_path)
         assert aa.significant == 0 or aa.significant_raw <= 1, aa.text()
         tested, raw = tested + aa.tested, raw + aa.significant_raw
     assert raw <= 0.05 * tested + 3 * math.sqrt(tested * 0.05 * 0.95)
-    assert time.monotonic() - start < 90
