@@ -115,6 +115,21 @@ def test_the_binding_class_decides() -> None:
         both.runtime))
 
 
+def test_a_baseline_of_one_configuration_binds_only_a_run_without_gains() -> None:
+    """The host baseline (one configuration, log IOPS, drift uncancelled) is counted in the
+    wall time but does not set T and R while a class has gains; alone, it does."""
+    gain = noise(0.01, 1e-5, 0.5)
+    host = tp.Noise(mode="host", within=0.01, drift=4e-3, fixed=0.5, session=0.0, trials=1,
+                    sessions=0, pairs=1, paired=False, df=4)
+    both = tp.choose([gain, host], 0.02, max_rounds=100)
+    alone = tp.choose([gain], 0.02, max_rounds=100)
+    assert (both.runtime, both.rounds) == (alone.runtime, alone.rounds)
+    assert both.seconds == pytest.approx(alone.seconds + both.rounds * host.round_seconds(
+        both.runtime))
+    only = tp.choose([host], 0.02, max_rounds=100)
+    assert only.rounds > alone.rounds
+
+
 def pilot(rng: np.random.Generator, a: float, b: float, c: float, *, rounds: int,
           workloads: int = 2, gain: float = 0.0,
           lengths: tuple[float, ...] = tp.PILOT_LENGTHS) -> list[PilotTrial]:

@@ -187,8 +187,9 @@ def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
     sessions = [t.session_s for t in mine if t.session_s > 0]
     return Noise(mode=mode, within=within, drift=drift, fixed=max(0.0, float(np.mean(walls))),
                  session=float(np.mean(sessions)) if sessions else 0.0,
-                 trials=trials_per_round, sessions=sessions_per_round, pairs=max(1, pairs),
-                 paired=len(configs) == 2, df=df)
+                 trials=trials_per_round, sessions=sessions_per_round,
+                 pairs=max(1, pairs) if len(configs) == 2 else 1, paired=len(configs) == 2,
+                 df=df)
 
 
 def _by_lengths(value: Mapping[tuple[str, int, float], float], t1: float,
@@ -249,9 +250,13 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
     """The T and R that reach ``target`` (95 % CI half-width, log units) for every class in the
     least wall time (see the module docstring). ``runtime`` or ``rounds`` given: that one is
     kept and only the other chosen. Rounds lie in [max(MIN_ROUNDS, min_rounds), max_rounds]
-    unless given."""
+    unless given. The target binds the classes with gains (two configurations); a class of
+    one configuration (the bare-metal baseline) only where no class has a gain, as its points'
+    CIs are then what the run asks about; every class's trials count in the wall time."""
     if not noises:
         raise ValueError("no class to plan")
+    # what the run asks about: its gains; a class's points (log IOPS) only in a run with none
+    asked = [n for n in noises if n.paired] or list(noises)
     lo_r = rounds if rounds is not None else max(MIN_ROUNDS, min_rounds)
     hi_r = rounds if rounds is not None else max(lo_r, max_rounds)
     best: tuple[float, float, int, float] | None = None
@@ -262,13 +267,13 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
             t = runtime
         else:
             t = min_runtime
-            for n in noises:
+            for n in asked:
                 room = need - n.drift
                 t = max(t, math.inf if room <= 0 else n.within / n.pairs / room)
         feasible = t <= (runtime if runtime is not None else max_runtime)
         t_used = min(t, runtime if runtime is not None else max_runtime)
         seconds = r * sum(n.round_seconds(t_used) for n in noises)
-        half = max(_t(r) * math.sqrt(n.variance(t_used) / r) for n in noises)
+        half = max(_t(r) * math.sqrt(n.variance(t_used) / r) for n in asked)
         if feasible and half <= target * (1 + 1e-9) and (best is None or seconds < best[0]):
             best = (seconds, t_used, r, half)
         if widest is None or half < widest[3]:
@@ -276,7 +281,7 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
     chosen = best or widest
     assert chosen is not None
     seconds, t_used, r, half = chosen
-    binding = max(noises, key=lambda n: n.variance(t_used))
+    binding = max(asked, key=lambda n: n.variance(t_used))
     c = binding.fixed + binding.session * binding.sessions / max(1, binding.trials)
     optimum = (math.sqrt(binding.within / binding.pairs * c / binding.drift)
                if binding.drift > 0 else None)

@@ -838,8 +838,8 @@ class Method(Frozen):
     two trial lengths, its drift between rounds and its fixed cost per trial and session; the
     least wall time to target_ci (±2 pp when absent) on every gain (``analysis.trialplan``),
     with trials of at most max_runtime and at most max_samples rounds. A runtime or samples the
-    suite gives is kept and only the other chosen. The rounds are then fixed: no look at the
-    gains decides when to stop."""
+    suite gives is kept and only the other chosen (a runtime: the pilot measures at it alone,
+    as for target_ci). The rounds are then fixed: no look at the gains decides when to stop."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
