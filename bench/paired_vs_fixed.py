@@ -160,9 +160,10 @@ def bounds(text: str) -> tuple[float, float, float]:
 
 def arm(work: Path, text: str, paired: bool, name: str, every: float) -> dict[str, object]:
     pilot, least, cap = bounds(text)
+    span = (f"at least {duration_text(least)}, at most {duration_text(cap)}" if cap > least
+            else f"about {duration_text(cap)}")
     print(f"[{name}] starts: {'pilot about ' + duration_text(pilot) + ', ' if pilot else ''}"
-          f"{'at least ' + duration_text(least) + ', at most ' + duration_text(cap) if cap > least else 'about ' + duration_text(cap)}"
-          " by iomatrix's estimate (slower under load)", flush=True)
+          f"{span} by iomatrix's estimate (slower under load)", flush=True)
     db = work / f"{name}.db"
     with Store(db) as store:
         t0 = time.monotonic()

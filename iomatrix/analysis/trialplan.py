@@ -333,7 +333,8 @@ def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rou
             f"trials) measure the noise of a gain per round: within a trial"
             + (" and how it shrinks with trial length" if len(lengths) > 1 else "")
             + f", the drift between rounds that pairing leaves, and the fixed cost of a trial "
-            f"and of a session; then {chosen} with the least wall time to a 95 % CI within ±{target * 100:g} pp on every gain are "
-            f"chosen, replacing the rounds listed above{kept}. The rounds are then fixed: no "
+            f"and of a session; then it chooses {chosen} with the least wall time to a 95 % CI "
+            f"within ±{target * 100:g} pp on every gain, replacing the rounds listed "
+            f"above{kept}. The rounds are then fixed: no "
             f"look at the gains decides when to stop, so an A/A pair is called different at "
             f"the nominal 5 %.")

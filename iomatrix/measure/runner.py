@@ -329,9 +329,9 @@ class _Runner:
                       drivers: dict[str, Driver]) -> None:
         """[method] pilot or target_ci: the runtime and rounds (target_ci alone: the rounds)
         chosen from a pilot (``analysis.trialplan``) replace the suite's for this run. A
-        resumed run keeps the plan it stored; a run without one (new, or stopped during its pilot) measures the pilot first, stores its
-        trials apart from the run's (never part of a gain) and says in the run's notes what was
-        measured and chosen."""
+        resumed run keeps the plan it stored; a run without one (new, or stopped during its
+        pilot) measures the pilot first, stores its trials apart from the run's (never part
+        of a gain) and says in the run's notes what was measured and chosen."""
         _, plan = self.store.load_pilot(self.run_id)
         if plan is None:
             plan = self._pilot(workspace, workdir, drivers)
