@@ -247,12 +247,12 @@ max_samples = 12
 @pytest.mark.parametrize("method,says", [
     ('target_ci = "3%"\nruntime = "2s"\nsamples = 4\n',
      ["first 12 trials", "at the run's own trial length (2 s)",
-      "then the number of rounds (4 to 12) with the least wall time",
+      "then it chooses the number of rounds (4 to 12) with the least wall time",
       "±3 pp", "it keeps the suite's runtime 2 s"]),
     ("pilot = true\nsamples = 4\n",
-     ["first 24 trials", "at 1 s and 4 s", "then the trial length (at most 60 s) with",
+     ["first 24 trials", "at 1 s and 4 s", "then it chooses the trial length (at most 60 s) with",
       "±2 pp", "it keeps 4 rounds"]),
-    ("pilot = true\n", ["then the trial length (at most 60 s) and rounds (3 to 12)"])])
+    ("pilot = true\n", ["then it chooses the trial length (at most 60 s) and rounds (3 to 12)"])])
 def test_run_plan_says_what_the_pilot_will_measure_and_choose(tmp_path: Path, method: str,
                                                               says: list[str]) -> None:
     code, shown = cli("run", str(write_suite(tmp_path, PLAN_SUITE + method, size="16MiB")),
