@@ -252,7 +252,10 @@ max_samples = 12
     ("pilot = true\nsamples = 4\n",
      ["first 24 trials", "at 1 s and 4 s", "then it chooses the trial length (at most 60 s) with",
       "±2 pp", "it keeps 4 rounds"]),
-    ("pilot = true\n", ["then it chooses the trial length (at most 60 s) and rounds (3 to 12)"])])
+    ("pilot = true\n", ["then it chooses the trial length (at most 60 s) and rounds (3 to 12)"]),
+    ('target_ci = "2%"\nsteady_state = true\nmin_runtime = "5s"\nmax_runtime = "20s"\n',
+     ["first 12 trials", "at the run's own steady-state trials (up to 20 s)",
+      "then it chooses the number of rounds (3 to 12)", "it keeps its steady-state trials"])])
 def test_run_plan_says_what_the_pilot_will_measure_and_choose(tmp_path: Path, method: str,
                                                               says: list[str]) -> None:
     code, shown = cli("run", str(write_suite(tmp_path, PLAN_SUITE + method, size="16MiB")),

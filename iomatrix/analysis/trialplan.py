@@ -297,7 +297,9 @@ def pilot_lengths(chooses_runtime: bool, window: float) -> tuple[float, ...]:
     return PILOT_LENGTHS if chooses_runtime else (window,)
 
 
-def _lengths_text(lengths: Sequence[float]) -> str:
+def _lengths_text(lengths: Sequence[float], steady: bool = False) -> str:
+    if steady:
+        return f"at the run's own steady-state trials (up to {lengths[0]:g} s)"
     if len(lengths) == 1:
         return f"at the run's own trial length ({lengths[0]:g} s)"
     return "at " + " and ".join(f"{x:g} s" for x in lengths)
@@ -305,21 +307,23 @@ def _lengths_text(lengths: Sequence[float]) -> str:
 
 def pilot_choice_note(noises: Mapping[str, Noise] | Sequence[Noise], choice: Choice,
                       pilot_seconds: float, pilot_trials: int,
-                      lengths: Sequence[float] = PILOT_LENGTHS) -> str:
+                      lengths: Sequence[float] = PILOT_LENGTHS, steady: bool = False) -> str:
     """The run note that says what the pilot measured and what was chosen and why."""
     listed = noises.values() if isinstance(noises, Mapping) else noises
     return (f"pilot: {pilot_trials} trials ({pilot_seconds:.0f} s, counted in the run's wall "
-            f"time, stored apart from its trials) {_lengths_text(lengths)}, {PILOT_ROUNDS} "
+            f"time, stored apart from its trials) {_lengths_text(lengths, steady)}, {PILOT_ROUNDS} "
             "rounds; measured " + "; ".join(n.text() for n in listed) + ". " + choice.text())
 
 
 def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rounds: int,
               max_runtime: float, runtime: float | None, rounds: int | None,
-              lengths: Sequence[float] = PILOT_LENGTHS, min_rounds: int = MIN_ROUNDS) -> str:
+              lengths: Sequence[float] = PILOT_LENGTHS, min_rounds: int = MIN_ROUNDS,
+              steady: bool = False) -> str:
     """What ``run --plan`` says of a run with a pilot (``[method] pilot``, or ``target_ci``,
     whose rounds a pilot chooses): what it will measure, and how it will choose (the rounds
     listed above are the suite's own, which the choice replaces)."""
-    keep = [f"the suite's runtime {runtime:g} s" if runtime is not None else "",
+    keep = ["its steady-state trials" if steady else
+            f"the suite's runtime {runtime:g} s" if runtime is not None else "",
             f"{rounds} rounds (samples, fixed by the suite)" if rounds is not None else ""]
     kept = "; it keeps " + " and ".join(k for k in keep if k) if any(keep) else ""
     low = max(MIN_ROUNDS, min_rounds)
@@ -329,7 +333,7 @@ def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rou
               f"the trial length (at most {max_runtime:g} s) and rounds ({span})")
     return (f"pilot: first {pilot_trials} trials of {' and '.join(modes)} ({PILOT_ROUNDS} rounds "
             f"of two configurations on up to {PILOT_WORKLOADS} workloads, "
-            f"{_lengths_text(lengths)}; counted in the run's time, stored apart from its "
+            f"{_lengths_text(lengths, steady)}; counted in the run's time, stored apart from its "
             f"trials) measure the noise of a gain per round: within a trial"
             + (" and how it shrinks with trial length" if len(lengths) > 1 else "")
             + f", the drift between rounds that pairing leaves, and the fixed cost of a trial "

@@ -107,7 +107,8 @@ def _print_stopping(prepared: PreparedRun) -> None:
                             max_runtime=method.max_runtime,
                             runtime=None if method.chooses_runtime else method.window,
                             rounds=rounds if method.pilot else None, lengths=lengths,
-                            min_rounds=method.samples), markup=False, soft_wrap=True)
+                            min_rounds=method.samples, steady=method.steady_state),
+                  markup=False, soft_wrap=True)
     else:
         from iomatrix.analysis.paired import stopping_rule
 

@@ -399,7 +399,8 @@ class _Runner:
                                rounds=samples if base.pilot else None,
                                min_rounds=base.samples)
             plan["choice"] = choice.model_dump()
-            note = tp.pilot_choice_note(noises, choice, seconds, len(collected), lengths)
+            note = tp.pilot_choice_note(noises, choice, seconds, len(collected), lengths,
+                                        steady=base.steady_state)
         else:
             note = (f"pilot: {len(collected)} trials ({seconds:.0f} s) gave too little to choose "
                     f"from (failed trials, or a class with a single round); the suite's runtime "
