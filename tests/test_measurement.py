@@ -127,7 +127,12 @@ runtime = "500ms"
     assert 1 < pct < 200
 
 
-def test_adaptive_repetition_reaches_the_target_or_the_cap(tmp_path: Path, no_leftovers: None) -> None:
+def test_target_ci_rounds_are_chosen_by_a_pilot_at_the_runs_own_trial_length(
+        tmp_path: Path, no_leftovers: None) -> None:
+    """target_ci no longer adds rounds until a CI looks narrow (that stop rule called A/A pairs
+    different too often: tests/test_trialplan.py); a pilot at the suite's own trial (500 ms
+    here) chooses the rounds, between samples (at least 3) and max_samples, and every point
+    gets exactly those."""
     body = """
 [workloads]
 iodepth = [1, 8]
@@ -140,12 +145,22 @@ target_ci = "5%"
 max_samples = 5
 seed = 3
 """
-    outcome, stored, _ = run(tmp_path, body)
+    from iomatrix.analysis import trialplan as tp
     from iomatrix.analysis.points import points
+
+    outcome, stored, _ = run(tmp_path, body)
+    with Store(tmp_path / "r.db") as store:
+        pilot, plan = store.load_pilot(outcome.run_id)
+    assert plan is not None and plan["choice"] is not None
+    choice = tp.Choice.model_validate(plan["choice"])
+    assert choice.fixed_runtime and choice.runtime == 0.5 and 3 <= choice.rounds <= 5
+    assert len(pilot) == tp.PILOT_ROUNDS * 2 and {t.runtime_s for t in pilot} == {0.5}
+    assert outcome.trials_failed == 0
     for p in points(stored):
-        assert 3 <= p.samples <= 5             # at least 3 for a CI, at most the cap
-        if p.samples < 5:
-            assert p.iops_ci is not None and p.iops_ci.relative <= 0.05
+        assert p.samples == choice.rounds
+    assert all(abs(t.samples[0].runtime_ms / 1000 - 0.5) < 0.1 for t in stored.trials)
+    note, = [n for n in stored.notes if n.startswith("pilot:")]
+    assert "at the run's own trial length (0.5 s)" in note
 
 
 def test_fixed_rate_compares_cpu_per_io_at_equal_load(tmp_path: Path, no_leftovers: None) -> None:

@@ -19,7 +19,6 @@ from iomatrix.analysis.stats import (
     confidence_interval,
     is_skewed,
     mean,
-    needs_more,
     outliers,
     skewness,
     stdev,
@@ -430,36 +429,3 @@ def test_adjusting_again_starts_from_the_raw_p_values() -> None:
 def test_unknown_adjustment_is_refused() -> None:
     with pytest.raises(ValueError, match="holm, bh"):
         adjust(_with_p([0.01]), "bonferroni")  # type: ignore[arg-type]
-
-
-# --- adaptive repetition -----------------------------------------------------------------------
-
-def test_needs_more_until_min_samples() -> None:
-    assert needs_more([], 0.02)
-    assert needs_more([100.0], 0.5)
-    assert needs_more([100.0, 100.0], 0.5)
-    assert not needs_more([100.0, 100.0, 100.0], 0.02)
-    assert not needs_more([100.0, 100.0], 0.02, min_samples=1)
-
-
-def test_needs_more_against_the_target() -> None:
-    # XS: relative half-width 1.96 %.
-    assert not needs_more(XS, 0.02)
-    assert needs_more(XS, 0.019)
-    assert needs_more(XS, 0.02, confidence=0.99)
-
-
-def test_needs_more_stops_as_noise_averages_out() -> None:
-    rng = np.random.default_rng(10)
-    xs: list[float] = []
-    while needs_more(xs, 0.02) and len(xs) < 200:
-        xs.append(float(rng.normal(10_000, 500)))
-    assert 8 <= len(xs) < 200
-    assert confidence_interval(xs).relative <= 0.02
-
-
-def test_needs_more_around_zero() -> None:
-    assert not needs_more([0.0, 0.0, 0.0], 0.02)
-    assert needs_more([-1.0, 1.0, 0.0], 0.02)
-    with pytest.raises(ValueError, match="positive"):
-        needs_more(XS, 0)

@@ -21,7 +21,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.store.records import PilotTrial
 from iomatrix.suite import load_suite
-from tests.conftest import write_suite
+from tests.conftest import cli, write_suite
 
 Z = float(sps.norm.ppf(0.975))
 
@@ -115,8 +115,24 @@ def test_the_binding_class_decides() -> None:
         both.runtime))
 
 
+def test_a_baseline_of_one_configuration_binds_only_a_run_without_gains() -> None:
+    """The host baseline (one configuration, log IOPS, drift uncancelled) is counted in the
+    wall time but does not set T and R while a class has gains; alone, it does."""
+    gain = noise(0.01, 1e-5, 0.5)
+    host = tp.Noise(mode="host", within=0.01, drift=4e-3, fixed=0.5, session=0.0, trials=1,
+                    sessions=0, pairs=1, paired=False, df=4)
+    both = tp.choose([gain, host], 0.02, max_rounds=100)
+    alone = tp.choose([gain], 0.02, max_rounds=100)
+    assert (both.runtime, both.rounds) == (alone.runtime, alone.rounds)
+    assert both.seconds == pytest.approx(alone.seconds + both.rounds * host.round_seconds(
+        both.runtime))
+    only = tp.choose([host], 0.02, max_rounds=100)
+    assert only.rounds > alone.rounds
+
+
 def pilot(rng: np.random.Generator, a: float, b: float, c: float, *, rounds: int,
-          workloads: int = 2, gain: float = 0.0) -> list[PilotTrial]:
+          workloads: int = 2, gain: float = 0.0,
+          lengths: tuple[float, ...] = tp.PILOT_LENGTHS) -> list[PilotTrial]:
     """A pilot as the runner stores it, from the model: per round and configuration a drift
     shared by its block (so the log ratio's drift has variance b), each trial's log IOPS with
     within-trial noise of variance a/2 per second (a for the log ratio of two)."""
@@ -125,7 +141,7 @@ def pilot(rng: np.random.Generator, a: float, b: float, c: float, *, rounds: int
         for ci, config in enumerate(("A", "B")):
             block = rng.normal(0, math.sqrt(b / 2))
             for w in range(workloads):
-                for length in tp.PILOT_LENGTHS:
+                for length in lengths:
                     level = 10.0 + (gain if ci else 0.0) + block
                     x = level + rng.normal(0, math.sqrt(a / 2 / length))
                     out.append(PilotTrial(mode="blocklayer", config_key=config,
@@ -145,43 +161,111 @@ def test_the_pilot_estimates_recover_the_model() -> None:
     assert (got.trials, got.sessions, got.pairs) == (10, 2, 3)
 
 
-def _aa_rates(runs: int, seed: int) -> tuple[float, float, float]:
+def test_one_length_estimates_recover_the_model() -> None:
+    """The pilot at the run's own trial (target_ci, or a runtime the suite fixes): workloads ×
+    rounds at one length give within (what a round's workloads do not share) and drift."""
+    rng = np.random.default_rng(3)
+    got = tp.estimate(pilot(rng, 0.004, 1e-3, 0.8, rounds=300, workloads=4, lengths=(2.0,)),
+                      mode="blocklayer", trials_per_round=10, sessions_per_round=2, pairs=3)
+    assert got is not None and got.df == 3 * 299
+    assert got.within == pytest.approx(0.004, rel=0.15)
+    assert got.drift == pytest.approx(1e-3, rel=0.2)
+    one = tp.estimate(pilot(rng, 0.004, 1e-3, 0.8, rounds=300, workloads=1, lengths=(2.0,)),
+                      mode="blocklayer", trials_per_round=10, sessions_per_round=2, pairs=3)
+    assert one is not None and one.within == 0.0       # nothing to tell them apart: all drift
+    assert one.drift == pytest.approx(0.004 / 2 + 1e-3, rel=0.2)
+
+
+def _aa_rates(runs: int, seed: int, *, lengths: tuple[float, ...] = tp.PILOT_LENGTHS,
+              min_rounds: int = tp.MIN_ROUNDS) -> tuple[float, float, float]:
     """(false-difference rate with the pilot's fixed rounds, rate when stopping at the first
     round the CI is within the target, mean rounds of the fixed rule) over ``runs`` synthetic
-    A/A runs, each with a fresh pilot."""
+    A/A runs, each with a fresh pilot; ``lengths`` of one: the pilot at the run's own trial,
+    which chooses only the rounds (target_ci)."""
     rng = np.random.default_rng(seed)
-    a, b, c, pairs = 0.02, 3e-4, 0.8, 1
+    a, b, c, pairs = 0.02, 3e-4, 0.8, 2
     target = 0.02
-    fixed_hits = narrow_hits = 0
-    rounds = []
+    fixed_hits = 0
+    rounds, sds = [], []
     for _ in range(runs):
-        n = tp.estimate(pilot(rng, a, b, c, rounds=tp.PILOT_ROUNDS), mode="blocklayer",
-                        trials_per_round=4, sessions_per_round=2, pairs=pairs)
+        n = tp.estimate(pilot(rng, a, b, c, rounds=tp.PILOT_ROUNDS, lengths=lengths),
+                        mode="blocklayer", trials_per_round=4, sessions_per_round=2,
+                        pairs=pairs)
         assert n is not None
-        choice = tp.choose([n], target, max_rounds=30)
+        choice = tp.choose([n], target, max_rounds=30, min_rounds=min_rounds,
+                           runtime=lengths[0] if len(lengths) == 1 else None)
         sd = math.sqrt(a / (pairs * choice.runtime) + b)
         xs = rng.normal(0, sd, choice.rounds)
         fixed_hits += log_ratio_test(list(xs)).p_value < 0.05
         rounds.append(choice.rounds)
-        # the stop-when-narrow rule, looking after every round from the third
-        ys = rng.normal(0, sd, 30)
-        for r in range(tp.MIN_ROUNDS, 31):
-            test = log_ratio_test(list(ys[:r]))
-            if test.interval.half_width <= target or r == 30:
-                narrow_hits += test.p_value < 0.05
-                break
+        sds.append(sd)
+    # the stop-when-narrow rule on the same model, looking after every round from min_rounds
+    # (t-interval and t-test, vectorised over the runs: it looks up to 30 times a run)
+    ys = rng.normal(0, 1, (runs, 30)) * np.array(sds)[:, None]
+    stopped = np.zeros(runs, dtype=bool)
+    narrow_hits = 0
+    for r in range(min_rounds, 31):
+        m, s = ys[:, :r].mean(axis=1), ys[:, :r].std(axis=1, ddof=1)
+        now = ~stopped & ((sps.t.ppf(0.975, r - 1) * s / math.sqrt(r) <= target) | (r == 30))
+        p = 2 * sps.t.sf(np.abs(m / (s / math.sqrt(r))), r - 1)
+        narrow_hits += int((p[now] < 0.05).sum())
+        stopped |= now
     return fixed_hits / runs, narrow_hits / runs, float(np.mean(rounds))
 
 
-def test_the_fixed_stop_rule_keeps_the_nominal_false_difference_rate() -> None:
-    """3000 seeded A/A runs: with rounds fixed by the pilot the rate is 5 % (within 3.5
-    binomial standard errors); looking after every round and stopping when narrow is not."""
+@pytest.mark.parametrize("lengths,min_rounds", [(tp.PILOT_LENGTHS, tp.MIN_ROUNDS), ((10.0,), 5)],
+                         ids=["pilot", "target_ci"])
+def test_the_fixed_stop_rule_keeps_the_nominal_false_difference_rate(
+        lengths: tuple[float, ...], min_rounds: int) -> None:
+    """3000 seeded A/A runs each: with rounds fixed by the pilot the rate is 5 % (within 3.5
+    binomial standard errors), whether it chooses trial length and rounds ([method] pilot) or
+    only the rounds at the suite's runtime (target_ci, at least ``samples`` rounds); looking
+    after every round and stopping when narrow (target_ci's rule before) is not."""
     runs = 3000
-    fixed, narrow, mean_rounds = _aa_rates(runs, seed=11)
+    fixed, narrow, mean_rounds = _aa_rates(runs, seed=11, lengths=lengths,
+                                           min_rounds=min_rounds)
     se = math.sqrt(0.05 * 0.95 / runs)
     assert abs(fixed - 0.05) <= 3.5 * se, fixed
     assert narrow > 0.05 + 3.5 * se, narrow
-    assert 3 < mean_rounds < 30
+    assert min_rounds < mean_rounds < 30
+
+
+PLAN_SUITE = """
+[matrix]
+aio = ["threads", "io_uring"]
+cache = "none"
+iothread = false
+[workloads]
+iodepth = [1, 8]
+[method]
+mode = "blocklayer"
+ramp = 0
+max_samples = 12
+"""
+
+
+@pytest.mark.parametrize("method,says", [
+    ('target_ci = "3%"\nruntime = "2s"\nsamples = 4\n',
+     ["first 12 trials", "at the run's own trial length (2 s)",
+      "then it chooses the number of rounds (4 to 12) with the least wall time",
+      "±3 pp", "it keeps the suite's runtime 2 s"]),
+    ("pilot = true\nsamples = 4\n",
+     ["first 24 trials", "at 1 s and 4 s", "then it chooses the trial length (at most 60 s) with",
+      "±2 pp", "it keeps 4 rounds"]),
+    ("pilot = true\n", ["then it chooses the trial length (at most 60 s) and rounds (3 to 12)"]),
+    ('target_ci = "2%"\nsteady_state = true\nmin_runtime = "5s"\nmax_runtime = "20s"\n',
+     ["first 12 trials", "at the run's own steady-state trials (up to 20 s)",
+      "then it chooses the number of rounds (3 to 12)", "it keeps its steady-state trials"])])
+def test_run_plan_says_what_the_pilot_will_measure_and_choose(tmp_path: Path, method: str,
+                                                              says: list[str]) -> None:
+    code, shown = cli("run", str(write_suite(tmp_path, PLAN_SUITE + method, size="16MiB")),
+                      "--plan")
+    assert code == 0, shown
+    line, = [x for x in shown.splitlines() if x.startswith("pilot: first ")]
+    for text in says:
+        assert text in line, (text, line)
+    assert "a pilot first, which chooses the rounds (below)" in shown
+    assert "no look at the gains decides when to stop" in line
 
 
 def test_a_real_blocklayer_run_stores_its_pilot_and_its_choice(tmp_path: Path,

@@ -1,17 +1,9 @@
 """What a run asks of its gains, and how well its own method tells identical things apart.
 
-- ``needing_more``: adaptive repetition on gains. ``target_ci`` (a relative half-width, 0.02)
-  applies to the gains a run's answers rest on: the matrix axes' gains per queue depth (what
-  ``iomatrix effect`` and the report show) and its findings' gains. A gain is finished when
-  its 95 % CI half-width ((high − low) / 2, in gain units: 0.02 = ±2 percentage points) is
-  within the target (paired over at least ``MIN_ROUNDS`` rounds), or, for a finding's gain, when the finding is decided (confirmed or
-  contradicted, with the CI clear of its ``at_least`` size) and nothing else is asked of it.
-  The next round measures the points every unfinished gain rests on (and their A/A twins);
-  when every gain is finished the rounds stop, whatever the CIs of single points. A run with
-  no gain (one configuration per mode) falls back to the point rule (``stats.needs_more``).
-  Gains are paired by round (``effects``), so drift common to a round cancels and the number
-  of rounds, not the length of a trial, narrows them: under drift, shorter trials and more
-  rounds reach the target sooner.
+- How many rounds a run measures is fixed before its rounds start: by ``samples``, or by a
+  pilot (``analysis.trialplan``) for ``pilot`` and ``target_ci``. No look at the gains decides
+  when to stop (adaptive repetition on gains, which stopped once every gain looked narrow
+  enough, called an A/A pair different in 7-10 % of runs at a nominal 5 %; removed).
 - ``aa_report``: A/A calibration. With ``[method] aa = true`` one configuration is measured
   twice, under its own key and as its twin (``aa=twin``), in the same interleaving. Each
   workload's twin-against-original gain is computed with the run's own method; how often it is
@@ -23,9 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from iomatrix.analysis.effects import HOST, Gain, axes_of, gains
+from iomatrix.analysis.effects import HOST, Gain, gains
 from iomatrix.analysis.points import only_configs
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
@@ -128,117 +118,7 @@ def noise_floor(run: StoredRun, metric: str = "iops") -> float | None:
     return aa.noise_floor if aa else None
 
 
-# --- adaptive repetition on gains ---------------------------------------------------------------
-
-Point = tuple[str, str]
-
-
-MIN_ROUNDS = 3
-"""A gain is finished only once paired over at least this many rounds (2 degrees of freedom):
-a first round's spread across pairs is no measure of how well more rounds would know it."""
-
-
-def _half(g: Gain) -> float | None:
-    if g.method != "rounds" or (g.rounds or 0) < MIN_ROUNDS:
-        return None
-    return None if g.low is None or g.high is None else (g.high - g.low) / 2
-
-
-def _members(run: StoredRun, configs: Sequence[ConfigRecord], axis: str, levels: set[str],
-             workloads: set[str]) -> set[Point]:
-    return {(c.key, w) for c in configs if c.params.get(axis) in levels for w in workloads}
-
-
-def _axis_asks(run: StoredRun, target: float) -> tuple[int, set[Point]]:
-    """(gains asked, points of the unfinished ones) for every mode's axes, per queue depth."""
-    asked, wanting = 0, set()
-    for mode in dict.fromkeys(c.mode for c in run.configs if c.mode != HOST):
-        part = only_configs(run, {c.key for c in run.configs if c.mode == mode and not is_twin(c)})
-        for axis in axes_of(part):
-            for g in gains(part, axis, by=("iodepth",)):
-                asked += 1
-                half = _half(g)
-                if half is not None and half <= target:
-                    continue
-                wl = {w.key for w in part.workloads if w.iodepth == g.iodepth}
-                wanting |= _members(part, part.configs, axis, {g.level, g.reference}, wl)
-    return asked, wanting
-
-
-def _finding_asks(run: StoredRun, target: float) -> tuple[int, set[Point]]:
-    """(checks asked, points of the undecided ones) of the run's findings."""
-    from iomatrix.analysis.findings import CONFIRMED, CONTRADICTED, _workloads, claims_of, evaluate
-
-    claims, _ = claims_of(run)
-    if not claims:
-        return 0, set()
-    asked, wanting = 0, set()
-    for result in evaluate(run, claims).results:
-        f = result.finding
-        for check in result.checks:
-            if not check.measured and not check.components:
-                continue   # not measurable here for a reason more rounds do not change
-            asked += 1
-            paired = bool(check.components) and all(
-                c.method == "rounds" and (c.rounds or 0) >= MIN_ROUNDS for c in check.components)
-            halves = [(c.high - c.low) / 2 for c in check.components
-                      if c.low is not None and c.high is not None]
-            within = len(halves) == len(check.components) and max(halves, default=1.0) <= target
-            if paired and (within or check.verdict in (CONFIRMED, CONTRADICTED)):
-                continue
-            configs = [c for c in run.configs if c.mode == check.mode and not is_twin(c)
-                       and all(c.params.get(a) in v for a, v in f.where.items())]
-            wl = {w.key for w in _workloads(run, f)}
-            if f.axis is not None:
-                levels = {v for v in (f.level, f.reference, *f.best, *f.worst) if v} or \
-                    {c.params.get(f.axis, "") for c in configs}
-                wanting |= _members(run, configs, f.axis, levels, wl)
-            else:
-                wanting |= {(c.key, w) for c in configs for w in wl}
-            if f.kind == "baseline":
-                wanting |= {(c.key, w) for c in run.configs if c.mode == HOST for w in wl}
-    return asked, wanting
-
-
-def needing_more(run: StoredRun, target: float, candidates: Sequence[Point]) -> list[Point]:
-    """The points of ``candidates`` the next adaptive round measures (see the module
-    docstring): those of unfinished gains and their A/A twins; without any gain, those whose
-    own IOPS CI is wider than ``target``."""
-    asked_axes, wanting = _axis_asks(run, target)
-    asked_findings, more = _finding_asks(run, target)
-    wanting |= more
-    if asked_axes + asked_findings == 0:
-        from iomatrix.analysis.stats import needs_more
-
-        iops: dict[Point, list[float]] = {}
-        for t in run.trials:
-            if t.status == "ok":
-                iops.setdefault((t.config_key, t.workload_key), []).append(
-                    sum(s.iops for s in t.samples))
-        return [p for p in candidates if needs_more(iops.get(p, []), target)]
-    twins = {}
-    for c in run.configs:
-        if is_twin(c):
-            source = _source_of(run, c)
-            if source is not None:
-                twins[source.key] = c.key
-    wanting |= {(twins[c], w) for c, w in wanting if c in twins}
-    if wanting:
-        # the bare-metal baseline stays in every round, so that bare metal pairs with each
-        wanting |= {p for p in candidates if p[0].startswith(HOST + "/") or p[0] == HOST}
-    return [p for p in candidates if p in wanting]
-
-
-def stopping_rule(target: float | None, max_samples: int, samples: int) -> str:
-    """What ``run --plan`` says about adaptive repetition."""
-    if target is None:
-        return (f"fixed rounds: {samples} per point; gains paired by round (drift common to a "
-                "round cancels)")
-    return (f"paired gains: after {samples} rounds, rounds continue (up to {max_samples}) while "
-            f"some gain the run reports (each axis per queue depth, each finding) has a 95 % CI "
-            f"wider than ±{target * 100:g} percentage points and is not decided; a round "
-            "measures only the points of those gains. Gains are paired by round, so drift "
-            "common to a round cancels and rounds, not trial length, narrow them: when drift "
-            "dominates, shorter trials with more rounds reach the target sooner (iomatrix "
-            "doctor estimates the drift). With no gain to ask about, points repeat until their "
-            "own IOPS CI is within the target.")
+def stopping_rule(samples: int) -> str:
+    """What ``run --plan`` says of a run whose rounds no pilot chooses (no target_ci)."""
+    return (f"fixed rounds: {samples} per point; gains paired by round (drift common to a "
+            "round cancels)")

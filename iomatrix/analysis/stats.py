@@ -10,7 +10,6 @@ drift (a disk warming up, a page cache filling) — that shows as extra spread, 
 - ``compare`` and ``adjust``: is configuration B different from A on a workload, and does that hold
   up across the whole matrix. A difference is never returned as a bare ratio: its verdict says
   "no significant difference" when that is the answer.
-- ``needs_more``: the stopping rule of adaptive repetition for a point.
 - ``log_ratio_test`` and ``minimal_detectable``: the mean of log ratios (per round, for gains
   paired by round; per pair) with its interval and test, and the smallest effect n of them
   detect; ``analysis.effects`` builds gains on them.
@@ -527,26 +526,6 @@ def _adjust_fields(comparisons: list[dict[str, Any]], method: Adjustment) -> Non
     for c, q in zip(tested, adjusted, strict=True):
         c.update(adjusted_p=float(q), adjustment=method, family=len(tested),
                  significant=bool(q < c["alpha"]))
-
-
-def needs_more(xs: Sequence[float], target_relative_half_width: float, *,
-               confidence: float = 0.95, min_samples: int = 3) -> bool:
-    """True while a point needs another repetition: fewer than ``min_samples`` (at least 2)
-    samples, or the relative half-width of ``confidence_interval`` above the target (0.02 = 2 %).
-
-    A mean of 0 with spread can never meet a relative target, so it stays True; all-zero samples
-    (nothing will change) give False. The caller must cap repetitions: with a target near the
-    run-to-run noise floor the CI narrows only as 1/√n.
-    """
-    if target_relative_half_width <= 0:
-        raise ValueError("the target half-width must be positive, "
-                         f"got {target_relative_half_width!r}")
-    if len(_array(xs)) < max(min_samples, 2):
-        return True
-    ci = confidence_interval(xs, confidence)
-    if ci.relative is None:
-        return ci.half_width != 0
-    return ci.relative > target_relative_half_width
 
 
 class LogRatioTest(Frozen):

@@ -29,11 +29,18 @@ degrees of freedom per figure), so the chosen R reaches the target about half th
 run says how wide it got; the pilot's workloads stand for all of the run's (their noise is
 pooled); one T serves the whole run.
 
+When the suite fixes the trial (its runtime, or steady state) only R is chosen, and the pilot
+measures at that trial alone (``pilot_lengths``): the spread of the log ratios across its
+workloads within a round gives ``within``, their common move from round to round ``drift``
+(``_by_workloads``). This is how ``target_ci`` chooses its rounds.
+
 The stop rule is fixed: R is chosen from the pilot only, whose trials are not part of any gain,
 and the run then measures exactly R rounds. No look at the gains decides when to stop, so a
-gain's test keeps its nominal false-positive rate (5 % for an A/A pair). Stopping the first time
-a CI is narrow enough (the ``target_ci`` rule without a pilot) does not: a CI is narrow by
-chance when its variance estimate is small, which is when a difference looks largest
+gain's test keeps its nominal false-positive rate (5 % for an A/A pair): given R, the rounds are
+independent of it. Stopping the first time a CI is narrow enough (what ``target_ci`` did
+before: after each round, until every gain was within the target) does not: a CI is narrow by
+chance when its variance estimate is small, which is when a difference looks largest; the
+mean at the stop is unbiased, but its t statistic's denominator is selected small
 (``tests/test_trialplan.py`` measures both).
 """
 
@@ -50,7 +57,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.store.records import PilotTrial
 
 MIN_ROUNDS = 3
-"""As ``analysis.paired.MIN_ROUNDS``: a gain needs 2 degrees of freedom across rounds."""
+"""A gain needs 2 degrees of freedom across rounds."""
 PILOT_LENGTHS = (1.0, 4.0)
 """The pilot's two trial lengths (seconds): 1 s shows within-trial noise, 4 s how it shrinks."""
 PILOT_ROUNDS = 3
@@ -122,7 +129,7 @@ class Choice(Frozen):
     def text(self) -> str:
         how = []
         if self.fixed_runtime:
-            how.append("runtime fixed by the suite")
+            how.append("the suite's runtime")
         if self.fixed_rounds:
             how.append("rounds (samples) fixed by the suite")
         why = (f"continuous optimum √(a·c/b) = {self.optimum:.2f} s" if self.optimum is not None
@@ -154,12 +161,12 @@ def _variance(xs: Sequence[float]) -> tuple[float, int]:
 def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
              sessions_per_round: int, pairs: int) -> Noise | None:
     """A class's noise and costs from its pilot trials (the module's method); None when the
-    pilot gave too little (fewer than two rounds at both lengths)."""
+    pilot gave too little (fewer than two complete rounds)."""
     ok = [t for t in trials if t.mode == mode and t.iops is not None and t.iops > 0]
     mine = [t for t in trials if t.mode == mode]
     configs = list(dict.fromkeys(t.config_key for t in mine))[:2]
     lengths = sorted({t.runtime_s for t in ok})
-    if len(lengths) < 2 or not configs:
+    if not lengths or not configs:
         return None
     value: dict[tuple[str, int, float], float] = {}
     for w in {t.workload_key for t in ok}:
@@ -171,8 +178,24 @@ def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
                     value[(w, r, length)] = got[configs[0]] - got[configs[1]]
                 elif len(configs) == 1 and configs[0] in got:
                     value[(w, r, length)] = got[configs[0]]
-    t1, t2 = lengths[0], lengths[-1]
-    # within: the T1 - T2 difference inside one round (drift shared), centred per workload
+    found = (_by_lengths(value, lengths[0], lengths[-1]) if len(lengths) > 1
+             else _by_workloads(value, lengths[0]))
+    if found is None:
+        return None
+    within, drift, df = found
+    walls = [t.wall_s - t.runtime_s for t in mine]
+    sessions = [t.session_s for t in mine if t.session_s > 0]
+    return Noise(mode=mode, within=within, drift=drift, fixed=max(0.0, float(np.mean(walls))),
+                 session=float(np.mean(sessions)) if sessions else 0.0,
+                 trials=trials_per_round, sessions=sessions_per_round,
+                 pairs=max(1, pairs) if len(configs) == 2 else 1, paired=len(configs) == 2,
+                 df=df)
+
+
+def _by_lengths(value: Mapping[tuple[str, int, float], float], t1: float,
+                t2: float) -> tuple[float, float, int] | None:
+    """(within, drift, df) from two lengths: the T1 − T2 difference inside one round shares
+    the round's drift (centred per workload); across rounds at each length, less within/T."""
     ss, df = 0.0, 0
     groups: dict[str, list[float]] = {}
     for (w, r, length), x in value.items():
@@ -184,7 +207,6 @@ def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
     if df == 0:
         return None
     within = ss / df / (1 / t1 + 1 / t2)
-    # drift: across rounds at each length, less the within-trial part
     drifts = []
     for length in (t1, t2):
         ss_l, df_l = 0.0, 0
@@ -193,25 +215,50 @@ def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
             ss_l, df_l = ss_l + s, df_l + d
         if df_l:
             drifts.append(ss_l / df_l - within / length)
-    drift = max(0.0, float(np.mean(drifts))) if drifts else 0.0
-    walls = [t.wall_s - t.runtime_s for t in mine]
-    sessions = [t.session_s for t in mine if t.session_s > 0]
-    return Noise(mode=mode, within=within, drift=drift, fixed=max(0.0, float(np.mean(walls))),
-                 session=float(np.mean(sessions)) if sessions else 0.0,
-                 trials=trials_per_round, sessions=sessions_per_round, pairs=max(1, pairs),
-                 paired=len(configs) == 2, df=df)
+    return within, max(0.0, float(np.mean(drifts))) if drifts else 0.0, df
+
+
+def _by_workloads(value: Mapping[tuple[str, int, float], float],
+                  length: float) -> tuple[float, float, int] | None:
+    """(within, drift, df) from one length (the run's own trial, when the suite fixes it):
+    workloads × rounds as a two-way layout, x = gain of the workload + drift of the round +
+    residual. The residual mean square is what a round's workloads do not share (a/T, averaged
+    down by a gain's pairs); (MS rounds − MS residual)/W is the drift they share (b). One
+    workload: everything across rounds is counted as drift (nothing to tell them apart)."""
+    workloads = sorted({w for w, _, _ in value})
+    rounds = sorted(r for r in {r for _, r, _ in value}
+                    if all((w, r, length) in value for w in workloads))
+    if len(rounds) < 2:
+        return None
+    x = np.array([[value[(w, r, length)] for r in rounds] for w in workloads])
+    n_w, n_r = x.shape
+    by_round = x.mean(axis=0)
+    if n_w == 1:
+        s, d = _variance(list(x[0]))
+        return 0.0, s / d, d
+    resid = x - x.mean(axis=1, keepdims=True) - by_round + x.mean()
+    df = (n_w - 1) * (n_r - 1)
+    ms_resid = float((resid ** 2).sum()) / df
+    ms_rounds = n_w * float(((by_round - by_round.mean()) ** 2).sum()) / (n_r - 1)
+    return ms_resid * length, max(0.0, (ms_rounds - ms_resid) / n_w), df
 
 
 def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
            min_runtime: float = MIN_RUNTIME, max_runtime: float = 600.0,
-           runtime: float | None = None, rounds: int | None = None) -> Choice:
+           runtime: float | None = None, rounds: int | None = None,
+           min_rounds: int = MIN_ROUNDS) -> Choice:
     """The T and R that reach ``target`` (95 % CI half-width, log units) for every class in the
     least wall time (see the module docstring). ``runtime`` or ``rounds`` given: that one is
-    kept and only the other chosen. Rounds lie in [MIN_ROUNDS, max_rounds] unless given."""
+    kept and only the other chosen. Rounds lie in [max(MIN_ROUNDS, min_rounds), max_rounds]
+    unless given. The target binds the classes with gains (two configurations); a class of
+    one configuration (the bare-metal baseline) only where no class has a gain, as its points'
+    CIs are then what the run asks about; every class's trials count in the wall time."""
     if not noises:
         raise ValueError("no class to plan")
-    lo_r = rounds if rounds is not None else MIN_ROUNDS
-    hi_r = rounds if rounds is not None else max(MIN_ROUNDS, max_rounds)
+    # what the run asks about: its gains; a class's points (log IOPS) only in a run with none
+    asked = [n for n in noises if n.paired] or list(noises)
+    lo_r = rounds if rounds is not None else max(MIN_ROUNDS, min_rounds)
+    hi_r = rounds if rounds is not None else max(lo_r, max_rounds)
     best: tuple[float, float, int, float] | None = None
     widest: tuple[float, float, int, float] | None = None
     for r in range(lo_r, hi_r + 1):
@@ -220,13 +267,13 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
             t = runtime
         else:
             t = min_runtime
-            for n in noises:
+            for n in asked:
                 room = need - n.drift
                 t = max(t, math.inf if room <= 0 else n.within / n.pairs / room)
         feasible = t <= (runtime if runtime is not None else max_runtime)
         t_used = min(t, runtime if runtime is not None else max_runtime)
         seconds = r * sum(n.round_seconds(t_used) for n in noises)
-        half = max(_t(r) * math.sqrt(n.variance(t_used) / r) for n in noises)
+        half = max(_t(r) * math.sqrt(n.variance(t_used) / r) for n in asked)
         if feasible and half <= target * (1 + 1e-9) and (best is None or seconds < best[0]):
             best = (seconds, t_used, r, half)
         if widest is None or half < widest[3]:
@@ -234,7 +281,7 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
     chosen = best or widest
     assert chosen is not None
     seconds, t_used, r, half = chosen
-    binding = max(noises, key=lambda n: n.variance(t_used))
+    binding = max(asked, key=lambda n: n.variance(t_used))
     c = binding.fixed + binding.session * binding.sessions / max(1, binding.trials)
     optimum = (math.sqrt(binding.within / binding.pairs * c / binding.drift)
                if binding.drift > 0 else None)
@@ -243,30 +290,55 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
                   fixed_rounds=rounds is not None)
 
 
+def pilot_lengths(chooses_runtime: bool, window: float) -> tuple[float, ...]:
+    """The trial lengths a pilot measures: 1 s and 4 s when it chooses the runtime (how noise
+    shrinks with length), else the run's own trial only (``window``: its runtime, or the
+    longest a steady-state trial may take), which is all that choosing rounds needs."""
+    return PILOT_LENGTHS if chooses_runtime else (window,)
+
+
+def _lengths_text(lengths: Sequence[float], steady: bool = False) -> str:
+    if steady:
+        return f"at the run's own steady-state trials (up to {lengths[0]:g} s)"
+    if len(lengths) == 1:
+        return f"at the run's own trial length ({lengths[0]:g} s)"
+    return "at " + " and ".join(f"{x:g} s" for x in lengths)
+
+
 def pilot_choice_note(noises: Mapping[str, Noise] | Sequence[Noise], choice: Choice,
-                      pilot_seconds: float, pilot_trials: int) -> str:
+                      pilot_seconds: float, pilot_trials: int,
+                      lengths: Sequence[float] = PILOT_LENGTHS, steady: bool = False) -> str:
     """The run note that says what the pilot measured and what was chosen and why."""
     listed = noises.values() if isinstance(noises, Mapping) else noises
     return (f"pilot: {pilot_trials} trials ({pilot_seconds:.0f} s, counted in the run's wall "
-            f"time, stored apart from its trials) at {PILOT_LENGTHS[0]:g} s and "
-            f"{PILOT_LENGTHS[1]:g} s, {PILOT_ROUNDS} rounds; measured "
-            + "; ".join(n.text() for n in listed) + ". " + choice.text())
+            f"time, stored apart from its trials) {_lengths_text(lengths, steady)}, {PILOT_ROUNDS} "
+            "rounds; measured " + "; ".join(n.text() for n in listed) + ". " + choice.text())
 
 
 def plan_text(pilot_trials: int, modes: Sequence[str], target: float, *, max_rounds: int,
-              max_runtime: float, runtime: float | None, rounds: int | None) -> str:
-    """What ``run --plan`` says of a run with a pilot: what it will measure, and how it will
-    choose (the rounds listed above are the suite's own, which the choice replaces)."""
-    keep = [f"runtime {runtime:g} s (fixed by the suite)" if runtime is not None else "",
+              max_runtime: float, runtime: float | None, rounds: int | None,
+              lengths: Sequence[float] = PILOT_LENGTHS, min_rounds: int = MIN_ROUNDS,
+              steady: bool = False) -> str:
+    """What ``run --plan`` says of a run with a pilot (``[method] pilot``, or ``target_ci``,
+    whose rounds a pilot chooses): what it will measure, and how it will choose (the rounds
+    listed above are the suite's own, which the choice replaces)."""
+    keep = ["its steady-state trials" if steady else
+            f"the suite's runtime {runtime:g} s" if runtime is not None else "",
             f"{rounds} rounds (samples, fixed by the suite)" if rounds is not None else ""]
     kept = "; it keeps " + " and ".join(k for k in keep if k) if any(keep) else ""
+    low = max(MIN_ROUNDS, min_rounds)
+    span = f"{low} to {max(low, max_rounds)}"
+    chosen = (f"the number of rounds ({span})" if len(lengths) == 1 else
+              f"the trial length (at most {max_runtime:g} s)" if rounds is not None else
+              f"the trial length (at most {max_runtime:g} s) and rounds ({span})")
     return (f"pilot: first {pilot_trials} trials of {' and '.join(modes)} ({PILOT_ROUNDS} rounds "
-            f"of two configurations on up to {PILOT_WORKLOADS} workloads, each at "
-            f"{PILOT_LENGTHS[0]:g} s and {PILOT_LENGTHS[1]:g} s; counted in the run's time, "
-            f"stored apart from its trials) measure the within-trial noise and how it shrinks "
-            f"with trial length, the drift between rounds that pairing leaves, and the fixed "
-            f"cost of a trial and of a session; then the trial length (at most "
-            f"{max_runtime:g} s) and rounds ({MIN_ROUNDS} to {max_rounds}) with the least wall "
-            f"time to a 95 % CI within ±{target * 100:g} pp on every gain are chosen, replacing "
-            f"the rounds listed above{kept}. The rounds are then fixed: no look at the gains "
-            f"decides when to stop, so an A/A pair is called different at the nominal 5 %.")
+            f"of two configurations on up to {PILOT_WORKLOADS} workloads, "
+            f"{_lengths_text(lengths, steady)}; counted in the run's time, stored apart from its "
+            f"trials) measure the noise of a gain per round: within a trial"
+            + (" and how it shrinks with trial length" if len(lengths) > 1 else "")
+            + f", the drift between rounds that pairing leaves, and the fixed cost of a trial "
+            f"and of a session; then it chooses {chosen} with the least wall time to a 95 % CI "
+            f"within ±{target * 100:g} pp on every gain, replacing the rounds listed "
+            f"above{kept}. The rounds are then fixed: no "
+            f"look at the gains decides when to stop, so an A/A pair is called different at "
+            f"the nominal 5 %.")

@@ -15,7 +15,7 @@ the run stored (its ``[matrix.reference]``), with the rule expansion used
 from __future__ import annotations
 
 from iomatrix.analysis.effects import HOST, Gain, gains
-from iomatrix.analysis.paired import MIN_ROUNDS, is_twin
+from iomatrix.analysis.paired import is_twin
 from iomatrix.analysis.points import only_configs
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
@@ -114,23 +114,3 @@ def _your_vm(run: StoredRun) -> YourVm | None:
 
 def _off_target(params: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in params.items() if k != TARGET_AXIS}
-
-
-def vm_needing_more(run: StoredRun, target: float) -> set[tuple[str, str]]:
-    """Adaptive repetition (``[method] target_ci``) for the comparisons with the VM's disk:
-    the (configuration, workload) points of each comparison not yet finished, i.e. paired over
-    fewer than ``MIN_ROUNDS`` rounds, or with an IOPS CI half-width above ``target`` that is
-    not significant either way (a comparison already decided needs no narrower CI). The
-    run's axis gains ask for theirs in ``analysis.paired.needing_more``."""
-    vm = your_vm(run)
-    if vm is None:
-        return set()
-    wanting: set[tuple[str, str]] = set()
-    for g in vm.gains:
-        i = g.iops
-        rounds = (i.rounds or 0) if i.method == "rounds" else 0
-        half = (i.high - i.low) / 2 if i.low is not None and i.high is not None else None
-        if rounds >= MIN_ROUNDS and (i.better is not None or (half is not None and half <= target)):
-            continue
-        wanting |= {(key, w.key) for key in (g.key, vm.config.key) for w in run.workloads}
-    return wanting

@@ -57,9 +57,9 @@ class TerminalProgress:
             self.bar.start()
 
     def more(self, trials: int, planned_seconds: float) -> None:
-        """Adaptive repetition added trials: the bar grows."""
+        """After the pilot, the rounds it chose: the bar grows."""
         self.total += trials
-        self.console.print(f"{trials} more trials, to narrow confidence intervals "
+        self.console.print(f"{trials} more trials, the rounds the pilot chose "
                            f"(about {planned_seconds:.0f} s)", markup=False)
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, total=self.total)

@@ -34,9 +34,8 @@ def _print_plan(prepared: PreparedRun) -> None:
     starts = sum(1 for b in blocks if b.config.mode == "blocklayer")
     seconds = estimate_seconds(blocks, suite.method)
     extra = ""
-    if suite.method.target_ci is not None:
-        extra = (f"; then up to {suite.method.max_samples - suite.method.samples} more rounds "
-                 "(below)")
+    if suite.method.plans_rounds:
+        extra = "; a pilot first, which chooses the rounds (below)"
     bound = "up to" if suite.method.steady_state else "about"
     out.print(f"{n} trials in {len(blocks)} sessions ({boots} VM boots, {starts} daemon starts), "
               f"{bound} {duration_text(seconds)} plus preconditioning{extra}", markup=False)
@@ -94,23 +93,26 @@ def _print_trials(prepared: PreparedRun) -> int:
 def _print_stopping(prepared: PreparedRun) -> None:
     """How the run decides its rounds: the pilot's plan, or the stopping rule."""
     suite, expansion, seed = prepared.suite, prepared.expansion, prepared.seed
-    if suite.method.pilot:
-        from iomatrix.analysis.trialplan import (DEFAULT_TARGET, PILOT_LENGTHS, PILOT_ROUNDS,
+    method = suite.method
+    if method.plans_rounds:
+        from iomatrix.analysis.trialplan import (DEFAULT_TARGET, PILOT_ROUNDS, pilot_lengths,
                                                  plan_text)
         from iomatrix.measure.runner import pilot_points
 
         pairs, per_mode = pilot_points(expansion, seed)
-        runtime, rounds = suite.method.fixed_by_suite
-        out.print(plan_text(len(pairs) * PILOT_ROUNDS * len(PILOT_LENGTHS), list(per_mode),
-                            suite.method.target_ci or DEFAULT_TARGET,
-                            max_rounds=suite.method.max_samples,
-                            max_runtime=suite.method.max_runtime, runtime=runtime,
-                            rounds=rounds), markup=False, soft_wrap=True)
+        _, rounds = method.fixed_by_suite
+        lengths = pilot_lengths(method.chooses_runtime, method.window)
+        out.print(plan_text(len(pairs) * PILOT_ROUNDS * len(lengths), list(per_mode),
+                            method.target_ci or DEFAULT_TARGET, max_rounds=method.max_samples,
+                            max_runtime=method.max_runtime,
+                            runtime=None if method.chooses_runtime else method.window,
+                            rounds=rounds if method.pilot else None, lengths=lengths,
+                            min_rounds=method.samples, steady=method.steady_state),
+                  markup=False, soft_wrap=True)
     else:
         from iomatrix.analysis.paired import stopping_rule
 
-        out.print(stopping_rule(suite.method.target_ci, suite.method.max_samples,
-                                suite.method.samples), markup=False, soft_wrap=True)
+        out.print(stopping_rule(method.samples), markup=False, soft_wrap=True)
 
 
 def _print_guest_notes(prepared: PreparedRun) -> None:

@@ -13,7 +13,7 @@ from iomatrix.suite.model import DEFAULT_SCALE, Suite
 
 
 def plan_summary(suite: Suite) -> str:
-    """One line: the trials, sessions and time a suite (at one scale) plans, adaptive rounds and
+    """One line: the trials, sessions and time a suite (at one scale) plans, a pilot's rounds and
     guests under TCG included."""
     from iomatrix.suite import expand
     from iomatrix.suite.plan import duration_text, estimate
@@ -24,9 +24,10 @@ def plan_summary(suite: Suite) -> str:
     bound = "up to" if method.steady_state else "about"
     text = (f"{est.trials} trials in {est.sessions} sessions, {bound} {duration_text(est.seconds)}"
             f" (fio measuring {duration_text(est.measured_seconds)})")
-    if est.max_trials is not None and est.max_seconds is not None and method.target_ci is not None:
-        text += (f"; up to {est.max_trials} trials, {duration_text(est.max_seconds)}, while "
-                 f"gains' 95 % CIs are wider than ±{method.target_ci:.1%}")
+    if est.max_trials is not None and est.max_seconds is not None:
+        text += (f"; up to {est.max_trials} trials, {duration_text(est.max_seconds)}, if a "
+                 f"pilot finds that ±{(method.target_ci or 0.02):.1%} on every gain needs "
+                 f"{method.max_samples} rounds")
     emulated = expansion.for_accel("tcg")
     if emulated.trials_per_sample < expansion.trials_per_sample:
         tcg = estimate(emulated, method)

@@ -52,8 +52,8 @@ class PreparedRun(Frozen):
 
     @property
     def blocks(self) -> list[Block]:
-        """The fixed rounds' sessions in order (``suite.plan``); adaptive rounds (target_ci)
-        are planned as the run goes."""
+        """The rounds' sessions in order (``suite.plan``): ``samples`` rounds, which a pilot
+        (pilot, target_ci) replaces with the rounds it chose before they start."""
         return plan(self.expansion, self.suite.method.samples, self.seed)
 
     @property

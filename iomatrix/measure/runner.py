@@ -166,7 +166,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             with workspace:
                 workspace.create()
                 _late_notes(store, run_id, progress, notes, workspace.notes)
-                if suite.method.pilot:
+                if suite.method.plans_rounds:
                     runner.choose_trials(workspace, workdir, drivers)
                 runner.run(workspace, workdir, drivers)
             status = "complete"
@@ -324,58 +324,25 @@ class _Runner:
             sum(len(b.workloads) for b in blocks), estimate_seconds(blocks, self.method))
         for block in blocks:
             self._block(block, workspace, workdir, drivers)
-        if self.method.target_ci is None:
-            return
-        # Adaptive repetition: more interleaved rounds for the points whose CI is still too wide.
-        previous = blocks[-1].config if blocks else None
-        for round_index in range(self.method.samples, self.method.max_samples):
-            wanting = self._points_needing_more()
-            # --retry-failed: a failed trial of an extra round is measured again even when its
-            # point no longer needs more samples
-            retrying = [(c, w) for c, w, k in self.retry if k == round_index]
-            if not wanting and not any(k >= round_index for _, _, k in self.retry):
-                return
-            extra = self._todo(plan_round(self.expansion, round_index, self.seed,
-                                          [*wanting, *retrying], previous=previous))
-            if not extra:
-                continue
-            self.progress.more(sum(len(b.workloads) for b in extra),
-                               estimate_seconds(extra, self.method))
-            for block in extra:
-                self._block(block, workspace, workdir, drivers)
-            previous = extra[-1].config
-
-    def _points_needing_more(self) -> list[tuple[str, str]]:
-        """(configuration, workload) pairs the next round measures: those of the gains (paired
-        by round) not yet known within target_ci nor decided; with no gain in the run, those
-        whose mean IOPS is not (``analysis.paired.needing_more``)."""
-        from iomatrix.analysis.paired import needing_more  # scipy: loaded only when asked for
-        from iomatrix.analysis.yourvm import vm_needing_more
-
-        assert self.method.target_ci is not None
-        candidates = [(c.key, w.key) for c in self.expansion.configurations
-                      for w in self.expansion.workloads_for(c)]
-        run = self.store.load_run(self.run_id)
-        wanting = {*needing_more(run, self.method.target_ci, candidates),
-                   *vm_needing_more(run, self.method.target_ci)}     # the user's VM's gains
-        return [p for p in candidates if p in wanting]
 
     def choose_trials(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
                       drivers: dict[str, Driver]) -> None:
-        """[method] pilot: the runtime and rounds chosen from a pilot (``analysis.trialplan``)
-        replace the suite's for this run. A resumed run keeps the plan it stored; a run
-        without one (new, or stopped during its pilot) measures the pilot first, stores its
-        trials apart from the run's (never part of a gain) and says in the run's notes what was
-        measured and chosen."""
+        """[method] pilot or target_ci: the runtime and rounds (target_ci alone: the rounds)
+        chosen from a pilot (``analysis.trialplan``) replace the suite's for this run. A
+        resumed run keeps the plan it stored; a run without one (new, or stopped during its
+        pilot) measures the pilot first, stores its trials apart from the run's (never part
+        of a gain) and says in the run's notes what was measured and chosen."""
         _, plan = self.store.load_pilot(self.run_id)
         if plan is None:
             plan = self._pilot(workspace, workdir, drivers)
         if plan.get("choice") is None:
             return
-        rounds, runtime = int(plan["choice"]["rounds"]), float(plan["choice"]["runtime"])
-        method = self.method.model_copy(update={
-            "runtime": runtime, "samples": rounds, "target_ci": None, "pilot": False,
-            "max_samples": max(rounds, self.method.max_samples)})
+        rounds = int(plan["choice"]["rounds"])
+        update: dict[str, object] = {"samples": rounds, "target_ci": None, "pilot": False,
+                                     "max_samples": max(rounds, self.method.max_samples)}
+        if not plan["choice"]["fixed_runtime"]:
+            update["runtime"] = float(plan["choice"]["runtime"])
+        method = self.method.model_copy(update=update)
         self.prepared = self.prepared.model_copy(update={
             "suite": self.suite.model_copy(update={"method": method})})
         self.suite, self.method = self.prepared.suite, method
@@ -386,24 +353,28 @@ class _Runner:
         from iomatrix.analysis import trialplan as tp   # scipy: loaded only when asked for
 
         t0 = time.monotonic()
+        base = self.method
+        _, samples = base.fixed_by_suite
+        lengths = tp.pilot_lengths(base.chooses_runtime, base.window)
         pairs, per_mode = pilot_points(self.expansion, self.seed)
         rounds = [plan_round(self.expansion, -1 - r, self.seed, pairs)
                   for r in range(tp.PILOT_ROUNDS)]
-        count = sum(len(b.workloads) for blocks in rounds for b in blocks) * len(tp.PILOT_LENGTHS)
-        self.progress.start(count, count * (tp.PILOT_LENGTHS[0] + tp.PILOT_LENGTHS[1]) / 2)
+        count = sum(len(b.workloads) for blocks in rounds for b in blocks) * len(lengths)
+        self.progress.start(count, count * (sum(lengths) / len(lengths) + base.ramp))
         self.started = True
         self.progress.note(f"pilot: {count} trials of {' and '.join(per_mode)} at "
-                           f"{' and '.join(f'{x:g} s' for x in tp.PILOT_LENGTHS)} before the "
-                           "rounds, to choose their trial length and number")
+                           f"{' and '.join(f'{x:g} s' for x in lengths)} before the "
+                           "rounds, to choose "
+                           + ("their trial length and number" if len(lengths) > 1 else
+                              "their number"))
         collected: list[PilotTrial] = []
         counts = (self.ok, self.failed, self.measured)
-        base = self.method
         try:
             for r, blocks in enumerate(rounds):
                 for block in blocks:
                     start, before, prep = time.monotonic(), len(collected), self.preconditioning
                     self._block(block, workspace, workdir, drivers,
-                                each=self._pilot_trial(collected, r))
+                                each=self._pilot_trial(collected, r, lengths))
                     mine = collected[before:]
                     if mine:
                         outside = (time.monotonic() - start - (self.preconditioning - prep)
@@ -422,12 +393,14 @@ class _Runner:
         plan: dict[str, object] = {"pilot_seconds": seconds,
                                    "noise": [n.model_dump() for n in noises], "choice": None}
         if noises:
-            runtime, samples = base.fixed_by_suite
             choice = tp.choose(noises, base.target_ci or tp.DEFAULT_TARGET,
                                max_rounds=base.max_samples, max_runtime=base.max_runtime,
-                               runtime=runtime, rounds=samples)
+                               runtime=None if base.chooses_runtime else base.window,
+                               rounds=samples if base.pilot else None,
+                               min_rounds=base.samples)
             plan["choice"] = choice.model_dump()
-            note = tp.pilot_choice_note(noises, choice, seconds, len(collected))
+            note = tp.pilot_choice_note(noises, choice, seconds, len(collected), lengths,
+                                        steady=base.steady_state)
         else:
             note = (f"pilot: {len(collected)} trials ({seconds:.0f} s) gave too little to choose "
                     f"from (failed trials, or a class with a single round); the suite's runtime "
@@ -437,18 +410,19 @@ class _Runner:
         self.progress.note(note)
         return plan
 
-    def _pilot_trial(self, collected: list[PilotTrial], r: int) -> "_Each":
+    def _pilot_trial(self, collected: list[PilotTrial], r: int,
+                     lengths: tuple[float, ...]) -> "_Each":
         """What a pilot block does with each workload: measure it at each pilot length (in an
-        order drawn with the run's seed), timing each trial whole."""
-        from iomatrix.analysis.trialplan import PILOT_LENGTHS
-
+        order drawn with the run's seed; one length: the run's own trial, as it is), timing
+        each trial whole."""
         base = self.method
         rng = random.Random(f"{self.seed}:pilot:{r}")
 
         def each(session: Session, workdir: Path, config: Configuration, workload: Workload,
                  k: int) -> None:
-            for length in rng.sample(PILOT_LENGTHS, len(PILOT_LENGTHS)):
-                self.method = base.model_copy(update={"runtime": length})
+            for length in rng.sample(lengths, len(lengths)):
+                if len(lengths) > 1:
+                    self.method = base.model_copy(update={"runtime": length})
                 self.pilot = []
                 t = time.monotonic()
                 try:

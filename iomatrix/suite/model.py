@@ -782,9 +782,13 @@ class Method(Frozen):
     samples: int = Field(default=1, ge=1, le=1000)
     """Fixed repetitions of every point, interleaved across configurations."""
     target_ci: Fraction | None = None
-    """Repeat a point (up to max_samples) until the 95 % CI half-width of its mean IOPS is
-    within this fraction of the mean ("2%"); false: no adaptive repetition (as when absent,
-    for a [scale.NAME] table to switch off what the suite's own [method] switched on)."""
+    """The 95 % CI half-width every gain should reach ("2%": ±2 percentage points; with no
+    gain, a point's mean IOPS, relative): a pilot at the run's own trial length measures the
+    noise first, and the rounds (samples to max_samples) that reach it in the least time are
+    chosen, then measured whatever the gains show (``analysis.trialplan``; no stopping when a
+    CI first looks narrow, which would call an A/A pair different too often). false: rounds
+    fixed by samples (as when absent, for a [scale.NAME] table to switch off what the suite's
+    own [method] switched on)."""
     max_samples: int = Field(default=10, ge=1, le=1000)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
@@ -834,8 +838,8 @@ class Method(Frozen):
     two trial lengths, its drift between rounds and its fixed cost per trial and session; the
     least wall time to target_ci (±2 pp when absent) on every gain (``analysis.trialplan``),
     with trials of at most max_runtime and at most max_samples rounds. A runtime or samples the
-    suite gives is kept and only the other chosen. The rounds are then fixed: no look at the
-    gains decides when to stop."""
+    suite gives is kept and only the other chosen (a runtime: the pilot measures at it alone,
+    as for target_ci). The rounds are then fixed: no look at the gains decides when to stop."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -877,6 +881,17 @@ class Method(Frozen):
             raise ValueError("pilot chooses runtime and samples, and the suite fixes both: "
                              "drop one of them, or pilot")
         return self
+
+    @property
+    def plans_rounds(self) -> bool:
+        """A pilot chooses the rounds (pilot, or target_ci)."""
+        return self.pilot or self.target_ci is not None
+
+    @property
+    def chooses_runtime(self) -> bool:
+        """The pilot chooses the trial length too: pilot = true and the suite fixes neither
+        runtime nor steady state."""
+        return self.pilot and not self.steady_state and "runtime" not in self.model_fields_set
 
     @property
     def fixed_by_suite(self) -> tuple[float | None, int | None]:

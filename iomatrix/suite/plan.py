@@ -101,17 +101,18 @@ class Estimate(Frozen):
     measured_seconds: float
     """ramp + runtime of every trial of the fixed rounds (measured_seconds)."""
     max_trials: int | None = None
-    """With target_ci: the trials if every point needed max_samples; None without it."""
+    """With a pilot choosing the rounds (pilot, target_ci): the trials if it chose
+    max_samples; None without one."""
     max_seconds: float | None = None
 
 
 def estimate(expansion: Expansion, method: Method) -> Estimate:
     """The trials, sessions and time of ``expansion`` measured with ``method``: the fixed
-    rounds, and with adaptive repetition (target_ci) the bound when every point needs
+    rounds, and where a pilot chooses the rounds (pilot, target_ci) the bound when it chooses
     max_samples. Whatever the order (seed): each round has every configuration once."""
     blocks = plan(expansion, method.samples, 0)
     most: list[Block] | None = None
-    if method.target_ci is not None and method.max_samples > method.samples:
+    if method.plans_rounds and method.max_samples > method.samples:
         most = plan(expansion, method.max_samples, 0)
     return Estimate(
         configurations=len(expansion.configurations),
