@@ -304,8 +304,9 @@ max_runtime = "3s"
     assert tp.MIN_ROUNDS <= choice.rounds <= 4 and tp.MIN_RUNTIME <= choice.runtime <= 3.0
     assert outcome.trials_failed == 0
     assert sorted(t.sample_index for t in run.trials) == sorted(list(range(choice.rounds)) * 2)
-    for t in run.trials:    # fio measured the chosen runtime (ms, rounded by fio)
-        assert abs(t.samples[0].runtime_ms / 1000 - choice.runtime) < 0.1
+    for t in run.trials:    # fio ran the chosen runtime: at least that (it overshoots by
+        # what scheduling delays its last check, 0.1 s at load 10), and far short of twice it
+        assert choice.runtime - 0.01 <= t.samples[0].runtime_ms / 1000 < 2 * choice.runtime
     note, = [n for n in run.notes if n.startswith("pilot:")]
     assert "chosen: trials of" in note and "blocklayer: within-trial noise" in note
     # resumed without its last round: the stored plan is kept, no second pilot
