@@ -255,6 +255,30 @@ def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: P
     _nothing_left(cluster, tmp_path)
 
 
+def test_ctrl_c_on_the_controller_stops_every_node(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(2)
+    suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
+    db = str(tmp_path / "r.db")
+    proc = _start(cluster, "run", str(suite), "--db", db)
+    log: list[str] = []
+    try:
+        _wait_for(proc, ": trial ok", log=log)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(log) + err
+    assert "interrupted: every node was stopped" in err
+    with Store(db) as s:
+        assert s.load_run(1).status == "interrupted"
+    # the nodes had stopped and cleaned up before the controller exited
+    assert all(cluster.leftovers(n) == [] for n in cluster.nodes)
+    assert list((tmp_path / "target").glob("iomatrix-*")) == []     # images removed
+    _nothing_left_but_shares(cluster)
+
+
 def _nothing_left_but_shares(cluster: SshCluster) -> None:
     """No process of the killed run on any node or on the controller (a node's share of the
     run stays on the node, for --resume)."""
@@ -267,3 +291,24 @@ def _nothing_left_but_shares(cluster: SshCluster) -> None:
             {n.name: cluster.leftovers(n) for n in cluster.nodes},
             _in_netns(cluster.controller_netns))
         time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_three_nodes_one_guest_each(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Guest mode on every node: each node boots its own appliance VM (emulated: TCG) and
+    measures it; one short trial each."""
+    cluster: SshCluster = ssh_nodes(3)
+    suite = _suite(tmp_path, cluster)
+    suite.write_text(suite.read_text().replace('mode = "host"\n', (
+        'mode = "guest"\naccel = "tcg"\nvcpus = 1\nmemory = "384MiB"\nboot_timeout = "120s"\n'
+    )).replace("[workloads]", '[matrix]\ncontroller = "virtio-blk"\n[workloads]'))
+    db = str(tmp_path / "r.db")
+    done = _iomatrix(cluster, "run", str(suite), "--db", db, timeout=900)
+    assert done.returncode == 0, done.stderr
+    _, nodes, trials = _run(db)
+    assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
+    assert trials == {f"node{i}": "ok" for i in (1, 2, 3)}
+    with Store(db) as s:
+        run = s.load_run(1)
+    assert all(t.accelerator == "tcg" and "qemu-system-x86_64" in t.command for t in run.trials)
+    _nothing_left(cluster, tmp_path)
