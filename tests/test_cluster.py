@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
     assert [n.host["hostname"] for n in run.nodes] == ["node1", "node2", "node3"]
     shown = _iomatrix(cluster, "show", "1", "--db", db)
     assert all(f"host (bare metal) @node{i}" in shown.stdout for i in (1, 2, 3)), shown.stdout
+    assert "nodes: node1 (node1): done; node2 (node2): done; node3 (node3): done" in shown.stdout
+    # the nodes compared as a fleet, each against the first
+    compared = _iomatrix(cluster, "compare", "1", "--db", db)
+    assert compared.returncode == 0, compared.stderr
+    assert [line.split()[0] for line in compared.stdout.splitlines()
+            if line.startswith("node") and "(run 1)" in line] == ["node2", "node3"]
+    # a copy of the run keeps its nodes
+    copied = _iomatrix(cluster, "db", "copy", db, str(tmp_path / "copy.db"))
+    assert copied.returncode == 0, copied.stderr
+    with Store(str(tmp_path / "copy.db")) as s:
+        assert s.load_run(1).nodes == run.nodes
     _nothing_left(cluster, tmp_path)
 
 
@@ -160,26 +172,33 @@ def _wait_for(proc: subprocess.Popen[str], *texts: str, log: list[str],
     raise AssertionError(f"{waiting} never came: {''.join(log)}")
 
 
-def _start(cluster: SshCluster, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(cluster.controller([sys.executable, "-m", "iomatrix", *args]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+def _interrupted(cluster: SshCluster, suite: Path, db: str, waits: tuple[str, ...],
+                 act: Callable[[subprocess.Popen[str]], None]) -> tuple[int, str]:
+    """Run ``suite`` as the controller; once its progress has said each of ``waits``, ``act``
+    on it (kill a node, signal the controller); its exit status and stderr once it ended."""
+    proc = subprocess.Popen(
+        cluster.controller([sys.executable, "-m", "iomatrix", "run", str(suite), "--db", db]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    log: list[str] = []
+    try:
+        _wait_for(proc, *waits, log=log)
+        act(proc)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, "".join(log) + err
 
 
 def test_a_node_killed_mid_run_fails_its_trials_and_the_others_go_on(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s")
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, "node2: trial ok", log=log)
-        cluster.kill(cluster.nodes[1])                 # node2 loses power
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 6, "".join(log) + err
+    # node2 loses power once it has measured a trial
+    code, err = _interrupted(cluster, suite, db, ("node2: trial ok",),
+                             lambda proc: cluster.kill(cluster.nodes[1]))
+    assert code == 6, err
     _, nodes, trials = _run(db)
     assert nodes["node2"][0] == "dropped" and "SSH lost node node2" in (nodes["node2"][1] or "")
     assert nodes["node1"] == nodes["node3"] == ("done", None)
@@ -199,17 +218,9 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s",
                    extra='on_node_failure = "stop"\n')
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, "node1: trial ok", "node2: trial ok", log=log)
-        cluster.kill(cluster.nodes[1])
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 11, "".join(log) + err
+    code, err = _interrupted(cluster, suite, db, ("node1: trial ok", "node2: trial ok"),
+                             lambda proc: cluster.kill(cluster.nodes[1]))
+    assert code == 11, err
     assert err.splitlines()[-2].startswith("iomatrix: node node2: dropped: SSH lost node node2"), err
     _, nodes, trials = _run(db)
     assert nodes["node2"][0] == "dropped"
@@ -219,35 +230,21 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     assert 1 <= trials["node1"].count("ok") < 4, err   # its share so far, copied in
     with Store(db) as s:
         assert s.load_run(1).status == "interrupted"
-    from tests.sshnodes import _in_netns
-    deadline = time.monotonic() + 60
-    while cluster.leftovers(cluster.nodes[0]) or _in_netns(cluster.controller_netns) != [
-            cluster.controller_holder.pid]:
-        assert time.monotonic() < deadline, cluster.leftovers(cluster.nodes[0])
-        time.sleep(0.2)
+    _nothing_left_but_shares(cluster)
 
 
 def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, ": trial ok", log=log)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _interrupted(cluster, suite, db, (": trial ok",), lambda proc: proc.send_signal(signal.SIGKILL))
     # every node's iomatrix sees its session end, stops and cleans up: nothing left anywhere
     _nothing_left_but_shares(cluster)
     with Store(db) as s:
         assert s.load_run(1).status == "running"      # its owner died
     done = _iomatrix(cluster, "run", "--resume", "1", "--db", db)
     assert done.returncode == 0, done.stderr
-    configs, nodes, trials = _run(db)
+    _, nodes, trials = _run(db)
     assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
     assert trials == {f"node{i}": "ok ok ok" for i in (1, 2, 3)}
     with Store(db) as s:
@@ -259,17 +256,9 @@ def test_ctrl_c_on_the_controller_stops_every_node(ssh_nodes, tmp_path: Path) ->
     cluster: SshCluster = ssh_nodes(2)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, ": trial ok", log=log)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, "".join(log) + err
+    code, err = _interrupted(cluster, suite, db, (": trial ok",),
+                             lambda proc: proc.send_signal(signal.SIGINT))
+    assert code == 130, err
     assert "interrupted: every node was stopped" in err
     with Store(db) as s:
         assert s.load_run(1).status == "interrupted"
