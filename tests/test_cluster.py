@@ -141,6 +141,11 @@ def test_an_unreachable_node_is_refused_before_anything_runs(ssh_nodes, tmp_path
         f'[[node]]\nname = "node1"\nhost = "{one.address}"\ncommand = "{IOMATRIX}"\n{ssh}'
         f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
         f'[[node]]\nname = "gone"\nhost = "10.77.99.2"\ncommand = "{IOMATRIX}"\n{ssh}')
+    # the plan names the nodes without reaching them
+    plan = _iomatrix(cluster, "run", str(suite), "--plan")
+    assert plan.returncode == 0, plan.stderr
+    assert ("on each of 3 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
+            "gone (root@10.77.99.2)") in plan.stdout
     db = tmp_path / "r.db"
     t = time.monotonic()
     done = _iomatrix(cluster, "run", str(suite), "--db", str(db))

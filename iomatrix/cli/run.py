@@ -334,6 +334,10 @@ def run(
     loaded = _storage_target(loaded, storage_cfg)
     if show_plan:
         _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale)
+        cluster = _cluster_nodes(loaded, nodes, stored)
+        if cluster:
+            out.print(f"on each of {len(cluster)} nodes, over SSH: " + ", ".join(
+                f"{n.label} ({n.destination()})" for n in cluster), markup=False, soft_wrap=True)
         return
     if target is not None:
         loaded = _with_target(loaded, target)
