@@ -130,35 +130,60 @@ def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, pg_server) -> No
         pg_server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def test_an_unreachable_node_is_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: SshCluster = ssh_nodes(2)
+def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster)
     ssh = (f'user = "root"\nidentity = "{cluster.identity}"\n'
            f'known_hosts = "{cluster.known_hosts}"\nssh_config = "none"\n')
-    one, two = cluster.nodes
-    # node1 as it should be; node2 without iomatrix; a third node where nothing answers
+    # node2's iomatrix finds another fio first: a stand-in that only says its version (a second
+    # fio version cannot be installed beside Debian's), so it is never run to measure
+    bin_dir = tmp_path / "otherfio"
+    bin_dir.mkdir()
+    (bin_dir / "fio").write_text("#!/bin/sh\n# stand-in: another fio version\necho fio-3.99\n")
+    wrapper = tmp_path / "iomatrix-otherfio"
+    wrapper.write_text(f'#!/bin/sh\nPATH={bin_dir}:$PATH exec {IOMATRIX} "$@"\n')
+    for script in (bin_dir / "fio", wrapper):
+        script.chmod(0o755)
+    one, two, three = cluster.nodes
+    # node1 as it should be; node2 with another fio; node3 without iomatrix; a fourth node
+    # where nothing answers
     (tmp_path / "nodes.toml").write_text(
         f'[[node]]\nname = "node1"\nhost = "{one.address}"\ncommand = "{IOMATRIX}"\n{ssh}'
-        f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
+        f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "{wrapper}"\n{ssh}'
+        f'[[node]]\nname = "node3"\nhost = "{three.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
         f'[[node]]\nname = "gone"\nhost = "10.77.99.2"\ncommand = "{IOMATRIX}"\n{ssh}')
     # the plan names the nodes without reaching them
     plan = _iomatrix(cluster, "run", str(suite), "--plan")
     assert plan.returncode == 0, plan.stderr
-    assert ("on each of 3 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
-            "gone (root@10.77.99.2)") in plan.stdout
+    assert ("on each of 4 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
+            "node3 (root@10.77.3.2), gone (root@10.77.99.2)") in plan.stdout
     db = tmp_path / "r.db"
     t = time.monotonic()
     done = _iomatrix(cluster, "run", str(suite), "--db", str(db))
     assert done.returncode == 11, done.stderr
     lines = done.stderr.splitlines()
-    assert len(lines) == 3, done.stderr                 # one line per node refused, and a hint
-    assert lines[0] == ("iomatrix: node node2: '/nonexistent/iomatrix' not found on the node "
+    assert len(lines) == 4, done.stderr                 # one line per node refused, and a hint
+    fio = subprocess.run(["fio", "--version"], capture_output=True, text=True, timeout=30)
+    assert lines[0] == (f"iomatrix: node node2: fio is fio-3.99, the controller's is "
+                        f"{fio.stdout.strip()}")
+    assert lines[1] == ("iomatrix: node node3: '/nonexistent/iomatrix' not found on the node "
                         "(install iomatrix there, or give the node's command in the inventory)")
-    assert lines[1].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
+    assert lines[2].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
                                "ssh: connect to host 10.77.99.2 port 22: ")
-    assert lines[2].startswith("iomatrix: hint: nothing was run or stored")
+    assert lines[3].startswith("iomatrix: hint: nothing was run or stored")
     assert time.monotonic() - t < 120               # ConnectTimeout, not TCP's minutes
     assert not db.exists()                          # nothing stored
+    # a target too small for the images, on every node: each node says so
+    suite.write_text(suite.read_text().replace('size = "16MiB"', 'size = "64PiB"'))
+    (tmp_path / "nodes.toml").write_text(cluster.inventory(
+        extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n'))
+    small = _iomatrix(cluster, "run", str(suite), "--db", str(db))
+    assert small.returncode == 11, small.stderr
+    refused = small.stderr.splitlines()[:-1]
+    assert [line.split(":")[1].strip() for line in refused] == ["node node1", "node node2",
+                                                                 "node node3"], small.stderr
+    assert all("free" in line for line in refused), small.stderr
+    assert not db.exists()
     _nothing_left(cluster, tmp_path)
 
 

@@ -246,8 +246,8 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
         wrong = [f"node {node.label}: {p}" for p in facts.get("problems", [])]
         for key in COMPARED:
             if facts.get(key) != mine.get(key):
-                wrong.append(f"node {node.label}: {key} {facts.get(key) or '(none)'} differs "
-                             f"from the controller's {mine.get(key) or '(none)'}")
+                wrong.append(f"node {node.label}: {key} is {facts.get(key) or '(none)'}, the "
+                             f"controller's is {mine.get(key) or '(none)'}")
         guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
         if guests and accel != "tcg" and facts.get("kvm") != mine.get("kvm"):
             wrong.append(f"node {node.label}: KVM {facts.get('kvm')}, on the controller "
