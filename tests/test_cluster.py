@@ -18,7 +18,7 @@ import pytest
 
 from iomatrix.store import Store
 from iomatrix.testing.pgserver import USER
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_result
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401 (a fixture)
 
 IOMATRIX = str(REPO / ".venv" / "bin" / "iomatrix")
@@ -91,16 +91,17 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
         run = s.load_run(1)
     # each node's metadata is its own (its hostname, from its own UTS namespace)
     assert [n.host["hostname"] for n in run.nodes] == ["node1", "node2", "node3"]
-    shown = _iomatrix(cluster, "show", "1", "--db", db)
+    # what reads the store runs in this process: it needs no node
+    shown = cli_result("show", "1", "--db", db)
     assert all(f"host (bare metal) @node{i}" in shown.stdout for i in (1, 2, 3)), shown.stdout
     assert "nodes: node1 (node1): done; node2 (node2): done; node3 (node3): done" in shown.stdout
     # the nodes compared as a fleet, each against the first
-    compared = _iomatrix(cluster, "compare", "1", "--db", db)
+    compared = cli_result("compare", "1", "--db", db)
     assert compared.returncode == 0, compared.stderr
     assert [line.split()[0] for line in compared.stdout.splitlines()
             if line.startswith("node") and "(run 1)" in line] == ["node2", "node3"]
     # a copy of the run keeps its nodes
-    copied = _iomatrix(cluster, "db", "copy", db, str(tmp_path / "copy.db"))
+    copied = cli_result("db", "copy", db, str(tmp_path / "copy.db"))
     assert copied.returncode == 0, copied.stderr
     with Store(str(tmp_path / "copy.db")) as s:
         assert s.load_run(1).nodes == run.nodes
@@ -153,7 +154,7 @@ def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes,
         f'[[node]]\nname = "node3"\nhost = "{three.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
         f'[[node]]\nname = "gone"\nhost = "10.77.99.2"\ncommand = "{IOMATRIX}"\n{ssh}')
     # the plan names the nodes without reaching them
-    plan = _iomatrix(cluster, "run", str(suite), "--plan")
+    plan = cli_result("run", str(suite), "--plan")
     assert plan.returncode == 0, plan.stderr
     assert ("on each of 4 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
             "node3 (root@10.77.3.2), gone (root@10.77.99.2)") in plan.stdout
