@@ -399,7 +399,10 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
         raise
 
 
-def _start(s: _Node, request: NodeRequest, events: "queue.Queue[tuple[_Node, dict[str, Any] | None]]") -> None:
+def _start(s: _Node, request: NodeRequest,
+           events: "queue.Queue[tuple[_Node, dict[str, Any] | None]]") -> None:
+    """Start a node's ``iomatrix node run`` over SSH with ``request`` on its stdin; its
+    progress events go to ``events``, then (s, None) once its session has ended."""
     argv = ssh_argv(s.node, [s.node.command, "node", "run"])
     s.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
