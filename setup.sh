@@ -62,6 +62,8 @@ packages="$packages xorriso"
 [ "$dev" = 1 ] && packages="$packages mmdebstrap"
 # tgt: a userspace iSCSI target (tgtd) serving a file-backed LUN the iSCSI tests run against
 [ "$dev" = 1 ] && packages="$packages tgt"
+# openssh-server: the cluster tests start an sshd of their own per node (a network namespace each)
+[ "$dev" = 1 ] && packages="$packages openssh-server"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

@@ -19,6 +19,7 @@ class ExitStatus(IntEnum):
     STORE = 8                 # the results database cannot be used
     BUSY = 9                  # another live process is measuring that run
     UNREACHABLE = 10          # network storage did not answer, refused the credentials, or lacks the pool/LUN
+    NODES = 11                # a cluster node is unreachable or unlike the controller (one line per node)
     INTERRUPTED = 130         # Ctrl-C; what was measured is stored and the run marked interrupted
 
 
@@ -31,6 +32,7 @@ def status_for(exc: errors.IomatrixError) -> ExitStatus:
         (errors.TargetError, ExitStatus.TARGET),
         (errors.RunNotFound, ExitStatus.NOT_FOUND),
         (errors.RunBusy, ExitStatus.BUSY),
+        (errors.NodesError, ExitStatus.NODES),
         (errors.StoreError, ExitStatus.STORE),
         (errors.AnalysisError, ExitStatus.USAGE),
         (errors.NothingToImport, ExitStatus.USAGE),

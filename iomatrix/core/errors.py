@@ -21,6 +21,7 @@ an exit code and one line on stderr.
      ├── RunBusy                   another live process is measuring that run
      ├── AnalysisError             an analysis asks for an axis, level or metric the run lacks
      ├── NothingToImport           a directory to import holds no fio result iomatrix can read
+     ├── NodesError                cluster nodes cannot be used as named (inventory, SSH, preflight)
      └── OutputRefused             a file to write (--out, --report) cannot be written there
 """
 
@@ -137,6 +138,12 @@ class NothingToImport(IomatrixError):
     """The directory given to import holds no fio result that iomatrix can read."""
 
     hint = "give the directory that holds fio's --output-format=json (or json+) files"
+
+
+class NodesError(IomatrixError):
+    """The nodes of a cluster run cannot be used: an inventory that does not parse, a node SSH
+    does not reach or that refuses the key, or one unlike the controller (iomatrix, fio or QEMU
+    version, KVM, free space). Raised before anything runs; the message has one line per node."""
 
 
 class OutputRefused(IomatrixError):

@@ -32,7 +32,7 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
                                     StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
-from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
 from iomatrix.target.iscsi import IscsiLun
 from iomatrix.target.network import NetworkTarget
 from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool
@@ -62,6 +62,17 @@ class SilentProgress:
     def trial_started(self, n: int, config: Configuration, workload: Workload, sample: int) -> None: ...
     def trial_finished(self, n: int, ok: bool, detail: str) -> None: ...
     def note(self, text: str) -> None: ...
+
+
+class Share(Frozen):
+    """A node's share of a cluster run (``iomatrix.measure.cluster``): its configurations are
+    keyed with ``node``; its trials go into the run known by ``run_uuid``: the cluster's own
+    when ``shared`` (a PostgreSQL store every node writes into, whose run the controller owns and
+    ends), else a run of that uuid in a store of the node's own, copied into the cluster's."""
+
+    node: str
+    run_uuid: str
+    shared: bool = False
 
 
 class RunOutcome(Frozen):
@@ -97,7 +108,7 @@ NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
-              retry_failed: bool = False) -> RunOutcome:
+              retry_failed: bool = False, share: Share | None = None) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. The run is prepared
     as ``run --plan`` shows it (``measure.prepare``: ``accel`` and ``seed`` override the
     suite's [method] accel and seed). ``resume`` continues that stored run (whose suite must be
@@ -110,22 +121,31 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     The target is checked before anything is stored or created. This process owns the run while
     it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
     records every directory it creates; what dead processes left behind for this run or this
-    target is removed first (``iomatrix.measure.reclaim``)."""
+    target is removed first (``iomatrix.measure.reclaim``).
+
+    With ``share`` this process measures a node's share of a cluster run (``Share``): it
+    continues the share where its store has it already, and never owns or ends the cluster's
+    own run."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     # a stored run keeps the platform it was started with
     prepared = prepare(suite, accel=accel, seed=seed, pve=detect_pve() if resume is None else None)
+    if share is not None:
+        prepared = prepared.on_node(share.node)
+        resume = store.run_by_uuid(share.run_uuid)
     suite = prepared.suite
     for tool in tools_for(prepared.full):
         require(tool)
     if suite.target.network is not None:
         require(NETWORK_TOOLS[suite.target.kind])
-    workspace = _workspace(prepared, keep)
+    workspace = workspace_of(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
         workdir = me.scratch
-        if resume is not None:
+        if resume is not None and share is not None and share.shared:
+            previous = None                 # the controller owns the cluster's run
+        elif resume is not None:
             previous = store.claim_run(resume, me.id)
             me.run_id = resume
             if previous is not None:
@@ -149,13 +169,14 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                                       accelerator=accelerator, notes=notes,
                                       configs=prepared.expansion.configurations,
                                       workloads=prepared.expansion.workloads,
-                                      seed=prepared.seed, owner=me.id)
+                                      seed=prepared.seed, owner=me.id,
+                                      run_uuid=share.run_uuid if share else None)
             me.run_id = run_id
             done: set[tuple[str, str, int]] = set()
         else:
             run_id = resume
             prepared, done, retry, notes = _reopen(store, resume, prepared, workspace.notes,
-                                                   retry_failed)
+                                                   retry_failed, share.node if share else None)
         for text in notes:
             progress.note(text)
         if isinstance(workspace, RbdPool):
@@ -174,7 +195,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             status = "interrupted"
             raise
         finally:
-            store.finish_run(run_id, status)
+            if share is None or not share.shared:
+                store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
 
@@ -193,12 +215,15 @@ def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
 
 
 def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],
-            retry_failed: bool) -> tuple[PreparedRun, set[tuple[str, str, int]],
-                                         set[tuple[str, str, int]], list[str]]:
+            retry_failed: bool, node: str | None = None) -> tuple[
+                PreparedRun, set[tuple[str, str, int]], set[tuple[str, str, int]], list[str]]:
     """A stored run reopened to resume: the run prepared in its own order, the trials it has
     (``done``), those to measure again (``retry``: its failed ones with ``retry_failed``) and
-    its notes with what this process adds."""
+    its notes with what this process adds. ``node``: only that node's share of a cluster run."""
     stored = store.load_run(run_id)
+    if node is not None:
+        stored = stored.model_copy(update={"configs": tuple(
+            c for c in stored.configs if c.params.get(NODE_AXIS) == node)})
     prepared = prepared.resumed(stored)
     done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
             if t.status == "ok" or not retry_failed}
@@ -238,7 +263,7 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
-def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
+def workspace_of(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
     """The run's target as one ``Workspace`` (a ``NetworkTarget`` for network storage), or for
     a suite of several targets a ``TargetSet`` of those this host provides."""
     target = prepared.suite.target
