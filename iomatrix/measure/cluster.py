@@ -221,11 +221,14 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     node that cannot be used: unreachable, missing iomatrix, a problem with the suite there, or
     an iomatrix, fio or QEMU version unlike the controller's (``mine``: this host's facts), or
     KVM where the controller has it for a guest suite."""
-    if suite.method.pilot:
-        # each node's pilot would choose its own trial length: the nodes' figures would differ by it
-        raise SuiteError(f"{suite.source_path}: [method] pilot is not supported on a cluster's "
-                         "nodes", hint="give runtime and samples, or run the pilot on one node "
-                                       "and use what it chose")
+    if suite.method.plans_rounds:
+        # each node's pilot would choose its own trial length or rounds: the nodes' figures
+        # would differ by it
+        which = "pilot" if suite.method.pilot else "target_ci"
+        raise SuiteError(f"{suite.source_path}: [method] {which} is not supported on a "
+                         "cluster's nodes (each node's pilot would choose its own rounds)",
+                         hint="give runtime and samples, or run the pilot on one node and use "
+                              "what it chose")
     mine = dict(mine or node_facts(suite))
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
     request = json.dumps({"suite_text": suite.source_text, "suite_source": suite.source_path})
