@@ -272,7 +272,9 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
                for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
     guest = drivers.get("guest")
     if suite.guest is not None and isinstance(guest, GuestDriver):
-        guest.use_image(suite.guest, progress.note)      # [guest] image: checked before any boot
+        guest.use_image(suite.guest, progress.note,      # [guest] image: checked before any boot
+                        guests=max((c.vms or suite.method.vms for c in expansion.configurations
+                                    if c.guest == suite.guest.label), default=1))
     return drivers
 
 
