@@ -43,7 +43,7 @@ from iomatrix.core.errors import EnvironmentProblem, NotEnoughSpace, ToolFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
-from iomatrix.target.workspace import MARGIN, footprint
+from iomatrix.target.workspace import MARGIN, footprint, nearest_existing
 
 GUEST_MARKER = "IOMATRIX-GUEST"
 """Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"
@@ -111,10 +111,11 @@ def overlay_worst_case(base: BaseImage) -> int:
 
 
 def check_overlay_space(base: BaseImage, guests: int, directory: Path) -> None:
-    """NotEnoughSpace unless the filesystem of ``directory`` (the run's scratch directory) has
-    room for ``guests`` overlays at their worst case, as the target's check has for images."""
+    """NotEnoughSpace unless the filesystem of ``directory`` (the run's scratch directory, or the
+    nearest parent while it is not made yet) has room for ``guests`` overlays at their worst
+    case, as the target's check has for images."""
     need = guests * overlay_worst_case(base) + MARGIN
-    free = shutil.disk_usage(directory).free
+    free = shutil.disk_usage(nearest_existing(directory)).free
     if free < need:
         raise NotEnoughSpace(
             f"[guest] image {base.path}: {guests} overlay(s) in {directory} may grow to "

@@ -155,8 +155,7 @@ def _print_overlay_space(prepared: PreparedRun) -> None:
 
     own = prepared.suite.guest
     assert own is not None
-    guests = max((c.vms or prepared.suite.method.vms for c in prepared.full.configurations
-                  if c.guest == own.label), default=1)
+    guests = own.guests_at_once(prepared.full.configurations, prepared.suite.method.vms)
     try:
         each = overlay_worst_case(inspect_image(own.image))
     except EnvironmentProblem as exc:

@@ -273,8 +273,8 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
     guest = drivers.get("guest")
     if suite.guest is not None and isinstance(guest, GuestDriver):
         guest.use_image(suite.guest, progress.note,      # [guest] image: checked before any boot
-                        guests=max((c.vms or suite.method.vms for c in expansion.configurations
-                                    if c.guest == suite.guest.label), default=1))
+                        guests=suite.guest.guests_at_once(expansion.configurations,
+                                                          suite.method.vms))
     return drivers
 
 
