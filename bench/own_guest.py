@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import tempfile
 import time
 from pathlib import Path
 
+from iomatrix.appliance.protocol import READY_MARKER
 from iomatrix.core.proc import require, run
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.fio.jobfile import job_text
@@ -29,6 +31,13 @@ from iomatrix.testing.debianimage import debian_image
 
 CONTROLLERS = ("virtio-blk", "virtio-scsi")
 DISK_BYTES = 64 << 20
+
+
+def _ready_uptime(console: Path) -> float:
+    """The guest kernel's uptime when it printed its ready marker: the host's boot-to-ready less
+    this is QEMU's start, the firmware and the bootloader (and the host's wait for the line)."""
+    match = re.search(READY_MARKER + r" uptime=([0-9.]+)", console.read_text(errors="replace"))
+    return float(match[1]) if match else float("nan")
 
 
 def main() -> None:
@@ -66,6 +75,7 @@ def main() -> None:
                                                    preallocation="off",
                                                    size=DISK_BYTES)]) as session:
                     ready = time.monotonic() - started
+                    uptime = _ready_uptime(session.guests[0].console)   # type: ignore[attr-defined]
                     job = work / "job.fio"
                     job.write_text(job_text(workload, target=session.fio_target(), ramp=ramp,
                                             runtime=args.runtime))
@@ -76,8 +86,9 @@ def main() -> None:
                     result = parse_fio_output(out)
                     iops = sum(j.read.iops for j in result.jobs)
                 rows[(guest, controller)] = (ready, overhead, iops)
-                print(f"{guest:10} {controller:12} ready {ready:6.1f} s  trial overhead "
-                      f"{overhead:5.2f} s  {iops:8,.0f} IOPS ({label})", flush=True)
+                print(f"{guest:10} {controller:12} ready {ready:6.1f} s (guest uptime "
+                      f"{uptime:6.1f} s)  trial overhead {overhead:5.2f} s  {iops:8,.0f} IOPS "
+                      f"({label})", flush=True)
     print(f"\nboot-to-ready and IOPS ratio, {own.label} / appliance ({label}):")
     for controller in CONTROLLERS:
         a, o = rows[(APPLIANCE, controller)], rows[(own.label, controller)]
