@@ -700,3 +700,50 @@ def test_latency_labels_mixed_percentiles_and_significant_figures(browser, tmp_p
                 assert row[col[title]] == METRICS[key].text(rounded(getattr(v, key))), (rw, title)
         assert re.fullmatch(r"\d\.\d\d", read[col["IOPS"]])           # ~2.9 IOPS, not "3"
         assert re.fullmatch(r"0\.0\d{3}", read[col["MiB/s"]])         # ~11 KiB/s, not "0.0"
+
+
+def guest_axis_run(tmp: Path) -> StoredRun:
+    """``[matrix] guest = ["appliance", "debian12"]`` on two controllers beside the host: the
+    user's guest ("debian12", a [guest] image) 40 % below the appliance on both."""
+    configs = [Configuration(mode="host"), *configurations("guest", {
+        "controller": ["virtio-blk", "virtio-scsi"], "guest": ["appliance", "debian12"]})]
+    workloads = [Workload(rw="randread", bs=4096, iodepth=qd) for qd in (1, 16)]
+
+    def figures(config: Configuration, workload: Workload, index: int) -> Figures:
+        iops = 20_000 * workload.iodepth ** 0.5 * (0.6 if config.guest == "debian12" else 1.0)
+        iops *= _rng(config.key, workload.key, index).uniform(0.99, 1.01)
+        lat = workload.iodepth / iops * 1e9
+        return Figures(iops=iops, bw_bytes=iops * 4096, lat_mean_ns=lat, p99_ns=2 * lat)
+
+    return telemetry(make_run(tmp, configs, workloads, figures, accelerator="tcg"))
+
+
+@needs_chromium
+def test_a_guest_axis_filters_colours_and_gains_by_guest(browser, tmp_path):
+    """The appliance and the user's own guest in one run: the page offers the guest axis to
+    filter and colour by, and draws its gain (each guest against the appliance)."""
+    data = build_report_data(guest_axis_run(tmp_path))
+    assert data.axes["guest"] == ("appliance", "debian12")
+    assert {c.label for c in data.configs} >= {"guest virtio-blk in appliance [emulated: TCG]",
+                                               "guest virtio-scsi in debian12 [emulated: TCG]"}
+    gain = next(s for s in data.gains if s.axis == "guest" and s.metric == "iops" and not s.hold)
+    assert gain.reference == "appliance" and gain.gains
+    assert all(g.level == "debian12" and g.better is False for g in gain.gains)
+    with open_page(write_report(data, tmp_path / "report"), browser=browser,
+                   block_network=True) as page:
+        assert page.problems == []
+        charts = chart_state(page)
+        assert set(charts) == expected_charts(data)
+        assert all(c["drawn"] == "1" and c["svg"] for c in charts.values())
+        assert "guest=appliance" in charts["chart-gain-guest"]["title"]
+        p = page.page
+        p.locator('#toolbar input[data-axis="guest"][value="debian12"]').uncheck()
+        p.wait_for_function("document.documentElement.dataset.charts === 'ready'")
+        assert p.get_by_test_id("shown-count").inner_text() == "3 of 5 configurations shown"
+        p.locator('#toolbar input[data-axis="guest"][value="debian12"]').check()
+        p.get_by_test_id("color-by").select_option("guest")
+        p.wait_for_function("document.documentElement.dataset.charts === 'ready'")
+        names = [t["name"] for t in chart_state(page)["chart-iops-randread-4k-j1"]["traces"]]
+        assert names == ["guest=appliance [emulated: TCG]", "guest=debian12 [emulated: TCG]",
+                         "host (bare metal)"]
+        assert page.problems == []

@@ -25,6 +25,16 @@ while :; do
     sleep 0.1
 done
 name=$found
+# udev watches block devices and probes one again (blkid, the partition table) whenever a writer
+# closes it: after the preconditioning and every write trial, reads fio never asked for would
+# land in the next trial (and fail its foreign-I/O check). The disk under test is scratch: unwatched.
+if command -v udevadm > /dev/null; then
+    mkdir -p /run/udev/rules.d
+    echo "ACTION!=\"remove\", SUBSYSTEM==\"block\", KERNEL==\"$name\", OPTIONS:=\"nowatch\"" \
+        > /run/udev/rules.d/99-iomatrix-nowatch.rules
+    udevadm control --reload && udevadm trigger --action=change "/sys/class/block/$name" \
+        && udevadm settle --timeout=60 || fail "cannot stop udev watching /dev/$name"
+fi
 os=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null | tr -d '"')
 say "@GUEST_MARKER@ kernel=$(uname -r) os=\"$os\" fio=$(@SEED_DIR@/fio --version)"
 say "$(disk_line "$name")"

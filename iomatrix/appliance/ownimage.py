@@ -32,15 +32,18 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 from importlib import resources
 from pathlib import Path
 
 from iomatrix.appliance.protocol import (ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
                                          READY_MARKER)
-from iomatrix.core.errors import EnvironmentProblem, ToolFailed
+from iomatrix.core.errors import EnvironmentProblem, NotEnoughSpace, ToolFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
+from iomatrix.core.units import format_bytes
+from iomatrix.target.workspace import MARGIN, footprint, nearest_existing
 
 GUEST_MARKER = "IOMATRIX-GUEST"
 """Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"
@@ -98,6 +101,28 @@ def make_overlay(base: BaseImage, overlay: Path) -> None:
     command line gives it ``base`` as its read-only backing node)."""
     run([require("qemu-img"), "create", "-q", "-f", "qcow2", str(overlay),
          str(base.virtual_size)], timeout=QEMU_IMG_TIMEOUT)
+
+
+def overlay_worst_case(base: BaseImage) -> int:
+    """Bytes one guest's overlay can come to: the guest rewriting every block of its system
+    disk (qcow2's metadata included). A booted guest writes far less (logs, cloud-init's state);
+    nothing else bounds it."""
+    return footprint(base.virtual_size, "qcow2")
+
+
+def check_overlay_space(base: BaseImage, guests: int, directory: Path) -> None:
+    """NotEnoughSpace unless the filesystem of ``directory`` (the run's scratch directory, or the
+    nearest parent while it is not made yet) has room for ``guests`` overlays at their worst
+    case, as the target's check has for images."""
+    need = guests * overlay_worst_case(base) + MARGIN
+    free = shutil.disk_usage(nearest_existing(directory)).free
+    if free < need:
+        raise NotEnoughSpace(
+            f"[guest] image {base.path}: {guests} overlay(s) in {directory} may grow to "
+            f"{format_bytes(overlay_worst_case(base))} each (the image's virtual size, if the "
+            f"guest rewrote its whole disk), {format_bytes(need)} in all, and its filesystem "
+            f"has {format_bytes(free)} free",
+            hint="set TMPDIR to a directory on a larger filesystem, or use fewer vms")
 
 
 def system_blockdevs(base: BaseImage, overlay: Path) -> list[dict[str, object]]:

@@ -138,6 +138,7 @@ def _print_guest_notes(prepared: PreparedRun) -> None:
                   f"{own.ready_seconds('tcg'):.0f} s under TCG, or its trials fail with the "
                   "console's last lines; its boots take longer than the estimate says "
                   "(Debian 12 with cloud-init: about a minute under TCG)", markup=False, soft_wrap=True)
+        _print_overlay_space(prepared)
     from iomatrix.appliance.guestfio import guest_fio_status
     from iomatrix.appliance.kernel import default_cache_dir
 
@@ -145,6 +146,31 @@ def _print_guest_notes(prepared: PreparedRun) -> None:
     if not status.cached:
         out.print(status.detail if status.ok else f"warning: {status.detail}", markup=False,
                   soft_wrap=True)
+
+
+def _print_overlay_space(prepared: PreparedRun) -> None:
+    """The worst case of the user's guest's overlays, against the free space where they go."""
+    import shutil
+    import tempfile
+
+    from iomatrix.appliance.ownimage import inspect_image, overlay_worst_case
+    from iomatrix.core.errors import EnvironmentProblem
+    from iomatrix.core.units import format_bytes
+
+    own = prepared.suite.guest
+    assert own is not None
+    guests = own.guests_at_once(prepared.full.configurations, prepared.suite.method.vms)
+    try:
+        each = overlay_worst_case(inspect_image(own.image))
+    except EnvironmentProblem as exc:
+        out.print(f"warning: {exc}", markup=False, soft_wrap=True)
+        return
+    tmp = tempfile.gettempdir()
+    out.print(f"guest {own.label}: its overlays grow with what the guest writes to its system "
+              f"disk; worst case (the whole disk rewritten) {format_bytes(each)} per guest, "
+              f"{format_bytes(guests * each)} for the {guests} guest(s) booted at once, in "
+              f"{tmp} ({format_bytes(shutil.disk_usage(tmp).free)} free; the run refuses to "
+              "start below that)", markup=False, soft_wrap=True)
 
 
 def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,

@@ -66,13 +66,13 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       parse_disk_lines)
 from iomatrix.appliance.guestfio import guest_fio
 from iomatrix.appliance.kernel import default_cache_dir, trusted_cache
-from iomatrix.appliance.ownimage import (BaseImage, inspect_image, make_overlay, make_seed,
-                                         parse_guest_line, system_argv, version_mismatch,
-                                         windows_target)
+from iomatrix.appliance.ownimage import (BaseImage, check_overlay_space, inspect_image,
+                                         make_overlay, make_seed, parse_guest_line, system_argv,
+                                         version_mismatch, windows_target)
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, IomatrixError,
-                                  ToolFailed, TrialFailed, UnsafeDirectory)
+                                  NotEnoughSpace, ToolFailed, TrialFailed, UnsafeDirectory)
 from iomatrix.core.files import read_owned, write_file_atomically
 from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
                                 read_text, require, wait_for)
@@ -458,11 +458,14 @@ class GuestDriver(Driver):
         self.own_fio: Path | None = None
         """The static guest fio the seed carries to a Linux image."""
 
-    def use_image(self, own: OwnGuest, note: Callable[[str], None]) -> None:
+    def use_image(self, own: OwnGuest, note: Callable[[str], None], *, guests: int = 1) -> None:
         """Take the user's image for the configurations whose guest is ``own.label``: checked
         now (:func:`iomatrix.appliance.ownimage.inspect_image`), with the static fio a Linux
-        image's seed carries. EnvironmentProblem when either cannot be had."""
+        image's seed carries, and room for ``guests`` overlays at once (the most a session
+        boots). EnvironmentProblem when the image or fio cannot be had, NotEnoughSpace when
+        the overlays may not fit."""
         base = inspect_image(own.image)
+        check_overlay_space(base, guests, self.workdir)
         if own.os == "linux":
             try:
                 self.own_fio = guest_fio(default_cache_dir()).path
@@ -515,6 +518,12 @@ class GuestDriver(Driver):
                                       f"{exc}") from exc
             else:
                 channel = f"{SHARED} ({self.shared_reason})"
+            if self._own_os(config) is not None:
+                assert self.own_base is not None
+                try:     # checked before the run; what the run has written since counts too
+                    check_overlay_space(self.own_base, len(images), self.workdir)
+                except NotEnoughSpace as exc:
+                    raise TrialFailed(f"{exc} ({exc.hint})") from exc
             guests, procs = [], []
             for index, image in enumerate(images):
                 guest, proc = self._start(stack, config, image, index)

@@ -297,7 +297,9 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
                for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
     guest = drivers.get("guest")
     if suite.guest is not None and isinstance(guest, GuestDriver):
-        guest.use_image(suite.guest, progress.note)      # [guest] image: checked before any boot
+        guest.use_image(suite.guest, progress.note,      # [guest] image: checked before any boot
+                        guests=suite.guest.guests_at_once(expansion.configurations,
+                                                          suite.method.vms))
     return drivers
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo,
@@ -771,6 +771,11 @@ class OwnGuest(Frozen):
     def ready_seconds(self, accel: str) -> float:
         """How long it may take to become ready under ``accel``."""
         return self.ready_timeout * (TCG_READY_FACTOR if accel == "tcg" else 1)
+
+    def guests_at_once(self, configs: Iterable[Configuration], vms: int) -> int:
+        """The most guests of this image one session of ``configs`` boots (``vms``: [method]
+        vms, for a configuration that names none)."""
+        return max((c.vms or vms for c in configs if c.guest == self.label), default=1)
 
 
 TCG_READY_FACTOR = 5

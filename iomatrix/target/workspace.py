@@ -435,15 +435,15 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def _footprint(size: int, fmt: str) -> int:
-    """Bytes an image occupies once preconditioned (written fully)."""
+def footprint(size: int, fmt: str) -> int:
+    """Bytes an image of ``size`` occupies once preconditioned (written fully)."""
     return int(size * QCOW2_OVERHEAD) if fmt == "qcow2" else size
 
 
 def images_footprint(specs: Iterable[tuple[str, str, int]], size: int) -> int:
     """Bytes the images of ``specs`` (``image_specs``), each of ``size``, occupy once
     preconditioned."""
-    return sum(_footprint(size, fmt) for fmt, _, _ in specs)
+    return sum(footprint(size, fmt) for fmt, _, _ in specs)
 
 
 def _remove_up(path: Path) -> None:
