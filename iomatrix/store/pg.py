@@ -95,12 +95,37 @@ class PgConnection:
         except self._psycopg.errors.IntegrityError:
             raise
         except self._psycopg.Error as exc:   # the server's refusals too (no CREATE right, ...)
-            if self.raw.closed or self.raw.broken:
-                raise StoreError(f"{self.url.shown}: the connection to the database was lost "
-                                 f"({reason(exc, self.url)})",
-                                 hint="what was stored before is kept whole; `iomatrix run "
-                                      "--resume RUN` measures the rest") from None
-            raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
+            raise self._failure(exc) from None
+
+    def insert_many(self, statement: str, rows: list[tuple[Any, ...]], *,
+                    returning: bool) -> list[int]:
+        """``statement`` (an INSERT) once per row, pipelined (not a round trip per row); with
+        ``returning``, each new row's id, in order."""
+        if not rows:
+            return []
+        sql = _sql(statement) + (" RETURNING id" if returning else "")
+        try:
+            with self.raw.cursor() as cursor:
+                cursor.executemany(sql, rows, returning=returning)
+                ids = []
+                while returning:
+                    ids.append(int(cursor.fetchone()[0]))
+                    if not cursor.nextset():
+                        break
+                return ids
+        except self._psycopg.errors.IntegrityError:
+            raise
+        except self._psycopg.Error as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        """A psycopg error as the StoreError to raise, with the server's or libpq's reason."""
+        if self.raw.closed or self.raw.broken:
+            return StoreError(f"{self.url.shown}: the connection to the database was lost "
+                              f"({reason(exc, self.url)})",
+                              hint="what was stored before is kept whole; `iomatrix run "
+                                   "--resume RUN` measures the rest")
+        return StoreError(f"{self.url.shown}: {reason(exc, self.url)}")
 
     @property
     def in_transaction(self) -> bool:
