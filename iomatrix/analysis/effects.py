@@ -67,7 +67,7 @@ from iomatrix.analysis.metrics import METRICS, get_metric
 from iomatrix.analysis.points import points
 from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, LogRatioTest,
                                      adjust, compare, log_ratio_test, minimal_detectable, p_text,
-                                     percent_text, t_interval)
+                                     percent_text, t_interval_sd)
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
 from iomatrix.core.model import Frozen
@@ -339,7 +339,7 @@ def _by_rounds(group: _Group) -> _Estimate | None:
     c = _log_comparison(test, len(rounds))
     return _Estimate(comparison=c, method="rounds", excluded=len(group) - len(usable),
                      rounds=len(rounds), rounds_excluded=len(seen - common),
-                     interval=test.interval.method, mde=_mde(test))
+                     interval=test.interval.method, mde=_mde(test.sd, test.interval.n))
 
 
 def _log_comparison(test: LogRatioTest, n: int) -> Comparison:
@@ -351,8 +351,10 @@ def _log_comparison(test: LogRatioTest, n: int) -> Comparison:
                       constant=test.constant, verdict="")
 
 
-def _mde(test: LogRatioTest) -> float | None:
-    d = minimal_detectable(test.sd, test.interval.n, alpha=ALPHA)
+def _mde(sd: float, n: int) -> float | None:
+    """The minimal detectable effect of ``n`` log ratios of standard deviation ``sd``
+    (``LogRatioTest.sd``: 0.0 when they are equal up to rounding), as a relative gain."""
+    d = minimal_detectable(sd, n, alpha=ALPHA)
     return None if d is None else math.expm1(d)
 
 
@@ -361,36 +363,35 @@ def _estimate(group: _Group) -> _Estimate:
     paired = _by_rounds(group)
     if paired is not None:
         return paired
-    c, method, excluded, logs = _unadjusted(group)
-    mde = None
-    if method == "pairs" and c.n_a >= 2:
-        mde = _mde(log_ratio_test(logs, CONFIDENCE)) if len(logs) >= 2 else None
+    c, method, excluded, sd = _unadjusted(group)
+    # the log ratios' LogRatioTest.sd, without testing them again
+    mde = _mde(0.0 if c.constant else sd, c.n_a) if method == "pairs" else None
     return _Estimate(comparison=c, method=method, excluded=excluded,
                      interval="t" if method == "pairs" else None, mde=mde)
 
 
-def _unadjusted(group: _Group) -> tuple[Comparison, str, int, list[float]]:
+def _unadjusted(group: _Group) -> tuple[Comparison, str, int, float]:
     """The group's comparison before adjustment (unpaired), its method, the pairs left out,
-    and the log ratios of the pairs kept (method "pairs")."""
+    and the standard deviation of the log ratios of the pairs kept (method "pairs")."""
     if len(group) == 1:
         return (compare(*group.samples(0), confidence=CONFIDENCE, alpha=ALPHA), "samples", 0,
-                [])
+                0.0)
     ma, mb = np.array(group.ma), np.array(group.mb)
     kept = (ma > 0) & (mb > 0)
     usable = np.flatnonzero(kept)
     excluded = len(group) - len(usable)
     if len(usable) == 1:
         c = compare(*group.samples(int(usable[0])), confidence=CONFIDENCE, alpha=ALPHA)
-        return c, "samples", excluded, []
+        return c, "samples", excluded, 0.0
     n = len(usable)
     if n == 0:
         return (Comparison(n_a=0, n_b=0, mean_a=None, mean_b=None, relative=None, low=None,
                            high=None, confidence=CONFIDENCE, p_value=None, alpha=ALPHA,
-                           significant=False, verdict=""), "none", excluded, [])
+                           significant=False, verdict=""), "none", excluded, 0.0)
     # IEEE division is exact to the last bit whoever does it; the logs stay math.log's
     log_list = [math.log(r) for r in (mb[kept] / ma[kept]).tolist()]
     logs = np.array(log_list)
-    interval = t_interval(log_list, CONFIDENCE)
+    interval, sd = t_interval_sd(log_list, CONFIDENCE)
     assert interval.low is not None and interval.high is not None
     low, high = interval.low, interval.high
     # Ratios equal up to rounding: the t statistic is 0/0 or ±∞; same convention as
@@ -405,7 +406,7 @@ def _unadjusted(group: _Group) -> tuple[Comparison, str, int, list[float]]:
                        low=math.expm1(low), high=math.expm1(high), confidence=CONFIDENCE,
                        p_value=p, alpha=ALPHA, significant=p < ALPHA, constant=constant,
                        verdict=""),
-            "pairs", excluded, log_list)
+            "pairs", excluded, sd)
 
 
 def _pairs_verdict(c: Comparison, excluded: int, estimate: "_Estimate | None" = None) -> str:

@@ -201,16 +201,23 @@ def t_interval(xs: Sequence[float], confidence: float = 0.95) -> Interval:
     limit theorem, so with few, skewed samples its coverage falls short of ``confidence`` on the
     long-tail side. n < 2 gives method "none" (no spread, no interval); ValueError when empty.
     """
+    return t_interval_sd(xs, confidence)[0]
+
+
+def t_interval_sd(xs: Sequence[float], confidence: float = 0.95) -> tuple[Interval, float]:
+    """``t_interval`` and the samples' standard deviation (0.0 below 2 samples or when all are
+    equal), from one pass over them: a gain's interval and its minimal detectable effect rest
+    on the same tens of thousands of log ratios."""
     _check_level("confidence", confidence)
     n, centre, sd, _ = _summary(xs)
     if n == 0:
         raise ValueError("no samples")
     if n < 2:
         return Interval(mean=centre, low=None, high=None, half_width=None, relative=None,
-                        method="none", n=n, confidence=confidence)
+                        method="none", n=n, confidence=confidence), sd
     hw = _t_half_width(n, sd, confidence)
     return Interval(mean=centre, low=centre - hw, high=centre + hw, half_width=hw,
-                    relative=_relative(hw, centre), method="t", n=n, confidence=confidence)
+                    relative=_relative(hw, centre), method="t", n=n, confidence=confidence), sd
 
 
 def _t_half_width(n: int, sd: float, confidence: float) -> float:
