@@ -213,9 +213,9 @@ def _points(run: StoredRun) -> list[Point]:
             ok = [t for t in trials if t.status == "ok"]
             one = [t.samples[0] for t in ok if len(t.samples) == 1]
             if len(one) == len(ok):
-                figures = _one_direction(one)
+                figures, directions = _one_direction(one), {}
             else:
-                figures = _figures(ok)
+                figures, directions = _figures(ok), _directions(ok)
             out.append(Point(
                 config_key=config.key, workload_key=workload.key, samples=len(ok),
                 failed=len(trials) - len(ok),
@@ -226,7 +226,7 @@ def _points(run: StoredRun) -> list[Point]:
                 cpu_us_per_io=_mean([t.cpu.cpu_us_per_io if t.cpu else None for t in ok]),
                 steady_checked=sum(1 for t in ok if _checked(t)),
                 steady_reached=sum(1 for t in ok if t.steady is not None and t.steady.reached),
-                directions=_directions(ok),
+                directions=directions,
                 device_share=(mean_share(t.device_share for t in ok if t.device_share)
                               if uses_page_cache(config.mode, config.params) else None),
             ))

@@ -25,9 +25,9 @@ def samples_csv(stored: StoredRun) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)
     # The point's columns are the same on each of its rows: written once per point, as the
-    # start of a line (csv quotes each field on its own, so the line is the same)
+    # start of a line (the same dialect quotes each field on its own: the line is the same)
     start = io.StringIO()
-    starter = csv.writer(start, lineterminator="")
+    starter = csv.writer(start, lineterminator="\n")
     starts: dict[tuple[str, str], str] = {}
     for t in stored.trials:
         prefix = starts.get((t.config_key, t.workload_key))
@@ -37,7 +37,7 @@ def samples_csv(stored: StoredRun) -> str:
             start.truncate()
             starter.writerow([stored.id, c.key, c.mode, *(c.params.get(a, "") for a in axes),
                               w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, ""])
-            prefix = starts[(t.config_key, t.workload_key)] = start.getvalue()
+            prefix = starts[(t.config_key, t.workload_key)] = start.getvalue()[:-1]
         head = [t.sample_index, t.status, t.reason or "", t.accelerator, t.accelerator == "tcg"]
         tail = [t.usr_cpu, t.sys_cpu, t.ctx, t.started_at]
         # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
