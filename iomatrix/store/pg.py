@@ -97,26 +97,30 @@ class PgConnection:
         except self._psycopg.Error as exc:   # the server's refusals too (no CREATE right, ...)
             raise self._failure(exc) from None
 
-    def insert_many(self, statement: str, rows: list[tuple[Any, ...]], *,
-                    returning: bool) -> list[int]:
-        """``statement`` (an INSERT) once per row, pipelined (not a round trip per row); with
-        ``returning``, each new row's id, in order."""
+    def insert_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]], *,
+                    keyed: bool) -> list[int]:
+        """``rows`` (values of the columns ``names``) into ``table`` with one COPY, not a round
+        trip each; with ``keyed``, each row's id taken from the table's identity sequence first,
+        ascending as the rows go (a run's trials are read back in the order of their ids)."""
         if not rows:
             return []
-        sql = _sql(statement) + (" RETURNING id" if returning else "")
+        ids: list[int] = []
+        if keyed:
+            ids = sorted(int(r[0]) for r in self.execute(
+                "SELECT nextval(pg_get_serial_sequence(?, 'id')) FROM generate_series(1, ?)",
+                (table, len(rows))).fetchall())
+            names = ["id", *names]
+            rows = [(i, *row) for i, row in zip(ids, rows, strict=True)]
         try:
-            with self.raw.cursor() as cursor:
-                cursor.executemany(sql, rows, returning=returning)
-                ids = []
-                while returning:
-                    ids.append(int(cursor.fetchone()[0]))
-                    if not cursor.nextset():
-                        break
-                return ids
+            with self.raw.cursor() as cursor, cursor.copy(
+                    f"COPY {table} ({', '.join(names)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
         except self._psycopg.errors.IntegrityError:
             raise
         except self._psycopg.Error as exc:
             raise self._failure(exc) from None
+        return ids
 
     def _failure(self, exc: BaseException) -> StoreError:
         """A psycopg error as the StoreError to raise, with the server's or libpq's reason."""

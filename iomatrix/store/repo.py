@@ -497,17 +497,17 @@ class Store:
                      skip: tuple[str, ...] = (), keyed: bool = True) -> list[int]:
         """Insert ``rows`` (column → value, as one query of another store gave them: the same
         columns each) but ``skip``; their new ids, in order, when the table is ``keyed`` by one.
-        PostgreSQL gets them pipelined: a round trip per row made copying a 30,000-trial run
-        take seconds where SQLite takes a fraction of one."""
+        PostgreSQL gets them in one COPY: a round trip per row made copying a 30,000-trial run
+        take half a minute."""
         if not rows:
             return []
         names = [n for n in rows[0] if n not in skip]
         values = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in
                         (row[n] for n in names)) for row in rows]
+        if self.postgres:
+            return self.conn.insert_rows(table, names, values, keyed=keyed)
         statement = (f"INSERT INTO {table} ({', '.join(names)}) "
                      f"VALUES ({', '.join('?' * len(names))})")
-        if self.postgres:
-            return self.conn.insert_many(statement, values, returning=keyed)
         if keyed:
             return [self._insert(statement, v) for v in values]
         self.conn.executemany(statement, values)
