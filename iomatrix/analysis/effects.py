@@ -69,7 +69,7 @@ from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, L
                                      adjust, compare, log_ratio_test, minimal_detectable, p_text,
                                      percent_text, t_interval_sd)
 from iomatrix.core.errors import AnalysisError
-from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
+from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.model import Frozen
 
 BY = ("iodepth", "bs", "rw", "workload")
@@ -262,9 +262,10 @@ def _columns(run: StoredRun, metric: str) -> _Columns:
         return cached[1]
     index = {w.key: i for i, w in enumerate(run.workloads)}
     row = {c.key: i for i, c in enumerate(run.configs)}
-    values: list[list[tuple[float, ...] | None]] = [[None] * len(index) for _ in row]
-    present = np.zeros((len(row), len(index)), dtype=bool)
-    means = np.zeros((len(row), len(index)))
+    shape = (len(run.configs), len(run.workloads))
+    values: list[list[tuple[float, ...] | None]] = [[None] * shape[1] for _ in run.configs]
+    present = np.zeros(shape, dtype=bool)
+    means = np.zeros(shape)
     for p in points(run):
         found = p.values(metric)
         r, w = row.get(p.config_key), index.get(p.workload_key)
