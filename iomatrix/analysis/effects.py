@@ -67,9 +67,9 @@ from iomatrix.analysis.metrics import METRICS, get_metric
 from iomatrix.analysis.points import points
 from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, LogRatioTest,
                                      adjust, compare, log_ratio_test, minimal_detectable, p_text,
-                                     percent_text, t_interval)
+                                     percent_text, t_interval_sd)
 from iomatrix.core.errors import AnalysisError
-from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
+from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.model import Frozen
 
 BY = ("iodepth", "bs", "rw", "workload")
@@ -192,19 +192,32 @@ def round_values(run: StoredRun, metric: str) -> dict[tuple[str, str], dict[int,
     return out
 
 
-@dataclass(frozen=True)
-class _Pair:
-    reference: ConfigRecord
-    config: ConfigRecord
-    workload: WorkloadRecord
-    a: tuple[float, ...]
-    b: tuple[float, ...]
-    ma: float
-    """Mean of ``a`` (and ``mb`` of ``b``), once: a large matrix has millions of pairs."""
-    mb: float
-    ra: dict[int, float] | None = None
-    """Round → figure of each side, when the run's rounds are known."""
-    rb: dict[int, float] | None = None
+class _Group:
+    """The matched pairs of one gain, column-wise, in the order they are met (by twin, then by
+    workload): each pair's reference and level configuration (rows of ``_Columns``), its
+    workload (index into the run's workloads), the means of its two sides and, where the run's
+    rounds are known, each side's figure by round. A large matrix has millions of pairs: as
+    columns they cost no object each."""
+
+    __slots__ = ("columns", "ref", "other", "workload", "ma", "mb", "ra", "rb")
+
+    def __init__(self, columns: "_Columns") -> None:
+        self.columns = columns
+        self.ref: list[int] = []
+        self.other: list[int] = []
+        self.workload: list[int] = []
+        self.ma: list[float] = []
+        self.mb: list[float] = []
+        self.ra: list[dict[int, float]] | None = None
+        self.rb: list[dict[int, float]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ma)
+
+    def samples(self, i: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Pair ``i``'s per-sample values: the reference's, then the level's."""
+        values, w = self.columns.values, self.workload[i]
+        return values[self.ref[i]][w], values[self.other[i]][w]  # type: ignore[return-value]
 
 
 def _axis_levels(run: StoredRun, axis: str) -> list[str]:
@@ -222,60 +235,73 @@ def _check_level(run: StoredRun, axis: str, level: str, levels: list[str]) -> No
                             hint=f"levels of {axis}: {', '.join(levels)}")
 
 
-_Series = dict[str, list[tuple[tuple[float, ...], float] | None]]
-_SERIES: dict[tuple[int, str], tuple[StoredRun, _Series]] = {}
+@dataclass(frozen=True)
+class _Columns:
+    """A run's points of one metric as a configuration × workload table (rows in the run's
+    configuration order, columns in its workload order)."""
+
+    row: dict[str, int]
+    """Configuration key → its row."""
+    values: list[list[tuple[float, ...] | None]]
+    """Each point's per-sample values; None where it has none."""
+    present: np.ndarray
+    """Where a point has values (bool)."""
+    means: np.ndarray
+    """Their means (``math.fsum`` / n, exactly as before: 0 where absent)."""
 
 
-def _series(run: StoredRun, metric: str) -> _Series:
-    """Configuration key → per workload of the run (in its order) the point's per-sample values
-    of ``metric`` and their mean, or None where it has none: read once per run and metric,
-    rather than once per pair and ``gains`` call."""
+_COLUMNS: dict[tuple[int, str], tuple[StoredRun, _Columns]] = {}
+
+
+def _columns(run: StoredRun, metric: str) -> _Columns:
+    """The run's points of ``metric`` column-wise: read once per run and metric, rather than
+    once per pair and ``gains`` call."""
     key = (id(run), metric)
-    cached = _SERIES.get(key)
+    cached = _COLUMNS.get(key)
     if cached is not None and cached[0] is run:
         return cached[1]
     index = {w.key: i for i, w in enumerate(run.workloads)}
-    out: _Series = {c.key: [None] * len(index) for c in run.configs}
+    row = {c.key: i for i, c in enumerate(run.configs)}
+    shape = (len(run.configs), len(run.workloads))
+    values: list[list[tuple[float, ...] | None]] = [[None] * shape[1] for _ in run.configs]
+    present = np.zeros(shape, dtype=bool)
+    means = np.zeros(shape)
     for p in points(run):
-        values = p.values(metric)
-        if values and p.config_key in out and p.workload_key in index:
-            out[p.config_key][index[p.workload_key]] = (values, math.fsum(values) / len(values))
-    if len(_SERIES) >= _GAINS_SIZE:
-        _SERIES.pop(next(iter(_SERIES)))
-    _SERIES[key] = (run, out)
+        found = p.values(metric)
+        r, w = row.get(p.config_key), index.get(p.workload_key)
+        if found and r is not None and w is not None:
+            values[r][w] = found
+            present[r, w] = True
+            means[r, w] = math.fsum(found) / len(found)
+    out = _Columns(row=row, values=values, present=present, means=means)
+    if len(_COLUMNS) >= _GAINS_SIZE:
+        _COLUMNS.pop(next(iter(_COLUMNS)))
+    _COLUMNS[key] = (run, out)
     return out
 
 
-def _matched_pairs(run: StoredRun, axis: str, level: str, reference: str, metric: str,
-                   by_round: dict[tuple[str, str], dict[int, float]] | None = None) -> list[_Pair]:
-    """Every (reference config, level config, workload) with samples of ``metric`` on both sides."""
+def _twins(run: StoredRun, axis: str, level: str, reference: str
+           ) -> list[tuple[ConfigRecord, ConfigRecord]]:
+    """(reference configuration, level configuration): two non-host configurations of the same
+    mode identical but for ``axis``."""
     twins: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, ConfigRecord]] = {}
     for config in run.configs:
         if config.mode == HOST or axis not in config.params:
             continue
         rest = tuple(sorted((k, v) for k, v in config.params.items() if k != axis))
         twins.setdefault((config.mode, rest), {})[config.params[axis]] = config
-    series = _series(run, metric)
-    out = []
-    for by_level in twins.values():
-        ref, other = by_level.get(reference), by_level.get(level)
-        if ref is None or other is None:
-            continue
-        for workload, sa, sb in zip(run.workloads, series[ref.key], series[other.key],
-                                    strict=True):
-            if sa is None or sb is None:
-                continue
-            ra = rb = None
-            if by_round is not None:
-                ra = by_round.get((ref.key, workload.key), {})
-                rb = by_round.get((other.key, workload.key), {})
-            out.append(_Pair(ref, other, workload, sa[0], sb[0], sa[1], sb[1], ra, rb))
-    return out
+    return [(by_level[reference], by_level[level]) for by_level in twins.values()
+            if reference in by_level and level in by_level]
 
 
-def _group_key(pair: _Pair, by: Sequence[str]) -> tuple[object, ...]:
-    return tuple(pair.workload.key if field == "workload" else getattr(pair.workload, field)
-                 for field in by)
+def _workload_groups(run: StoredRun, by: Sequence[str]) -> dict[tuple[object, ...], np.ndarray]:
+    """The ``by`` values of the run's workloads → the indices of the workloads that have them,
+    ascending."""
+    found: dict[tuple[object, ...], list[int]] = {}
+    for i, w in enumerate(run.workloads):
+        found.setdefault(tuple(w.key if f == "workload" else getattr(w, f) for f in by),
+                         []).append(i)
+    return {k: np.array(v, dtype=np.intp) for k, v in found.items()}
 
 
 class _Estimate(Frozen):
@@ -290,31 +316,31 @@ class _Estimate(Frozen):
     mde: float | None = None
 
 
-def _by_rounds(pairs: list[_Pair]) -> _Estimate | None:
+def _by_rounds(group: _Group) -> _Estimate | None:
     """The paired-by-round estimate of a group, or None when fewer than 2 rounds measured
     every usable pair on both sides (or the rounds are unknown)."""
-    if any(p.ra is None or p.rb is None for p in pairs):
+    if group.ra is None or group.rb is None:
         return None
-    usable = [p for p in pairs if p.ma > 0 and p.mb > 0]
+    usable = [(ra, rb) for ma, mb, ra, rb in zip(group.ma, group.mb, group.ra, group.rb)
+              if ma > 0 and mb > 0]
     if not usable:
         return None
     common: set[int] | None = None
     seen: set[int] = set()
-    for p in usable:
-        assert p.ra is not None and p.rb is not None
-        seen |= p.ra.keys() | p.rb.keys()
-        both = {r for r in p.ra.keys() & p.rb.keys() if p.ra[r] > 0 and p.rb[r] > 0}
+    for ra, rb in usable:
+        seen |= ra.keys() | rb.keys()
+        both = {r for r in ra.keys() & rb.keys() if ra[r] > 0 and rb[r] > 0}
         common = both if common is None else common & both
     if common is None or len(common) < 2:
         return None
     rounds = sorted(common)
-    logs = [math.fsum(math.log(p.rb[r] / p.ra[r]) for p in usable) / len(usable)  # type: ignore[index]
+    logs = [math.fsum(math.log(rb[r] / ra[r]) for ra, rb in usable) / len(usable)
             for r in rounds]
     test = log_ratio_test(logs, CONFIDENCE)
     c = _log_comparison(test, len(rounds))
-    return _Estimate(comparison=c, method="rounds", excluded=len(pairs) - len(usable),
+    return _Estimate(comparison=c, method="rounds", excluded=len(group) - len(usable),
                      rounds=len(rounds), rounds_excluded=len(seen - common),
-                     interval=test.interval.method, mde=_mde(test))
+                     interval=test.interval.method, mde=_mde(test.sd, test.interval.n))
 
 
 def _log_comparison(test: LogRatioTest, n: int) -> Comparison:
@@ -326,44 +352,47 @@ def _log_comparison(test: LogRatioTest, n: int) -> Comparison:
                       constant=test.constant, verdict="")
 
 
-def _mde(test: LogRatioTest) -> float | None:
-    d = minimal_detectable(test.sd, test.interval.n, alpha=ALPHA)
+def _mde(sd: float, n: int) -> float | None:
+    """The minimal detectable effect of ``n`` log ratios of standard deviation ``sd``
+    (``LogRatioTest.sd``: 0.0 when they are equal up to rounding), as a relative gain."""
+    d = minimal_detectable(sd, n, alpha=ALPHA)
     return None if d is None else math.expm1(d)
 
 
-def _estimate(pairs: list[_Pair]) -> _Estimate:
+def _estimate(group: _Group) -> _Estimate:
     """Paired by round where the rounds allow it, else the unpaired methods."""
-    paired = _by_rounds(pairs)
+    paired = _by_rounds(group)
     if paired is not None:
         return paired
-    c, method, excluded = _unadjusted(pairs)
-    mde = None
-    if method == "pairs" and c.n_a >= 2:
-        logs = [math.log(p.mb / p.ma) for p in pairs if p.ma > 0 and p.mb > 0]
-        mde = _mde(log_ratio_test(logs, CONFIDENCE)) if len(logs) >= 2 else None
+    c, method, excluded, sd = _unadjusted(group)
+    # the log ratios' LogRatioTest.sd, without testing them again
+    mde = _mde(0.0 if c.constant else sd, c.n_a) if method == "pairs" else None
     return _Estimate(comparison=c, method=method, excluded=excluded,
                      interval="t" if method == "pairs" else None, mde=mde)
 
 
-def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
-    """The group's comparison before adjustment (unpaired), its method, and the pairs left
-    out."""
-    if len(pairs) == 1:
-        return compare(pairs[0].a, pairs[0].b, confidence=CONFIDENCE, alpha=ALPHA), "samples", 0
-    means = [(p.ma, p.mb) for p in pairs]
-    usable = [p for p, (ma, mb) in zip(pairs, means) if ma > 0 and mb > 0]
-    ratios = [mb / ma for ma, mb in means if ma > 0 and mb > 0]
-    excluded = len(pairs) - len(usable)
+def _unadjusted(group: _Group) -> tuple[Comparison, str, int, float]:
+    """The group's comparison before adjustment (unpaired), its method, the pairs left out,
+    and the standard deviation of the log ratios of the pairs kept (method "pairs")."""
+    if len(group) == 1:
+        return (compare(*group.samples(0), confidence=CONFIDENCE, alpha=ALPHA), "samples", 0,
+                0.0)
+    ma, mb = np.array(group.ma), np.array(group.mb)
+    kept = (ma > 0) & (mb > 0)
+    usable = np.flatnonzero(kept)
+    excluded = len(group) - len(usable)
     if len(usable) == 1:
-        c = compare(usable[0].a, usable[0].b, confidence=CONFIDENCE, alpha=ALPHA)
-        return c, "samples", excluded
+        c = compare(*group.samples(int(usable[0])), confidence=CONFIDENCE, alpha=ALPHA)
+        return c, "samples", excluded, 0.0
     n = len(usable)
     if n == 0:
         return (Comparison(n_a=0, n_b=0, mean_a=None, mean_b=None, relative=None, low=None,
                            high=None, confidence=CONFIDENCE, p_value=None, alpha=ALPHA,
-                           significant=False, verdict=""), "none", excluded)
-    logs = np.array([math.log(r) for r in ratios])
-    interval = t_interval(logs.tolist(), CONFIDENCE)
+                           significant=False, verdict=""), "none", excluded, 0.0)
+    # IEEE division is exact to the last bit whoever does it; the logs stay math.log's
+    log_list = [math.log(r) for r in (mb[kept] / ma[kept]).tolist()]
+    logs = np.array(log_list)
+    interval, sd = t_interval_sd(log_list, CONFIDENCE)
     assert interval.low is not None and interval.high is not None
     low, high = interval.low, interval.high
     # Ratios equal up to rounding: the t statistic is 0/0 or ±∞; same convention as
@@ -378,7 +407,7 @@ def _unadjusted(pairs: list[_Pair]) -> tuple[Comparison, str, int]:
                        low=math.expm1(low), high=math.expm1(high), confidence=CONFIDENCE,
                        p_value=p, alpha=ALPHA, significant=p < ALPHA, constant=constant,
                        verdict=""),
-            "pairs", excluded)
+            "pairs", excluded, sd)
 
 
 def _pairs_verdict(c: Comparison, excluded: int, estimate: "_Estimate | None" = None) -> str:
@@ -471,14 +500,35 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
     workload_order = {w.key: i for i, w in enumerate(run.workloads)}
     rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}
     held_order = {a: {v: i for i, v in enumerate(axes.get(a, []))} for a in hold}
-    groups: dict[tuple[str, tuple[str, ...], tuple[object, ...]], list[_Pair]] = {}
+    columns = _columns(run, metric)
+    by_workloads = _workload_groups(run, by)
+    groups: dict[tuple[str, tuple[str, ...], tuple[object, ...]], _Group] = {}
     for level in levels:
         if level == reference:
             continue
-        for pair in _matched_pairs(run, axis, level, reference, metric, by_round):
-            held = tuple(pair.config.mode if a == "mode" else pair.config.params.get(a, "n/a")
+        for ref, config in _twins(run, axis, level, reference):
+            held = tuple(config.mode if a == "mode" else config.params.get(a, "n/a")
                          for a in hold)
-            groups.setdefault((level, held, _group_key(pair, by)), []).append(pair)
+            r, o = columns.row[ref.key], columns.row[config.key]
+            both = columns.present[r] & columns.present[o]
+            for group_key, workloads in by_workloads.items():
+                found = workloads[both[workloads]]
+                if not len(found):
+                    continue
+                group = groups.get((level, held, group_key))
+                if group is None:
+                    group = groups[(level, held, group_key)] = _Group(columns)
+                group.ref += [r] * len(found)
+                group.other += [o] * len(found)
+                group.workload += found.tolist()
+                group.ma += columns.means[r, found].tolist()
+                group.mb += columns.means[o, found].tolist()
+    if by_round is not None:
+        keys_of = [c.key for c in run.configs]
+        for group in groups.values():
+            wkeys = [run.workloads[w].key for w in group.workload]
+            group.ra = [by_round.get((keys_of[r], wk), {}) for r, wk in zip(group.ref, wkeys)]
+            group.rb = [by_round.get((keys_of[o], wk), {}) for o, wk in zip(group.other, wkeys)]
 
     def order(key: tuple[str, tuple[str, ...], tuple[object, ...]]) -> tuple[object, ...]:
         level, held, group = key
@@ -496,7 +546,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
         method, excluded = e.method, e.excluded
         pairs = groups[key]
         fields = dict(zip(by, group, strict=True))
-        one = pairs[0].workload if "workload" in fields else None
+        one = run.workloads[pairs.workload[0]] if "workload" in fields else None
         verdict = _pairs_verdict(c, excluded, e) if method in ("pairs", "rounds") else (
             "no usable pair: every pair has a mean of 0 on one side" if method == "none" else c.verdict)
         out.append(Gain(

@@ -580,6 +580,8 @@ def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:
 
 
 def _vm_iops(trials: Sequence["TrialRecord"]) -> tuple[float, ...]:
+    if not any(t.vm_samples for t in trials):   # one guest: most points of most runs
+        return ()
     per_vm: dict[int, list[float]] = defaultdict(list)
     for t in trials:
         sums: dict[int, float] = defaultdict(float)

@@ -24,15 +24,26 @@ def samples_csv(stored: StoredRun) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)
+    # The point's columns are the same on each of its rows: written once per point, as the
+    # start of a line (the same dialect quotes each field on its own: the line is the same)
+    start = io.StringIO()
+    starter = csv.writer(start, lineterminator="\n")
+    starts: dict[tuple[str, str], str] = {}
     for t in stored.trials:
-        c, w = configs[t.config_key], workloads[t.workload_key]
-        head = [stored.id, c.key, c.mode, *(c.params.get(a, "") for a in axes), w.rw, w.bs,
-                w.iodepth, w.numjobs, w.rate_iops, t.sample_index, t.status, t.reason or "",
-                t.accelerator, t.accelerator == "tcg"]
+        prefix = starts.get((t.config_key, t.workload_key))
+        if prefix is None:
+            c, w = configs[t.config_key], workloads[t.workload_key]
+            start.seek(0)
+            start.truncate()
+            starter.writerow([stored.id, c.key, c.mode, *(c.params.get(a, "") for a in axes),
+                              w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, ""])
+            prefix = starts[(t.config_key, t.workload_key)] = start.getvalue()[:-1]
+        head = [t.sample_index, t.status, t.reason or "", t.accelerator, t.accelerator == "tcg"]
         tail = [t.usr_cpu, t.sys_cpu, t.ctx, t.started_at]
         # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
         for s in [*(t.samples or [None]), *t.vm_samples]:
             middle = [""] * len(_SAMPLE_FIELDS) if s is None else [
                 "" if s.vm is None else s.vm, *(getattr(s, k) for k in _SAMPLE_FIELDS[1:])]
+            buf.write(prefix)
             writer.writerow(head + middle + tail)
     return buf.getvalue()

@@ -95,12 +95,41 @@ class PgConnection:
         except self._psycopg.errors.IntegrityError:
             raise
         except self._psycopg.Error as exc:   # the server's refusals too (no CREATE right, ...)
-            if self.raw.closed or self.raw.broken:
-                raise StoreError(f"{self.url.shown}: the connection to the database was lost "
-                                 f"({reason(exc, self.url)})",
-                                 hint="what was stored before is kept whole; `iomatrix run "
-                                      "--resume RUN` measures the rest") from None
-            raise StoreError(f"{self.url.shown}: {reason(exc, self.url)}") from None
+            raise self._failure(exc) from None
+
+    def insert_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]], *,
+                    keyed: bool) -> list[int]:
+        """``rows`` (values of the columns ``names``) into ``table`` with one COPY, not a round
+        trip each; with ``keyed``, each row's id taken from the table's identity sequence first,
+        ascending as the rows go (a run's trials are read back in the order of their ids)."""
+        if not rows:
+            return []
+        ids: list[int] = []
+        if keyed:
+            ids = sorted(int(r[0]) for r in self.execute(
+                "SELECT nextval(pg_get_serial_sequence(?, 'id')) FROM generate_series(1, ?)",
+                (table, len(rows))).fetchall())
+            names = ["id", *names]
+            rows = [(i, *row) for i, row in zip(ids, rows, strict=True)]
+        try:
+            with self.raw.cursor() as cursor, cursor.copy(
+                    f"COPY {table} ({', '.join(names)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except self._psycopg.errors.IntegrityError:
+            raise
+        except self._psycopg.Error as exc:
+            raise self._failure(exc) from None
+        return ids
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        """A psycopg error as the StoreError to raise, with the server's or libpq's reason."""
+        if self.raw.closed or self.raw.broken:
+            return StoreError(f"{self.url.shown}: the connection to the database was lost "
+                              f"({reason(exc, self.url)})",
+                              hint="what was stored before is kept whole; `iomatrix run "
+                                   "--resume RUN` measures the rest")
+        return StoreError(f"{self.url.shown}: {reason(exc, self.url)}")
 
     @property
     def in_transaction(self) -> bool:

@@ -478,12 +478,11 @@ class Store:
                 raise RunNotFound(f"{self.where}: no cluster run {run['uuid']} to copy a node's "
                                   "share into")
             if row is None:
-                dst = self._insert_row("runs", run, skip=("id", "owner_id"))
+                (dst,) = self._insert_rows("runs", [run], skip=("id", "owner_id"))
                 for table, rows in (("configurations", configs), ("workloads", workloads),
                                     ("run_nodes", nodes)):
-                    for r in rows:
-                        self._insert_row(table, {**r, "run_id": dst}, skip=("id",),
-                                         keyed=table != "run_nodes")
+                    self._insert_rows(table, [{**r, "run_id": dst} for r in rows], skip=("id",),
+                                      keyed=table != "run_nodes")
             elif share:
                 dst = int(row[0])
             else:
@@ -498,32 +497,35 @@ class Store:
                 "SELECT c.key, w.key, t.sample_index, t.id, t.started_at FROM trials t "
                 "JOIN configurations c ON c.id = t.configuration_id "
                 "JOIN workloads w ON w.id = t.workload_id WHERE t.run_id = ?", (dst,))}
-            added = 0
+            new = []
             for t in trials:
                 stored = have.get((t["config_key"], t["workload_key"], t["sample_index"]))
                 if stored is not None and stored[1] == t["started_at"]:
                     continue                            # the same trial
                 if stored is not None:                  # measured again at the source
                     self.conn.execute("DELETE FROM trials WHERE id = ?", (stored[0],))
-                trial_id = self._insert_row("trials", {
-                    **t, "run_id": dst, "configuration_id": ids["configurations"][t["config_key"]],
-                    "workload_id": ids["workloads"][t["workload_key"]]},
-                    skip=("id", "config_key", "workload_key"))
-                for table, by_trial in samples.items():
-                    for s in by_trial.get(t["id"], ()):
-                        self._insert_row(table, {**s, "trial_id": trial_id}, keyed=False)
-                added += 1
+                new.append(t)
+            trial_ids = self._insert_rows("trials", [{
+                **t, "run_id": dst, "configuration_id": ids["configurations"][t["config_key"]],
+                "workload_id": ids["workloads"][t["workload_key"]]} for t in new],
+                skip=("id", "config_key", "workload_key"))
+            for table, by_trial in samples.items():
+                self._insert_rows(table, [{**s, "trial_id": trial_id}
+                                          for t, trial_id in zip(new, trial_ids, strict=True)
+                                          for s in by_trial.get(t["id"], ())], keyed=False)
+            added = len(new)
             retired = {(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
                 "SELECT config_key, workload_key, sample_index, retired_at FROM trial_history "
                 "WHERE run_id = ?", (dst,))}
-            for h in history:
-                if (h["config_key"], h["workload_key"], h["sample_index"],
-                        h["retired_at"]) not in retired:
-                    self._insert_row("trial_history", {**h, "run_id": dst}, skip=("id",))
+            self._insert_rows("trial_history", [
+                {**h, "run_id": dst} for h in history if (h["config_key"], h["workload_key"],
+                                                          h["sample_index"], h["retired_at"])
+                not in retired], skip=("id",))
+            # the source's pilot, whole; a node's share carries none (the run's is the controller's)
             for table, rows in zip(("pilot_trials", "trial_plans"), [] if share else pilot):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (dst,))
-                for r in rows:
-                    self._insert_row(table, {**r, "run_id": dst}, skip=("id",), keyed=False)
+                self._insert_rows(table, [{**r, "run_id": dst} for r in rows], skip=("id",),
+                                  keyed=False)
         if row is None:
             return CopyOutcome(run_id, dst, "copied", f"{added} trials")
         return CopyOutcome(run_id, dst, "updated" if added else "present",
@@ -534,19 +536,25 @@ class Store:
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, r)) for r in cursor.fetchall()]
 
-    def _insert_row(self, table: str, row: Mapping[str, Any], *, skip: tuple[str, ...] = (),
-                    keyed: bool = True) -> int:
-        """Insert ``row`` (column → value, as another store gave it) but ``skip``; the new id
-        when the table is ``keyed`` by one."""
-        names = [n for n in row if n not in skip]
-        values = tuple(bytes(v) if isinstance(v, memoryview) else v for v in
-                       (row[n] for n in names))
+    def _insert_rows(self, table: str, rows: list[dict[str, Any]], *,
+                     skip: tuple[str, ...] = (), keyed: bool = True) -> list[int]:
+        """Insert ``rows`` (column → value, as one query of another store gave them: the same
+        columns each) but ``skip``; their new ids, in order, when the table is ``keyed`` by one.
+        PostgreSQL gets them in one COPY: a round trip per row made copying a 30,000-trial run
+        take half a minute."""
+        if not rows:
+            return []
+        names = [n for n in rows[0] if n not in skip]
+        values = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in
+                        (row[n] for n in names)) for row in rows]
+        if self.postgres:
+            return self.conn.insert_rows(table, names, values, keyed=keyed)
         statement = (f"INSERT INTO {table} ({', '.join(names)}) "
                      f"VALUES ({', '.join('?' * len(names))})")
         if keyed:
-            return self._insert(statement, values)
-        self.conn.execute(statement, values)
-        return 0
+            return [self._insert(statement, v) for v in values]
+        self.conn.executemany(statement, values)
+        return []
 
     def running_runs(self) -> list[tuple[int, ProcessRecord | None]]:
         """The runs marked running, each with its owner (None: an older iomatrix ran it)."""
