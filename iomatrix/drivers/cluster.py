@@ -1,0 +1,209 @@
+"""Cluster load (``[method] concurrent_nodes = true``): every node runs ``fio --server`` on the
+shared target, and the controller's ONE fio client drives them all in the same trial (fio's own
+multi-client: ``fio --client=A job --client=B job``), which gives each node's result and the
+"All clients" aggregate in one output.
+
+**Nothing listens beyond the node.** fio's server has no authentication, so on each node it
+listens on a Unix socket in a directory of its own (mode 0700, a fresh random name: ``mkdir``
+fails on one planted there), and the controller reaches it through the node's SSH session's
+stream-local forward (``ssh -L CONTROLLER_SOCKET:NODE_SOCKET``) onto a socket in the run's
+0700 scratch directory. fio reports a Unix-socket client's path as its hostname, by which each
+node's result is matched.
+
+**The SSH session owns the node's server.** The remote shell (:data:`SERVE`) starts fio's
+server, says it is ready, and waits on its standard input, which is the controller's pipe: when
+the controller closes it, or dies (kill -9: its ssh gets SIGTERM from the kernel, the
+connection closes, sshd closes the pipe), the shell kills its process group (the server and the
+children it forked for jobs: sshd made the shell a session leader) and removes the directory.
+
+**A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
+the network went), fio's client returns without that node's result and fails; the trial fails
+with the node named and what its ssh said (``ClusterSession.failure``). The next trial of the
+configuration fails the same way before fio starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from iomatrix.cluster.ssh import Node, ssh_argv
+from iomatrix.core.errors import TrialFailed
+from iomatrix.core.proc import log_tail, orphan_guard, read_text, stop, wait_for
+from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.host import HostSession
+from iomatrix.fio.models import FioResult
+from iomatrix.fio.samples import start_skew_ms
+from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.target.workspace import Image
+
+READY = "IOMATRIX-FIO-READY"
+START_TIMEOUT = 30.0
+"""How long a node may take to log in and start its fio server."""
+STOP_TIMEOUT = 10.0
+"""How long a node's session may take to stop its server and remove its directory."""
+
+SERVE = r"""set -u
+d=$1
+umask 077
+mkdir -m 700 "$d" || { echo "cannot make $d: it exists or its parent is not writable"; exit 3; }
+fio --server=sock:"$d/fio.sock" >"$d/server.log" 2>&1 &
+f=$!
+while [ ! -S "$d/fio.sock" ]; do
+  if ! kill -0 "$f" 2>/dev/null; then
+    echo "fio --server exited: $(tail -n 3 "$d/server.log")"; rm -rf "$d"; exit 4
+  fi
+  sleep 0.05
+done
+echo IOMATRIX-FIO-READY
+read -r _ || :
+trap '' TERM
+kill -TERM 0
+wait
+rm -rf "$d"
+"""
+"""What a node's SSH session runs (POSIX sh; ``$1``: the server's directory): fio's server on a
+Unix socket there, until the controller closes the session's standard input."""
+
+class NodeServer:
+    """One node's fio server, reached through its SSH session's forward (see the module
+    docstring); ``start`` then ``close``, or ``with``."""
+
+    def __init__(self, node: Node, local: Path, log: Path) -> None:
+        self.node = node
+        self.name = node.label
+        self.local = local
+        """The forward's socket on the controller, which fio's client connects to."""
+        self.log = log
+        self.remote = Path("/tmp") / f"iomatrix-fio-{secrets.token_hex(8)}"
+        """The server's directory on the node."""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """The server's address for fio's ``--client``."""
+        return f"sock:{self.local}"
+
+    def argv(self) -> list[str]:
+        return ssh_argv(self.node, ["sh", "-c", SERVE, "iomatrix-fio", str(self.remote)],
+                        options=["-o", "ExitOnForwardFailure=yes",
+                                 "-L", f"{self.local}:{self.remote}/fio.sock"])
+
+    def start(self) -> NodeServer:
+        """Log in and start the server; TrialFailed naming the node when it cannot."""
+        with open(self.log, "ab") as out:
+            try:
+                self.proc = subprocess.Popen(orphan_guard(self.argv()), stdin=subprocess.PIPE,
+                                             stdout=out, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+            except OSError as exc:
+                raise TrialFailed(f"node {self.name}: cannot start ssh: "
+                                  f"{exc.strerror or exc}") from exc
+        proc = self.proc
+        ready = wait_for(lambda: proc.poll() is not None or (
+            READY in read_text(self.log) and self.local.is_socket()), timeout=START_TIMEOUT,
+            interval=0.02)
+        if not ready or proc.poll() is not None:
+            why = self.why() if proc.poll() is not None else (
+                f"its fio server was not ready within {START_TIMEOUT:.0f} s")
+            self.close()
+            raise TrialFailed(f"node {self.name}: {why}")
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def why(self) -> str:
+        """Why the node's session ended, from what ssh and the remote shell printed."""
+        code = self.proc.returncode if self.proc is not None else None
+        said = log_tail(self.log, 3).replace(READY, "").strip(" |")
+        return f"its SSH session ended (status {code}): {said or 'nothing said'}"
+
+    def close(self) -> None:
+        """End the session: the node stops its server and removes its directory (see
+        :data:`SERVE`); ssh is killed if that takes longer than :data:`STOP_TIMEOUT`."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_TIMEOUT)
+        stop(proc, timeout=5)
+        self.local.unlink(missing_ok=True)     # ssh leaves its forward's socket behind
+
+    def __enter__(self) -> NodeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ClusterSession(HostSession):
+    """A host-mode configuration on every node at once: the same job to each node's server."""
+
+    def __init__(self, config: Configuration, images: Sequence[Image], engine: str,
+                 servers: Sequence[NodeServer]) -> None:
+        super().__init__(config, images, engine)
+        self.servers = list(servers)
+        self._skew = ""
+
+    def new_trial(self) -> None:
+        self._skew = ""
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        skew = start_skew_ms(result)
+        self._skew = (f"{skew} ms" if skew is not None else
+                      "not measured: fio before 3.36 reports no job start")
+
+    def fio_clients(self) -> list[str]:
+        dropped = [s for s in self.servers if not s.alive()]
+        if dropped:
+            raise TrialFailed("; ".join(f"node {s.name}: {s.why()}" for s in dropped))
+        return [s.address for s in self.servers]
+
+    def clients(self) -> list[int | str]:
+        return [str(s.local) for s in self.servers]
+
+    def ioping_path(self) -> Path | None:
+        return None             # ioping would run here, not on the nodes: fio's equivalent
+
+    def failure(self, reason: str) -> str:
+        dropped = [f"node {s.name} dropped during the trial: {s.why()}"
+                   for s in self.servers if not s.alive()]
+        return "; ".join([*dropped, reason])
+
+    def applied(self) -> dict[str, str]:
+        """Which node each per-client figure (``vm`` N) is, and how far apart (by the nodes'
+        clocks) their jobs started in the last trial."""
+        skew = {"cluster.start_skew": self._skew} if self._skew else {}
+        return {"cluster.nodes": ", ".join(f"vm{i}={s.name}"
+                                           for i, s in enumerate(self.servers))} | skew
+
+
+class ClusterDriver(Driver):
+    """host mode on a cluster's nodes at once (``[method] concurrent_nodes``)."""
+
+    mode = "host"
+
+    def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node]) -> None:
+        super().__init__(method, workdir)
+        self.nodes = list(nodes)
+        self.sessions = 0
+
+    @contextlib.contextmanager
+    def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        self.sessions += 1
+        with contextlib.ExitStack() as stack:
+            servers = []
+            for index, node in enumerate(self.nodes):
+                # short names: Unix socket paths must stay under 108 bytes
+                base = self.workdir / f"n{self.sessions}-{index}"
+                server = NodeServer(node, Path(f"{base}.sock"), Path(f"{base}.log"))
+                stack.callback(server.close)
+                servers.append(server.start())
+            yield ClusterSession(config, images, self.method.engine, servers)
