@@ -4,8 +4,10 @@ are stored like a single host's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from iomatrix.fio.samples import samples_of, start_skew_ms, vm_samples_of
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from tests.conftest import write_suite
-from tests.sshnodes import SshCluster, _in_netns, ssh_nodes  # noqa: F401 - the fixture
+from tests.sshnodes import SshCluster, SshNode, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 
 ROOT = Path(__file__).parent.parent
 
@@ -80,7 +82,7 @@ def test_one_client_drives_every_server_in_the_same_trial(tmp_path: Path,
 SUITE = """
 [workloads]
 rw = "randread"
-iodepth = [1, 4]
+iodepth = 4
 [method]
 mode = "host"
 engine = "psync"
@@ -119,6 +121,11 @@ def run_controller(cluster: SshCluster, tmp_path: Path, db: str, body: str = SUI
                             env={**os.environ, "TMPDIR": str(tmp_path)}, **popen)  # type: ignore[call-overload]
 
 
+def fio_on(cluster: SshCluster, node: SshNode) -> list[int]:
+    """The fio processes on ``node``: its server, and those it forked for a job."""
+    return [pid for pid in cluster.processes(node) if _cmdline(pid).startswith("fio ")]
+
+
 def left_behind(cluster: SshCluster, tmp_path: Path) -> list[str]:
     """fio servers, SSH sessions, forwards' sockets and node directories still there."""
     left = [p for node in cluster.nodes if node.alive for p in cluster.leftovers(node)]
@@ -139,7 +146,7 @@ def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshClust
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     done = json.loads(out.splitlines()[-1])
-    assert (done["ok"], done["failed"]) == (4, 0), err
+    assert (done["ok"], done["failed"]) == (2, 0), err
     with Store(parse_location(db)) as store:
         run = store.load_run(done["run"])
     assert run.host["nodes"] == ", ".join(n.address for n in cluster.nodes)
@@ -154,5 +161,44 @@ def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshClust
         assert [s.vm for s in per_node] == [0, 1, 2]
         assert all(s.total_ios > 0 for s in per_node)
         assert aggregate.total_ios == sum(s.total_ios for s in per_node)
-    assert sorted(map(sorted, rounds.values())) == [[0, 1], [0, 1]]   # paired by round
+    assert sorted(map(sorted, rounds.values())) == [[0, 1]]   # one trial a round, paired by it
     assert left_behind(cluster, tmp_path) == []
+
+
+def test_a_node_whose_server_drops_fails_the_trial_naming_it(
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+    cluster = ssh_nodes(3)
+    body = SUITE.replace('"1s"', '"3s"')
+    proc = run_controller(cluster, tmp_path, str(tmp_path / "r.db"), body)
+    victim = cluster.nodes[2]
+    # the first trial runs once the victim's server forked a process for its job
+    assert wait_for(lambda: len(fio_on(cluster, victim)) > 1 or proc.poll() is not None,
+                    timeout=120)
+    for pid in fio_on(cluster, victim):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    done = json.loads(out.splitlines()[-1])
+    assert (done["ok"], done["failed"]) == (1, 1), err    # the next round has the node again
+    with Store(parse_location(str(tmp_path / "r.db"))) as store:
+        run = store.load_run(done["run"])
+    (failed,) = [t for t in run.trials if t.status == "failed"]
+    assert failed.sample_index == 0
+    assert f"node {victim.address} dropped during the trial" in (failed.reason or "")
+    assert "fio --server ended" in (failed.reason or "")
+    assert left_behind(cluster, tmp_path) == []
+
+
+def test_a_killed_controller_leaves_nothing_on_the_nodes(
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+    cluster = ssh_nodes(2)
+    proc = run_controller(cluster, tmp_path, str(tmp_path / "r.db"), SUITE.replace('"1s"', '"30s"'))
+    # the first trial runs once the last node's server forked a process for its job
+    assert wait_for(lambda: len(fio_on(cluster, cluster.nodes[-1])) > 1 or proc.poll() is not None,
+                    timeout=120)
+    proc.kill()                                            # kill -9: no clean-up of its own
+    proc.communicate(timeout=30)
+    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
+                    and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
+        [cluster.leftovers(n) for n in cluster.nodes]

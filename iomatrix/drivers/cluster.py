@@ -13,8 +13,10 @@ node's result is matched.
 **The SSH session owns the node's server.** The remote shell (:data:`SERVE`) starts fio's
 server, says it is ready, and waits on its standard input, which is the controller's pipe: when
 the controller closes it, or dies (kill -9: its ssh gets SIGTERM from the kernel, the
-connection closes, sshd closes the pipe), the shell kills its process group (the server and the
-children it forked for jobs: sshd made the shell a session leader) and removes the directory.
+connection closes, sshd closes the pipe), the shell stops its process group (the server and the
+processes it forked per connection: sshd made the shell a session leader) and fio's job
+processes, which leave it (``setsid``) but keep the server's command line, then removes the
+directory. ``pkill`` (procps) must be on the node.
 
 **A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
 the network went), fio's client returns without that node's result and fails; the trial fails
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -43,6 +46,8 @@ from iomatrix.target.workspace import Image
 READY = "IOMATRIX-FIO-READY"
 START_TIMEOUT = 30.0
 """How long a node may take to log in and start its fio server."""
+DROP_SECONDS = 5.0
+"""How long a failed trial waits for a node's session to end, to name the node that dropped."""
 STOP_TIMEOUT = 10.0
 """How long a node's session may take to stop its server and remove its directory."""
 
@@ -52,25 +57,36 @@ umask 077
 mkdir -m 700 "$d" || { echo "cannot make $d: it exists or its parent is not writable"; exit 3; }
 fio --server=sock:"$d/fio.sock" >"$d/server.log" 2>&1 &
 f=$!
-while [ ! -S "$d/fio.sock" ]; do
-  if ! kill -0 "$f" 2>/dev/null; then
-    echo "fio --server exited: $(tail -n 3 "$d/server.log")"; rm -rf "$d"; exit 4
-  fi
-  sleep 0.05
-done
-echo IOMATRIX-FIO-READY
-read -r _ || :
-trap '' TERM
+exec 3<&0
+{ read -r _ <&3 || :; kill -TERM 0; } &
+w=$!
+trap '' TERM PIPE
+while [ ! -S "$d/fio.sock" ] && kill -0 "$f" 2>/dev/null; do sleep 0.05; done
+[ -S "$d/fio.sock" ] && echo IOMATRIX-FIO-READY
+wait "$f"
+s=$?
+x=0
+if kill "$w" 2>/dev/null; then
+  echo "fio --server ended (status $s): $(tail -n 3 "$d/server.log")"; x=5
+fi
 kill -TERM 0
+# fio's job processes left our process group (setsid): found by the socket in their command line
+n=0
+while pkill -TERM -f "sock:$d/fio.sock" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+pkill -KILL -f "sock:$d/fio.sock"
 wait
 rm -rf "$d"
+exit $x
 """
 """What a node's SSH session runs (POSIX sh; ``$1``: the server's directory): fio's server on a
-Unix socket there, until the controller closes the session's standard input."""
+Unix socket there, until the controller closes the session's standard input (a watcher reading
+it from the start then stops the process group) or the server ends (the session then ends,
+saying so). It ignores SIGTERM, which it sends its group, and SIGPIPE: a controller gone while
+it starts must not kill it before it cleans up."""
 
 class NodeServer:
     """One node's fio server, reached through its SSH session's forward (see the module
-    docstring); ``start`` then ``close``, or ``with``."""
+    docstring); ``start``, ``ready``, then ``close``."""
 
     def __init__(self, node: Node, local: Path, log: Path) -> None:
         self.node = node
@@ -93,7 +109,8 @@ class NodeServer:
                                  "-L", f"{self.local}:{self.remote}/fio.sock"])
 
     def start(self) -> NodeServer:
-        """Log in and start the server; TrialFailed naming the node when it cannot."""
+        """Log in and start the server (``ready`` waits for it); TrialFailed naming the node
+        when ssh cannot start."""
         with open(self.log, "ab") as out:
             try:
                 self.proc = subprocess.Popen(orphan_guard(self.argv()), stdin=subprocess.PIPE,
@@ -102,16 +119,21 @@ class NodeServer:
             except OSError as exc:
                 raise TrialFailed(f"node {self.name}: cannot start ssh: "
                                   f"{exc.strerror or exc}") from exc
+        return self
+
+    def ready(self, deadline: float) -> None:
+        """Wait until the node's server is reachable here; TrialFailed naming the node, and
+        the session ended, when it ends first or is not by ``deadline`` (monotonic)."""
         proc = self.proc
+        assert proc is not None
         ready = wait_for(lambda: proc.poll() is not None or (
-            READY in read_text(self.log) and self.local.is_socket()), timeout=START_TIMEOUT,
-            interval=0.02)
+            READY in read_text(self.log) and self.local.is_socket()),
+            timeout=max(0.0, deadline - time.monotonic()), interval=0.02)
         if not ready or proc.poll() is not None:
             why = self.why() if proc.poll() is not None else (
                 f"its fio server was not ready within {START_TIMEOUT:.0f} s")
             self.close()
             raise TrialFailed(f"node {self.name}: {why}")
-        return self
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -135,12 +157,6 @@ class NodeServer:
             proc.wait(timeout=STOP_TIMEOUT)
         stop(proc, timeout=5)
         self.local.unlink(missing_ok=True)     # ssh leaves its forward's socket behind
-
-    def __enter__(self) -> NodeServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ClusterSession(HostSession):
@@ -173,6 +189,8 @@ class ClusterSession(HostSession):
         return None             # ioping would run here, not on the nodes: fio's equivalent
 
     def failure(self, reason: str) -> str:
+        # a node whose server ended takes a moment to end its session after fio noticed
+        wait_for(lambda: any(not s.alive() for s in self.servers), timeout=DROP_SECONDS)
         dropped = [f"node {s.name} dropped during the trial: {s.why()}"
                    for s in self.servers if not s.alive()]
         return "; ".join([*dropped, reason])
@@ -206,4 +224,7 @@ class ClusterDriver(Driver):
                 server = NodeServer(node, Path(f"{base}.sock"), Path(f"{base}.log"))
                 stack.callback(server.close)
                 servers.append(server.start())
+            deadline = time.monotonic() + START_TIMEOUT      # the nodes log in side by side
+            for server in servers:
+                server.ready(deadline)
             yield ClusterSession(config, images, self.method.engine, servers)
