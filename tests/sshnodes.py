@@ -118,7 +118,7 @@ class SshCluster:
 
     def inventory(self, *, extra: str = "") -> str:
         """A TOML inventory of the nodes (iomatrix's ``[[node]]`` tables)."""
-        tables = [f'[[node]]\nhost = "{n.address}"\nuser = "{self.user}"\nport = {n.port}\n'
+        tables = [f'[[node]]\nname = "{n.name}"\nhost = "{n.address}"\nuser = "{self.user}"\nport = {n.port}\n'
                   f'identity = "{self.identity}"\nknown_hosts = "{self.known_hosts}"\n{extra}'
                   for n in self.nodes]
         return "\n".join(tables)
@@ -192,6 +192,9 @@ def _sshd_config(directory: Path, node: SshNode, host_key: Path, authorized: Pat
         "StrictModes no\n"
         "UsePAM no\n"
         "AcceptEnv LANG LC_*\n"
+        # each node's own state directory, as a node has its own home (iomatrix keeps a node's
+        # share of a run there): the host's home is never written
+        f"SetEnv XDG_STATE_HOME={directory / 'state'}\n"
         "ClientAliveInterval 5\nClientAliveCountMax 3\n"
         "LogLevel INFO\n")
     return config

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from iomatrix import __version__
-from iomatrix.cli import (analyze, appliance, clean, compare, db, doctor, findings, ingest,
+from iomatrix.cli import (analyze, appliance, clean, compare, db, doctor, findings, ingest, node,
                           recommend, results, run, suites, translate)
 from iomatrix.cli.common import err, out
 from iomatrix.cli.status import EPILOG, status_for
@@ -54,6 +54,7 @@ app.command()(clean.clean)
 app.command()(findings.findings)
 app.add_typer(appliance.app)
 app.add_typer(db.app)
+app.add_typer(node.app)
 
 
 _UNSHOWN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")

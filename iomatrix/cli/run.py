@@ -16,6 +16,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import output_directory
 
 if TYPE_CHECKING:
+    from iomatrix.cluster.ssh import Node
     from iomatrix.measure.prepare import PreparedRun
     from iomatrix.store.records import StoredRun
     from iomatrix.suite.model import Suite
@@ -245,6 +246,47 @@ def _storage_target(suite: "Suite", storage_cfg: Path | None) -> "Suite":
     return suite.model_copy(update={"target": resolved})
 
 
+def _cluster_nodes(loaded: "Suite", given: str | None,
+                   stored: "StoredRun | None") -> "tuple[Node, ...]":
+    """The nodes a run measures on: a resumed cluster run's own, else ``--nodes`` or the
+    suite's [nodes]; () for a run of this host."""
+    from iomatrix.cluster.ssh import Node
+    from iomatrix.measure.cluster import resolve_nodes
+
+    if stored is not None:
+        if given is not None:
+            raise typer.BadParameter("a resumed run keeps its nodes", param_hint="--nodes")
+        return tuple(Node(**n.node) for n in stored.nodes)
+    return resolve_nodes(loaded, given)
+
+
+def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: bool,
+                 accel: str | None, seed: int | None, resume: int | None, retry_failed: bool,
+                 report: Path | None) -> None:
+    """``run`` on the cluster's nodes (``iomatrix.measure.cluster``)."""
+    from iomatrix.cli.progress import TerminalProgress
+    from iomatrix.measure.cluster import run_cluster
+    from iomatrix.store.location import PgUrl, parse_location
+
+    shared = db if isinstance(parse_location(db), PgUrl) else None
+    err = environment().stderr
+    with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
+        try:
+            outcome = run_cluster(loaded, nodes, store, db=shared, keep=keep, progress=progress,
+                                  accel=accel, seed=seed, resume=resume,
+                                  retry_failed=retry_failed)
+        except KeyboardInterrupt:
+            err.print("interrupted: every node was stopped; the trials measured so far are "
+                      "stored; the run is marked interrupted")
+            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    out.print(f"run {outcome.run_id}: {len(nodes)} nodes, {outcome.trials_ok} trials ok, "
+              f"{outcome.trials_failed} failed, {outcome.wall_seconds:.0f} s ({shown_db(db)})")
+    if report is not None:
+        out.print(f"report: {write_report(db, str(outcome.run_id), report)}")
+    if outcome.trials_failed:
+        raise typer.Exit(ExitStatus.TRIALS_FAILED)
+
+
 def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
@@ -258,6 +300,7 @@ def run(
     scale: Annotated[Optional[str], typer.Option(help="Run the suite at this scale: one of its [scale.NAME] tables (built-in suites have quick and full; `iomatrix suites NAME` lists them). Without it, the suite's own tables.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="With --resume: also measure the run's failed trials again (complete or not); each failed attempt is kept, with its reason, in the run's trial history.")] = False,
     seed: Annotated[Optional[int], typer.Option(help="Shuffle the trial order with this seed (overrides [method] seed): --plan prints the seed of the order it shows, and a run given it measures in that order. Without any, each run draws its own.")] = None,
+    nodes: Annotated[Optional[str], typer.Option(help="Run the suite on each of these cluster nodes over SSH, as one run with a node axis (overrides the suite's [nodes]): [user@]host[:port],... ; a TOML inventory file (hosts = [...] or [[node]] tables: host, name, user, port, identity, known_hosts, ssh_config, command); or 'pve': every node of this Proxmox VE cluster (/etc/pve/.members).")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
@@ -292,6 +335,11 @@ def run(
         loaded = _with_target(loaded, target)
     resume_id = stored.id if stored is not None else None
     err = environment().stderr
+    cluster = _cluster_nodes(loaded, nodes, stored)
+    if cluster:
+        _run_cluster(loaded, cluster, db, keep=keep, accel=accel, seed=seed, resume=resume_id,
+                     retry_failed=retry_failed, report=report)
+        return
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
             outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,

@@ -104,7 +104,7 @@ def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNE
 
 _DESTINATION = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]|(?P<host>[^@:\s\[\]]+))"
                           r"(?::(?P<port>\d{1,5}))?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 NODE_KEYS = {f.name for f in fields(Node)}
 DEFAULT_KEYS = NODE_KEYS - {"host", "name", "host_key_alias"}
 """Keys a list of nodes may set once for all of them."""
@@ -255,7 +255,7 @@ def _node(values: Mapping[str, Any], where: str) -> Node:
     if not host or host.startswith("-"):           # "-oProxyCommand=..." is an option to ssh
         raise NodesError(f"node {where}: host {host!r} is not a host name or address")
     name = values.get("name") or ""
-    if name and not _NAME.match(name):
+    if name and not NODE_NAME.match(name):
         raise NodesError(f"node {where}: name {name!r} is not letters, digits, '.', '_' or '-'")
     return Node(**{k: v for k, v in values.items() if v is not None})
 

@@ -69,6 +69,11 @@ class PreparedRun(Frozen):
         return self.model_copy(update={"accelerator": accelerator,
                                        "expansion": self.full.for_accel(accelerator)})
 
+    def on_node(self, node: str) -> "PreparedRun":
+        """As ``node`` measures its share of a cluster run (``Expansion.on_node``)."""
+        return self.model_copy(update={"full": self.full.on_node(node),
+                                       "expansion": self.expansion.on_node(node)})
+
     def resumed(self, stored: StoredRun) -> "PreparedRun":
         """As the stored run it continues goes on (``under`` its accelerator first): with that
         run's seed and notes, and only its configurations and workloads (they are the

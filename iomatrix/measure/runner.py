@@ -66,6 +66,17 @@ class SilentProgress:
     def note(self, text: str) -> None: ...
 
 
+class Share(Frozen):
+    """A node's share of a cluster run (``iomatrix.measure.cluster``): its configurations are
+    keyed with ``node``; its trials go into the run known by ``run_uuid``: the cluster's own
+    when ``shared`` (a PostgreSQL store every node writes into, whose run the controller owns and
+    ends), else a run of that uuid in a store of the node's own, copied into the cluster's."""
+
+    node: str
+    run_uuid: str
+    shared: bool = False
+
+
 class RunOutcome(Frozen):
     """How a run went, with the time accounting that bench/ reports."""
 
@@ -99,7 +110,8 @@ NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
-              retry_failed: bool = False, nodes: Sequence[Node] = ()) -> RunOutcome:
+              retry_failed: bool = False, share: Share | None = None,
+              nodes: Sequence[Node] = ()) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. The run is prepared
     as ``run --plan`` shows it (``measure.prepare``: ``accel`` and ``seed`` override the
     suite's [method] accel and seed). ``resume`` continues that stored run (whose suite must be
@@ -113,11 +125,18 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     The target is checked before anything is stored or created. This process owns the run while
     it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
     records every directory it creates; what dead processes left behind for this run or this
-    target is removed first (``iomatrix.measure.reclaim``)."""
+    target is removed first (``iomatrix.measure.reclaim``).
+
+    With ``share`` this process measures a node's share of a cluster run (``Share``): it
+    continues the share where its store has it already, and never owns or ends the cluster's
+    own run."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     # a stored run keeps the platform it was started with
     prepared = prepare(suite, accel=accel, seed=seed, pve=detect_pve() if resume is None else None)
+    if share is not None:
+        prepared = prepared.on_node(share.node)
+        resume = store.run_by_uuid(share.run_uuid)
     suite = prepared.suite
     for tool in tools_for(prepared.full):
         require(tool)
@@ -130,7 +149,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
         workdir = me.scratch
-        if resume is not None:
+        if resume is not None and share is not None and share.shared:
+            previous = None                 # the controller owns the cluster's run
+        elif resume is not None:
             previous = store.claim_run(resume, me.id)
             me.run_id = resume
             if previous is not None:
@@ -158,7 +179,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                                       accelerator=accelerator, notes=notes,
                                       configs=prepared.expansion.configurations,
                                       workloads=prepared.expansion.workloads,
-                                      seed=prepared.seed, owner=me.id)
+                                      seed=prepared.seed, owner=me.id,
+                                      run_uuid=share.run_uuid if share else None)
             me.run_id = run_id
             done: set[tuple[str, str, int]] = set()
         else:
@@ -183,7 +205,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             status = "interrupted"
             raise
         finally:
-            store.finish_run(run_id, status)
+            if share is None or not share.shared:
+                store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
 

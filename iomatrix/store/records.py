@@ -266,6 +266,19 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     return parts
 
 
+class NodeRecord(Frozen):
+    """A node of a cluster run (schema 10): how SSH reached it, what it is, how its share went."""
+
+    name: str
+    node: dict[str, Any]
+    """Its ``iomatrix.cluster.ssh.Node`` fields."""
+    host: dict[str, str]
+    """Its host metadata, as its preflight gave it."""
+    status: str
+    """pending, running, done, failed (its iomatrix failed) or dropped (SSH lost it)."""
+    reason: str | None = None
+
+
 class StoredRun(Frozen):
     """A whole run as stored."""
 
@@ -282,6 +295,8 @@ class StoredRun(Frozen):
     configs: tuple[ConfigRecord, ...]
     workloads: tuple[WorkloadRecord, ...]
     trials: tuple[TrialRecord, ...]
+    nodes: tuple[NodeRecord, ...] = ()
+    """The nodes of a cluster run, in the order given; empty for a run of one host."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

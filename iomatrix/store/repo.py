@@ -23,7 +23,7 @@ from iomatrix.core.errors import RunBusy, RunNotFound, StoreError, UnsafeDirecto
 from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, CpuRecord, PilotTrial, ProcessRecord, ResourceRecord,
-                                    RetiredTrial, RunSummary, SteadyRecord, StoredRun,
+                                    NodeRecord, RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
 from iomatrix.store.location import Location, PgUrl, parse_location
 from iomatrix.store.pg import WRITE_LOCK
@@ -181,17 +181,18 @@ class Store:
     def create_run(self, *, suite: StoredSuite, host: Mapping[str, str], accelerator: str,
                    notes: Iterable[str], configs: Iterable[Configuration],
                    workloads: Iterable[Workload], seed: int | None = None,
-                   owner: int | None = None) -> int:
+                   owner: int | None = None, run_uuid: str | None = None) -> int:
         """A new run of ``suite`` with its configurations and workloads; its id. ``owner`` (a
         process from ``register_process``) owns it from the start, and its resources are the
-        run's."""
+        run's. ``run_uuid``: the uuid of the run this one is a part of (a node's share of a
+        cluster run, kept on the node until it is copied into the cluster's); else a new one."""
         with self._transaction():
             run_id = self._insert(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
                 "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id, uuid) "
                 "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
-                 __version__, json.dumps(list(notes)), seed, owner, uuid.uuid4().hex))
+                 __version__, json.dumps(list(notes)), seed, owner, run_uuid or uuid.uuid4().hex))
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
                                   "AND run_id IS NULL", (run_id, owner))
@@ -255,6 +256,36 @@ class Store:
                     f"VALUES (?, {placeholders})",
                     (trial_id, s.vm, *(getattr(s, c) for c in _SAMPLE_COLUMNS)))
         return trial_id
+
+    def add_nodes(self, run_id: int, nodes: Iterable[tuple[str, Mapping[str, Any],
+                                                           Mapping[str, str]]]) -> None:
+        """The nodes of a cluster run: (name, its ``Node`` fields, its host metadata) each."""
+        with self._transaction():
+            for i, (name, node, host) in enumerate(nodes):
+                self.conn.execute("INSERT INTO run_nodes (run_id, name, position, node_json, "
+                                  "host_json) VALUES (?, ?, ?, ?, ?)",
+                                  (run_id, name, i, json.dumps(dict(node)), json.dumps(dict(host))))
+
+    def set_node(self, run_id: int, name: str, status: str, reason: str | None = None,
+                 host: Mapping[str, str] | None = None) -> None:
+        """How a node's share of a cluster run goes (and its host metadata, when known anew)."""
+        with self._transaction():
+            self.conn.execute("UPDATE run_nodes SET status = ?, reason = ? WHERE run_id = ? "
+                              "AND name = ?", (status, reason, run_id, name))
+            if host is not None:
+                self.conn.execute("UPDATE run_nodes SET host_json = ? WHERE run_id = ? AND "
+                                  "name = ?", (json.dumps(dict(host)), run_id, name))
+
+    def run_by_uuid(self, run_uuid: str) -> int | None:
+        """The run known by ``run_uuid`` in this store, or None."""
+        row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run_uuid,)).fetchone()
+        return int(row[0]) if row else None
+
+    def run_uuid(self, run_id: int) -> str:
+        row = self.conn.execute("SELECT uuid FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"{self.where}: no run {run_id}")
+        return str(row[0])
 
     def finish_run(self, run_id: int, status: str) -> None:
         """The run's final status; it has no owner any more."""
@@ -404,13 +435,15 @@ class Store:
                                process=_process(r[8:])) for r in rows]
 
     # -- copying between stores --------------------------------------------------------------
-    def copy_run(self, source: "Store", run_id: int) -> CopyOutcome:
+    def copy_run(self, source: "Store", run_id: int, *, share: bool = False) -> CopyOutcome:
         """Run ``run_id`` of ``source`` into this store, in one transaction, known by its uuid:
         a run this store lacks is added whole (under a new number; without its owner, its
         processes and what they made on disk, which are the source host's); a run it has gets
         the trials it lacks, a trial measured again (``--retry-failed``) replaces the stored
         one, and the run's status, end and notes follow the source's. Every value is copied as
-        stored: samples, raw fio output, telemetry. A run still being measured is not copied."""
+        stored: samples, raw fio output, telemetry. A run still being measured is not copied.
+        With ``share`` the source run is a node's share of this store's cluster run: only its
+        trials (and their history) are copied, whatever its status; the run keeps its own."""
         (run,) = source._dicts("SELECT * FROM runs WHERE id = ?", (run_id,)) or [None]
         if run is None:
             raise RunNotFound(f"{source.where}: no run {run_id}")
@@ -419,7 +452,7 @@ class Store:
                              "run uuids, by which a copied run is known again",
                              hint="open it once with a command that writes (`iomatrix clean "
                                   "--db ...`) to migrate it")
-        if run["status"] == "running":
+        if run["status"] == "running" and not share:
             return CopyOutcome(run_id, None, "skipped", "it is still being measured, or was "
                                "killed: resume it, or let it end, then copy")
         configs = source._dicts("SELECT * FROM configurations WHERE run_id = ? ORDER BY id",
@@ -437,13 +470,22 @@ class Store:
                                 (run_id,))
         pilot = [source._dicts(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))
                  for table in ("pilot_trials", "trial_plans")] if source.stored_version >= 9 else []
+        nodes = (source._dicts("SELECT * FROM run_nodes WHERE run_id = ?", (run_id,))
+                 if source.stored_version >= 10 else [])
         with self._transaction():
             row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run["uuid"],)).fetchone()
+            if row is None and share:
+                raise RunNotFound(f"{self.where}: no cluster run {run['uuid']} to copy a node's "
+                                  "share into")
             if row is None:
                 dst = self._insert_row("runs", run, skip=("id", "owner_id"))
-                for table, rows in (("configurations", configs), ("workloads", workloads)):
+                for table, rows in (("configurations", configs), ("workloads", workloads),
+                                    ("run_nodes", nodes)):
                     for r in rows:
-                        self._insert_row(table, {**r, "run_id": dst}, skip=("id",))
+                        self._insert_row(table, {**r, "run_id": dst}, skip=("id",),
+                                         keyed=table != "run_nodes")
+            elif share:
+                dst = int(row[0])
             else:
                 dst = int(row[0])
                 self.conn.execute("UPDATE runs SET status = ?, finished_at = ?, notes_json = ? "
@@ -478,7 +520,7 @@ class Store:
                 if (h["config_key"], h["workload_key"], h["sample_index"],
                         h["retired_at"]) not in retired:
                     self._insert_row("trial_history", {**h, "run_id": dst}, skip=("id",))
-            for table, rows in zip(("pilot_trials", "trial_plans"), pilot):   # the source's, whole
+            for table, rows in zip(("pilot_trials", "trial_plans"), [] if share else pilot):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (dst,))
                 for r in rows:
                     self._insert_row(table, {**r, "run_id": dst}, skip=("id",), keyed=False)
@@ -586,10 +628,16 @@ class Store:
         trials = self._with_device_shares(run_id, self._trials("t.run_id = ?", run_id),
                                           ramp_s=suite.method.ramp,
                                           fallback=stored_device(json.loads(row[9])))
+        nodes = tuple(
+            NodeRecord(name=r[0], node=json.loads(r[1]), host=json.loads(r[2]), status=r[3],
+                       reason=r[4])
+            for r in self.conn.execute("SELECT name, node_json, host_json, status, reason FROM "
+                                       "run_nodes WHERE run_id = ? ORDER BY position", (run_id,))
+        ) if self.version >= 10 else ()
         return StoredRun(id=row[0], suite=suite, created_at=row[4], finished_at=row[5],
                          status=row[6], accelerator=row[7], iomatrix_version=row[8],
                          host=json.loads(row[9]), notes=tuple(json.loads(row[10])), seed=row[11],
-                         configs=configs, workloads=workloads, trials=trials)
+                         configs=configs, workloads=workloads, trials=trials, nodes=nodes)
 
     def load_pilot(self, run_id: int) -> tuple[tuple[PilotTrial, ...], dict[str, Any] | None]:
         """A run's pilot trials and its trial plan (None: the run had no pilot, or it did not

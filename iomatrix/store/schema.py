@@ -23,6 +23,9 @@ History:
      rather than rebuilding the table (``PG_MIGRATIONS``)
   9  pilot_trials: the trials a run's pilot measured to choose its trial length and rounds
      (``[method] pilot``; never part of a gain), and trial_plans: what it chose and why (JSON)
+  10 run_nodes: the nodes of a cluster run ([nodes]; its configurations carry node=NAME), how
+     SSH reached each (``iomatrix.cluster.ssh.Node``, JSON), its host metadata from its preflight,
+     and how its share went (pending, running, done, failed, dropped) with the reason
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -245,6 +248,20 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE trial_plans (
         run_id INTEGER NOT NULL PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
         plan_json TEXT NOT NULL
+    );
+    """,
+    # 10
+    """
+    CREATE TABLE run_nodes (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        node_json TEXT NOT NULL,
+        host_json TEXT NOT NULL DEFAULT '{}',
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'running', 'done', 'failed', 'dropped')),
+        reason TEXT,
+        PRIMARY KEY (run_id, name)
     );
     """,
 )

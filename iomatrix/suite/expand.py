@@ -77,6 +77,16 @@ class Expansion(Frozen):
             "notes": (*self.notes, *(f"target {name} is not measured: {why}"
                                      for name, why in dropped.items()))})
 
+    def on_node(self, node: str) -> "Expansion":
+        """The expansion as ``node`` measures it in a cluster run: every configuration keyed
+        with its node (``Configuration.node``), so that the nodes' trials are told apart."""
+        keys = {c.key: c.model_copy(update={"node": node}).key for c in self.configurations}
+        return self.model_copy(update={
+            "configurations": tuple(c.model_copy(update={"node": node})
+                                    for c in self.configurations),
+            "only": None if self.only is None else tuple((keys[c], w) for c, w in self.only),
+            "under_tcg": tuple((keys[c], rule) for c, rule in self.under_tcg)})
+
     def for_accel(self, accel: str) -> "Expansion":
         """The expansion as it runs with guests under ``accel``: under TCG, parts marked
         ``under_tcg = "one"`` keep their first configuration's first workload, "skip" none."""

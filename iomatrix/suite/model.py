@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo,
                       field_validator, model_validator)
 
+from iomatrix.cluster.ssh import parse_destination
+from iomatrix.core.errors import NodesError
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.network import NETWORK_KINDS, IscsiTarget, RbdTarget
@@ -343,6 +345,8 @@ TARGET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """What a target may be called: it is part of configuration keys (``.../target=NAME``)."""
 TARGET_AXIS = "target"
 """The configuration parameter naming the target of a run that measures several."""
+NODE_AXIS = "node"
+"""The configuration parameter naming the node that measured it, in a cluster run."""
 
 SCALE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """What a scale may be called (a [scale.NAME] table, ``iomatrix run --scale NAME``)."""
@@ -796,6 +800,10 @@ class Method(Frozen):
     max_runtime: Duration = 60.0
     baseline: bool = False
     """Also measure every workload in host mode on the same target (the bare-metal baseline)."""
+    on_node_failure: Literal["continue", "stop"] = "continue"
+    """A run of several nodes ([nodes]) when one drops mid-run: its unmeasured trials fail with
+    the reason and the others go on ("continue"), or every node stops and the run ends
+    interrupted ("stop")."""
     engine: Literal["libaio", "io_uring", "psync"] = "libaio"
     """fio's engine for host mode and FUSE exports."""
     precondition: bool = True
@@ -1088,6 +1096,45 @@ def _twice(values: list[str]) -> str | None:
     return next((v for v in values if values.count(v) > 1), None)
 
 
+class Nodes(Frozen):
+    """[nodes]: the nodes that each measure the suite, named one way (``hosts``, an
+    ``inventory`` file, or this Proxmox VE cluster's members), with what SSH needs for all of
+    them (``iomatrix.cluster.ssh``)."""
+
+    hosts: tuple[str, ...] = ()
+    """``[user@]host[:port]`` of each node."""
+    inventory: str | None = None
+    """A TOML inventory file (``hosts = [...]`` and/or ``[[node]]`` tables), relative to the suite."""
+    proxmox: bool = False
+    """Every node of the Proxmox VE cluster this host is in (``/etc/pve/.members``)."""
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity: str | None = None
+    known_hosts: str | None = None
+    ssh_config: str | None = None
+    command: str | None = None
+    """The iomatrix program on the nodes (default: ``iomatrix`` on their login PATH)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "Nodes":
+        ways = [w for w, given in (("hosts", bool(self.hosts)), ("inventory", self.inventory),
+                                   ("proxmox", self.proxmox)) if given]
+        if len(ways) != 1:
+            raise ValueError("name the nodes one way: hosts = [...], inventory = \"FILE\" or "
+                             "proxmox = true" + (f" (not {' and '.join(ways)})" if ways else ""))
+        for host in self.hosts:
+            try:
+                parse_destination(host)
+            except NodesError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    def defaults(self) -> dict[str, Any]:
+        """What the table sets for every node (``iomatrix.cluster.ssh.DEFAULT_KEYS``)."""
+        return {k: v for k in ("user", "port", "identity", "known_hosts", "ssh_config", "command")
+                if (v := getattr(self, k)) is not None}
+
+
 class Suite(Frozen):
     """A validated suite file."""
 
@@ -1105,6 +1152,8 @@ class Suite(Frozen):
     """[[targets]] tables: several targets measured in one run (``named_targets``)."""
     guest: OwnGuest | None = None
     """[guest]: the user's own image as the guest (``OwnGuest``)."""
+    nodes: Nodes | None = None
+    """[nodes]: the cluster nodes that each run the suite (``Nodes``); None: this host only."""
 
     @model_validator(mode="before")
     @classmethod
@@ -1259,11 +1308,15 @@ class Configuration(Frozen):
     target: str | None = None
     """The target's name in a run that measures several (``Suite.named_targets``); None when
     the run has one target."""
+    node: str | None = None
+    """The node that measures it in a run of a cluster's nodes ([nodes]); None on one host."""
 
     def params(self) -> dict[str, str]:
-        """Axis → value for the axes this configuration sets, in a stable order (the target
-        first where the run has several; an A/A twin adds aa = twin)."""
+        """Axis → value for the axes this configuration sets, in a stable order (the node, then
+        the target where the run has several; an A/A twin adds aa = twin)."""
         out: dict[str, str] = {}
+        if self.node is not None:
+            out[NODE_AXIS] = self.node
         if self.target is not None:
             out[TARGET_AXIS] = self.target
         for axis in CONFIG_AXES:
@@ -1289,6 +1342,8 @@ class Configuration(Frozen):
         """Short legend text: ``blocklayer native/none/raw`` (+ ``iothread``, ``prealloc=...``,
         `` on TARGET``)."""
         where = "" if self.target is None else f" on {self.target}"
+        if self.node is not None:
+            where += f" @{self.node}"
         if self.mode == "host":
             return "host (bare metal)" + where
         device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller

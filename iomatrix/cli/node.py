@@ -1,0 +1,124 @@
+"""``iomatrix node ...``: what a cluster run's controller starts on each node over SSH
+(``iomatrix.measure.cluster``). Each reads one JSON request on stdin (never a path or an
+argument the node must trust) and answers on stdout: ``check`` the node's preflight facts,
+``run`` its share of the run as JSON progress lines, ``export`` the store holding its share,
+``forget`` removes that store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from iomatrix.cli.common import open_store
+from iomatrix.cli.status import ExitStatus
+from iomatrix.core.errors import NodesError
+
+app = typer.Typer(name="node", no_args_is_help=True,
+                  help="What a cluster run starts on each node over SSH (`run --nodes`); "
+                       "each reads a JSON request on stdin.")
+
+
+def _request() -> dict[str, Any]:
+    """The controller's request: the first line of stdin, a JSON object."""
+    line = _line(sys.stdin.fileno())
+    try:
+        request = json.loads(line)
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        raise NodesError("no request on stdin: `iomatrix node` commands are started by "
+                         "`iomatrix run --nodes` over SSH")
+    return request
+
+
+def _line(fd: int) -> bytes:
+    """One line of ``fd``, read unbuffered: what follows it stays unread (``watch_stdin``)."""
+    got = bytearray()
+    while not got.endswith(b"\n") and len(got) < 64 << 20:
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        got += chunk
+    return bytes(got)
+
+
+def _share_path(request: dict[str, Any]) -> Path:
+    from iomatrix.cluster.ssh import NODE_NAME
+    from iomatrix.measure.cluster import node_store_path
+
+    run_uuid, node = str(request.get("run_uuid", "")), str(request.get("node", ""))
+    # both name a file: a uuid's hex digits and a node name, nothing else
+    if not (run_uuid.isalnum() and run_uuid.isascii() and NODE_NAME.match(node)):
+        raise NodesError(f"a share is named by a run uuid and a node name, not {run_uuid!r} "
+                         f"and {node!r}")
+    return node_store_path(run_uuid, node)
+
+
+@app.command()
+def check() -> None:
+    """Print this node's facts for a preflight (versions, KVM, problems with the suite), JSON."""
+    from iomatrix.measure.cluster import node_facts
+    from iomatrix.suite import load_suite_text
+
+    request = _request()
+    suite = load_suite_text(str(request.get("suite_text", "")),
+                            source=str(request.get("suite_source", "<controller>")))
+    sys.stdout.write(json.dumps(node_facts(suite)) + "\n")
+
+
+@app.command("run")
+def run_share() -> None:
+    """Measure this node's share of a cluster run; progress as JSON lines on stdout. Stops,
+    cleaning up as Ctrl-C does, when stdin ends (the controller's session is gone)."""
+    from iomatrix.cli.run import _interrupt
+    from iomatrix.measure.cluster import JsonProgress, NodeRequest, watch_stdin
+    from iomatrix.measure.fromvm import resolve_vm
+    from iomatrix.measure.runner import Share, run_suite
+    from iomatrix.suite import load_suite_text
+
+    request = NodeRequest.model_validate(_request())
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    watch_stdin(sys.stdin.fileno())
+    suite = resolve_vm(load_suite_text(request.suite_text, source=request.suite_source))
+    if request.db is not None:
+        db, shared = request.db, True
+    else:
+        path = _share_path(request.model_dump())
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        db, shared = str(path), False
+    progress = JsonProgress(sys.stdout)
+    share = Share(node=request.node, run_uuid=request.run_uuid, shared=shared)
+    with open_store(db, must_exist=False) as store:
+        try:
+            outcome = run_suite(suite, store, keep=request.keep, progress=progress,
+                                accel=request.accel, seed=request.seed,
+                                retry_failed=request.retry_failed, share=share)
+        except KeyboardInterrupt:
+            progress.emit("interrupted")
+            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    progress.emit("done", ok=outcome.trials_ok, failed=outcome.trials_failed)
+    if outcome.trials_failed:
+        raise typer.Exit(ExitStatus.TRIALS_FAILED)
+
+
+@app.command()
+def export() -> None:
+    """Write the store holding this node's share of a run (SQLite) to stdout."""
+    from iomatrix.measure.cluster import export_share
+
+    export_share(_share_path(_request()), sys.stdout.buffer)
+
+
+@app.command()
+def forget() -> None:
+    """Remove the store holding this node's share of a run (once the controller has it)."""
+    from iomatrix.measure.cluster import forget_share
+
+    forget_share(_share_path(_request()))

@@ -1,0 +1,513 @@
+"""A suite measured on every node of a cluster (``[nodes]``, ``iomatrix run --nodes``): the
+controller checks each node over SSH, stores one run whose configurations carry the node that
+measures them (the ``node`` axis), and starts iomatrix on each node over SSH with the suite's
+text on stdin (``iomatrix node run``). Each node measures its share as a local run would, and
+its trials reach the run either straight (a PostgreSQL store every node writes into) or through
+a store of the node's own that the controller fetches over SSH and copies in when the node ends.
+
+A node's iomatrix lives only as long as its SSH session: the controller holds the session's
+stdin open and never writes after the request, so end-of-file on it means the controller (or
+the link) is gone, and the node stops as Ctrl-C stops a run (``watch_stdin``). A session that
+SSH gives up on (no keepalive answered) is a dropped node: its unmeasured trials fail with the
+reason, and the others go on or stop (``[method] on_node_failure``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from iomatrix import __version__
+from iomatrix.cluster.ssh import Node, ssh_argv
+from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound
+from iomatrix.core.model import Frozen
+from iomatrix.core.proc import first_line, last_line, run as run_command, which
+from iomatrix.measure.prepare import prepare
+from iomatrix.measure.reclaim import run_process
+from iomatrix.measure.runner import (Progress, RunOutcome, SilentProgress, _workspace,
+                                     tools_for)
+from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
+from iomatrix.store.repo import Store, now
+from iomatrix.suite.model import NODE_AXIS, Configuration, Suite
+from iomatrix.telemetry.hostinfo import host_metadata
+
+PREFLIGHT_TIMEOUT = 120.0
+"""Seconds a node's preflight may take (SSH login, iomatrix's start, fio and QEMU versions)."""
+STOP_GRACE = 60.0
+"""Seconds a node's iomatrix has to stop and clean up once its session's stdin closes."""
+COMPARED = ("iomatrix", "fio", "qemu")
+"""What must be the same on every node as on the controller: results differ by them."""
+
+
+class NodeRequest(Frozen):
+    """What the controller sends a node's ``iomatrix node run`` on stdin (one JSON line)."""
+
+    suite_text: str
+    suite_source: str
+    node: str
+    run_uuid: str
+    seed: int
+    db: str | None = None
+    """The shared PostgreSQL store's URL; None: the node keeps its share in a store of its own."""
+    accel: str | None = None
+    keep: bool = False
+    retry_failed: bool = False
+
+
+# --- the node's side ---------------------------------------------------------------------------
+
+def node_facts(suite: Suite) -> dict[str, Any]:
+    """What a node says in its preflight: host, iomatrix, fio and QEMU versions, KVM, and the
+    problems it sees with the suite here (tools missing, target unusable or too small)."""
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "iomatrix": __version__}
+    problems: list[str] = []
+    try:
+        prepared = prepare(suite)
+        for tool in tools_for(prepared.full):
+            if which(tool) is None:
+                problems.append(f"{tool} is not installed")
+        _workspace(prepared, keep=False).check(prepared.full.configurations)
+    except IomatrixError as exc:
+        problems.append(first_line(str(exc)))
+    host = host_metadata(suite.target.directory or suite.target.device, accelerator="?")
+    facts.update(fio=host.get("fio", ""), qemu=host.get("qemu", ""),
+                 kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
+                      "no /dev/kvm" if not os.path.exists("/dev/kvm") else "/dev/kvm not accessible"),
+                 host=host, problems=problems)
+    return facts
+
+
+def node_store_path(run_uuid: str, node: str) -> Path:
+    """Where a node keeps its share of a cluster run when no store is shared: under the user's
+    state directory (``$XDG_STATE_HOME``, else ``~/.local/state``), by run and node."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "iomatrix" / "cluster" / f"{run_uuid}-{node}.db"
+
+
+def watch_stdin(fd: int) -> None:
+    """Raise SIGHUP in this process when file descriptor ``fd`` (stdin) ends: the controller's
+    SSH session is gone (no terminal, so no SIGHUP of the kernel's), and the run stops as it
+    does on Ctrl-C. Read raw: a daemon thread inside a buffered read aborts the interpreter's
+    exit."""
+    def wait() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 65536):
+                pass
+        os.kill(os.getpid(), signal.SIGHUP)
+    threading.Thread(target=wait, name="stdin-eof", daemon=True).start()
+
+
+class JsonProgress:
+    """``Progress`` as JSON lines on a stream, for the controller to read (one event a line)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        with self.lock, contextlib.suppress(OSError, ValueError):
+            self.stream.write(json.dumps({"event": event, **fields}) + "\n")
+            self.stream.flush()
+
+    def start(self, trials: int, planned_seconds: float) -> None:
+        self.emit("start", trials=trials, seconds=planned_seconds)
+
+    def more(self, trials: int, planned_seconds: float) -> None:
+        self.emit("more", trials=trials, seconds=planned_seconds)
+
+    def trial_started(self, n: int, config: Configuration, workload: Any, sample: int) -> None:
+        self.emit("trial_started", config=config.key, workload=workload.key, sample=sample)
+
+    def trial_finished(self, n: int, ok: bool, detail: str) -> None:
+        self.emit("trial_finished", ok=ok, detail=detail)
+
+    def note(self, text: str) -> None:
+        self.emit("note", text=text)
+
+
+def export_share(path: Path, out: IO[bytes]) -> None:
+    """A consistent copy of the node's store at ``path`` (SQLite's backup), written to ``out``;
+    RunNotFound when the node has no such share."""
+    import sqlite3
+
+    if not path.is_file():
+        raise RunNotFound(f"{path}: this node keeps no such share")
+    with tempfile.TemporaryDirectory(prefix="iomatrix-share-") as tmp:
+        copy = Path(tmp) / "share.db"
+        source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            with sqlite3.connect(copy) as target:
+                source.backup(target)
+            target.close()
+        finally:
+            source.close()
+        with open(copy, "rb") as f:
+            shutil.copyfileobj(f, out)
+    out.flush()
+
+
+def forget_share(path: Path) -> None:
+    """Remove the node's store of a share (copied into the cluster's run by now)."""
+    for extra in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(f"{path}{extra}").unlink()
+    for directory in (path.parent, path.parent.parent):     # iomatrix's, once empty
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+# --- the controller's side ---------------------------------------------------------------------
+
+def resolve_nodes(suite: Suite, given: str | None) -> tuple[Node, ...]:
+    """The nodes of a run: ``--nodes`` (``given``) over the suite's [nodes]; () for neither."""
+    from iomatrix.cluster import ssh
+
+    base = Path(suite.source_path).parent if suite.source_path and not suite.source_path.startswith(
+        "builtin:") else None
+    if given is not None:
+        return ssh.resolve(given, base=base)
+    spec = suite.nodes
+    if spec is None:
+        return ()
+    defaults = spec.defaults()
+    if spec.proxmox:
+        return ssh.read_pve_members()
+    if spec.inventory is not None:
+        path = Path(os.path.expanduser(spec.inventory))
+        return ssh.load_inventory(path if path.is_absolute() or base is None else base / path)
+    return ssh.parse_inventory({"hosts": list(spec.hosts), **defaults}, "[nodes]", base=base)
+
+
+def _session(node: Node, command: Sequence[str], request: str | None, *,
+             timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``command`` on ``node`` over SSH with ``request`` on its stdin, to the end."""
+    argv = ssh_argv(node, command)
+    try:
+        return subprocess.run(argv, input=(request or "").encode(), capture_output=True,
+                              timeout=timeout, start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        raise NodesError(f"node {node.label}: no answer within {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise NodesError(f"cannot run ssh: {exc.strerror or exc}",
+                         hint="install OpenSSH's client: apt-get install openssh-client") from exc
+
+
+def _failure(node: Node, done: subprocess.CompletedProcess[bytes], what: str) -> str:
+    """One line: why a node's command failed, as SSH or the node's iomatrix said."""
+    said = last_line(done.stderr.decode(errors="replace")) or f"exit status {done.returncode}"
+    if done.returncode == 255:
+        return f"node {node.label} ({node.destination()}): unreachable over SSH: {said}"
+    if done.returncode == 127:
+        return (f"node {node.label}: {node.command!r} not found on the node (install iomatrix "
+                "there, or give the node's command in the inventory)")
+    return f"node {node.label}: {what} failed: {said}"
+
+
+def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
+              mine: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Every node's facts (``node_facts``), asked over SSH at once; NodesError with one line per
+    node that cannot be used: unreachable, missing iomatrix, a problem with the suite there, or
+    an iomatrix, fio or QEMU version unlike the controller's (``mine``: this host's facts), or
+    KVM where the controller has it for a guest suite."""
+    mine = dict(mine or node_facts(suite))
+    request = json.dumps({"suite_text": suite.source_text, "suite_source": suite.source_path})
+    results: dict[str, dict[str, Any]] = {}
+    problems: dict[str, list[str]] = {}
+
+    def ask(node: Node) -> None:
+        try:
+            done = _session(node, [node.command, "node", "check"], request,
+                            timeout=PREFLIGHT_TIMEOUT)
+        except NodesError as exc:
+            problems[node.label] = [str(exc)]
+            return
+        if done.returncode != 0:
+            problems[node.label] = [_failure(node, done, "iomatrix node check")]
+            return
+        try:
+            facts = json.loads(done.stdout)
+        except ValueError:
+            problems[node.label] = [f"node {node.label}: its iomatrix node check printed no "
+                                    f"JSON: {first_line(done.stdout.decode(errors='replace'))}"]
+            return
+        results[node.label] = facts
+        wrong = [f"node {node.label}: {p}" for p in facts.get("problems", [])]
+        for key in COMPARED:
+            if facts.get(key) != mine.get(key):
+                wrong.append(f"node {node.label}: {key} {facts.get(key) or '(none)'} differs "
+                             f"from the controller's {mine.get(key) or '(none)'}")
+        guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
+        if guests and accel != "tcg" and facts.get("kvm") != mine.get("kvm"):
+            wrong.append(f"node {node.label}: KVM {facts.get('kvm')}, on the controller "
+                         f"{mine.get('kvm')}: its guests would not run as the others'")
+        if wrong:
+            problems[node.label] = wrong
+
+    threads = [threading.Thread(target=ask, args=(n,), daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if problems:
+        raise NodesError("\n".join(line for n in nodes for line in problems.get(n.label, [])),
+                         hint="nothing was run or stored; fix those nodes, or leave them out")
+    return results
+
+
+class _Node:
+    """One node's session during a cluster run."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr: list[str] = []
+        self.finished: dict[str, Any] | None = None
+        self.threads: list[threading.Thread] = []
+
+    @property
+    def name(self) -> str:
+        return self.node.label
+
+
+def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | None,
+                keep: bool = False, progress: Progress | None = None, accel: str | None = None,
+                seed: int | None = None, resume: int | None = None,
+                retry_failed: bool = False) -> RunOutcome:
+    """Measure ``suite`` on every node (the module's docstring) as one run of ``store``, or
+    continue the cluster run ``resume`` on its nodes; ``db`` is the store's PostgreSQL URL when
+    the nodes write into it, else None. NodesError before anything is stored when a node cannot
+    be used (``preflight``)."""
+    progress = progress or SilentProgress()
+    t0 = time.monotonic()
+    names = [n.label for n in nodes]
+    facts = preflight(suite, nodes, accel=accel)
+    prepared = prepare(suite, accel=accel, seed=seed)
+    configs = tuple(c for name in names for c in prepared.expansion.on_node(name).configurations)
+    with run_process(store, keep=keep) as me:
+        assert me.id is not None
+        if resume is None:
+            host = host_metadata(suite.target.directory or suite.target.device,
+                                 accelerator=prepared.accelerator)
+            host["nodes"] = ", ".join(names)
+            run_id = store.create_run(
+                suite=StoredSuite.of(suite), host=host, accelerator=prepared.accelerator,
+                notes=[*prepared.expansion.notes, f"nodes: {', '.join(names)}, each measuring "
+                       "the suite on its own target (the node axis)"],
+                configs=configs, workloads=prepared.expansion.workloads, seed=prepared.seed,
+                owner=me.id)
+            me.run_id = run_id
+            store.add_nodes(run_id, [(n.label, asdict(n), facts[n.label].get("host", {}))
+                                     for n in nodes])
+            run_seed = prepared.seed
+        else:
+            run_id = resume
+            store.claim_run(run_id, me.id)
+            me.run_id = run_id
+            store.reopen_run(run_id)
+            run_seed = store.load_run(run_id).seed or 0
+        run_uuid = store.run_uuid(run_id)
+        status = "failed"
+        outcome: dict[str, int] = {}
+        try:
+            planned = {name: [(c.key, w.key, k) for c in prepared.expansion.on_node(name).configurations
+                              for w in prepared.expansion.on_node(name).workloads_for(c)
+                              for k in range(suite.method.samples)] for name in names}
+            outcome = _drive(suite, nodes, store, run_id, run_uuid, run_seed, planned=planned,
+                             db=db, keep=keep, accel=accel, retry_failed=retry_failed,
+                             progress=progress)
+            status = "interrupted" if outcome.get("stopped") else "complete"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            store.finish_run(run_id, status)
+    stored = store.load_run(run_id)
+    if outcome.get("stopped"):
+        raise NodesError("\n".join(f"node {n.name}: {n.status}: {n.reason}" for n in stored.nodes
+                                   if n.status in ("dropped", "failed")),
+                         hint=f"[method] on_node_failure = \"stop\": every node was stopped; "
+                              f"`iomatrix run --resume {run_id}` continues the run")
+    ok = sum(1 for t in stored.trials if t.status == "ok")
+    return RunOutcome(run_id=run_id, trials_ok=ok, trials_failed=len(stored.trials) - ok,
+                      measured_seconds=0.0, wall_seconds=time.monotonic() - t0)
+
+
+def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_uuid: str,
+           run_seed: int, *, planned: Mapping[str, list[tuple[str, str, int]]], db: str | None,
+           keep: bool, accel: str | None, retry_failed: bool,
+           progress: Progress) -> dict[str, int]:
+    """Start every node's share, follow their progress until all ended, and account for each
+    (its share copied in, or its missing trials failed with the reason)."""
+    stored = store.load_run(run_id)
+    done_nodes = {n.name for n in stored.nodes if n.status == "done"}
+    events: queue.Queue[tuple[_Node, dict[str, Any] | None]] = queue.Queue()
+    sessions = [_Node(n) for n in nodes if n.label not in done_nodes]
+    try:
+        for s in sessions:
+            request = NodeRequest(suite_text=suite.source_text, suite_source=suite.source_path,
+                                  node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
+                                  accel=accel, keep=keep, retry_failed=retry_failed)
+            _start(s, request, events)
+            store.set_node(run_id, s.name, "running")
+        running = len(sessions)
+        stopped = 0
+        while running:
+            s, event = events.get()
+            if event is not None:
+                _follow(s, event, progress)
+                continue
+            running -= 1
+            failed = _ended(s, store, run_id, progress, planned[s.name])
+            if failed and suite.method.on_node_failure == "stop" and not stopped:
+                stopped = 1
+                progress.note(f"node {s.name} {failed}: stopping every node "
+                              "([method] on_node_failure = \"stop\")")
+                for other in sessions:
+                    _hang_up(other)
+        return {"stopped": stopped}
+    except BaseException:
+        for s in sessions:
+            _hang_up(s)
+        for s in sessions:
+            _reap(s)
+        raise
+
+
+def _start(s: _Node, request: NodeRequest, events: "queue.Queue[tuple[_Node, dict[str, Any] | None]]") -> None:
+    argv = ssh_argv(s.node, [s.node.command, "node", "run"])
+    s.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    assert s.proc.stdin is not None and s.proc.stdout is not None and s.proc.stderr is not None
+    s.proc.stdin.write((request.model_dump_json() + "\n").encode())
+    s.proc.stdin.flush()                       # and kept open: its end stops the node
+
+    def read_events(stream: IO[bytes]) -> None:
+        for raw in stream:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.put((s, event))
+        s.proc.wait()                          # type: ignore[union-attr]
+        for t in s.threads[1:]:
+            t.join()
+        events.put((s, None))
+
+    def read_errors(stream: IO[bytes]) -> None:
+        for raw in stream:
+            s.stderr.append(raw.decode(errors="replace").rstrip())
+            del s.stderr[:-20]
+
+    s.threads = [threading.Thread(target=read_events, args=(s.proc.stdout,), daemon=True),
+                 threading.Thread(target=read_errors, args=(s.proc.stderr,), daemon=True)]
+    for t in reversed(s.threads):
+        t.start()
+
+
+def _follow(s: _Node, event: dict[str, Any], progress: Progress) -> None:
+    """A node's progress event, told as the node's."""
+    kind = event.get("event")
+    if kind == "note":
+        progress.note(f"{s.name}: {event.get('text', '')}")
+    elif kind == "trial_finished":
+        progress.note(f"{s.name}: trial {'ok' if event.get('ok') else 'failed'}: "
+                      f"{event.get('detail', '')}")
+    elif kind == "done":
+        s.finished = event
+
+
+def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
+           planned: list[tuple[str, str, int]]) -> str | None:
+    """Account for a node whose session ended; what went wrong with it ("dropped: ...",
+    "failed: ..."), or None."""
+    assert s.proc is not None
+    code = s.proc.returncode
+    said = next((line for line in reversed(s.stderr) if line.strip()), "")
+    if code in (0, 6) and s.finished is not None:
+        try:
+            _collect(s, store, run_id)
+        except IomatrixError as exc:
+            return _fail_rest(s, store, run_id, progress, planned, "failed",
+                              f"its share could not be copied: {exc}")
+        store.set_node(run_id, s.name, "done")
+        progress.note(f"{s.name}: done")
+        return None
+    if code == 255:
+        return _fail_rest(s, store, run_id, progress, planned, "dropped",
+                          f"SSH lost node {s.name}: {said or 'the connection ended'}")
+    return _fail_rest(s, store, run_id, progress, planned, "failed",
+                      f"iomatrix on node {s.name} ended with exit status {code}: "
+                      f"{said or 'no message'}")
+
+
+def _collect(s: _Node, store: Store, run_id: int) -> None:
+    """A node's share into the run: nothing to do when the node wrote into the shared store;
+    else its store fetched over SSH, copied in (trials only), then removed from the node."""
+    if store.postgres:
+        return
+    node = s.node
+    key = json.dumps({"run_uuid": store.run_uuid(run_id), "node": s.name})
+    done = _session(node, [node.command, "node", "export"], key + "\n", timeout=600)
+    if done.returncode != 0:
+        raise NodesError(_failure(node, done, "iomatrix node export"))
+    with tempfile.TemporaryDirectory(prefix="iomatrix-share-") as tmp:
+        path = Path(tmp) / "share.db"
+        path.write_bytes(done.stdout)
+        with Store(path, readonly=True) as share:
+            source = share.run_by_uuid(store.run_uuid(run_id))
+            if source is None:
+                raise NodesError(f"node {s.name}: its share holds no run {store.run_uuid(run_id)}")
+            store.copy_run(share, source, share=True)
+    _session(node, [node.command, "node", "forget"], key + "\n", timeout=60)
+
+
+def _fail_rest(s: _Node, store: Store, run_id: int, progress: Progress,
+               planned: list[tuple[str, str, int]], status: str, reason: str) -> str:
+    """The ``planned`` trials of a node that the run lacks, stored as failed with ``reason``;
+    the node marked so."""
+    have = {(t.config_key, t.workload_key, t.sample_index) for t in store.load_run(run_id).trials}
+    started = now()
+    for key in planned:
+        if key not in have:
+            store.record_trial(run_id, TrialResult(
+                config_key=key[0], workload_key=key[1], sample_index=key[2], status="failed",
+                reason=reason, started_at=started))
+    store.set_node(run_id, s.name, status, reason)
+    progress.note(f"{s.name}: {status}: {reason}")
+    return f"{status}: {reason}"
+
+
+def _hang_up(s: _Node) -> None:
+    """End a node's session's stdin: its iomatrix stops and cleans up (``watch_stdin``)."""
+    if s.proc is not None and s.proc.stdin is not None:
+        with contextlib.suppress(OSError, ValueError):
+            s.proc.stdin.close()
+
+
+def _reap(s: _Node) -> None:
+    """Wait for a hung-up session to end (the node cleaning up), then stop SSH if it has not."""
+    if s.proc is None:
+        return
+    try:
+        s.proc.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        s.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            s.proc.wait(timeout=10)
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
