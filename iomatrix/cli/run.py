@@ -265,16 +265,17 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
                  report: Path | None) -> None:
     """``run`` on the cluster's nodes (``iomatrix.measure.cluster``)."""
     from iomatrix.cli.progress import TerminalProgress
-    from iomatrix.measure.cluster import run_cluster
+    from iomatrix.measure.cluster import preflight, run_cluster
     from iomatrix.store.location import PgUrl, parse_location
 
     shared = db if isinstance(parse_location(db), PgUrl) else None
     err = environment().stderr
+    facts = preflight(loaded, nodes, accel=accel)      # before the store is made or opened
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
             outcome = run_cluster(loaded, nodes, store, db=shared, keep=keep, progress=progress,
                                   accel=accel, seed=seed, resume=resume,
-                                  retry_failed=retry_failed)
+                                  retry_failed=retry_failed, facts=facts)
         except KeyboardInterrupt:
             err.print("interrupted: every node was stopped; the trials measured so far are "
                       "stored; the run is marked interrupted")

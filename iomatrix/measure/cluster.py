@@ -285,15 +285,16 @@ class _Node:
 def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | None,
                 keep: bool = False, progress: Progress | None = None, accel: str | None = None,
                 seed: int | None = None, resume: int | None = None,
-                retry_failed: bool = False) -> RunOutcome:
+                retry_failed: bool = False,
+                facts: Mapping[str, dict[str, Any]] | None = None) -> RunOutcome:
     """Measure ``suite`` on every node (the module's docstring) as one run of ``store``, or
     continue the cluster run ``resume`` on its nodes; ``db`` is the store's PostgreSQL URL when
     the nodes write into it, else None. NodesError before anything is stored when a node cannot
-    be used (``preflight``)."""
+    be used (``preflight``, unless its ``facts`` are given: it ran already)."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     names = [n.label for n in nodes]
-    facts = preflight(suite, nodes, accel=accel)
+    facts = facts if facts is not None else preflight(suite, nodes, accel=accel)
     prepared = prepare(suite, accel=accel, seed=seed)
     configs = tuple(c for name in names for c in prepared.expansion.on_node(name).configurations)
     with run_process(store, keep=keep) as me:

@@ -34,7 +34,7 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
                                     StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
-from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
 from iomatrix.target.iscsi import IscsiLun
 from iomatrix.target.network import NetworkTarget
 from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool
@@ -186,7 +186,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         else:
             run_id = resume
             prepared, done, retry, notes = _reopen(store, resume, prepared, workspace.notes,
-                                                   retry_failed)
+                                                   retry_failed, share.node if share else None)
         for text in notes:
             progress.note(text)
         if isinstance(workspace, RbdPool):
@@ -225,12 +225,15 @@ def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
 
 
 def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],
-            retry_failed: bool) -> tuple[PreparedRun, set[tuple[str, str, int]],
-                                         set[tuple[str, str, int]], list[str]]:
+            retry_failed: bool, node: str | None = None) -> tuple[
+                PreparedRun, set[tuple[str, str, int]], set[tuple[str, str, int]], list[str]]:
     """A stored run reopened to resume: the run prepared in its own order, the trials it has
     (``done``), those to measure again (``retry``: its failed ones with ``retry_failed``) and
-    its notes with what this process adds."""
+    its notes with what this process adds. ``node``: only that node's share of a cluster run."""
     stored = store.load_run(run_id)
+    if node is not None:
+        stored = stored.model_copy(update={"configs": tuple(
+            c for c in stored.configs if c.params.get(NODE_AXIS) == node)})
     prepared = prepared.resumed(stored)
     done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
             if t.status == "ok" or not retry_failed}
