@@ -5,7 +5,6 @@ are stored like a single host's."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -21,10 +20,12 @@ from iomatrix.fio.run import run_fio
 from iomatrix.fio.samples import samples_of, start_skew_ms, vm_samples_of
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
-from tests.conftest import write_suite
+from iomatrix.cli.status import ExitStatus
+from iomatrix.store.records import StoredRun
+from tests.conftest import REPO, write_suite
 from tests.sshnodes import SshCluster, SshNode, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 
-ROOT = Path(__file__).parent.parent
+IOMATRIX = str(REPO / ".venv" / "bin" / "iomatrix")
 
 FIXTURES = Path(__file__).parent / "fixtures/fio"
 JOB = """[global]
@@ -94,31 +95,26 @@ concurrent_nodes = true
 """
 
 
-def control(suite: str, inventory: str, db: str) -> None:
-    """The controller (run inside the nodes' controller namespace by the tests): ``suite``
-    measured on the nodes of ``inventory`` into ``db``."""
-    from iomatrix.cluster.ssh import load_inventory
-    from iomatrix.measure.runner import run_suite
-    from iomatrix.store import Store
-    from iomatrix.store.location import parse_location
-    from iomatrix.suite import load_suite
-
-    with Store(parse_location(db)) as store:
-        outcome = run_suite(load_suite(suite), store, nodes=load_inventory(Path(inventory)))
-    print(json.dumps({"run": outcome.run_id, "ok": outcome.trials_ok,
-                      "failed": outcome.trials_failed}))
-
-
 def run_controller(cluster: SshCluster, tmp_path: Path, db: str, body: str = SUITE,
-                   **popen: object) -> subprocess.Popen[str]:
+                   ) -> subprocess.Popen[str]:
+    """``iomatrix run`` of ``body`` on the cluster's nodes, started as the controller (in the
+    namespace that reaches the nodes)."""
     suite = write_suite(tmp_path, body, size="8MiB")
     inventory = tmp_path / "nodes.toml"
-    inventory.write_text(cluster.inventory())
-    argv = [sys.executable, "-c", "import sys; from tests.test_cluster_load import control; "
-            "control(*sys.argv[1:])", str(suite), str(inventory), db]
-    return subprocess.Popen(cluster.controller(argv), cwd=ROOT, text=True,
+    inventory.write_text(cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n'))
+    argv = [sys.executable, "-m", "iomatrix", "run", str(suite), "--nodes", str(inventory),
+            "--db", db]
+    return subprocess.Popen(cluster.controller(argv), cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "TMPDIR": str(tmp_path)}, **popen)  # type: ignore[call-overload]
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def finished(proc: subprocess.Popen[str], db: str) -> StoredRun:
+    """The run ``proc`` stored in ``db``, once it ended."""
+    out, err = proc.communicate(timeout=300)
+    assert out.startswith("run 1:"), err
+    with Store(parse_location(db)) as store:
+        return store.load_run(1)
 
 
 def fio_on(cluster: SshCluster, node: SshNode) -> list[int]:
@@ -143,18 +139,15 @@ def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshClust
     cluster = ssh_nodes(3)
     db = str(tmp_path / "r.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
     proc = run_controller(cluster, tmp_path, db)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    done = json.loads(out.splitlines()[-1])
-    assert (done["ok"], done["failed"]) == (2, 0), err
-    with Store(parse_location(db)) as store:
-        run = store.load_run(done["run"])
-    assert run.host["nodes"] == ", ".join(n.address for n in cluster.nodes)
+    run = finished(proc, db)
+    assert proc.returncode == 0 and [t.status for t in run.trials] == ["ok", "ok"]
+    assert [n.name for n in run.nodes] == [n.name for n in cluster.nodes]
+    assert run.host["nodes"] == ", ".join(n.name for n in cluster.nodes)
     rounds: dict[str, list[int]] = {}
     for trial in run.trials:
         rounds.setdefault(trial.workload_key, []).append(trial.sample_index)
         assert trial.applied["cluster.nodes"] == ", ".join(
-            f"vm{i}={n.address}" for i, n in enumerate(cluster.nodes))
+            f"vm{i}={n.name}" for i, n in enumerate(cluster.nodes))
         assert "cluster.start_skew" in trial.applied
         (aggregate,) = trial.samples
         per_node = sorted(trial.vm_samples, key=lambda s: s.vm or 0)
@@ -177,23 +170,20 @@ def test_a_node_whose_server_drops_fails_the_trial_naming_it(
     for pid in fio_on(cluster, victim):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    done = json.loads(out.splitlines()[-1])
-    assert (done["ok"], done["failed"]) == (1, 1), err    # the next round has the node again
-    with Store(parse_location(str(tmp_path / "r.db"))) as store:
-        run = store.load_run(done["run"])
-    (failed,) = [t for t in run.trials if t.status == "failed"]
+    run = finished(proc, str(tmp_path / "r.db"))
+    assert proc.returncode == ExitStatus.TRIALS_FAILED
+    (failed,) = [t for t in run.trials if t.status == "failed"]   # the next round has it again
     assert failed.sample_index == 0
-    assert f"node {victim.address} dropped during the trial" in (failed.reason or "")
+    assert f"node {victim.name} dropped during the trial" in (failed.reason or "")
     assert "fio --server ended" in (failed.reason or "")
     assert left_behind(cluster, tmp_path) == []
 
 
-def test_a_killed_controller_leaves_nothing_on_the_nodes(
+def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)
-    proc = run_controller(cluster, tmp_path, str(tmp_path / "r.db"), SUITE.replace('"1s"', '"30s"'))
+    db = str(tmp_path / "r.db")
+    proc = run_controller(cluster, tmp_path, db, SUITE.replace('"1s"', '"3s"'))
     # the first trial runs once the last node's server forked a process for its job
     assert wait_for(lambda: len(fio_on(cluster, cluster.nodes[-1])) > 1 or proc.poll() is not None,
                     timeout=120)
@@ -202,3 +192,11 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes(
     assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
                     and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
         [cluster.leftovers(n) for n in cluster.nodes]
+    resumed = subprocess.Popen(cluster.controller(
+        [sys.executable, "-m", "iomatrix", "run", "--resume", "1", "--db", db]), cwd=REPO,
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)})
+    run = finished(resumed, db)                            # on the nodes the run stored
+    assert resumed.returncode == 0 and [t.status for t in run.trials] == ["ok", "ok"]
+    assert all(len(t.vm_samples) == 2 for t in run.trials)
+    assert left_behind(cluster, tmp_path) == []

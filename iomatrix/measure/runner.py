@@ -9,6 +9,7 @@ import random
 import shlex
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
@@ -143,7 +144,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     if suite.target.network is not None:
         require(NETWORK_TOOLS[suite.target.kind])
     if suite.method.concurrent_nodes and not nodes:
-        raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give --nodes")
+        raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     workspace = _workspace(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
@@ -182,6 +183,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                                       seed=prepared.seed, owner=me.id,
                                       run_uuid=share.run_uuid if share else None)
             me.run_id = run_id
+            if suite.method.concurrent_nodes:       # --resume finds them there
+                store.add_nodes(run_id, [(n.label, asdict(n), {}) for n in nodes])
             done: set[tuple[str, str, int]] = set()
         else:
             run_id = resume
