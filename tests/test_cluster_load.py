@@ -21,6 +21,9 @@ from iomatrix.fio.samples import samples_of, start_skew_ms, vm_samples_of
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from iomatrix.cli.status import ExitStatus
+from iomatrix.core.errors import SuiteError
+from iomatrix.measure.runner import run_suite
+from iomatrix.suite import load_suite, load_suite_text
 from iomatrix.store.records import StoredRun
 from tests.conftest import REPO, write_suite
 from tests.sshnodes import SshCluster, SshNode, _cmdline, _in_netns, ssh_nodes  # noqa: F401
@@ -200,3 +203,19 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
     assert resumed.returncode == 0 and [t.status for t in run.trials] == ["ok", "ok"]
     assert all(len(t.vm_samples) == 2 for t in run.trials)
     assert left_behind(cluster, tmp_path) == []
+
+
+@pytest.mark.parametrize("extra, says", [
+    ('mode = "guest"', 'mode = "host" only'),
+    ('mode = "host"\nsteady_state = true', "only when the trial ends"),
+])
+def test_what_cluster_load_refuses(extra: str, says: str) -> None:
+    with pytest.raises(SuiteError, match=says):
+        load_suite_text(f'[suite]\nname = "t"\n[method]\nconcurrent_nodes = true\n{extra}\n')
+
+
+def test_cluster_load_needs_nodes(tmp_path: Path) -> None:
+    suite = load_suite(write_suite(tmp_path, SUITE))
+    with Store(tmp_path / "r.db") as store, pytest.raises(SuiteError, match="--nodes"):
+        run_suite(suite, store)
+    assert not (tmp_path / "target").exists()

@@ -890,6 +890,9 @@ class Method(Frozen):
         if self.concurrent_nodes and self.mode != "host":
             raise ValueError('concurrent_nodes loads the target from the nodes in mode = "host" '
                              f'only, so far (mode is "{self.mode}")')
+        if self.concurrent_nodes and self.steady_state:
+            raise ValueError("steady_state cannot follow a trial of concurrent_nodes: fio's "
+                             "client reports the nodes' I/O only when the trial ends")
         if self.pilot and {"runtime", "samples"} <= self.model_fields_set:
             raise ValueError("pilot chooses runtime and samples, and the suite fixes both: "
                              "drop one of them, or pilot")
