@@ -177,7 +177,7 @@ def test_a_node_whose_server_drops_fails_the_trial_naming_it(
     assert proc.returncode == ExitStatus.TRIALS_FAILED
     (failed,) = [t for t in run.trials if t.status == "failed"]   # the next round has it again
     assert failed.sample_index == 0
-    assert f"node {victim.name} dropped during the trial" in (failed.reason or "")
+    assert f"node {victim.name} dropped: its SSH session ended" in (failed.reason or "")
     assert "fio --server ended" in (failed.reason or "")
     assert left_behind(cluster, tmp_path) == []
 

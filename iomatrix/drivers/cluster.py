@@ -177,9 +177,8 @@ class ClusterSession(HostSession):
                       "not measured: fio before 3.36 reports no job start")
 
     def fio_clients(self) -> list[str]:
-        dropped = [s for s in self.servers if not s.alive()]
-        if dropped:
-            raise TrialFailed("; ".join(f"node {s.name}: {s.why()}" for s in dropped))
+        if any(not s.alive() for s in self.servers):
+            raise TrialFailed("a node's fio server is gone")      # named by ``failure``
         return [s.address for s in self.servers]
 
     def clients(self) -> list[int | str]:
@@ -191,8 +190,7 @@ class ClusterSession(HostSession):
     def failure(self, reason: str) -> str:
         # a node whose server ended takes a moment to end its session after fio noticed
         wait_for(lambda: any(not s.alive() for s in self.servers), timeout=DROP_SECONDS)
-        dropped = [f"node {s.name} dropped during the trial: {s.why()}"
-                   for s in self.servers if not s.alive()]
+        dropped = [f"node {s.name} dropped: {s.why()}" for s in self.servers if not s.alive()]
         return "; ".join([*dropped, reason])
 
     def applied(self) -> dict[str, str]:

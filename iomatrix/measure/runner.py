@@ -145,6 +145,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         require(NETWORK_TOOLS[suite.target.kind])
     if suite.method.concurrent_nodes and not nodes:
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
+    if suite.method.concurrent_nodes and suite.target.network is not None:
+        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
+                         f"so far (the target is {suite.target.kind})")
     workspace = _workspace(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
