@@ -145,16 +145,19 @@ def test_an_unreachable_node_is_refused_before_anything_runs(ssh_nodes, tmp_path
     _nothing_left(cluster, tmp_path)
 
 
-def _wait_for(proc: subprocess.Popen[str], text: str, log: list[str], timeout: float = 300) -> None:
-    """Read ``proc``'s stderr into ``log`` until a line holds ``text``."""
+def _wait_for(proc: subprocess.Popen[str], *texts: str, log: list[str],
+              timeout: float = 300) -> None:
+    """Read ``proc``'s stderr into ``log`` until each of ``texts`` has been in a line."""
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout
+    waiting = set(texts)
     for line in proc.stderr:
         log.append(line)
-        if text in line:
+        waiting -= {t for t in waiting if t in line}
+        if not waiting:
             return
         assert time.monotonic() < deadline, "".join(log)
-    raise AssertionError(f"{text!r} never came: {''.join(log)}")
+    raise AssertionError(f"{waiting} never came: {''.join(log)}")
 
 
 def _start(cluster: SshCluster, *args: str) -> subprocess.Popen[str]:
@@ -169,7 +172,7 @@ def test_a_node_killed_mid_run_fails_its_trials_and_the_others_go_on(ssh_nodes, 
     proc = _start(cluster, "run", str(suite), "--db", db)
     log: list[str] = []
     try:
-        _wait_for(proc, "node2: trial ok", log)
+        _wait_for(proc, "node2: trial ok", log=log)
         cluster.kill(cluster.nodes[1])                 # node2 loses power
         out, err = proc.communicate(timeout=300)
     finally:
@@ -191,6 +194,39 @@ def test_a_node_killed_mid_run_fails_its_trials_and_the_others_go_on(ssh_nodes, 
     _nothing_left(cluster, tmp_path)
 
 
+def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(2)
+    suite = _suite(tmp_path, cluster, workloads=4, runtime="2s",
+                   extra='on_node_failure = "stop"\n')
+    db = str(tmp_path / "r.db")
+    proc = _start(cluster, "run", str(suite), "--db", db)
+    log: list[str] = []
+    try:
+        _wait_for(proc, "node1: trial ok", "node2: trial ok", log=log)
+        cluster.kill(cluster.nodes[1])
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 11, "".join(log) + err
+    assert err.splitlines()[-2].startswith("iomatrix: node node2: dropped: SSH lost node node2"), err
+    _, nodes, trials = _run(db)
+    assert nodes["node2"][0] == "dropped"
+    assert nodes["node1"] == ("pending", "stopped with the run"), err
+    # what each measured is kept, nothing is called failed: --resume measures the rest
+    assert "failed" not in " ".join(trials.values()), err
+    assert 1 <= trials["node1"].count("ok") < 4, err   # its share so far, copied in
+    with Store(db) as s:
+        assert s.load_run(1).status == "interrupted"
+    from tests.sshnodes import _in_netns
+    deadline = time.monotonic() + 60
+    while cluster.leftovers(cluster.nodes[0]) or _in_netns(cluster.controller_netns) != [
+            cluster.controller_holder.pid]:
+        assert time.monotonic() < deadline, cluster.leftovers(cluster.nodes[0])
+        time.sleep(0.2)
+
+
 def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
@@ -198,7 +234,7 @@ def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: P
     proc = _start(cluster, "run", str(suite), "--db", db)
     log: list[str] = []
     try:
-        _wait_for(proc, ": trial ok", log)
+        _wait_for(proc, ": trial ok", log=log)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     finally:

@@ -28,11 +28,35 @@ from iomatrix.analysis.stats import log_ratio_test, percent_text
 from iomatrix.core.errors import AnalysisError
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun
+from iomatrix.suite.model import NODE_AXIS
 
 Standing = Literal["reference", "slower", "faster", "within noise", "no significant difference",
                    "not judged"]
 POINT_METHOD = "unpaired: Welch per point (two runs share no rounds), Holm-adjusted across the node's points"
 NODE_METHOD = "paired by point: geometric mean of the per-point ratios, t-test of their logs"
+
+
+def by_node(run: StoredRun) -> list[StoredRun]:
+    """A cluster run (``run.nodes``: configurations with node=NAME) as one run per node, in the
+    run's node order, so that ``compare_fleet`` compares its nodes as it compares hosts' runs:
+    each with that node's configurations under their keys without the node, its trials, and
+    the node's own host metadata. AnalysisError for a run of one host."""
+    if not run.nodes:
+        raise AnalysisError(f"run {run.id} was measured on one host, not on a cluster's nodes",
+                            hint="compare it with another run: `iomatrix compare RUN_A RUN_B`")
+    out = []
+    for node in run.nodes:
+        configs = [c for c in run.configs if c.params.get(NODE_AXIS) == node.name]
+        plain = {c.key: c.model_copy(update={
+            "params": {k: v for k, v in c.params.items() if k != NODE_AXIS},
+            "label": c.label.replace(f" @{node.name}", "")}) for c in configs}
+        renamed = {key: str(c.identity) for key, c in plain.items()}
+        out.append(run.model_copy(update={
+            "configs": tuple(c.model_copy(update={"key": renamed[k]}) for k, c in plain.items()),
+            "trials": tuple(t.model_copy(update={"config_key": renamed[t.config_key]})
+                            for t in run.trials if t.config_key in renamed),
+            "host": {**node.host, "hostname": node.name}, "nodes": ()}))
+    return out
 
 
 def node_name(run: StoredRun) -> str:

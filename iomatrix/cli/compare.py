@@ -109,7 +109,7 @@ def _print(result: RunComparison, metric: Metric, headings: tuple[str, str]) -> 
 
 def compare(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The reference run: a number (see `iomatrix runs`) or 'last'.")],
-    run_b: Annotated[list[str], typer.Argument(metavar="RUN_B [RUN...]", help="The run compared against it: a number or 'last' (in --db-b when given). Several: a fleet (runs of other nodes or storages), each against RUN_A, one line per node.")],
+    run_b: Annotated[Optional[list[str]], typer.Argument(metavar="[RUN_B [RUN...]]", help="The run compared against it: a number or 'last' (in --db-b when given). Several: a fleet (runs of other nodes or storages), each against RUN_A, one line per node. None: RUN_A is a cluster run (run --nodes), its nodes compared as a fleet, each against the first.")] = None,
     metric: Annotated[str, typer.Option(help=OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
     db_b: Annotated[Optional[str], typer.Option("--db-b", help="Read RUN_B from this database (a file or a PostgreSQL URL, e.g. copied from another host) instead of --db.")] = None,
@@ -118,12 +118,20 @@ def compare(
     """Compare the same points across two runs (another host, storage, or an upgrade): change of B
     against A, its 95 % CI and a multiple-comparison adjusted Welch test per point. With more
     runs (a fleet: several nodes or storages), each against RUN_A: which node is slower, by how
-    much, the method and the noise floor."""
+    much, the method and the noise floor. With RUN_A alone, a cluster run: its nodes as a fleet."""
     from iomatrix.analysis.crossrun import compare_runs
 
     chosen = metric_named(metric)
     if chosen is None:
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
+    if not run_b:
+        from iomatrix.analysis.fleet import by_node
+
+        if db_b is not None or match:
+            raise typer.BadParameter("a cluster run's nodes are compared within --db, by "
+                                     "configuration", param_hint="--db-b/--match")
+        _fleet(by_node(load_run(db, run_a)), chosen, db)
+        return
     if len(run_b) > 1:
         if db_b is not None or match:
             raise typer.BadParameter("a fleet (3 runs or more) reads every run from --db and "

@@ -71,6 +71,11 @@ def show(
              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
     out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
+    if stored.nodes:
+        out.print("nodes: " + "; ".join(
+            f"{n.name} ({n.host.get('hostname', '?')}): {n.status}" + (f": {n.reason}" if n.reason else "")
+            for n in stored.nodes) + f" (`iomatrix compare {stored.id}` compares them)",
+            markup=False, soft_wrap=True)
     if stored.emulated:
         out.print(EMULATED)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
@@ -199,15 +204,23 @@ def report(
 ) -> None:
     """Write a run's self-contained HTML report (charts and a table of every point). With several
     runs (nodes or storages of a fleet), one page that compares each with the first: which node
-    or storage is slower, by how much, the method and the noise floor."""
-    if len(run_refs) == 1:
-        out.print(f"report: {write_report(db, run_refs[0], out_dir)}")
-        return
+    or storage is slower, by how much, the method and the noise floor. A cluster run's report
+    has such a page of its nodes too (``nodes/``)."""
     from iomatrix.report.fleet import build_fleet_data, write_fleet_report
 
     chosen = metric_named(metric)
     if chosen is None:
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
+    if len(run_refs) == 1:
+        out.print(f"report: {write_report(db, run_refs[0], out_dir)}")
+        run = load_run(db, run_refs[0])
+        if run.nodes:                # a cluster run: its nodes compared, on a page of their own
+            from iomatrix.analysis.fleet import by_node
+
+            page = write_fleet_report(build_fleet_data(by_node(run), metric=chosen.key),
+                                      out_dir / "nodes")
+            out.print(f"nodes report: {page}")
+        return
     runs = [load_run(db, r) for r in run_refs]
     out.print(f"fleet report: {write_fleet_report(build_fleet_data(runs, metric=chosen.key), out_dir)}")
 

@@ -276,6 +276,8 @@ class _Node:
         self.stderr: list[str] = []
         self.finished: dict[str, Any] | None = None
         self.threads: list[threading.Thread] = []
+        self.hung_up = False
+        """The controller ended the session's stdin: the node was told to stop."""
 
     @property
     def name(self) -> str:
@@ -371,7 +373,9 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
                 _follow(s, event, progress)
                 continue
             running -= 1
-            failed = _ended(s, store, run_id, progress, planned[s.name])
+            # with "stop", a failed node's trials stay unmeasured, for --resume to measure
+            failed = _ended(s, store, run_id, progress, planned[s.name]
+                            if suite.method.on_node_failure == "continue" else [])
             if failed and suite.method.on_node_failure == "stop" and not stopped:
                 stopped = 1
                 progress.note(f"node {s.name} {failed}: stopping every node "
@@ -447,6 +451,13 @@ def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
         store.set_node(run_id, s.name, "done")
         progress.note(f"{s.name}: done")
         return None
+    if code == 130 and s.hung_up:           # stopped by the controller: resumable as it is
+        try:
+            _collect(s, store, run_id, forget=False)
+        except IomatrixError as exc:
+            progress.note(f"{s.name}: what it measured stays on the node: {exc}")
+        store.set_node(run_id, s.name, "pending", "stopped with the run")
+        return None
     if code == 255:
         return _fail_rest(s, store, run_id, progress, planned, "dropped",
                           f"SSH lost node {s.name}: {said or 'the connection ended'}")
@@ -455,9 +466,10 @@ def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
                       f"{said or 'no message'}")
 
 
-def _collect(s: _Node, store: Store, run_id: int) -> None:
+def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> None:
     """A node's share into the run: nothing to do when the node wrote into the shared store;
-    else its store fetched over SSH, copied in (trials only), then removed from the node."""
+    else its store fetched over SSH, copied in (trials only), then removed from the node
+    (unless not to ``forget`` it: a stopped share, which the node resumes)."""
     if store.postgres:
         return
     node = s.node
@@ -473,13 +485,14 @@ def _collect(s: _Node, store: Store, run_id: int) -> None:
             if source is None:
                 raise NodesError(f"node {s.name}: its share holds no run {store.run_uuid(run_id)}")
             store.copy_run(share, source, share=True)
-    _session(node, [node.command, "node", "forget"], key + "\n", timeout=60)
+    if forget:
+        _session(node, [node.command, "node", "forget"], key + "\n", timeout=60)
 
 
 def _fail_rest(s: _Node, store: Store, run_id: int, progress: Progress,
                planned: list[tuple[str, str, int]], status: str, reason: str) -> str:
     """The ``planned`` trials of a node that the run lacks, stored as failed with ``reason``;
-    the node marked so."""
+    the node marked ``status`` with it."""
     have = {(t.config_key, t.workload_key, t.sample_index) for t in store.load_run(run_id).trials}
     started = now()
     for key in planned:
@@ -495,6 +508,7 @@ def _fail_rest(s: _Node, store: Store, run_id: int, progress: Progress,
 def _hang_up(s: _Node) -> None:
     """End a node's session's stdin: its iomatrix stops and cleans up (``watch_stdin``)."""
     if s.proc is not None and s.proc.stdin is not None:
+        s.hung_up = True
         with contextlib.suppress(OSError, ValueError):
             s.proc.stdin.close()
 
