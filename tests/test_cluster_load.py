@@ -25,7 +25,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.measure.runner import run_suite
 from iomatrix.suite import load_suite, load_suite_text
 from iomatrix.store.records import StoredRun
-from tests.conftest import REPO, write_suite
+from tests.conftest import REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, SshNode, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 
 IOMATRIX = str(REPO / ".venv" / "bin" / "iomatrix")
@@ -159,6 +159,10 @@ def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshClust
         assert aggregate.total_ios == sum(s.total_ios for s in per_node)
     assert sorted(map(sorted, rounds.values())) == [[0, 1]]   # one trial a round, paired by it
     assert left_behind(cluster, tmp_path) == []
+    shown = cli_result("show", "1", "--db", db)
+    assert "nodes, loading the target at once in every trial: node1, node2, node3" in shown.stdout
+    compared = cli_result("compare", "1", "--db", db)
+    assert compared.returncode != 0 and "from every node at once" in compared.stderr
 
 
 def test_a_node_whose_server_drops_fails_the_trial_naming_it(
