@@ -110,10 +110,11 @@ def inside(args: argparse.Namespace) -> None:
                 overhead.setdefault(key, []).extend(w - runtime for w in timer.walls)
                 for trial in store.load_run(outcome.run_id).trials:
                     iops[(r, n, trial.workload_key)] = sum(s.iops for s in trial.samples)
-                    skews.append(trial.applied.get("cluster.start_skew", ""))
+                    if n > 1:
+                        skews.append(trial.applied.get("cluster.start_skew", ""))
     print(json.dumps({"overhead": overhead, "iops": [[*k, v] for k, v in iops.items()],
                       "skew": first_completion_skews(nodes, work, args.skew_trials),
-                      "stored_skew": sorted(set(s for s in skews if s))}))
+                      "stored_skew": [s for s in skews if s]}))
 
 
 def first_completion_skews(nodes, work: Path, trials: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -199,7 +200,10 @@ def report(data: dict, args: argparse.Namespace, wall: float) -> None:  # type: 
     skew = data["skew"]
     print(f"start skew of {max(NODES)} nodes (first I/O completions, {len(skew)} trials): "
           f"median {statistics.median(skew):.0f} ms, max {max(skew):.0f} ms")
-    print(f"  stored cluster.start_skew: {'; '.join(data['stored_skew'])}")
+    stored = [float(s.split()[0]) for s in data["stored_skew"] if s.endswith(" ms")]
+    print("  fio's own job_start (stored cluster.start_skew): " + (
+        f"median {statistics.median(stored):.0f} ms, max {max(stored):.0f} ms, "
+        f"{len(stored)} trials" if stored else "; ".join(sorted(set(data["stored_skew"])))))
     iops = {(r, n, w): v for r, n, w, v in data["iops"]}
     print("aggregate IOPS of N nodes on one shared target ÷ (N × one node's), per workload:")
     for n in NODES[1:]:
