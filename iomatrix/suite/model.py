@@ -890,6 +890,10 @@ class Method(Frozen):
         if self.concurrent_nodes and self.mode != "host":
             raise ValueError('concurrent_nodes loads the target from the nodes in mode = "host" '
                              f'only, so far (mode is "{self.mode}")')
+        if self.concurrent_nodes and self.on_node_failure == "stop":
+            raise ValueError('on_node_failure = "stop" is not built for concurrent_nodes, whose '
+                             "trial fails where a node drops and whose next round starts it "
+                             "again")
         if self.concurrent_nodes and self.steady_state:
             raise ValueError("steady_state cannot follow a trial of concurrent_nodes: fio's "
                              "client reports the nodes' I/O only when the trial ends")
