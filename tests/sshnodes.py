@@ -13,8 +13,8 @@ Unix socket serves the controller and every node alike, and a node's files are t
 A namespace is held by a ``sleep`` started in it (no ``ip netns`` name, so no bind mount in
 /run/netns); stopping kills every process whose network namespace is a node's or the
 controller's, and with the last one the namespace and its veth end go. ``kill(node)`` does that
-to one node mid-test: what a node losing power looks like from the controller (no FIN, no RST;
-the controller's ssh notices through ServerAliveInterval).
+to one node mid-test: what a node losing power looks like from the controller; ``drop(node)``
+cuts a node off the network while it runs on (each side's SSH notices by its keepalives).
 
 sshd runs as root and needs its privilege separation directory ``/run/sshd`` (which Debian's
 service makes at every start); it is made when missing and left, empty, like the service leaves
@@ -140,6 +140,11 @@ class SshCluster:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
         node.alive = False
+
+    def drop(self, node: SshNode) -> None:
+        """Cut ``node`` off the network (its link down): it runs on, but neither side hears
+        the other, so each side's SSH keepalives give up (ServerAlive, ClientAlive)."""
+        _run(node.enter(["ip", "link", "set", "eth0", "down"]))
 
     def stop(self) -> None:
         """Kill every node and the controller namespace; nothing of them is left."""

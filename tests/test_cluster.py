@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
     assert [n.host["hostname"] for n in run.nodes] == ["node1", "node2", "node3"]
     shown = _iomatrix(cluster, "show", "1", "--db", db)
     assert all(f"host (bare metal) @node{i}" in shown.stdout for i in (1, 2, 3)), shown.stdout
+    assert "nodes: node1 (node1): done; node2 (node2): done; node3 (node3): done" in shown.stdout
+    # the nodes compared as a fleet, each against the first
+    compared = _iomatrix(cluster, "compare", "1", "--db", db)
+    assert compared.returncode == 0, compared.stderr
+    assert [line.split()[0] for line in compared.stdout.splitlines()
+            if line.startswith("node") and "(run 1)" in line] == ["node2", "node3"]
+    # a copy of the run keeps its nodes
+    copied = _iomatrix(cluster, "db", "copy", db, str(tmp_path / "copy.db"))
+    assert copied.returncode == 0, copied.stderr
+    with Store(str(tmp_path / "copy.db")) as s:
+        assert s.load_run(1).nodes == run.nodes
     _nothing_left(cluster, tmp_path)
 
 
@@ -118,30 +130,60 @@ def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, pg_server) -> No
         pg_server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def test_an_unreachable_node_is_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: SshCluster = ssh_nodes(2)
+def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster)
     ssh = (f'user = "root"\nidentity = "{cluster.identity}"\n'
            f'known_hosts = "{cluster.known_hosts}"\nssh_config = "none"\n')
-    one, two = cluster.nodes
-    # node1 as it should be; node2 without iomatrix; a third node where nothing answers
+    # node2's iomatrix finds another fio first: a stand-in that only says its version (a second
+    # fio version cannot be installed beside Debian's), so it is never run to measure
+    bin_dir = tmp_path / "otherfio"
+    bin_dir.mkdir()
+    (bin_dir / "fio").write_text("#!/bin/sh\n# stand-in: another fio version\necho fio-3.99\n")
+    wrapper = tmp_path / "iomatrix-otherfio"
+    wrapper.write_text(f'#!/bin/sh\nPATH={bin_dir}:$PATH exec {IOMATRIX} "$@"\n')
+    for script in (bin_dir / "fio", wrapper):
+        script.chmod(0o755)
+    one, two, three = cluster.nodes
+    # node1 as it should be; node2 with another fio; node3 without iomatrix; a fourth node
+    # where nothing answers
     (tmp_path / "nodes.toml").write_text(
         f'[[node]]\nname = "node1"\nhost = "{one.address}"\ncommand = "{IOMATRIX}"\n{ssh}'
-        f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
+        f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "{wrapper}"\n{ssh}'
+        f'[[node]]\nname = "node3"\nhost = "{three.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
         f'[[node]]\nname = "gone"\nhost = "10.77.99.2"\ncommand = "{IOMATRIX}"\n{ssh}')
+    # the plan names the nodes without reaching them
+    plan = _iomatrix(cluster, "run", str(suite), "--plan")
+    assert plan.returncode == 0, plan.stderr
+    assert ("on each of 4 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
+            "node3 (root@10.77.3.2), gone (root@10.77.99.2)") in plan.stdout
     db = tmp_path / "r.db"
     t = time.monotonic()
     done = _iomatrix(cluster, "run", str(suite), "--db", str(db))
     assert done.returncode == 11, done.stderr
     lines = done.stderr.splitlines()
-    assert len(lines) == 3, done.stderr                 # one line per node refused, and a hint
-    assert lines[0] == ("iomatrix: node node2: '/nonexistent/iomatrix' not found on the node "
+    assert len(lines) == 4, done.stderr                 # one line per node refused, and a hint
+    fio = subprocess.run(["fio", "--version"], capture_output=True, text=True, timeout=30)
+    assert lines[0] == (f"iomatrix: node node2: fio is fio-3.99, the controller's is "
+                        f"{fio.stdout.strip()}")
+    assert lines[1] == ("iomatrix: node node3: '/nonexistent/iomatrix' not found on the node "
                         "(install iomatrix there, or give the node's command in the inventory)")
-    assert lines[1].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
+    assert lines[2].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
                                "ssh: connect to host 10.77.99.2 port 22: ")
-    assert lines[2].startswith("iomatrix: hint: nothing was run or stored")
+    assert lines[3].startswith("iomatrix: hint: nothing was run or stored")
     assert time.monotonic() - t < 120               # ConnectTimeout, not TCP's minutes
     assert not db.exists()                          # nothing stored
+    # a target too small for the images, on every node: each node says so
+    suite.write_text(suite.read_text().replace('size = "16MiB"', 'size = "64PiB"'))
+    (tmp_path / "nodes.toml").write_text(cluster.inventory(
+        extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n'))
+    small = _iomatrix(cluster, "run", str(suite), "--db", str(db))
+    assert small.returncode == 11, small.stderr
+    refused = small.stderr.splitlines()[:-1]
+    assert [line.split(":")[1].strip() for line in refused] == ["node node1", "node node2",
+                                                                 "node node3"], small.stderr
+    assert all("free" in line for line in refused), small.stderr
+    assert not db.exists()
     _nothing_left(cluster, tmp_path)
 
 
@@ -160,37 +202,59 @@ def _wait_for(proc: subprocess.Popen[str], *texts: str, log: list[str],
     raise AssertionError(f"{waiting} never came: {''.join(log)}")
 
 
-def _start(cluster: SshCluster, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(cluster.controller([sys.executable, "-m", "iomatrix", *args]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-
-def test_a_node_killed_mid_run_fails_its_trials_and_the_others_go_on(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: SshCluster = ssh_nodes(3)
-    suite = _suite(tmp_path, cluster, workloads=4, runtime="2s")
-    db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
+def _interrupted(cluster: SshCluster, suite: Path, db: str, waits: tuple[str, ...],
+                 act: Callable[[subprocess.Popen[str]], None]) -> tuple[int, str]:
+    """Run ``suite`` as the controller; once its progress has said each of ``waits``, ``act``
+    on it (kill a node, signal the controller); its exit status and stderr once it ended."""
+    proc = subprocess.Popen(
+        cluster.controller([sys.executable, "-m", "iomatrix", "run", str(suite), "--db", db]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     log: list[str] = []
     try:
-        _wait_for(proc, "node2: trial ok", log=log)
-        cluster.kill(cluster.nodes[1])                 # node2 loses power
-        out, err = proc.communicate(timeout=300)
+        _wait_for(proc, *waits, log=log)
+        act(proc)
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 6, "".join(log) + err
+    return proc.returncode, "".join(log) + err
+
+
+def test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(3)
+    suite = _suite(tmp_path, cluster, workloads=4, runtime="2s")
+    db = str(tmp_path / "r.db")
+    node1, node2, node3 = cluster.nodes
+
+    def lose(proc: subprocess.Popen[str]) -> None:
+        cluster.kill(node2)            # loses power
+        cluster.drop(node3)            # loses its network, and runs on
+    code, err = _interrupted(cluster, suite, db, ("node2: trial ok", "node3: trial ok"), lose)
+    assert code == 6, err
     _, nodes, trials = _run(db)
-    assert nodes["node2"][0] == "dropped" and "SSH lost node node2" in (nodes["node2"][1] or "")
-    assert nodes["node1"] == nodes["node3"] == ("done", None)
-    assert trials["node1"] == trials["node3"] == "ok ok ok ok"
-    assert "failed" in trials["node2"] and trials["node2"].startswith("failed")
+    assert nodes["node1"] == ("done", None)
+    assert trials["node1"] == "ok ok ok ok"
+    for name in ("node2", "node3"):
+        status, reason = nodes[name]
+        assert status == "dropped" and reason is not None and reason.startswith(
+            f"SSH lost node {name}: "), nodes
+        # what the controller had not received fails, with the reason; nothing is lost silently
+        assert trials[name].startswith("failed") and len(trials[name].split()) == 4, trials
     with Store(db) as s:
         reasons = {t.reason for t in s.load_run(1).trials if t.status == "failed"}
-    assert len(reasons) == 1 and "SSH lost node node2" in reasons.pop()
+    assert reasons == {nodes["node2"][1], nodes["node3"][1]}
+    # node3 runs on: its sshd gave up on the controller, its iomatrix saw the session end and
+    # cleaned up as on Ctrl-C (images removed); node2 died with its images on disk
+    deadline = time.monotonic() + 120
+    while cluster.leftovers(node3):
+        assert time.monotonic() < deadline, cluster.leftovers(node3)
+        time.sleep(0.5)
     left = list((tmp_path / "target").glob("iomatrix-*"))
-    assert len(left) == 1 and "on node2 " in (left[0] / ".iomatrix").read_text()  # the dead node's
+    assert len(left) == 1 and "on node2 " in (left[0] / ".iomatrix").read_text(), left
     shutil.rmtree(tmp_path / "target")
+    for path in (cluster.directory / "node3" / "state").rglob("*.db"):
+        path.unlink()                  # node3's share, which the controller could not fetch
     _nothing_left(cluster, tmp_path)
 
 
@@ -199,17 +263,9 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s",
                    extra='on_node_failure = "stop"\n')
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, "node1: trial ok", "node2: trial ok", log=log)
-        cluster.kill(cluster.nodes[1])
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 11, "".join(log) + err
+    code, err = _interrupted(cluster, suite, db, ("node1: trial ok", "node2: trial ok"),
+                             lambda proc: cluster.kill(cluster.nodes[1]))
+    assert code == 11, err
     assert err.splitlines()[-2].startswith("iomatrix: node node2: dropped: SSH lost node node2"), err
     _, nodes, trials = _run(db)
     assert nodes["node2"][0] == "dropped"
@@ -219,40 +275,42 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     assert 1 <= trials["node1"].count("ok") < 4, err   # its share so far, copied in
     with Store(db) as s:
         assert s.load_run(1).status == "interrupted"
-    from tests.sshnodes import _in_netns
-    deadline = time.monotonic() + 60
-    while cluster.leftovers(cluster.nodes[0]) or _in_netns(cluster.controller_netns) != [
-            cluster.controller_holder.pid]:
-        assert time.monotonic() < deadline, cluster.leftovers(cluster.nodes[0])
-        time.sleep(0.2)
+    _nothing_left_but_shares(cluster)
 
 
 def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
     db = str(tmp_path / "r.db")
-    proc = _start(cluster, "run", str(suite), "--db", db)
-    log: list[str] = []
-    try:
-        _wait_for(proc, ": trial ok", log=log)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _interrupted(cluster, suite, db, (": trial ok",), lambda proc: proc.send_signal(signal.SIGKILL))
     # every node's iomatrix sees its session end, stops and cleans up: nothing left anywhere
     _nothing_left_but_shares(cluster)
     with Store(db) as s:
         assert s.load_run(1).status == "running"      # its owner died
     done = _iomatrix(cluster, "run", "--resume", "1", "--db", db)
     assert done.returncode == 0, done.stderr
-    configs, nodes, trials = _run(db)
+    _, nodes, trials = _run(db)
     assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
     assert trials == {f"node{i}": "ok ok ok" for i in (1, 2, 3)}
     with Store(db) as s:
         assert s.load_run(1).status == "complete"
     _nothing_left(cluster, tmp_path)
+
+
+def test_ctrl_c_on_the_controller_stops_every_node(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster: SshCluster = ssh_nodes(2)
+    suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
+    db = str(tmp_path / "r.db")
+    code, err = _interrupted(cluster, suite, db, (": trial ok",),
+                             lambda proc: proc.send_signal(signal.SIGINT))
+    assert code == 130, err
+    assert "interrupted: every node was stopped" in err
+    with Store(db) as s:
+        assert s.load_run(1).status == "interrupted"
+    # the nodes had stopped and cleaned up before the controller exited
+    assert all(cluster.leftovers(n) == [] for n in cluster.nodes)
+    assert list((tmp_path / "target").glob("iomatrix-*")) == []     # images removed
+    _nothing_left_but_shares(cluster)
 
 
 def _nothing_left_but_shares(cluster: SshCluster) -> None:
@@ -267,3 +325,24 @@ def _nothing_left_but_shares(cluster: SshCluster) -> None:
             {n.name: cluster.leftovers(n) for n in cluster.nodes},
             _in_netns(cluster.controller_netns))
         time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_three_nodes_one_guest_each(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Guest mode on every node: each node boots its own appliance VM (emulated: TCG) and
+    measures it; one short trial each."""
+    cluster: SshCluster = ssh_nodes(3)
+    suite = _suite(tmp_path, cluster)
+    suite.write_text(suite.read_text().replace('mode = "host"\n', (
+        'mode = "guest"\naccel = "tcg"\nvcpus = 1\nmemory = "384MiB"\nboot_timeout = "120s"\n'
+    )).replace("[workloads]", '[matrix]\ncontroller = "virtio-blk"\n[workloads]'))
+    db = str(tmp_path / "r.db")
+    done = _iomatrix(cluster, "run", str(suite), "--db", db, timeout=900)
+    assert done.returncode == 0, done.stderr
+    _, nodes, trials = _run(db)
+    assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
+    assert trials == {f"node{i}": "ok" for i in (1, 2, 3)}
+    with Store(db) as s:
+        run = s.load_run(1)
+    assert all(t.accelerator == "tcg" and "qemu-system-x86_64" in t.command for t in run.trials)
+    _nothing_left(cluster, tmp_path)

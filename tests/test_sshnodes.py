@@ -3,7 +3,6 @@ from the controller's namespace, each node with its own hostname, nothing left a
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 from tests.sshnodes import SshCluster, _in_netns, ssh_nodes  # noqa: F401 (a fixture)

@@ -88,6 +88,10 @@ def run_share() -> None:
     watch_stdin(sys.stdin.fileno())
     suite = resolve_vm(load_suite_text(request.suite_text, source=request.suite_source))
     if request.db is not None:
+        from iomatrix.store.location import PgUrl, parse_location
+
+        if not isinstance(parse_location(request.db), PgUrl):   # never a path of the node's
+            raise NodesError("a shared store is a PostgreSQL URL")
         db, shared = request.db, True
     else:
         path = _share_path(request.model_dump())

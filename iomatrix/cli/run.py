@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -270,9 +271,11 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
 
     shared = db if isinstance(parse_location(db), PgUrl) else None
     err = environment().stderr
-    facts = preflight(loaded, nodes, accel=accel)      # before the store is made or opened
-    with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
+    with contextlib.ExitStack() as stack:
         try:
+            facts = preflight(loaded, nodes, accel=accel)  # before the store is made or opened
+            store = stack.enter_context(open_store(db, must_exist=False))
+            progress = stack.enter_context(TerminalProgress(err))
             outcome = run_cluster(loaded, nodes, store, db=shared, keep=keep, progress=progress,
                                   accel=accel, seed=seed, resume=resume,
                                   retry_failed=retry_failed, facts=facts)
@@ -331,6 +334,10 @@ def run(
     loaded = _storage_target(loaded, storage_cfg)
     if show_plan:
         _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale)
+        cluster = _cluster_nodes(loaded, nodes, stored)
+        if cluster:
+            out.print(f"on each of {len(cluster)} nodes, over SSH: " + ", ".join(
+                f"{n.label} ({n.destination()})" for n in cluster), markup=False, soft_wrap=True)
         return
     if target is not None:
         loaded = _with_target(loaded, target)

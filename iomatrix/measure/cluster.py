@@ -21,11 +21,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -34,14 +33,14 @@ from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound
 from iomatrix.core.model import Frozen
-from iomatrix.core.proc import first_line, last_line, run as run_command, which
+from iomatrix.core.proc import first_line, last_line, which
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
-from iomatrix.measure.runner import (Progress, RunOutcome, SilentProgress, _workspace,
+from iomatrix.measure.runner import (Progress, RunOutcome, SilentProgress, workspace_of,
                                      tools_for)
-from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
+from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.repo import Store, now
-from iomatrix.suite.model import NODE_AXIS, Configuration, Suite
+from iomatrix.suite.model import Configuration, Suite
 from iomatrix.telemetry.hostinfo import host_metadata
 
 PREFLIGHT_TIMEOUT = 120.0
@@ -79,7 +78,7 @@ def node_facts(suite: Suite) -> dict[str, Any]:
         for tool in tools_for(prepared.full):
             if which(tool) is None:
                 problems.append(f"{tool} is not installed")
-        _workspace(prepared, keep=False).check(prepared.full.configurations)
+        workspace_of(prepared, keep=False).check(prepared.full.configurations)
     except IomatrixError as exc:
         problems.append(first_line(str(exc)))
     host = host_metadata(suite.target.directory or suite.target.device, accelerator="?")
@@ -247,8 +246,8 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
         wrong = [f"node {node.label}: {p}" for p in facts.get("problems", [])]
         for key in COMPARED:
             if facts.get(key) != mine.get(key):
-                wrong.append(f"node {node.label}: {key} {facts.get(key) or '(none)'} differs "
-                             f"from the controller's {mine.get(key) or '(none)'}")
+                wrong.append(f"node {node.label}: {key} is {facts.get(key) or '(none)'}, the "
+                             f"controller's is {mine.get(key) or '(none)'}")
         guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
         if guests and accel != "tcg" and facts.get("kvm") != mine.get("kvm"):
             wrong.append(f"node {node.label}: KVM {facts.get('kvm')}, on the controller "
@@ -302,11 +301,14 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
     with run_process(store, keep=keep) as me:
         assert me.id is not None
         if resume is None:
+            # each trial records what its node's guests ran under; the run, what was asked
+            guests = any(c.mode == "guest" for c in configs)
+            accelerator = prepared.accelerator if guests else "none"
             host = host_metadata(suite.target.directory or suite.target.device,
-                                 accelerator=prepared.accelerator)
+                                 accelerator=accelerator)
             host["nodes"] = ", ".join(names)
             run_id = store.create_run(
-                suite=StoredSuite.of(suite), host=host, accelerator=prepared.accelerator,
+                suite=StoredSuite.of(suite), host=host, accelerator=accelerator,
                 notes=[*prepared.expansion.notes, f"nodes: {', '.join(names)}, each measuring "
                        "the suite on its own target (the node axis)"],
                 configs=configs, workloads=prepared.expansion.workloads, seed=prepared.seed,

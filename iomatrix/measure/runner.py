@@ -148,7 +148,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     if suite.method.concurrent_nodes and suite.target.network is not None:
         raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
                          f"so far (the target is {suite.target.kind})")
-    workspace = _workspace(prepared, keep)
+    workspace = workspace_of(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
@@ -279,7 +279,7 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
-def _workspace(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
+def workspace_of(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
     """The run's target as one ``Workspace`` (a ``NetworkTarget`` for network storage), or for
     a suite of several targets a ``TargetSet`` of those this host provides."""
     target = prepared.suite.target
