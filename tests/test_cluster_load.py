@@ -227,3 +227,18 @@ def test_cluster_load_needs_nodes(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store, pytest.raises(SuiteError, match="--nodes"):
         run_suite(suite, store)
     assert not (tmp_path / "target").exists()
+
+
+def test_a_controller_killed_while_nodes_start_leaves_nothing(
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+    cluster = ssh_nodes(2)
+    proc = run_controller(cluster, tmp_path, str(tmp_path / "r.db"))
+    # the nodes' sessions are starting: a shell on a node (not the preflight's iomatrix)
+    assert wait_for(lambda: any(_cmdline(p).startswith("sh -c set -u") for n in cluster.nodes
+                                for p in cluster.processes(n)) or proc.poll() is not None,
+                    timeout=120, interval=0.005)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
+                    and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
+        [cluster.leftovers(n) for n in cluster.nodes]

@@ -13,10 +13,9 @@ node's result is matched.
 **The SSH session owns the node's server.** The remote shell (:data:`SERVE`) starts fio's
 server, says it is ready, and waits on its standard input, which is the controller's pipe: when
 the controller closes it, or dies (kill -9: its ssh gets SIGTERM from the kernel, the
-connection closes, sshd closes the pipe), the shell stops its process group (the server and the
-processes it forked per connection: sshd made the shell a session leader) and fio's job
-processes, which leave it (``setsid``) but keep the server's command line, then removes the
-directory. ``pkill`` (procps) must be on the node.
+connection closes, sshd closes the pipe), the shell stops every fio process of the server
+(found by the server's socket in their command line) and removes the directory. ``pkill``
+(procps) must be on the node.
 
 **A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
 the network went), fio's client returns without that node's result and fails; the trial fails
@@ -57,32 +56,33 @@ umask 077
 mkdir -m 700 "$d" || { echo "cannot make $d: it exists or its parent is not writable"; exit 3; }
 fio --server=sock:"$d/fio.sock" >"$d/server.log" 2>&1 &
 f=$!
+p="^fio --server=sock:$d/fio\.sock\$"
+trap '' PIPE
 exec 3<&0
-{ read -r _ <&3 || :; kill -TERM 0; } &
+{ read -r _ <&3 || :; pkill -TERM -f "$p"; } &
 w=$!
-trap '' TERM PIPE
 while [ ! -S "$d/fio.sock" ] && kill -0 "$f" 2>/dev/null; do sleep 0.05; done
 [ -S "$d/fio.sock" ] && echo IOMATRIX-FIO-READY
 wait "$f"
 s=$?
 x=0
-if kill "$w" 2>/dev/null; then
+if kill -KILL "$w" 2>/dev/null; then
   echo "fio --server ended (status $s): $(tail -n 3 "$d/server.log")"; x=5
 fi
-kill -TERM 0
-# fio's job processes left our process group (setsid): found by the socket in their command line
 n=0
-while pkill -TERM -f "sock:$d/fio.sock" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
-pkill -KILL -f "sock:$d/fio.sock"
+while pkill -TERM -f "$p" && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+pkill -KILL -f "$p"
 wait
 rm -rf "$d"
 exit $x
 """
 """What a node's SSH session runs (POSIX sh; ``$1``: the server's directory): fio's server on a
 Unix socket there, until the controller closes the session's standard input (a watcher reading
-it from the start then stops the process group) or the server ends (the session then ends,
-saying so). It ignores SIGTERM, which it sends its group, and SIGPIPE: a controller gone while
-it starts must not kill it before it cleans up."""
+it from the start then stops the server) or the server ends (the session then ends, saying so).
+Every fio process of the server (the server, a process per connection, a process per job, which
+leaves the group with ``setsid``) has the server's command line, by which ``pkill`` finds them
+all (the whole line: the controller's ssh, when it runs on the node, names the socket too); the shell ignores SIGPIPE: a controller gone while it starts must not kill it before it
+cleans up."""
 
 class NodeServer:
     """One node's fio server, reached through its SSH session's forward (see the module
