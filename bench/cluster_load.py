@@ -22,13 +22,15 @@ cores. Run as root from the project's root:
 3. Aggregate: the cluster's aggregate IOPS of each trial on N nodes divided by N × the IOPS of
    one node on the same workload in the same round.
 
-Measured on 2 cores at a load of 8-10 (other helpers' TCG guests and the full test suite
-running): overhead per trial 1.66 s with 1 node, × 1.04 with 2 and × 1.08 with 4 (this host
-alone, without fio's client/server: 0.51 s; the ~1 s between is fio's server, whose idle
-connection process sees the client's RUN only when a 1000 ms wait ends: bench/guest_overhead.py);
-start skew of 4 nodes from their first completions: median 84 ms, max 307 ms (fio 3.33); on
-Debian 13 (fio 3.39) fio's own job_start gave median 41 ms, max 238 ms; N nodes on the one
-shared file ÷ N × one node: median 0.91 with 2 nodes and 0.79 with 4 (both 2-core-bound here).
+Measured twice on 2 cores at a load of 7-10 (other helpers' TCG guests, fio runs and the full
+test suite running), fio 3.33: overhead per trial 1.66 / 1.60 s with 1 node, × 1.04 / 1.06 with
+2 and × 1.08 / 1.18 with 4 (this host alone, without fio's client/server: 0.51 / 0.64 s; most
+of the difference is fio's server, whose idle connection process sees the client's RUN only
+when a 1000 ms wait ends: bench/guest_overhead.py); start skew of 4 nodes from their first
+completions: median 84 / 102 ms, max 307 / 153 ms; N nodes on the one shared file ÷ N × one
+node: median 0.91 / 0.68 with 2 nodes and 0.79 / 0.54 with 4 (the 2 busy cores and one disk
+bound it here, and it moved with the other load). Debian 13 (fio 3.39, 2 rounds): fio's own
+job_start gave the nodes' start skew as median 41 ms, max 238 ms over 12 trials.
 """
 
 from __future__ import annotations
