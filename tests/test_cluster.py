@@ -5,7 +5,6 @@ controller killed with SIGKILL and the run resumed; nothing left on any node."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 
 from iomatrix.store import Store
 from iomatrix.testing.pgserver import USER
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_result
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401 (a fixture)
 
 IOMATRIX = str(REPO / ".venv" / "bin" / "iomatrix")
@@ -91,43 +90,47 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
         run = s.load_run(1)
     # each node's metadata is its own (its hostname, from its own UTS namespace)
     assert [n.host["hostname"] for n in run.nodes] == ["node1", "node2", "node3"]
-    shown = _iomatrix(cluster, "show", "1", "--db", db)
+    # what reads the store runs in this process: it needs no node
+    shown = cli_result("show", "1", "--db", db)
     assert all(f"host (bare metal) @node{i}" in shown.stdout for i in (1, 2, 3)), shown.stdout
     assert "nodes: node1 (node1): done; node2 (node2): done; node3 (node3): done" in shown.stdout
     # the nodes compared as a fleet, each against the first
-    compared = _iomatrix(cluster, "compare", "1", "--db", db)
+    compared = cli_result("compare", "1", "--db", db)
     assert compared.returncode == 0, compared.stderr
     assert [line.split()[0] for line in compared.stdout.splitlines()
             if line.startswith("node") and "(run 1)" in line] == ["node2", "node3"]
     # a copy of the run keeps its nodes
-    copied = _iomatrix(cluster, "db", "copy", db, str(tmp_path / "copy.db"))
+    copied = cli_result("db", "copy", db, str(tmp_path / "copy.db"))
     assert copied.returncode == 0, copied.stderr
     with Store(str(tmp_path / "copy.db")) as s:
         assert s.load_run(1).nodes == run.nodes
     _nothing_left(cluster, tmp_path)
 
 
-def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, pg_server) -> None:  # type: ignore[no-untyped-def]
+def _pg_with_password(request: pytest.FixtureRequest) -> str:
+    """A new database on the session's server (``pg_url``), its URL with the password: the
+    nodes reach the server as the controller does, and the password travels in the request on
+    each SSH session's stdin, never on a command line."""
+    url = request.getfixturevalue("pg_url")
+    password = request.getfixturevalue("pg_server").password
+    return url.replace(f"postgresql://{USER}@", f"postgresql://{USER}:{password}@", 1)
+
+
+def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
-    name = f"cluster{os.getpid()}"
-    pg_server.create_database(name)
-    # the nodes reach the server as the controller does; the password travels in the request
-    # on the SSH session's stdin, never on a command line
-    url = f"postgresql://{USER}:{pg_server.password}@/{name}?host={pg_server.socket}"
-    try:
-        done = _iomatrix(cluster, "run", str(_suite(tmp_path, cluster)), "--db", url)
-        assert done.returncode == 0, done.stderr
-        configs, nodes, trials = _run(url)
-        assert sorted(configs.values()) == ["node1", "node2", "node3"]
-        assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
-        assert trials == {f"node{i}": "ok" for i in (1, 2, 3)}
-        # the nodes wrote their trials themselves: their processes are in the store, by host
-        hosts = {r[0] for r in pg_server.admin("SELECT host FROM processes", dbname=name)}
-        assert {"node1", "node2", "node3"} <= hosts
-        assert pg_server.password not in done.stdout + done.stderr
-        _nothing_left(cluster, tmp_path)
-    finally:
-        pg_server.admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+    url = _pg_with_password(request)
+    done = _iomatrix(cluster, "run", str(_suite(tmp_path, cluster)), "--db", url)
+    assert done.returncode == 0, done.stderr
+    configs, nodes, trials = _run(url)
+    assert sorted(configs.values()) == ["node1", "node2", "node3"]
+    assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
+    assert trials == {f"node{i}": "ok" for i in (1, 2, 3)}
+    # the nodes wrote their trials themselves: their processes are in the store, by host
+    with Store(url) as s:
+        hosts = {r[0] for r in s.conn.execute("SELECT host FROM processes").fetchall()}
+    assert {"node1", "node2", "node3"} <= hosts
+    assert request.getfixturevalue("pg_server").password not in done.stdout + done.stderr
+    _nothing_left(cluster, tmp_path)
 
 
 def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -153,7 +156,7 @@ def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes,
         f'[[node]]\nname = "node3"\nhost = "{three.address}"\ncommand = "/nonexistent/iomatrix"\n{ssh}'
         f'[[node]]\nname = "gone"\nhost = "10.77.99.2"\ncommand = "{IOMATRIX}"\n{ssh}')
     # the plan names the nodes without reaching them
-    plan = _iomatrix(cluster, "run", str(suite), "--plan")
+    plan = cli_result("run", str(suite), "--plan")
     assert plan.returncode == 0, plan.stderr
     assert ("on each of 4 nodes, over SSH: node1 (root@10.77.1.2), node2 (root@10.77.2.2), "
             "node3 (root@10.77.3.2), gone (root@10.77.99.2)") in plan.stdout
@@ -278,10 +281,12 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     _nothing_left_but_shares(cluster)
 
 
-def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path, store: str,
+                                                          request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
-    db = str(tmp_path / "r.db")
+    db = str(tmp_path / "r.db") if store == "sqlite" else _pg_with_password(request)
     _interrupted(cluster, suite, db, (": trial ok",), lambda proc: proc.send_signal(signal.SIGKILL))
     # every node's iomatrix sees its session end, stops and cleans up: nothing left anywhere
     _nothing_left_but_shares(cluster)

@@ -83,9 +83,6 @@ def run_share() -> None:
     from iomatrix.suite import load_suite_text
 
     request = NodeRequest.model_validate(_request())
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
-    watch_stdin(sys.stdin.fileno())
     suite = resolve_vm(load_suite_text(request.suite_text, source=request.suite_source))
     if request.db is not None:
         from iomatrix.store.location import PgUrl, parse_location
@@ -99,14 +96,19 @@ def run_share() -> None:
         db, shared = str(path), False
     progress = JsonProgress(sys.stdout)
     share = Share(node=request.node, run_uuid=request.run_uuid, shared=shared)
-    with open_store(db, must_exist=False) as store:
-        try:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    watch_stdin(sys.stdin.fileno())
+    try:
+        with open_store(db, must_exist=False) as store:
             outcome = run_suite(suite, store, keep=request.keep, progress=progress,
                                 accel=request.accel, seed=request.seed,
                                 retry_failed=request.retry_failed, share=share)
-        except KeyboardInterrupt:
-            progress.emit("interrupted")
-            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    except KeyboardInterrupt:
+        progress.emit("interrupted")
+        raise typer.Exit(ExitStatus.INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)    # the session may end now: no matter
     progress.emit("done", ok=outcome.trials_ok, failed=outcome.trials_failed)
     if outcome.trials_failed:
         raise typer.Exit(ExitStatus.TRIALS_FAILED)

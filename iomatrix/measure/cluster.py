@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
-from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound
+from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import first_line, last_line, which
 from iomatrix.measure.prepare import prepare
@@ -221,7 +221,13 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     node that cannot be used: unreachable, missing iomatrix, a problem with the suite there, or
     an iomatrix, fio or QEMU version unlike the controller's (``mine``: this host's facts), or
     KVM where the controller has it for a guest suite."""
+    if suite.method.pilot:
+        # each node's pilot would choose its own trial length: the nodes' figures would differ by it
+        raise SuiteError(f"{suite.source_path}: [method] pilot is not supported on a cluster's "
+                         "nodes", hint="give runtime and samples, or run the pilot on one node "
+                                       "and use what it chose")
     mine = dict(mine or node_facts(suite))
+    guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
     request = json.dumps({"suite_text": suite.source_text, "suite_source": suite.source_path})
     results: dict[str, dict[str, Any]] = {}
     problems: dict[str, list[str]] = {}
@@ -248,7 +254,6 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
             if facts.get(key) != mine.get(key):
                 wrong.append(f"node {node.label}: {key} is {facts.get(key) or '(none)'}, the "
                              f"controller's is {mine.get(key) or '(none)'}")
-        guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
         if guests and accel != "tcg" and facts.get("kvm") != mine.get("kvm"):
             wrong.append(f"node {node.label}: KVM {facts.get('kvm')}, on the controller "
                          f"{mine.get('kvm')}: its guests would not run as the others'")
@@ -327,9 +332,10 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
         status = "failed"
         outcome: dict[str, int] = {}
         try:
-            planned = {name: [(c.key, w.key, k) for c in prepared.expansion.on_node(name).configurations
-                              for w in prepared.expansion.on_node(name).workloads_for(c)
-                              for k in range(suite.method.samples)] for name in names}
+            shares = {name: prepared.expansion.on_node(name) for name in names}
+            planned = {name: [(c.key, w.key, k) for c in share.configurations
+                              for w in share.workloads_for(c) for k in range(suite.method.samples)]
+                       for name, share in shares.items()}
             outcome = _drive(suite, nodes, store, run_id, run_uuid, run_seed, planned=planned,
                              db=db, keep=keep, accel=accel, retry_failed=retry_failed,
                              progress=progress)
@@ -393,7 +399,10 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
         raise
 
 
-def _start(s: _Node, request: NodeRequest, events: "queue.Queue[tuple[_Node, dict[str, Any] | None]]") -> None:
+def _start(s: _Node, request: NodeRequest,
+           events: "queue.Queue[tuple[_Node, dict[str, Any] | None]]") -> None:
+    """Start a node's ``iomatrix node run`` over SSH with ``request`` on its stdin; its
+    progress events go to ``events``, then (s, None) once its session has ended."""
     argv = ssh_argv(s.node, [s.node.command, "node", "run"])
     s.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
