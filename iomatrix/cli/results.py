@@ -71,7 +71,10 @@ def show(
              f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
     out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
-    if stored.nodes:
+    if stored.nodes and stored.suite.method.concurrent_nodes:
+        out.print("nodes, loading the target at once in every trial: "
+                  + ", ".join(n.name for n in stored.nodes), markup=False, soft_wrap=True)
+    elif stored.nodes:
         out.print("nodes: " + "; ".join(
             f"{n.name} ({n.host.get('hostname', '?')}): {n.status}" + (f": {n.reason}" if n.reason else "")
             for n in stored.nodes) + f" (`iomatrix compare {stored.id}` compares them)",

@@ -372,14 +372,19 @@ def run(
     resume_id = stored.id if stored is not None else None
     err = environment().stderr
     cluster = _cluster_nodes(loaded, nodes, stored)
-    if cluster:
+    if cluster and not loaded.method.concurrent_nodes:
         _run_cluster(loaded, cluster, db, keep=keep, accel=accel, seed=seed, resume=resume_id,
                      retry_failed=retry_failed, report=report)
         return
+    if cluster:      # cluster load: measured from here, every node loading the target at once
+        from iomatrix.measure.cluster import preflight
+
+        preflight(loaded, cluster, accel=accel)
     with open_store(db, must_exist=False) as store, TerminalProgress(err) as progress:
         try:
             outcome = run_suite(loaded, store, keep=keep, progress=progress, accel=accel,
-                                seed=seed, resume=resume_id, retry_failed=retry_failed)
+                                seed=seed, resume=resume_id, retry_failed=retry_failed,
+                                nodes=cluster)
         except KeyboardInterrupt:
             err.print("interrupted: the trials measured so far are stored; the run is marked interrupted")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None

@@ -74,9 +74,10 @@ class Node:
 
 def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNECT_TIMEOUT,
              alive_interval: int = ALIVE_INTERVAL, alive_count: int = ALIVE_COUNT,
-             ssh: str = "ssh") -> list[str]:
+             ssh: str = "ssh", options: Sequence[str] = ()) -> list[str]:
     """The OpenSSH argv that runs ``command`` (an argv, quoted here for the node's login shell)
-    on ``node``, with no terminal and no escape character (the session carries data on stdin)."""
+    on ``node``, with no terminal and no escape character (the session carries data on stdin).
+    ``options``: more of ssh's own (a forward: ``-L``)."""
     argv = [ssh]
     if node.ssh_config:
         argv += ["-F", node.ssh_config]
@@ -96,7 +97,7 @@ def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNE
         argv += ["-l", node.user]
     if node.port:
         argv += ["-p", str(node.port)]
-    return [*argv, "--", node.host, " ".join(shlex.quote(word) for word in command)]
+    return [*argv, *options, "--", node.host, " ".join(shlex.quote(word) for word in command)]
 
 
 # --- naming nodes ----------------------------------------------------------------------------

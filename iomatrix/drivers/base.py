@@ -52,6 +52,21 @@ class Session(abc.ABC):
         """fio server ports of the guests, in guest order (empty without guests)."""
         return []
 
+    def fio_clients(self) -> list[str]:
+        """fio servers that each get the trial's job (``fio --client=A job --client=B job``:
+        a cluster's nodes); empty when ``fio_args`` says where fio runs."""
+        return []
+
+    def clients(self) -> list[int | str]:
+        """Where each fio client's result comes from, in order (a guest's port, a node's
+        forwarded socket path): how per-client figures are matched; empty for one local fio."""
+        return list(self.client_ports())
+
+    def failure(self, reason: str) -> str:
+        """A failed trial's reason with what this session knows of it (a node whose fio server
+        dropped mid-trial, named with why)."""
+        return reason
+
     def fio_output_format(self) -> str:
         """fio's --output-format for this session's trials."""
         return "json"

@@ -77,6 +77,7 @@ from iomatrix.core.files import read_owned, write_file_atomically
 from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
                                 read_text, require, wait_for)
 from iomatrix.fio.models import FioResult, JobStats
+from iomatrix.fio.samples import client_job
 from iomatrix.qemu.args import (GuestSpec, blockstats_of, expected_daemon_settings,
                                 expected_guest_settings, guest_argv, read_blockstats,
                                 read_daemon_settings, read_guest_settings, vhost_daemon_argv,
@@ -272,7 +273,7 @@ def unchecked_reason(workload: Workload) -> str | None:
 
 def client_result(result: FioResult, port: int, guests: int) -> JobStats | None:
     """fio's result for the client of the guest on ``port`` (the only one with one guest)."""
-    found = next((job for job in result.jobs if job.port == port), None)
+    found = client_job(result, port)
     if found is None and guests == 1 and len(result.jobs) == 1:
         found = result.jobs[0]
     return found

@@ -68,6 +68,9 @@ class JobStats(Frozen):
     ctx: int
     majf: int = 0
     minf: int = 0
+    job_start_ms: int | None = None
+    """When the job started, ms since 1970 by its host's clock (fio >= 3.36 writes it; None
+    before): how far apart the clients of one trial started."""
 
 
 class FioResult(Frozen):

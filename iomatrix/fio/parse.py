@@ -13,7 +13,7 @@ The one place that knows fio's JSON. It accepts what fio 2.1 and later print wit
 - ``io_bytes`` is in KiB before fio 2.21 (which added ``io_kbytes`` and made it bytes);
   ``total_ios`` exists from fio 2.1.14 (before, it is estimated from ``iops`` × ``runtime``);
   ``timestamp`` from fio 2.2.8 (before, ``FioResult.timestamp`` is None); ``job options`` from
-  fio 2.3. Output of fio before 2.1 is refused, naming the version;
+  fio 2.3; a job's ``job_start`` (ms since 1970) from fio 3.36, also in each client's entry. Output of fio before 2.1 is refused, naming the version;
 - percentile keys are ``"%f"`` of the percentile ("99.900000"); fio before 3.5 pads the dict with
   ``"0.00": 0`` entries, and omits it or writes it empty when percentiles are off;
 - before fio 3.13, percentiles of the total latency (``lat_percentiles=1``, or
@@ -213,6 +213,7 @@ def _job(entry: dict[str, Any], index: int, global_options: Mapping[str, Any], *
         ctx=_int(entry, "ctx", where),
         majf=_int(entry, "majf", where, default=0),
         minf=_int(entry, "minf", where, default=0),
+        job_start_ms=(_int(entry, "job_start", where) or None) if "job_start" in entry else None,
     )
 
 

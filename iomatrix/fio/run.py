@@ -44,7 +44,8 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             extra_args: Sequence[str] = (), during: Callable[[int], None] | None = None,
             during_at: float = 0.0, output_format: str = "json",
             stop_when: Callable[[float], bool] | None = None,
-            status_stream: bool = True, env: Mapping[str, str] | None = None) -> FioRun:
+            status_stream: bool = True, env: Mapping[str, str] | None = None,
+            clients: Sequence[str] = ()) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation). With
     ``stop_when``, fio writes a status object every second to its output (``output_path``) and
@@ -52,7 +53,10 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     final result, which is the one parsed. ``status_stream=False`` keeps fio from writing status
     objects (fio's client gathers them into its one final object, useless while it runs): then
     ``stop_when`` must judge from something else, and the output is fio's one final result.
-    ``env``: variables added to iomatrix's environment for fio."""
+    ``env``: variables added to iomatrix's environment for fio. ``clients``: fio servers
+    (``sock:PATH``, ``ip:HOST,PORT``) that each run the job at once, fio's own multi-client
+    (``--client=A job --client=B job``), their results and "All clients" aggregate in one
+    output."""
     job_path = workdir / "job.fio"
     out_path = output_path(workdir)
     console_path = workdir / "fio.console"
@@ -65,8 +69,9 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
                         returncode=None) from exc
     streaming = stop_when is not None and status_stream
     status = ["--status-interval=1"] if streaming else []
+    jobs = [a for c in clients for a in (f"--client={c}", str(job_path))] or [str(job_path)]
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
-            *extra_args, str(job_path))
+            *extra_args, *jobs)
     t0 = time.monotonic()
     try:
         with open(console_path, "wb") as console:   # a file: fio can never block on a pipe

@@ -19,7 +19,7 @@ from typing import Literal
 
 from iomatrix.core.errors import FioParseError
 from iomatrix.fio.bins import merge_bins, percentiles_from_bins
-from iomatrix.fio.models import DirectionStats, FioResult, Latency, Percentiles
+from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
 from iomatrix.core.model import Frozen
 
 LatencyKind = Literal["lat", "clat"]
@@ -124,18 +124,37 @@ def samples_of(result: FioResult,
     return tuple(out)
 
 
-def vm_samples_of(result: FioResult, ports: list[int],
+def vm_samples_of(result: FioResult, clients: Sequence[int | str],
                   latency: LatencyKind = DEFAULT_LATENCY) -> tuple[DirectionSample, ...]:
-    """Each guest's own samples when several fio clients ran; none for one. fio lists clients in
-    the order their results arrive, so each is matched to its guest by its port."""
+    """Each client's own samples (a guest's, or a cluster node's) when several fio clients ran;
+    none for one. fio lists clients in the order their results arrive, so each is matched to
+    its place in ``clients`` by its server's address: a port (servers on a loopback) or a Unix
+    socket's path (which fio reports as the client's hostname)."""
     if result.aggregate is None:
         return ()
-    by_port = {job.port: job for job in result.jobs}
     out = []
-    for index, port in enumerate(ports):
-        job = by_port.get(port)
+    for index, client in enumerate(clients):
+        job = client_job(result, client)
         if job is None:
-            raise FioParseError(f"fio returned no result for the guest on port {port}")
+            raise FioParseError(f"fio returned no result for the client at {client}")
         out += [DirectionSample.from_stats(name, stats, vm=index, latency=latency)
                 for name, stats in (("read", job.read), ("write", job.write)) if stats.active]
     return tuple(out)
+
+
+def client_job(result: FioResult, client: int | str) -> JobStats | None:
+    """The result of the client whose server is at ``client`` (a port, or a Unix socket's path),
+    None when fio returned none for it."""
+    return next((job for job in result.jobs
+                 if (job.hostname if isinstance(client, str) else job.port) == client), None)
+
+
+def start_skew_ms(result: FioResult) -> int | None:
+    """How far apart (ms) the clients of one multi-client run started their jobs, from each
+    job's start time by its own host's clock (so it includes the hosts' clock offsets); None
+    for one client or from fio before 3.36, which reports no start time."""
+    starts = [job.job_start_ms for job in result.jobs]
+    if len(starts) < 2 or any(s is None for s in starts):
+        return None
+    known = [s for s in starts if s is not None]
+    return max(known) - min(known)

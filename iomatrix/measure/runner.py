@@ -8,15 +8,18 @@ import os
 import random
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
 
+from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.cluster import ClusterDriver
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.registry import driver_for
-from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
+from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
 from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
@@ -108,7 +111,8 @@ NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
-              retry_failed: bool = False, share: Share | None = None) -> RunOutcome:
+              retry_failed: bool = False, share: Share | None = None,
+              nodes: Sequence[Node] = ()) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. The run is prepared
     as ``run --plan`` shows it (``measure.prepare``: ``accel`` and ``seed`` override the
     suite's [method] accel and seed). ``resume`` continues that stored run (whose suite must be
@@ -116,7 +120,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     ``retry_failed`` its failed trials too (each failed attempt is kept in the run's trial
     history). Ctrl-C stops every process started, removes the images (unless ``keep``) and
     marks the run interrupted. On a Proxmox VE host a new run of a suite that chooses no
-    platform measures Proxmox's graph (``iomatrix.measure.pvehost``).
+    platform measures Proxmox's graph (``iomatrix.measure.pvehost``). With ``[method]
+    concurrent_nodes``, ``nodes`` load the target at once (``iomatrix.drivers.cluster``).
 
     The target is checked before anything is stored or created. This process owns the run while
     it measures (``RunBusy`` if a live process owns it already; a dead owner is taken over), and
@@ -138,6 +143,11 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         require(tool)
     if suite.target.network is not None:
         require(NETWORK_TOOLS[suite.target.kind])
+    if suite.method.concurrent_nodes and not nodes:
+        raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
+    if suite.method.concurrent_nodes and suite.target.network is not None:
+        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
+                         f"so far (the target is {suite.target.kind})")
     workspace = workspace_of(prepared, keep)
     workspace.check(prepared.full.configurations)
     with run_process(store, keep=keep) as me:
@@ -158,11 +168,15 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         if isinstance(workspace, NetworkTarget):
             workspace.scratch = workdir
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
+        if suite.method.concurrent_nodes:
+            drivers["host"] = ClusterDriver(suite.method, workdir, nodes)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         prepared = prepared.under(accelerator)
         retry: set[tuple[str, str, int]] = set()
         if resume is None:
             host = _host_record(suite, workspace, accelerator)
+            if suite.method.concurrent_nodes:
+                host["nodes"] = ", ".join(n.label for n in nodes)
             notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
                      *prepared.notes]
             run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
@@ -172,6 +186,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                                       seed=prepared.seed, owner=me.id,
                                       run_uuid=share.run_uuid if share else None)
             me.run_id = run_id
+            if suite.method.concurrent_nodes:       # --resume finds them there
+                store.add_nodes(run_id, [(n.label, asdict(n), {}) for n in nodes])
             done: set[tuple[str, str, int]] = set()
         else:
             run_id = resume
@@ -502,8 +518,10 @@ class _Runner:
         target = session.fio_target()
         size = session.image.size if "size" not in target else None
         job = fill_text(target=target, size=size)
+        # one writer is enough: a cluster's nodes share the target
         run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
-                extra_args=session.fio_args(), env=session.fio_env())
+                extra_args=session.fio_args(), env=session.fio_env(),
+                clients=session.fio_clients()[:1])
 
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
                k: int) -> None:
@@ -518,7 +536,7 @@ class _Runner:
                job_text(workload, target=session.fio_target(), ramp=method.ramp,
                         runtime=method.window))
         seconds = trial_seconds(workload, method)
-        guests = bool(session.client_ports())
+        guests = bool(session.clients())
         watch: SteadyWatch | CounterWatch | None = None
         steady = method.steady_state and not workload.ioping   # a count of requests, not a time
         if steady and guests:
@@ -537,16 +555,17 @@ class _Runner:
                                   / 2),
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
-                              status_stream=not guests, env=session.fio_env())
+                              status_stream=not guests, env=session.fio_env(),
+                              clients=session.fio_clients())
             session.check_trial(fio.result, workload)
         except IomatrixError as exc:
-            self._failed(config, workload, k, str(exc), started=started,
+            self._failed(config, workload, k, session.failure(str(exc)), started=started,
                          applied=session.applied(), command=session.command())
             return
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
-        vm_samples = vm_samples_of(fio.result, session.client_ports())
+        vm_samples = vm_samples_of(fio.result, session.clients())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         series = probe.host_series()

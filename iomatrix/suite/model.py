@@ -853,6 +853,12 @@ class Method(Frozen):
     with trials of at most max_runtime and at most max_samples rounds. A runtime or samples the
     suite gives is kept and only the other chosen (a runtime: the pilot measures at it alone,
     as for target_ci). The rounds are then fixed: no look at the gains decides when to stop."""
+    concurrent_nodes: bool = False
+    """Cluster load: every node of the run loads the shared target at once, each trial driven
+    by one fio client here through each node's SSH session (``iomatrix.drivers.cluster``);
+    each node's figures are stored as a per-client share of the cluster's aggregate. The
+    target must be the same shared storage, at the same path, here and on every node. Host
+    mode."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -890,6 +896,16 @@ class Method(Frozen):
         if self.pilot and self.steady_state:
             raise ValueError("pilot chooses each trial's runtime; steady_state lets each trial "
                              "choose its own: drop one")
+        if self.concurrent_nodes and self.mode != "host":
+            raise ValueError('concurrent_nodes loads the target from the nodes in mode = "host" '
+                             f'only, so far (mode is "{self.mode}")')
+        if self.concurrent_nodes and self.on_node_failure == "stop":
+            raise ValueError('on_node_failure = "stop" is not built for concurrent_nodes, whose '
+                             "trial fails where a node drops and whose next round starts it "
+                             "again")
+        if self.concurrent_nodes and self.steady_state:
+            raise ValueError("steady_state cannot follow a trial of concurrent_nodes: fio's "
+                             "client reports the nodes' I/O only when the trial ends")
         if self.pilot and {"runtime", "samples"} <= self.model_fields_set:
             raise ValueError("pilot chooses runtime and samples, and the suite fixes both: "
                              "drop one of them, or pilot")
