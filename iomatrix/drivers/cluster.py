@@ -81,8 +81,10 @@ Unix socket there, until the controller closes the session's standard input (a w
 it from the start then stops the server) or the server ends (the session then ends, saying so).
 Every fio process of the server (the server, a process per connection, a process per job, which
 leaves the group with ``setsid``) has the server's command line, by which ``pkill`` finds them
-all (the whole line: the controller's ssh, when it runs on the node, names the socket too); the shell ignores SIGPIPE: a controller gone while it starts must not kill it before it
-cleans up."""
+all (the whole line: the controller's ssh, when it runs on the node, names the socket too);
+the shell ignores SIGPIPE: a controller gone while it starts must not kill it before it cleans
+up."""
+
 
 class NodeServer:
     """One node's fio server, reached through its SSH session's forward (see the module
