@@ -1,5 +1,6 @@
 """A fleet: synthetic runs of four nodes (real SQLite store, made-up figures) compared with the
-first, by ``iomatrix compare A B C ...`` and on the fleet page, drawn in headless Chromium."""
+first, by ``iomatrix compare A B C ...`` and on the fleet page, drawn in headless Chromium; a
+synthetic cluster run's node axis in ``effect`` and its nodes in ``runs``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result
+from tests.test_cli_inprocess import invoke
 
 try:
     from tests.browser import chromium_available, open_page
@@ -113,3 +115,47 @@ def test_fleet_page_is_self_contained_and_draws(fleet_db, tmp_path):
         p.screenshot(ARTIFACTS / "fleet.png")
         bars = p.evaluate("document.querySelector('.chart[data-kind=\"nodes\"]').data[0].y")
         assert [b.split(" ")[0] for b in bars] == ["gamma", "beta", "delta"]
+
+
+def _cluster_run(store: Store, names: list[str], **method: object) -> int:
+    """A cluster run as ``iomatrix run --nodes`` stores one: host-mode and blocklayer
+    configurations carrying node=NAME, and its nodes; with ``concurrent_nodes``, one host-mode
+    configuration without a node, every node loading the target in each trial."""
+    speed = {n: NODES[n][1] for n in names}
+    base = [Configuration(mode="host"), *configurations("blocklayer", {
+        "aio": ["native"], "cache": ["none"], "format": ["raw"]})]
+    configs = (base[:1] if method else
+               [c.model_copy(update={"node": n}) for n in names for c in base])
+
+    def figures(config: Configuration, workload: Workload, index: int) -> Figures:
+        return _figures(config.node or "", speed.get(config.node or "", 1.0))(config, workload, index)
+    run_id = write_run(store, configs, WORKLOADS, figures, method=method or None,  # type: ignore[arg-type]
+                       host={"hostname": "controller", "target": "/var/tmp/iomatrix",
+                             "target_fs": "ext4"})
+    store.add_nodes(run_id, [(n, {}, {"hostname": n}) for n in names])
+    return run_id
+
+
+def test_a_cluster_runs_nodes_in_effect_and_runs(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    with Store(db) as store:
+        apart = _cluster_run(store, ["alpha", "beta", "gamma"])
+        together = _cluster_run(store, ["alpha", "beta"], mode="host", concurrent_nodes=True)
+    code, cap = invoke("effect", str(apart), "--db", str(db))
+    assert code == 0 and re.search(r"node\s+alpha, beta, gamma\s+alpha", cap.out()), cap.out()
+    # the host baseline takes part in the node axis: 2 modes x 4 workloads pair per node
+    code, cap = invoke("effect", str(apart), "--axis", "node", "--by", "none", "--db", str(db))
+    assert code == 0, cap.stderr.getvalue()
+    rows = {line.split()[0]: line.split() for line in cap.out().splitlines()
+            if line.split()[:1] in (["beta"], ["gamma"])}
+    assert rows["gamma"][1] == "8" and rows["gamma"][-1] == "worse", cap.out()
+    assert float(rows["gamma"][2].rstrip("%").replace("\u2212", "-")) == pytest.approx(-20, abs=2)
+    assert rows["beta"][1] == "8" and "worse" not in rows["beta"] and "better" not in rows["beta"]
+    # every node in each trial: no trial is one node's
+    code, cap = invoke("effect", str(together), "--axis", "node", "--db", str(db))
+    said = cap.stderr.getvalue()
+    assert code != 0 and "loaded its target from every node at once" in said, said
+    code, cap = invoke("runs", "--db", str(db))
+    listed = {line.split()[0]: line for line in cap.out().splitlines()[1:]}
+    assert code == 0 and "3 nodes: alpha, beta, gamma" in listed[str(apart)], cap.out()
+    assert "2 nodes: alpha, beta" in listed[str(together)]

@@ -56,7 +56,8 @@ def _sample(direction: str, bw: float, runtime_s: float = 10.0) -> DirectionSamp
 
 
 def test_share_is_device_rate_over_fios_rate_in_the_measured_window() -> None:
-    # ramp 2 s, runtime 10 s: intervals [2,3] … [11,12] count; the ramp's and the tail's do not
+    # ramp 2 s, runtime 10 s, the sampler stopped at 13 s: the last 10 s count but the final
+    # interval (fio's exit), so [3,4] … [11,12]; the ramp's and the tail's do not
     rates = [9e9, 9e9] + [50e6] * 10 + [0.0]
     share = device_share(_series(rates), [_sample("read", 100e6)], ramp_s=2.0)
     assert share == DeviceShare(device="vda", read=0.5, write=None)
@@ -67,6 +68,11 @@ def test_share_is_device_rate_over_fios_rate_in_the_measured_window() -> None:
     mixed = device_share(_series([100e6] * 12, [1e6] * 12),
                          [_sample("read", 100e6), _sample("write", 100e6)], ramp_s=2.0)
     assert (mixed.read, mixed.write, mixed.from_ram) == (1.0, 0.01, True)
+    # fio started its I/O 1.6 s after the sampler (a busy host): the window is placed from the
+    # end, so the idle start is not counted (from the start it was: 0.7, reads "from RAM")
+    late = device_share(_series([0.0, 40e6, 100e6, 100e6, 100e6, 10e6]),
+                        [_sample("read", 100e6, runtime_s=3.0)], ramp_s=0.5)
+    assert late.read == 1.0, late
     # a trial shorter than a sampling interval: every interval counts
     short = device_share(_series([80e6]), [_sample("read", 100e6, runtime_s=0.5)], ramp_s=0.2)
     assert short.read == 0.8

@@ -3,7 +3,11 @@ level, with everything else held fixed.
 
 - Matched pair: two non-host configurations of the same mode that are identical except for
   ``axis`` (one at ``level``, one at ``reference``), measured on the same workload. Host-mode
-  configurations (the bare-metal baseline) never take part.
+  configurations (the bare-metal baseline) take part only in the ``node`` axis of a cluster
+  run, where each node's bare-metal figures are what its nodes are compared by. Its nodes
+  measure their shares side by side, so round r of one node is paired with round r of another
+  (about the same time, not the same host: drift of the shared storage cancels, a node's own
+  does not). A run whose nodes loaded the target at once in every trial has no node axis.
 - A gain rests on the pairs of one group: per queue depth by default (``by``), so that, as in
   seed 000, the gain at QD1 is an average over the block sizes (and any other workload settings);
   ``hold`` keeps other axes apart (``hold=("aio",)``: the iothread gain per aio mode).
@@ -71,6 +75,7 @@ from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, L
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.model import Frozen
+from iomatrix.suite.model import NODE_AXIS
 
 BY = ("iodepth", "bs", "rw", "workload")
 """What ``by`` may group on: workload settings, or each workload on its own."""
@@ -141,14 +146,21 @@ class Gain(Frozen):
         return (self.relative < 0) == METRICS[self.metric].lower_is_better
 
 
+def _takes_part(config: ConfigRecord, axis: str) -> bool:
+    """Whether ``config`` has a level of ``axis`` to compare: the host baseline only of the
+    node axis (module docstring)."""
+    return axis in config.params and (config.mode != HOST or axis == NODE_AXIS)
+
+
 def axes_of(run: StoredRun) -> dict[str, list[str]]:
     """Axis → its levels in the order configurations first use them, for the axes that take at
-    least two levels among the run's non-host configurations."""
+    least two levels among the run's non-host configurations (and, in a cluster run, its
+    host-mode ones for the node axis)."""
     levels: dict[str, list[str]] = {}
     for config in run.configs:
-        if config.mode == HOST:
-            continue
         for axis, value in config.params.items():
+            if not _takes_part(config, axis):
+                continue
             seen = levels.setdefault(axis, [])
             if value not in seen:
                 seen.append(value)
@@ -222,11 +234,23 @@ class _Group:
 
 def _axis_levels(run: StoredRun, axis: str) -> list[str]:
     axes = axes_of(run)
+    if axis == NODE_AXIS and run.nodes:
+        refuse_concurrent_nodes(run)
     if axis not in axes:
         listed = "; ".join(f"{a} ({', '.join(v)})" for a, v in axes.items()) or "none"
         raise AnalysisError(f"run {run.id}: {axis!r} is not an axis with two or more levels",
                             hint=f"axes of run {run.id}: {listed}")
     return axes[axis]
+
+
+def refuse_concurrent_nodes(run: StoredRun) -> None:
+    """AnalysisError for a cluster run whose nodes loaded the target at once: none of its
+    trials is one node's."""
+    if run.suite.method.concurrent_nodes:
+        raise AnalysisError(f"run {run.id} loaded its target from every node at once: each of "
+                            "its trials holds every node's share, not one node's",
+                            hint=f"`iomatrix show {run.id}`; the trials' cluster.nodes says "
+                                 "which vm is which node")
 
 
 def _check_level(run: StoredRun, axis: str, level: str, levels: list[str]) -> None:
@@ -282,11 +306,11 @@ def _columns(run: StoredRun, metric: str) -> _Columns:
 
 def _twins(run: StoredRun, axis: str, level: str, reference: str
            ) -> list[tuple[ConfigRecord, ConfigRecord]]:
-    """(reference configuration, level configuration): two non-host configurations of the same
-    mode identical but for ``axis``."""
+    """(reference configuration, level configuration): two configurations of the same mode
+    identical but for ``axis`` (host-mode ones only for the node axis)."""
     twins: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, ConfigRecord]] = {}
     for config in run.configs:
-        if config.mode == HOST or axis not in config.params:
+        if not _takes_part(config, axis):
             continue
         rest = tuple(sorted((k, v) for k, v in config.params.items() if k != axis))
         twins.setdefault((config.mode, rest), {})[config.params[axis]] = config

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from iomatrix.analysis.crossrun import Difference, RunComparison, compare_runs
+from iomatrix.analysis.effects import refuse_concurrent_nodes
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.paired import noise_floor
 from iomatrix.analysis.stats import log_ratio_test, percent_text
@@ -44,11 +45,7 @@ def by_node(run: StoredRun) -> list[StoredRun]:
     if not run.nodes:
         raise AnalysisError(f"run {run.id} was measured on one host, not on a cluster's nodes",
                             hint="compare it with another run: `iomatrix compare RUN_A RUN_B`")
-    if run.suite.method.concurrent_nodes:
-        raise AnalysisError(f"run {run.id} loaded its target from every node at once: each of "
-                            "its trials holds every node's share, not a run per node",
-                            hint=f"`iomatrix show {run.id}`; the trials' cluster.nodes says "
-                                 "which vm is which node")
+    refuse_concurrent_nodes(run)
     out = []
     for node in run.nodes:
         configs = [c for c in run.configs if c.params.get(NODE_AXIS) == node.name]

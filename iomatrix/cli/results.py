@@ -47,7 +47,8 @@ def runs(
         status = "stopped (process gone; --resume)" if r.id in gone else r.status
         table.add_row(str(r.id), r.suite_name, r.created_at, status,
                       r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
-                      str(r.trials_ok), str(r.trials_failed), r.hostname)
+                      str(r.trials_ok), str(r.trials_failed),
+                      f"{len(r.nodes)} nodes: {', '.join(r.nodes)}" if r.nodes else r.hostname)
     filtered = any(v is not None for v in (host, suite, target, since, until))
     out.print(table if rows else "no runs match" if filtered else "no runs stored")
 

@@ -157,6 +157,9 @@ class RunSummary(Frozen):
     hostname: str = ""
     target: str = ""
     """Where it measured: the target's directory or device, or its [[targets]] names."""
+    nodes: tuple[str, ...] = ()
+    """A cluster run's nodes, in their order (``hostname`` is then the controller's); empty
+    for a run of one host."""
 
 
 IMPORTED = "import:"

@@ -581,6 +581,11 @@ class Store:
             "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'ok'), "
             "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed'), "
             "  r.host_json FROM runs r ORDER BY r.id").fetchall()
+        nodes: dict[int, list[str]] = {}
+        if self.version >= 10:
+            for run_id, name in self.conn.execute(
+                    "SELECT run_id, name FROM run_nodes ORDER BY run_id, position"):
+                nodes.setdefault(run_id, []).append(name)
         found = []
         for r in rows:
             meta = json.loads(r[8])
@@ -588,7 +593,7 @@ class Store:
             summary = RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
                                  status=r[4], accelerator=r[5], trials_ok=r[6],
                                  trials_failed=r[7], hostname=str(meta.get("hostname", "")),
-                                 target=places)
+                                 target=places, nodes=tuple(nodes.get(r[0], ())))
             if ((suite is not None and r[1] != suite) or (since is not None and r[2] < since)
                     or (end is not None and r[2] >= end)):
                 continue

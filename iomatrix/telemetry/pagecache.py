@@ -10,8 +10,11 @@ stores (no extra probe):
 
 *device bytes/s*: the target's block device's read (write) bytes in /proc/diskstats
 (``iomatrix.telemetry.host``: sampled every second during the trial), over the sampling intervals
-that lie wholly inside fio's measured window, [ramp, ramp + runtime] after fio was started (all
-intervals when none does, as in a trial shorter than a second). *fio bytes/s*: fio's own read
+that lie wholly inside fio's measured window (all intervals when none does, as in a trial shorter
+than a second). The sampler starts before fio does, and on a busy host fio may take a second or
+more to start its jobs, so the window is placed from the series' end, which is when fio had
+exited: the last ``runtime`` seconds, never before ``ramp`` (fio cannot start before the sampler),
+less the final interval, which holds fio's exit and teardown. *fio bytes/s*: fio's own read
 (write) bandwidth over that window, summed over its directions' samples (guests: their aggregate).
 
 Reads: a share near 0 means the reads were served from RAM; near 1 that they reached the device
@@ -42,8 +45,6 @@ __all__ = ["RAM_SHARE", "DeviceShare", "device_share", "mean_share", "stored_dev
 
 RAM_SHARE = 0.5
 """Below this share of fio's bytes reaching the device, a direction was served from RAM."""
-_END_SLACK_S = 0.1
-"""An interval may end this much after the nominal window (the sampler's timer jitter)."""
 
 UNKNOWN_DEVICE = ("the target's block device could not be found (tmpfs, overlay, NFS or a "
                   "multi-device file system such as btrfs), so what reached storage is unknown")
@@ -94,8 +95,10 @@ def device_share(series: HostSeries | None, samples: Sequence[DirectionSample], 
     disk = series.devices[name]
     runtime_s = max((s.runtime_ms for s in samples), default=0) / 1000
     starts = (0.0, *series.t[:-1])
-    inside = [i for i, (a, b) in enumerate(zip(starts, series.t))
-              if a >= ramp_s and b <= ramp_s + runtime_s + _END_SLACK_S]
+    # anchored at the end (module docstring): counting from the start put fio's late start
+    # under load inside the window (0.68 of cache=none's reads "reached" the device)
+    begin = max(ramp_s, series.t[-1] - runtime_s)
+    inside = [i for i, a in enumerate(starts[:-1]) if a >= begin]
     chosen = inside or list(range(len(series.t)))
 
     def rate(values: tuple[float | None, ...]) -> float | None:
