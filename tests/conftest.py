@@ -47,16 +47,37 @@ def accepts_direct_io(directory: str | os.PathLike[str]) -> bool:
         os.unlink(path)
 
 
+@pytest.hookimpl(tryfirst=True)          # before pytest's tmp_path factory reads basetemp
 def pytest_configure(config: pytest.Config) -> None:
     """Tests put their images and fio files in tmp_path and read them with O_DIRECT. Where the
     temporary directory cannot do that (e.g. /tmp on tmpfs under an older kernel), everything
     temporary (ours, pytest's, QEMU's and fio's) goes to /var/tmp instead, as iomatrix itself
-    does; nothing changes on hosts where it can."""
-    if config.option.basetemp or accepts_direct_io(tempfile.gettempdir()):
-        return
-    if accepts_direct_io("/var/tmp"):
-        os.environ["TMPDIR"] = "/var/tmp"
-        tempfile.tempdir = None                      # gettempdir() reads TMPDIR again
+    does; nothing changes on hosts where it can.
+
+    With xdist's workers, pytest's base directory (/tmp/pytest-of-root/pytest-N) gains a
+    directory per worker (popen-gw0), and a run's scratch directory in a test's tmp_path grows
+    past what UNIX socket paths allow (iomatrix refuses it). The controller then gives the
+    workers a shorter base of its own, made by mkdtemp (private, unguessable) and removed at the
+    end (``pytest_unconfigure``)."""
+    if not config.option.basetemp and not accepts_direct_io(tempfile.gettempdir()):
+        if accepts_direct_io("/var/tmp"):
+            os.environ["TMPDIR"] = "/var/tmp"
+            tempfile.tempdir = None                  # gettempdir() reads TMPDIR again
+    if (not config.option.basetemp and not hasattr(config, "workerinput")
+            and config.getoption("numprocesses", None)):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pt-")
+        config.stash[_SHORT_BASETEMP] = config.option.basetemp
+
+
+_SHORT_BASETEMP = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Removes the base directory ``pytest_configure`` made for xdist's workers."""
+    base = config.stash.get(_SHORT_BASETEMP, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def declared_kvm() -> bool | None:
