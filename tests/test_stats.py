@@ -166,7 +166,10 @@ def test_interval_contains_the_mean(xs: list[float]) -> None:
     ci = confidence_interval(xs)
     assert ci.low is not None and ci.high is not None
     assert ci.low <= ci.mean <= ci.high
-    assert ci.half_width == pytest.approx((ci.high - ci.low) / 2)
+    # high and low are rounded at the mean's magnitude: (high - low) / 2 is exact only to the
+    # float spacing there (a half-width of 1.7e-8 around 1e7 is 9 such steps)
+    assert ci.half_width == pytest.approx((ci.high - ci.low) / 2,
+                                          abs=2 * math.ulp(max(abs(ci.low), abs(ci.high))))
 
 
 # --- outliers ----------------------------------------------------------------------------------
