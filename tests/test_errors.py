@@ -132,3 +132,19 @@ def test_no_iomatrix_exception_is_defined_outside_errors() -> None:
                 if bases & names:
                     elsewhere.append(f"{path.relative_to(package)}: {node.name}")
     assert elsewhere == []
+
+
+def test_a_relative_program_is_found_in_the_directory_it_runs_in(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run(["./configure"], cwd=src)`` runs src's configure (the guests' fio build does):
+    the check that the program exists looks where it will run, not in iomatrix's own cwd."""
+    from iomatrix.core.errors import ToolFailed
+    from iomatrix.core.proc import run
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "configure").write_text("#!/bin/sh\necho configured in \"$PWD\"\n")
+    (src / "configure").chmod(0o755)
+    monkeypatch.chdir(tmp_path)                 # iomatrix's cwd has no ./configure
+    assert run(["./configure"], timeout=30, cwd=src).stdout == f"configured in {src}\n"
+    with pytest.raises(ToolFailed, match="not found"):
+        run(["./configure"], timeout=30, cwd=tmp_path)

@@ -57,7 +57,10 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True,
     and gets SIGTERM if iomatrix dies meanwhile (``orphan_guard``). ``pass_fds``: descriptors
     it inherits (as ``/proc/self/fd/N``)."""
     name = Path(argv[0]).name
-    if which(argv[0], env) is None:
+    # a relative path with a slash ("./configure") names a file in cwd, where it will run
+    program = os.path.join(cwd, argv[0]) if cwd is not None and os.sep in os.fspath(argv[0]) \
+        else argv[0]
+    if which(program, env) is None:
         raise ToolFailed(f"{argv[0]}: not found", argv=argv, returncode=None)
     try:
         proc = subprocess.Popen(orphan_guard(argv), stdin=subprocess.DEVNULL,
