@@ -12,7 +12,11 @@ Unix socket serves the controller and every node alike, and a node's files are t
 
 A namespace is held by a ``sleep`` started in it (no ``ip netns`` name, so no bind mount in
 /run/netns); stopping kills every process whose network namespace is a node's or the
-controller's, and with the last one the namespace and its veth end go. ``kill(node)`` does that
+controller's, and with the last one the namespace and its veth end go. Processes are found by
+their namespace's inode number, which the kernel gives again once a namespace is freed (another
+xdist worker's new namespace can get a killed node's number within milliseconds): so the fixture
+also holds a descriptor of each namespace, from its start until its last check, and no other
+namespace can take that number while anything here looks for it. ``kill(node)`` does that
 to one node mid-test: what a node losing power looks like from the controller; ``drop(node)``
 cuts a node off the network while it runs on (each side's SSH notices by its keepalives).
 
@@ -70,6 +74,14 @@ def _netns(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
 
+def _hold_netns(pid: int) -> tuple[str, int]:
+    """``pid``'s network namespace: its name and a descriptor that keeps it (and so its
+    number) from being freed; the name is read through the descriptor, so both are the same
+    namespace even if ``pid`` has just died."""
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    return f"net:[{os.fstat(fd).st_ino}]", fd
+
+
 def _enter(pid: int, *kinds: str) -> list[str]:
     return ["nsenter", f"--target={pid}", *kinds, "--"]
 
@@ -82,6 +94,10 @@ class SshNode:
     address: str
     holder: subprocess.Popen[bytes]
     netns: str = ""
+    netns_fd: int = -1
+    """Held open from the start to the last check: the namespace's number stays its own."""
+    link: str = ""
+    """The controller's end of its veth pair."""
     sshd: subprocess.Popen[bytes] | None = None
     port: int = 22
     alive: bool = True
@@ -102,6 +118,9 @@ class SshCluster:
     known_hosts: Path
     user: str = "root"
     nodes: list[SshNode] = field(default_factory=list)
+    controller_netns_fd: int = -1
+    left: dict[str, list[int]] = field(default_factory=dict)
+    """After ``stop()``: the processes still in each namespace (none, if all went)."""
 
     def controller(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run where the controller is: in the network namespace reaching the nodes
@@ -113,6 +132,7 @@ class SshCluster:
         return subprocess.run(self.controller(
             ["ssh", "-F", "none", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "ConnectTimeout=10",
+             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
              "-i", str(self.identity), "-p", str(node.port), "-l", self.user, node.address,
              command]), capture_output=True, text=True, timeout=timeout)
 
@@ -139,6 +159,11 @@ class SshCluster:
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+        # the namespace outlives its processes (its descriptor is held): its link goes now, as
+        # it would with the node's power
+        if node.alive and node.link:
+            subprocess.run(self.controller(["ip", "link", "del", node.link]),
+                           capture_output=True, timeout=30)
         node.alive = False
 
     def drop(self, node: SshNode) -> None:
@@ -147,7 +172,8 @@ class SshCluster:
         _run(node.enter(["ip", "link", "set", "eth0", "down"]))
 
     def stop(self) -> None:
-        """Kill every node and the controller namespace; nothing of them is left."""
+        """Kill every node and the controller namespace, note in ``left`` what is still in
+        each (nothing, normally), then let the namespaces go."""
         for node in self.nodes:
             if node.sshd is not None and node.sshd.poll() is None:
                 node.sshd.terminate()
@@ -155,6 +181,14 @@ class SshCluster:
         _kill_all(self.controller_netns)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.controller_holder.wait(timeout=10)
+        self.left = {netns: pids for netns in [self.controller_netns, *(n.netns for n in self.nodes)]
+                     if netns and (pids := _in_netns(netns))}
+        for fd in [self.controller_netns_fd, *(n.netns_fd for n in self.nodes)]:
+            if fd >= 0:
+                os.close(fd)
+        self.controller_netns_fd = -1
+        for node in self.nodes:
+            node.netns_fd = -1
 
 
 def _in_netns(netns: str) -> list[int]:
@@ -221,7 +255,7 @@ def ssh_cluster(directory: Path, count: int = 3) -> Iterator[SshCluster]:
                          identity=identity, known_hosts=known_hosts)
     try:
         _wait_netns(holder.pid, host=_netns(os.getpid()))
-        cluster.controller_netns = _netns(holder.pid)
+        cluster.controller_netns, cluster.controller_netns_fd = _hold_netns(holder.pid)
         _run(_enter(holder.pid, "--net") + ["ip", "link", "set", "lo", "up"])
         lines = []
         for i in range(1, count + 1):
@@ -252,9 +286,9 @@ def _start_node(cluster: SshCluster, i: int, directory: Path, authorized: Path) 
     node = SshNode(name=name, address=f"{SUBNET}.{i}.2", holder=holder)
     cluster.nodes.append(node)
     _wait_netns(holder.pid, host=_netns(os.getpid()))
-    node.netns = _netns(holder.pid)
+    node.netns, node.netns_fd = _hold_netns(holder.pid)
     controller = _enter(cluster.controller_holder.pid, "--net")
-    link = f"vn{i}"
+    link = node.link = f"vn{i}"
     _run(controller + ["ip", "link", "add", link, "type", "veth", "peer", "name", "eth0",
                        "netns", str(holder.pid)])
     _run(controller + ["ip", "addr", "add", f"{SUBNET}.{i}.1/24", "dev", link])
@@ -298,5 +332,4 @@ def ssh_nodes(tmp_path: Path) -> Iterator[Callable[[int], SshCluster]]:
             return cluster
         yield make
     for cluster in made:
-        for netns in [cluster.controller_netns, *(n.netns for n in cluster.nodes)]:
-            assert _in_netns(netns) == [], f"processes left in {netns}"
+        assert cluster.left == {}, f"processes left: {cluster.left}"
