@@ -32,6 +32,11 @@ Ctrl-C or SIGTERM stops it cleanly (every process, the loop device and the work 
     .venv/bin/python bench/paired_vs_fixed.py                     # quiet host: ~2-4 h
     .venv/bin/python bench/paired_vs_fixed.py --hog               # loaded host: up to the caps
     .venv/bin/python bench/paired_vs_fixed.py --workloads 4 --fixed-subset 1 --fixed-runtime 10s
+
+Each arm's CI is also printed on the workloads the fixed arm measured (like for like: the fixed
+arm's per-QD gain needs every block size at a depth, which a subset rarely has). An interval
+printed "unbounded" has no finite end: a per-QD gain with one pair, or a Fieller ratio whose
+reference's own interval reaches zero. --keep DIR keeps each arm's database.
 """
 
 from __future__ import annotations
@@ -89,18 +94,27 @@ aa = true
 """
 
 
-def widest(run: StoredRun, paired: bool) -> tuple[float, float, str]:
-    """The widest 95 % CI half-width of the aio gains per queue depth and per workload, and
-    the methods used."""
+def _half(g) -> float:  # type: ignore[no-untyped-def]
+    """A gain's 95 % CI half-width; inf where it has none (one pair for a per-QD gain across
+    pairs, or an unbounded ratio interval: Fieller's, when the reference's own interval
+    reaches zero)."""
+    return (g.high - g.low) / 2 if g.low is not None and g.high is not None else float("inf")
+
+
+def widest(run: StoredRun, paired: bool) -> tuple[float, float, str, dict[str, float]]:
+    """The widest 95 % CI half-width of the aio gains per queue depth and per workload, the
+    methods used, and each workload's half-width (by its key)."""
     real = only_configs(run, {c.key for c in run.configs if not is_twin(c)})
     per_qd = gains(real, "aio", by=("iodepth",), paired=paired)
     per_wl = gains(real, "aio", by=("workload",), paired=paired)
-
-    def half(found: list) -> float:  # type: ignore[type-arg]
-        return max(((g.high - g.low) / 2 if g.low is not None and g.high is not None
-                    else float("inf")) for g in found)
     methods = "/".join(dict.fromkeys(g.method for g in per_qd + per_wl))
-    return half(per_qd), half(per_wl), methods
+    return (max(map(_half, per_qd)), max(map(_half, per_wl)), methods,
+            {str(g.workload): _half(g) for g in per_wl})
+
+
+def pm(half: float) -> str:
+    """±x.xx %, or "unbounded"."""
+    return "unbounded" if half == float("inf") else f"±{half:.2%}"
 
 
 class Printed:
@@ -158,7 +172,8 @@ def bounds(text: str) -> tuple[float, float, float]:
     return pilot, pilot + at(shortest, max(3, m.samples)), pilot + at(longest, m.max_samples)
 
 
-def arm(work: Path, text: str, paired: bool, name: str, every: float) -> dict[str, object]:
+def arm(work: Path, text: str, paired: bool, name: str, every: float,
+        keep: Path | None = None) -> dict[str, object]:
     pilot, least, cap = bounds(text)
     span = (f"at least {duration_text(least)}, at most {duration_text(cap)}" if cap > least
             else f"about {duration_text(cap)}")
@@ -172,13 +187,15 @@ def arm(work: Path, text: str, paired: bool, name: str, every: float) -> dict[st
         wall = time.monotonic() - t0
         run = store.load_run(outcome.run_id)
         note = next((n for n in run.notes if n.startswith("pilot:")), "")
-    qd, wl, methods = widest(run, paired)
+    if keep is not None:   # the run itself (closed: no WAL beside it), for iomatrix --db
+        shutil.copyfile(db, keep / f"{name}.db")
+    qd, wl, methods, each = widest(run, paired)
     aa = aa_report(run, paired=paired)
     rounds = max(t.sample_index for t in run.trials) + 1
     chosen = note[note.find("chosen: "):] if "chosen: " in note else ""
-    print(f"[{name}] done: {wall:.0f} s, {rounds} rounds, widest CI per QD ±{qd:.2%}"
+    print(f"[{name}] done: {wall:.0f} s, {rounds} rounds, widest CI per QD {pm(qd)}"
           + (f"; {chosen}" if chosen else ""), flush=True)
-    return {"wall": wall, "qd": qd, "wl": wl, "methods": methods, "aa": aa,
+    return {"wall": wall, "qd": qd, "wl": wl, "each": each, "methods": methods, "aa": aa,
             "trials": outcome.trials_ok, "failed": outcome.trials_failed, "rounds": rounds,
             "plan": note}
 
@@ -222,6 +239,9 @@ def main() -> None:
     parser.add_argument("--hog", action="store_true", help="a CPU hog on one core meanwhile")
     parser.add_argument("--every", type=float, default=60.0,
                         help="seconds between progress lines")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each arm's results database in DIR (made if missing) for "
+                        "iomatrix show/effect --db DIR/ARM.db")
     parser.add_argument("--dry-run", action="store_true",
                         help="print each arm's expected time and cap, measure nothing")
     args = parser.parse_args()
@@ -257,6 +277,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)   # ignored when started with &
     signal.signal(signal.SIGTERM, _stop)
     work = Path(tempfile.mkdtemp(prefix="iomatrix-bench-", dir="/var/tmp"))
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, object]] = {}
     try:
         with contextlib_ram(True) as device, cpu_hog(args.hog):
@@ -265,7 +287,7 @@ def main() -> None:
                 if name in arms:
                     workloads, method, paired = methods[name]
                     results[name] = arm(work, suite(target, workloads, method), paired, name,
-                                        args.every)
+                                        args.every, args.keep)
     except KeyboardInterrupt:
         print("stopped: every process, the loop device and the work directory removed; "
               f"arms finished: {', '.join(results) or 'none'}", flush=True)
@@ -285,8 +307,8 @@ def main() -> None:
         return "—" if r is None or not r.tested else f"{r.significant_raw}/{r.tested}"
 
     for name, r in results.items():
-        print(f"{name:<8} {r['wall']:>8.1f} {r['rounds']:>6} {'±' + format(r['qd'], '.2%'):>17} "
-              f"{'±' + format(r['wl'], '.2%'):>13} {aa_text(r):>21}  {r['methods']}")
+        print(f"{name:<8} {r['wall']:>8.1f} {r['rounds']:>6} {pm(r['qd']):>17} "
+              f"{pm(r['wl']):>13} {aa_text(r):>21}  {r['methods']}")
     fixed = results.get("fixed")
     fixed_wall = fixed["wall"] if fixed else None
     if fixed is not None and subset is not chosen:
@@ -302,6 +324,11 @@ def main() -> None:
     for name in ("paired", "planner"):
         if name in results and fixed_wall:
             print(f"{name} / fixed wall time: {results[name]['wall'] / fixed_wall:.3f}")
+    if fixed is not None:   # like for like: each arm's CI on the workloads the fixed arm measured
+        for key, half in fixed["each"].items():  # type: ignore[union-attr]
+            others = "  ".join(f"{name} {pm(r['each'].get(key, float('inf')))}"  # type: ignore[union-attr]
+                               for name, r in results.items() if name != "fixed")
+            print(f"CI of the aio gain on {key}: fixed {pm(half)}  {others}")
     for name in ("paired", "planner"):
         if name in results:
             print(f"{name}: {results[name]['plan']}")
