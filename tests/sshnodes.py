@@ -17,8 +17,10 @@ their namespace's inode number, which the kernel gives again once a namespace is
 xdist worker's new namespace can get a killed node's number within milliseconds): so the fixture
 also holds a descriptor of each namespace, from its start until its last check, and no other
 namespace can take that number while anything here looks for it. ``kill(node)`` does that
-to one node mid-test: what a node losing power looks like from the controller; ``drop(node)``
-cuts a node off the network while it runs on (each side's SSH notices by its keepalives).
+to one node mid-test: what a node losing power looks like from the controller; ``swallow(node)``
+makes a node swallow every packet it would send the controller while it runs on, its link up
+(a new connection waits out SSH's ConnectTimeout; in a session, each side's SSH notices by its
+keepalives).
 
 sshd runs as root and needs its privilege separation directory ``/run/sshd`` (which Debian's
 service makes at every start); it is made when missing and left, empty, like the service leaves
@@ -166,10 +168,16 @@ class SshCluster:
                            capture_output=True, timeout=30)
         node.alive = False
 
-    def drop(self, node: SshNode) -> None:
-        """Cut ``node`` off the network (its link down): it runs on, but neither side hears
-        the other, so each side's SSH keepalives give up (ServerAlive, ClientAlive)."""
-        _run(node.enter(["ip", "link", "set", "eth0", "down"]))
+    def swallow(self, node: SshNode, on: bool = True) -> None:
+        """Make ``node`` swallow, without a word, every packet it would send the controller (a
+        blackhole route to the controller's end of its link), or stop (``on`` false). Its link
+        stays up, ARP answers, the controller's packets arrive, and it runs on; but nothing
+        comes back, as from a firewall that drops: a new TCP connection gets no SYN-ACK and no
+        error (SSH's ConnectTimeout ends it), and an open session's keepalives go unanswered
+        on both sides (ServerAlive, ClientAlive)."""
+        controller_end = node.address.rpartition(".")[0] + ".1"
+        _run(node.enter(["ip", "route", "add" if on else "del", "blackhole",
+                         f"{controller_end}/32"]))
 
     def stop(self) -> None:
         """Kill every node and the controller namespace, note in ``left`` what is still in

@@ -5,16 +5,23 @@ controller killed with SIGKILL and the run resumed; nothing left on any node."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from iomatrix.cluster.ssh import CONNECT_TIMEOUT
+from iomatrix.measure.cluster import PREFLIGHT_TIMEOUT
 from iomatrix.store import Store
 from iomatrix.testing.pgserver import USER
 from tests.conftest import REPO, cli_result
@@ -42,6 +49,38 @@ def _iomatrix(cluster: SshCluster, *args: str, timeout: float = 600) -> subproce
     """``iomatrix ARGS`` run as the controller (in the namespace that reaches the nodes)."""
     return subprocess.run(cluster.controller([sys.executable, "-m", "iomatrix", *args]),
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def _iomatrix_on_a_terminal(cluster: SshCluster, *args: str,
+                            timeout: float = 600) -> tuple[int, str, str]:
+    """``_iomatrix`` with its stderr a terminal (160 columns): its exit status, stdout, and what
+    the terminal got (escape sequences removed, carriage returns kept)."""
+    import pty
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen(cluster.controller([sys.executable, "-m", "iomatrix", *args]),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=child,
+                            text=True, cwd=REPO,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "160", "LINES": "40"})
+    os.close(child)
+    got = bytearray()
+
+    def read() -> None:
+        with contextlib.suppress(OSError):      # EIO: every writer has closed the terminal
+            while chunk := os.read(main, 65536):
+                got.extend(chunk)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+        reader.join(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+    return (proc.returncode, stdout,
+            re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", got.decode(errors="replace")))
 
 
 def _nothing_left(cluster: SshCluster, tmp_path: Path) -> None:
@@ -82,6 +121,20 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
     done = _iomatrix(cluster, "run", str(suite), "--db", db)
     assert done.returncode == 0, done.stderr
     assert "run 1: 3 nodes, 3 trials ok, 0 failed" in done.stdout
+    # progress into a pipe: plain lines, no bar redrawn with carriage returns or escapes; a
+    # line per trial with the node's count, all nodes' and the ETA; a line per node event
+    assert "\r" not in done.stderr and "\x1b" not in done.stderr, repr(done.stderr)
+    lines = done.stderr.splitlines()
+    assert re.fullmatch(r"3 trials on 3 nodes at once, about \d+ s planned: node1 1, node2 1, "
+                        r"node3 1", lines[0]), done.stderr
+    for i in (1, 2, 3):
+        assert any(re.fullmatch(rf"node{i}: 1 trials, about \d+ s planned", line)
+                   for line in lines), done.stderr
+        assert any(re.fullmatch(rf"node{i} \[1/1\] ok: host \(bare metal\) @node{i} · 4k "
+                                r"randread QD1: .+ \(all nodes [123]/3, ETA \d+:\d\d\)", line)
+                   for line in lines), done.stderr
+        assert f"node{i}: done, 1 trials ok, 0 failed" in lines, done.stderr
+    assert len([line for line in lines if not line.startswith("note: ")]) == 10, done.stderr
     configs, nodes, trials = _run(db)
     assert sorted(configs.values()) == ["node1", "node2", "node3"]
     assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
@@ -99,6 +152,11 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
     assert compared.returncode == 0, compared.stderr
     assert [line.split()[0] for line in compared.stdout.splitlines()
             if line.startswith("node") and "(run 1)" in line] == ["node2", "node3"]
+    # `runs --host` finds a cluster run by any of its nodes, as by its controller
+    for host in ("node2", socket.gethostname()):
+        listed = cli_result("runs", "--db", db, "--host", host)
+        assert "3 nodes: node1, node2, node3" in listed.stdout, (host, listed.stdout)
+    assert cli_result("runs", "--db", db, "--host", "node4").stdout.strip() == "no runs match"
     # a copy of the run keeps its nodes
     copied = cli_result("db", "copy", db, str(tmp_path / "copy.db"))
     assert copied.returncode == 0, copied.stderr
@@ -119,8 +177,23 @@ def _pg_with_password(request: pytest.FixtureRequest) -> str:
 def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     url = _pg_with_password(request)
-    done = _iomatrix(cluster, "run", str(_suite(tmp_path, cluster)), "--db", url)
-    assert done.returncode == 0, done.stderr
+    # on a terminal: a bar per node and one for all nodes, each with its count and ETA; the
+    # node events as lines; no line per trial
+    code, stdout, shown = _iomatrix_on_a_terminal(cluster, "run", str(_suite(tmp_path, cluster)),
+                                                  "--db", url)
+    assert code == 0, shown
+    assert "\r" in shown, shown                              # the bars, redrawn
+    drawn = {line.strip() for line in shown.replace("\r", "\n").splitlines()}
+    for i in (1, 2, 3):
+        assert any(re.fullmatch(rf"node{i} +\S+ 1/1 +done +[0-9:]+ ETA 0:00", line)
+                   for line in drawn), shown
+        assert f"node{i}: done, 1 trials ok, 0 failed" in drawn, shown
+        assert f"node{i} [1/1]" not in shown
+    # all nodes: their count, and an ETA from iomatrix's estimate before any trial ended
+    assert any(re.fullmatch(r"all nodes +\S+ 0/3 +[0-9:]+ ETA (?!0:00)\d+:\d\d", line)
+               for line in drawn), shown
+    assert any(re.fullmatch(r"all nodes +\S+ 3/3 +[0-9:]+ ETA 0:00", line)
+               for line in drawn), shown
     configs, nodes, trials = _run(url)
     assert sorted(configs.values()) == ["node1", "node2", "node3"]
     assert nodes == {f"node{i}": ("done", None) for i in (1, 2, 3)}
@@ -129,7 +202,7 @@ def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.
     with Store(url) as s:
         hosts = {r[0] for r in s.conn.execute("SELECT host FROM processes").fetchall()}
     assert {"node1", "node2", "node3"} <= hosts
-    assert request.getfixturevalue("pg_server").password not in done.stdout + done.stderr
+    assert request.getfixturevalue("pg_server").password not in stdout + shown
     _nothing_left(cluster, tmp_path)
 
 
@@ -148,8 +221,9 @@ def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes,
     for script in (bin_dir / "fio", wrapper):
         script.chmod(0o755)
     one, two, three = cluster.nodes
-    # node1 as it should be; node2 with another fio; node3 without iomatrix; a fourth node
-    # where nothing answers
+    # node1 swallowing every packet (a firewall that drops); node2 with another fio; node3
+    # without iomatrix; a fourth node at an address no route leads to
+    cluster.swallow(one)
     (tmp_path / "nodes.toml").write_text(
         f'[[node]]\nname = "node1"\nhost = "{one.address}"\ncommand = "{IOMATRIX}"\n{ssh}'
         f'[[node]]\nname = "node2"\nhost = "{two.address}"\ncommand = "{wrapper}"\n{ssh}'
@@ -163,19 +237,25 @@ def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes,
     db = tmp_path / "r.db"
     t = time.monotonic()
     done = _iomatrix(cluster, "run", str(suite), "--db", str(db))
+    took = time.monotonic() - t
     assert done.returncode == 11, done.stderr
     lines = done.stderr.splitlines()
-    assert len(lines) == 4, done.stderr                 # one line per node refused, and a hint
+    assert len(lines) == 5, done.stderr                 # one line per node refused, and a hint
+    # SSH's ConnectTimeout gave up on node1, not TCP (its SYN retries take 127 s) nor iomatrix's
+    # bound on a preflight (PREFLIGHT_TIMEOUT: "no answer within 120 s")
+    assert lines[0] == ("iomatrix: node node1 (root@10.77.1.2): unreachable over SSH: ssh: "
+                        "connect to host 10.77.1.2 port 22: Connection timed out"), done.stderr
+    assert CONNECT_TIMEOUT <= took < PREFLIGHT_TIMEOUT
     fio = subprocess.run(["fio", "--version"], capture_output=True, text=True, timeout=30)
-    assert lines[0] == (f"iomatrix: node node2: fio is fio-3.99, the controller's is "
+    assert lines[1] == (f"iomatrix: node node2: fio is fio-3.99, the controller's is "
                         f"{fio.stdout.strip()}")
-    assert lines[1] == ("iomatrix: node node3: '/nonexistent/iomatrix' not found on the node "
+    assert lines[2] == ("iomatrix: node node3: '/nonexistent/iomatrix' not found on the node "
                         "(install iomatrix there, or give the node's command in the inventory)")
-    assert lines[2].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
+    assert lines[3].startswith("iomatrix: node gone (root@10.77.99.2): unreachable over SSH: "
                                "ssh: connect to host 10.77.99.2 port 22: ")
-    assert lines[3].startswith("iomatrix: hint: nothing was run or stored")
-    assert time.monotonic() - t < 120               # ConnectTimeout, not TCP's minutes
+    assert lines[4].startswith("iomatrix: hint: nothing was run or stored")
     assert not db.exists()                          # nothing stored
+    cluster.swallow(one, on=False)
     # a target too small for the images, on every node: each node says so
     suite.write_text(suite.read_text().replace('size = "16MiB"', 'size = "64PiB"'))
     (tmp_path / "nodes.toml").write_text(cluster.inventory(
@@ -232,8 +312,8 @@ def test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on(ssh_nodes, tm
 
     def lose(proc: subprocess.Popen[str]) -> None:
         cluster.kill(node2)            # loses power
-        cluster.drop(node3)            # loses its network, and runs on
-    code, err = _interrupted(cluster, suite, db, ("node2: trial ok", "node3: trial ok"), lose)
+        cluster.swallow(node3)         # goes silent (its link up), and runs on
+    code, err = _interrupted(cluster, suite, db, ("node2 [1/4] ok", "node3 [1/4] ok"), lose)
     assert code == 6, err
     _, nodes, trials = _run(db)
     assert nodes["node1"] == ("done", None)
@@ -244,6 +324,10 @@ def test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on(ssh_nodes, tm
             f"SSH lost node {name}: "), nodes
         # what the controller had not received fails, with the reason; nothing is lost silently
         assert trials[name].startswith("failed") and len(trials[name].split()) == 4, trials
+    # the silent node: SSH's keepalives (ServerAliveInterval × ServerAliveCountMax) gave up
+    assert nodes["node3"][1] == "SSH lost node node3: Timeout, server 10.77.3.2 not responding.", nodes
+    assert ("node3: dropped, 0 trials ok, 4 failed: SSH lost node node3: Timeout, server "
+            "10.77.3.2 not responding.") in err.splitlines(), err
     with Store(db) as s:
         reasons = {t.reason for t in s.load_run(1).trials if t.status == "failed"}
     assert reasons == {nodes["node2"][1], nodes["node3"][1]}
@@ -266,7 +350,7 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s",
                    extra='on_node_failure = "stop"\n')
     db = str(tmp_path / "r.db")
-    code, err = _interrupted(cluster, suite, db, ("node1: trial ok", "node2: trial ok"),
+    code, err = _interrupted(cluster, suite, db, ("node1 [1/4] ok", "node2 [1/4] ok"),
                              lambda proc: cluster.kill(cluster.nodes[1]))
     assert code == 11, err
     assert err.splitlines()[-2].startswith("iomatrix: node node2: dropped: SSH lost node node2"), err
@@ -287,7 +371,7 @@ def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: P
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
     db = str(tmp_path / "r.db") if store == "sqlite" else _pg_with_password(request)
-    _interrupted(cluster, suite, db, (": trial ok",), lambda proc: proc.send_signal(signal.SIGKILL))
+    _interrupted(cluster, suite, db, ("] ok: ",), lambda proc: proc.send_signal(signal.SIGKILL))
     # every node's iomatrix sees its session end, stops and cleans up: nothing left anywhere
     _nothing_left_but_shares(cluster)
     with Store(db) as s:
@@ -306,7 +390,7 @@ def test_ctrl_c_on_the_controller_stops_every_node(ssh_nodes, tmp_path: Path) ->
     cluster: SshCluster = ssh_nodes(2)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")
     db = str(tmp_path / "r.db")
-    code, err = _interrupted(cluster, suite, db, (": trial ok",),
+    code, err = _interrupted(cluster, suite, db, ("] ok: ",),
                              lambda proc: proc.send_signal(signal.SIGINT))
     assert code == 130, err
     assert "interrupted: every node was stopped" in err

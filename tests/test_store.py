@@ -282,3 +282,12 @@ def test_runs_of_one_host_suite_target_or_time_span(backend: Backend) -> None:
         assert ids(until="2026-11-24T23:59") == [] and ids(host="nowhere") == []
         assert ids(since="2026-11-25", until="2026-11-25") == [2]
         assert store.list_runs()[0].hostname == "pve1"
+        # a cluster run: its controller's hostname, and each node's name and hostname
+        cluster = store.create_run(suite=StoredSuite(name="c", source="c.toml", text="[suite]\n"),
+                                   host={"hostname": "ctl"}, accelerator="none", notes=[],
+                                   configs=[CONFIG], workloads=[WORKLOAD])
+        store.add_nodes(cluster, [("alpha", {"host": "10.0.0.1"}, {"hostname": "pve1"}),
+                                  ("beta", {"host": "10.0.0.2"}, {"hostname": "pve-b"})])
+        assert ids(host="ctl") == ids(host="alpha") == ids(host="pve-b") == [cluster]
+        assert ids(host="pve1") == [1, cluster] and ids(host="pve2") == [2, 3]
+        assert ids(host="10.0.0.1") == [] and store.list_runs()[-1].nodes == ("alpha", "beta")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+from multiprocessing.context import BaseContext
 import os
 import shutil
 import sqlite3
@@ -71,8 +72,17 @@ def _open_at_once(path: str, barrier: object, results: object) -> None:
         results.put((type(exc).__name__, str(exc)))  # type: ignore[attr-defined]
 
 
+def _processes() -> BaseContext:
+    """Where the tests' processes come from: a fork server, a process of Python's started for
+    it alone (single-threaded, this module loaded in it once), not forks of the pytest worker,
+    which runs threads (execnet's): Python 3.12+ warns that forking it may deadlock."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _race(path: Path, processes: int = 4) -> list[tuple[str, object]]:
-    ctx = multiprocessing.get_context("fork")
+    ctx = _processes()
     barrier, results = ctx.Barrier(processes), ctx.Queue()
     procs = [ctx.Process(target=_open_at_once, args=(str(path), barrier, results))
              for _ in range(processes)]
@@ -300,7 +310,7 @@ def test_unreadable_file_is_refused() -> None:
         with Store(db) as store:
             add_run(store)
         db.chmod(0o000 if os.geteuid() else 0o600)
-        ctx = multiprocessing.get_context("fork")
+        ctx = _processes()
         results = ctx.Queue()
         child = ctx.Process(target=_open_as_nobody, args=(str(db), results))
         child.start()

@@ -28,7 +28,7 @@ def _date(value: str | None, option: str) -> str | None:
 
 def runs(
     db: Db = DEFAULT_DB,
-    host: Annotated[Optional[str], typer.Option("--host", help="Only the runs measured on this host (its hostname).")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="Only the runs measured on this host (its hostname); a cluster run's too when it is the controller or one of its nodes (by node name or hostname).")] = None,
     suite: Annotated[Optional[str], typer.Option("--suite", help="Only the runs of this suite (its name).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", help="Only the runs over this storage: the target's directory or device, or one of its [[targets]] names.")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Only the runs started on or after this date (2026-11-25) or time (2026-11-25T08:00), UTC.")] = None,

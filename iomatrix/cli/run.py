@@ -293,7 +293,7 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
                  accel: str | None, seed: int | None, resume: int | None, retry_failed: bool,
                  report: Path | None) -> None:
     """``run`` on the cluster's nodes (``iomatrix.measure.cluster``)."""
-    from iomatrix.cli.progress import TerminalProgress
+    from iomatrix.cli.progress import ClusterTerminalProgress
     from iomatrix.measure.cluster import preflight, run_cluster
     from iomatrix.store.location import PgUrl, parse_location
 
@@ -303,7 +303,7 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
         try:
             facts = preflight(loaded, nodes, accel=accel)  # before the store is made or opened
             store = stack.enter_context(open_store(db, must_exist=False))
-            progress = stack.enter_context(TerminalProgress(err))
+            progress = stack.enter_context(ClusterTerminalProgress(err))
             outcome = run_cluster(loaded, nodes, store, db=shared, keep=keep, progress=progress,
                                   accel=accel, seed=seed, resume=resume,
                                   retry_failed=retry_failed, facts=facts)

@@ -26,8 +26,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
@@ -36,11 +37,12 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import first_line, last_line, which
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
-from iomatrix.measure.runner import (Progress, RunOutcome, SilentProgress, workspace_of,
-                                     tools_for)
+from iomatrix.measure.runner import RunOutcome, workspace_of, tools_for
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.repo import Store, now
-from iomatrix.suite.model import Configuration, Suite
+from iomatrix.suite.expand import Expansion
+from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.plan import estimate_seconds
 from iomatrix.telemetry.hostinfo import host_metadata
 
 PREFLIGHT_TIMEOUT = 120.0
@@ -170,6 +172,26 @@ def forget_share(path: Path) -> None:
 
 # --- the controller's side ---------------------------------------------------------------------
 
+class ClusterProgress(Protocol):
+    """What a cluster run tells its caller of its nodes' shares; the CLI draws it."""
+
+    def start(self, shares: Mapping[str, tuple[int, float]]) -> None:
+        """Before the nodes start: each node's trials to measure and iomatrix's estimate of
+        their seconds."""
+    def node_started(self, node: str, trials: int, planned_seconds: float) -> None:
+        """A node has prepared its share and measures it now (its own count and estimate)."""
+    def trial_started(self, node: str, config: Configuration, workload: Workload,
+                      sample: int) -> None: ...
+    def trial_finished(self, node: str, ok: bool, detail: str) -> None: ...
+    def node_ended(self, node: str, status: str, reason: str | None, *, ok: int, failed: int,
+                   left: int) -> None:
+        """A node's session ended: done, dropped or failed (``reason``; with [method]
+        on_node_failure = "continue" the rest of its trials stored as failed with it), or
+        stopped with the run; its share's trials in the run now: ``ok``, ``failed``, and
+        ``left`` for --resume."""
+    def note(self, text: str) -> None: ...
+
+
 def resolve_nodes(suite: Suite, given: str | None) -> tuple[Node, ...]:
     """The nodes of a run: ``--nodes`` (``given``) over the suite's [nodes]; () for neither."""
     from iomatrix.cluster import ssh
@@ -277,8 +299,11 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
 class _Node:
     """One node's session during a cluster run."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, share: Expansion, planned: list[tuple[str, str, int]]) -> None:
         self.node = node
+        self.planned = planned
+        self.configs = {c.key: c for c in share.configurations}
+        self.workloads = {w.key: w for w in share.workloads}
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr: list[str] = []
         self.finished: dict[str, Any] | None = None
@@ -292,7 +317,7 @@ class _Node:
 
 
 def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | None,
-                keep: bool = False, progress: Progress | None = None, accel: str | None = None,
+                progress: ClusterProgress, keep: bool = False, accel: str | None = None,
                 seed: int | None = None, resume: int | None = None,
                 retry_failed: bool = False,
                 facts: Mapping[str, dict[str, Any]] | None = None) -> RunOutcome:
@@ -300,7 +325,6 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
     continue the cluster run ``resume`` on its nodes; ``db`` is the store's PostgreSQL URL when
     the nodes write into it, else None. NodesError before anything is stored when a node cannot
     be used (``preflight``, unless its ``facts`` are given: it ran already)."""
-    progress = progress or SilentProgress()
     t0 = time.monotonic()
     names = [n.label for n in nodes]
     facts = facts if facts is not None else preflight(suite, nodes, accel=accel)
@@ -339,9 +363,11 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             planned = {name: [(c.key, w.key, k) for c in share.configurations
                               for w in share.workloads_for(c) for k in range(suite.method.samples)]
                        for name, share in shares.items()}
-            outcome = _drive(suite, nodes, store, run_id, run_uuid, run_seed, planned=planned,
-                             db=db, keep=keep, accel=accel, retry_failed=retry_failed,
-                             progress=progress)
+            estimates = {name: estimate_seconds(prepared.on_node(name).blocks, suite.method)
+                         for name in names}
+            outcome = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
+                             planned=planned, estimates=estimates, db=db, keep=keep, accel=accel,
+                             retry_failed=retry_failed, progress=progress)
             status = "interrupted" if outcome.get("stopped") else "complete"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -360,15 +386,22 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
 
 
 def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_uuid: str,
-           run_seed: int, *, planned: Mapping[str, list[tuple[str, str, int]]], db: str | None,
-           keep: bool, accel: str | None, retry_failed: bool,
-           progress: Progress) -> dict[str, int]:
+           run_seed: int, *, shares: Mapping[str, Expansion],
+           planned: Mapping[str, list[tuple[str, str, int]]], estimates: Mapping[str, float],
+           db: str | None, keep: bool, accel: str | None, retry_failed: bool,
+           progress: ClusterProgress) -> dict[str, int]:
     """Start every node's share, follow their progress until all ended, and account for each
     (its share copied in, or its missing trials failed with the reason)."""
     stored = store.load_run(run_id)
     done_nodes = {n.name for n in stored.nodes if n.status == "done"}
     events: queue.Queue[tuple[_Node, dict[str, Any] | None]] = queue.Queue()
-    sessions = [_Node(n) for n in nodes if n.label not in done_nodes]
+    sessions = [_Node(n, shares[n.label], planned[n.label]) for n in nodes
+                if n.label not in done_nodes]
+    have = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+            if t.status == "ok" or not retry_failed}
+    left = {s.name: sum(1 for key in planned[s.name] if key not in have) for s in sessions}
+    progress.start({s.name: (left[s.name], estimates[s.name] * left[s.name]
+                             / max(len(planned[s.name]), 1)) for s in sessions})
     try:
         for s in sessions:
             request = NodeRequest(suite_text=suite.source_text, suite_source=suite.source_path,
@@ -437,19 +470,33 @@ def _start(s: _Node, request: NodeRequest,
         t.start()
 
 
-def _follow(s: _Node, event: dict[str, Any], progress: Progress) -> None:
-    """A node's progress event, told as the node's."""
+def _follow(s: _Node, event: dict[str, Any], progress: ClusterProgress) -> None:
+    """A node's progress event (``JsonProgress``), told as the node's. (A node's plan grows,
+    "more", only after a pilot, which a cluster run refuses.)"""
     kind = event.get("event")
-    if kind == "note":
-        progress.note(f"{s.name}: {event.get('text', '')}")
-    elif kind == "trial_finished":
-        progress.note(f"{s.name}: trial {'ok' if event.get('ok') else 'failed'}: "
-                      f"{event.get('detail', '')}")
-    elif kind == "done":
+    if kind == "done":
         s.finished = event
+        return
+    try:                    # the event read here; told below, where no error of it is caught
+        if kind == "start":
+            tell = partial(progress.node_started, s.name, int(event["trials"]),
+                           float(event["seconds"]))
+        elif kind == "trial_started":
+            tell = partial(progress.trial_started, s.name, s.configs[event["config"]],
+                           s.workloads[event["workload"]], int(event["sample"]))
+        elif kind == "trial_finished":
+            tell = partial(progress.trial_finished, s.name, bool(event["ok"]),
+                           str(event.get("detail", "")))
+        elif kind == "note":
+            tell = partial(progress.note, f"{s.name}: {event.get('text', '')}")
+        else:
+            return
+    except (KeyError, TypeError, ValueError):
+        return              # not an event of this run's: nothing to tell
+    tell()
 
 
-def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
+def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
            planned: list[tuple[str, str, int]]) -> str | None:
     """Account for a node whose session ended; what went wrong with it ("dropped: ...",
     "failed: ..."), or None."""
@@ -463,7 +510,7 @@ def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
             return _fail_rest(s, store, run_id, progress, planned, "failed",
                               f"its share could not be copied: {exc}")
         store.set_node(run_id, s.name, "done")
-        progress.note(f"{s.name}: done")
+        _tell_ended(s, store, run_id, progress, "done", None)
         return None
     if code == 130 and s.hung_up:           # stopped by the controller: resumable as it is
         try:
@@ -471,6 +518,7 @@ def _ended(s: _Node, store: Store, run_id: int, progress: Progress,
         except IomatrixError as exc:
             progress.note(f"{s.name}: what it measured stays on the node: {exc}")
         store.set_node(run_id, s.name, "pending", "stopped with the run")
+        _tell_ended(s, store, run_id, progress, "stopped", None)
         return None
     if code == 255:
         return _fail_rest(s, store, run_id, progress, planned, "dropped",
@@ -503,7 +551,7 @@ def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> Non
         _session(node, [node.command, "node", "forget"], key + "\n", timeout=60)
 
 
-def _fail_rest(s: _Node, store: Store, run_id: int, progress: Progress,
+def _fail_rest(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
                planned: list[tuple[str, str, int]], status: str, reason: str) -> str:
     """The ``planned`` trials of a node that the run lacks, stored as failed with ``reason``;
     the node marked ``status`` with it."""
@@ -515,8 +563,18 @@ def _fail_rest(s: _Node, store: Store, run_id: int, progress: Progress,
                 config_key=key[0], workload_key=key[1], sample_index=key[2], status="failed",
                 reason=reason, started_at=started))
     store.set_node(run_id, s.name, status, reason)
-    progress.note(f"{s.name}: {status}: {reason}")
+    _tell_ended(s, store, run_id, progress, status, reason)
     return f"{status}: {reason}"
+
+
+def _tell_ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress, status: str,
+                reason: str | None) -> None:
+    """``progress.node_ended``, with the node's trials in the run as they are now."""
+    stored = {(t.config_key, t.workload_key, t.sample_index): t.status
+              for t in store.load_run(run_id).trials}
+    statuses = [stored.get(key) for key in s.planned]
+    progress.node_ended(s.name, status, reason, ok=statuses.count("ok"),
+                        failed=statuses.count("failed"), left=statuses.count(None))
 
 
 def _hang_up(s: _Node) -> None:

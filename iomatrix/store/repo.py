@@ -571,7 +571,8 @@ class Store:
     def list_runs(self, *, host: str | None = None, suite: str | None = None,
                   target: str | None = None, since: str | None = None,
                   until: str | None = None) -> list[RunSummary]:
-        """The stored runs, oldest first; those of one host (its hostname), suite, target (the
+        """The stored runs, oldest first; those of one host (its hostname; a cluster run's,
+        the controller's or a node's, by node name or hostname), suite, target (the
         directory or device, or one of its [[targets]]) and started within [since, until]
         (ISO dates or times, UTC; a date alone means the whole day), where given."""
         # compared here, not in SQL: PostgreSQL orders text by the database's locale
@@ -582,10 +583,13 @@ class Store:
             "  (SELECT COUNT(*) FROM trials t WHERE t.run_id = r.id AND t.status = 'failed'), "
             "  r.host_json FROM runs r ORDER BY r.id").fetchall()
         nodes: dict[int, list[str]] = {}
+        hosts: dict[int, set[str]] = {}      # a cluster run's nodes: by name and hostname
         if self.version >= 10:
-            for run_id, name in self.conn.execute(
-                    "SELECT run_id, name FROM run_nodes ORDER BY run_id, position"):
+            for run_id, name, node_host in self.conn.execute(
+                    "SELECT run_id, name, host_json FROM run_nodes ORDER BY run_id, position"):
                 nodes.setdefault(run_id, []).append(name)
+                hosts.setdefault(run_id, set()).update(
+                    {name, str(json.loads(node_host).get("hostname", ""))} - {""})
         found = []
         for r in rows:
             meta = json.loads(r[8])
@@ -597,7 +601,8 @@ class Store:
             if ((suite is not None and r[1] != suite) or (since is not None and r[2] < since)
                     or (end is not None and r[2] >= end)):
                 continue
-            if host is not None and host not in summary.hostname.split(", "):
+            if (host is not None and host not in summary.hostname.split(", ")
+                    and host not in hosts.get(r[0], ())):
                 continue
             if target is not None and target not in places.split(", "):
                 continue
