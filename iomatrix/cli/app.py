@@ -24,6 +24,9 @@ app = typer.Typer(
     help="Which virtual-disk settings should this QEMU/KVM host use, and how sure are we? "
          "iomatrix sweeps disk configurations, measures them with fio and stores the results.",
     epilog=EPILOG, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    # help texts name suite tables ([target], [[targets]], [method]): printed as written, not
+    # read as rich markup (which took them for tags and printed "[]")
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]})
 
 _state = {"traceback": False}
