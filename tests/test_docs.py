@@ -49,3 +49,10 @@ def test_the_readmes_example_suite_is_a_valid_suite():
     for text in examples:
         suite = load_suite_text(text, source="README.md")
         assert expand(suite).configurations
+
+
+def test_help_prints_the_suite_tables_it_names() -> None:
+    """Help texts name suite tables in brackets; they are printed as written, never taken for
+    markup (rich markup printed "one of its [] names")."""
+    out = cli_result("runs", "--help").stdout
+    assert "[[targets]]" in " ".join(out.split()) and "[]" not in out
