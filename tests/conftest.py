@@ -310,6 +310,17 @@ def appliance_kernel() -> Path:
         pytest.skip(f"no kernel with modules: {e}")
 
 
+@pytest.fixture(scope="session")
+def host_appliance(appliance_kernel: Path) -> Path:
+    """The guest appliance built here, in the user's cache, before a test whose guests are
+    started where there is no network (cluster nodes in namespaces of their own, which share
+    this cache): a node cannot fetch Debian's kernel when the host has none with modules (a
+    Debian 13 root). Its directory."""
+    from iomatrix.appliance.build import build_appliance
+
+    return build_appliance().kernel.parent
+
+
 def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``iomatrix ARGS`` run in this process from ``cwd``, as ``subprocess.run([python, "-m",
     "iomatrix", *ARGS], capture_output=True, text=True)`` would run it: through ``main`` (errors

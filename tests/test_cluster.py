@@ -417,7 +417,8 @@ def _nothing_left_but_shares(cluster: SshCluster) -> None:
 
 
 @pytest.mark.slow
-def test_three_nodes_one_guest_each(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_three_nodes_one_guest_each(ssh_nodes, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                   host_appliance: Path) -> None:
     """Guest mode on every node: each node boots its own appliance VM (emulated: TCG) and
     measures it; one short trial each."""
     cluster: SshCluster = ssh_nodes(3)
