@@ -1,7 +1,8 @@
 """Cluster load (``[method] concurrent_nodes = true``): every node runs ``fio --server`` on the
-shared target, and the controller's ONE fio client drives them all in the same trial (fio's own
-multi-client: ``fio --client=A job --client=B job``), which gives each node's result and the
-"All clients" aggregate in one output.
+shared target (host mode), or boots the configuration's guests, each with ``fio --server``
+inside (guest mode), and the controller's ONE fio client drives them all in the same trial
+(fio's own multi-client: ``fio --client=A job --client=B job``), which gives each node's (each
+guest's) result and the "All clients" aggregate in one output.
 
 **Nothing listens beyond the node.** fio's server has no authentication, so on each node it
 listens on a Unix socket in a directory of its own (mode 0700, a fresh random name: ``mkdir``
@@ -17,6 +18,17 @@ connection closes, sshd closes the pipe), the shell stops every fio process of t
 (found by the server's socket in their command line) and removes the directory. ``pkill``
 (procps) must be on the node.
 
+**Guests (guest mode).** A node's SSH session runs ``iomatrix node serve-guests``
+(``iomatrix.measure.nodeguests``) with a :class:`GuestRequest` on its standard input: it boots
+the configuration's guests on the images the controller made on the shared target, with the
+same driver as a local run (same QEMU arguments, same checks of what QEMU applied, same private
+network namespace, where each guest's fio server has a forwarded port that nothing outside
+the namespace reaches), relays each guest's port to a Unix socket in the session's 0700
+directory (``iomatrix.cluster.relay``), and says so in one line (:data:`GUESTS_READY`, which the
+controller checks against what it asked). The controller forwards each of those sockets with
+``ssh -L`` as above. The session owns the guests: when its standard input ends, the node stops
+them, and its namespace, relays and directory go with them.
+
 **A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
 the network went), fio's client returns without that node's result and fails; the trial fails
 with the node named and what its ssh said (``ClusterSession.failure``). The next trial of the
@@ -26,20 +38,25 @@ configuration fails the same way before fio starts.
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
 
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import TrialFailed
-from iomatrix.core.proc import log_tail, orphan_guard, read_text, stop, wait_for
+from iomatrix.core.model import Frozen
+from iomatrix.core.proc import orphan_guard, read_text, stop, wait_for
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.host import HostSession
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.samples import start_skew_ms
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.model import Configuration, Method, Suite, Workload
 from iomatrix.target.workspace import Image
 
 READY = "IOMATRIX-FIO-READY"
@@ -49,6 +66,16 @@ DROP_SECONDS = 5.0
 """How long a failed trial waits for a node's session to end, to name the node that dropped."""
 STOP_TIMEOUT = 10.0
 """How long a node's session may take to stop its server and remove its directory."""
+GUESTS_READY = "IOMATRIX-GUESTS-READY"
+GUEST_START_SLACK = 300.0
+"""How long a node may take, besides ``[method] boot_timeout``, to log in, build or find its
+appliance, probe KVM and start its guests' relays."""
+GUEST_STOP_TIMEOUT = 60.0
+"""How long a node's session may take to stop its guests and remove its directory."""
+GUEST_DIRECTORY = re.compile(r"^/tmp/iomatrix-guests-[0-9a-f]{16}$")
+"""The directory a node's guests get (the controller names it, fresh and random; the node
+makes it, and refuses one that exists)."""
+READY_LINE_LIMIT = 1 << 20
 
 SERVE = r"""set -u
 d=$1
@@ -86,33 +113,46 @@ the shell ignores SIGPIPE: a controller gone while it starts must not kill it be
 up."""
 
 
-class NodeServer:
-    """One node's fio server, reached through its SSH session's forward (see the module
-    docstring); ``start``, ``ready``, then ``close``."""
+class NodeSession:
+    """One node's SSH session, which owns what the node serves (fio servers, or guests) and
+    forwards each of its Unix sockets to one of the controller's (``locals``); ``start``,
+    ``ready``, then ``close``."""
 
-    def __init__(self, node: Node, local: Path, log: Path) -> None:
+    marker = READY
+    stop_timeout = STOP_TIMEOUT
+
+    def __init__(self, node: Node, forwards: Sequence[tuple[Path, Path]], log: Path) -> None:
         self.node = node
         self.name = node.label
-        self.local = local
-        """The forward's socket on the controller, which fio's client connects to."""
+        self.forwards = list(forwards)
+        """(the controller's socket, which fio's client connects to; the node's socket)."""
         self.log = log
-        self.remote = Path("/tmp") / f"iomatrix-fio-{secrets.token_hex(8)}"
-        """The server's directory on the node."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def address(self) -> str:
-        """The server's address for fio's ``--client``."""
-        return f"sock:{self.local}"
+    def locals(self) -> list[Path]:
+        return [local for local, _ in self.forwards]
+
+    def labels(self) -> list[str]:
+        """What each forwarded server is, in order, as trials name it."""
+        return [self.name]
+
+    def command(self) -> list[str]:
+        """The argv the session runs on the node."""
+        raise NotImplementedError
+
+    def request(self) -> bytes:
+        """What the session's standard input gets first (then it stays open until ``close``)."""
+        return b""
 
     def argv(self) -> list[str]:
-        return ssh_argv(self.node, ["sh", "-c", SERVE, "iomatrix-fio", str(self.remote)],
-                        options=["-o", "ExitOnForwardFailure=yes",
-                                 "-L", f"{self.local}:{self.remote}/fio.sock"])
+        forwards = [a for local, remote in self.forwards for a in ("-L", f"{local}:{remote}")]
+        return ssh_argv(self.node, self.command(),
+                        options=["-o", "ExitOnForwardFailure=yes", *forwards])
 
-    def start(self) -> NodeServer:
-        """Log in and start the server (``ready`` waits for it); TrialFailed naming the node
-        when ssh cannot start."""
+    def start(self) -> NodeSession:
+        """Log in and start what the node serves (``ready`` waits for it); TrialFailed naming
+        the node when ssh cannot start."""
         with open(self.log, "ab") as out:
             try:
                 self.proc = subprocess.Popen(orphan_guard(self.argv()), stdin=subprocess.PIPE,
@@ -121,19 +161,36 @@ class NodeServer:
             except OSError as exc:
                 raise TrialFailed(f"node {self.name}: cannot start ssh: "
                                   f"{exc.strerror or exc}") from exc
+        request = self.request()
+        if request:
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):      # a session that ended says why in ``ready``
+                self.proc.stdin.write(request)
+                self.proc.stdin.flush()
         return self
 
-    def ready(self, deadline: float) -> None:
-        """Wait until the node's server is reachable here; TrialFailed naming the node, and
-        the session ended, when it ends first or is not by ``deadline`` (monotonic)."""
+    def said_ready(self, text: str) -> bool:
+        """Whether the node's output ``text`` says it is ready (TrialFailed when it says so
+        wrongly)."""
+        return self.marker in text
+
+    def ready(self, deadline: float, what: str = "its fio server was") -> None:
+        """Wait until what the node serves is reachable here; TrialFailed naming the node, and
+        the session ended, when it ends first, says something unexpected, or is not ready by
+        ``deadline`` (monotonic)."""
         proc = self.proc
         assert proc is not None
-        ready = wait_for(lambda: proc.poll() is not None or (
-            READY in read_text(self.log) and self.local.is_socket()),
-            timeout=max(0.0, deadline - time.monotonic()), interval=0.02)
+        timeout = max(0.0, deadline - time.monotonic())
+        try:
+            ready = wait_for(lambda: proc.poll() is not None or (
+                self.said_ready(read_text(self.log))
+                and all(p.is_socket() for p in self.locals)), timeout=timeout, interval=0.02)
+        except TrialFailed:
+            self.close()
+            raise
         if not ready or proc.poll() is not None:
             why = self.why() if proc.poll() is not None else (
-                f"its fio server was not ready within {START_TIMEOUT:.0f} s")
+                f"{what} not ready within {timeout:.0f} s")
             self.close()
             raise TrialFailed(f"node {self.name}: {why}")
 
@@ -141,14 +198,16 @@ class NodeServer:
         return self.proc is not None and self.proc.poll() is None
 
     def why(self) -> str:
-        """Why the node's session ended, from what ssh and the remote shell printed."""
+        """Why the node's session ended, from what ssh and the node printed."""
         code = self.proc.returncode if self.proc is not None else None
-        said = log_tail(self.log, 3).replace(READY, "").strip(" |")
+        lines = [line for line in read_text(self.log).strip().splitlines()
+                 if not line.startswith(self.marker)]
+        said = " | ".join(lines[-3:]).replace(self.marker, "").strip(" |")
         return f"its SSH session ended (status {code}): {said or 'nothing said'}"
 
     def close(self) -> None:
-        """End the session: the node stops its server and removes its directory (see
-        :data:`SERVE`); ssh is killed if that takes longer than :data:`STOP_TIMEOUT`."""
+        """End the session: the node stops what it serves and removes its directory;
+        ssh is killed if that takes longer than ``stop_timeout``."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -156,19 +215,105 @@ class NodeServer:
             if proc.stdin is not None:
                 proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=STOP_TIMEOUT)
+            proc.wait(timeout=self.stop_timeout)
         stop(proc, timeout=5)
-        self.local.unlink(missing_ok=True)     # ssh leaves its forward's socket behind
+        for local in self.locals:
+            local.unlink(missing_ok=True)     # ssh leaves its forwards' sockets behind
 
 
-class ClusterSession(HostSession):
-    """A host-mode configuration on every node at once: the same job to each node's server."""
+class NodeServer(NodeSession):
+    """One node's fio server (host mode), run by :data:`SERVE`."""
 
-    def __init__(self, config: Configuration, images: Sequence[Image], engine: str,
-                 servers: Sequence[NodeServer]) -> None:
-        super().__init__(config, images, engine)
-        self.servers = list(servers)
-        self._skew = ""
+    def __init__(self, node: Node, local: Path, log: Path) -> None:
+        self.remote = Path("/tmp") / f"iomatrix-fio-{secrets.token_hex(8)}"
+        """The server's directory on the node."""
+        super().__init__(node, [(local, self.remote / "fio.sock")], log)
+
+    @property
+    def local(self) -> Path:
+        return self.forwards[0][0]
+
+    def command(self) -> list[str]:
+        return ["sh", "-c", SERVE, "iomatrix-fio", str(self.remote)]
+
+
+class GuestRequest(Frozen):
+    """What the controller sends a node's ``iomatrix node serve-guests`` (one JSON line)."""
+
+    suite_text: str
+    suite_source: str
+    config: str
+    """The configuration's key in the suite as the node prepares it."""
+    accel: Literal["kvm", "tcg"]
+    """How the controller's run runs guests: every node's run the same way."""
+    directory: str = Field(pattern=GUEST_DIRECTORY.pattern)
+    images: tuple[Image, ...] = Field(min_length=1)
+    """The node's guests' disks, which the controller made on the shared target."""
+
+
+class GuestsReady(Frozen):
+    """What a node's ``serve-guests`` says once its guests are ready (after
+    :data:`GUESTS_READY` on one line)."""
+
+    sockets: tuple[str, ...]
+    applied: dict[str, str]
+    """What QEMU applied, as the first guest's QMP and the guest itself say."""
+    wrong: tuple[str, ...] = ()
+    """Where QEMU did not apply the configuration as asked."""
+    command: str = ""
+    notes: tuple[str, ...] = ()
+
+
+class NodeGuests(NodeSession):
+    """One node's guests (guest mode), booted by its ``iomatrix node serve-guests``."""
+
+    marker = GUESTS_READY
+    stop_timeout = GUEST_STOP_TIMEOUT
+
+    def __init__(self, node: Node, request: GuestRequest, locals_: Sequence[Path],
+                 log: Path) -> None:
+        self.remote = Path(request.directory)
+        super().__init__(node, [(local, self.remote / f"vm{i}.sock")
+                                for i, local in enumerate(locals_)], log)
+        self.guest_request = request
+        self.info: GuestsReady | None = None
+
+    def labels(self) -> list[str]:
+        return [f"{self.name}/vm{i}" for i in range(len(self.forwards))]
+
+    def command(self) -> list[str]:
+        return [self.node.command, "node", "serve-guests"]
+
+    def request(self) -> bytes:
+        return (self.guest_request.model_dump_json() + "\n").encode()
+
+    def said_ready(self, text: str) -> bool:
+        """The node's ready line, checked: it must parse, and name exactly the sockets asked
+        for (nothing the node prints is used as a path)."""
+        line = next((x for x in text.splitlines() if x.startswith(self.marker + " ")), None)
+        if line is None or self.info is not None:
+            return self.info is not None
+        try:
+            if len(line) > READY_LINE_LIMIT:
+                raise ValueError(f"{len(line)} bytes")
+            info = GuestsReady.model_validate_json(line[len(self.marker) + 1:])
+        except (ValueError, ValidationError) as exc:
+            raise TrialFailed(f"node {self.name}: its ready line does not parse: "
+                              f"{str(exc).splitlines()[0]}") from None
+        asked = tuple(str(remote) for _, remote in self.forwards)
+        if info.sockets != asked:
+            raise TrialFailed(f"node {self.name}: its guests are on {', '.join(info.sockets)}, "
+                              f"not on {', '.join(asked)} as asked")
+        self.info = info
+        return True
+
+
+class NodesLoad(Session):
+    """What a configuration's session on every node at once does alike in host and guest
+    mode: ``servers``, one per node, each forwarding one fio server or more."""
+
+    servers: list[NodeSession]
+    _skew = ""
 
     def new_trial(self) -> None:
         self._skew = ""
@@ -181,10 +326,10 @@ class ClusterSession(HostSession):
     def fio_clients(self) -> list[str]:
         if any(not s.alive() for s in self.servers):
             raise TrialFailed("a node's fio server is gone")      # named by ``failure``
-        return [s.address for s in self.servers]
+        return [f"sock:{p}" for s in self.servers for p in s.locals]
 
     def clients(self) -> list[int | str]:
-        return [str(s.local) for s in self.servers]
+        return [str(p) for s in self.servers for p in s.locals]
 
     def ioping_path(self) -> Path | None:
         return None             # ioping would run here, not on the nodes: fio's equivalent
@@ -196,11 +341,23 @@ class ClusterSession(HostSession):
         return "; ".join([*dropped, reason])
 
     def applied(self) -> dict[str, str]:
-        """Which node each per-client figure (``vm`` N) is, and how far apart (by the nodes'
-        clocks) their jobs started in the last trial."""
+        """Which node (and guest) each per-client figure (``vm`` N) is, and how far apart (by
+        the nodes' clocks) their jobs started in the last trial."""
+        labels = [label for s in self.servers for label in s.labels()]
         skew = {"cluster.start_skew": self._skew} if self._skew else {}
-        return {"cluster.nodes": ", ".join(f"vm{i}={s.name}"
-                                           for i, s in enumerate(self.servers))} | skew
+        return {"cluster.nodes": ", ".join(f"vm{i}={x}" for i, x in enumerate(labels))} | skew
+
+
+class ClusterSession(NodesLoad, HostSession):
+    """A host-mode configuration on every node at once: the same job to each node's server."""
+
+    def __init__(self, config: Configuration, images: Sequence[Image], engine: str,
+                 servers: Sequence[NodeServer]) -> None:
+        HostSession.__init__(self, config, images, engine)
+        self.servers = list(servers)
+
+    def precondition_clients(self) -> list[str]:
+        return self.fio_clients()[:1]      # one writer: the nodes share the target
 
 
 class ClusterDriver(Driver):
@@ -228,3 +385,102 @@ class ClusterDriver(Driver):
             for server in servers:
                 server.ready(deadline)
             yield ClusterSession(config, images, self.method.engine, servers)
+
+
+def on_every_node(config: Configuration, nodes: int) -> Configuration:
+    """``config`` as the controller makes its images under cluster load: a guest
+    configuration's ``vms`` guests on each of ``nodes`` nodes, each with a disk of its own."""
+    if config.mode != "guest":
+        return config
+    return config.model_copy(update={"vms": (config.vms or 1) * nodes})
+
+
+class ClusterGuestSession(NodesLoad):
+    """A guest-mode configuration on every node at once: the same job to every guest of every
+    node, through the sockets each node's session forwards."""
+
+    def __init__(self, config: Configuration, images: Sequence[Image],
+                 servers: Sequence[NodeGuests]) -> None:
+        super().__init__(config, images)
+        self.servers = list(servers)
+        self.guests = list(servers)
+        infos = [s.info for s in self.guests]
+        assert all(i is not None for i in infos)
+        self.infos: list[GuestsReady] = [i for i in infos if i is not None]
+        disks = {s.name: i.applied.get("guest.disk", "") for s, i in zip(self.guests, self.infos)}
+        if len(set(disks.values())) != 1 or not next(iter(disks.values())):
+            raise TrialFailed("the nodes' guests do not see the disk under test alike: "
+                              + ", ".join(f"{n}: {d or 'none'}" for n, d in disks.items()))
+        self.disk = next(iter(disks.values()))
+
+    def fio_target(self) -> dict[str, str]:
+        return {"ioengine": "libaio", "direct": "1", "filename": f"/dev/{self.disk}"}
+
+    def fio_output_format(self) -> str:
+        return "json+"
+
+    def applied(self) -> dict[str, str]:
+        """The first node's guests' settings as QEMU applied them; another node's where they
+        differ, under its name (``pve2:guest.queues``); which node and guest each per-client
+        figure is; and why QEMU's I/O counters are not compared with fio's here."""
+        first = self.infos[0].applied
+        others = {f"{s.name}:{key}": value for s, info in zip(self.guests[1:], self.infos[1:])
+                  for key, value in info.applied.items() if first.get(key) != value}
+        return (first | others | super().applied()
+                | {"io_check": "not checked: under cluster load QEMU's counters are on the "
+                               "nodes"})
+
+    def mismatches(self) -> list[str]:
+        return [f"node {s.name}: {w}" for s, info in zip(self.guests, self.infos)
+                for w in info.wrong]
+
+    def command(self) -> str:
+        return "\n".join(f"# node {s.name}\n{info.command}"
+                         for s, info in zip(self.guests, self.infos))
+
+
+class ClusterGuestDriver(Driver):
+    """guest mode on a cluster's nodes at once (``[method] concurrent_nodes``): each node
+    boots ``vms`` guests on disks the controller made on the shared target."""
+
+    mode = "guest"
+
+    def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
+                 accelerator: str) -> None:
+        super().__init__(method, workdir)
+        self.nodes = list(nodes)
+        self.suite = suite
+        self.accelerator = accelerator
+        self.sessions = 0
+
+    def images_of(self, config: Configuration) -> Configuration:
+        return on_every_node(config, len(self.nodes))
+
+    @contextlib.contextmanager
+    def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        self.sessions += 1
+        vms = config.vms or 1
+        if len(images) != vms * len(self.nodes):
+            raise TrialFailed(f"{len(images)} disks for {vms} guests on each of "
+                              f"{len(self.nodes)} nodes")
+        if self.accelerator not in ("kvm", "tcg"):
+            raise TrialFailed(f"guests cannot run under {self.accelerator!r}")
+        with contextlib.ExitStack() as stack:
+            nodes = []
+            for index, node in enumerate(self.nodes):
+                request = GuestRequest(
+                    suite_text=self.suite.source_text, suite_source=self.suite.source_path,
+                    config=config.key, accel=self.accelerator,  # type: ignore[arg-type]
+                    directory=f"/tmp/iomatrix-guests-{secrets.token_hex(8)}",
+                    images=tuple(images[index * vms:(index + 1) * vms]))
+                # short names: Unix socket paths must stay under 108 bytes
+                base = self.workdir / f"n{self.sessions}-{index}"
+                guests = NodeGuests(node, request, [Path(f"{base}v{j}.sock") for j in range(vms)],
+                                    Path(f"{base}.log"))
+                stack.callback(guests.close)
+                nodes.append(guests.start())
+            # the nodes boot side by side
+            deadline = time.monotonic() + self.method.boot_timeout + GUEST_START_SLACK
+            for guests in nodes:
+                guests.ready(deadline, "its guests were")
+            yield ClusterGuestSession(config, images, nodes)
