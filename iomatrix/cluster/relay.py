@@ -66,6 +66,7 @@ class Relay:
     def _spawn(self, target, *args) -> None:  # type: ignore[no-untyped-def]
         thread = threading.Thread(target=target, args=args, name="iomatrix-relay", daemon=True)
         with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
             self._threads.append(thread)
         thread.start()
 

@@ -205,15 +205,19 @@ class NodeSession:
         said = " | ".join(lines[-3:]).replace(self.marker, "").strip(" |")
         return f"its SSH session ended (status {code}): {said or 'nothing said'}"
 
+    def hang_up(self) -> None:
+        """Tell the node to stop (its session's standard input ends); ``close`` waits for it."""
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
     def close(self) -> None:
         """End the session: the node stops what it serves and removes its directory;
         ssh is killed if that takes longer than ``stop_timeout``."""
+        self.hang_up()
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        with contextlib.suppress(OSError):
-            if proc.stdin is not None:
-                proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self.stop_timeout)
         stop(proc, timeout=5)
@@ -290,7 +294,8 @@ class NodeGuests(NodeSession):
     def said_ready(self, text: str) -> bool:
         """The node's ready line, checked: it must parse, and name exactly the sockets asked
         for (nothing the node prints is used as a path)."""
-        line = next((x for x in text.splitlines() if x.startswith(self.marker + " ")), None)
+        ended = text.split("\n")[:-1]             # a line still being written is not read
+        line = next((x for x in ended if x.startswith(self.marker + " ")), None)
         if line is None or self.info is not None:
             return self.info is not None
         try:
@@ -479,6 +484,8 @@ class ClusterGuestDriver(Driver):
                                     Path(f"{base}.log"))
                 stack.callback(guests.close)
                 nodes.append(guests.start())
+            for guests in nodes:         # every node stops its guests at once, then each is awaited
+                stack.callback(guests.hang_up)
             # the nodes boot side by side
             deadline = time.monotonic() + self.method.boot_timeout + GUEST_START_SLACK
             for guests in nodes:
