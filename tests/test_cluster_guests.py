@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from iomatrix.suite import load_suite
 from iomatrix.target.workspace import Image
 from tests.conftest import REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
-from tests.test_cluster_load import IOMATRIX, left_behind, run_controller
+from tests.test_cluster_load import IOMATRIX, run_controller
 
 GUESTS = """
 [matrix]
@@ -84,14 +85,20 @@ def guest_directories(lines: list[str]) -> set[str]:
     return {m.group(0) for line in lines for m in GUEST_DIRECTORY.finditer(line)}
 
 
-def nothing_left(cluster: SshCluster, tmp_path: Path, directories: set[str]) -> None:
-    """No guest, node iomatrix, relay socket directory, SSH session or image of the run left,
-    on any node or here (the guests' namespaces end with their last process)."""
+def nothing_left(cluster: SshCluster, tmp_path: Path, directories: set[str], *,
+                 disks: bool = True) -> None:
+    """No guest, node iomatrix, relay socket directory or SSH session of the run left on any
+    node (the guests' namespaces end with their last process), no forward's socket or process
+    here, and (``disks``) none of the run's disks on the target."""
     assert wait_for(lambda: not any(on_node(cluster, n.name) for n in cluster.nodes)
                     and not any(Path(d).exists() for d in directories), timeout=120), (
         [on_node(cluster, n.name) for n in cluster.nodes], directories)
-    assert left_behind(cluster, tmp_path) == []
-    assert list((tmp_path / "target").glob("iomatrix-*")) == []         # the disks
+    assert [p for n in cluster.nodes if n.alive for p in cluster.leftovers(n)] == []
+    assert list(tmp_path.rglob("*.sock")) == []
+    assert wait_for(lambda: _in_netns(cluster.controller_netns) == [cluster.controller_holder.pid],
+                    timeout=30), _in_netns(cluster.controller_netns)
+    if disks:
+        assert list((tmp_path / "target").glob("iomatrix-*")) == []
 
 
 def per_node(trial: TrialRecord) -> dict[str, int]:
@@ -175,10 +182,8 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
     proc.kill()                                            # kill -9: no clean-up of its own
     proc.communicate(timeout=30)
     # every node sees its session end: its guests stopped, their namespace and directory gone
-    assert wait_for(lambda: not any(on_node(cluster, n.name) for n in cluster.nodes)
-                    and not any(Path(d).exists() for d in directories), timeout=120), (
-        [on_node(cluster, n.name) for n in cluster.nodes])
-    assert all(cluster.leftovers(n) == [] for n in cluster.nodes)
+    # (the disks are the controller's: the next run over the target, or --resume, reclaims them)
+    nothing_left(cluster, tmp_path, directories, disks=False)
     resumed = subprocess.Popen(cluster.controller(
         [sys.executable, "-m", "iomatrix", "run", "--resume", "1", "--db", db]), cwd=REPO,
         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -196,7 +201,31 @@ def trial_running(cluster: SshCluster) -> bool:
                for pid in _in_netns(cluster.controller_netns))
 
 
-# --- without booting: what the node and the controller refuse -------------------------------
+# --- without booting: the relay, and what the node and the controller refuse ----------------
+
+def test_the_relay_carries_a_unix_socket_to_a_port_both_ways(tmp_path: Path) -> None:
+    from iomatrix.cluster.relay import Relay
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        relay = Relay(tmp_path / "r.sock", port).start()
+        try:
+            for _ in range(2):                          # a connection each, as fio's trials
+                with socket.socket(socket.AF_UNIX) as client:
+                    client.connect(str(tmp_path / "r.sock"))
+                    conn, _ = server.accept()
+                    with conn:
+                        client.sendall(b"job")
+                        client.shutdown(socket.SHUT_WR)
+                        assert conn.recv(16) == b"job" and conn.recv(16) == b""
+                        conn.sendall(b"result")
+                    assert client.recv(16) == b"result" and client.recv(16) == b""
+        finally:
+            relay.close()
+    assert not (tmp_path / "r.sock").exists()
+    with socket.socket(socket.AF_UNIX) as late, pytest.raises(OSError):
+        late.connect(str(tmp_path / "r.sock"))
+
 
 def serve(request: dict[str, object]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([IOMATRIX, "node", "serve-guests"], input=json.dumps(request) + "\n",

@@ -575,6 +575,8 @@ class _Runner:
                               status_stream=not guests, env=session.fio_env(),
                               clients=session.fio_clients())
             session.check_trial(fio.result, workload)
+            # a client without a result (a node gone as fio ended) fails the trial, naming it
+            vm_samples = vm_samples_of(fio.result, session.clients())
         except IomatrixError as exc:
             self._failed(config, workload, k, session.failure(str(exc)), started=started,
                          applied=session.applied(), command=session.command())
@@ -582,7 +584,6 @@ class _Runner:
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
-        vm_samples = vm_samples_of(fio.result, session.clients())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         series = probe.host_series()
