@@ -139,7 +139,6 @@ def serve_guests() -> None:
 
     from iomatrix.cli.run import _interrupt
     from iomatrix.drivers.cluster import GuestRequest
-    from iomatrix.measure.cluster import watch_stdin
     from iomatrix.measure.nodeguests import serve_guests as serve
 
     try:
@@ -150,8 +149,7 @@ def serve_guests() -> None:
         raise NodesError(f"not a guest request: {where}: {first['msg']}") from None
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    watch_stdin(sys.stdin.fileno())
     try:
-        serve(request, sys.stdout)
+        serve(request, sys.stdin.fileno(), sys.stdout)
     except KeyboardInterrupt:
         raise typer.Exit(ExitStatus.INTERRUPTED) from None

@@ -27,7 +27,9 @@ the namespace reaches), relays each guest's port to a Unix socket in the session
 directory (``iomatrix.cluster.relay``), and says so in one line (:data:`GUESTS_READY`, which the
 controller checks against what it asked). The controller forwards each of those sockets with
 ``ssh -L`` as above. The session owns the guests: when its standard input ends, the node stops
-them, and its namespace, relays and directory go with them.
+them, and its namespace, relays and directory go with them. Meanwhile that input carries a
+command before and after each trial (:class:`GuestCommand`), by which each node makes a local
+run's foreign-I/O check of its own guests (``GuestSession.check_io``) and answers in a line.
 
 **A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
 the network went), fio's client returns without that node's result and fails; the trial fails
@@ -55,7 +57,7 @@ from iomatrix.core.proc import orphan_guard, read_text, stop, wait_for
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.host import HostSession
 from iomatrix.fio.models import FioResult
-from iomatrix.fio.samples import start_skew_ms
+from iomatrix.fio.samples import client_job, start_skew_ms
 from iomatrix.suite.model import Configuration, Method, Suite, Workload
 from iomatrix.target.workspace import Image
 
@@ -76,6 +78,11 @@ GUEST_DIRECTORY = re.compile(r"^/tmp/iomatrix-guests-[0-9a-f]{16}$")
 """The directory a node's guests get (the controller names it, fresh and random; the node
 makes it, and refuses one that exists)."""
 READY_LINE_LIMIT = 1 << 20
+"""The longest line of a node's that is read (its ready line, or an answer)."""
+GUESTS_TRIAL = "IOMATRIX-GUESTS-TRIAL"
+GUESTS_CHECKED = "IOMATRIX-GUESTS-CHECKED"
+ANSWER_TIMEOUT = 30.0
+"""How long a node may take to answer a trial's command (read QEMU's counters)."""
 
 SERVE = r"""set -u
 d=$1
@@ -268,6 +275,31 @@ class GuestsReady(Frozen):
     notes: tuple[str, ...] = ()
 
 
+class GuestCommand(Frozen):
+    """What the controller tells a node's guests during their session, one JSON line each on
+    the session's standard input: ``trial`` N before trial N's fio starts (the node reads
+    QEMU's counters and watches fio's ramp, as a local run does), ``check`` N when it has
+    ended, with the workload and the bytes fio counted on each of the node's guests (None: no
+    result for it). The node answers each with a line (:data:`GUESTS_TRIAL`,
+    :data:`GUESTS_CHECKED`)."""
+
+    kind: Literal["trial", "check"]
+    n: int
+    workload: str = ""
+    counted: tuple[int | None, ...] = ()
+
+
+class GuestsAnswer(Frozen):
+    """A node's answer to command ``n``; for a check, its guests' foreign-I/O verdicts
+    (``io_check`` of a local run), the lines of those that failed it, and QEMU's counters over
+    the trial summed over its guests."""
+
+    n: int
+    io_check: str = ""
+    foreign: tuple[str, ...] = ()
+    blockstats: dict[str, int] = {}
+
+
 class NodeGuests(NodeSession):
     """One node's guests (guest mode), booted by its ``iomatrix node serve-guests``."""
 
@@ -281,6 +313,8 @@ class NodeGuests(NodeSession):
                                 for i, local in enumerate(locals_)], log)
         self.guest_request = request
         self.info: GuestsReady | None = None
+        self._read = 0
+        """How far the log has been read for answers (whole lines)."""
 
     def labels(self) -> list[str]:
         return [f"{self.name}/vm{i}" for i in range(len(self.forwards))]
@@ -311,6 +345,35 @@ class NodeGuests(NodeSession):
                               f"not on {', '.join(asked)} as asked")
         self.info = info
         return True
+
+    def tell(self, command: GuestCommand) -> None:
+        """Send the node ``command`` (a session that ended hears nothing: ``answer`` says so)."""
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.stdin.write((command.model_dump_json() + "\n").encode())
+                self.proc.stdin.flush()
+
+    def answer(self, marker: str, n: int, deadline: float) -> GuestsAnswer | None:
+        """The node's answer to command ``n`` (a line after ``marker``), once written whole;
+        None when its session ends first, or it gives none by ``deadline`` (monotonic)."""
+        found: list[GuestsAnswer] = []
+
+        def look() -> bool:
+            with contextlib.suppress(OSError), open(self.log, "rb") as log:
+                log.seek(self._read)
+                text = log.read()
+                whole = text[:text.rfind(b"\n") + 1]
+                self._read += len(whole)
+                for line in whole.decode(errors="replace").split("\n"):
+                    if line.startswith(marker + " ") and len(line) < READY_LINE_LIMIT:
+                        with contextlib.suppress(ValueError):
+                            answer = GuestsAnswer.model_validate_json(line[len(marker) + 1:])
+                            if answer.n == n:
+                                found.append(answer)
+            return bool(found) or not self.alive()
+
+        wait_for(look, timeout=max(0.0, deadline - time.monotonic()), interval=0.01)
+        return found[0] if found else None
 
 
 class NodesLoad(Session):
@@ -412,6 +475,8 @@ class ClusterGuestSession(NodesLoad):
         infos = [s.info for s in self.guests]
         assert all(i is not None for i in infos)
         self.infos: list[GuestsReady] = [i for i in infos if i is not None]
+        self._n = 0
+        self._answers: dict[str, GuestsAnswer | None] = {}
         disks = {s.name: i.applied.get("guest.disk", "") for s, i in zip(self.guests, self.infos)}
         if len(set(disks.values())) != 1 or not next(iter(disks.values())):
             raise TrialFailed("the nodes' guests do not see the disk under test alike: "
@@ -424,16 +489,52 @@ class ClusterGuestSession(NodesLoad):
     def fio_output_format(self) -> str:
         return "json+"
 
+    def new_trial(self) -> None:
+        """Every node reads its guests' counters before fio starts (as a local run does)."""
+        super().new_trial()
+        self._n += 1
+        self._answers = {}
+        for s in self.guests:
+            s.tell(GuestCommand(kind="trial", n=self._n))
+        deadline = time.monotonic() + ANSWER_TIMEOUT
+        for s in self.guests:      # one that does not answer is not checked (or is gone)
+            s.answer(GUESTS_TRIAL, self._n, deadline)
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        """TrialFailed naming the node when QEMU saw more I/O on a guest's disk there than fio
+        counted (each node checks its own guests: ``GuestSession.check_io``)."""
+        super().check_trial(result, workload)
+        for s in self.guests:
+            jobs = [client_job(result, str(local)) for local in s.locals]
+            s.tell(GuestCommand(kind="check", n=self._n, workload=workload.key, counted=tuple(
+                None if j is None else j.read.io_bytes + j.write.io_bytes for j in jobs)))
+        deadline = time.monotonic() + ANSWER_TIMEOUT
+        self._answers = {s.name: s.answer(GUESTS_CHECKED, self._n, deadline)
+                         for s in self.guests}
+        foreign = [f"node {name}: {line}" for name, a in self._answers.items() if a is not None
+                   for line in a.foreign]
+        if foreign:
+            raise TrialFailed("foreign I/O on the disk under test during the trial (another "
+                              "process used a guest's disk): " + "; ".join(foreign))
+
     def applied(self) -> dict[str, str]:
         """The first node's guests' settings as QEMU applied them; another node's where they
         differ, under its name (``pve2:guest.queues``); which node and guest each per-client
-        figure is; and why QEMU's I/O counters are not compared with fio's here."""
+        figure is; each node's foreign-I/O verdicts, and QEMU's counters over the last trial
+        summed over every guest of every node."""
         first = self.infos[0].applied
         others = {f"{s.name}:{key}": value for s, info in zip(self.guests[1:], self.infos[1:])
                   for key, value in info.applied.items() if first.get(key) != value}
-        return (first | others | super().applied()
-                | {"io_check": "not checked: under cluster load QEMU's counters are on the "
-                               "nodes"})
+        answers = self._answers
+        checks = {"io_check": "; ".join(
+            f"{name}: {a.io_check if a is not None else 'not checked: no answer'}"
+            for name, a in answers.items())} if answers else {}
+        counters: dict[str, str] = {}
+        if answers and all(a is not None and a.blockstats for a in answers.values()):
+            keys = set.intersection(*(set(a.blockstats) for a in answers.values() if a))
+            counters = {f"blockstats.{k}": str(sum(a.blockstats[k] for a in answers.values()
+                                                   if a)) for k in sorted(keys)}
+        return first | others | super().applied() | counters | checks
 
     def mismatches(self) -> list[str]:
         return [f"node {s.name}: {w}" for s, info in zip(self.guests, self.infos)

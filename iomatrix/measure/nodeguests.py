@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import shutil
 import stat
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from iomatrix.cluster.relay import Relay
 from iomatrix.core.errors import NodesError, TrialFailed
 from iomatrix.core.proc import log_tail
-from iomatrix.drivers.cluster import GUESTS_READY, GuestRequest, GuestsReady
+from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL, GuestCommand,
+                                      GuestRequest, GuestsAnswer, GuestsReady)
 from iomatrix.drivers.guest import GuestSession
 from iomatrix.drivers.registry import driver_for
+from iomatrix.measure.cluster import watch_stdin
 from iomatrix.measure.prepare import prepare
 from iomatrix.suite import load_suite_text
-from iomatrix.suite.model import APPLIANCE, Configuration, Suite
+from iomatrix.suite.model import APPLIANCE, Configuration, Suite, Workload
 from iomatrix.target.workspace import PREFIX, Image, image_spec
 
 WATCH_SECONDS = 0.5
@@ -38,10 +40,18 @@ WATCH_SECONDS = 0.5
 _RUN_DIRECTORY = re.compile(rf"^{re.escape(PREFIX)}[0-9a-f]{{8}}$")
 
 
-def serve_guests(request: GuestRequest, out: IO[str]) -> None:
-    """Boot the guests ``request`` asks for and serve them until interrupted (KeyboardInterrupt:
-    the session's standard input ended), then stop them and remove their directory; raises
-    when they cannot be booted or a guest ends (a line saying why)."""
+def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
+    """Boot the guests ``request`` asks for and serve them, answering the controller's commands
+    (``GuestCommand``) read from file descriptor ``stdin``, until interrupted (KeyboardInterrupt:
+    SIGHUP, raised when ``stdin`` ends, needs a handler that raises it), then stop them and
+    remove their directory; raises when they cannot be booted or a guest ends (a line saying
+    why)."""
+    commands: queue.Queue[GuestCommand] = queue.Queue()
+
+    def command(line: bytes) -> None:
+        with contextlib.suppress(ValueError):           # not a command: ignored
+            commands.put(GuestCommand.model_validate_json(line))
+    watch_stdin(stdin, command)
     directory = Path(request.directory)
     try:
         os.mkdir(directory, 0o700)
@@ -49,12 +59,13 @@ def serve_guests(request: GuestRequest, out: IO[str]) -> None:
         raise NodesError(f"cannot make {directory}: {exc.strerror} (a directory planted there "
                          "is never used)") from None
     try:
-        _serve(request, directory, out)
+        _serve(request, directory, commands, out)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _serve(request: GuestRequest, directory: Path, out: IO[str]) -> None:
+def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCommand],
+           out: IO[str]) -> None:
     suite = load_suite_text(request.suite_text, source=request.suite_source)
     prepared = prepare(suite, accel=request.accel)
     suite = prepared.suite
@@ -84,12 +95,40 @@ def _serve(request: GuestRequest, directory: Path, out: IO[str]) -> None:
                             notes=tuple(notes))
         out.write(f"{GUESTS_READY} {ready.model_dump_json()}\n")
         out.flush()
+        workloads = {w.key: w for w in prepared.full.workloads}
         while True:
+            try:
+                told: GuestCommand | None = commands.get(timeout=WATCH_SECONDS)
+            except queue.Empty:
+                told = None
             for guest, proc in zip(session.guests, session.procs):
                 if proc.poll() is not None:
                     raise TrialFailed(f"guest vm{guest.index} exited (status {proc.returncode});"
                                       f" console: {log_tail(guest.console, 4)}")
-            time.sleep(WATCH_SECONDS)
+            if told is not None:
+                out.write(_answer(session, told, workloads))
+                out.flush()
+
+
+def _answer(session: GuestSession, told: GuestCommand, workloads: Mapping[str, Workload]) -> str:
+    """What the node does for the controller's command (the QMP readings of a local run's
+    trial, in this, the main thread) and its answer line."""
+    if told.kind == "trial":
+        session.new_trial()
+        return f"{GUESTS_TRIAL} {GuestsAnswer(n=told.n).model_dump_json()}\n"
+    workload = workloads.get(told.workload)
+    if workload is None:
+        session.close()
+        answer = GuestsAnswer(n=told.n, io_check=f"not checked: no workload {told.workload!r} "
+                                                 "here")
+    else:
+        foreign = session.check_io(told.counted, workload)
+        applied = session.applied()
+        answer = GuestsAnswer(
+            n=told.n, io_check=applied.get("io_check", ""), foreign=tuple(foreign),
+            blockstats={k.removeprefix("blockstats."): int(v) for k, v in applied.items()
+                        if k.startswith("blockstats.")})
+    return f"{GUESTS_CHECKED} {answer.model_dump_json()}\n"
 
 
 def checked_images(images: Sequence[Image], config: Configuration, suite: Suite) -> list[Image]:
