@@ -231,8 +231,20 @@ def test_the_relay_carries_a_unix_socket_to_a_port_both_ways(tmp_path: Path) -> 
 
 
 def serve(request: dict[str, object]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([IOMATRIX, "node", "serve-guests"], input=json.dumps(request) + "\n",
-                          capture_output=True, text=True, timeout=120)
+    """``iomatrix node serve-guests`` given ``request``, its stdin held open as the controller
+    holds it (its end would stop the node as an interrupt)."""
+    proc = subprocess.Popen([IOMATRIX, "node", "serve-guests"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(json.dumps(request) + "\n")
+    proc.stdin.flush()
+    try:
+        proc.wait(timeout=120)
+    finally:
+        proc.stdin.close()
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.wait(), proc.stdout.read(),
+                                       proc.stderr.read())
 
 
 def test_the_node_refuses_a_request_it_cannot_trust(tmp_path: Path) -> None:

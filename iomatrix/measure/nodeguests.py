@@ -53,15 +53,18 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
             commands.put(GuestCommand.model_validate_json(line))
     watch_stdin(stdin, command)
     directory = Path(request.directory)
+    made = False
     try:
-        os.mkdir(directory, 0o700)
-    except OSError as exc:
-        raise NodesError(f"cannot make {directory}: {exc.strerror} (a directory planted there "
-                         "is never used)") from None
-    try:
+        try:
+            os.mkdir(directory, 0o700)
+            made = True
+        except OSError as exc:
+            raise NodesError(f"cannot make {directory}: {exc.strerror} (a directory planted "
+                             "there is never used)") from None
         _serve(request, directory, commands, out)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        if made:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCommand],
