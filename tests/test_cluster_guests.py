@@ -158,9 +158,8 @@ def test_a_killed_node_fails_its_trials_naming_it_and_the_run_goes_on(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db")
-    proc = run_controller(cluster, tmp_path, db, GUESTS.replace('"1s"', '"4s"'))
+    proc = in_a_trial(cluster, tmp_path, db, runtime="4s")
     victim = cluster.nodes[1]
-    assert wait_for(lambda: trial_running(cluster) or proc.poll() is not None, timeout=600)
     survivor = guest_directories(on_node(cluster, "node1"))
     assert len(survivor) == 1, survivor
     cluster.kill(victim)                     # as a node losing power looks from here
@@ -181,8 +180,7 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db")
-    proc = run_controller(cluster, tmp_path, db, GUESTS.replace('"1s"', '"3s"'))
-    assert wait_for(lambda: trial_running(cluster) or proc.poll() is not None, timeout=600)
+    proc = in_a_trial(cluster, tmp_path, db, runtime="3s")
     directories = guest_directories([p for n in cluster.nodes for p in on_node(cluster, n.name)])
     assert len(directories) == 2, directories
     proc.kill()                                            # kill -9: no clean-up of its own
@@ -201,10 +199,18 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
     nothing_left(cluster, tmp_path, directories | guest_directories([t.command for t in run.trials]))
 
 
-def trial_running(cluster: SshCluster) -> bool:
-    """A trial's fio client (json+: not the preconditioning) runs on the controller."""
-    return any("--output-format=json+" in _cmdline(pid) and "--client=sock:" in _cmdline(pid)
-               for pid in _in_netns(cluster.controller_netns))
+def in_a_trial(cluster: SshCluster, tmp_path: Path, db: str, *,
+               runtime: str) -> subprocess.Popen[str]:
+    """The controller of a run of trials of ``runtime``, once its first trial's fio client
+    (json+: not the preconditioning's) runs."""
+    proc = run_controller(cluster, tmp_path, db, GUESTS.replace('"1s"', f'"{runtime}"'))
+
+    def trial() -> bool:
+        return any("--output-format=json+" in _cmdline(pid) and "--client=sock:" in _cmdline(pid)
+                   for pid in _in_netns(cluster.controller_netns))
+    assert wait_for(lambda: trial() or proc.poll() is not None, timeout=600)
+    assert proc.poll() is None, proc.communicate()
+    return proc
 
 
 # --- without booting: the relay, and what the node and the controller refuse ----------------
