@@ -18,9 +18,11 @@ import pytest
 
 from iomatrix.cli.status import ExitStatus
 from iomatrix.cluster.ssh import Node
-from iomatrix.core.errors import SuiteError, TrialFailed
+from iomatrix.core.errors import FioParseError, SuiteError, TrialFailed
 from iomatrix.core.proc import wait_for
 from iomatrix.drivers.cluster import GUESTS_READY, GuestRequest, NodeGuests
+from iomatrix.fio.parse import parse_fio_output
+from iomatrix.fio.samples import vm_samples_of
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
@@ -29,7 +31,7 @@ from iomatrix.suite import load_suite
 from iomatrix.target.workspace import Image
 from tests.conftest import REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
-from tests.test_cluster_load import IOMATRIX, run_controller
+from tests.test_cluster_load import FIXTURES, IOMATRIX, run_controller
 
 GUESTS = """
 [matrix]
@@ -90,10 +92,12 @@ def nothing_left(cluster: SshCluster, tmp_path: Path, directories: set[str], *,
     """No guest, node iomatrix, relay socket directory or SSH session of the run left on any
     node (the guests' namespaces end with their last process); with ``here``, no process,
     forward's socket or disk of the run left by the controller either."""
+    def sessions() -> list[str]:        # an SSH session's processes, until sshd has reaped them
+        return [p for n in cluster.nodes if n.alive for p in cluster.leftovers(n)]
     assert wait_for(lambda: not any(on_node(cluster, n.name) for n in cluster.nodes)
-                    and not any(Path(d).exists() for d in directories), timeout=120), (
-        [on_node(cluster, n.name) for n in cluster.nodes], directories)
-    assert [p for n in cluster.nodes if n.alive for p in cluster.leftovers(n)] == []
+                    and not any(Path(d).exists() for d in directories) and not sessions(),
+                    timeout=120), (
+        [on_node(cluster, n.name) for n in cluster.nodes], directories, sessions())
     if here:
         assert list(tmp_path.rglob("*.sock")) == []
         assert wait_for(lambda: _in_netns(cluster.controller_netns)
@@ -165,7 +169,7 @@ def test_a_killed_node_fails_its_trials_naming_it_and_the_run_goes_on(
     cluster.kill(victim)                     # as a node losing power looks from here
     run = finished(proc, db)
     assert proc.returncode == ExitStatus.TRIALS_FAILED
-    assert [t.status for t in run.trials] == ["failed", "failed"]
+    assert [t.status for t in run.trials] == ["failed", "failed"], [t.reason for t in run.trials]
     for trial in run.trials:
         assert f"node {victim.name} dropped: its SSH session ended" in (trial.reason or "")
         assert "node node1" not in (trial.reason or "")
@@ -302,6 +306,19 @@ def test_the_controller_believes_no_socket_the_node_did_not_get(tmp_path: Path) 
             again.said_ready(f"{GUESTS_READY} {json.dumps(wrong)}\n")
     assert [a for a in guests.argv() if a.startswith(str(tmp_path))] == [
         f"{tmp_path / 'l.sock'}:/tmp/iomatrix-guests-0123456789abcdef/vm0.sock"]
+
+
+def test_a_trial_without_every_clients_result_is_not_one() -> None:
+    """fio's client can end well when a server's connection drops (a node killed as its guest
+    ran the job): the result of the servers that stayed is not the trial's."""
+    result = parse_fio_output((FIXTURES / "3.41/client2-randread.out").read_text())
+    ports = [job.port for job in result.jobs]
+    assert len(vm_samples_of(result, ports)) == 2
+    with pytest.raises(FioParseError, match="no result for the client at 1"):
+        vm_samples_of(result, [ports[0], 1])
+    alone = result.model_copy(update={"jobs": result.jobs[:1], "aggregate": None})
+    with pytest.raises(FioParseError, match=f"no result for the client at {ports[1]}"):
+        vm_samples_of(alone, ports)
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -61,6 +61,8 @@ from iomatrix.fio.samples import client_job, start_skew_ms
 from iomatrix.suite.model import Configuration, Method, Suite, Workload
 from iomatrix.target.workspace import Image
 
+PROTOCOL = "IOMATRIX-"
+"""How the lines a node's session prints for the controller begin (the others are its words)."""
 READY = "IOMATRIX-FIO-READY"
 START_TIMEOUT = 30.0
 """How long a node may take to log in and start its fio server."""
@@ -208,7 +210,7 @@ class NodeSession:
         """Why the node's session ended, from what ssh and the node printed."""
         code = self.proc.returncode if self.proc is not None else None
         lines = [line for line in read_text(self.log).strip().splitlines()
-                 if not line.startswith(self.marker)]
+                 if not line.startswith(PROTOCOL)]
         said = " | ".join(lines[-3:]).replace(self.marker, "").strip(" |")
         return f"its SSH session ended (status {code}): {said or 'nothing said'}"
 
