@@ -136,7 +136,9 @@ def inside(args: argparse.Namespace) -> None:
                 outcome = run_suite(suite, store, progress=timer,  # type: ignore[arg-type]
                                     nodes=nodes[:n])
                 if outcome.trials_failed:
-                    raise SystemExit(f"{outcome.trials_failed} trials failed with {n} nodes")
+                    reasons = {t.reason for t in store.load_run(outcome.run_id).trials if t.reason}
+                    raise SystemExit(f"{outcome.trials_failed} trials failed with {n} nodes: "
+                                     + " / ".join(sorted(r or "" for r in reasons)))
                 key = f"{n} node{'s' if n > 1 else ''}" if n else "0: this host alone"
                 overhead.setdefault(key, []).extend(w - runtime for w in timer.walls)
                 sessions.setdefault(key, []).append(outcome.wall_seconds - sum(timer.walls))
@@ -211,7 +213,9 @@ def main() -> None:
     try:
         with ssh_cluster(work / "nodes", max(NODES)) as cluster:
             inventory = work / "nodes.toml"
-            inventory.write_text(cluster.inventory())
+            # guest mode runs iomatrix on each node: this checkout's
+            inventory.write_text(cluster.inventory(
+                extra=f'command = "{ROOT / ".venv" / "bin" / "iomatrix"}"\n'))
             argv = [sys.executable, __file__, "--inside", "--inventory", str(inventory),
                     "--work", str(work), "--rounds", str(args.rounds), "--runtime",
                     args.runtime, "--skew-trials", str(args.skew_trials), "--mode", args.mode,
