@@ -37,6 +37,14 @@ completions: median 84 / 102 ms, max 307 / 153 ms; N nodes on the one shared fil
 node: median 0.91 / 0.68 with 2 nodes and 0.79 / 0.54 with 4 (the 2 busy cores and one disk
 bound it here, and it moved with the other load). Debian 13 (fio 3.39, 2 rounds): fio's own
 job_start gave the nodes' start skew as median 41 ms, max 238 ms over 12 trials.
+
+``--mode guest --accel tcg``, 3 rounds, 183 s, at a load of 5.5-5.8 (two other worktrees'
+test suites running), fio 3.33: overhead per trial 0.72 s with 1 node (one guest booted here
+without nodes: 0.58 s), × 1.62 with 2 and × 1.42 with 4 (the patched fio server in the guests
+has no 1000 ms wait; a trial here also asks each node to read its guests' QEMU counters before
+and after); per run outside its trials (store, boots, preconditioning) 9.0 s with 1 node, × 1.35
+with 2, × 1.91 with 4 (5.1 s here without nodes); N nodes' guests ÷ N × one node's guest:
+median 0.50 with 2, 0.41 with 4 (TCG guests on 2 busy cores: the emulator, not the storage).
 """
 
 from __future__ import annotations
