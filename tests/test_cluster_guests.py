@@ -117,10 +117,12 @@ def per_node(trial: TrialRecord) -> dict[str, int]:
 
 @pytest.mark.slow
 @SLOW
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_guests_of_two_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshCluster],
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, backend: str,
+                                                      request: pytest.FixtureRequest) -> None:
     cluster = ssh_nodes(2)
-    db = str(tmp_path / "r.db")
+    db = str(tmp_path / "r.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
     proc = run_controller(cluster, tmp_path, db, GUESTS)
     run = finished(proc, db)
     assert proc.returncode == 0, [t.reason for t in run.trials]
