@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -205,11 +206,33 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
     nothing_left(cluster, tmp_path, directories | guest_directories([t.command for t in run.trials]))
 
 
-def in_a_trial(cluster: SshCluster, tmp_path: Path, db: str, *,
-               runtime: str) -> subprocess.Popen[str]:
-    """The controller of a run of trials of ``runtime``, once its first trial's fio client
-    (json+: not the preconditioning's) runs."""
-    proc = run_controller(cluster, tmp_path, db, GUESTS.replace('"1s"', f'"{runtime}"'))
+@pytest.mark.slow
+@SLOW
+def test_ctrl_c_on_the_controller_stops_every_nodes_guests(
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+    cluster = ssh_nodes(2)
+    db = str(tmp_path / "r.db")
+    proc = in_a_trial(cluster, tmp_path, db, runtime="3s", vms=2)
+    fio = [_cmdline(p) for p in _in_netns(cluster.controller_netns) if "json+" in _cmdline(p)]
+    assert [len(re.findall(r"--client=sock:\S+v[01]\.sock ", f)) for f in fio] == [4]
+    on_nodes = [p for n in cluster.nodes for p in on_node(cluster, n.name)]
+    assert sum("qemu-system-x86_64" in p for p in on_nodes) == 4
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    with Store(db) as store:
+        assert store.load_run(1).status == "interrupted"
+    # the nodes stopped their guests before the controller ended, which removed its disks
+    assert not any(on_node(cluster, n.name) for n in cluster.nodes)
+    nothing_left(cluster, tmp_path, guest_directories(on_nodes))
+
+
+def in_a_trial(cluster: SshCluster, tmp_path: Path, db: str, *, runtime: str,
+               vms: int = 1) -> subprocess.Popen[str]:
+    """The controller of a run of trials of ``runtime`` with ``vms`` guests on each node, once
+    its first trial's fio client (json+: not the preconditioning's) runs."""
+    proc = run_controller(cluster, tmp_path, db, GUESTS.replace('"1s"', f'"{runtime}"')
+                          + f"vms = {vms}\n")
 
     def trial() -> bool:
         return any("--output-format=json+" in _cmdline(pid) and "--client=sock:" in _cmdline(pid)
