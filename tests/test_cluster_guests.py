@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -169,7 +170,10 @@ def test_a_killed_node_fails_its_trials_naming_it_and_the_run_goes_on(
     victim = cluster.nodes[1]
     survivor = guest_directories(on_node(cluster, "node1"))
     assert len(survivor) == 1, survivor
+    lost = guest_directories(on_node(cluster, victim.name))
     cluster.kill(victim)                     # as a node losing power looks from here
+    for directory in lost:                   # what the node kept on its disk, which is this one's
+        shutil.rmtree(directory, ignore_errors=True)
     run = finished(proc, db)
     assert proc.returncode == ExitStatus.TRIALS_FAILED
     assert [t.status for t in run.trials] == ["failed", "failed"], [t.reason for t in run.trials]
