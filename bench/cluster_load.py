@@ -9,6 +9,12 @@ target file is one file all nodes load (shared storage), and N nodes compete for
 cores. Run as root from the project's root:
 
     .venv/bin/python bench/cluster_load.py [--rounds 3] [--runtime 1s] [--skew-trials 8]
+    .venv/bin/python bench/cluster_load.py --mode guest [--accel tcg]
+
+With ``--mode guest`` every node boots one guest (an appliance VM, ``vms = 1``) per run and
+the controller's one fio client drives each node's guest through its forwarded socket; "this
+host alone" is one guest booted here, as a local run does. The first-completion skew needs a
+host-mode fio server on each node and is measured in host mode only.
 
 1. Overhead: host-mode runs of W randread workloads on 1, 2 and 4 nodes (and on this host alone,
    without nodes), interleaved round by round in one process, each trial timed by the runner's
@@ -31,6 +37,14 @@ completions: median 84 / 102 ms, max 307 / 153 ms; N nodes on the one shared fil
 node: median 0.91 / 0.68 with 2 nodes and 0.79 / 0.54 with 4 (the 2 busy cores and one disk
 bound it here, and it moved with the other load). Debian 13 (fio 3.39, 2 rounds): fio's own
 job_start gave the nodes' start skew as median 41 ms, max 238 ms over 12 trials.
+
+``--mode guest --accel tcg``, 3 rounds, 183 s, at a load of 5.5-5.8 (two other worktrees'
+test suites running), fio 3.33: overhead per trial 0.72 s with 1 node (one guest booted here
+without nodes: 0.58 s), × 1.62 with 2 and × 1.42 with 4 (the patched fio server in the guests
+has no 1000 ms wait; a trial here also asks each node to read its guests' QEMU counters before
+and after); per run outside its trials (store, boots, preconditioning) 9.0 s with 1 node, × 1.35
+with 2, × 1.91 with 4 (5.1 s here without nodes); N nodes' guests ÷ N × one node's guest:
+median 0.50 with 2, 0.41 with 4 (TCG guests on 2 busy cores: the emulator, not the storage).
 """
 
 from __future__ import annotations
@@ -53,22 +67,33 @@ NODES = (1, 2, 4)
 DEPTHS = (1, 4, 16)
 
 
-def suite_text(work: Path, runtime: str, concurrent: bool) -> str:
+GUEST_METHOD = """
+vcpus = 1
+memory = "384MiB"
+boot_timeout = "300s"
+"""
+
+
+def suite_text(work: Path, runtime: str, concurrent: bool, mode: str = "host",
+               accel: str = "auto") -> str:
+    guest = mode == "guest"
     return f"""
 [suite]
 name = "cluster-load"
 [target]
 directory = "{work / 'target'}"
-size = "64MiB"
+size = "{'16MiB' if guest else '64MiB'}"
+{'[matrix]' + chr(10) + 'controller = "virtio-blk"' + chr(10) + 'iothread = false' if guest else ''}
 [workloads]
 rw = "randread"
 iodepth = [{", ".join(map(str, DEPTHS))}]
 [method]
-mode = "host"
+mode = "{mode}"
 ramp = 0
 runtime = "{runtime}"
 seed = 1
 concurrent_nodes = {str(concurrent).lower()}
+{f'accel = "{accel}"' + GUEST_METHOD if guest else ''}
 """
 
 
@@ -104,6 +129,9 @@ def inside(args: argparse.Namespace) -> None:
     overhead: dict[str, list[float]] = {}
     iops: dict[tuple[int, int, str], float] = {}       # (round, nodes, workload) → aggregate
     skews: list[str] = []
+    sessions: dict[str, list[float]] = {}
+    """Per run: its wall time less its trials' (making the run, booting, preconditioning)."""
+    accelerator = "none"
     rng = random.Random(7)
     with Store(work / "r.db") as store:
         for r in range(args.rounds):
@@ -111,20 +139,28 @@ def inside(args: argparse.Namespace) -> None:
             rng.shuffle(order)
             for n in order:
                 timer = Timer()
-                suite = load_suite_text(suite_text(work, args.runtime, n > 0), source="bench")
+                suite = load_suite_text(suite_text(work, args.runtime, n > 0, args.mode,
+                                                   args.accel), source="bench")
                 outcome = run_suite(suite, store, progress=timer,  # type: ignore[arg-type]
                                     nodes=nodes[:n])
                 if outcome.trials_failed:
-                    raise SystemExit(f"{outcome.trials_failed} trials failed with {n} nodes")
+                    reasons = {t.reason for t in store.load_run(outcome.run_id).trials if t.reason}
+                    raise SystemExit(f"{outcome.trials_failed} trials failed with {n} nodes: "
+                                     + " / ".join(sorted(r or "" for r in reasons)))
                 key = f"{n} node{'s' if n > 1 else ''}" if n else "0: this host alone"
                 overhead.setdefault(key, []).extend(w - runtime for w in timer.walls)
-                for trial in store.load_run(outcome.run_id).trials:
+                sessions.setdefault(key, []).append(outcome.wall_seconds - sum(timer.walls))
+                stored = store.load_run(outcome.run_id)
+                accelerator = stored.accelerator
+                for trial in stored.trials:
                     iops[(r, n, trial.workload_key)] = sum(s.iops for s in trial.samples)
                     if n > 1:
                         skews.append(trial.applied.get("cluster.start_skew", ""))
+    # the nodes' first completions need a fio server on each node: host mode's
+    skew = first_completion_skews(nodes, work, args.skew_trials) if args.mode == "host" else []
     print(json.dumps({"overhead": overhead, "iops": [[*k, v] for k, v in iops.items()],
-                      "skew": first_completion_skews(nodes, work, args.skew_trials),
-                      "stored_skew": [s for s in skews if s]}))
+                      "skew": skew, "stored_skew": [s for s in skews if s],
+                      "sessions": sessions, "accelerator": accelerator}))
 
 
 def first_completion_skews(nodes, work: Path, trials: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -166,6 +202,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runtime", default="1s")
     parser.add_argument("--skew-trials", type=int, default=8)
+    parser.add_argument("--mode", choices=("host", "guest"), default="host",
+                        help="guest: each node boots a guest (one here for 0 nodes)")
+    parser.add_argument("--accel", default="auto", help="guest mode's accel (auto, kvm, tcg)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--inventory", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -182,10 +221,13 @@ def main() -> None:
     try:
         with ssh_cluster(work / "nodes", max(NODES)) as cluster:
             inventory = work / "nodes.toml"
-            inventory.write_text(cluster.inventory())
+            # guest mode runs iomatrix on each node: this checkout's
+            inventory.write_text(cluster.inventory(
+                extra=f'command = "{ROOT / ".venv" / "bin" / "iomatrix"}"\n'))
             argv = [sys.executable, __file__, "--inside", "--inventory", str(inventory),
                     "--work", str(work), "--rounds", str(args.rounds), "--runtime",
-                    args.runtime, "--skew-trials", str(args.skew_trials)]
+                    args.runtime, "--skew-trials", str(args.skew_trials), "--mode", args.mode,
+                    "--accel", args.accel]
             t0 = time.monotonic()
             done = subprocess.run(cluster.controller(argv), capture_output=True, text=True,
                                   cwd=ROOT, env={**os.environ, "TMPDIR": str(work)},
@@ -199,19 +241,29 @@ def main() -> None:
 
 
 def report(data: dict, args: argparse.Namespace, wall: float) -> None:  # type: ignore[type-arg]
+    guests = (f", one guest per node ({data['accelerator'].upper()}"
+              + (": the CPU emulated" if data["accelerator"] == "tcg" else "") + ")"
+              if args.mode == "guest" else "")
     print(f"{args.rounds} rounds × {len(DEPTHS)} randread workloads (QD {DEPTHS}) × "
-          f"{args.runtime}, host mode, nodes = namespaces of this machine; {wall:.0f} s; "
-          f"load average at the end {os.getloadavg()[0]:.1f}")
+          f"{args.runtime}, {args.mode} mode{guests}, nodes = namespaces of this machine; "
+          f"{wall:.0f} s; load average at the end {os.getloadavg()[0]:.1f}")
     overhead = {k: statistics.median(v) for k, v in data["overhead"].items()}
     one = overhead["1 node"]
     print("controller overhead per trial (trial wall − runtime, median):")
     for key, value in sorted(overhead.items()):
         print(f"  {key:20} {value:6.2f} s   × 1 node's: {value / one:.2f}")
+    sessions = {k: statistics.median(v) for k, v in data["sessions"].items()}
+    print("per run, outside its trials (store, " + ("guests booted and their disks "
+          "preconditioned" if args.mode == "guest" else "nodes' servers started") + "; median):")
+    for key, value in sorted(sessions.items()):
+        print(f"  {key:20} {value:6.1f} s   × 1 node's: {value / sessions['1 node']:.2f}")
     skew = data["skew"]
-    print(f"start skew of {max(NODES)} nodes (first I/O completions, {len(skew)} trials): "
-          f"median {statistics.median(skew):.0f} ms, max {max(skew):.0f} ms")
+    if skew:
+        print(f"start skew of {max(NODES)} nodes (first I/O completions, {len(skew)} trials): "
+              f"median {statistics.median(skew):.0f} ms, max {max(skew):.0f} ms")
     stored = [float(s.split()[0]) for s in data["stored_skew"] if s.endswith(" ms")]
-    print("  fio's own job_start (stored cluster.start_skew): " + (
+    print(("  " if skew else "start skew of the nodes, ") + "fio's own job_start (stored "
+          "cluster.start_skew): " + (
         f"median {statistics.median(stored):.0f} ms, max {max(stored):.0f} ms, "
         f"{len(stored)} trials" if stored else "; ".join(sorted(set(data["stored_skew"])))))
     iops = {(r, n, w): v for r, n, w, v in data["iops"]}

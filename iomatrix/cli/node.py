@@ -2,7 +2,8 @@
 (``iomatrix.measure.cluster``). Each reads one JSON request on stdin (never a path or an
 argument the node must trust) and answers on stdout: ``check`` the node's preflight facts,
 ``run`` its share of the run as JSON progress lines, ``export`` the store holding its share,
-``forget`` removes that store."""
+``forget`` removes that store; ``serve-guests`` boots one configuration's guests for cluster
+load (``iomatrix.measure.nodeguests``)."""
 
 from __future__ import annotations
 
@@ -128,3 +129,27 @@ def forget() -> None:
     from iomatrix.measure.cluster import forget_share
 
     forget_share(_share_path(_request()))
+
+
+@app.command("serve-guests")
+def serve_guests() -> None:
+    """Boot one configuration's guests for cluster load ([method] concurrent_nodes), their fio
+    servers on Unix sockets only; say so in one line, and stop them when stdin ends."""
+    from pydantic import ValidationError
+
+    from iomatrix.cli.run import _interrupt
+    from iomatrix.drivers.cluster import GuestRequest
+    from iomatrix.measure.nodeguests import serve_guests as serve
+
+    try:
+        request = GuestRequest.model_validate(_request())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise NodesError(f"not a guest request: {where}: {first['msg']}") from None
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    try:
+        serve(request, sys.stdin.fileno(), sys.stdout)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitStatus.INTERRUPTED) from None

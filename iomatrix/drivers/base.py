@@ -57,6 +57,11 @@ class Session(abc.ABC):
         a cluster's nodes); empty when ``fio_args`` says where fio runs."""
         return []
 
+    def precondition_clients(self) -> list[str]:
+        """The fio servers that precondition the session's images: every one that gets the
+        trial's job (each guest writes its own disk)."""
+        return self.fio_clients()
+
     def clients(self) -> list[int | str]:
         """Where each fio client's result comes from, in order (a guest's port, a node's
         forwarded socket path): how per-client figures are matched; empty for one local fio."""
@@ -118,6 +123,11 @@ class Driver(abc.ABC):
         should run; what preparing did or chose is told through ``note``. Most modes need
         nothing prepared."""
         return cls(method, workdir)
+
+    def images_of(self, config: Configuration) -> Configuration:
+        """The configuration whose images (one per guest) a session of ``config`` takes:
+        ``config`` itself, but for guests on a cluster's nodes at once."""
+        return config
 
     @abc.abstractmethod
     def session(self, config: Configuration,

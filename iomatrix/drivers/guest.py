@@ -336,9 +336,22 @@ class GuestSession(Session):
     def check_trial(self, result: FioResult, workload: Workload) -> None:
         """TrialFailed when QEMU saw materially more I/O on a guest's disk than fio counted over
         the trial: another process used the disk (bound derived in the module docstring)."""
+        counted = []
+        for guest in self.guests:
+            job = client_result(result, guest.port, len(self.guests))
+            counted.append(None if job is None else job.read.io_bytes + job.write.io_bytes)
+        foreign = self.check_io(counted, workload)
+        if foreign:
+            raise TrialFailed("foreign I/O on the disk under test during the trial (another "
+                              "process used the guest's disk): " + "; ".join(foreign))
+
+    def check_io(self, counted: Sequence[int | None], workload: Workload) -> list[str]:
+        """The foreign-I/O check of the trial just ended, from the bytes fio counted on each
+        guest (None: fio returned no result for it): what each guest's disk moved beyond them,
+        one line per guest that failed it (empty: none did); ``applied`` has the verdicts."""
         sampler, self._sampler = self._sampler, None
         if sampler is None:
-            return
+            return []
         sampler.finish()
         after = self._guest_stats()
         skip = unchecked_reason(workload)
@@ -347,11 +360,11 @@ class GuestSession(Session):
         for i, guest in enumerate(self.guests):
             name = f"vm{guest.index}"
             base, now = self._base[i] if i < len(self._base) else {}, after[i]
-            job = client_result(result, guest.port, len(self.guests))
+            fio = counted[i] if i < len(counted) else None
             reading = after_ramp(sampler.after_ramp[i], workload)
             why = ("QEMU counts nothing (vhost-user-blk: the daemon serves the disk)"
                    if not base or not now else skip
-                   or (f"fio returned no result for {name}" if job is None else None)
+                   or (f"fio returned no result for {name}" if fio is None else None)
                    or (f"QEMU's counters could not be read: {sampler.errors[i]}"
                        if sampler.errors[i] else None)
                    or (f"the trial ended before {ramp_margin(workload):g} s after fio's ramp"
@@ -359,10 +372,9 @@ class GuestSession(Session):
             if why is not None:
                 verdicts.append(f"{name} not checked: {why}")
                 continue
-            assert job is not None and reading is not None
+            assert fio is not None and reading is not None
             margin, ramp_bytes = reading
             qemu = _bytes(now) - _bytes(base)
-            fio = job.read.io_bytes + job.write.io_bytes
             allowed = ramp_bytes + slack
             text = (f"QEMU {format_bytes(qemu)}, fio {format_bytes(fio)}, allowed "
                     f"{format_bytes(allowed)} more (ramp + {margin:g} s {format_bytes(ramp_bytes)}, "
@@ -376,9 +388,7 @@ class GuestSession(Session):
             else:
                 verdicts.append(f"{name} ok: {text}")
         self._io_check = "; ".join(verdicts)
-        if foreign:
-            raise TrialFailed("foreign I/O on the disk under test during the trial (another "
-                              "process used the guest's disk): " + "; ".join(foreign))
+        return foreign
 
     def applied(self) -> dict[str, str]:
         """What QEMU applied, and QEMU's own I/O counters over the last trial (summed over the

@@ -129,8 +129,10 @@ def vm_samples_of(result: FioResult, clients: Sequence[int | str],
     """Each client's own samples (a guest's, or a cluster node's) when several fio clients ran;
     none for one. fio lists clients in the order their results arrive, so each is matched to
     its place in ``clients`` by its server's address: a port (servers on a loopback) or a Unix
-    socket's path (which fio reports as the client's hostname)."""
-    if result.aggregate is None:
+    socket's path (which fio reports as the client's hostname). FioParseError when a client
+    has no result: fio's client can end well with the results of the servers that stayed (and
+    without an aggregate, with one left), which are not the trial's."""
+    if len(clients) < 2:
         return ()
     out = []
     for index, client in enumerate(clients):

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -98,15 +98,20 @@ def node_store_path(run_uuid: str, node: str) -> Path:
     return base / "iomatrix" / "cluster" / f"{run_uuid}-{node}.db"
 
 
-def watch_stdin(fd: int) -> None:
+def watch_stdin(fd: int, lines: Callable[[bytes], None] | None = None) -> None:
     """Raise SIGHUP in this process when file descriptor ``fd`` (stdin) ends: the controller's
     SSH session is gone (no terminal, so no SIGHUP of the kernel's), and the run stops as it
-    does on Ctrl-C. Read raw: a daemon thread inside a buffered read aborts the interpreter's
-    exit."""
+    does on Ctrl-C. What is read meanwhile is ignored, or given line by line to ``lines`` (in
+    the watching thread). Read raw: a daemon thread inside a buffered read aborts the
+    interpreter's exit."""
     def wait() -> None:
+        pending = b""
         with contextlib.suppress(OSError):
-            while os.read(fd, 65536):
-                pass
+            while chunk := os.read(fd, 65536):
+                if lines is not None:
+                    *whole, pending = (pending + chunk).split(b"\n")
+                    for line in whole:
+                        lines(line)
         os.kill(os.getpid(), signal.SIGHUP)
     threading.Thread(target=wait, name="stdin-eof", daemon=True).start()
 

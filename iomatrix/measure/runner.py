@@ -16,7 +16,7 @@ from typing import Protocol
 
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
-from iomatrix.drivers.cluster import ClusterDriver
+from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
@@ -145,11 +145,12 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         require(NETWORK_TOOLS[suite.target.kind])
     if suite.method.concurrent_nodes and not nodes:
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
-    if suite.method.concurrent_nodes and suite.target.network is not None:
-        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
-                         f"so far (the target is {suite.target.kind})")
+    if suite.method.concurrent_nodes:
+        _check_cluster_load(suite, prepared.full)
     workspace = workspace_of(prepared, keep)
-    workspace.check(prepared.full.configurations)
+    # under cluster load, each node's guests get disks of their own on the shared target
+    workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c
+                     for c in prepared.full.configurations])
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
         workdir = me.scratch
@@ -168,9 +169,13 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         if isinstance(workspace, NetworkTarget):
             workspace.scratch = workdir
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
-        if suite.method.concurrent_nodes:
-            drivers["host"] = ClusterDriver(suite.method, workdir, nodes)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
+        if suite.method.concurrent_nodes:
+            # the nodes boot the guests, as this host would: under its accelerator
+            drivers["host"] = ClusterDriver(suite.method, workdir, nodes)
+            if "guest" in drivers:
+                drivers["guest"] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
+                                                      accelerator=accelerator)
         prepared = prepared.under(accelerator)
         retry: set[tuple[str, str, int]] = set()
         if resume is None:
@@ -215,6 +220,19 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                 store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
+    """SuiteError when ``suite`` asks cluster load of what is not built for it."""
+    if suite.target.network is not None:
+        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
+                         f"so far (the target is {suite.target.kind})")
+    if any(c.mode == "blocklayer" for c in expansion.configurations):
+        raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
+                         "only: a blocklayer part would run on this host alone")
+    if suite.guest is not None:
+        raise SuiteError("[method] concurrent_nodes boots the appliance on the nodes, so far: "
+                         "[guest] (your own image) is not built for it")
 
 
 def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
@@ -492,7 +510,7 @@ class _Runner:
         self.accelerator = driver.accelerator
         trials = list(block.workloads)
         try:
-            images = workspace.images(config)
+            images = workspace.images(driver.images_of(config))
             workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
             with driver.session(config, images) as session:
                 fresh = [i.path for i in images if i.path not in workspace.preconditioned]
@@ -518,10 +536,9 @@ class _Runner:
         target = session.fio_target()
         size = session.image.size if "size" not in target else None
         job = fill_text(target=target, size=size)
-        # one writer is enough: a cluster's nodes share the target
         run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
                 extra_args=session.fio_args(), env=session.fio_env(),
-                clients=session.fio_clients()[:1])
+                clients=session.precondition_clients())
 
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
                k: int) -> None:
@@ -558,6 +575,8 @@ class _Runner:
                               status_stream=not guests, env=session.fio_env(),
                               clients=session.fio_clients())
             session.check_trial(fio.result, workload)
+            # a client without a result (a node gone as fio ended) fails the trial, naming it
+            vm_samples = vm_samples_of(fio.result, session.clients())
         except IomatrixError as exc:
             self._failed(config, workload, k, session.failure(str(exc)), started=started,
                          applied=session.applied(), command=session.command())
@@ -565,7 +584,6 @@ class _Runner:
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
-        vm_samples = vm_samples_of(fio.result, session.clients())
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         series = probe.host_series()

@@ -858,7 +858,8 @@ class Method(Frozen):
     by one fio client here through each node's SSH session (``iomatrix.drivers.cluster``);
     each node's figures are stored as a per-client share of the cluster's aggregate. The
     target must be the same shared storage, at the same path, here and on every node. Host
-    mode."""
+    mode, or guest mode: each node boots ``vms`` guests, each on a disk of its own there, and
+    every guest of every node gets the job (``iomatrix.drivers.cluster``)."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -896,9 +897,9 @@ class Method(Frozen):
         if self.pilot and self.steady_state:
             raise ValueError("pilot chooses each trial's runtime; steady_state lets each trial "
                              "choose its own: drop one")
-        if self.concurrent_nodes and self.mode != "host":
+        if self.concurrent_nodes and self.mode not in ("host", "guest"):
             raise ValueError('concurrent_nodes loads the target from the nodes in mode = "host" '
-                             f'only, so far (mode is "{self.mode}")')
+                             f'or "guest" only, so far (mode is "{self.mode}")')
         if self.concurrent_nodes and self.on_node_failure == "stop":
             raise ValueError('on_node_failure = "stop" is not built for concurrent_nodes, whose '
                              "trial fails where a node drops and whose next round starts it "
