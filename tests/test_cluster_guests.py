@@ -122,7 +122,8 @@ def per_node(trial: TrialRecord) -> dict[str, int]:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_guests_of_two_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshCluster],
                                                       tmp_path: Path, backend: str,
-                                                      request: pytest.FixtureRequest) -> None:
+                                                      request: pytest.FixtureRequest,
+                                                      host_appliance: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
     proc = run_controller(cluster, tmp_path, db, GUESTS)
@@ -163,7 +164,7 @@ def test_guests_of_two_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], 
 @pytest.mark.slow
 @SLOW
 def test_a_killed_node_fails_its_trials_naming_it_and_the_run_goes_on(
-        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path, host_appliance: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db")
     proc = in_a_trial(cluster, tmp_path, db, runtime="4s")
@@ -188,7 +189,7 @@ def test_a_killed_node_fails_its_trials_naming_it_and_the_run_goes_on(
 @pytest.mark.slow
 @SLOW
 def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
-        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path, host_appliance: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db")
     proc = in_a_trial(cluster, tmp_path, db, runtime="3s")
@@ -213,7 +214,7 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
 @pytest.mark.slow
 @SLOW
 def test_ctrl_c_on_the_controller_stops_every_nodes_guests(
-        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path, host_appliance: Path) -> None:
     cluster = ssh_nodes(2)
     db = str(tmp_path / "r.db")
     proc = in_a_trial(cluster, tmp_path, db, runtime="3s", vms=2)
