@@ -58,6 +58,7 @@ if sys.argv[5] == "hold":               # stay the run's live owner until killed
     time.sleep(600)
 store.finish_run(run_id, "complete")
 store.end_process(me)
+Path(flag + "." + str(os.getpid()) + ".done").write_text("")
 """
 
 
@@ -74,7 +75,11 @@ def start(flag: Path, procs: list[subprocess.Popen[str]], timeout: float = 60) -
     """Once every writer has made its run, let them all write."""
     deadline = time.monotonic() + timeout
     while len(list(flag.parent.glob(f"{flag.name}.*.ready"))) < len(procs):
-        assert all(p.poll() is None for p in procs), "a writer died early"
+        # what each writer got to, to tell a writer that failed from one reaped elsewhere
+        # (Popen reads returncode 0 when waitpid says ECHILD); seen once in Debian 13
+        assert all(p.poll() is None for p in procs), (
+            f"a writer died early: exit {[p.returncode for p in procs]}, pids "
+            f"{[p.pid for p in procs]}, files {sorted(f.name for f in flag.parent.iterdir())}")
         assert time.monotonic() < deadline, "the writers never got ready"
         time.sleep(0.02)
     flag.write_text("")
