@@ -6,16 +6,19 @@ KVM working or failing (nor how it fails), not a network."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
 import pwd
+import re
 import secrets
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -70,6 +73,39 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _SHORT_BASETEMP = pytest.StashKey[str]()
+
+
+_STARTED = pytest.StashKey[float]()
+_SCRATCH_MARK = re.compile(r"^made by iomatrix: scratch (\S+)\nfor pid (\d+) started at tick "
+                           r"(\d+) of boot (\S+) on ")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STARTED] = time.time()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The tests kill runs with SIGKILL on purpose, and delete the database that recorded
+    what each had made (where ``iomatrix clean`` would find it), or kill a node's run with its
+    node: such a run leaves its scratch directory in the temporary directory (its mark, lock
+    and fio's files). Once every test has ended (the controller, or the only process), those
+    made during this session by a process that is gone, and holding only plain files, are
+    removed; nothing else is touched."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from iomatrix.core.owner import boot_id, start_ticks
+
+    started, boot = session.config.stash.get(_STARTED, time.time()), boot_id()
+    for directory in Path(tempfile.gettempdir()).glob("iomatrix-run-*"):
+        with contextlib.suppress(OSError):
+            mark = directory / ".iomatrix"
+            found = _SCRATCH_MARK.match(mark.read_text())
+            if (found is None or found[1] != str(directory) or found[4] != boot
+                    or mark.lstat().st_mtime < started or directory.is_symlink()
+                    or start_ticks(int(found[2])) == int(found[3])
+                    or any(not e.is_file(follow_symlinks=False) for e in os.scandir(directory))):
+                continue
+            shutil.rmtree(directory)
 
 
 @pytest.hookimpl(trylast=True)
