@@ -248,3 +248,39 @@ def test_an_image_replaced_under_its_name_stops_the_run(tmp_path: Path) -> None:
         image.path.unlink()
         with pytest.raises(TargetError, match="is gone"):
             ws.verify([image])
+
+
+def test_two_runs_ending_at_once_over_a_shared_target_both_end_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs sharing a target directory (cluster nodes over shared storage) end at the same time:
+    each removes its own directory, then both find the target holding only iomatrix's marker and
+    try to remove it. The one that loses the race is told why not; it does not fail (a node's
+    run ended with FileNotFoundError: '.iomatrix' at its clean-up, its trials lost)."""
+    from iomatrix.core import dirs
+    from iomatrix.target import workspace
+    target = tmp_path / "shared" / "target"
+    first = Workspace(Target(directory=target, size=4 << 20)).create()
+    second = Workspace(Target(directory=target, size=4 << 20)).create()
+    first.close()
+    assert target.exists()                     # the second run's directory is still in it
+    assert second.directory is not None
+    shutil.rmtree(second.directory)            # the second run removed its own, as close() does
+    real = dirs.read_marker
+    raced: list[str | None] = []
+
+    def the_other_run_first(fd: int) -> str | None:
+        text = real(fd)
+        os.unlink(dirs.MARKER, dir_fd=fd)      # the other run read it too, and unlinks it first
+        raced.append(text)
+        return text
+    monkeypatch.setattr(dirs, "read_marker", the_other_run_first)
+    workspace._remove_up(target)               # raised FileNotFoundError
+    assert raced == [dirs.parent_marker(target)] and target.exists()
+    monkeypatch.setattr(dirs, "read_marker", real)
+    parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert dirs.remove_empty(parent_fd, target.name, dirs.parent_marker(target)) == (
+            "it does not carry iomatrix's marker (.iomatrix) for it")   # the other run's now
+    finally:
+        os.close(parent_fd)
+    second.close()

@@ -273,7 +273,8 @@ def read_marker(dir_fd: int) -> str | None:
 def remove_empty(parent_fd: int, name: str, marker: str) -> str | None:
     """Remove the directory ``name`` of ``parent_fd`` if it holds nothing but its ``MARKER``
     reading ``marker``: None once removed, else why not. If something is put in it meanwhile,
-    it keeps its marker."""
+    it keeps its marker. Several runs may try at once (runs sharing a target directory, on one
+    host or on cluster nodes over shared storage): one removes it, the others are told why not."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=parent_fd)
@@ -286,7 +287,10 @@ def remove_empty(parent_fd: int, name: str, marker: str) -> str | None:
         if read_marker(fd) != marker:
             return f"it does not carry iomatrix's marker ({MARKER}) for it"
         with signals_deferred():            # never left unmarked by a Ctrl-C in between
-            os.unlink(MARKER, dir_fd=fd)
+            try:
+                os.unlink(MARKER, dir_fd=fd)
+            except FileNotFoundError:       # another run over it (another node of a shared
+                return "another iomatrix is removing it"   # target) took it first
             try:
                 os.rmdir(name, dir_fd=parent_fd)
             except OSError as exc:
