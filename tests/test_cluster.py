@@ -365,6 +365,37 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     _nothing_left_but_shares(cluster)
 
 
+def test_a_node_that_fails_after_measuring_keeps_what_it_measured(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A node's iomatrix that ends with an error after its trials were stored (as one did when
+    its clean-up raced another node's over a shared target) fails the node, with what it said,
+    but its share is still copied in: no measured trial is called failed."""
+    cluster: SshCluster = ssh_nodes(2)
+    suite = _suite(tmp_path, cluster, workloads=2)
+    wrapper = tmp_path / "fails-after.sh"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1 $2" = "node run" ]; then "{IOMATRIX}" "$@"\n'
+                       f'  echo "the clean-up failed (injected)" >&2; exit 1; fi\n'
+                       f'exec "{IOMATRIX}" "$@"\n')
+    wrapper.chmod(0o755)
+    inventory = tmp_path / "nodes.toml"
+    first, second = inventory.read_text().split("[[node]]")[1:]
+    inventory.write_text("[[node]]" + first + "[[node]]"
+                         + second.replace(f'command = "{IOMATRIX}"', f'command = "{wrapper}"'))
+    db = str(tmp_path / "r.db")
+    done = _iomatrix(cluster, "run", str(suite), "--db", db)
+    assert done.returncode == 11, done.stderr     # every trial ok, but a node ended in error
+    assert done.stderr.splitlines()[-1] == (
+        "iomatrix: 1 node(s) ended with an error after measuring their share (said above): "
+        "check what they left behind"), done.stderr
+    assert ("node2: failed, 2 trials ok, 0 failed: iomatrix on node node2 ended with exit "
+            "status 1: the clean-up failed (injected)") in done.stderr.splitlines(), done.stderr
+    _, nodes, trials = _run(db)
+    assert nodes["node1"] == ("done", None)
+    assert nodes["node2"] == ("failed", "iomatrix on node node2 ended with exit status 1: "
+                                        "the clean-up failed (injected)"), done.stderr
+    assert trials == {"node1": "ok ok", "node2": "ok ok"}, done.stderr
+    _nothing_left(cluster, tmp_path)
+
+
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path, store: str,
                                                           request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]

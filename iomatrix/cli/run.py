@@ -317,6 +317,11 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
         out.print(f"report: {write_report(db, str(outcome.run_id), report)}")
     if outcome.trials_failed:
         raise typer.Exit(ExitStatus.TRIALS_FAILED)
+    if outcome.nodes_failed:        # each measured its share, but one ended with an error
+        err.print(f"iomatrix: {outcome.nodes_failed} node(s) ended with an error after "
+                  "measuring their share (said above): check what they left behind",
+                  markup=False, soft_wrap=True)
+        raise typer.Exit(ExitStatus.NODES)
 
 
 def run(

@@ -19,7 +19,7 @@ class ExitStatus(IntEnum):
     STORE = 8                 # the results database cannot be used
     BUSY = 9                  # another live process is measuring that run
     UNREACHABLE = 10          # network storage did not answer, refused the credentials, or lacks the pool/LUN
-    NODES = 11                # a cluster node is unreachable or unlike the controller (one line per node)
+    NODES = 11                # a cluster node is unreachable, unlike the controller, or ended with an error (one line per node)
     INTERRUPTED = 130         # Ctrl-C; what was measured is stored and the run marked interrupted
 
 

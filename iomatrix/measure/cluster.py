@@ -387,7 +387,8 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
                               f"`iomatrix run --resume {run_id}` continues the run")
     ok = sum(1 for t in stored.trials if t.status == "ok")
     return RunOutcome(run_id=run_id, trials_ok=ok, trials_failed=len(stored.trials) - ok,
-                      measured_seconds=0.0, wall_seconds=time.monotonic() - t0)
+                      measured_seconds=0.0, wall_seconds=time.monotonic() - t0,
+                      nodes_failed=sum(n.status in ("dropped", "failed") for n in stored.nodes))
 
 
 def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_uuid: str,
@@ -528,6 +529,11 @@ def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
     if code == 255:
         return _fail_rest(s, store, run_id, progress, planned, "dropped",
                           f"SSH lost node {s.name}: {said or 'the connection ended'}")
+    # it failed, yet what it measured before (its share holds each trial once stored) is kept
+    try:
+        _collect(s, store, run_id)
+    except IomatrixError as exc:
+        progress.note(f"{s.name}: what it measured could not be copied: {exc}")
     return _fail_rest(s, store, run_id, progress, planned, "failed",
                       f"iomatrix on node {s.name} ended with exit status {code}: "
                       f"{said or 'no message'}")

@@ -87,6 +87,8 @@ class RunOutcome(Frozen):
     measured_seconds: float
     """Sum of the measurement windows (fio runtime, ramp excluded) of ok trials."""
     wall_seconds: float
+    nodes_failed: int = 0
+    """Cluster runs: nodes that ended dropped or failed (whose trials may all be stored)."""
 
 
 def tools_for(expansion: Expansion) -> list[str]:
