@@ -202,3 +202,22 @@ def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pyte
             guest.resolve_accel("kvm", appliance, notes.append)
     # only a success is remembered until reboot; a failure may pass (a busy host) and is re-probed
     assert bool(list(tmp_path.glob("kvm-probe-*.json"))) == (accel == "kvm")
+
+
+def test_a_trial_that_outlasts_its_time_says_what_the_guests_disk_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None) -> None:
+    """A guest trial whose fio client does not finish in time fails with what QEMU counted on
+    the guest's disk during the trial and in a second after it: a stalled I/O path (nothing
+    completes) is told from a stalled guest or fio connection. Here the time allowed is made
+    shorter than the trial itself, so the guest's disk is busy throughout."""
+    from iomatrix.measure import runner
+    monkeypatch.setattr(runner, "FIO_GRACE", -2.5)      # a 4 s trial gets 1.5 s
+    outcome, stored = run(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n'
+                          + METHOD.replace('runtime = "1s"', 'runtime = "4s"'))
+    assert outcome.trials_failed == 1 and outcome.trials_ok == 0
+    (trial,) = stored.trials
+    import re
+    match = re.fullmatch(r"fio did not finish within 2 s; guest vm0's disk completed ([\d,]+) in "
+                         r"the trial, ([\d,]+) in a second after it", trial.reason or "")
+    assert match, trial.reason
+    assert int(match[1].replace(",", "")) > 0, trial.reason

@@ -317,6 +317,33 @@ class GuestSession(Session):
     def fio_output_format(self) -> str:
         return "json+"
 
+    def failure(self, reason: str) -> str:
+        """A trial whose fio client did not finish in time: what each guest's disk did (QEMU's
+        own counters over the trial and over one more second), so a stalled I/O path is told
+        from a stalled guest or fio connection."""
+        if "did not finish within" not in reason:
+            return reason
+        before = self._guest_stats()
+        time.sleep(1.0)
+        after = self._guest_stats()
+        seen = []
+        for guest, proc, base, first, last in zip(self.guests, self.procs, self._base or
+                                                  [{}] * len(self.guests), before, after):
+            if proc.poll() is not None:
+                seen.append(f"guest vm{guest.index} exited (status {proc.returncode}); "
+                            f"console: {log_tail(guest.console, 4)}")
+                continue
+            if not first or not last:
+                seen.append(f"guest vm{guest.index}: its disk's counters could not be read")
+                continue
+
+            def ops(stats: dict[str, int]) -> int:
+                return stats["rd_operations"] + stats["wr_operations"]
+            done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
+            seen.append(f"guest vm{guest.index}'s disk completed {done}"
+                        f"{ops(last) - ops(first):,} in a second after it")
+        return "; ".join([reason, *seen])
+
     def client_ports(self) -> list[int]:
         return [g.port for g in self.guests]
 
