@@ -721,6 +721,42 @@ def test_concurrent_runs_over_a_new_target_leave_no_directory(tmp_path: Path,
         assert store.open_resources() == []
 
 
+def test_a_command_the_dead_run_was_starting_cannot_make_its_images_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed just after starting fio: fio, SIGTERMed as its parent died, may still be
+    starting, holding nothing in the images' directory, and then make it again (fio creates a
+    missing directory of its filename), after iomatrix clean removed it (seen in a full test
+    run under load). Such a command (its own session, the run's user, the run's scratch
+    directory in its arguments) is killed before the images go. Stand-in: a Python process that
+    makes the directory again two seconds after it starts."""
+    monkeypatch.setattr(reclaim_module, "USERS_WAIT", 0.5)
+    tmp_path = tmp_path.resolve()
+    owner = this_process()._replace(pid=dead_pid())
+    scratch, images = tmp_path / "iomatrix-run-dead", tmp_path / "iomatrix-images"
+    starting = ("import os, sys, time; print('started', flush=True); time.sleep(2); "
+                "os.makedirs(sys.argv[1], exist_ok=True)")
+    with Store(tmp_path / "r.db") as store:
+        dead = store.register_process(owner, "")
+        for kind, directory in (("scratch", scratch), ("workspace", images)):
+            directory.mkdir(mode=0o700)
+            (directory / MARKER).write_text(marker_text(owner, kind, str(directory)))
+            store.add_resource(dead, kind, str(directory), str(tmp_path))
+        fio = subprocess.Popen([sys.executable, "-c", starting, str(images / "disk"),
+                                str(scratch / "job.fio")], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+        try:
+            assert fio.stdout is not None and fio.stdout.readline() == "started\n"
+            done = {Path(r.resource.path).name: r for r in reclaim(store)}
+            assert fio.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if fio.poll() is None:
+                fio.kill()
+                fio.wait()
+    assert done["iomatrix-images"].action == "removed", done
+    assert done["iomatrix-images"].detail.startswith(f"killed pid {fio.pid} ("), done
+    assert not images.exists() and not scratch.exists()
+
+
 def test_reclaim_kills_what_a_dead_run_left_running_and_nothing_else(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A command of a killed run that outlived its parent-death SIGTERM (qemu-storage-daemon was

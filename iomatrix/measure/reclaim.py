@@ -386,11 +386,16 @@ def _let_go(r: ResourceRecord, path: Path,
     A process is the dead run's when its session leader is one of the run's commands: every
     command a run starts leads a session of its own (``start_new_session``), runs as the run's
     user and names one of the run's directories in its arguments (sockets, job files, images)."""
+    theirs = tuple(o.path.rstrip("/") + "/" for o in others if o.process.id == r.process.id)
+    # a command the run started just before it died may hold nothing in its images yet, and
+    # still make their directory again once it is removed (fio creates a missing directory of
+    # its filename): those naming the run's scratch directory (job files, sockets) go first
+    scratch = tuple(o.path.rstrip("/") + "/" for o in others
+                    if o.process.id == r.process.id and o.kind == "scratch")
+    killed = _kill_started(scratch, r.process.uid) if scratch and r.kind == "workspace" else []
     users = _users_after(path, USERS_WAIT)
     if not users:
-        return [], []
-    theirs = tuple(o.path.rstrip("/") + "/" for o in others if o.process.id == r.process.id)
-    killed = []
+        return killed, []
     for leader in sorted({s for s in map(_session, users) if s is not None}):
         if _started_by(leader, theirs, r.process.uid):
             name = _named(leader)
@@ -398,6 +403,22 @@ def _let_go(r: ResourceRecord, path: Path,
                 os.killpg(leader, signal.SIGKILL)
                 killed.append(name)
     return killed, (_users_after(path, USERS_WAIT) if killed else users)
+
+
+def _kill_started(directories: tuple[str, ...], uid: int) -> list[str]:
+    """Kill (with their process groups) the session leaders that ``_started_by`` calls
+    commands of the run that made ``directories``; each killed, described."""
+    killed = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        leader = int(entry.name)
+        if _started_by(leader, directories, uid):
+            name = _named(leader)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
+                killed.append(name)
+    return killed
 
 
 def _users_after(path: Path, wait: float) -> list[int]:
