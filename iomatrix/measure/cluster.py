@@ -533,7 +533,8 @@ def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
     try:
         _collect(s, store, run_id)
     except IomatrixError as exc:
-        progress.note(f"{s.name}: what it measured could not be copied: {exc}")
+        if "keeps no such share" not in str(exc):       # else it had measured nothing yet
+            progress.note(f"{s.name}: what it measured could not be copied: {exc}")
     return _fail_rest(s, store, run_id, progress, planned, "failed",
                       f"iomatrix on node {s.name} ended with exit status {code}: "
                       f"{said or 'no message'}")
