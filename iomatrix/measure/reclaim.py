@@ -39,7 +39,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -392,33 +392,32 @@ def _let_go(r: ResourceRecord, path: Path,
     # its filename): those naming the run's scratch directory (job files, sockets) go first
     scratch = tuple(o.path.rstrip("/") + "/" for o in others
                     if o.process.id == r.process.id and o.kind == "scratch")
-    killed = _kill_started(scratch, r.process.uid) if scratch and r.kind == "workspace" else []
+    killed = (_kill_started(_pids(), scratch, r.process.uid)
+              if scratch and r.kind == "workspace" else [])
     users = _users_after(path, USERS_WAIT)
     if not users:
         return killed, []
-    for leader in sorted({s for s in map(_session, users) if s is not None}):
-        if _started_by(leader, theirs, r.process.uid):
-            name = _named(leader)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(leader, signal.SIGKILL)
-                killed.append(name)
+    killed += _kill_started(sorted({s for s in map(_session, users) if s is not None}), theirs,
+                            r.process.uid)
     return killed, (_users_after(path, USERS_WAIT) if killed else users)
 
 
-def _kill_started(directories: tuple[str, ...], uid: int) -> list[str]:
-    """Kill (with their process groups) the session leaders that ``_started_by`` calls
+def _kill_started(leaders: Iterable[int], directories: tuple[str, ...], uid: int) -> list[str]:
+    """Kill (with their process groups) those of ``leaders`` that ``_started_by`` calls
     commands of the run that made ``directories``; each killed, described."""
     killed = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        leader = int(entry.name)
+    for leader in leaders:
         if _started_by(leader, directories, uid):
             name = _named(leader)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(leader, signal.SIGKILL)
                 killed.append(name)
     return killed
+
+
+def _pids(proc: Path = PROC) -> list[int]:
+    """Every process but this one."""
+    return [int(e.name) for e in proc.iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
 
 
 def _users_after(path: Path, wait: float) -> list[int]:
@@ -435,16 +434,15 @@ def _users_after(path: Path, wait: float) -> list[int]:
 def _users(path: Path, proc: Path = Path("/proc")) -> list[int]:
     inside = str(path).rstrip("/") + "/"
     found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
+    for pid in _pids(proc):
+        entry = proc / str(pid)
         try:
             links = [os.readlink(entry / "cwd")]
             links += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
         except OSError:
             continue
         if any(link.removesuffix(" (deleted)").startswith(inside) for link in links):
-            found.append(int(entry.name))
+            found.append(pid)
     return found
 
 
