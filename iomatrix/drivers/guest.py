@@ -327,6 +327,9 @@ class GuestSession(Session):
         time.sleep(1.0)
         after = self._guest_stats()
         seen = []
+
+        def ops(stats: dict[str, int]) -> int:
+            return stats["rd_operations"] + stats["wr_operations"]
         for guest, proc, base, first, last in zip(self.guests, self.procs, self._base or
                                                   [{}] * len(self.guests), before, after):
             if proc.poll() is not None:
@@ -336,9 +339,6 @@ class GuestSession(Session):
             if not first or not last:
                 seen.append(f"guest vm{guest.index}: its disk's counters could not be read")
                 continue
-
-            def ops(stats: dict[str, int]) -> int:
-                return stats["rd_operations"] + stats["wr_operations"]
             done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
             seen.append(f"guest vm{guest.index}'s disk completed {done}"
                         f"{ops(last) - ops(first):,} in a second after it")

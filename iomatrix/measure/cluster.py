@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from iomatrix import __version__
+from iomatrix.cli.status import ExitStatus
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
 from iomatrix.core.model import Frozen
@@ -532,9 +533,10 @@ def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
     # it failed, yet what it measured before (its share holds each trial once stored) is kept
     try:
         _collect(s, store, run_id)
+    except RunNotFound:
+        pass                                # it had measured nothing yet
     except IomatrixError as exc:
-        if "keeps no such share" not in str(exc):       # else it had measured nothing yet
-            progress.note(f"{s.name}: what it measured could not be copied: {exc}")
+        progress.note(f"{s.name}: what it measured could not be copied: {exc}")
     return _fail_rest(s, store, run_id, progress, planned, "failed",
                       f"iomatrix on node {s.name} ended with exit status {code}: "
                       f"{said or 'no message'}")
@@ -549,6 +551,8 @@ def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> Non
     node = s.node
     key = json.dumps({"run_uuid": store.run_uuid(run_id), "node": s.name})
     done = _session(node, [node.command, "node", "export"], key + "\n", timeout=600)
+    if done.returncode == ExitStatus.NOT_FOUND:     # the node keeps no share of the run
+        raise RunNotFound(_failure(node, done, "iomatrix node export"))
     if done.returncode != 0:
         raise NodesError(_failure(node, done, "iomatrix node export"))
     with tempfile.TemporaryDirectory(prefix="iomatrix-share-") as tmp:
