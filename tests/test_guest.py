@@ -56,7 +56,9 @@ data_path = "vhost-user-blk"
 iothread = [false, true]
 """ + METHOD.replace('runtime = "1s"', 'runtime = "500ms"')    # 11 boots: each trial short
     outcome, stored = run(tmp_path, body)
-    assert outcome.trials_failed == 0, [t.reason for t in stored.trials if t.reason]
+    labels = {c.key: c.label for c in stored.configs}
+    assert outcome.trials_failed == 0, [(labels[t.config_key], t.wall_seconds, t.reason)
+                                        for t in stored.trials if t.reason]
     assert stored.accelerator == "tcg" and stored.emulated
     by_config = {t.config_key: t for t in stored.trials}
     assert len(by_config) == 7 + 2 + 2

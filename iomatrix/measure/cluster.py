@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from iomatrix import __version__
-from iomatrix.cli.status import ExitStatus
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
 from iomatrix.core.model import Frozen
@@ -551,7 +550,7 @@ def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> Non
     node = s.node
     key = json.dumps({"run_uuid": store.run_uuid(run_id), "node": s.name})
     done = _session(node, [node.command, "node", "export"], key + "\n", timeout=600)
-    if done.returncode == ExitStatus.NOT_FOUND:     # the node keeps no share of the run
+    if done.returncode == 7:        # iomatrix's exit status for "no such run": no share here
         raise RunNotFound(_failure(node, done, "iomatrix node export"))
     if done.returncode != 0:
         raise NodesError(_failure(node, done, "iomatrix node export"))
