@@ -213,13 +213,14 @@ def test_a_trial_that_outlasts_its_time_says_what_the_guests_disk_did(
     completes) is told from a stalled guest or fio connection. Here the time allowed is made
     shorter than the trial itself, so the guest's disk is busy throughout."""
     from iomatrix.measure import runner
-    monkeypatch.setattr(runner, "FIO_GRACE", -2.5)      # a 4 s trial gets 1.5 s
+    # a 12 s trial gets 5 s: time enough for the guest's fio to start and do I/O on a loaded host
+    monkeypatch.setattr(runner, "FIO_GRACE", -7.0)
     outcome, stored = run(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n'
-                          + METHOD.replace('runtime = "1s"', 'runtime = "4s"'))
+                          + METHOD.replace('runtime = "1s"', 'runtime = "12s"'))
     assert outcome.trials_failed == 1 and outcome.trials_ok == 0
     (trial,) = stored.trials
     import re
-    match = re.fullmatch(r"fio did not finish within 2 s; guest vm0's disk completed ([\d,]+) in "
+    match = re.fullmatch(r"fio did not finish within 5 s; guest vm0's disk completed ([\d,]+) in "
                          r"the trial, ([\d,]+) in a second after it", trial.reason or "")
     assert match, trial.reason
     assert int(match[1].replace(",", "")) > 0, trial.reason
