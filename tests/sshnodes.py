@@ -226,6 +226,10 @@ def _kill_all(netns: str) -> None:
         time.sleep(0.05)
 
 
+def _cache_home() -> str:
+    return os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+
+
 def _sshd_config(directory: Path, node: SshNode, host_key: Path, authorized: Path) -> Path:
     config = directory / "sshd_config"
     config.write_text(
@@ -239,9 +243,14 @@ def _sshd_config(directory: Path, node: SshNode, host_key: Path, authorized: Pat
         "StrictModes no\n"
         "UsePAM no\n"
         "AcceptEnv LANG LC_*\n"
-        # each node's own state directory, as a node has its own home (iomatrix keeps a node's
-        # share of a run there): the host's home is never written
-        f"SetEnv XDG_STATE_HOME={directory / 'state'}\n"
+        # each node's own home and state directory (iomatrix keeps a node's share of a run
+        # there): the host's home is never written. The home is also what keeps the shell sshd
+        # starts (bash, which reads ~/.bashrc when sshd runs it) off this machine's root
+        # profile: its pyenv init rehashes under a lock, which a session the test kills can
+        # leave behind, and every later session then waits 60 s for it. The guest appliance's
+        # cache stays the host's, as on nodes that share a home.
+        f"SetEnv HOME={directory / 'home'} XDG_STATE_HOME={directory / 'state'} "
+        f"XDG_CACHE_HOME={_cache_home()}\n"
         "ClientAliveInterval 5\nClientAliveCountMax 3\n"
         "LogLevel INFO\n")
     return config
@@ -289,6 +298,7 @@ def _wait_netns(pid: int, host: str) -> None:
 
 def _start_node(cluster: SshCluster, i: int, directory: Path, authorized: Path) -> SshNode:
     directory.mkdir()
+    (directory / "home").mkdir(mode=0o700)
     name = f"node{i}"
     holder = _holder("--net", "--uts")
     node = SshNode(name=name, address=f"{SUBNET}.{i}.2", holder=holder)

@@ -224,3 +224,50 @@ def test_a_trial_that_outlasts_its_time_says_what_the_guests_disk_did(
                          r"the trial, ([\d,]+) in a second after it", trial.reason or "")
     assert match, trial.reason
     assert int(match[1].replace(",", "")) > 0, trial.reason
+
+
+def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None) -> None:
+    """A guest that stops in a trial (here paused through QMP: its fio never finishes, its disk
+    sits idle) fails that trial with what its disk did. The trial is then measured again after
+    the guest is booted afresh: the run keeps the new result, the failed attempt goes whole to
+    the trial history, and a run note says so. A second stop of the same trial is not retried
+    (test_a_trial_that_outlasts_its_time...: a busy disk is not a stop at all)."""
+    from iomatrix.drivers.guest import GuestSession
+    from iomatrix.measure import runner
+    from iomatrix.qemu.qmp import qmp_execute
+    # a 2 s trial gets 12 s: less than fio's client needs to give up on a silent server (~40 s)
+    monkeypatch.setattr(runner, "FIO_GRACE", 10.0)
+    observe = GuestSession.observe
+    paused: list[int] = []
+    boots: list[int] = []
+    start = GuestSession.new_trial
+
+    def new_trial(self: GuestSession) -> None:
+        boots.append(self.guests[0].pid)
+        start(self)
+
+    def pause_once(self: GuestSession, fio_pid: int) -> None:
+        observe(self, fio_pid)
+        if not paused:
+            qmp_execute(self.guests[0].qmp_socket, [("stop", None)])
+            paused.append(self.guests[0].pid)
+
+    monkeypatch.setattr(GuestSession, "new_trial", new_trial)
+    monkeypatch.setattr(GuestSession, "observe", pause_once)
+    outcome, stored = run(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n'
+                          + METHOD.replace('runtime = "1s"', 'runtime = "2s"'))
+    assert (outcome.trials_ok, outcome.trials_failed) == (1, 0), [t.reason for t in stored.trials]
+    (trial,) = stored.trials
+    assert trial.status == "ok" and trial.samples[0].iops > 0
+    # the second attempt ran in another QEMU than the paused one
+    assert len(boots) == 2 and boots[0] == paused[0] and boots[1] != paused[0], (boots, paused)
+    with Store(tmp_path / "r.db") as store:
+        (retired,) = store.trial_history(outcome.run_id)
+    import re
+    assert retired.trial.status == "failed"
+    assert re.fullmatch(r"fio did not finish within 12 s; guest vm0's disk completed [\d,]+ in "
+                        r"the trial, 0 in a second after it", retired.trial.reason or ""), \
+        retired.trial.reason
+    assert any("the guests stopped" in n and "measured again after booting them afresh" in n
+               for n in stored.notes), stored.notes

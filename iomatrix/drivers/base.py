@@ -72,6 +72,13 @@ class Session(abc.ABC):
         dropped mid-trial, named with why)."""
         return reason
 
+    def stalled(self) -> bool:
+        """After :meth:`failure`: the trial failed because the session itself stopped (its
+        guests' fio never finished while every guest's disk sat idle), so a fresh session may
+        measure it. The runner then brings the configuration up again and measures the trial
+        once more."""
+        return False
+
     def fio_output_format(self) -> str:
         """fio's --output-format for this session's trials."""
         return "json"

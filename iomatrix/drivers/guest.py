@@ -301,6 +301,7 @@ class GuestSession(Session):
         self._base: list[dict[str, int]] = []
         self._sampler: RampSampler | None = None
         self._io_check = ""
+        self._stalled = False
 
     def fio_target(self) -> dict[str, str]:
         if self.windows:
@@ -327,6 +328,7 @@ class GuestSession(Session):
         time.sleep(1.0)
         after = self._guest_stats()
         seen = []
+        idle = 0
 
         def ops(stats: dict[str, int]) -> int:
             return stats["rd_operations"] + stats["wr_operations"]
@@ -342,13 +344,20 @@ class GuestSession(Session):
             done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
             seen.append(f"guest vm{guest.index}'s disk completed {done}"
                         f"{ops(last) - ops(first):,} in a second after it")
+            idle += ops(last) == ops(first)
+        # every guest alive and its disk idle well past the trial's end: stopped, not slow
+        self._stalled = idle == len(self.guests)
         return "; ".join([reason, *seen])
+
+    def stalled(self) -> bool:
+        return self._stalled
 
     def client_ports(self) -> list[int]:
         return [g.port for g in self.guests]
 
     def new_trial(self) -> None:
         self.close()
+        self._stalled = False
         self._base = self._guest_stats()
         self._io_check = ""
         self._sampler = RampSampler([g.qmp_socket for g in self.guests], self._base, self.ramp,

@@ -511,28 +511,49 @@ class _Runner:
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
         trials = list(block.workloads)
+        retried: set[str] = set()
         try:
             images = workspace.images(driver.images_of(config))
             workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
-            with driver.session(config, images) as session:
-                fresh = [i.path for i in images if i.path not in workspace.preconditioned]
-                if self.method.precondition and fresh:
-                    self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)} "
-                                       f"(writing fully once) through {config.label}")
-                    t = time.monotonic()
-                    self._precondition(session, workdir)
-                    self.preconditioning += time.monotonic() - t
-                    workspace.preconditioned.update(fresh)
-                while trials:
+            while trials:
+                with driver.session(config, images) as session:
+                    fresh = [i.path for i in images if i.path not in workspace.preconditioned]
+                    if self.method.precondition and fresh:
+                        self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)}"
+                                           f" (writing fully once) through {config.label}")
+                        t = time.monotonic()
+                        self._precondition(session, workdir)
+                        self.preconditioning += time.monotonic() - t
+                        workspace.preconditioned.update(fresh)
+                    while trials:
+                        workspace.verify(images)
+                        (each or self._trial)(session, workdir, config, trials[0], block.sample)
+                        if (session.stalled() and each is None
+                                and trials[0].key not in retried):
+                            self._again(config, trials[0], block.sample)
+                            retried.add(trials[0].key)
+                            break     # out of this session: the trial again in a fresh one
+                        trials.pop(0)
                     workspace.verify(images)
-                    (each or self._trial)(session, workdir, config, trials[0], block.sample)
-                    trials.pop(0)
-                workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
             # The configuration could not be brought up: the block's remaining trials fail alike.
             for workload in trials:
                 self._begin(config, workload, block.sample)
                 self._failed(config, workload, block.sample, str(exc), started=now())
+
+    def _again(self, config: Configuration, workload: Workload, k: int) -> None:
+        """The trial just failed because its session stopped (``Session.stalled``): it is
+        measured once more in a fresh session, and its failed attempt kept in the run's trial
+        history; a run note says so. The counts go back to before the attempt."""
+        key = (config.key, workload.key, k)
+        self.retry.add(key)
+        self.n -= 1
+        self.failed -= 1
+        text = (f"{now()}: {config.label} {workload.key} #{k}: the guests stopped (fio never "
+                f"finished, their disks idle); measured again after booting them afresh (the "
+                f"failed attempt is kept in the run's trial history)")
+        self.store.add_notes(self.run_id, [text])
+        self.progress.note(text)
 
     def _precondition(self, session: Session, workdir: Path) -> None:
         target = session.fio_target()

@@ -356,7 +356,8 @@ class ResourceRecord(Frozen):
 
 
 class RetiredTrial(Frozen):
-    """A failed trial that ``--retry-failed`` measured again, kept whole."""
+    """A failed trial measured again (``--retry-failed``, or a trial whose guests stopped:
+    ``Session.stalled``), kept whole."""
 
     retired_at: str
     trial: TrialRecord
