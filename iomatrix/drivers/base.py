@@ -67,6 +67,10 @@ class Session(abc.ABC):
         forwarded socket path): how per-client figures are matched; empty for one local fio."""
         return list(self.client_ports())
 
+    def overdue(self) -> None:
+        """Called when a trial's fio outlasts its time, before it is stopped: a session may
+        look then at what the I/O path does (:meth:`failure` tells it)."""
+
     def failure(self, reason: str) -> str:
         """A failed trial's reason with what this session knows of it (a node whose fio server
         dropped mid-trial, named with why)."""

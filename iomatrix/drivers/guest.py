@@ -302,6 +302,7 @@ class GuestSession(Session):
         self._sampler: RampSampler | None = None
         self._io_check = ""
         self._stalled = False
+        self._overdue: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
 
     def fio_target(self) -> dict[str, str]:
         if self.windows:
@@ -318,15 +319,21 @@ class GuestSession(Session):
     def fio_output_format(self) -> str:
         return "json+"
 
-    def failure(self, reason: str) -> str:
-        """A trial whose fio client did not finish in time: what each guest's disk did (QEMU's
-        own counters over the trial and over one more second), so a stalled I/O path is told
-        from a stalled guest or fio connection."""
-        if "did not finish within" not in reason:
-            return reason
+    def overdue(self) -> None:
+        """The trial's fio outlasts its time and still runs: each guest's disk counters now
+        and a second later, while the guests' fio still has its client (once the client is
+        stopped, the guest's fio server ends the job: its disk would go idle either way)."""
         before = self._guest_stats()
         time.sleep(1.0)
-        after = self._guest_stats()
+        self._overdue = (before, self._guest_stats())
+
+    def failure(self, reason: str) -> str:
+        """A trial whose fio client did not finish in time: what each guest's disk did (QEMU's
+        own counters over the trial and over a second past its time, read by
+        :meth:`overdue`), so a stalled I/O path or guest is told from a slow one."""
+        if "did not finish within" not in reason or self._overdue is None:
+            return reason
+        before, after = self._overdue
         seen = []
         idle = 0
 
@@ -343,9 +350,9 @@ class GuestSession(Session):
                 continue
             done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
             seen.append(f"guest vm{guest.index}'s disk completed {done}"
-                        f"{ops(last) - ops(first):,} in a second after it")
+                        f"{ops(last) - ops(first):,} in a second past its time")
             idle += ops(last) == ops(first)
-        # every guest alive and its disk idle well past the trial's end: stopped, not slow
+        # every guest alive, its fio still waiting, and its disk idle: stopped, not slow
         self._stalled = idle == len(self.guests)
         return "; ".join([reason, *seen])
 
@@ -358,6 +365,7 @@ class GuestSession(Session):
     def new_trial(self) -> None:
         self.close()
         self._stalled = False
+        self._overdue = None
         self._base = self._guest_stats()
         self._io_check = ""
         self._sampler = RampSampler([g.qmp_socket for g in self.guests], self._base, self.ramp,

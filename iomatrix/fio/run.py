@@ -45,7 +45,7 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             during_at: float = 0.0, output_format: str = "json",
             stop_when: Callable[[float], bool] | None = None,
             status_stream: bool = True, env: Mapping[str, str] | None = None,
-            clients: Sequence[str] = ()) -> FioRun:
+            clients: Sequence[str] = (), late: Callable[[], None] | None = None) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation). With
     ``stop_when``, fio writes a status object every second to its output (``output_path``) and
@@ -53,7 +53,9 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     final result, which is the one parsed. ``status_stream=False`` keeps fio from writing status
     objects (fio's client gathers them into its one final object, useless while it runs): then
     ``stop_when`` must judge from something else, and the output is fio's one final result.
-    ``env``: variables added to iomatrix's environment for fio. ``clients``: fio servers
+    ``late()`` is called once when fio outlasts ``timeout``, while it still runs (to look at
+    what it is waiting for), before it is stopped. ``env``: variables added to iomatrix's
+    environment for fio. ``clients``: fio servers
     (``sock:PATH``, ``ip:HOST,PORT``) that each run the job at once, fio's own multi-client
     (``--client=A job --client=B job``), their results and "All clients" aggregate in one
     output."""
@@ -95,6 +97,8 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
                 proc.send_signal(signal.SIGINT)
                 interrupted = True
             if elapsed > timeout:
+                if late is not None:
+                    late()
                 raise FioFailed(f"fio did not finish within {timeout:.0f} s", argv=argv,
                                 returncode=None)
             time.sleep(POLL_INTERVAL)

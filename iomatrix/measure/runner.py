@@ -596,7 +596,7 @@ class _Runner:
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
                               status_stream=not guests, env=session.fio_env(),
-                              clients=session.fio_clients())
+                              clients=session.fio_clients(), late=session.overdue)
             session.check_trial(fio.result, workload)
             # a client without a result (a node gone as fio ended) fails the trial, naming it
             vm_samples = vm_samples_of(fio.result, session.clients())
