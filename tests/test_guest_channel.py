@@ -38,11 +38,8 @@ from iomatrix.drivers.guest import (MARGINS, PRIVATE, SHARED, GuestSession, afte
                                     client_result, largest_io, ramp_margin, unchecked_reason)
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.measure import doctor
-from iomatrix.measure.runner import run_suite
-from iomatrix.store import Store
-from iomatrix.suite import load_suite
 from iomatrix.suite.model import Workload
-from tests.conftest import REPO, as_nobody, our_processes, write_suite
+from tests.conftest import REPO, as_nobody, our_processes, run_guests, write_suite
 
 ROOT = os.geteuid() == 0
 OTHER_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
@@ -173,11 +170,7 @@ def open_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _run(tmp_path: Path, body: str, **kwargs: object):  # type: ignore[no-untyped-def]
-    suite = load_suite(write_suite(tmp_path, body, size="16MiB"))
-    with Store(tmp_path / "r.db") as store:
-        outcome = run_suite(suite, store, **kwargs)  # type: ignore[arg-type]
-        return outcome, store.load_run(outcome.run_id)
+_run = run_guests
 
 
 # --- (a) nobody else reaches the guests ----------------------------------------------------------
