@@ -31,7 +31,7 @@ from iomatrix.core.errors import EnvironmentProblem, FioSourceUnavailable, Iomat
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.core.proc import managed, read_text, require, run, stop, wait_for
 from iomatrix.drivers.guest import free_port
-from iomatrix.qemu.args import read_blockstats
+from iomatrix.qemu.args import completed_requests, read_blockstats
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.suite.model import Method
 
@@ -338,8 +338,7 @@ def _serve(work: Path, port: int, job: Path) -> tuple[str | None, bool]:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             def ops() -> int:
-                stats = read_blockstats(work / "qmp")
-                return stats["rd_operations"] + stats["wr_operations"]
+                return completed_requests(read_blockstats(work / "qmp"))
             try:
                 first = ops()
                 time.sleep(1.0)

@@ -78,7 +78,8 @@ from iomatrix.core.proc import (log_tail, managed, private_network, private_netw
                                 read_text, require, wait_for)
 from iomatrix.fio.models import FioResult, JobStats
 from iomatrix.fio.samples import client_job
-from iomatrix.qemu.args import (GuestSpec, blockstats_of, expected_daemon_settings,
+from iomatrix.qemu.args import (GuestSpec, blockstats_of, completed_requests,
+                                expected_daemon_settings,
                                 expected_guest_settings, guest_argv, read_blockstats,
                                 read_daemon_settings, read_guest_settings, vhost_daemon_argv,
                                 vhost_num_queues)
@@ -301,7 +302,6 @@ class GuestSession(Session):
         self._base: list[dict[str, int]] = []
         self._sampler: RampSampler | None = None
         self._io_check = ""
-        self._stalled = False
         self._overdue: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
 
     def fio_target(self) -> dict[str, str]:
@@ -335,10 +335,7 @@ class GuestSession(Session):
             return reason
         before, after = self._overdue
         seen = []
-        idle = 0
-
-        def ops(stats: dict[str, int]) -> int:
-            return stats["rd_operations"] + stats["wr_operations"]
+        ops = completed_requests
         for guest, proc, base, first, last in zip(self.guests, self.procs, self._base or
                                                   [{}] * len(self.guests), before, after):
             if proc.poll() is not None:
@@ -351,20 +348,22 @@ class GuestSession(Session):
             done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
             seen.append(f"guest vm{guest.index}'s disk completed {done}"
                         f"{ops(last) - ops(first):,} in a second past its time")
-            idle += ops(last) == ops(first)
-        # every guest alive, its fio still waiting, and its disk idle: stopped, not slow
-        self._stalled = idle == len(self.guests)
         return "; ".join([reason, *seen])
 
     def stalled(self) -> bool:
-        return self._stalled
+        """Every guest alive, its fio still waiting past the trial's time (:meth:`overdue`),
+        and its disk idle over that second: stopped, not slow."""
+        if self._overdue is None:
+            return False
+        return all(proc.poll() is None and first and last
+                   and completed_requests(first) == completed_requests(last)
+                   for proc, first, last in zip(self.procs, *self._overdue))
 
     def client_ports(self) -> list[int]:
         return [g.port for g in self.guests]
 
     def new_trial(self) -> None:
         self.close()
-        self._stalled = False
         self._overdue = None
         self._base = self._guest_stats()
         self._io_check = ""
@@ -452,7 +451,7 @@ class GuestSession(Session):
         stats = self._blockstats()
         if "rd_operations" not in stats:
             return None
-        return stats["rd_operations"] + stats["wr_operations"]
+        return completed_requests(stats)
 
     def _blockstats(self) -> dict[str, int]:
         stats = self._guest_stats()

@@ -23,6 +23,7 @@ device sits on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -276,6 +277,11 @@ def blockstats_of(stats: Any) -> dict[str, int]:
     e.g. vhost-user-blk, whose disk the daemon serves)."""
     entry = disk_backend(stats)
     return {k: int(entry["stats"][k]) for k in BLOCKSTATS} if entry else {}
+
+
+def completed_requests(stats: Mapping[str, int]) -> int:
+    """Reads and writes a disk completed, from its :func:`blockstats_of` counters."""
+    return stats["rd_operations"] + stats["wr_operations"]
 
 
 def expected_daemon_settings(config: Configuration) -> dict[str, str]:
