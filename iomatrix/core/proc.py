@@ -189,6 +189,21 @@ def log_tail(log: Path, lines: int = 5) -> str:
     return " | ".join(read_text(log).strip().splitlines()[-lines:])
 
 
+def blocked_threads(pid: int) -> dict[int, str]:
+    """The threads of process ``pid`` in uninterruptible sleep (state D: waiting in the kernel,
+    typically on I/O) now: thread id to "name (kernel function it waits in)"."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        stat = read_text(task / "stat")
+        if ")" not in stat or not task.name.isdigit():
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        if rest.split()[:1] == ["D"]:
+            wchan = read_text(task / "wchan").strip()
+            found[int(task.name)] = f"{name} ({wchan})" if wchan not in ("", "0") else name
+    return found
+
+
 def first_line(text: str) -> str:
     """The first non-blank line of a command's output, stripped, at most 200 characters."""
     return next(_nonblank(text.splitlines()), "")

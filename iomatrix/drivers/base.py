@@ -78,9 +78,10 @@ class Session(abc.ABC):
 
     def stalled(self) -> bool:
         """After :meth:`failure`: the trial failed because the session itself stopped (its
-        guests' fio never finished while every guest's disk sat idle), so a fresh session may
-        measure it. The runner then brings the configuration up again and measures the trial
-        once more."""
+        guests' fio never finished while every guest's disk sat idle or its QEMU stopped
+        answering), so a fresh session may measure it. The runner then brings the
+        configuration up again and measures the trial again (runner.STOP_RETRIES times at
+        most)."""
         return False
 
     def fio_output_format(self) -> str:

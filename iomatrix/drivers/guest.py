@@ -74,11 +74,11 @@ from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, IomatrixError,
                                   NotEnoughSpace, ToolFailed, TrialFailed, UnsafeDirectory)
 from iomatrix.core.files import read_owned, write_file_atomically
-from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
-                                read_text, require, wait_for)
+from iomatrix.core.proc import (blocked_threads, log_tail, managed, private_network,
+                                private_network_problem, read_text, require, wait_for)
 from iomatrix.fio.models import FioResult, JobStats
 from iomatrix.fio.samples import client_job
-from iomatrix.qemu.args import (GuestSpec, blockstats_of, completed_requests,
+from iomatrix.qemu.args import (BLOCKSTATS_TIMEOUT, GuestSpec, blockstats_of, completed_requests,
                                 expected_daemon_settings,
                                 expected_guest_settings, guest_argv, read_blockstats,
                                 read_daemon_settings, read_guest_settings, vhost_daemon_argv,
@@ -303,6 +303,7 @@ class GuestSession(Session):
         self._sampler: RampSampler | None = None
         self._io_check = ""
         self._overdue: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
+        self._blocked: list[list[str]] = []
 
     def fio_target(self) -> dict[str, str]:
         if self.windows:
@@ -322,10 +323,16 @@ class GuestSession(Session):
     def overdue(self) -> None:
         """The trial's fio outlasts its time and still runs: each guest's disk counters now
         and a second later, while the guests' fio still has its client (once the client is
-        stopped, the guest's fio server ends the job: its disk would go idle either way)."""
+        stopped, the guest's fio server ends the job: its disk would go idle either way), and
+        which of QEMU's threads waited in the host's kernel over that second."""
+        waiting = [blocked_threads(p.pid) for p in self.procs]
         before = self._guest_stats()
         time.sleep(1.0)
         self._overdue = (before, self._guest_stats())
+        # QEMU's threads that waited in the host's kernel throughout (the host's storage)
+        self._blocked = [sorted(name for tid, name in blocked_threads(p.pid).items()
+                                if tid in first)
+                         for p, first in zip(self.procs, waiting)]
 
     def failure(self, reason: str) -> str:
         """A trial whose fio client did not finish in time: what each guest's disk did (QEMU's
@@ -336,28 +343,39 @@ class GuestSession(Session):
         before, after = self._overdue
         seen = []
         ops = completed_requests
-        for guest, proc, base, first, last in zip(self.guests, self.procs, self._base or
-                                                  [{}] * len(self.guests), before, after):
+        for guest, proc, base, first, last, waited in zip(
+                self.guests, self.procs, self._base or [{}] * len(self.guests), before, after,
+                self._blocked):
+            blocked = (f" (QEMU's threads waiting in the host's kernel throughout: "
+                       f"{', '.join(waited)})" if waited else "")
             if proc.poll() is not None:
                 seen.append(f"guest vm{guest.index} exited (status {proc.returncode}); "
                             f"console: {log_tail(guest.console, 4)}")
                 continue
             if not first or not last:
-                seen.append(f"guest vm{guest.index}: its disk's counters could not be read")
+                seen.append(f"guest vm{guest.index}: QEMU did not answer its monitor within "
+                            f"{BLOCKSTATS_TIMEOUT:g} s{blocked}" if base else
+                            f"guest vm{guest.index}: its disk's counters could not be read")
                 continue
             done = f"{ops(first) - ops(base):,} in the trial, " if base else ""
             seen.append(f"guest vm{guest.index}'s disk completed {done}"
                         f"{ops(last) - ops(first):,} in a second past its time")
+            if blocked and ops(last) == ops(first):
+                seen[-1] += blocked
         return "; ".join([reason, *seen])
 
     def stalled(self) -> bool:
         """Every guest alive, its fio still waiting past the trial's time (:meth:`overdue`),
-        and its disk idle over that second: stopped, not slow."""
+        and its disk idle over that second, or its QEMU not answering its monitor (which
+        answered at the trial's start): stopped, not slow."""
         if self._overdue is None:
             return False
-        return all(proc.poll() is None and first and last
-                   and completed_requests(first) == completed_requests(last)
-                   for proc, first, last in zip(self.procs, *self._overdue))
+        base = self._base or [{}] * len(self.procs)
+        return all(proc.poll() is None and (
+                       (bool(start) and (not first or not last))
+                       or (bool(first) and bool(last)
+                           and completed_requests(first) == completed_requests(last)))
+                   for proc, start, first, last in zip(self.procs, base, *self._overdue))
 
     def client_ports(self) -> list[int]:
         return [g.port for g in self.guests]
@@ -464,7 +482,7 @@ class GuestSession(Session):
             stats: dict[str, int] = {}
             if proc.poll() is None:
                 with contextlib.suppress(ToolFailed), self._lock:
-                    stats = read_blockstats(guest.qmp_socket)
+                    stats = read_blockstats(guest.qmp_socket, timeout=BLOCKSTATS_TIMEOUT)
             out.append(stats)
         return out
 

@@ -47,6 +47,9 @@ from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
 
 FIO_GRACE = 60.0
+STOP_RETRIES = 2
+"""How many times a trial whose guests stopped (``Session.stalled``) is measured again, each
+in a fresh boot: stops come in bursts on a loaded host, so one more attempt was seen to stop too."""
 
 
 class Progress(Protocol):
@@ -511,7 +514,7 @@ class _Runner:
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
         trials = list(block.workloads)
-        retried: set[str] = set()
+        retried: dict[str, int] = {}
         try:
             images = workspace.images(driver.images_of(config))
             workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
@@ -528,10 +531,10 @@ class _Runner:
                     while trials:
                         workspace.verify(images)
                         (each or self._trial)(session, workdir, config, trials[0], block.sample)
-                        if (session.stalled() and each is None
-                                and trials[0].key not in retried):
-                            self._again(config, trials[0], block.sample)
-                            retried.add(trials[0].key)
+                        tries = retried.get(trials[0].key, 0)
+                        if session.stalled() and each is None and tries < STOP_RETRIES:
+                            retried[trials[0].key] = tries + 1
+                            self._again(config, trials[0], block.sample, tries + 1)
                             break     # out of this session: the trial again in a fresh one
                         trials.pop(0)
                     workspace.verify(images)
@@ -541,17 +544,19 @@ class _Runner:
                 self._begin(config, workload, block.sample)
                 self._failed(config, workload, block.sample, str(exc), started=now())
 
-    def _again(self, config: Configuration, workload: Workload, k: int) -> None:
+    def _again(self, config: Configuration, workload: Workload, k: int, attempt: int) -> None:
         """The trial just failed because its session stopped (``Session.stalled``): it is
-        measured once more in a fresh session, and its failed attempt kept in the run's trial
-        history; a run note says so. The counts go back to before the attempt."""
+        measured again in a fresh session (``attempt`` is how many times now, at most
+        :data:`STOP_RETRIES`), and its failed attempt kept in the run's trial history; a run
+        note says so. The counts go back to before the attempt."""
         key = (config.key, workload.key, k)
         self.retry.add(key)
         self.n -= 1
         self.failed -= 1
         text = (f"{now()}: {config.label} {workload.key} #{k}: the guests stopped (fio never "
-                f"finished, their disks idle); measured again after booting them afresh (the "
-                f"failed attempt is kept in the run's trial history)")
+                f"finished, their disks idle); measured again after booting them afresh (attempt "
+                f"{attempt + 1} of at most {STOP_RETRIES + 1}; the failed attempt is kept in the "
+                f"run's trial history)")
         self.store.add_notes(self.run_id, [text])
         self.progress.note(text)
 

@@ -249,7 +249,11 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
 BLOCKSTATS = ("rd_operations", "wr_operations", "rd_bytes", "wr_bytes", "flush_operations")
 
 
-def read_blockstats(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, int]:
+BLOCKSTATS_TIMEOUT = 10.0
+"""How long QEMU's monitor is given to answer ``query-blockstats``."""
+
+
+def read_blockstats(qmp_socket: Path, *, timeout: float = BLOCKSTATS_TIMEOUT) -> dict[str, int]:
     """QEMU's own counters for the disk under test (``query-blockstats`` of its device),
     or an empty dict when the guest's disk is served elsewhere (vhost-user-blk)."""
     # device (BlockBackend) statistics: the I/O the guest device issued to its top node
