@@ -554,9 +554,9 @@ class _Runner:
         self.n -= 1
         self.failed -= 1
         text = (f"{now()}: {config.label} {workload.key} #{k}: the guests stopped (fio never "
-                f"finished, their disks idle); measured again after booting them afresh (attempt "
-                f"{attempt + 1} of at most {STOP_RETRIES + 1}; the failed attempt is kept in the "
-                f"run's trial history)")
+                f"finished, their disks idle or their QEMU not answering); measured again after "
+                f"booting them afresh (attempt {attempt + 1} of at most {STOP_RETRIES + 1}; the "
+                f"failed attempt is kept in the run's trial history)")
         self.store.add_notes(self.run_id, [text])
         self.progress.note(text)
 

@@ -562,7 +562,8 @@ class Store:
             "SELECT id FROM runs WHERE status = 'running' ORDER BY id").fetchall()]
 
     def trial_history(self, run_id: int) -> list[RetiredTrial]:
-        """The failed trials that --retry-failed measured again, oldest first, as they were."""
+        """The failed trials measured again (--retry-failed, or a trial whose guests stopped),
+        oldest first, as they were."""
         return [RetiredTrial(retired_at=r[0], trial=TrialRecord.model_validate_json(r[1]))
                 for r in self.conn.execute("SELECT retired_at, trial_json FROM trial_history "
                                            "WHERE run_id = ? ORDER BY id", (run_id,))]
