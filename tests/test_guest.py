@@ -290,13 +290,17 @@ def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
                for n in stored.notes), stored.notes
 
 
-def test_threads_waiting_in_the_kernel_are_seen(tmp_path: Path) -> None:
+def test_threads_waiting_in_the_kernel_are_seen() -> None:
     """What a stop's failure names when QEMU's own threads wait in the host's kernel (the host's
     storage, not the guest, stopped): a process writing synchronously, 4 KiB at a time, is
-    caught in uninterruptible sleep with the kernel function it waits in; a sleeping one never."""
+    caught in uninterruptible sleep with the kernel function it waits in; a sleeping one never.
+    It writes under /var/tmp, disk-backed by convention (a tmpfs /tmp would never wait)."""
+    import tempfile
+
     from iomatrix.core.proc import blocked_threads
-    writer = subprocess.Popen(["dd", "if=/dev/zero", f"of={tmp_path / 'f'}", "bs=4k",
-                               "count=1000000", "oflag=direct,dsync", "status=none"])
+    scratch = tempfile.TemporaryDirectory(dir="/var/tmp", prefix="iomatrix-test-")
+    writer = subprocess.Popen(["dd", "if=/dev/zero", f"of={Path(scratch.name) / 'f'}", "bs=4k",
+                               "count=200000", "oflag=direct,dsync", "status=none"])
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         seen: dict[int, str] = {}
@@ -311,3 +315,4 @@ def test_threads_waiting_in_the_kernel_are_seen(tmp_path: Path) -> None:
         for p in (writer, sleeper):
             p.kill()
             p.wait()
+        scratch.cleanup()
