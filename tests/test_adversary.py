@@ -36,6 +36,7 @@ import pytest
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.mounts import mount_of
 from iomatrix.core.owner import this_process
+from iomatrix.core.proc import orphan_guard
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.target.targets import plan_targets
@@ -645,6 +646,24 @@ def test_every_command_a_run_starts_dies_with_it(tmp_path: Path, attack: Attack)
     while _comm(children[0]) == "sleep":
         assert time.monotonic() < deadline, "the command outlived the process that ran it"
         time.sleep(0.05)
+
+
+def test_a_command_whose_run_died_before_the_guard_was_set_never_starts(
+        tmp_path: Path, attack: Attack) -> None:
+    """The parent-death signal is sent only if the parent dies after setpriv set it: a run
+    killed while setpriv was starting (CI found an fio left so) would leave the command running
+    unattended. Here setpriv's parent is a process other than the one that built the command,
+    as it is when that one died first (its children go to init): the command must not run.
+    The same command started by the process that built it does run."""
+    attack("6. kill -9 of a run while a command it starts is still starting", "harmless")
+    if not shutil.which("setpriv"):
+        pytest.skip("needs util-linux's setpriv")
+    ran = tmp_path / "ran"
+    guarded = orphan_guard(["touch", str(ran)])
+    # "; exit $?" keeps the shell from exec'ing the command: setpriv is the shell's child
+    orphaned = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *guarded], timeout=60)
+    assert orphaned.returncode == 143 and not ran.exists()
+    assert subprocess.run(guarded, timeout=60).returncode == 0 and ran.exists()
 
 
 def _children(pid: int) -> list[int]:

@@ -96,12 +96,23 @@ def _kill_group(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return proc.communicate()
 
 
+# Run by the shell setpriv execs, after setpriv has set the parent-death signal: a parent that
+# died before that (its pid, passed as $0, is no longer $PPID) would never send it, so the
+# program is not started at all. "exec" keeps the pid Popen knows.
+_PARENT_CHECK = 'test "$PPID" = "$0" || exit 143; exec "$@"'
+
+
 def orphan_guard(argv: Sequence[str]) -> list[str]:
     """``argv`` wrapped so that the process gets SIGTERM if iomatrix dies without stopping it
     (kill -9, a crash): util-linux's setpriv sets the parent-death signal, which survives exec.
-    Without setpriv, ``argv`` unchanged."""
+    The kernel sends it only if the parent dies after it is set; a parent killed while setpriv
+    was starting is caught by a check of the parent's pid before ``argv`` runs (CI once found
+    an fio that outlived a kill -9 that way). Without setpriv, ``argv`` unchanged."""
     setpriv = which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
+    if not setpriv:
+        return list(argv)
+    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", _PARENT_CHECK,
+            str(os.getpid()), *argv]
 
 
 @contextlib.contextmanager
