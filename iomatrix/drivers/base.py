@@ -76,12 +76,13 @@ class Session(abc.ABC):
         dropped mid-trial, named with why)."""
         return reason
 
-    def stalled(self) -> bool:
+    def stalled(self, in_flight: int = 0) -> bool:
         """After :meth:`failure`: the trial failed because the session itself stopped (its
-        guests' fio never finished while every guest's disk sat idle or its QEMU stopped
-        answering), so a fresh session may measure it. The runner then brings the
-        configuration up again and measures the trial again (runner.STOP_RETRIES times at
-        most)."""
+        guests' fio never finished while every guest's disk sat idle, or completed no more
+        requests in a second than the ``in_flight`` its fio keeps queued, so that each took a
+        second or more; or its QEMU stopped answering), so a fresh session may measure it.
+        The runner then brings the configuration up again and measures the trial again
+        (runner.STOP_RETRIES times at most; a pilot's, never), or else the trials after it."""
         return False
 
     def fio_output_format(self) -> str:

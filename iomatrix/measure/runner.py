@@ -52,6 +52,21 @@ STOP_RETRIES = 2
 in a fresh boot: stops come in bursts on a loaded host, so one more attempt was seen to stop too."""
 
 
+PACING_OPTIONS = ("rate", "thinktime")
+"""Prefixes of fio's options with which a job paces itself below what its queue could do
+(rate, rate_iops, rate_min..., thinktime, thinktime_blocks...)."""
+
+
+def in_flight(workload: Workload) -> int:
+    """Requests the workload's fio keeps queued in each guest (iodepth × numjobs): a guest
+    whose disk completes no more than that in a second past the trial's time stopped
+    (``Session.stalled``). 0 for a job that paces itself (rate_iops, fio's rate or thinktime
+    options, ioping's one request a second), whose disk may rightly be that slow."""
+    paced = (workload.rate_iops or workload.ioping is not None
+             or any(name.startswith(PACING_OPTIONS) for name, _ in workload.options))
+    return 0 if paced else workload.iodepth * workload.numjobs
+
+
 class Progress(Protocol):
     """What the runner tells its caller; the CLI draws it, tests record it."""
 
@@ -502,6 +517,8 @@ class _Runner:
                     mode=config.mode, config_key=config.key, workload_key=workload.key, round=r,
                     runtime_s=length, wall_s=wall,
                     iops=sum(s.iops for s in ok[0].samples) if ok else None))
+                if session.stalled(in_flight(workload)):   # stopped guests measure no other
+                    break                                   # length (_stopped)
         return each
 
     def _block(self, block: Block, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
@@ -531,11 +548,10 @@ class _Runner:
                     while trials:
                         workspace.verify(images)
                         (each or self._trial)(session, workdir, config, trials[0], block.sample)
-                        tries = retried.get(trials[0].key, 0)
-                        if session.stalled() and each is None and tries < STOP_RETRIES:
-                            retried[trials[0].key] = tries + 1
-                            self._again(config, trials[0], block.sample, tries + 1)
-                            break     # out of this session: the trial again in a fresh one
+                        if session.stalled(in_flight(trials[0])):
+                            self._stopped(config, trials, block.sample, retried,
+                                          pilot=each is not None)
+                            break     # out of this session: the rest in a fresh one
                         trials.pop(0)
                     workspace.verify(images)
         except (TrialFailed, ToolFailed) as exc:
@@ -543,6 +559,29 @@ class _Runner:
             for workload in trials:
                 self._begin(config, workload, block.sample)
                 self._failed(config, workload, block.sample, str(exc), started=now())
+
+    def _stopped(self, config: Configuration, trials: list[Workload], k: int,
+                 retried: dict[str, int], *, pilot: bool) -> None:
+        """The session's guests stopped in the trial of ``trials[0]``, and the block goes on in a
+        fresh session: with that trial again (:meth:`_again`), or, once it has stopped
+        :data:`STOP_RETRIES` + 1 times or when it was a pilot's (one measurement of many, not
+        repeated), with the trials after it, which the stopped guests could not have measured."""
+        workload = trials[0]
+        tries = retried.get(workload.key, 0)
+        if not pilot and tries < STOP_RETRIES:
+            retried[workload.key] = tries + 1
+            self._again(config, workload, k, tries + 1)
+            return
+        trials.pop(0)
+        if not trials:
+            return
+        why = ("in a pilot trial, which is not measured again" if pilot
+               else f"(attempt {tries + 1} of at most {STOP_RETRIES + 1}); the trial failed")
+        text = (f"{now()}: {config.label} {workload.key} #{k}: the guests stopped {why}; the "
+                f"{len(trials)} trial(s) after it in this configuration are measured after "
+                f"booting them afresh")
+        self.store.add_notes(self.run_id, [text])
+        self.progress.note(text)
 
     def _again(self, config: Configuration, workload: Workload, k: int, attempt: int) -> None:
         """The trial just failed because its session stopped (``Session.stalled``): it is
@@ -554,9 +593,9 @@ class _Runner:
         self.n -= 1
         self.failed -= 1
         text = (f"{now()}: {config.label} {workload.key} #{k}: the guests stopped (fio never "
-                f"finished, their disks idle or their QEMU not answering); measured again after "
-                f"booting them afresh (attempt {attempt + 1} of at most {STOP_RETRIES + 1}; the "
-                f"failed attempt is kept in the run's trial history)")
+                f"finished, their disks idle or nearly, or their QEMU not answering); measured "
+                f"again after booting them afresh (attempt {attempt + 1} of at most "
+                f"{STOP_RETRIES + 1}; the failed attempt is kept in the run's trial history)")
         self.store.add_notes(self.run_id, [text])
         self.progress.note(text)
 
