@@ -144,7 +144,7 @@ def test_a_chap_file_others_can_read_is_refused(tmp_path: Path, tgt: Tgt) -> Non
     creds.chmod(0o644)
     done = cli_result("run", str(suite(tmp_path, tgt, BLOCKLAYER, chap=creds)), "--db", "r.db",
                       cwd=tmp_path)
-    assert done.returncode == ExitStatus.TARGET
+    assert done.returncode == ExitStatus.SUITE_INVALID      # rule 1: core.trust.private_file
     assert "chmod 600" in done.stderr and PASSWORD not in done.stderr
 
 

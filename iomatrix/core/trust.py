@@ -113,6 +113,25 @@ def chosen_by_us(path: str | Path, key: str, program: str) -> Path:
     return given
 
 
+def private_file(path: str | Path, key: str, program: str) -> Path:
+    """A file of secrets named by input (a Ceph keyring, an iSCSI CHAP file), as ``path`` was
+    given, once it passes rule 1 (``chosen_by_us``) and is a regular file that no user but its
+    owner may read or write (``mode & 0o077 == 0``): what it holds is a key.
+    ``UntrustedFile`` in one line naming ``key``, the file and why."""
+    given = chosen_by_us(path, key, program)
+    try:
+        info = os.stat(given)
+    except OSError as exc:
+        raise UntrustedFile(f"{key}: {given}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UntrustedFile(f"{key}: {given} is not a regular file")
+    if info.st_mode & 0o077:
+        raise UntrustedFile(f"{key}: {given} can be read or written by other users (mode "
+                            f"{stat.S_IMODE(info.st_mode):04o}), and it holds a key",
+                            hint=f"chmod 600 {given}")
+    return given
+
+
 def _check_chain(path: Path, depth: int = 0) -> os.stat_result:
     """Judge every directory to ``path`` and ``path`` itself (a symlink's target likewise)."""
     if depth > MAX_SYMLINKS:

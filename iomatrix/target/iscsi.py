@@ -17,8 +17,8 @@ open-iscsi already, in which case host mode measures its block device:
 - ``guest``: the appliance's disk on libiscsi as QEMU (or Proxmox VE's ``iscsidirect`` storage)
   attaches it.
 
-CHAP: the credentials file (TOML ``user`` and ``password``, mode 0600, owned by root or this
-user) is read when the run checks the target; the password reaches QEMU as a ``secret`` object
+CHAP: the credentials file (TOML ``user`` and ``password``, mode 0600, held to rule 1 as every
+file of secrets is: ``iomatrix.core.trust.private_file``) is read when the run checks the target; the password reaches QEMU as a ``secret`` object
 read from a 0600 file in the run's private scratch directory, removed when the run ends, so it
 never appears on a command line, in the database, a report or an export. The user name appears on
 QEMU's command line only (QEMU takes it only there): the volume's node holds
@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import tempfile
 import tomllib
 from collections.abc import Iterable
@@ -42,6 +41,7 @@ from typing import Any
 
 from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
+from iomatrix.core.trust import private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import IscsiTarget, split_portal
@@ -77,26 +77,15 @@ class Chap:
 
 def read_chap(path: Path) -> Chap:
     """The credentials in ``path``; TargetError (naming the file, never its contents) when it
-    is missing, not private or not a TOML file with ``user`` and ``password``."""
+    is missing or not a TOML file with ``user`` and ``password``; ``UntrustedFile`` when
+    another user could have chosen or read it (``core.trust.private_file``)."""
+    private_file(path, "[target] iscsi chap", "QEMU")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise TargetError(f"[target] iscsi chap: cannot read {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TargetError(f"[target] iscsi chap: {path} is not a regular file")
-        if st.st_uid not in (0, os.geteuid()):
-            raise TargetError(f"[target] iscsi chap: {path} belongs to another user (uid "
-                              f"{st.st_uid}): its credentials could be swapped",
-                              hint=f"chown root {path}")
-        if st.st_mode & 0o077:
-            raise TargetError(f"[target] iscsi chap: {path} can be read or written by others "
-                              f"(mode {stat.S_IMODE(st.st_mode):04o})", hint=f"chmod 600 {path}")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(65536)
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(65536)
     try:
         data = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
