@@ -386,15 +386,13 @@ def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
     import contextlib
     import io
 
-    from rich.console import Console
-
     from iomatrix.cli.app import main
-    from iomatrix.cli.common import Environment, use_environment
+    from iomatrix.cli.common import Environment, Terminal, use_environment
 
     stdout, stderr = io.StringIO(), io.StringIO()
-    env = Environment(stdout=Console(file=stdout, width=200, highlight=False, color_system=None),
-                      stderr=Console(file=stderr, width=200, highlight=False, soft_wrap=True,
-                                     color_system=None))
+    env = Environment(stdout=Terminal(file=stdout, width=200, highlight=False, color_system=None),
+                      stderr=Terminal(file=stderr, width=200, highlight=False, soft_wrap=True,
+                                      color_system=None))
     code = 0
     argv = sys.argv
     sys.argv = ["iomatrix", *args]                      # the program name Typer's usage shows

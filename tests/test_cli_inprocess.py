@@ -9,12 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from iomatrix import __version__
 from iomatrix.cli.app import app, main
-from iomatrix.cli.common import Environment, environment, use_environment
+from iomatrix.cli.common import Environment, Terminal, environment, use_environment
 from iomatrix.cli.status import ExitStatus
 from iomatrix.store import Store
 from iomatrix.suite import builtin_suites
@@ -30,9 +29,9 @@ class Captured:
     def __init__(self) -> None:
         self.stdout, self.stderr = io.StringIO(), io.StringIO()
         self.env = Environment(
-            stdout=Console(file=self.stdout, width=200, highlight=False, color_system=None),
-            stderr=Console(file=self.stderr, width=200, highlight=False, soft_wrap=True,
-                           color_system=None))
+            stdout=Terminal(file=self.stdout, width=200, highlight=False, color_system=None),
+            stderr=Terminal(file=self.stderr, width=200, highlight=False, soft_wrap=True,
+                            color_system=None))
 
     def out(self) -> str:
         """What was printed on stdout, trailing blanks of table rows removed."""
@@ -89,9 +88,9 @@ def test_show_prints_the_points_of_a_stored_run(db: Path) -> None:
     assert text == (
         "run 1 · suite synthetic · complete · CREATED · synthetic · target synthetic (none)\n"
         "EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware\n"
-        " configuration                                 workload         n   IOPS  ±95% CI  MiB/s  lat mean µs  lat p50 µs  lat p99 µs  CPU µs/IO  steady\n"
-        " guest virtio-blk/native/none/raw iothread     4k randread QD1  3  2,000    ±1.2%   3.91        1,000       1,000       2,000          —       —\n"
-        " guest virtio-blk/io_uring/none/raw iothread   4k randread QD1  3  1,000    ±2.5%   3.91        1,000       1,000       2,000          —       —\n"
+        " configuration                                           workload         n   IOPS  ±95% CI  MiB/s  lat mean µs  lat p50 µs  lat p99 µs  CPU µs/IO  steady\n"
+        " guest virtio-blk/native/none/raw iothread [emulated]    4k randread QD1  3  2,000    ±1.2%   3.91        1,000       1,000       2,000          —       —\n"
+        " guest virtio-blk/io_uring/none/raw iothread [emulated]  4k randread QD1  3  1,000    ±2.5%   3.91        1,000       1,000       2,000          —       —\n"
         "latency columns (µs): total latency (fio's lat: submission + completion)\n"
         f"note: {NOTE}\n")
     assert captured.stderr.getvalue() == ""

@@ -5,7 +5,6 @@ into one stderr line and an exit status."""
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Optional
@@ -18,6 +17,7 @@ from iomatrix.cli import (analyze, appliance, clean, compare, db, doctor, findin
 from iomatrix.cli.common import err, out
 from iomatrix.cli.status import EPILOG, status_for
 from iomatrix.core.errors import IomatrixError
+from iomatrix.core.text import printable
 
 app = typer.Typer(
     name="iomatrix",
@@ -61,16 +61,6 @@ app.add_typer(db.app)
 app.add_typer(node.app)
 
 
-_UNSHOWN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
-"""What a terminal would not show as itself: controls (\\r, escapes) and the characters that
-``str.splitlines`` breaks at; only \\n separates the lines of an error, each a problem."""
-
-
-def shown(text: str) -> str:
-    """``text`` with what a terminal would not show as itself written as Python escapes (\\r)."""
-    return _UNSHOWN.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 @functools.cache
 def _command() -> Callable[..., Any]:
     """The app as a Click command, built once per process: calling ``app`` builds it again each
@@ -89,8 +79,8 @@ def main(args: Sequence[str] | None = None) -> None:
         if _state["traceback"]:
             raise
         for line in str(exc).strip("\n").split("\n"):
-            err.print(f"iomatrix: {shown(line)}", markup=False)
+            err.print(f"iomatrix: {printable(line)}", markup=False)
         if exc.hint:
-            err.print(f"iomatrix: hint: {shown(exc.hint)}", markup=False)
+            err.print(f"iomatrix: hint: {printable(exc.hint)}", markup=False)
         sys.exit(status_for(exc))
 

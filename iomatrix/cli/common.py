@@ -1,10 +1,11 @@
 """What the command modules share: the environment they print to, the database and run options,
 the run loader, and the pieces of output more than one command shows.
 
-Commands print through ``out`` and ``err``, which write to the current ``Environment``'s consoles.
-A test swaps the environment to run a command in-process and read what it printed::
+Commands print through ``out`` and ``err``, which write to the current ``Environment``'s consoles,
+each a ``Terminal``. A test swaps the environment to run a command in-process and read what it
+printed::
 
-    with use_environment(Environment(stdout=Console(file=buf), stderr=Console(file=errs))):
+    with use_environment(Environment(stdout=Terminal(file=buf), stderr=Terminal(file=errs))):
         main(["show", "1", "--db", str(db)])
 """
 
@@ -16,23 +17,55 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
+from rich.text import Text
+
+from iomatrix.core.text import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from iomatrix.store import Store
     from iomatrix.store.records import StoredRun
 
 
+class Terminal(Console):
+    """The console every command prints through: what it prints shows text, never obeys it.
+
+    Most of what iomatrix prints was written by someone else: a suite's names, a database's rows,
+    a guest's console, fio's messages. Here no string is read as rich markup (``[link=…]`` would
+    become a terminal hyperlink) or emoji codes unless a call asks for it (``markup=True``, for
+    iomatrix's own literal text), and every character a terminal would obey (ESC, C1, bidi
+    overrides: ``core.text.printable``) is written as a visible escape: strings before layout
+    (``render_str``), and every segment of text on its way out, whatever built it (``Text``,
+    tables, progress bars), rich's own cursor controls aside."""
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("markup", False)
+        options.setdefault("emoji", False)
+        super().__init__(**options)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable(text, lines=True), **options)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else
+            Segment(printable(segment.text, lines=True), segment.style, segment.control)
+            for segment in buffer)
+
+
 def _stdout() -> Console:
     # Piped output keeps whole table rows on one line: easier to grep and diff than 80 columns.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    return Terminal(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Terminal(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True)
@@ -120,7 +153,8 @@ def write_report(db: str, run_ref: str, out_dir: Path) -> Path:
     return write(build_report_data(load_run(db, run_ref)), out_dir)
 
 
-EMULATED = "[bold red]EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware[/]"
+EMULATED = Text("EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware",
+                style="bold red")
 
 
 def p_column(p: float | None) -> str:

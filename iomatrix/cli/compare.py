@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from iomatrix.analysis.metrics import (OPTION_CHOICES, OPTION_HELP, Metric, metric_named,
                                        run_latency)
@@ -74,8 +74,8 @@ def _print(result: RunComparison, metric: Metric, headings: tuple[str, str]) -> 
             name += f" ↔ {p.config_label_b}"
         ci = ("—" if c.p_value is None else "unbounded" if c.low is None or c.high is None
               else f"{_pct(c.low)} … {_pct(c.high)}")
-        table.add_row(escape(name + "".join(f" [{t}]" for t in tags)),
-                      escape(p.workload_label), _figure(p.a, metric),
+        table.add_row(name + "".join(f" [{t}]" for t in tags),
+                      p.workload_label, _figure(p.a, metric),
                       _figure(p.b, metric), _pct(p.change), ci,
                       p_column(c.adjusted_p if c.adjusted_p is not None else c.p_value), p.verdict)
     if result.points:
@@ -145,8 +145,8 @@ def compare(
     _line(_header("B", b, db_b or db))
     for side, emulated in (("A", result.emulated_a), ("B", result.emulated_b)):
         if emulated:
-            out.print(f"[bold red]EMULATED (TCG): run {side}'s guest figures measure QEMU's CPU "
-                      "emulator, not the hardware[/]")
+            out.print(Text(f"EMULATED (TCG): run {side}'s guest figures measure QEMU's CPU "
+                           "emulator, not the hardware", style="bold red"))
     if result.mixed_emulation:
         _warn("this comparison mixes emulated (TCG) and native figures: points marked "
               "'emulated in' one run only compare the emulator with the hardware")
@@ -176,7 +176,7 @@ def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
         floor = "—" if n.noise_floor is None else f"±{n.noise_floor:.1%}"
         counts = (["—"] * 4 if n.standing == "reference"
                   else [str(x) for x in (n.points, n.worse, n.better, n.no_difference)])
-        table.add_row(escape(n.node), escape(n.storage), str(n.run), counts[0], _pct(n.change),
+        table.add_row(n.node, n.storage, str(n.run), counts[0], _pct(n.change),
                       ci, *counts[1:], floor, n.standing)
     out.print(table)
     for n in fleet.nodes[1:]:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from iomatrix.cli.common import out
 from iomatrix.cli.status import ExitStatus
@@ -25,7 +26,8 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
     checks = run_checks(kvm_timeout=kvm_timeout, drift=drift, libvirt=True)
     table = Table("check", "", "detail", box=None)
     for c in checks:
-        mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")
+        mark = (Text("ok", "green") if c.ok else
+                Text("MISSING", "red") if c.required else Text("no", "yellow"))
         table.add_row(c.name, mark, c.detail + (f"\n  → {c.hint}" if c.hint and not c.ok else ""))
     out.print(table)
     if failed_required(checks):

@@ -65,7 +65,7 @@ class TerminalProgress:
         self.total = trials
         planned = (f"{planned_seconds:.0f} s" if planned_seconds < 120
                    else f"{planned_seconds / 60:.0f} min")
-        self.console.print(f"[bold]{trials} trials[/], about {planned} planned")
+        self.console.print(f"[bold]{trials} trials[/], about {planned} planned", markup=True)
         if self.console.is_terminal:
             self.bar = Progress(
                 TextColumn("trial"), MofNCompleteColumn(), BarColumn(bar_width=24),

@@ -13,6 +13,7 @@ from iomatrix.analysis.metrics import OPTION_CHOICES, OPTION_HELP, metric_named
 from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, err, load_run,
                                  open_store, out, write_report)
 from iomatrix.core.files import write_file_atomically
+from iomatrix.core.text import printable
 
 
 def _date(value: str | None, option: str) -> str | None:
@@ -247,8 +248,11 @@ def export(
     else:
         text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:
-        # Raw text, not through rich: the file a script reads must be exactly what was exported.
-        environment().stdout.file.write(text if text.endswith("\n") else text + "\n")
+        # Raw text, not through rich: the file a script reads must be exactly what was exported;
+        # read on a terminal, what the run's strings hold is shown, not obeyed.
+        stdout = environment().stdout
+        text = printable(text, lines=True) if stdout.is_terminal else text
+        stdout.file.write(text if text.endswith("\n") else text + "\n")
     else:
         write_file_atomically(output, text)
         err.print(f"wrote {output}")
