@@ -164,6 +164,10 @@ class RunSummary(Frozen):
 
 IMPORTED = "import:"
 """How the source of an imported run begins (``import:PATH``)."""
+EXPORT_FORMAT_VERSION = 1
+"""The version of what ``iomatrix export --format json`` writes (its ``format_version`` key):
+raised when a key is renamed or removed or changes meaning; a key added leaves it as it is
+(docs/reference/results.md)."""
 
 
 class StoredSuite(Frozen):
@@ -309,10 +313,12 @@ class StoredRun(Frozen):
 
     @model_serializer(mode="wrap")
     def _exported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """As ``export --format json`` has always written a run: its suite as suite_name,
-        suite_source and suite_text, after its id."""
+        """As ``export --format json`` writes a run: its format version first
+        (``EXPORT_FORMAT_VERSION``), then its suite as suite_name, suite_source and suite_text,
+        after its id."""
         data = handler(self)
-        return {"id": data.pop("id"), "suite_name": self.suite.name,
+        return {"format_version": EXPORT_FORMAT_VERSION, "id": data.pop("id"),
+                "suite_name": self.suite.name,
                 "suite_source": self.suite.source, "suite_text": self.suite.text, **data}
 
 
