@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import unquote, unquote_plus
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -27,13 +27,14 @@ class PgUrl:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The password the URL carries (raw and percent-decoded), to be struck from any text
-        a driver hands back."""
-        parts = urlsplit(self.url)
-        found = [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "password"]
-        if parts.password:
-            found += [parts.password, unquote(parts.password)]
-        return tuple(dict.fromkeys(s for s in found if s))
+        """The password the URL carries (raw and percent-decoded; and of a malformed one,
+        the pieces between the ``/ ? # @`` that end a URL's parts, which a driver may quote),
+        to be struck from any text a driver hands back. Read by hand (``_passwords``), so that
+        a URL neither libpq nor ``urlsplit`` can parse still has its password struck."""
+        found = [value for password in _passwords(self.url)
+                 for value in (password, unquote(password), unquote_plus(password),
+                               *re.split(r"[/?#@]", password))]
+        return tuple(sorted({s for s in found if s}, key=len, reverse=True))
 
     def __str__(self) -> str:
         return self.shown
@@ -57,24 +58,46 @@ def shown(location: Location | str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password (``user:PASSWORD@``, ``?password=``) removed."""
-    try:
-        parts = urlsplit(url)
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        if parts.password is None and all(k != "password" for k, _ in pairs):
-            return url                      # nothing to strike: as given
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, _, hosts = netloc.rpartition("@")
-            user = user.partition(":")[0]
-            netloc = f"{user}@{hosts}" if user else hosts
-        query = urlencode([(k, v) for k, v in pairs if k != "password"], safe="/",
-                          quote_via=quote)
-        # by hand: urlunsplit would drop the empty host of postgresql:///db
-        return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
-                + (f"#{parts.fragment}" if parts.fragment else ""))
-    except ValueError:                      # not even a URL: show the scheme alone
-        return re.split(r"(?<=//)", url, maxsplit=1)[0] + "..."
+    """``url`` with any password (``user:PASSWORD@``, ``?password=``) removed: what comes
+    between ``//`` and the user info's last ``@`` but the user name (``_user_info``), and each
+    ``password=`` of the query. Never raises: a malformed URL (one ``urlsplit`` refuses, one
+    libpq refuses) is shown without its password too."""
+    head, body, end = _user_info(url)
+    if end < 0:
+        return url
+    if end > 0:
+        user = body[:end].partition(":")[0]
+        body = (f"{user}@" if user else "") + body[end + 1:]
+    rest, question, query = body.partition("?")
+    kept = [p for p in query.split("&") if not _is_password(p)]
+    return head + rest + (question + "&".join(kept) if kept else "")
+
+
+def _user_info(url: str) -> tuple[str, str, int]:
+    """``url`` as (``scheme://``, the rest, where the user info ends in it: the last ``@``
+    before the query's first ``=``; 0 when there is none, -1 for no ``//``). A password holding
+    ``/``, ``?`` or ``@`` unescaped ends there too, where libpq and ``urlsplit`` would read it
+    differently (libpq ends the user info at its first ``@`` before a ``/``)."""
+    scheme, slashes, body = url.partition("//")
+    if not slashes:
+        return url, "", -1
+    limit = body.find("=")
+    return scheme + slashes, body, max(body.rfind("@", 0, len(body) if limit < 0 else limit), 0)
+
+
+def _is_password(pair: str) -> bool:
+    return unquote_plus(pair.partition("=")[0]).strip().lower() == "password"
+
+
+def _passwords(url: str) -> list[str]:
+    """Each text a reader of ``url`` could take for its password: after the first ``:`` of
+    the text before each ``@`` of the user info (``_user_info``), and every ``password=``
+    value of the query."""
+    _, body, end = _user_info(url)
+    found = [body[:at].partition(":")[2] for at in range(end) if body[at] == "@"]
+    found.append(body[:end].partition(":")[2] if end > 0 else "")
+    query = body[end:].partition("?")[2]
+    return found + [p.partition("=")[2] for p in query.split("&") if _is_password(p)]
 
 
 def strike(text: str, secrets: tuple[str, ...]) -> str:
