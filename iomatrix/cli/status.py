@@ -1,4 +1,5 @@
-"""Exit codes: a contract with scripts that call iomatrix. Documented in the README and --help."""
+"""Exit codes: a contract with scripts that call iomatrix. Documented in --help and on the
+documentation site's exit status page, which is written from the comments in ``ExitStatus``."""
 
 from __future__ import annotations
 
@@ -8,19 +9,33 @@ from iomatrix.core import errors
 
 
 class ExitStatus(IntEnum):
-    OK = 0
-    ERROR = 1                 # an unexpected error (rerun with --traceback)
-    USAGE = 2                 # bad command line
-    SUITE_INVALID = 3         # the suite file is malformed or asks for invalid combinations
-    ENVIRONMENT = 4           # a tool or kernel feature is missing (see `iomatrix doctor`)
-    TARGET = 5                # the target is unsafe, unusable or too small
-    TRIALS_FAILED = 6         # the run finished but some trials failed (they are stored)
+    """What each code means: the comment beside each member, and the lines under it, are its
+    documentation (docs/reference/exit-status.md is written from them)."""
+
+    OK = 0                    # success
+    ERROR = 1                 # an unexpected error (rerun with `--traceback`)
+    USAGE = 2                 # bad command line, or an `--out`/`--report` where only a regular
+    #                           file or a directory may be
+    SUITE_INVALID = 3         # the suite is malformed or asks for a combination QEMU refuses
+    ENVIRONMENT = 4           # a tool or kernel feature is missing (`iomatrix doctor` says which)
+    TARGET = 5                # the target is unsafe, unusable or has too little free space
+    TRIALS_FAILED = 6         # the run finished but some trials failed (they are stored, with
+    #                           their reasons)
     NOT_FOUND = 7             # no such run
-    STORE = 8                 # the results database cannot be used
-    BUSY = 9                  # another live process is measuring that run
-    UNREACHABLE = 10          # network storage did not answer, refused the credentials, or lacks the pool/LUN
-    NODES = 11                # a cluster node is unreachable, unlike the controller, or ended with an error (one line per node)
-    INTERRUPTED = 130         # Ctrl-C; what was measured is stored and the run marked interrupted
+    STORE = 8                 # the results database cannot be used (or was written by a newer
+    #                           iomatrix); with PostgreSQL also a refused login (wrong password), a
+    #                           missing database, or a connection lost mid-run (what was stored is
+    #                           kept; `run --resume` finishes it)
+    BUSY = 9                  # the run is being measured by another live process (`--resume`
+    #                           names its pid and since when)
+    UNREACHABLE = 10          # network storage did not answer within its connect timeout, refused
+    #                           the credentials, or has no such pool or LUN (nothing is stored)
+    NODES = 11                # a cluster node cannot be used: SSH did not reach it or refused the
+    #                           key, or it differs from the controller (iomatrix, fio, QEMU, KVM,
+    #                           free space), or it ended with an error; one line per node, before
+    #                           anything runs
+    INTERRUPTED = 130         # interrupted (Ctrl-C, SIGTERM or SIGHUP): what was measured is
+    #                           stored and the run is marked interrupted
 
 
 def status_for(exc: errors.IomatrixError) -> ExitStatus:
