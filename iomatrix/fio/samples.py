@@ -33,20 +33,35 @@ class DirectionSample(Frozen):
     the run says ``clat``: see the module's docstring)."""
 
     direction: str
+    """read or write."""
     iops: float
+    """I/O operations per second."""
     bw_bytes: float
+    """Bandwidth, bytes per second."""
     io_bytes: int
+    """Bytes transferred in the measured window."""
     total_ios: int
+    """Requests completed in the measured window."""
     runtime_ms: int
+    """The measured window, ms (the ramp excluded)."""
     lat_mean_ns: float | None = None
+    """Mean latency, ns."""
     lat_stdev_ns: float | None = None
+    """Standard deviation of the latency, ns."""
     lat_min_ns: float | None = None
+    """Lowest latency, ns."""
     lat_max_ns: float | None = None
+    """Highest latency, ns."""
     p50_ns: float | None = None
+    """Median latency, ns."""
     p90_ns: float | None = None
+    """90th percentile of the latency, ns."""
     p99_ns: float | None = None
+    """99th percentile of the latency, ns."""
     p99_9_ns: float | None = None
+    """99.9th percentile of the latency, ns."""
     p99_99_ns: float | None = None
+    """99.99th percentile of the latency, ns."""
     vm: int | None = None
     """Which guest, in a per-guest sample of a trial that ran on several; None otherwise."""
 

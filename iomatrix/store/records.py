@@ -92,19 +92,35 @@ class TrialRecord(Frozen):
     """One trial as stored: ok with samples, or failed with its reason."""
 
     id: int
+    """Its number in the store."""
     config_key: str
+    """The configuration measured (a ``configs`` key)."""
     workload_key: str
+    """The workload measured (a ``workloads`` key)."""
     sample_index: int
+    """Which sample of its point, from 0: the round it was measured in."""
     status: str
+    """ok (measured, with samples) or failed (with a reason)."""
     reason: str | None
+    """Why it failed; None when ok."""
     started_at: str
+    """When it started (UTC, ISO 8601)."""
     wall_seconds: float | None
+    """How long it took, ramp and setup of the trial included."""
     accelerator: str
+    """kvm or tcg for a guest trial (tcg: the figures measure QEMU's emulator), none for
+    the others."""
     usr_cpu: float | None
+    """fio's usr_cpu: the user CPU time of its job, in % of its runtime."""
     sys_cpu: float | None
+    """fio's sys_cpu: the system CPU time of its job, in % of its runtime."""
     ctx: int | None
+    """fio's ctx: the context switches of its job."""
     applied: dict[str, str]
+    """What QEMU applied, as read back (QMP, /proc) and what the guest saw: setting →
+    value (``iomatrix show RUN --command``)."""
     command: str
+    """The command line that realized the configuration (QEMU, qemu-storage-daemon)."""
     steady: SteadyRecord | None = None
     """Whether and when the SNIA steady-state rule was met (None for failed trials and older
     runs)."""
@@ -114,6 +130,7 @@ class TrialRecord(Frozen):
     """What measured it, as it names itself: "fio-3.33", or "ioping 1.3" for an ioping
     workload in host mode (stored in the trial's fio_version); None for a failed trial."""
     samples: tuple[DirectionSample, ...]
+    """One per direction fio measured (read, write); empty for a failed trial."""
     vm_samples: tuple[DirectionSample, ...] = ()
     """Per-guest samples when several guests ran the trial; ``samples`` is then their aggregate."""
     device_share: DeviceShare | None = None
@@ -124,9 +141,14 @@ class TrialRecord(Frozen):
 
 class ConfigRecord(Frozen):
     key: str
+    """The configuration's identity: its mode and settings,
+    ``blocklayer/aio=native/cache=none/...``."""
     label: str
+    """The configuration for people: ``blocklayer native/none/raw``."""
     mode: str
+    """host, blocklayer or guest (or imported)."""
     params: dict[str, str]
+    """Each setting the configuration gives (axis → level), as the key names them."""
 
     @property
     def identity(self) -> ConfigKey:
@@ -136,13 +158,21 @@ class ConfigRecord(Frozen):
 
 class WorkloadRecord(Frozen):
     key: str
+    """The workload's identity: its fio settings."""
     label: str
+    """The workload for people: ``4k randread QD32``."""
     rw: str
+    """fio's rw: read, write, randread, randwrite, rw, randrw."""
     bs: int
+    """Block size in bytes."""
     iodepth: int
+    """Queue depth per job."""
     numjobs: int
+    """fio jobs run at once."""
     rate_iops: int
+    """IOPS cap per job; 0: unlimited."""
     options: dict[str, str]
+    """Further fio options (``[[workloads]] options``, a job file's)."""
 
 
 class RunSummary(Frozen):
@@ -277,6 +307,7 @@ class NodeRecord(Frozen):
     """A node of a cluster run (schema 10): how SSH reached it, what it is, how its share went."""
 
     name: str
+    """The node's name, as its configurations carry it (``node=NAME``)."""
     node: dict[str, Any]
     """Its ``iomatrix.cluster.ssh.Node`` fields."""
     host: dict[str, str]
@@ -290,18 +321,32 @@ class StoredRun(Frozen):
     """A whole run as stored."""
 
     id: int
+    """The run's number in this database (``iomatrix runs``)."""
     suite: StoredSuite = Field(exclude=True)
     created_at: str
+    """When it started (UTC, ISO 8601)."""
     finished_at: str | None
+    """When it ended; None while it runs."""
     status: str
+    """running, complete, interrupted (``run --resume`` continues it) or failed."""
     accelerator: str
+    """What its guests ran under: kvm, tcg (emulated), or none without guests."""
     iomatrix_version: str
+    """The iomatrix that made it."""
     host: dict[str, str]
+    """The host it measured on: hostname, kernel, OS, CPU, cores, memory, QEMU, fio, the
+    target and its filesystem (a cluster run's: the controller's)."""
     notes: tuple[str, ...]
+    """What the run said about itself: skipped combinations, ignored axes, targets made,
+    the platform chosen, warnings."""
     seed: int | None = None
+    """The seed its trial order was shuffled with (``run --seed``)."""
     configs: tuple[ConfigRecord, ...]
+    """Its configurations."""
     workloads: tuple[WorkloadRecord, ...]
+    """Its workloads."""
     trials: tuple[TrialRecord, ...]
+    """Its trials, ok and failed."""
     nodes: tuple[NodeRecord, ...] = ()
     """The nodes of a cluster run, in the order given; empty for a run of one host."""
 
