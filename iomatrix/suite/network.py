@@ -42,6 +42,7 @@ def _file(value: Path) -> Path:
 
 
 CephFile = Annotated[Path, AfterValidator(_file)]
+CephName = Annotated[str, Field(min_length=1, max_length=100, pattern=_NAME)]
 
 
 def _monitor(value: str) -> str:
@@ -53,22 +54,27 @@ def _monitor(value: str) -> str:
     return value
 
 
+Monitor = Annotated[str, AfterValidator(_monitor)]
+
+
 class RbdTarget(Frozen):
     """``[target] rbd = { pool = "rbd", conf = "/etc/ceph/ceph.conf", client = "admin",
     keyring = "/etc/ceph/ceph.client.admin.keyring" }``: a Ceph pool iomatrix creates its own
     images in (``iomatrix-<run>-…``), reached through librbd. Give ``conf`` (the cluster's
-    ceph.conf, which names the monitors) or ``monitors`` (then iomatrix writes a ceph.conf of
-    its own for the run), or both (the monitors win over the file's)."""
+    ceph.conf, which names the monitors) or ``monitors``, or both (the monitors win over the
+    file's). iomatrix hands no program this file: it reads only the monitors, the fsid and the
+    keyring's path from it, and writes a ceph.conf of its own (``iomatrix.target.rbd``)."""
 
-    pool: str = Field(min_length=1, max_length=100, pattern=_NAME)
-    namespace: str | None = Field(default=None, min_length=1, max_length=100, pattern=_NAME)
+    pool: CephName
+    namespace: CephName | None = None
     conf: CephFile | None = None
-    monitors: tuple[Annotated[str, AfterValidator(_monitor)], ...] = ()
-    client: str = Field(default="admin", min_length=1, max_length=100, pattern=_NAME)
+    monitors: tuple[Monitor, ...] = ()
+    client: CephName = "admin"
     """The cephx user without ``client.`` (Proxmox VE's ``username``)."""
     keyring: CephFile | None = None
-    """The keyring file of ``client``; None: the one ``conf`` names, or no cephx at all with
-    ``monitors`` alone (``auth_client_required = none``)."""
+    """The keyring file of ``client``; None: the one ``conf`` names, else librados' own search
+    (/etc/ceph/ceph.client.NAME.keyring, …; no cephx without one). A file of secrets: held to
+    rule 1 and mode 0600 (``iomatrix.core.trust.private_file``)."""
     connect_timeout: float = Field(default=20.0, gt=0, le=600)
     """Seconds the monitors get to answer and authenticate (``client_mount_timeout``): a
     wrong address or key fails within it."""

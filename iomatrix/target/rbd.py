@@ -2,11 +2,16 @@
 itself, reached through librbd by fio's rbd engine (host mode, as Ceph's own cbt measures) and by
 QEMU's rbd driver (blocklayer and guest modes).
 
-- **Connection.** The ``rbd`` command (ceph-common) makes, lists and removes images, given the
-  monitors, the cephx user and the keyring on its command line; fio and QEMU read a ceph.conf
-  iomatrix writes for the run in its private scratch directory (mode 0600): the monitors, the
-  keyring's *path* and the timeouts. The key itself is only ever read by librbd, from the file
-  the user named: it is in no argument, database row, report or note.
+- **Connection.** No program is ever handed a user's ceph.conf (librados honours ``log_file``,
+  ``admin_socket``, plugin directories...: whoever wrote the file would choose what root
+  writes). iomatrix reads only the monitors, the fsid and the keyring's path from the ``conf``
+  a suite names, and only if the file passes rule 1 (``core.trust``); every value checked
+  (``locate``), it writes a ceph.conf of its own (mode 0600, in a private directory:
+  ``conf_text``) for the ``rbd`` command (ceph-common: makes, lists and removes images), fio
+  and QEMU. The keyring is a file of secrets under rule 1 (``core.trust.private_file``); the
+  key itself is only ever read by librados, from that file: it is in no argument, database
+  row, report or note. A store's record of an image (``stored_location``) is checked the same
+  way before ``clean`` reaches the pool with it.
 - **Checked first.** ``check`` lists the pool within ``connect_timeout`` (``client_mount_timeout``
   and ``rados_mon_op_timeout``): a wrong monitor address, a refused key, a missing pool or
   namespace end the run in one line (``TargetUnreachable``) before anything is stored.
@@ -36,13 +41,18 @@ import secrets
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
+from pydantic import Field, TypeAdapter
+
+from iomatrix.core.dirs import private_tempdir
+from iomatrix.core.errors import IomatrixError, TargetError, TargetUnreachable, ToolFailed
+from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
+from iomatrix.core.trust import chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
-from iomatrix.suite.network import RbdTarget
+from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
 from iomatrix.target.network import NetworkTarget, NetworkVolume
 from iomatrix.target.workspace import Image, memory_total, working_set_size
 
@@ -56,6 +66,8 @@ CACHE_NOTE = ("librbd's cache (rbd_cache) follows the cache mode as QEMU sets it
               "client's RAM, so figures with it on can measure memory rather than the cluster")
 HOST_CLIENT = "fio's rbd engine (librbd, rbd_cache off)"
 RBD_MODULES = ("rbd.ko", "rbd.ko.xz", "rbd.ko.zst", "rbd.ko.gz")
+MONITOR = TypeAdapter(Monitor)
+CEPH_FILE = TypeAdapter(CephFile)
 
 
 def krbd_problem(*, sysfs: Path = Path("/sys"), modules: Path | None = None) -> str | None:
@@ -72,102 +84,268 @@ def krbd_problem(*, sysfs: Path = Path("/sys"), modules: Path | None = None) -> 
             "mapped as /dev/rbd*; librbd (krbd = false) works without it")
 
 
-def connection(rbd: RbdTarget) -> dict[str, Any]:
-    """What reaches the pool, as the store records it with each image: file paths and names,
-    never a key."""
-    return {k: v for k, v in {
-        "pool": rbd.pool, "namespace": rbd.namespace,
-        "conf": str(rbd.conf) if rbd.conf else None, "monitors": list(rbd.monitors) or None,
-        "client": rbd.client, "keyring": str(rbd.keyring) if rbd.keyring else None,
-        "connect_timeout": rbd.connect_timeout}.items() if v is not None}
+FSID = r"^[0-9A-Fa-f]{8}-(?:[0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}$"
+CONF_MAX = 1 << 20
+"""The largest ceph.conf iomatrix reads the monitors from."""
+TIMEOUTS = ("client_mount_timeout", "rados_mon_op_timeout")
+"""The ceph.conf options that bound how long a client waits for the monitors."""
 
 
-def rbd_args(rbd: RbdTarget) -> list[str]:
-    """The ``rbd`` command's connection options (before the subcommand)."""
-    timeout = str(int(max(1, rbd.connect_timeout)))
-    argv = ["--conf", str(rbd.conf) if rbd.conf else "/dev/null", "--id", rbd.client,
-            "--client_mount_timeout", timeout, "--rados_mon_op_timeout", timeout,
-            "--rados_osd_op_timeout", timeout]
-    if rbd.monitors:
-        argv += ["--mon_host", ",".join(rbd.monitors)]
-    if rbd.keyring:
-        argv += ["--keyring", str(rbd.keyring)]
-    return argv
+class RbdLocation(Frozen):
+    """Where a pool is and how iomatrix reaches it, every value checked (``locate``): what the
+    ceph.conf iomatrix writes for rbd, fio and QEMU holds (``conf_text``), and what the store
+    records with each image (``connection``)."""
+
+    pool: CephName
+    namespace: CephName | None = None
+    monitors: tuple[Monitor, ...] = Field(min_length=1, max_length=16)
+    client: CephName
+    keyring: CephFile | None = None
+    connect_timeout: float = Field(gt=0, le=600)
+    fsid: str | None = Field(default=None, pattern=FSID)
+    conf: Path | None = None
+    """The user's ceph.conf the monitors were read from (None when they were given): named in
+    messages, never handed to a program."""
+
+    @property
+    def spec(self) -> str:
+        return "/".join(p for p in (self.pool, self.namespace) if p)
 
 
-def _call(rbd: RbdTarget, *args: str,
-          timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``rbd`` on the pool, whatever its exit status; ``TargetUnreachable`` when it did
-    not finish in time."""
-    limit = timeout if timeout is not None else rbd.connect_timeout * 2 + 30
+class _Read(NamedTuple):
+    """What iomatrix takes from a user's ceph.conf (``read_conf``), and nothing else."""
+
+    monitors: tuple[str, ...] = ()
+    fsid: str | None = None
+    keyring: Path | None = None
+
+
+def locate(rbd: RbdTarget, *, key: str = "[target] rbd", fsid: str | None = None) -> RbdLocation:
+    """How iomatrix reaches ``rbd`` (a suite's [target] rbd, or one a store recorded: ``key``
+    names where it came from in refusals). Its ``conf`` is read only if it passes rule 1
+    (``core.trust.chosen_by_us``), and only for its monitors, fsid and keyring's path; the
+    keyring is a file of secrets (``core.trust.private_file``). ``UntrustedFile`` or
+    ``TargetError`` in one line."""
+    read = read_conf(rbd.conf, rbd.client, f"{key} conf") if rbd.conf is not None else _Read()
+    monitors = rbd.monitors or read.monitors
+    if not monitors:
+        raise TargetError(f"{key} conf {rbd.conf} names no monitors (mon_host in [global], "
+                          "mon_addr in [mon.*])", hint=f"give {key} monitors")
+    if rbd.keyring is not None:
+        keyring: Path | None = private_file(rbd.keyring, f"{key} keyring", "librados")
+    elif read.keyring is not None:
+        keyring = private_file(read.keyring, f"{key} conf {rbd.conf}: keyring", "librados")
+    else:
+        keyring = None       # librados' own search: /etc/ceph/ceph.client.NAME.keyring, ...
     try:
-        return run([require("rbd"), *rbd_args(rbd), *args], timeout=limit, check=False)
-    except ToolFailed as exc:          # the command's own timeout
-        raise TargetUnreachable(f"rbd pool {rbd.spec}: no answer within {limit:.0f} s "
-                                f"({_where(rbd)})") from exc
+        return RbdLocation(pool=rbd.pool, namespace=rbd.namespace, monitors=monitors,
+                           client=rbd.client, keyring=keyring, fsid=fsid or read.fsid,
+                           connect_timeout=rbd.connect_timeout,
+                           conf=None if rbd.monitors else rbd.conf)
+    except ValueError as exc:
+        raise TargetError(f"{key} conf {rbd.conf}: {_first_error(exc)}") from None
 
 
-def _rbd(rbd: RbdTarget, *args: str, timeout: float | None = None) -> str:
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc).splitlines()[0]
+    first = errors()[0]
+    return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+
+
+def read_conf(conf: Path, client: str, key: str) -> _Read:
+    """The monitors (``mon_host`` in [global], else ``mon_addr`` of each [mon.*]), the fsid and
+    the keyring's path (in [global], [client] or [client.NAME]) a user's ceph.conf names, each
+    checked; every other option in it is ignored. The file is read only if it passes rule 1."""
+    chosen_by_us(conf, key, "librados")
+    try:
+        with open(conf, "rb") as f:
+            text = f.read(CONF_MAX + 1).decode()
+    except OSError as exc:
+        raise TargetError(f"{key} {conf}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise TargetError(f"{key} {conf}: not UTF-8 text") from None
+    if len(text) > CONF_MAX:
+        raise TargetError(f"{key} {conf}: over {CONF_MAX >> 20} MiB, not a ceph.conf")
+    found = _options(text, client)
+    monitors: dict[str, None] = {}
+    for name in ("mon_host", "mon_addr"):
+        for value in found.get(name, []):
+            for item in re.findall(r"\[v\d+:.*?\](?=[\s,;]|$)|[^\s,;]+", value):
+                if item.startswith("[v"):      # one monitor's addresses: its v2 one
+                    vector = item[1:-1].split(",")
+                    item = next((a for a in vector if a.startswith("v2:")), vector[0])
+                monitors[_monitor_of(item, f"{key} {conf}: {name}")] = None
+        if monitors:
+            break
+    fsid = found.get("fsid", [None])[-1]
+    if fsid is not None and not re.match(FSID, fsid):
+        raise TargetError(f"{key} {conf}: fsid {fsid[:60]!r} is not a UUID")
+    return _Read(tuple(monitors), fsid, _keyring(found.get("keyring", []), client,
+                                                  f"{key} {conf}: keyring"))
+
+
+def _options(text: str, client: str) -> dict[str, list[str]]:
+    """The values of the options iomatrix reads from a ceph.conf, in the order the file sets
+    them (a keyring of a more particular section last)."""
+    wanted = {"global": ("mon_host", "fsid", "keyring"), "client": ("keyring",),
+              f"client.{client}": ("keyring",)}
+    rank = {name: i for i, name in enumerate(wanted)}
+    section, found = "", []
+    for raw in text.splitlines():
+        line = re.split(r"[#;]", raw, maxsplit=1)[0].strip()
+        if line.startswith("["):
+            section = line.strip("[] ")
+            continue
+        name, equals, value = line.partition("=")
+        name = re.sub(r"[\s_-]+", "_", name.strip().lower())
+        if equals and (name in wanted.get(section, ()) or
+                       section.startswith("mon.") and name == "mon_addr"):
+            found.append((rank.get(section, 0), name, value.strip().strip('"')))
+    out: dict[str, list[str]] = {}
+    for _, name, value in sorted(found, key=lambda f: f[0]):
+        out.setdefault(name, []).append(value)
+    if "mon_host" in out:
+        out["mon_host"] = out["mon_host"][-1:]          # the last one set counts
+    return out
+
+
+def _monitor_of(address: str, where: str) -> str:
+    """``host:port`` (``[v6]:port``) of one monitor address of a ceph.conf (``v2:``/``v1:``
+    and ``/nonce`` dropped, as pve-storage's get_monaddr_list reads them), checked."""
+    plain = re.sub(r"/\d+$", "", re.sub(r"^v\d+:", "", address))
+    try:
+        return MONITOR.validate_python(plain)
+    except ValueError:
+        raise TargetError(f"{where} {address[:80]!r} is not a monitor address (host, "
+                          "host:port, v2:host:port, [IPv6]:port)") from None
+
+
+def _keyring(values: list[str], client: str, where: str) -> Path | None:
+    """The keyring a ceph.conf names (the last ``keyring`` of the most particular section, a
+    list of files of which the first that exists counts, ``$cluster``, ``$name``, ``$id`` and
+    ``$type`` filled in as librados does for this client), checked as a path given to Ceph;
+    None when it names none that exists."""
+    if not values:
+        return None
+    meta = {"cluster": "ceph", "name": f"client.{client}", "id": client, "type": "client"}
+    for item in values[-1].split(","):
+        path = re.sub(r"\$\{?(cluster|name|id|type)\}?", lambda m: meta[m.group(1)],
+                      item.strip())
+        if path and "$" not in path and os.path.lexists(path):
+            try:
+                return CEPH_FILE.validate_python(path)
+            except ValueError as exc:
+                raise TargetError(f"{where} {path[:200]!r}: {_first_error(exc)}") from None
+    return None
+
+
+def conf_text(loc: RbdLocation, **more: str) -> str:
+    """The ceph.conf iomatrix writes for ``loc`` (its monitors, fsid, keyring's path and
+    timeouts, and ``more``): the only one it hands to rbd, fio or QEMU."""
+    timeout = str(int(max(1, loc.connect_timeout)))
+    options = {"mon_host": ",".join(loc.monitors), "fsid": loc.fsid,
+               "keyring": str(loc.keyring) if loc.keyring else None,
+               **dict.fromkeys(TIMEOUTS, timeout), **more}
+    return "[global]\n" + "".join(f"{k} = {v}\n" for k, v in options.items() if v is not None)
+
+
+def write_conf(path: Path, text: str) -> Path:
+    """``text`` as a new file ``path`` (mode 0600) in a private directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return path
+
+
+def connection(loc: RbdLocation) -> dict[str, Any]:
+    """What reaches the pool, as the store records it with each image (``stored_location``
+    reads it back): checked values and the keyring's path, never a key or a user's conf."""
+    return {k: v for k, v in {
+        "pool": loc.pool, "namespace": loc.namespace, "monitors": list(loc.monitors),
+        "client": loc.client, "keyring": str(loc.keyring) if loc.keyring else None,
+        "connect_timeout": loc.connect_timeout, "fsid": loc.fsid}.items() if v is not None}
+
+
+STORED_MAX = 16384
+"""The longest connection a store's row may hold."""
+
+
+def stored_location(text: str) -> RbdLocation:
+    """The location a store's ``resources`` row of kind ``rbd-image`` records (``within``: the
+    JSON ``connection`` wrote, or an older run's with a ``conf``), checked as a suite's
+    [target] rbd is (``locate``): a conf it names is read for its monitors alone, and only if it
+    passes rule 1. ``ValueError`` (one line) when the text is not such a record;
+    ``UntrustedFile`` or ``TargetError`` when a file it names may not be used."""
+    try:
+        data = json.loads(text) if len(text) <= STORED_MAX else None
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object of at most 16 KiB")
+        fsid = data.pop("fsid", None)
+        if fsid is not None and not (isinstance(fsid, str) and re.match(FSID, fsid)):
+            raise ValueError("fsid: not a UUID")
+        rbd = RbdTarget.model_validate(data)
+    except ValueError as exc:
+        raise ValueError(_first_error(exc)) from None
+    return locate(rbd, key="resources.within", fsid=fsid)
+
+
+def rbd_args(loc: RbdLocation, conf: Path) -> list[str]:
+    """The ``rbd`` command's connection options (before the subcommand): iomatrix's own
+    ``conf`` (``conf_text``) and the client."""
+    return ["--conf", str(conf), "--id", loc.client]
+
+
+def _call(loc: RbdLocation, *args: str,
+          timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``rbd`` on the pool with a ceph.conf of iomatrix's own (in a private directory, no
+    other user's file), whatever its exit status; ``TargetUnreachable`` when it did not finish
+    in time."""
+    limit = timeout if timeout is not None else loc.connect_timeout * 2 + 30
+    osd = str(int(max(1, loc.connect_timeout)))
+    with private_tempdir("iomatrix-ceph-") as where:
+        conf = write_conf(where / "ceph.conf", conf_text(loc, rados_osd_op_timeout=osd))
+        try:
+            return run([require("rbd"), *rbd_args(loc, conf), *args], timeout=limit,
+                       check=False)
+        except ToolFailed as exc:          # the command's own timeout
+            raise TargetUnreachable(f"rbd pool {loc.spec}: no answer within {limit:.0f} s "
+                                    f"({_where(loc)})") from exc
+
+
+def _rbd(loc: RbdLocation, *args: str, timeout: float | None = None) -> str:
     """Run ``rbd`` on the pool; ``TargetUnreachable`` says in one line why it failed."""
-    done = _call(rbd, *args, timeout=timeout)
+    done = _call(loc, *args, timeout=timeout)
     if done.returncode != 0:
-        raise TargetUnreachable(_why(rbd, done.stderr or done.stdout or ""),
+        raise TargetUnreachable(_why(loc, done.stderr or done.stdout or ""),
                                 hint="check [target] rbd: monitors or conf, client, keyring, "
                                      "pool and namespace")
     return done.stdout
 
 
-def _where(rbd: RbdTarget) -> str:
-    mons = ",".join(rbd.monitors) if rbd.monitors else f"the monitors in {rbd.conf}"
-    return f"monitors {mons}, client.{rbd.client}"
+def _where(loc: RbdLocation) -> str:
+    mons = ",".join(loc.monitors)
+    return (f"the monitors in {loc.conf} ({mons})" if loc.conf else f"monitors {mons}") + \
+        f", client.{loc.client}"
 
 
-def _why(rbd: RbdTarget, stderr: str) -> str:
+def _why(loc: RbdLocation, stderr: str) -> str:
     """The one line a failed ``rbd`` command amounts to."""
     if "handle_auth_bad_method" in stderr or "(13) Permission denied" in stderr \
             or "(1) Operation not permitted" in stderr:
-        key = f"the keyring {rbd.keyring}" if rbd.keyring else "its default keyring"
-        return f"rbd pool {rbd.spec}: the cluster refused client.{rbd.client}'s key ({key})"
+        key = f"the keyring {loc.keyring}" if loc.keyring else "its default keyring"
+        return f"rbd pool {loc.spec}: the cluster refused client.{loc.client}'s key ({key})"
     if "(110) Connection timed out" in stderr or "couldn't connect" in stderr:
-        return (f"rbd pool {rbd.spec}: no monitor answered within {rbd.connect_timeout:g} s "
-                f"({_where(rbd)})")
+        return (f"rbd pool {loc.spec}: no monitor answered within {loc.connect_timeout:g} s "
+                f"({_where(loc)})")
     if "error opening pool" in stderr or "(2) No such file or directory" in stderr:
-        what = f"namespace {rbd.namespace} in pool {rbd.pool}" if rbd.namespace else \
-            f"pool {rbd.pool}"
-        return f"rbd: the cluster has no {what} (or client.{rbd.client} may not see it)"
+        what = f"namespace {loc.namespace} in pool {loc.pool}" if loc.namespace else \
+            f"pool {loc.pool}"
+        return f"rbd: the cluster has no {what} (or client.{loc.client} may not see it)"
     last = [line for line in stderr.splitlines() if line.strip()]
-    return f"rbd pool {rbd.spec}: " + (last[-1].strip()[:300] if last else "rbd failed")
-
-
-def conf_value(conf: Path, key: str, sections: tuple[str, ...] = ("global",)) -> str:
-    """A ceph.conf option (``mon_host`` and ``mon host`` alike) from the last of ``sections``
-    that sets it; "" when none does."""
-    try:
-        text = conf.read_text()
-    except OSError as exc:
-        raise TargetError(f"[target] rbd conf {conf}: cannot read it ({exc.strerror})") from exc
-    section, found = "", {}
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].split(";", 1)[0].strip()
-        if line.startswith("["):
-            section = line.strip("[] ").lower()
-        elif "=" in line and section in sections:
-            name, _, value = line.partition("=")
-            if re.sub(r"[\s_]+", "_", name.strip().lower()) == key:
-                found[section] = value.strip()
-    return next((found[s] for s in reversed(sections) if s in found), "")
-
-
-def monitors_of_conf(conf: Path) -> list[str]:
-    """The monitors a ceph.conf names in [global] (``mon_host``), as pve-storage's
-    get_monaddr_list reads them (v1:/v2: vectors reduced to host:port)."""
-    out = []
-    for item in re.split(r"[\s,]+", conf_value(conf, "mon_host")):
-        item = re.sub(r"^\[?v\d:", "", item)
-        item = re.sub(r"/\d+\]?$", "", item).rstrip("]")
-        if item:
-            out.append(item)
-    return out
+    return f"rbd pool {loc.spec}: " + (last[-1].strip()[:300] if last else "rbd failed")
 
 
 class RbdPool(NetworkTarget):
@@ -186,7 +364,10 @@ class RbdPool(NetworkTarget):
         self._token = secrets.token_hex(3)
         self._images: dict[tuple[str, int], Image] = {}
         self._made: list[str] = []
+        self.location: RbdLocation | None = None
+        """How iomatrix reaches the pool, once ``check`` has checked it."""
         self.conf: Path | None = None
+        """The ceph.conf iomatrix writes for fio and QEMU (``create``)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def check(self, configs: Iterable[Configuration]) -> "RbdPool":
@@ -202,14 +383,11 @@ class RbdPool(NetworkTarget):
                               "a namespace (it has no such option), so the host baseline cannot "
                               "run", hint="set [method] baseline = false, or use a pool "
                                           "without a namespace")
-        if not self.rbd.monitors and self.rbd.conf is not None \
-                and not monitors_of_conf(self.rbd.conf):
-            raise TargetError(f"[target] rbd conf {self.rbd.conf} names no monitors (mon_host "
-                              "in [global])", hint="give [target] rbd monitors")
+        loc = self.location = locate(self.rbd)
         memory = memory_total(self._proc / "meminfo")
         self.image_size = working_set_size(self.target, memory) or self.target.size
-        _rbd(self.rbd, "ls", self.rbd.spec)
-        self.notes = [f"target: rbd pool {self.rbd.spec} ({_where(self.rbd)}); iomatrix "
+        _rbd(loc, "ls", loc.spec)
+        self.notes = [f"target: rbd pool {loc.spec} ({_where(loc)}); iomatrix "
                       f"creates raw images of {format_bytes(self.image_size or 0)} named "
                       f"{PREFIX}<run>-… there and removes them at the end"]
         if any(c.mode == "host" for c in configs):
@@ -220,21 +398,12 @@ class RbdPool(NetworkTarget):
         return self
 
     def create(self) -> "RbdPool":
-        """Write the run's ceph.conf for fio and QEMU into its scratch directory."""
+        """Write the run's ceph.conf for fio and QEMU into its private scratch directory: the
+        keyring by its path (the key stays in it), librbd's cache off for fio's rbd engine."""
         assert self.scratch is not None, "the runner gives a network target its scratch"
-        monitors = self.rbd.monitors or tuple(monitors_of_conf(self.rbd.conf))  # type: ignore[arg-type]
-        timeout = int(max(1, self.rbd.connect_timeout))
-        lines = ["[global]", f"mon_host = {','.join(monitors)}",
-                 f"client_mount_timeout = {timeout}", f"rados_mon_op_timeout = {timeout}",
-                 "rbd_cache = false"]
-        keyring = self.rbd.keyring or (self.rbd.conf and conf_value(
-            self.rbd.conf, "keyring", ("global", "client", f"client.{self.rbd.client}")))
-        if keyring:          # the user's file, by path: the key stays in it
-            lines.append(f"keyring = {keyring}")
-        self.conf = self.scratch / "ceph.conf"
-        fd = os.open(self.conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write("\n".join(lines) + "\n")
+        assert self.location is not None, "check() first"
+        self.conf = write_conf(self.scratch / "ceph.conf",
+                               conf_text(self.location, rbd_cache="false"))
         return self
 
     def close(self) -> None:
@@ -243,7 +412,8 @@ class RbdPool(NetworkTarget):
             return
         for name in list(self._made):
             with contextlib.suppress(TargetError):
-                _rbd(self.rbd, "rm", "--no-progress", f"{self.rbd.spec}/{name}")
+                assert self.location is not None
+                _rbd(self.location, "rm", "--no-progress", f"{self.location.spec}/{name}")
                 self._made.remove(name)
 
     # -- images ----------------------------------------------------------------------------
@@ -261,18 +431,19 @@ class RbdPool(NetworkTarget):
         key = ("raw", index)
         if key in self._images:
             return self._images[key]
-        assert self.conf is not None, "create() first"
+        assert self.conf is not None and self.location is not None, "create() first"
+        loc = self.location
         name = f"{PREFIX}{self.run_label}-{self._token}-{index}"
-        spec = f"{self.rbd.spec}/{name}"
+        spec = f"{loc.spec}/{name}"
         marker = ""
         if self.record is not None:
-            marker = self.record(KIND, Path(spec), Path(json.dumps(connection(self.rbd),
+            marker = self.record(KIND, Path(spec), Path(json.dumps(connection(loc),
                                                                     sort_keys=True)))
-        _rbd(self.rbd, "create", "--size", f"{-(-self.size // (1 << 20))}M", spec,
-             timeout=self.rbd.connect_timeout * 2 + 60)
+        _rbd(loc, "create", "--size", f"{-(-self.size // (1 << 20))}M", spec,
+             timeout=loc.connect_timeout * 2 + 60)
         self._made.append(name)
         if marker:
-            _rbd(self.rbd, "image-meta", "set", spec, OWNER_KEY, _marker_value(marker))
+            _rbd(loc, "image-meta", "set", spec, OWNER_KEY, _marker_value(marker))
         image = Image(path=Path(f"rbd:{spec}"), format="raw", preallocation="off",
                       size=-(-self.size // (1 << 20)) << 20, network=self.volume(name))
         self._images[key] = image
@@ -282,13 +453,13 @@ class RbdPool(NetworkTarget):
         """How fio and QEMU reach image ``name`` (the run's ceph.conf holds the monitors, the
         keyring's path and the timeouts; QEMU also gets the monitors and auth as Proxmox VE
         gives them: pve-storage's RBDPlugin qemu_blockdev_options)."""
-        assert self.conf is not None
-        rbd = self.rbd
+        assert self.conf is not None and self.location is not None
+        rbd = self.location
         node: dict[str, Any] = {"pool": rbd.pool, "image": name}
         if rbd.namespace:
             node["namespace"] = rbd.namespace
         node["conf"] = str(self.conf)
-        monitors = rbd.monitors or tuple(monitors_of_conf(rbd.conf))  # type: ignore[arg-type]
+        monitors = rbd.monitors
         node["server"] = [{"host": h, "port": p or "3300"} for h, p in map(_host_port, monitors)]
         auth = "cephx" if rbd.keyring else None
         if auth:
@@ -326,9 +497,11 @@ def remove_recorded(path: str, within: str, marker: str, *, dry_run: bool = Fals
     (killed between create and marking). Returns what was done: removed, would remove, gone,
     or left (with why). ``TargetUnreachable`` when the cluster cannot be reached."""
     try:
-        rbd = RbdTarget.model_validate(json.loads(within))
-    except (ValueError, TypeError) as exc:
-        return f"left: the record's connection is not one iomatrix wrote ({exc})"
+        rbd = stored_location(within)
+    except ValueError as exc:
+        return f"left: the record's connection is not one iomatrix writes ({exc})"
+    except IomatrixError as exc:          # a file it names fails rule 1, say: never used
+        return f"left: never handed to rbd: {exc}"
     name = path.rsplit("/", 1)[-1]
     if not name.startswith(PREFIX) or path.rsplit("/", 1)[0] != rbd.spec:
         return "left: not an image name iomatrix gives"
@@ -343,7 +516,7 @@ def remove_recorded(path: str, within: str, marker: str, *, dry_run: bool = Fals
     return "removed"
 
 
-def _image_meta(rbd: RbdTarget, spec: str) -> str | None:
+def _image_meta(rbd: RbdLocation, spec: str) -> str | None:
     """The image's ``iomatrix.owner`` metadata, None when it has none."""
     done = _call(rbd, "image-meta", "get", spec, OWNER_KEY)
     if done.returncode == 0:
