@@ -100,8 +100,9 @@ def test_host_and_blocklayer_on_rbd(tmp_path: Path, cluster: ceph.Cluster) -> No
     advice = cli_result("recommend", "1", "--for", "proxmox", "--db", str(db), cwd=tmp_path)
     assert advice.returncode == 0, advice.stderr
     assert "(storage type rbd)" in advice.stdout
-    line = next(x for x in advice.stdout.splitlines() if x.startswith("qm set"))
-    assert "aio=" not in line and "no aio= written: on librbd" in advice.stdout
+    pasted = advice.stdout[advice.stdout.index("\nqm set"):].split("\n#")[0]
+    notes = advice.stdout.replace("\n#   ", " ")          # a note continues on lines of "#   "
+    assert "aio=" not in pasted and "no aio= written: on librbd" in notes
 
 
 @pytest.mark.parametrize("case", ["monitor", "key", "pool"])

@@ -24,6 +24,7 @@ from iomatrix.qemu.procinspect import inspect_process
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.recommend.decide import Recommendation, recommend
 from iomatrix.recommend.render import render
+from iomatrix.recommend.verdict import pasted_lines
 from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.expand import invalid_reason
@@ -447,7 +448,13 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return cli_result("recommend", *args)
 
 
-def test_cli_prints_table_rule_and_paste(tmp_path: Path) -> None:
+def _pasted(lines: list[str]) -> str:
+    """The command after "# ready to paste", its continuation lines joined as the shell would."""
+    block = lines[lines.index(next(l for l in lines if l.startswith("# ready to paste"))) + 1:]
+    return " ".join(l.strip().removesuffix(" \\") for l in block if not l.startswith("#"))
+
+
+def test_cli_leads_with_the_verdict_then_the_paste(tmp_path: Path) -> None:
     make_run(tmp_path, "guest", SEED_000, seed_000_effect, accelerator="tcg")
     db = str(tmp_path / "r.db")
     result = cli("last", "--for", "proxmox", "--db", db, "--vmid", "100",
@@ -455,18 +462,88 @@ def test_cli_prints_table_rule_and_paste(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "run 1 · suite synthetic · recommendation for Proxmox VE (storage type lvm)"
-    assert lines[1].startswith("EMULATED (TCG)")
-    assert "guest configurations all have controller=virtio-scsi-single, cache=none, format=raw" in lines
+    assert lines[1].startswith("⚠ EMULATED (TCG)")
+    verdict = lines[lines.index("verdict (IOPS against the reference, with its 95 % CI):") + 1:]
+    # one line per parameter, in order: what to do, the setting, the gain and its CI
+    rows = [line.split() for line in verdict if line.startswith("  ") and not line.startswith("   ")]
+    assert [r[0] if r[0] != "not" else " ".join(r[:2]) for r in rows][:5] == [
+        "not measured", "keep", "keep", "not measured", "not measured"]
+    iothread = " ".join(next(verdict[i:i + 2] for i, line in enumerate(verdict) if "iothread=on" in line))
+    assert re.search(r"^  keep +iothread=on +off: −1[23]\.\d % IOPS \(95 % CI −\S+ … −\S+ %\), +"
+                     r"significantly fewer IOPS$", iothread), iothread
     # on thick LVM the default aio is native already: nothing to change
-    assert any("Async IO (aio=)" in line and "native (default)" in line for line in lines)
-    assert any(line.startswith("rule: A level other than the platform's default") for line in lines)
-    assert lines[-1] == ("qm set 100 --scsihw virtio-scsi-single "
-                         "--scsi0 local-lvm:vm-100-disk-1,aio=native,iothread=1,cache=none")
+    assert any(line.split()[:2] == ["keep", "aio=native"] for line in verdict)
+    assert "iomatrix recommend last --explain" in result.stdout
+    assert "rule:" not in result.stdout and "what it does" not in result.stdout
+    assert _pasted(lines) == ("qm set 100 --scsihw virtio-scsi-single "
+                              "--scsi0 local-lvm:vm-100-disk-1,aio=native,iothread=1,cache=none")
+    assert max(map(len, lines)) <= 100
 
+    explained = cli("last", "--for", "proxmox", "--db", db, "--storage-type", "lvm", "--explain")
+    lines = explained.stdout.splitlines()
+    assert explained.returncode == 0 and max(map(len, lines)) <= 100
+    assert "guest configurations all have controller=virtio-scsi-single, cache=none, format=raw" in lines
+    assert "Async IO (aio=): native (default)" in lines
+    assert any(line.startswith("  Proxmox VE default: ") for line in lines)
+    assert any(line.startswith("rule: A level other than the platform's default") for line in lines)
+    assert any(line.startswith("  · off vs on: IOPS ") for line in lines)
+
+    qemu = cli("last", "--db", db).stdout.splitlines()     # made for QEMU: iomatrix's own graph
+    assert qemu[0] == "run 1 · suite synthetic · recommendation for QEMU 7.2"
+    assert any(re.search(r"^  set +iothread=on +\+1[45]\.\d % IOPS \(95 % CI \+\S+ … \+\S+ %\) "
+                         r"over off$", line) for line in qemu), qemu
     libvirt = cli("last", "--for", "libvirt", "--db", db)
     assert libvirt.returncode == 0 and "<driver iothread='1'/>" in libvirt.stdout
     bad = cli("last", "--for", "vmware", "--db", db)
     assert bad.returncode == 2 and "choose proxmox, libvirt, qemu" in bad.stderr
+
+
+def _shell_words(text: str) -> list[str]:
+    """The words ``sh`` reads from ``text`` (a pasted command's arguments)."""
+    done = subprocess.run(["sh", "-c", f"for a in {text}\ndo printf '%s\\0' \"$a\"; done"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.split("\0")[:-1]
+
+
+def test_what_is_pasted_is_wrapped_where_it_still_pastes() -> None:
+    """A pasted line longer than the terminal is broken where the shell reads it back the same:
+    a -blockdev JSON between its members (whitespace JSON allows, inside the quotes), a
+    -device's options after a comma (backslash-newline joins them), a qm set line between its
+    arguments."""
+    import json
+
+    config = qemu_configs()[0]
+    for platform in ("qemu", "proxmox"):
+        pasted = render(platform, config, vmid="100", volume="local-lvm:vm-100-disk-0",
+                        image="/var/lib/images/a-long-name-for-an-image-file.qcow2")
+        lines = pasted_lines(platform, pasted, 60)
+        # only a member, option or argument longer than the line itself may pass it
+        assert all(len(line) <= 60 or len(line.removesuffix(" \\").split()) == 1
+                   for line in lines), lines
+        assert len(lines) > len(pasted.text.splitlines())
+        words, before = _shell_words("\n".join(lines)), _shell_words(pasted.text)
+        assert [json.loads(w) if w.startswith("{") else w for w in words] == [
+            json.loads(w) if w.startswith("{") else w for w in before]
+
+
+@pytest.mark.parametrize(("method", "host", "title"), [
+    ({"mode": "guest", "platform": "proxmox", "pve_version": 8}, None, "Proxmox VE"),
+    (None, {"hostname": "pve1", "kernel": "6.8.12-4-pve"}, "Proxmox VE"),
+    ({"mode": "guest", "platform": "libvirt"}, None, "libvirt"),
+    (None, {"hostname": "h", "kernel": "6.1.0-40-amd64"}, "QEMU"),
+])
+def test_for_defaults_to_what_the_run_was_made_for(tmp_path: Path, method: dict[str, str | int] | None,
+                                                   host: dict[str, str] | None, title: str) -> None:
+    configs = [c for c in configurations("guest", SEED_000) if invalid_reason(c) is None]
+    with Store(tmp_path / "r.db") as store:
+        write_run(store, configs, WORKLOADS, lambda c, w, i: Figures(1000 * seed_000_effect(c),
+                  4096e3, 1e6, 2e6), method=method, host=host)
+    done = cli("1", "--db", str(tmp_path / "r.db"))
+    assert done.returncode == 0, done.stderr
+    first, why = done.stdout.splitlines()[:2]
+    assert first.startswith(f"run 1 · suite synthetic · recommendation for {title}")
+    assert why.startswith("(the run ") and "--for" in done.stdout.split("verdict")[0]
+    assert f"# ready to paste ({title}" in done.stdout
 
 
 # -- QEMU: the arguments start a guest under TCG ----------------------------------------------
