@@ -114,6 +114,7 @@ def test_unusable_cluster_is_one_line_within_the_timeout(tmp_path: Path, cluster
     fresh = subprocess.run(["ceph-authtool", "--gen-print-key"], capture_output=True, text=True,
                            timeout=30, check=True).stdout.strip()
     bad.write_text(f"[client.{ceph.CLIENT}]\n\tkey = {fresh}\n")
+    bad.chmod(0o600)                 # a keyring others may read is refused before (F8)
     change = {"monitor": {"monitors": f'["127.0.0.1:{free_port()}"]'},
               "key": {"keyring": f'"{bad}"'},
               "pool": {"pool": '"no-such-pool"'}}[case]

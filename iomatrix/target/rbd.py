@@ -38,6 +38,7 @@ import os
 import platform
 import re
 import secrets
+import stat
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -151,24 +152,15 @@ def _first_error(exc: ValueError) -> str:
     if errors is None:
         return str(exc).splitlines()[0]
     first = errors()[0]
-    return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    where = ".".join(map(str, first["loc"]))
+    return (f"{where}: " if where else "") + first["msg"].removeprefix("Value error, ")
 
 
 def read_conf(conf: Path, client: str, key: str) -> _Read:
     """The monitors (``mon_host`` in [global], else ``mon_addr`` of each [mon.*]), the fsid and
     the keyring's path (in [global], [client] or [client.NAME]) a user's ceph.conf names, each
     checked; every other option in it is ignored. The file is read only if it passes rule 1."""
-    chosen_by_us(conf, key, "librados")
-    try:
-        with open(conf, "rb") as f:
-            text = f.read(CONF_MAX + 1).decode()
-    except OSError as exc:
-        raise TargetError(f"{key} {conf}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise TargetError(f"{key} {conf}: not UTF-8 text") from None
-    if len(text) > CONF_MAX:
-        raise TargetError(f"{key} {conf}: over {CONF_MAX >> 20} MiB, not a ceph.conf")
-    found = _options(text, client)
+    found = _options(_conf_text_of(chosen_by_us(conf, key, "librados"), key), client)
     monitors: dict[str, None] = {}
     for name in ("mon_host", "mon_addr"):
         for value in found.get(name, []):
@@ -184,6 +176,29 @@ def read_conf(conf: Path, client: str, key: str) -> _Read:
         raise TargetError(f"{key} {conf}: fsid {fsid[:60]!r} is not a UUID")
     return _Read(tuple(monitors), fsid, _keyring(found.get("keyring", []), client,
                                                   f"{key} {conf}: keyring"))
+
+
+def _conf_text_of(conf: Path, key: str) -> str:
+    """The text of the regular file ``conf`` (a FIFO or device is never read), at most
+    ``CONF_MAX`` bytes; ``TargetError`` in one line otherwise."""
+    try:
+        fd = os.open(conf, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TargetError(f"{key} {conf}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TargetError(f"{key} {conf}: not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(CONF_MAX + 1)
+        except OSError as exc:
+            raise TargetError(f"{key} {conf}: cannot read it ({exc.strerror})") from None
+    if len(data) > CONF_MAX:
+        raise TargetError(f"{key} {conf}: over {CONF_MAX >> 20} MiB, not a ceph.conf")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise TargetError(f"{key} {conf}: not UTF-8 text") from None
 
 
 def _options(text: str, client: str) -> dict[str, list[str]]:
