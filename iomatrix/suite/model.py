@@ -356,7 +356,10 @@ DEFAULT_SCALE = "default"
 
 class SuiteInfo(Frozen):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """The suite's name: letters, digits, ``.``, ``_`` and ``-`` (stored with every run;
+    ``iomatrix runs --suite`` finds its runs by it)."""
     description: Printable = Field(default="", max_length=10_000)
+    """What the suite measures, in a sentence or two (``iomatrix suites`` shows it)."""
     scale: str | None = Field(default=None, max_length=40, pattern=SCALE_NAME)
     """The scale these tables were resolved at: written by iomatrix into the suite text it
     stores for a run started with ``--scale`` (that text has no [scale.NAME] tables left)."""
@@ -396,10 +399,21 @@ class Target(Frozen):
     ``iomatrix.target.network.resolve_storage``)."""
 
     directory: Path | None = None
+    """A directory on the storage to measure: the run makes a private directory there for its
+    images and removes it at the end. It and every directory above it must be root's (or the
+    user's) and writable by nobody else."""
     size: Size | None = None
+    """The size of each image ("4GiB"); on a device, the region measured (default: all of it).
+    Needed for a directory and a Ceph pool."""
     device: Path | None = None
+    """A whole block device ("/dev/nvme1n1"), written to and destroyed: needs
+    ``allow_destroy = true``, and is refused while it (or a partition of it) is mounted, is swap,
+    has holders (LVM, MD, dm-crypt) or cannot be opened exclusively."""
     allow_destroy: bool = False
+    """Says that the device or iSCSI LUN may be written to: what is on it is destroyed."""
     rbd: RbdTarget | None = None
+    """A Ceph RBD pool (``[target] rbd = { pool = ..., conf = ... }``): iomatrix creates its own
+    images there and removes them (``RbdTarget``)."""
     iscsi: IscsiTarget | None = None
     """[target.iscsi]: an iSCSI LUN, written to and destroyed like a device
     (``iomatrix.target.iscsi``)."""
@@ -501,21 +515,30 @@ class Reference(Frozen):
     configuration, in the same rounds as the matrix."""
 
     platform: Literal["proxmox", "libvirt"]
+    """Whose definition the VM's is: proxmox (``ID.conf``) or libvirt (domain XML)."""
     pve_version: PveVersion | None = None
     """Proxmox VE: the generation whose command line the VM gets (its machine version)."""
     disk: str = Field(max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    """The disk's name in the definition: ``scsi0``, ``virtio0`` (Proxmox VE) or ``vda``
+    (libvirt)."""
     written: Printable = ""
     """The disk as the file states it."""
     storage: Printable = ""
     """Where the volume lives on the VM's host (storage type, or file/block)."""
     controller: Controller | None = None
+    """The disk's controller (bus)."""
     aio: Aio | None = None
     """None: a disk on librbd, which has no aio."""
     iothread: StrictBool = False
+    """Whether the disk has an iothread."""
     cache: Cache
+    """The disk's cache mode."""
     format: Format
+    """The disk's image format."""
     num_queues: int = Field(default=0, ge=0, le=65535)
+    """The disk's queues; 0: QEMU's default."""
     queue_size: int = Field(default=0, ge=0, le=65535)
+    """The disk's virtqueue size; 0: QEMU's default."""
     notes: tuple[Printable, ...] = ()
     """What the file sets that iomatrix does not reproduce, or reads as a default."""
 
@@ -533,6 +556,8 @@ class NamedTarget(Target):
     working_set, allow_tmpfs)."""
 
     name: str = Field(min_length=1, max_length=40, pattern=TARGET_NAME)
+    """What the target is called: letters, digits, ``.``, ``_`` and ``-``; part of every
+    configuration's key (``.../target=NAME``) and label (``... on NAME``)."""
     filesystem: TargetFilesystem | None = None
     """The directory's filesystem must be this one: the directory itself when it is on it,
     otherwise a filesystem iomatrix makes on a loop device backed by a file in the run's
@@ -556,11 +581,22 @@ class Matrix(Frozen):
     """The disk settings swept; defaults are Proxmox VE's for a new Linux VM."""
 
     controller: _axis(Controller) = ("virtio-scsi-single",)
+    """The disk controller (bus) the guest sees: virtio-blk, virtio-scsi, virtio-scsi-single,
+    pvscsi, lsi, megasas, sata, ide or nvme (guest mode)."""
     aio: _axis(Aio) = ("io_uring",)
+    """How QEMU submits I/O to the host: native (Linux AIO; needs a direct cache, none or
+    directsync), io_uring, or threads (a thread pool)."""
     iothread: _axis(StrictBool) = (True,)
+    """A dedicated event-loop thread for the disk, off QEMU's main loop (guest mode; in
+    blocklayer mode it picks a FUSE export with an iothread over an NBD export)."""
     cache: _axis(Cache) = ("none",)
+    """QEMU's cache mode: none, directsync, writethrough, writeback or unsafe (writethrough,
+    writeback and unsafe go through the host page cache)."""
     format: _axis(Format) = ("raw",)
+    """The image format: raw or qcow2."""
     preallocation: _axis(Preallocation) = ("off",)
+    """How much of each image is allocated when it is created: off, metadata (qcow2), falloc
+    or full."""
     data_path: _axis(DataPath) = ("emulated",)
     """emulated: QEMU's device model serves the disk; vhost-user-blk: qemu-storage-daemon does."""
     num_queues: _axis(Annotated[int, Field(ge=0, le=65535)]) = (0,)
@@ -574,6 +610,9 @@ class Matrix(Frozen):
     image's name. Absent: the [guest] image when there is one, else the appliance (and then
     the configurations' keys name no guest, as before the axis existed)."""
     skip_invalid: bool = False
+    """Drop the combinations QEMU refuses (aio=native without a direct cache, raw with
+    preallocation=metadata, an iothread on a controller that has none), listing them, instead of
+    refusing the suite."""
     from_vm: VmFile = None
     """A VM definition beside the suite (a Proxmox VE ``ID.conf`` or ``qm config`` output, or
     ``virsh dumpxml`` output): its disk's settings are measured in the same rounds as the
@@ -600,6 +639,7 @@ class Part(Matrix):
     """An extra part of a suite: its own mode and matrix, the suite's target and workloads."""
 
     mode: Mode
+    """The part's mode: host, blocklayer or guest."""
     under_tcg: Literal["all", "one", "skip"] = "all"
     """When guests run emulated (TCG): every trial, only the first configuration's first
     workload (to show the chain works), or none."""
@@ -629,7 +669,9 @@ class Ioping(Frozen):
     it) fio's equivalent job; ``iomatrix.fio.ioping`` says what each does and why they agree."""
 
     count: int = Field(default=10, ge=2, le=100_000)
+    """Requests, as ioping's ``-c`` (at least 2)."""
     interval: Annotated[Duration, AfterValidator(_whole_ms)] = 1.0
+    """Time between requests, as ioping's ``-i`` ("1s", "20ms"): whole milliseconds."""
 
     @property
     def interval_text(self) -> str:
@@ -659,9 +701,13 @@ class WorkloadGroup(Frozen):
     """One [workloads] table: the cross product of its axes."""
 
     rw: _axis(Rw) = ("randread",)
+    """fio's rw: read, write, randread, randwrite, rw (readwrite) or randrw."""
     bs: _axis(BlockSize) = (4096,)
+    """Block size: bytes, or with a unit as fio writes it ("4k", "64k", "1m")."""
     iodepth: _axis(Annotated[int, Field(ge=1, le=65536)]) = (1,)
+    """Queue depth of each job (fio's iodepth)."""
     numjobs: _axis(Annotated[int, Field(ge=1, le=1024)]) = (1,)
+    """fio jobs run at once on the target, each with its own queue."""
     rate_iops: _axis(Annotated[int, Field(ge=0, le=1_000_000_000)]) = (0,)
     """0 means unlimited."""
     options: dict[str, str] = {}
@@ -786,8 +832,12 @@ guest uptime at a load of 13; under KVM the same boot takes seconds."""
 
 class Method(Frozen):
     mode: Mode = "blocklayer"
+    """How each configuration is measured: host (fio directly on the target), blocklayer
+    (qemu-storage-daemon holds the image, fio drives it from the host) or guest (VMs, fio inside)."""
     ramp: Duration = 2.0
+    """fio's ramp time before each trial measures ("2s")."""
     runtime: Duration = 10.0
+    """How long each trial measures ("10s"); not used with steady_state."""
     samples: int = Field(default=1, ge=1, le=1000)
     """Fixed repetitions of every point, interleaved across configurations."""
     target_ci: Fraction | None = None
@@ -799,6 +849,7 @@ class Method(Frozen):
     fixed by samples (as when absent, for a [scale.NAME] table to switch off what the suite's
     own [method] switched on)."""
     max_samples: int = Field(default=10, ge=1, le=1000)
+    """With target_ci or pilot: at most this many rounds (``samples``: at least)."""
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     """Seed of the trial order's shuffle; a random one is drawn and recorded when absent."""
     steady_state: bool = False
@@ -806,7 +857,10 @@ class Method(Frozen):
     <= 20 % of their mean, least-squares excursion <= 10 %), between min_runtime and
     max_runtime; runtime is then not used. Host and blocklayer modes."""
     min_runtime: Duration = 5.0
+    """With steady_state, no trial stops before this."""
     max_runtime: Duration = 60.0
+    """With steady_state, a trial stops at this even if not steady; with pilot, the longest
+    trial it may choose."""
     baseline: bool = False
     """Also measure every workload in host mode on the same target (the bare-metal baseline)."""
     on_node_failure: Literal["continue", "stop"] = "continue"
@@ -820,6 +874,7 @@ class Method(Frozen):
     vms: int = Field(default=1, ge=1, le=64)
     """Guests booted at once per configuration, each with its own image (guest mode)."""
     vcpus: int = Field(default=2, ge=1, le=64)
+    """vCPUs of each guest (guest mode)."""
     memory: GuestMemory = 512 * 1024 * 1024
     """Guest memory, with a unit ("512MiB"), whole MiB, at least MIN_GUEST_MEMORY_MIB."""
     accel: Accel = "auto"
@@ -951,12 +1006,20 @@ class Scale(Frozen):
     refused)."""
 
     description: Printable = Field(default="", max_length=10_000)
+    """What the scale is for ("a few minutes: ..."); ``iomatrix suites`` and ``run --plan``
+    show it."""
     target: dict[str, Any] = {}
+    """``[scale.NAME.target]``: [target] keys that replace the suite's own, key by key."""
     matrix: dict[str, Any] = {}
+    """``[scale.NAME.matrix]``: [matrix] keys that replace the suite's own, key by key."""
     method: dict[str, Any] = {}
+    """``[scale.NAME.method]``: [method] keys that replace the suite's own, key by key."""
     workloads: list[dict[str, Any]] | None = None
+    """``[[scale.NAME.workloads]]``: replaces the suite's whole [[workloads]] list."""
     part: list[dict[str, Any]] | None = None
+    """``[[scale.NAME.part]]``: replaces the suite's whole [[part]] list."""
     targets: list[dict[str, Any]] | None = None
+    """``[[scale.NAME.targets]]``: replaces the suite's whole [[targets]] list."""
 
     @field_validator("workloads", mode="before")
     @classmethod
@@ -1006,10 +1069,15 @@ class FindingWorkloads(Frozen):
     """Which of a run's workloads a claim is about; an absent key takes every value."""
 
     rw: tuple[Rw, ...] | None = None
+    """Only these fio rw values."""
     bs: tuple[BlockSize, ...] | None = None
+    """Only these block sizes."""
     iodepth: tuple[Annotated[int, Field(ge=1)], ...] | None = None
+    """Only these queue depths."""
     numjobs: tuple[Annotated[int, Field(ge=1)], ...] | None = None
+    """Only these job counts."""
     rate_iops: tuple[Annotated[int, Field(ge=0)], ...] | None = None
+    """Only these IOPS caps."""
 
     @field_validator("rw", "bs", "iodepth", "numjobs", "rate_iops", mode="before")
     @classmethod
@@ -1032,27 +1100,43 @@ class Finding(Frozen):
     it is checked in (default: guest, and blocklayer where ``axis`` is one of BLOCKLAYER_AXES)."""
 
     id: str = Field(min_length=1, max_length=60, pattern=FINDING_ID)
+    """The claim's name within the suite: letters, digits, ``.``, ``_`` and ``-``."""
     study: Printable = Field(min_length=1, max_length=200)
     """The citation: seed and section ("seed 000 §FINDINGS")."""
     claim: Printable = Field(min_length=1, max_length=1000)
+    """The conclusion, as the study states it."""
     published: Printable = Field(min_length=1, max_length=1000)
     """The figure the study published for it, in its words and numbers."""
     kind: FindingKind
+    """The form of the claim: effect, ranking, equivalence or baseline (above)."""
     axis: Literal["controller", "data_path", "aio", "iothread", "cache", "format",
                   "preallocation", "num_queues", "queue_size", "vms", "target"] | None = None
     """target: the run's targets by name ([[targets]] name, or a [target] filesystems entry)."""
     level: Level | None = None
+    """The level the claim is about (effect, equivalence, baseline)."""
     reference: Level | None = None
+    """The level it is compared with (effect, equivalence)."""
     best: Levels = ()
+    """ranking: the levels that beat every other."""
     worst: Levels = ()
+    """ranking: the levels every other beats."""
     levels: Levels = ()
+    """ranking: the levels compared; absent: every level the run has."""
     metric: FindingMetric = "iops"
+    """What is compared: iops, bw_bytes, lat_mean_ns or lat_p99_ns."""
     expect: Literal["better", "worse"] | None = None
+    """effect: better or worse, in the metric's own sense (lower latency is better)."""
     at_least: Percent | None = None
+    """effect: by at least this much ("10%"); baseline: at least this share of bare metal
+    ("90%")."""
     margin: Fraction | None = None
+    """equivalence: within plus or minus this ("5%")."""
     where: dict[str, Levels] = {}
+    """Only the configurations with these values (``{ cache = "none" }``)."""
     per: tuple[str, ...] = ()
+    """Axes at each level of which the claim must hold separately."""
     workloads: FindingWorkloads = FindingWorkloads()
+    """Which of the run's workloads the claim is about (``FindingWorkloads``); absent: all."""
     modes: tuple[FindingMode, ...] = ()
     """Empty: the default above, guest first (the study's own mode decides where measured)."""
 
