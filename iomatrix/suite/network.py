@@ -119,6 +119,7 @@ class IscsiTarget(Frozen):
     target: str = Field(max_length=223)
     """The target's name: ``iqn.…``, ``eui.…`` or ``naa.…``."""
     lun: Annotated[int, Field(ge=0, le=16383)] = 0
+    """The LUN's number (0 when left out)."""
     chap: Path | None = None
     """A file holding ``user = "…"`` and ``password = "…"`` (TOML), mode 0600: read when a
     session starts, never copied anywhere."""
