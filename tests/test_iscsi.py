@@ -309,10 +309,9 @@ def test_run_on_an_iscsidirect_storage_id(tmp_path: Path, tgt: Tgt, no_leftovers
     assert bad.returncode == ExitStatus.SUITE_INVALID and "type lvm" in bad.stderr
 
 
-def test_the_readme_suite_plans_against_a_real_lun(tmp_path: Path, tgt: Tgt) -> None:
-    """The README's "Measure an iSCSI LUN" suite, pointed at the test's LUN, as pasted."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("### Measure an iSCSI LUN"):]
+def test_the_howto_suite_plans_against_a_real_lun(tmp_path: Path, tgt: Tgt) -> None:
+    """The "Measure an iSCSI LUN" how-to's suite, pointed at the test's LUN, as pasted."""
+    section = (Path(__file__).parent.parent / "docs/how-to/iscsi.md").read_text()
     text = section[section.index("```toml\n") + 8:section.index("```\n", section.index("```toml"))]
     text = (text.replace("192.0.2.10:3260", tgt.portal)
             .replace("iqn.2003-01.org.example:storage", tgt.iqn).replace('"4GiB"', '"16MiB"'))

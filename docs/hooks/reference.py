@@ -64,10 +64,16 @@ def _commands() -> list[tuple[str, Any, Any]]:
 
 
 def cli_commands() -> dict[str, list[str]]:
-    """Every command's full name (``iomatrix db copy``) and its options' and arguments' names:
-    what the CLI reference must hold (tests/test_site.py)."""
-    return {name: [o for p in command.params for o in (*p.opts, *p.secondary_opts)]
-            for name, command, _ in _commands()}
+    """Every command's full name (``iomatrix db copy``) and its options (``--for``) and
+    arguments as ``--help`` shows them (``RUN [RUN...] <list[str]>``): what the CLI reference
+    must hold (tests/test_site.py)."""
+    found = {}
+    for name, command, ctx in _commands():
+        found[name] = [o for p in command.params if getattr(p, "param_type_name", "") == "option"
+                       for o in (*p.opts, *p.secondary_opts)]
+        found[name] += [p.get_help_record(ctx)[0] for p in command.params
+                        if getattr(p, "param_type_name", "") == "argument"]
+    return found
 
 
 def cli_reference() -> str:
