@@ -776,10 +776,13 @@ class OwnGuest(Frozen):
     name: str | None = Field(default=None, max_length=40, pattern=TARGET_NAME)
     """The guest's name on the ``guest`` axis; default: the image's file name without suffix."""
     os: GuestOs = "linux"
+    """linux (a NoCloud seed starts fio in it) or windows (prepared once; fio then runs with
+    windowsaio on the disk as the guest names it)."""
     kernel: Path | None = None
     """Boot this kernel (and ``initrd``) with ``-kernel`` instead of the image's bootloader:
     an image that is a bare filesystem (no partition table, no bootloader)."""
     initrd: Path | None = None
+    """With ``kernel``: its initrd."""
     append: Printable = Field(default="root=/dev/vda rw", max_length=1000)
     """The kernel command line with ``kernel`` (console=ttyS0 is added)."""
     ready_timeout: Duration = 120.0
@@ -1220,9 +1223,15 @@ class Nodes(Frozen):
     proxmox: bool = False
     """Every node of the Proxmox VE cluster this host is in (``/etc/pve/.members``)."""
     user: str | None = None
+    """The user SSH logs in as on every node (``user@`` in ``hosts`` wins)."""
     port: int | None = Field(default=None, ge=1, le=65535)
+    """SSH's port on every node (``:port`` in ``hosts`` wins)."""
     identity: str | None = None
+    """The private key SSH uses (rule 1: only a file nobody but root or the user could have
+    written)."""
     known_hosts: str | None = None
+    """The known_hosts file with every node's host key; absent: the user's and the
+    system's. An unknown or changed key refuses the node."""
     ssh_config: str | None = None
     command: str | None = None
     """The iomatrix program on the nodes (default: ``iomatrix`` on their login PATH)."""

@@ -66,9 +66,15 @@ class RbdTarget(Frozen):
     keyring's path from it, and writes a ceph.conf of its own (``iomatrix.target.rbd``)."""
 
     pool: CephName
+    """The pool the images are made in."""
     namespace: CephName | None = None
+    """An RBD namespace in the pool; absent: none."""
     conf: CephFile | None = None
+    """The cluster's ceph.conf: iomatrix reads only the monitors, the fsid and the
+    keyring's path from it and hands it to no program (it writes a ceph.conf of its own); or give
+    ``monitors``."""
     monitors: tuple[Monitor, ...] = ()
+    """The monitors' addresses (``"192.0.2.10:3300"``), instead of ``conf``."""
     client: CephName = "admin"
     """The cephx user without ``client.`` (Proxmox VE's ``username``)."""
     keyring: CephFile | None = None
