@@ -52,7 +52,7 @@ def resolve_vm(suite: Suite) -> Suite:
         raise SuiteError(f"{where}: {disk.name} is on librbd ({disk.storage}), which has no aio "
                          "and is reached over the network: measure it on a Ceph pool",
                          hint="set [target] rbd = { pool = ..., conf = ..., client = ..., "
-                              "keyring = ... } (README: Measure your Ceph pool)")
+                              "keyring = ... } (docs/how-to/ceph.md: Measure your Ceph pool)")
     try:
         reference = _reference(result, disk, suite.method.mode, where)
     except ValidationError as exc:
