@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
+from iomatrix.core.text import printable
 from iomatrix.platform.settings import Pasted
 from iomatrix.recommend.decide import RULE, Decision, Evidence, Recommendation, _figure
 from iomatrix.recommend.defaults import TITLES, Platform
@@ -45,6 +46,7 @@ def _wrap(text: str, width: int, first: str = "", rest: str | None = None) -> li
     """``text`` in lines of at most ``width`` columns, the first led by ``first``, the others
     by ``rest`` (blanks as wide as ``first`` by default)."""
     rest = " " * len(first) if rest is None else rest
+    text = printable(text)          # escaped before it is measured (a stored string, a note)
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
                          break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
 
@@ -53,7 +55,7 @@ def header(rec: Recommendation, width: int, why: str | None = None) -> list[str]
     """Which run, for which platform (and, when ``--for`` was not given, ``why``), the warnings
     and the answer relative to the user's VM."""
     storage = f" (storage type {rec.storage})" if rec.platform == "proxmox" else ""
-    lines = [f"run {rec.run_id} · suite {rec.suite_name} · recommendation for "
+    lines = [f"run {rec.run_id} · suite {printable(rec.suite_name)} · recommendation for "
              f"{TITLES[rec.platform]}{storage}"]
     if why:
         others = " or ".join(p for p in TITLES if p != rec.platform)
