@@ -20,7 +20,7 @@ import pytest
 
 from iomatrix.appliance.guestfio import guest_fio_status
 from iomatrix.appliance.kernel import default_cache_dir
-from iomatrix.appliance.ownimage import (GUEST_MARKER, NETWORK_CONFIG, SEED_LABEL,
+from iomatrix.appliance.ownimage import (GUEST_MARKER, NETWORK_CONFIG, SEED_LABEL, ImageFile,
                                          check_overlay_space, inspect_image, make_overlay,
                                          overlay_worst_case,
                                          make_seed, parse_guest_line, system_argv, user_data,
@@ -107,10 +107,12 @@ def test_the_system_disk_is_an_overlay_over_the_read_only_image(tmp_path: Path) 
     info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(overlay)],
                                      capture_output=True, text=True, check=True).stdout)
     assert info["virtual-size"] == 1 << 20 and "backing-filename" not in info
-    argv = system_argv(base, overlay, None, bootloader=True)
+    argv = system_argv(base, overlay, None, bootloader=True, fd=9)
+    assert argv[:2] == ["-add-fd", f"fd=9,set=1,opaque={raw}"]   # QEMU reads what was checked
     nodes = [json.loads(v) for k, v in zip(argv, argv[1:]) if k == "-blockdev"]
     by_name = {n["node-name"]: n for n in nodes}
     assert by_name["guestos-base-file"]["read-only"] and by_name["guestos-base"]["read-only"]
+    assert by_name["guestos-base-file"]["filename"] == "/dev/fdset/1"
     assert by_name["guestos-root"]["backing"] == "guestos-base"
     assert not by_name["guestos-root-file"].get("read-only")
     assert "bootindex=0" in argv[-1]
@@ -229,7 +231,8 @@ def test_the_users_image_beside_each_platforms_disk_starts_in_qemu(
 
     base = tmp_path / "base.raw"
     base.write_bytes(b"\0" * (1 << 20))
-    own = inspect_image(base)
+    image = ImageFile(base)
+    own, fd = image.base, image.descriptor()
     overlay, seed, disk = tmp_path / "overlay.qcow2", tmp_path / "seed.iso", tmp_path / "d.raw"
     make_overlay(own, overlay)
     seed.write_bytes(b"\0" * (1 << 20))
@@ -246,16 +249,18 @@ def test_the_users_image_beside_each_platforms_disk_starts_in_qemu(
                      memory_bytes=128 << 20, qmp_socket=tmp_path / "q.sock",
                      serial_log=tmp_path / "serial.log", host_port=free_port(), name="t",
                      platform=platform, pve_version=version if platform == "proxmox" else None,
-                     libvirt=libvirt, system=tuple(system_argv(own, overlay, seed, bootloader=True)))
+                     libvirt=libvirt,
+                     system=tuple(system_argv(own, overlay, seed, bootloader=True, fd=fd)))
     argv = guest_argv(spec)
     assert "-kernel" not in argv and "restrict=on" in " ".join(argv)
     log = tmp_path / "qemu.log"
-    with managed(argv + ["-S"], log=log) as proc:
+    with image, managed(argv + ["-S"], log=log, pass_fds=(fd,)) as proc:
         assert wait_for(lambda: proc.poll() is not None or spec.qmp_socket.exists(),
                         timeout=30) and proc.poll() is None, read_text(log)
         seen = read_guest_settings(spec.qmp_socket)
         nodes = {n["node-name"]: n for n in qmp_execute(spec.qmp_socket,
                                                         [("query-named-block-nodes", None)])[0]}
+    os.close(fd)
     assert seen == expected_guest_settings(config, vcpus=1, platform=platform,  # type: ignore[arg-type]
                                            pve_version=spec.pve_version, libvirt=libvirt)
     assert nodes["guestos-base"]["ro"] and nodes["guestos-seed"]["ro"]

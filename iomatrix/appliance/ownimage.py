@@ -1,13 +1,19 @@
 """The user's own guest ([guest] image): their disk image booted instead of the appliance.
 
-The image is user input, and it is only ever read. :func:`inspect_image` takes it as a regular
-file (its path resolved once: a symlink is followed here and never again), asks ``qemu-img info``
-its format (raw or qcow2) and refuses a qcow2 image with a backing file (QEMU would open whatever
-path that names, and give it to the guest). Each guest gets an empty qcow2 overlay of the image's
+The image is user input, and it is only ever read. The image, kernel and initrd a suite names
+are used only if nobody but the invoking user could have chosen them (rule 1,
+:func:`iomatrix.core.trust.chosen_by_us`) and the suite's author can read them already
+(:func:`check_guest_files`): a guest shows whoever wrote the suite what it reads. The image is
+then opened once (:class:`ImageFile`: a regular file, read-only) and everything after reads that
+descriptor: ``qemu-img info`` its format (raw or qcow2; a qcow2 with a backing file or an
+external data file is refused: QEMU would open whatever path those name, and give it to the
+guest), and each QEMU gets it by ``-add-fd`` as ``/dev/fdset/N``, so the path swapped after the
+checks changes nothing. Each guest gets an empty qcow2 overlay of the image's
 size in its own directory of the run's scratch directory (:func:`make_overlay`), which reclaim
 removes after a ``kill -9`` like the rest of it. The overlay names no backing file: QEMU's
-command line stacks it on the image's nodes, opened ``read-only`` (:func:`system_blockdevs`),
-so every write of the guest lands in the overlay and the image is never opened for writing.
+command line stacks it on the image's nodes, opened ``read-only`` with ``"backing": null``
+(:func:`system_blockdevs`: a backing file the image's header names is never opened), so every
+write of the guest lands in the overlay and the image is never opened for writing.
 
 A Linux guest gets a NoCloud seed (:func:`make_seed`: an ISO 9660 volume ``cidata`` made with
 ``xorriso``) holding ``meta-data``, ``user-data``, a ``network-config`` that keeps cloud-init
@@ -38,10 +44,13 @@ from importlib import resources
 from pathlib import Path
 
 from iomatrix.appliance.protocol import (ERROR_MARKER, GUEST_FIO_PORT, GUEST_IP,
-                                         READY_MARKER)
+                                         READY_MARKER, console_line)
 from iomatrix.core.errors import EnvironmentProblem, NotEnoughSpace, ToolFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
+from iomatrix.core.trust import Author, chosen_by_us, readable_for
+from iomatrix.qemu.escape import qemu_escape
+from iomatrix.suite.model import OwnGuest
 from iomatrix.core.units import format_bytes
 from iomatrix.target.workspace import MARGIN, footprint, nearest_existing
 
@@ -55,44 +64,114 @@ SEED_DIR = "/run/iomatrix-seed"
 QEMU_IMG_TIMEOUT = 60.0
 XORRISO_TIMEOUT = 120.0
 WINDOWS_ENGINE = "windowsaio"
+IMAGE_FDSET = 1
+"""QEMU's fd set (``-add-fd set=``) that holds the image's descriptor: ``/dev/fdset/1``."""
+GUEST_FILES = ("image", "kernel", "initrd")
+"""The [guest] keys that name a file QEMU reads and the guest sees."""
 
 
 class BaseImage(Frozen):
-    """The user's image as :func:`inspect_image` found it."""
+    """The user's image as :class:`ImageFile` found it."""
 
     path: Path
-    """Resolved: no symlink left in it."""
+    """The file opened, every symlink resolved (what the guest reads is the descriptor's)."""
     format: str
     virtual_size: int
 
 
+def check_guest_files(own: OwnGuest, author: Author) -> None:
+    """UntrustedFile, in one line naming the key and the file, unless each of [guest] image,
+    kernel and initrd passes rule 1 (nobody but root or the invoking user could have chosen
+    it) and ``author``, the suite's, can read it already."""
+    for key in GUEST_FILES:
+        path = getattr(own, key)
+        if path is not None:
+            chosen_by_us(path, f"[guest] {key}", "QEMU")
+            readable_for(path, f"[guest] {key}", author)
+
+
+class ImageFile:
+    """The user's image opened once, read-only, and inspected through that descriptor
+    (``base``); :meth:`descriptor` gives each QEMU its own. EnvironmentProblem naming the image
+    when it is not a regular raw or qcow2 file standing alone."""
+
+    def __init__(self, path: Path) -> None:
+        try:        # O_PATH first: a FIFO or device is judged before anything opens it
+            held = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as exc:
+            raise EnvironmentProblem(f"[guest] image {path}: {exc.strerror or exc}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(held).st_mode):
+                raise EnvironmentProblem(f"[guest] image {path}: not a regular file (a raw or "
+                                         "qcow2 image file)")
+            self.fd = os.open(f"/proc/self/fd/{held}", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            os.close(held)
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{self.fd}"))
+            self.base = _inspect(path, real, self.fd)
+        except BaseException:
+            self.close()
+            raise
+
+    def descriptor(self) -> int:
+        """A new read-only descriptor of the same file (its own open file, for one QEMU's
+        locks); the caller closes it once QEMU has started."""
+        return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> ImageFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            self.close()
+
+
+def open_guest_image(own: OwnGuest, author: Author) -> ImageFile:
+    """[guest]'s image, opened and inspected once its files passed :func:`check_guest_files`."""
+    check_guest_files(own, author)
+    return ImageFile(own.image)
+
+
 def inspect_image(path: Path) -> BaseImage:
-    """``path`` as a guest's base image: a regular file, raw or qcow2, without a backing file.
-    EnvironmentProblem naming the image otherwise."""
+    """``path`` as a guest's base image (:class:`ImageFile`), the file closed again."""
+    with ImageFile(path) as image:
+        return image.base
+
+
+def _inspect(path: Path, real: Path, fd: int) -> BaseImage:
+    """What ``qemu-img info`` says of the descriptor ``fd`` (the image named ``path``): raw or
+    qcow2, with neither a backing file nor an external data file; EnvironmentProblem else."""
     try:
-        real = path.resolve(strict=True)
-        info = os.stat(real)
-    except OSError as exc:
-        raise EnvironmentProblem(f"[guest] image {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise EnvironmentProblem(f"[guest] image {path}: not a regular file (a raw or qcow2 "
-                                 "image file)")
-    try:
-        # -U: another VM may have it open; it is only read here and by the guests
-        out = run([require("qemu-img"), "info", "-U", "--output=json", str(real)],
-                  timeout=QEMU_IMG_TIMEOUT).stdout
+        # -U: another VM may have it open; it is only read here and by the guests. qemu-img
+        # info opens no backing or data file (it reads the header's names only).
+        out = run([require("qemu-img"), "info", "-U", "--output=json", f"/dev/fd/{fd}"],
+                  timeout=QEMU_IMG_TIMEOUT, pass_fds=(fd,)).stdout
         fields = json.loads(out)
     except (ToolFailed, ValueError) as exc:
         raise EnvironmentProblem(f"[guest] image {path}: qemu-img info failed: {exc}") from None
     fmt = fields.get("format")
+    convert = f"qemu-img convert -O qcow2 {path} NEW.qcow2"
     if fmt not in ("raw", "qcow2"):
         raise EnvironmentProblem(f"[guest] image {path}: {fmt} image; iomatrix boots raw or "
-                                 "qcow2 images",
-                                 hint=f"qemu-img convert -O qcow2 {path} NEW.qcow2")
+                                 "qcow2 images", hint=convert)
     if fields.get("backing-filename") or fields.get("full-backing-filename"):
         raise EnvironmentProblem(f"[guest] image {path}: it has a backing file "
-                                 f"({fields.get('backing-filename')}); give a standalone image",
-                                 hint=f"qemu-img convert -O qcow2 {path} NEW.qcow2")
+                                 f"({fields.get('backing-filename')!r}); give a standalone "
+                                 "image", hint=convert)
+    data_file = ((fields.get("format-specific") or {}).get("data") or {}).get("data-file")
+    if data_file:
+        raise EnvironmentProblem(f"[guest] image {path}: its data is in an external data file "
+                                 f"({data_file!r}), which QEMU would open as named; give a "
+                                 "standalone image", hint=convert)
     return BaseImage(path=real, format=fmt, virtual_size=int(fields["virtual-size"]))
 
 
@@ -126,14 +205,19 @@ def check_overlay_space(base: BaseImage, guests: int, directory: Path) -> None:
 
 
 def system_blockdevs(base: BaseImage, overlay: Path) -> list[dict[str, object]]:
-    """The system disk's nodes, bottom up: the image, read-only, under the overlay (node
-    ``guestos-root``). Node names start with ``guestos``: QMP readings of the disk under test
-    leave them out (:func:`iomatrix.qemu.args.read_guest_settings`)."""
+    """The system disk's nodes, bottom up: the image (the descriptor in :data:`IMAGE_FDSET`),
+    read-only and with no backing node whatever its header names, under the overlay (node
+    ``guestos-root``, whose backing is iomatrix's own). Node names start with ``guestos``: QMP
+    readings of the disk under test leave them out
+    (:func:`iomatrix.qemu.args.read_guest_settings`)."""
+    image: dict[str, object] = {"driver": base.format, "file": "guestos-base-file",
+                                "node-name": "guestos-base", "read-only": True}
+    if base.format == "qcow2":             # raw has no backing option
+        image["backing"] = None
     return [
-        {"driver": "file", "filename": str(base.path), "node-name": "guestos-base-file",
-         "read-only": True},
-        {"driver": base.format, "file": "guestos-base-file", "node-name": "guestos-base",
-         "read-only": True},
+        {"driver": "file", "filename": f"/dev/fdset/{IMAGE_FDSET}",
+         "node-name": "guestos-base-file", "read-only": True},
+        image,
         {"driver": "file", "filename": str(overlay), "node-name": "guestos-root-file"},
         {"driver": "qcow2", "file": "guestos-root-file", "backing": "guestos-base",
          "node-name": "guestos-root"},
@@ -141,11 +225,12 @@ def system_blockdevs(base: BaseImage, overlay: Path) -> list[dict[str, object]]:
 
 
 def system_argv(base: BaseImage, overlay: Path, seed: Path | None, *,
-                bootloader: bool) -> list[str]:
+                bootloader: bool, fd: int) -> list[str]:
     """QEMU arguments of a user's guest's system disk (virtio-blk, first: ``/dev/vda``) and of
     its seed (a read-only virtio-blk disk). ``bootloader``: the firmware boots the system disk
-    (no ``-kernel``)."""
-    argv: list[str] = []
+    (no ``-kernel``). ``fd``: the image's descriptor QEMU inherits
+    (:meth:`ImageFile.descriptor`), named with the image's path as the fd set's ``opaque``."""
+    argv = ["-add-fd", f"fd={fd},set={IMAGE_FDSET},opaque={qemu_escape(str(base.path))}"]
     for node in system_blockdevs(base, overlay):
         argv += ["-blockdev", json.dumps(node, separators=(",", ":"))]
     argv += ["-device", "virtio-blk-pci,id=guestos-root,drive=guestos-root"
@@ -216,8 +301,8 @@ def parse_guest_line(console_text: str) -> dict[str, str]:
                       console_text)
     if match is None:
         return {}
-    found = {"guest.kernel": match[1], "guest.os": match[2]}
-    return found | ({"guest.fio": match[3]} if match[3] else {})
+    found = {"guest.kernel": console_line(match[1]), "guest.os": console_line(match[2])}
+    return found | ({"guest.fio": console_line(match[3])} if match[3] else {})
 
 
 # --- Windows (its fio is installed in the image; nothing is booted here to test it) ----------
@@ -248,6 +333,7 @@ def version_mismatch(host: str, guest: str) -> str | None:
     want, have = _FIO_VERSION.search(host), _FIO_VERSION.search(guest)
     if want is not None and have is not None and want[0] == have[0]:
         return None
-    return (f"the guest's fio is {have[0] if have else guest.strip() or 'unknown'}, the host's "
+    theirs = console_line(have[0] if have else guest.strip())      # the guest's words
+    return (f"the guest's fio is {theirs or 'unknown'}, the host's "
             f"is {want[0] if want else host.strip() or 'unknown'}: fio's client and server must "
             "be the same version (install the guest's fio of the host's version)")

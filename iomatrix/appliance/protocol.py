@@ -8,9 +8,11 @@ the command line, prints one :data:`DISK_MARKER` line per disk, :data:`READY_MAR
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from iomatrix.core.errors import IomatrixError
 from iomatrix.core.model import Frozen
+from iomatrix.core.text import printable
 
 READY_MARKER = "IOMATRIX-READY"
 """Printed on the serial console once ``fio --server`` listens:
@@ -24,6 +26,12 @@ TRACE_MARKER = "IOMATRIX-TRACE"
 GUEST_FIO_PORT = 8765
 GUEST_IP = "10.0.2.15"
 """The guest's address on QEMU's user-mode network (10.0.2.0/24, gateway 10.0.2.2)."""
+CONSOLE_LINES = 5
+"""The most lines of a guest's console a failure reason carries: the console is the guest's
+(whatever its image prints), stored with the trial and shown to whoever reads the run."""
+CONSOLE_LINE_CHARS = 160
+"""A console line longer than this is cut (before its characters are escaped)."""
+_CONSOLE_TAIL_BYTES = 64 << 10
 MIN_MEMORY_MIB = 320
 """Guest memory the appliance needs, with a margin (288 MiB booted, 256 MiB did not: the ~90 MB
 initramfs that carried fio's libraries is held twice while it is unpacked; the static fio's is
@@ -93,8 +101,8 @@ def parse_disk_lines(console_text: str) -> list[GuestDisk]:
                 rotational=fields.get("rotational") == "1", driver=fields.get("driver", ""),
                 model=fields.get("model", "")))
         except (KeyError, ValueError) as exc:
-            raise IomatrixError(f"malformed {DISK_MARKER} line from the guest: {line.strip()!r}"
-                                ) from exc
+            raise IomatrixError(f"malformed {DISK_MARKER} line from the guest: "
+                                f"{console_line(line.strip())}") from exc
     return disks
 
 
@@ -103,5 +111,25 @@ def console_error(console_text: str) -> str | None:
     for line in console_text.replace("\r", "").splitlines():
         start = line.find(ERROR_MARKER)
         if start >= 0:
-            return line[start + len(ERROR_MARKER):].strip()
+            return console_line(line[start + len(ERROR_MARKER):].strip())
     return None
+
+
+def console_line(text: str) -> str:
+    """A line the guest printed, as iomatrix may repeat it: cut to :data:`CONSOLE_LINE_CHARS`,
+    control and bidi characters escaped (``iomatrix.core.text.printable``)."""
+    cut = text[:CONSOLE_LINE_CHARS] + ("..." if len(text) > CONSOLE_LINE_CHARS else "")
+    return printable(cut)
+
+
+def console_tail(console: Path, lines: int = CONSOLE_LINES) -> str:
+    """The last ``lines`` (at most :data:`CONSOLE_LINES`) lines of a guest's console log, each
+    a :func:`console_line`, joined by `` | ``; "" when it cannot be read."""
+    try:
+        with open(console, "rb") as log:
+            log.seek(max(0, log.seek(0, 2) - _CONSOLE_TAIL_BYTES))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = text.replace("\r", "").strip().split("\n")[-max(1, min(lines, CONSOLE_LINES)):]
+    return " | ".join(console_line(line) for line in kept)

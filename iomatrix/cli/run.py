@@ -14,6 +14,7 @@ from iomatrix.cli.common import (DEFAULT_DB, Db, environment, open_store, out, s
                                  write_report)
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.trust import Author
 from iomatrix.core.files import output_directory
 
 if TYPE_CHECKING:
@@ -153,16 +154,17 @@ def _print_overlay_space(prepared: PreparedRun) -> None:
     import shutil
     import tempfile
 
-    from iomatrix.appliance.ownimage import inspect_image, overlay_worst_case
+    from iomatrix.appliance.ownimage import open_guest_image, overlay_worst_case
     from iomatrix.core.errors import EnvironmentProblem
     from iomatrix.core.units import format_bytes
 
     own = prepared.suite.guest
     assert own is not None
     guests = own.guests_at_once(prepared.full.configurations, prepared.suite.method.vms)
-    try:
-        each = overlay_worst_case(inspect_image(own.image))
-    except EnvironmentProblem as exc:
+    try:        # the run's own checks: qemu-img reads no file the suite may not name
+        with open_guest_image(own, prepared.suite.author) as image:
+            each = overlay_worst_case(image.base)
+    except (EnvironmentProblem, SuiteError) as exc:
         out.print(f"warning: {exc}", markup=False, soft_wrap=True)
         return
     tmp = tempfile.gettempdir()
@@ -188,6 +190,18 @@ def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
                                  param_hint="--seed")
     if seed is not None and not -(2**63) <= seed < 2**63:
         raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
+
+
+def store_author(db: str) -> Author:
+    """Who could have written the results database ``db`` (a resumed run's suite is its
+    text): an SQLite file's ``author_of``; anyone with the role, for a PostgreSQL store."""
+    from iomatrix.core.trust import ANYONE, author_of
+    from iomatrix.store.location import PgUrl, parse_location
+
+    location = parse_location(db)
+    if isinstance(location, PgUrl):
+        return Author(ANYONE, f"the shared store {location.shown}")
+    return author_of(location, f"database {location}")
 
 
 def _to_resume(db: Path, resume: str, *, retry_failed: bool) -> StoredRun | None:
@@ -343,6 +357,7 @@ def run(
     from iomatrix.cli.progress import TerminalProgress
     from iomatrix.measure.runner import run_suite
     from iomatrix.suite import load_suite
+    from iomatrix.suite.load import with_author
 
     _check_options(accel=accel, retry_failed=retry_failed, resume=resume, scale=scale,
                    seed=seed)
@@ -359,7 +374,7 @@ def run(
         stored = _to_resume(db, resume, retry_failed=retry_failed)
         if stored is None:
             return
-        loaded = stored.suite.runnable()
+        loaded = with_author(stored.suite.runnable(), store_author(db))
     else:
         from iomatrix.measure.fromvm import resolve_vm
 

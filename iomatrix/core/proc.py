@@ -117,16 +117,18 @@ def orphan_guard(argv: Sequence[str]) -> list[str]:
 
 @contextlib.contextmanager
 def managed(argv: Sequence[str], *, log: Path, stop_timeout: float = 5.0,
-            env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+            env: Mapping[str, str] | None = None,
+            pass_fds: Sequence[int] = ()) -> Iterator[subprocess.Popen[bytes]]:
     """Start a long-running process in its own session, logging to ``log``; on leaving the
     block, SIGTERM it, then SIGKILL after ``stop_timeout``, and always reap it. If iomatrix is
     killed outright, the process gets SIGTERM from the kernel (see ``orphan_guard``).
-    ToolFailed when it cannot be started."""
+    ``pass_fds``: descriptors it inherits. ToolFailed when it cannot be started."""
     with open(log, "ab") as out:
         try:
             proc = subprocess.Popen(orphan_guard(argv), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env=dict(env) if env is not None else None)
+                                    env=dict(env) if env is not None else None,
+                                    pass_fds=tuple(pass_fds))
         except OSError as exc:
             raise ToolFailed(f"cannot start {argv[0]}: {exc.strerror or exc}", argv=argv,
                              returncode=None) from exc

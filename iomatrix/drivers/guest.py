@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -65,8 +66,9 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, MIN_MEMORY_MIB, READY_MARK
                                       build_appliance, console_error, kernel_cmdline,
                                       parse_disk_lines)
 from iomatrix.appliance.guestfio import guest_fio
+from iomatrix.appliance.protocol import console_tail
 from iomatrix.appliance.kernel import default_cache_dir, trusted_cache
-from iomatrix.appliance.ownimage import (BaseImage, check_overlay_space, inspect_image,
+from iomatrix.appliance.ownimage import (BaseImage, ImageFile, check_overlay_space,
                                          make_overlay, make_seed, parse_guest_line, system_argv,
                                          version_mismatch, windows_target)
 from iomatrix.drivers.base import Driver, Session
@@ -314,7 +316,7 @@ class GuestSession(Session):
         for guest, proc in zip(self.guests, self.procs):
             if proc.poll() is not None:
                 raise TrialFailed(f"guest vm{guest.index} exited (status {proc.returncode}); "
-                                  f"console: {log_tail(guest.console, 8)}")
+                                  f"console: {console_tail(guest.console)}")
         return [f"--client={self.hosts_file}"]
 
     def fio_output_format(self) -> str:
@@ -350,7 +352,7 @@ class GuestSession(Session):
                        f"{', '.join(waited)})" if waited else "")
             if proc.poll() is not None:
                 seen.append(f"guest vm{guest.index} exited (status {proc.returncode}); "
-                            f"console: {log_tail(guest.console, 4)}")
+                            f"console: {console_tail(guest.console, 4)}")
                 continue
             if not first or not last:
                 seen.append(f"guest vm{guest.index}: QEMU did not answer its monitor within "
@@ -529,16 +531,19 @@ class GuestDriver(Driver):
         self.own: OwnGuest | None = None
         """[guest]: the user's image, for configurations whose guest is its name."""
         self.own_base: BaseImage | None = None
+        self.own_image: ImageFile | None = None
+        """The image opened once, before the run: each QEMU reads that file by descriptor."""
         self.own_fio: Path | None = None
         """The static guest fio the seed carries to a Linux image."""
 
-    def use_image(self, own: OwnGuest, note: Callable[[str], None], *, guests: int = 1) -> None:
-        """Take the user's image for the configurations whose guest is ``own.label``: checked
-        now (:func:`iomatrix.appliance.ownimage.inspect_image`), with the static fio a Linux
-        image's seed carries, and room for ``guests`` overlays at once (the most a session
-        boots). EnvironmentProblem when the image or fio cannot be had, NotEnoughSpace when
-        the overlays may not fit."""
-        base = inspect_image(own.image)
+    def use_image(self, own: OwnGuest, image: ImageFile, note: Callable[[str], None], *,
+                  guests: int = 1) -> None:
+        """Take the user's image for the configurations whose guest is ``own.label``, as
+        ``image`` holds it (opened and checked: :func:`iomatrix.appliance.ownimage.
+        open_guest_image`), with the static fio a Linux image's seed carries, and room for
+        ``guests`` overlays at once (the most a session boots). EnvironmentProblem when fio
+        cannot be had, NotEnoughSpace when the overlays may not fit."""
+        base = image.base
         check_overlay_space(base, guests, self.workdir)
         if own.os == "linux":
             try:
@@ -547,7 +552,7 @@ class GuestDriver(Driver):
                 raise EnvironmentProblem(
                     f"[guest] image: the guest needs the static fio of the host's version, "
                     f"which cannot be built here: {exc}") from None
-        self.own, self.own_base = own, base
+        self.own, self.own_base, self.own_image = own, base, image
         note(f"guest {own.label}: {base.path} ({base.format}, read only through an overlay "
              f"per boot), ready within {own.ready_seconds(self.accelerator):.0f} s under "
              f"{self.accelerator.upper()}")
@@ -652,8 +657,12 @@ class GuestDriver(Driver):
         initrd: Path | None = self.appliance.initrd
         append = kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator)
         system: list[str] = []
+        fds: tuple[int, ...] = ()
         if self._own_os(config) is not None:
-            kernel, initrd, append, system = self._own_boot(stack, run_dir, image)
+            assert self.own_image is not None
+            fds = (self.own_image.descriptor(),)
+            stack.callback(os.close, fds[0])
+            kernel, initrd, append, system = self._own_boot(stack, run_dir, image, fds[0])
         spec = GuestSpec(
             config=config, image=image, kernel=kernel, initrd=initrd, append=append,
             system=tuple(system), accel=self.accelerator,
@@ -664,7 +673,8 @@ class GuestDriver(Driver):
             libvirt=self.libvirt)
         argv = guest_argv(spec, qemu=require("qemu-system-x86_64"))
         proc = stack.enter_context(managed(reveal(argv, image.network),
-                                           log=Path(f"{logs}-qemu.log"), stop_timeout=5))
+                                           log=Path(f"{logs}-qemu.log"), stop_timeout=5,
+                                           pass_fds=fds))
         return Guest(index=index, port=port, qmp_socket=spec.qmp_socket, console=console,
                      argv=tuple(argv), pid=proc.pid, daemon_qmp=daemon_qmp,
                      daemon_argv=tuple(daemon_argv), daemon_pid=daemon_pid), proc
@@ -677,11 +687,11 @@ class GuestDriver(Driver):
             raise TrialFailed(f"no guest called {config.guest!r} in this run")
         return self.own.os
 
-    def _own_boot(self, stack: contextlib.ExitStack, run_dir: Path,
-                  image: Image) -> tuple[Path | None, Path | None, str, list[str]]:
+    def _own_boot(self, stack: contextlib.ExitStack, run_dir: Path, image: Image,
+                  fd: int) -> tuple[Path | None, Path | None, str, list[str]]:
         """Kernel, initrd, command line and system-disk arguments of a guest of the user's
-        image: its overlay and (Linux) seed made in ``run_dir`` and removed with the session,
-        after its QEMU (``stack`` stops that first)."""
+        image (read by QEMU through ``fd``): its overlay and (Linux) seed made in ``run_dir``
+        and removed with the session, after its QEMU (``stack`` stops that first)."""
         own, base = self.own, self.own_base
         assert own is not None and base is not None
         overlay = run_dir / "overlay.qcow2"
@@ -696,7 +706,7 @@ class GuestDriver(Driver):
             seed = make_seed(seed_dir, fio=self.own_fio, disk_size=image.size)
         append = f"console=ttyS0 {own.append}"
         return (own.kernel, own.initrd, append,
-                system_argv(base, overlay, seed, bootloader=own.kernel is None))
+                system_argv(base, overlay, seed, bootloader=own.kernel is None, fd=fd))
 
     def _ready_timeout(self, config: Configuration) -> float:
         if self._own_os(config) is None:
@@ -719,15 +729,15 @@ class GuestDriver(Driver):
             text = read_text(guest.console)
             if READY_MARKER not in text:
                 why = (console_error(text) or (f"QEMU exited (status {proc.returncode}): "
-                                               f"{log_tail(Path(str(guest.console).replace('-console', '-qemu')))}"
+                                               f"{console_tail(Path(str(guest.console).replace('-console', '-qemu')))}"
                                                if proc.poll() is not None else
                                                f"not ready within {timeout:.0f} s"))
                 raise TrialFailed(f"guest vm{guest.index} ({self.accelerator}) did not boot: {why}; "
-                                  f"console: {log_tail(guest.console, 6) or 'empty'}")
+                                  f"console: {console_tail(guest.console) or 'empty'}")
             found = parse_disk_lines(text)
             if not found:
                 raise TrialFailed(f"guest vm{guest.index} sees no disk under test; "
-                                  f"console: {log_tail(guest.console, 6)}")
+                                  f"console: {console_tail(guest.console)}")
             disks.append(found[0])
         seen = parse_guest_line(read_text(guests[0].console))
         if "guest.fio" in seen:

@@ -24,7 +24,7 @@ from typing import IO
 
 from iomatrix.cluster.relay import Relay
 from iomatrix.core.errors import NodesError, TrialFailed
-from iomatrix.core.proc import log_tail
+from iomatrix.appliance.protocol import console_tail
 from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL, GuestCommand,
                                       GuestRequest, GuestsAnswer, GuestsReady)
 from iomatrix.drivers.guest import GuestSession
@@ -107,7 +107,7 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
             for guest, proc in zip(session.guests, session.procs):
                 if proc.poll() is not None:
                     raise TrialFailed(f"guest vm{guest.index} exited (status {proc.returncode});"
-                                      f" console: {log_tail(guest.console, 4)}")
+                                      f" console: {console_tail(guest.console, 4)}")
             if told is not None:
                 out.write(_answer(session, told, workloads))
                 out.flush()

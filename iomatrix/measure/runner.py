@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 
+from iomatrix.appliance.ownimage import ImageFile, open_guest_image
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
@@ -167,6 +168,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     if suite.method.concurrent_nodes:
         _check_cluster_load(suite, prepared.full)
+    # [guest]'s files checked (rule 1, readable by the suite's author) and its image opened
+    # once, before anything starts: every QEMU reads that descriptor
+    image = None if suite.guest is None else open_guest_image(suite.guest, suite.author)
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
     workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c
@@ -188,7 +192,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         workspace.record = me.record
         if isinstance(workspace, NetworkTarget):
             workspace.scratch = workdir
-        drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress)
+        drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, image)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
@@ -344,14 +348,14 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
 
 
 def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
-             progress: Progress) -> dict[str, Driver]:
+             progress: Progress, image: ImageFile | None = None) -> dict[str, Driver]:
     """One driver per mode the run uses, each prepared for the run (for guests: the appliance
-    built or found cached, the accelerator resolved)."""
+    built or found cached, the accelerator resolved, and [guest]'s ``image``)."""
     drivers = {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
                for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
     guest = drivers.get("guest")
-    if suite.guest is not None and isinstance(guest, GuestDriver):
-        guest.use_image(suite.guest, progress.note,      # [guest] image: checked before any boot
+    if suite.guest is not None and image is not None and isinstance(guest, GuestDriver):
+        guest.use_image(suite.guest, image, progress.note,
                         guests=suite.guest.guests_at_once(expansion.configurations,
                                                           suite.method.vms))
     return drivers

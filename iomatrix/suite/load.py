@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.trust import US, Author, author_of
 from iomatrix.suite.jobfiles import TABLE as JOBFILES, carry, workload_groups
 from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Reference, Scale, ScaleInfo, Suite
 
@@ -29,7 +30,7 @@ _MESSAGES = {
     "extra_forbidden": "unknown key",
     "missing": "required key is missing",
 }
-_INTERNAL = ("scales", "source_text", "source_path")
+_INTERNAL = ("scales", "source_text", "source_path", "author")
 """Suite fields ``load`` fills in; a suite file may not set them."""
 _MERGED = ("target", "matrix", "method")
 """Tables a scale changes key by key (the lists, [[workloads]] and [[part]], it replaces)."""
@@ -45,17 +46,21 @@ def builtin_suites() -> dict[str, str]:
 
 def load_suite(ref: str | Path, *, scale: str | None = None) -> Suite:
     """A suite from a file path, or from a built-in name such as ``quick``; at ``scale`` (one
-    of its [scale.NAME] tables; None or "default": the suite's own tables)."""
+    of its [scale.NAME] tables; None or "default": the suite's own tables). Its ``author`` is
+    whoever could have written the file (``author_of``); a built-in suite's is us."""
     path = Path(ref)
     if path.is_file():
+        author = author_of(path, f"suite {path}")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SuiteError(f"{path}: cannot read: {exc}") from exc
-        return load_suite_text(text, source=str(path), scale=scale, directory=path.parent)
+        return with_author(load_suite_text(text, source=str(path), scale=scale,
+                                           directory=path.parent), author)
     builtins = builtin_suites()
     if str(ref) in builtins:
-        return load_suite_text(builtins[str(ref)], source=f"builtin:{ref}", scale=scale)
+        return with_author(load_suite_text(builtins[str(ref)], source=f"builtin:{ref}",
+                                           scale=scale), US)
     raise SuiteError(f"{ref}: no such file and no built-in suite of that name",
                      hint="built-in suites: " + ", ".join(builtins))
 
@@ -108,6 +113,12 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
         raise SuiteError(f"{source}: no scale {scale!r}: {offered}",
                          hint="omit --scale to run the suite's own tables" + listing)
     return chosen
+
+
+def with_author(suite: Suite, author: Author) -> Suite:
+    """``suite`` as written by ``author``: a stored run's suite resumed is its database's
+    (``author_of`` of an SQLite file; ``Author(ANYONE)`` for a shared PostgreSQL store)."""
+    return suite.model_copy(update={"author": author})
 
 
 def suite_file(suite: Suite) -> Path | None:
@@ -167,7 +178,7 @@ def _reloaded(suite: Suite, text: str) -> Suite:
     """``suite`` loaded again from ``text``, its own text with tables added (its scales kept:
     a text resolved at one scale no longer offers them)."""
     loaded = load_suite_text(text, source=suite.source_path)
-    return loaded.model_copy(update={"scales": suite.scales})
+    return loaded.model_copy(update={"scales": suite.scales, "author": suite.author})
 
 
 def _scales(value: Any, source: str) -> dict[str, Scale]:

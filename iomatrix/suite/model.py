@@ -16,6 +16,7 @@ from iomatrix.cluster.ssh import parse_destination
 from iomatrix.core.errors import NodesError
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
+from iomatrix.core.trust import ANYONE, Author
 from iomatrix.suite.network import NETWORK_KINDS, IscsiTarget, RbdTarget
 
 Mode = Literal["host", "blocklayer", "guest"]
@@ -1360,6 +1361,10 @@ class Suite(Frozen):
     it (iomatrix.suite.jobfiles); stored with the run's suite text."""
     source_text: str = ""
     source_path: str = ""
+    author: Author = Field(default=Author(ANYONE, "a suite of unknown origin"), exclude=True)
+    """Who could have written the suite (``iomatrix.core.trust.author_of`` of its file, set by
+    ``load``): files it names that reach a guest must be readable by them already. A suite made
+    from text counts as anyone's until its loader says whose (``load.with_author``)."""
 
     @property
     def name(self) -> str:
