@@ -167,16 +167,28 @@ def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ig
 
 def _pg_with_password(request: pytest.FixtureRequest) -> str:
     """A new database on the session's server (``pg_url``), its URL with the password: the
-    nodes reach the server as the controller does, and the password travels in the request on
-    each SSH session's stdin, never on a command line."""
+    password never leaves the controller, so the nodes keep their shares and the controller
+    copies them in, as with SQLite."""
     url = request.getfixturevalue("pg_url")
     password = request.getfixturevalue("pg_server").password
     return url.replace(f"postgresql://{USER}@", f"postgresql://{USER}:{password}@", 1)
 
 
+def _pg_the_nodes_log_in_to(cluster: SshCluster, request: pytest.FixtureRequest) -> str:
+    """A new database on the session's server (``pg_url``, no password in it), which each node
+    logs in to with its own credentials (the password in the ``~/.pgpass`` of its home): the
+    nodes write their trials into it themselves."""
+    url = request.getfixturevalue("pg_url")
+    for node in cluster.nodes:
+        pgpass = cluster.directory / node.name / "home" / ".pgpass"
+        pgpass.write_text(request.getfixturevalue("pg_server").pgpass.read_text())
+        pgpass.chmod(0o600)
+    return url
+
+
 def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
-    url = _pg_with_password(request)
+    url = _pg_the_nodes_log_in_to(cluster, request)
     # on a terminal: a bar per node and one for all nodes, each with its count and ETA; the
     # node events as lines; no line per trial
     code, stdout, shown = _iomatrix_on_a_terminal(cluster, "run", str(_suite(tmp_path, cluster)),

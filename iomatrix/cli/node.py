@@ -12,13 +12,18 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from iomatrix.cli.common import open_store
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import NodesError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 app = typer.Typer(name="node", no_args_is_help=True,
                   help="What a cluster run starts on each node over SSH (`run --nodes`); "
@@ -36,6 +41,19 @@ def _request() -> dict[str, Any]:
         raise NodesError("no request on stdin: `iomatrix node` commands are started by "
                          "`iomatrix run --nodes` over SSH")
     return request
+
+
+def _validated(model: "type[M]", what: str) -> "M":
+    """The controller's request (``_request``) as ``model``; NodesError in one line naming the
+    first field that does not fit."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(_request())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "the request"
+        raise NodesError(f"not {what}: {where}: {first['msg']}") from None
 
 
 def _line(fd: int) -> bytes:
@@ -64,12 +82,11 @@ def _share_path(request: dict[str, Any]) -> Path:
 @app.command()
 def check() -> None:
     """Print this node's facts for a preflight (versions, KVM, problems with the suite), JSON."""
-    from iomatrix.measure.cluster import node_facts
+    from iomatrix.measure.cluster import CheckRequest, node_facts
     from iomatrix.suite import load_suite_text
 
-    request = _request()
-    suite = load_suite_text(str(request.get("suite_text", "")),
-                            source=str(request.get("suite_source", "<controller>")))
+    request = _validated(CheckRequest, "a check request")
+    suite = load_suite_text(request.suite_text, source=request.suite_source)
     sys.stdout.write(json.dumps(node_facts(suite)) + "\n")
 
 
@@ -83,7 +100,7 @@ def run_share() -> None:
     from iomatrix.measure.runner import Share, run_suite
     from iomatrix.suite import load_suite_text
 
-    request = NodeRequest.model_validate(_request())
+    request = _validated(NodeRequest, "a run request")
     suite = resolve_vm(load_suite_text(request.suite_text, source=request.suite_source))
     if request.db is not None:
         from iomatrix.store.location import PgUrl, parse_location
@@ -135,18 +152,11 @@ def forget() -> None:
 def serve_guests() -> None:
     """Boot one configuration's guests for cluster load ([method] concurrent_nodes), their fio
     servers on Unix sockets only; say so in one line, and stop them when stdin ends."""
-    from pydantic import ValidationError
-
     from iomatrix.cli.run import _interrupt
     from iomatrix.drivers.cluster import GuestRequest
     from iomatrix.measure.nodeguests import serve_guests as serve
 
-    try:
-        request = GuestRequest.model_validate(_request())
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise NodesError(f"not a guest request: {where}: {first['msg']}") from None
+    request = _validated(GuestRequest, "a guest request")
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     try:

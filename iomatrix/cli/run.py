@@ -291,16 +291,15 @@ def _storage_target(suite: "Suite", storage_cfg: Path | None) -> "Suite":
 
 def _cluster_nodes(loaded: "Suite", given: str | None,
                    stored: "StoredRun | None") -> "tuple[Node, ...]":
-    """The nodes a run measures on: a resumed cluster run's own, else ``--nodes`` or the
-    suite's [nodes]; () for a run of this host."""
-    from iomatrix.cluster.ssh import Node
-    from iomatrix.measure.cluster import resolve_nodes
+    """The nodes a run measures on: a resumed cluster run's own (``resume_nodes``), else
+    ``--nodes`` or the suite's [nodes]; () for a run of this host."""
+    from iomatrix.measure.cluster import resolve_nodes, resume_nodes
 
-    if stored is not None:
-        if given is not None:
-            raise typer.BadParameter("a resumed run keeps its nodes", param_hint="--nodes")
-        return tuple(Node(**n.node) for n in stored.nodes)
-    return resolve_nodes(loaded, given)
+    if stored is not None and stored.nodes:
+        return resume_nodes(loaded, given, [(n.name, n.node) for n in stored.nodes])
+    if stored is not None and given is not None:
+        raise typer.BadParameter("the run was measured on this host alone", param_hint="--nodes")
+    return resolve_nodes(loaded, given) if stored is None else ()
 
 
 def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: bool,
@@ -308,10 +307,9 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
                  report: Path | None) -> None:
     """``run`` on the cluster's nodes (``iomatrix.measure.cluster``)."""
     from iomatrix.cli.progress import ClusterTerminalProgress
-    from iomatrix.measure.cluster import preflight, run_cluster
-    from iomatrix.store.location import PgUrl, parse_location
+    from iomatrix.measure.cluster import nodes_store, preflight, run_cluster
 
-    shared = db if isinstance(parse_location(db), PgUrl) else None
+    shared = nodes_store(db)
     err = environment().stderr
     with contextlib.ExitStack() as stack:
         try:
@@ -351,7 +349,7 @@ def run(
     scale: Annotated[Optional[str], typer.Option(help="Run the suite at this scale: one of its [scale.NAME] tables (built-in suites have quick and full; `iomatrix suites NAME` lists them). Without it, the suite's own tables.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="With --resume: also measure the run's failed trials again (complete or not); each failed attempt is kept, with its reason, in the run's trial history.")] = False,
     seed: Annotated[Optional[int], typer.Option(help="Shuffle the trial order with this seed (overrides [method] seed): --plan prints the seed of the order it shows, and a run given it measures in that order. Without any, each run draws its own.")] = None,
-    nodes: Annotated[Optional[str], typer.Option(help="Run the suite on each of these cluster nodes over SSH, as one run with a node axis (overrides the suite's [nodes]): [user@]host[:port],... ; a TOML inventory file (hosts = [...] or [[node]] tables: host, name, user, port, identity, known_hosts, ssh_config, command); or 'pve': every node of this Proxmox VE cluster (/etc/pve/.members).")] = None,
+    nodes: Annotated[Optional[str], typer.Option(help="Run the suite on each of these cluster nodes over SSH, as one run with a node axis (overrides the suite's [nodes]): [user@]host[:port],... ; a TOML inventory file (hosts = [...] or [[node]] tables: host, name, user, port, identity, known_hosts, ssh_config, command); or 'pve': every node of this Proxmox VE cluster (/etc/pve/.members). With --resume: the run's own nodes, named again (ssh_config and command come only from an inventory only root, or you, can write).")] = None,
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     from iomatrix.cli.progress import TerminalProgress
@@ -381,8 +379,8 @@ def run(
         loaded = resolve_vm(load_suite(suite, scale=scale))
     loaded = _storage_target(loaded, storage_cfg)
     if show_plan:
+        cluster = _cluster_nodes(loaded, nodes, stored)     # refused as a run refuses them
         _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale)
-        cluster = _cluster_nodes(loaded, nodes, stored)
         if cluster:
             out.print(f"on each of {len(cluster)} nodes, over SSH: " + ", ".join(
                 f"{n.label} ({n.destination()})" for n in cluster), markup=False, soft_wrap=True)

@@ -7,7 +7,12 @@ under options that make it fit for unattended runs: ``BatchMode`` (no prompt eve
 person), ``StrictHostKeyChecking=yes`` against the user's known_hosts (an unknown or changed host
 key refuses the node; it is never accepted silently), ``ConnectTimeout`` (a node that does not
 answer is refused within seconds) and ``ServerAliveInterval`` (a node that drops mid-run is noticed
-within interval × count seconds, and its session ends)."""
+within interval × count seconds, and its session ends).
+
+What reaches ssh is held to rule 1 (``iomatrix.core.trust``): a suite or a database row never
+names an ssh_config file or the program a node runs (``untrusted``), an inventory does only when
+nobody but the invoking user could have written it (``load_inventory``), and every identity,
+known_hosts and ssh_config file passes ``chosen_by_us`` before ssh starts (``check_files``)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix.core.errors import NodesError
+from iomatrix.core.trust import UntrustedFile, author_of, chosen_by_us
 
 PVE_MEMBERS = Path("/etc/pve/.members")
 """pmxcfs's view of a Proxmox VE cluster: JSON made by ``cfs_create_memberlist_msg``
@@ -38,6 +44,17 @@ ALIVE_INTERVAL, ALIVE_COUNT = 5, 3
 
 DEFAULT_COMMAND = "iomatrix"
 """The iomatrix a node runs, found on the login PATH, unless a node says where it is."""
+
+MAX_TEXT = 4096
+"""The longest value a node's field may hold (a path's PATH_MAX)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SSH_SYNTAX = re.compile(r"[\s%$\"'\\]")
+"""What ssh reads as syntax in a file's name (``-i``, ``-F``, ``-o UserKnownHostsFile=``): a
+blank separates files, ``%x`` and ``${VAR}`` expand, quotes and ``\\`` escape."""
+OWN_KEYS = ("ssh_config", "command")
+"""What only the invoking user's own configuration names (``untrusted``): ssh runs what an
+ssh_config says (ProxyCommand, LocalCommand, Match exec), and ``command`` is what runs on
+every node."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,9 @@ DEFAULT_KEYS = NODE_KEYS - {"host", "name", "host_key_alias"}
 
 def parse_destination(text: str, defaults: Mapping[str, Any] | None = None) -> Node:
     """One node from ``[user@]host[:port]`` (an IPv6 address in brackets), over ``defaults``."""
+    why = text_problem(text)
+    if why:
+        raise NodesError(f"node {shown(text)}: {why}")
     match = _DESTINATION.match(text.strip())
     if not match:
         raise NodesError(f"node {text.strip()!r}: not [user@]host[:port]")
@@ -165,14 +185,20 @@ def parse_inventory(data: Mapping[str, Any], where: str, *, base: Path | None = 
 
 
 def load_inventory(path: Path) -> tuple[Node, ...]:
-    """Nodes from a TOML inventory file (``parse_inventory``)."""
+    """Nodes from a TOML inventory file (``parse_inventory``). Only an inventory that nobody but
+    the invoking user could have written (``author_of``: the user's own configuration) may name
+    an ssh_config or the nodes' command (``untrusted``)."""
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
         raise NodesError(f"cannot read the inventory {path}: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise NodesError(f"{path}: not TOML: {exc}") from exc
-    return parse_inventory(data, str(path), base=path.parent)
+    nodes = parse_inventory(data, str(path), base=path.parent)
+    if author_of(path).trusted:
+        return nodes
+    return tuple(untrusted(n, f"inventory {path} (another user could write it): node {n.label}")
+                 for n in nodes)
 
 
 def parse_pve_members(text: str, *, nodes_dir: Path = PVE_NODES,
@@ -234,6 +260,83 @@ def _pve_id(info: object) -> int:
     return info.get("id", 0) if isinstance(info, dict) and isinstance(info.get("id"), int) else 0
 
 
+# --- what reaches ssh ----------------------------------------------------------------------------
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a node's field (a host, a user, a file, a command): a control
+    character (a NUL ends an argv word) or more than ``MAX_TEXT`` characters; None if it can."""
+    if len(value) > MAX_TEXT:
+        return f"is longer than {MAX_TEXT} characters"
+    if _CONTROL.search(value):
+        return "holds a control character"
+    return None
+
+
+def shown(text: str) -> str:
+    """``text`` as a refusal quotes it: escaped, and cut short."""
+    return repr(text[:60]) + ("..." if len(text) > 60 else "")
+
+
+def untrusted(node: Node, where: str) -> Node:
+    """``node`` as read from input another user may have written (an inventory they could write,
+    a row of a store): UntrustedFile when it names what only the invoking user's own
+    configuration may (``OWN_KEYS``): an ssh_config file (``none``, no file at all, aside), or a
+    command other than iomatrix on the login PATH. ``where`` names the input and the node."""
+    why = {"ssh_config": "ssh would run what that file says (ProxyCommand, LocalCommand, "
+                         "Match exec)",
+           "command": "it is the program every node runs"}
+    for key, value in (("ssh_config", node.ssh_config if node.ssh_config != "none" else None),
+                       ("command", node.command if node.command != DEFAULT_COMMAND else None)):
+        if value is not None:
+            raise UntrustedFile(f"{where}: {key} {shown(value)}: {why[key]}; only your own "
+                                "inventory may name it",
+                                hint="give it in an inventory only root (or you) can write: "
+                                     "--nodes FILE")
+    return node
+
+
+def check_files(node: Node) -> None:
+    """Rule 1 for the files ssh reads for ``node`` (identity, known_hosts, ssh_config), before
+    ssh starts: each nobody but the invoking user could have chosen (``chosen_by_us``), so a
+    known_hosts holding another user's own sshd's key is refused; and none that ssh would read
+    as more than a name (``_SSH_SYNTAX``). UntrustedFile in one line naming the key."""
+    for key in ("identity", "known_hosts", "ssh_config"):
+        value = getattr(node, key)
+        if value is None or (key == "ssh_config" and value == "none"):
+            continue
+        named = f"[nodes] {key} (node {node.label})"
+        if _SSH_SYNTAX.search(value):
+            raise UntrustedFile(f"{named}: {shown(value)}: ssh reads a blank, '%', '$', quotes "
+                                "or '\\' in a file's name as syntax")
+        chosen_by_us(value, named, "ssh")
+
+
+def check_nodes(nodes: Sequence[Node]) -> tuple[Node, ...]:
+    """``nodes``, once the files of each pass ``check_files``."""
+    for node in nodes:
+        check_files(node)
+    return tuple(nodes)
+
+
+def stored_node(fields: object, name: str, where: str) -> Node:
+    """The node ``name`` of a stored cluster run from its row's ``fields`` (``Node``'s fields),
+    read as untrusted input: the types and values an inventory's node must have, and nothing
+    only the user's own configuration may name (``untrusted``). NodesError or UntrustedFile in
+    one line naming ``where`` (the row)."""
+    if not isinstance(fields, Mapping) or not all(isinstance(k, str) for k in fields):
+        raise NodesError(f"{where}: not a table of a node's fields")
+    values = {k: v for k, v in fields.items() if v is not None}
+    unknown = set(values) - NODE_KEYS
+    if unknown:
+        raise NodesError(f"{where}: unknown key {shown(sorted(unknown)[0])}")
+    if "host" not in values:
+        raise NodesError(f"{where}: no host")
+    node = _node(_checked(values, where), where)
+    if node.label != name:
+        raise NodesError(f"{where}: its fields name node {shown(node.label)}")
+    return untrusted(node, where)
+
+
 _TYPES: dict[str, tuple[type, ...]] = {"port": (int,)}
 
 
@@ -242,7 +345,7 @@ def _checked(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         wanted = _TYPES.get(key, (str,))
         if isinstance(value, bool) or not isinstance(value, wanted):
             raise NodesError(f"{where}: {key} must be {'an integer' if int in wanted else 'a string'},"
-                             f" not {value!r}")
+                             f" not {repr(value)[:60]}")
         if key == "port" and not 0 < value < 65536:
             raise NodesError(f"{where}: port {value} is not 1-65535")
         if isinstance(value, str) and not value.strip():
@@ -251,6 +354,10 @@ def _checked(table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _node(values: Mapping[str, Any], where: str) -> Node:
+    for key, value in values.items():
+        why = text_problem(value) if isinstance(value, str) else None
+        if why:
+            raise NodesError(f"node {where}: {key} {why}")
     host = values.get("host", "")
     if not host or host.startswith("-"):           # "-oProxyCommand=..." is an option to ssh
         raise NodesError(f"node {where}: host {host!r} is not a host name or address")

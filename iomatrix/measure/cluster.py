@@ -53,8 +53,16 @@ COMPARED = ("iomatrix", "fio", "qemu")
 """What must be the same on every node as on the controller: results differ by them."""
 
 
+class CheckRequest(Frozen):
+    """What the controller sends a node's ``iomatrix node check`` on stdin (one JSON line)."""
+
+    suite_text: str
+    suite_source: str = "<controller>"
+
+
 class NodeRequest(Frozen):
-    """What the controller sends a node's ``iomatrix node run`` on stdin (one JSON line)."""
+    """What the controller sends a node's ``iomatrix node run`` on stdin (one JSON line): what
+    the node needs, and no secret (``nodes_store``)."""
 
     suite_text: str
     suite_source: str
@@ -198,23 +206,64 @@ class ClusterProgress(Protocol):
 
 
 def resolve_nodes(suite: Suite, given: str | None) -> tuple[Node, ...]:
-    """The nodes of a run: ``--nodes`` (``given``) over the suite's [nodes]; () for neither."""
+    """The nodes of a run: ``--nodes`` (``given``) over the suite's [nodes]; () for neither.
+    Their files pass rule 1 (``ssh.check_nodes``)."""
     from iomatrix.cluster import ssh
 
     base = Path(suite.source_path).parent if suite.source_path and not suite.source_path.startswith(
         "builtin:") else None
     if given is not None:
-        return ssh.resolve(given, base=base)
+        return ssh.check_nodes(ssh.resolve(given, base=base))
     spec = suite.nodes
     if spec is None:
         return ()
     defaults = spec.defaults()
     if spec.proxmox:
-        return ssh.read_pve_members()
+        return ssh.check_nodes(ssh.read_pve_members())
     if spec.inventory is not None:
         path = Path(os.path.expanduser(spec.inventory))
-        return ssh.load_inventory(path if path.is_absolute() or base is None else base / path)
-    return ssh.parse_inventory({"hosts": list(spec.hosts), **defaults}, "[nodes]", base=base)
+        return ssh.check_nodes(ssh.load_inventory(
+            path if path.is_absolute() or base is None else base / path))
+    return ssh.check_nodes(ssh.parse_inventory({"hosts": list(spec.hosts), **defaults},
+                                               "[nodes]", base=base))
+
+
+def resume_nodes(suite: Suite, given: str | None,
+                 rows: Sequence[tuple[str, object]]) -> tuple[Node, ...]:
+    """The nodes to resume a stored cluster run on, whose ``rows`` are (name, ``Node``'s fields)
+    from its store: named afresh by ``--nodes`` (``given``) or the run's suite's [nodes], as a
+    new run's are, when those are the run's nodes by name (``given`` must be); else the rows
+    themselves, read as untrusted input (``ssh.stored_node``: a store may be another user's)."""
+    from iomatrix.cluster import ssh
+
+    names = [name for name, _ in rows]
+    if given is not None or suite.nodes is not None:
+        try:
+            fresh = resolve_nodes(suite, given)
+        except NodesError:
+            if given is not None:
+                raise
+            fresh = ()          # the suite's inventory is gone: the run's own rows, then
+        if [n.label for n in fresh] == names:
+            return fresh
+        if given is not None:
+            raise NodesError(f"--nodes names {', '.join(n.label for n in fresh)}; the run's "
+                             f"nodes are {', '.join(names)}",
+                             hint="a resumed run keeps its nodes: name the same ones")
+    return ssh.check_nodes([ssh.stored_node(fields, name, f"the run's node {ssh.shown(name)}")
+                            for name, fields in rows])
+
+
+def nodes_store(db: str) -> str | None:
+    """The store a cluster run's nodes write their trials into themselves: the run's PostgreSQL
+    store when its URL carries no password (each node logs in with credentials of its own: its
+    ``~/.pgpass``, a client certificate); None for an SQLite store, or a URL with a password,
+    which never leaves the controller: the nodes then keep their shares, and the controller
+    copies each in when its node ends."""
+    from iomatrix.store.location import PgUrl, parse_location
+
+    location = parse_location(db)
+    return db if isinstance(location, PgUrl) and not location.secrets else None
 
 
 def _session(node: Node, command: Sequence[str], request: str | None, *,
@@ -256,9 +305,13 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
                          "cluster's nodes (each node's pilot would choose its own rounds)",
                          hint="give runtime and samples, or run the pilot on one node and use "
                               "what it chose")
+    from iomatrix.cluster.ssh import check_nodes
+
+    check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
     mine = dict(mine or node_facts(suite))
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
-    request = json.dumps({"suite_text": suite.source_text, "suite_source": suite.source_path})
+    request = CheckRequest(suite_text=suite.source_text,
+                           suite_source=suite.source_path).model_dump_json()
     results: dict[str, dict[str, Any]] = {}
     problems: dict[str, list[str]] = {}
 
@@ -315,6 +368,8 @@ class _Node:
         self.threads: list[threading.Thread] = []
         self.hung_up = False
         """The controller ended the session's stdin: the node was told to stop."""
+        self.shared = False
+        """The node writes its trials into the run's store itself (``nodes_store``)."""
 
     @property
     def name(self) -> str:
@@ -328,7 +383,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
                 facts: Mapping[str, dict[str, Any]] | None = None) -> RunOutcome:
     """Measure ``suite`` on every node (the module's docstring) as one run of ``store``, or
     continue the cluster run ``resume`` on its nodes; ``db`` is the store's PostgreSQL URL when
-    the nodes write into it, else None. NodesError before anything is stored when a node cannot
+    the nodes write into it (``nodes_store``), else None. NodesError before anything is stored when a node cannot
     be used (``preflight``, unless its ``facts`` are given: it ran already)."""
     t0 = time.monotonic()
     names = [n.label for n in nodes]
@@ -446,6 +501,7 @@ def _start(s: _Node, request: NodeRequest,
     """Start a node's ``iomatrix node run`` over SSH with ``request`` on its stdin; its
     progress events go to ``events``, then (s, None) once its session has ended."""
     argv = ssh_argv(s.node, [s.node.command, "node", "run"])
+    s.shared = request.db is not None
     s.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
     assert s.proc.stdin is not None and s.proc.stdout is not None and s.proc.stderr is not None
@@ -545,7 +601,7 @@ def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> Non
     """A node's share into the run: nothing to do when the node wrote into the shared store;
     else its store fetched over SSH, copied in (trials only), then removed from the node
     (unless not to ``forget`` it: a stopped share, which the node resumes)."""
-    if store.postgres:
+    if s.shared:
         return
     node = s.node
     key = json.dumps({"run_uuid": store.run_uuid(run_id), "node": s.name})

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo,
                       field_validator, model_validator)
 
-from iomatrix.cluster.ssh import parse_destination
+from iomatrix.cluster.ssh import parse_destination, text_problem
 from iomatrix.core.errors import NodesError
 from iomatrix.core.units import format_bytes, format_size, parse_duration, parse_size
 from iomatrix.core.model import Frozen, shown
@@ -1234,8 +1234,29 @@ class Nodes(Frozen):
     """The known_hosts file with every node's host key; absent: the user's and the
     system's. An unknown or changed key refuses the node."""
     ssh_config: str | None = None
+    """Refused: a suite never hands ssh a config file (root's ssh would run its ProxyCommand)."""
     command: str | None = None
-    """The iomatrix program on the nodes (default: ``iomatrix`` on their login PATH)."""
+    """Refused: the program a node runs is iomatrix on its login PATH, or what root's own
+    inventory says (``iomatrix.cluster.ssh.untrusted``), never a suite's string."""
+
+    @field_validator("hosts", "inventory", "user", "identity", "known_hosts")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        for text in value if isinstance(value, tuple) else (value,):
+            why = text_problem(text) if isinstance(text, str) else None
+            if why:
+                raise ValueError(why)
+        return value
+
+    @field_validator("ssh_config", "command")
+    @classmethod
+    def _own(cls, value: str | None, info: ValidationInfo) -> None:
+        if value is not None:
+            what = ("an ssh_config file (ssh would run its ProxyCommand)"
+                    if info.field_name == "ssh_config" else "the program the nodes run")
+            raise ValueError(f"a suite never names {what}: give it in an inventory only root "
+                             "(or you) can write (--nodes FILE, or [nodes] inventory)")
+        return None
 
     @model_validator(mode="after")
     def _one_way(self) -> "Nodes":
@@ -1253,7 +1274,7 @@ class Nodes(Frozen):
 
     def defaults(self) -> dict[str, Any]:
         """What the table sets for every node (``iomatrix.cluster.ssh.DEFAULT_KEYS``)."""
-        return {k: v for k in ("user", "port", "identity", "known_hosts", "ssh_config", "command")
+        return {k: v for k in ("user", "port", "identity", "known_hosts")
                 if (v := getattr(self, k)) is not None}
 
 
