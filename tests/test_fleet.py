@@ -132,7 +132,7 @@ def _cluster_run(store: Store, names: list[str], **method: object) -> int:
     run_id = write_run(store, configs, WORKLOADS, figures, method=method or None,  # type: ignore[arg-type]
                        host={"hostname": "controller", "target": "/var/tmp/iomatrix",
                              "target_fs": "ext4"})
-    store.add_nodes(run_id, [(n, {}, {"hostname": n}) for n in names])
+    store.add_nodes(run_id, [(n, {"host": n}, {"hostname": n}) for n in names])
     return run_id
 
 

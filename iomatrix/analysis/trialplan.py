@@ -55,6 +55,7 @@ from scipy import stats as _scipy
 
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import PilotTrial
+from iomatrix.store.rows import PlanChoice
 
 MIN_ROUNDS = 3
 """A gain needs 2 degrees of freedom across rounds."""
@@ -109,22 +110,9 @@ class Noise(Frozen):
                 f"round; {self.df} degrees of freedom")
 
 
-class Choice(Frozen):
-    """The trial length and rounds chosen, with why."""
-
-    runtime: float
-    rounds: int
-    seconds: float
-    """Planned wall time of the R rounds."""
-    half_width: float
-    """Expected widest 95 % CI half-width (log units ≈ fraction) at that choice."""
-    target: float
-    optimum: float | None
-    """The continuous optimum √(a·c/b) of the binding class, where drift > 0."""
-    reached: bool
-    """False: no T within bounds reaches the target in max rounds; the widest reachable."""
-    fixed_runtime: bool = False
-    fixed_rounds: bool = False
+class Choice(PlanChoice):
+    """The trial length and rounds chosen, with why (its fields: ``PlanChoice``, as a resumed
+    run reads them back from its store)."""
 
     def text(self) -> str:
         how = []

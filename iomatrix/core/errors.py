@@ -16,7 +16,8 @@ an exit code and one line on stderr.
      ├── FioParseError             fio's output could not be parsed
      ├── TrialFailed               one trial failed; the run records it and goes on
      ├── StoreError                the results database is unusable
-     │    └── SchemaTooNew         the database was written by a newer iomatrix
+     │    ├── SchemaTooNew         the database was written by a newer iomatrix
+     │    └── DamagedStore         a row holds what iomatrix never writes there
      ├── RunNotFound               no run has that id
      ├── RunBusy                   another live process is measuring that run
      ├── AnalysisError             an analysis asks for an axis, level or metric the run lacks
@@ -118,6 +119,16 @@ class SchemaTooNew(StoreError):
     """The database schema is newer than this iomatrix understands."""
 
     hint = "upgrade iomatrix, or pass --db with another file"
+
+
+class DamagedStore(StoreError):
+    """A row of the results database that does not fit what iomatrix writes there (a crafted
+    database, a row of a shared store someone changed): ``database damaged: TABLE.COLUMN row
+    N: why``, in one line (``iomatrix.store.rows``)."""
+
+    hint = ("iomatrix did not write that row: another program or person changed the "
+            "database; copy the runs you trust into a new one (`iomatrix db copy SRC DST "
+            "--run N`)")
 
 
 class RunNotFound(IomatrixError):

@@ -25,13 +25,18 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from iomatrix.core.errors import StoreError
+from iomatrix.core.errors import DamagedStore, StoreError
 from iomatrix.store.location import PgUrl, strike
 from iomatrix.store.schema import APPLICATION_ID
 
 WRITE_LOCK = (APPLICATION_ID, 0)
 """The advisory lock every write transaction holds: the second key of a process's own lock is
 its id in ``processes``, which is never 0."""
+
+
+DAMAGED = frozenset({"42P01", "42703", "42804", "22P02"})
+"""SQLSTATEs of tables not of the shape iomatrix made (undefined table or column, a column of
+another type): someone with the role changed them (``rows.DamagedStore``)."""
 
 
 def _psycopg() -> Any:
@@ -129,6 +134,8 @@ class PgConnection:
                               f"({reason(exc, self.url)})",
                               hint="what was stored before is kept whole; `iomatrix run "
                                    "--resume RUN` measures the rest")
+        if getattr(exc, "sqlstate", None) in DAMAGED:
+            return DamagedStore(f"database damaged: {self.url.shown}: {reason(exc, self.url)}")
         return StoreError(f"{self.url.shown}: {reason(exc, self.url)}")
 
     @property

@@ -19,12 +19,13 @@ from typing import Any, NamedTuple
 
 from iomatrix import __version__
 from iomatrix.core.dirs import MAX_SYMLINKS, distrust, sticky_shared, walk
-from iomatrix.core.errors import RunBusy, RunNotFound, StoreError, UnsafeDirectory
+from iomatrix.core.errors import DamagedStore, RunBusy, RunNotFound, StoreError, UnsafeDirectory
 from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.store.records import (ConfigRecord, CpuRecord, PilotTrial, ProcessRecord, ResourceRecord,
+from iomatrix.store.records import (ConfigRecord, PilotTrial, ProcessRecord, ResourceRecord,
                                     NodeRecord, RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
+from iomatrix.store.rows import check_row, damaged, decode, inflate, typed, within
 from iomatrix.store.location import Location, PgUrl, parse_location
 from iomatrix.store.pg import WRITE_LOCK
 from iomatrix.store.pg import connect as pg_connect
@@ -33,7 +34,6 @@ from iomatrix.store.schema import (APPLICATION_ID, SCHEMA_VERSION, current_versi
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
-from iomatrix.telemetry.steady import SteadyState
 
 _SAMPLE_COLUMNS = ("direction", "iops", "bw_bytes", "io_bytes", "total_ios", "runtime_ms",
                    "lat_mean_ns", "lat_stdev_ns", "lat_min_ns", "lat_max_ns", "p50_ns", "p90_ns",
@@ -75,8 +75,8 @@ class Store:
         _check_place(found)
         header = _check_file(found, readonly)
         try:
-            self.conn = (self._open_readonly(header, migrate_to) if readonly
-                         else self._open_writable(migrate_to))
+            self.conn = _SqliteConnection(self._open_readonly(header, migrate_to) if readonly
+                                          else self._open_writable(migrate_to), self.where)
         except sqlite3.DatabaseError as exc:
             what = ("not an iomatrix results database" if "not a database" in str(exc)
                     else "cannot use the results database")
@@ -306,7 +306,7 @@ class Store:
                                     (run_id,)).fetchone()
             if row is None:
                 raise RunNotFound(f"{self.where}: no run {run_id}")
-            have = list(json.loads(row[0]))
+            have = list(decode("runs", "notes_json", run_id, row[0]))
             have += [n for n in dict.fromkeys(notes) if n not in have]
             self.conn.execute("UPDATE runs SET notes_json = ? WHERE id = ?",
                               (json.dumps(have), run_id))
@@ -430,9 +430,9 @@ class Store:
             f"{_PROCESS} FROM resources x JOIN processes p ON p.id = x.process_id "
             f"LEFT JOIN runs r ON r.id = x.run_id WHERE x.removed_at IS NULL{where} "
             f"ORDER BY x.id", () if process_id is None else (process_id,)).fetchall()
-        return [ResourceRecord(id=r[0], kind=r[1], path=r[2], within=r[3], keep=bool(r[4]),
-                               created_at=r[5], run_id=r[6], run_status=r[7],
-                               process=_process(r[8:])) for r in rows]
+        return [typed(ResourceRecord, "resources", r[0], id=r[0], kind=r[1], path=r[2],
+                      within=within(r[1], r[0], r[3]), keep=r[4], created_at=r[5], run_id=r[6],
+                      run_status=r[7], process=_process(r[8:])) for r in rows]
 
     # -- copying between stores --------------------------------------------------------------
     def copy_run(self, source: "Store", run_id: int, *, share: bool = False) -> CopyOutcome:
@@ -472,6 +472,9 @@ class Store:
                  for table in ("pilot_trials", "trial_plans")] if source.stored_version >= 9 else []
         nodes = (source._dicts("SELECT * FROM run_nodes WHERE run_id = ?", (run_id,))
                  if source.stored_version >= 10 else [])
+        _check_copied({"runs": [run], "configurations": configs, "workloads": workloads,
+                       "trials": trials, "trial_history": history, "run_nodes": nodes,
+                       **dict(zip(("pilot_trials", "trial_plans"), pilot))})
         with self._transaction():
             row = self.conn.execute("SELECT id FROM runs WHERE uuid = ?", (run["uuid"],)).fetchone()
             if row is None and share:
@@ -564,8 +567,9 @@ class Store:
     def trial_history(self, run_id: int) -> list[RetiredTrial]:
         """The failed trials measured again (--retry-failed, or a trial whose guests stopped),
         oldest first, as they were."""
-        return [RetiredTrial(retired_at=r[0], trial=TrialRecord.model_validate_json(r[1]))
-                for r in self.conn.execute("SELECT retired_at, trial_json FROM trial_history "
+        return [typed(RetiredTrial, "trial_history", r[0], retired_at=r[1],
+                      trial=decode("trial_history", "trial_json", r[0], r[2]))
+                for r in self.conn.execute("SELECT id, retired_at, trial_json FROM trial_history "
                                            "WHERE run_id = ? ORDER BY id", (run_id,))]
 
     # -- reading ---------------------------------------------------------------------------
@@ -586,19 +590,22 @@ class Store:
         nodes: dict[int, list[str]] = {}
         hosts: dict[int, set[str]] = {}      # a cluster run's nodes: by name and hostname
         if self.version >= 10:
-            for run_id, name, node_host in self.conn.execute(
-                    "SELECT run_id, name, host_json FROM run_nodes ORDER BY run_id, position"):
-                nodes.setdefault(run_id, []).append(name)
-                hosts.setdefault(run_id, set()).update(
-                    {name, str(json.loads(node_host).get("hostname", ""))} - {""})
+            for run_id, name, position, node_host in self.conn.execute(
+                    "SELECT run_id, name, position, host_json FROM run_nodes "
+                    "ORDER BY run_id, position"):
+                where = _node_row(run_id, position)
+                nodes.setdefault(run_id, []).append(_text("run_nodes", "name", where, name))
+                hosts.setdefault(run_id, set()).update({name, decode(
+                    "run_nodes", "host_json", where, node_host).get("hostname", "")} - {""})
         found = []
         for r in rows:
-            meta = json.loads(r[8])
-            places = str(meta.get("targets") or meta.get("target") or "")
-            summary = RunSummary(id=r[0], suite_name=r[1], created_at=r[2], finished_at=r[3],
-                                 status=r[4], accelerator=r[5], trials_ok=r[6],
-                                 trials_failed=r[7], hostname=str(meta.get("hostname", "")),
-                                 target=places, nodes=tuple(nodes.get(r[0], ())))
+            meta = decode("runs", "host_json", r[0], r[8])
+            places = meta.get("targets") or meta.get("target") or ""
+            summary = typed(RunSummary, "runs", r[0], {"hostname": "host_json"}, id=r[0],
+                            suite_name=r[1], created_at=r[2], finished_at=r[3], status=r[4],
+                            accelerator=r[5], trials_ok=r[6], trials_failed=r[7],
+                            hostname=meta.get("hostname", ""), target=places,
+                            nodes=tuple(nodes.get(r[0], ())))
             if ((suite is not None and r[1] != suite) or (since is not None and r[2] < since)
                     or (end is not None and r[2] >= end)):
                 continue
@@ -616,7 +623,9 @@ class Store:
             row = self.conn.execute("SELECT MAX(id) FROM runs").fetchone()
             if row[0] is None:
                 raise RunNotFound(f"{self.where}: no runs stored yet")
-            return int(row[0])
+            if not isinstance(row[0], int):
+                raise damaged("runs", "id", f"{row[0]!r:.40}", "not a number")
+            return row[0]
         if not re.fullmatch(r"[0-9]+", ref):        # str.isdigit() takes "²" and "٣" too
             raise RunNotFound(f"run {ref!r}: give a run number or 'last'")
         # SQLite's integers have at most 19 digits: a longer number is no run's
@@ -633,30 +642,41 @@ class Store:
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.where}: no run {run_id}")
-        suite = StoredSuite(name=row[1], source=row[2], text=row[3])
+        suite = typed(StoredSuite, "runs", run_id, {"name": "suite_name", "source": "suite_source",
+                                                    "text": "suite_text"},
+                      name=row[1], source=row[2], text=row[3])
+        host = decode("runs", "host_json", run_id, row[9])
         configs = tuple(
-            ConfigRecord(key=r[0], label=r[1], mode=r[2], params=json.loads(r[3]))
-            for r in self.conn.execute("SELECT key, label, mode, params_json FROM configurations "
-                                       "WHERE run_id = ? ORDER BY id", (run_id,)))
+            typed(ConfigRecord, "configurations", r[0], {"params": "params_json"}, key=r[1],
+                  label=r[2], mode=r[3], params=decode("configurations", "params_json", r[0], r[4]))
+            for r in self.conn.execute("SELECT id, key, label, mode, params_json FROM "
+                                       "configurations WHERE run_id = ? ORDER BY id", (run_id,)))
         workloads = tuple(
-            WorkloadRecord(key=r[0], label=r[1], rw=r[2], bs=r[3], iodepth=r[4], numjobs=r[5],
-                           rate_iops=r[6], options=json.loads(r[7]))
-            for r in self.conn.execute("SELECT key, label, rw, bs, iodepth, numjobs, rate_iops, "
-                                       "options_json FROM workloads WHERE run_id = ? ORDER BY id",
-                                       (run_id,)))
+            typed(WorkloadRecord, "workloads", r[0], {"options": "options_json"}, key=r[1],
+                  label=r[2], rw=r[3], bs=r[4], iodepth=r[5], numjobs=r[6], rate_iops=r[7],
+                  options=decode("workloads", "options_json", r[0], r[8]))
+            for r in self.conn.execute("SELECT id, key, label, rw, bs, iodepth, numjobs, "
+                                       "rate_iops, options_json FROM workloads WHERE run_id = ? "
+                                       "ORDER BY id", (run_id,)))
         trials = self._with_device_shares(run_id, self._trials("t.run_id = ?", run_id),
-                                          ramp_s=suite.method.ramp,
-                                          fallback=stored_device(json.loads(row[9])))
-        nodes = tuple(
-            NodeRecord(name=r[0], node=json.loads(r[1]), host=json.loads(r[2]), status=r[3],
-                       reason=r[4])
-            for r in self.conn.execute("SELECT name, node_json, host_json, status, reason FROM "
-                                       "run_nodes WHERE run_id = ? ORDER BY position", (run_id,))
-        ) if self.version >= 10 else ()
-        return StoredRun(id=row[0], suite=suite, created_at=row[4], finished_at=row[5],
-                         status=row[6], accelerator=row[7], iomatrix_version=row[8],
-                         host=json.loads(row[9]), notes=tuple(json.loads(row[10])), seed=row[11],
-                         configs=configs, workloads=workloads, trials=trials, nodes=nodes)
+                                          ramp_s=suite.method.ramp, fallback=stored_device(host))
+        return typed(StoredRun, "runs", run_id, {"host": "host_json", "notes": "notes_json"},
+                     id=row[0], suite=suite, created_at=row[4], finished_at=row[5], status=row[6],
+                     accelerator=row[7], iomatrix_version=row[8], host=host,
+                     notes=decode("runs", "notes_json", run_id, row[10]), seed=row[11],
+                     configs=configs, workloads=workloads, trials=trials,
+                     nodes=self._nodes(run_id) if self.version >= 10 else ())
+
+    def _nodes(self, run_id: int) -> tuple[NodeRecord, ...]:
+        """The nodes of a cluster run, in their order (schema 10)."""
+        return tuple(
+            typed(NodeRecord, "run_nodes", where, {"node": "node_json", "host": "host_json"},
+                  name=r[0], node=decode("run_nodes", "node_json", where, r[1]),
+                  host=decode("run_nodes", "host_json", where, r[2]), status=r[3], reason=r[4])
+            for r in self.conn.execute("SELECT name, node_json, host_json, status, reason, "
+                                       "position FROM run_nodes WHERE run_id = ? ORDER BY "
+                                       "position", (run_id,))
+            for where in [_node_row(run_id, r[5])])
 
     def load_pilot(self, run_id: int) -> tuple[tuple[PilotTrial, ...], dict[str, Any] | None]:
         """A run's pilot trials and its trial plan (None: the run had no pilot, or it did not
@@ -664,27 +684,28 @@ class Store:
         if self.version < 9:
             return (), None
         trials = tuple(
-            PilotTrial(mode=r[0], config_key=r[1], workload_key=r[2], round=r[3], runtime_s=r[4],
-                       iops=r[5], wall_s=r[6], session_s=r[7])
+            typed(PilotTrial, "pilot_trials", r[0], mode=r[1], config_key=r[2], workload_key=r[3],
+                  round=r[4], runtime_s=r[5], iops=r[6], wall_s=r[7], session_s=r[8])
             for r in self.conn.execute(
-                "SELECT mode, config_key, workload_key, round, runtime_s, iops, wall_s, "
+                "SELECT id, mode, config_key, workload_key, round, runtime_s, iops, wall_s, "
                 "session_s FROM pilot_trials WHERE run_id = ? ORDER BY id", (run_id,)))
         row = self.conn.execute("SELECT plan_json FROM trial_plans WHERE run_id = ?",
                                 (run_id,)).fetchone()
-        return trials, None if row is None else json.loads(row[0])
+        return trials, None if row is None else decode("trial_plans", "plan_json", run_id,
+                                                       row[0]).model_dump(mode="json")
 
     def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
         """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""
         samples = self._samples("samples", where, key)
         vm_samples = self._samples("vm_samples", where, key)
         return tuple(
-            TrialRecord(id=r[0], config_key=r[1], workload_key=r[2], sample_index=r[3], status=r[4],
-                        reason=r[5], started_at=r[6], wall_seconds=r[7], accelerator=r[8],
-                        usr_cpu=r[9], sys_cpu=r[10], ctx=r[11], applied=json.loads(r[12]),
-                        command=r[13], steady=_steady(json.loads(r[14])),
-                        cpu=_cpu(json.loads(r[15])), tool=r[16],
-                        samples=tuple(samples.get(r[0], ())),
-                        vm_samples=tuple(vm_samples.get(r[0], ())))
+            typed(TrialRecord, "trials", r[0], _TRIAL_COLUMNS, id=r[0], config_key=r[1],
+                  workload_key=r[2], sample_index=r[3], status=r[4], reason=r[5],
+                  started_at=r[6], wall_seconds=r[7], accelerator=r[8], usr_cpu=r[9],
+                  sys_cpu=r[10], ctx=r[11], applied=decode("trials", "applied_json", r[0], r[12]),
+                  command=r[13], steady=decode("trials", "steady_json", r[0], r[14]),
+                  cpu=decode("trials", "cpu_json", r[0], r[15]), tool=r[16],
+                  samples=tuple(samples.get(r[0], ())), vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
                 "SELECT t.id, c.key, w.key, t.sample_index, t.status, t.reason, t.started_at, "
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
@@ -700,7 +721,7 @@ class Store:
         from their stored telemetry; only those trials' telemetry is read."""
         ids = [r[0] for r in self.conn.execute(
             "SELECT id, mode, params_json FROM configurations WHERE run_id = ?", (run_id,))
-            if uses_page_cache(r[1], json.loads(r[2]))]
+            if uses_page_cache(str(r[1]), decode("configurations", "params_json", r[0], r[2]))]
         if not ids:
             return trials
         series: dict[int, HostSeries | None] = {}
@@ -709,8 +730,8 @@ class Store:
             for trial_id, text in self.conn.execute(
                     "SELECT id, telemetry_json FROM trials WHERE run_id = ? AND status = 'ok' AND "
                     f"configuration_id IN ({', '.join('?' * len(chunk))})", (run_id, *chunk)):
-                stored = json.loads(text) if text else {}
-                series[trial_id] = HostSeries.model_validate(stored) if stored else None
+                series[trial_id] = decode("trials", "telemetry_json", trial_id,
+                                           "{}" if text in (None, "") else text)
         return tuple(
             t.model_copy(update={"device_share": device_share(
                 series[t.id], t.samples, ramp_s=ramp_s, device=fallback)})
@@ -721,13 +742,12 @@ class Store:
         None when it recorded none (failed, imported and older trials)."""
         row = self.conn.execute("SELECT telemetry_json FROM trials WHERE id = ?",
                                 (trial_id,)).fetchone()
-        series = json.loads(row[0]) if row else {}
-        return HostSeries.model_validate(series) if series else None
+        return decode("trials", "telemetry_json", trial_id, row[0]) if row else None
 
     def fio_json(self, trial_id: int) -> str | None:
         """The raw fio JSON stored with a trial."""
         row = self.conn.execute("SELECT fio_json FROM trials WHERE id = ?", (trial_id,)).fetchone()
-        return zlib.decompress(row[0]).decode() if row and row[0] else None
+        return inflate("trials", "fio_json", trial_id, row[0]) if row else None
 
     # -- helpers ---------------------------------------------------------------------------
     def _samples(self, table: str, where: str, key: int) -> dict[int, list[DirectionSample]]:
@@ -739,8 +759,8 @@ class Store:
                 f"SELECT s.trial_id, {vm}, {', '.join('s.' + c for c in _SAMPLE_COLUMNS)} "
                 f"FROM {table} s JOIN trials t ON t.id = s.trial_id WHERE {where} "
                 f"ORDER BY s.trial_id, {'s.vm, ' if vm == 's.vm' else ''}s.direction", (key,)):
-            out.setdefault(r[0], []).append(
-                DirectionSample(vm=r[1], **dict(zip(_SAMPLE_COLUMNS, r[2:]))))
+            out.setdefault(r[0], []).append(typed(DirectionSample, table, f"of trial {r[0]}",
+                                                  vm=r[1], **dict(zip(_SAMPLE_COLUMNS, r[2:]))))
         return out
 
     def _retire_failed(self, run_id: int, cid: int, wid: int, sample_index: int) -> None:
@@ -805,30 +825,41 @@ def _stored_steady(steady: SteadyRecord | None) -> dict[str, Any]:
     return out
 
 
-def _steady(stored: dict[str, Any]) -> SteadyRecord | None:
-    """What ``_stored_steady`` wrote. The first runs of schema v4 stored a verdict without
-    "checked": a verdict means it was checked."""
-    if not stored:
-        return None
-    verdict = (SteadyState.model_validate({k: v for k, v in stored.items()
-                                           if k in SteadyState.model_fields})
-               if "reached" in stored else None)
-    return SteadyRecord(checked=stored.get("checked", verdict is not None),
-                        source=stored.get("source"), reason=stored.get("reason"), verdict=verdict)
-
-
-def _cpu(stored: dict[str, Any]) -> CpuRecord | None:
-    return CpuRecord.model_validate(stored) if stored else None
-
-
 _PROCESS = ("p.id, p.pid, p.host, p.boot_id, p.start_ticks, p.uid, p.lock_path, p.started_at, "
             "p.ended_at, p.lock_dev, p.lock_ino")
 
 
 def _process(row: Any) -> ProcessRecord:
-    return ProcessRecord(id=row[0], pid=row[1], host=row[2], boot_id=row[3], start_ticks=row[4],
-                         uid=row[5], lock_path=row[6], started_at=row[7], ended_at=row[8],
-                         lock_dev=row[9], lock_ino=row[10])
+    return typed(ProcessRecord, "processes", row[0], id=row[0], pid=row[1], host=row[2],
+                 boot_id=row[3], start_ticks=row[4], uid=row[5], lock_path=row[6],
+                 started_at=row[7], ended_at=row[8], lock_dev=row[9], lock_ino=row[10])
+
+
+def _check_copied(tables: Mapping[str, list[dict[str, Any]]]) -> None:
+    """``DamagedStore`` unless every row a run's copy carries reads back as the store reads
+    it (``rows.check_row``): a damaged row is not spread to another store."""
+    for table, rows in tables.items():
+        for r in rows:
+            check_row(table, r, _node_row(r.get("run_id"), r.get("position"))
+                      if table == "run_nodes" else r.get("id", r.get("run_id")))
+
+
+def _node_row(run_id: object, position: object) -> str:
+    """How a row of ``run_nodes`` (keyed by run and name) is named when it is damaged."""
+    return f"{position} of run {run_id}"
+
+
+def _text(table: str, column: str, row: object, value: Any) -> str:
+    if not isinstance(value, str):
+        raise damaged(table, column, row, "not text")
+    return value
+
+
+_TRIAL_COLUMNS = {"applied": "applied_json", "steady": "steady_json", "cpu": "cpu_json",
+                  "tool": "fio_version", "config_key": "configuration_id",
+                  "workload_key": "workload_id"}
+"""The columns of ``trials`` that a ``TrialRecord``'s fields are read from, where the names
+differ."""
 
 
 def identity(process: ProcessRecord) -> Identity:
@@ -842,6 +873,48 @@ def lock_of(process: ProcessRecord) -> LockFile | None:
     if process.lock_dev is None or process.lock_ino is None or not process.lock_path:
         return None
     return LockFile(process.lock_path, process.lock_dev, process.lock_ino, process.uid)
+
+
+class _SqliteConnection:
+    """An ``sqlite3.Connection`` whose statements fail as the store's errors: a file whose
+    tables are not what iomatrix made (a crafted one: a column missing, a table of another
+    shape) or whose pages are corrupt is ``DamagedStore``, one that cannot be used now (locked,
+    full, read-only) ``StoreError``; in one line naming it, not a traceback. A broken unique
+    key stays ``sqlite3.IntegrityError`` (``Store.record_trial`` says which trial)."""
+
+    def __init__(self, raw: sqlite3.Connection, where: str) -> None:
+        self.raw = raw
+        self.where = where
+
+    def execute(self, statement: str, params: Any = ()) -> sqlite3.Cursor:
+        return self._run(self.raw.execute, statement, params)
+
+    def executemany(self, statement: str, rows: Any) -> sqlite3.Cursor:
+        return self._run(self.raw.executemany, statement, rows)
+
+    def _run(self, call: Any, statement: str, params: Any) -> sqlite3.Cursor:
+        try:
+            return call(statement, params)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: sqlite3.DatabaseError) -> StoreError:
+        if isinstance(exc, sqlite3.OperationalError) and not str(exc).startswith(
+                ("no such", "table ", "malformed")):
+            return StoreError(f"{self.where}: {exc}")
+        return DamagedStore(f"database damaged: {self.where}: {exc}")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+    def __enter__(self) -> "_SqliteConnection":
+        self.raw.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.raw.__exit__(*exc)
 
 
 class _Transaction:
