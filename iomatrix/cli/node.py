@@ -19,6 +19,7 @@ import typer
 from iomatrix.cli.common import open_store
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import NodesError
+from iomatrix.core.text import quoted
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -35,7 +36,7 @@ def _request() -> dict[str, Any]:
     line = _line(sys.stdin.fileno())
     try:
         request = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):          # RecursionError: nested too deeply
         request = None
     if not isinstance(request, dict):
         raise NodesError("no request on stdin: `iomatrix node` commands are started by "
@@ -73,9 +74,10 @@ def _share_path(request: dict[str, Any]) -> Path:
 
     run_uuid, node = str(request.get("run_uuid", "")), str(request.get("node", ""))
     # both name a file: a uuid's hex digits and a node name, nothing else
-    if not (run_uuid.isalnum() and run_uuid.isascii() and NODE_NAME.match(node)):
-        raise NodesError(f"a share is named by a run uuid and a node name, not {run_uuid!r} "
-                         f"and {node!r}")
+    if not (run_uuid.isalnum() and run_uuid.isascii() and len(run_uuid) <= 64
+            and NODE_NAME.fullmatch(node)):
+        raise NodesError(f"a share is named by a run uuid and a node name, not "
+                         f"{quoted(run_uuid)} and {quoted(node)}")
     return node_store_path(run_uuid, node)
 
 

@@ -34,3 +34,10 @@ def printable(text: str, *, lines: bool = False) -> str:
     DEL, C1, bidi and format characters, lone surrogates) written as a visible escape. Line
     breaks and tabs are escaped too unless ``lines`` (text shown as several lines)."""
     return (_MULTILINE if lines else _ONE_LINE).sub(_escaped, text)
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """``value`` as a message quotes it (``repr``), cut to about ``limit`` characters: a value
+    of a megabyte named in a one-line error is still one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -598,7 +598,9 @@ def _named(raw: Mapping[str, Any], source: str) -> list[str]:
         lists += [s.get("workloads") for s in scales.values() if isinstance(s, dict)]
     names: list[str] = []
     for tables in lists:
-        for table in [tables] if isinstance(tables, dict) else tables or []:
+        # not a table or a list of them: the suite's validation says so
+        for table in [tables] if isinstance(tables, dict) else \
+                tables if isinstance(tables, list) else []:
             name = table.get("jobfile") if isinstance(table, dict) else None
             if name is None:
                 continue
