@@ -33,7 +33,7 @@ from iomatrix.core.errors import IomatrixError
 from iomatrix.suite import load_suite
 from iomatrix.suite.load import _INTERNAL as INTERNAL
 from iomatrix.suite.model import Scale, Suite
-from tests.conftest import REPO, cli_result
+from tests.conftest import REPO, Fuzzed, cli_result
 from tests.test_translate import PVE_CONF
 from tests.test_untrusted_inputs import DOCUMENTED, SEPARATORS
 
@@ -56,12 +56,10 @@ VALUES: dict[str, dict[str, bytes]] = {
 """The values every key is given, by kind: TOML value text (bytes: some are not UTF-8)."""
 
 
-def fuzz_count(record_property: Callable[[str, object], None], kind: str, counts: Counter[str],
-               failures: list[str]) -> None:
-    """Keep the cases of input ``kind`` tried and their tracebacks in the JUnit XML that
-    ``bench/attacks.py`` reads; then fail with the first tracebacks, if any."""
-    record_property("fuzz", json.dumps({"input": kind, "cases": counts["cases"],
-                                        "tracebacks": len(failures)}))
+def fuzz_count(fuzzed: Fuzzed, kind: str, counts: Counter[str], failures: list[str]) -> None:
+    """Keep the cases of input ``kind`` tried and their tracebacks for ``bench/attacks.py``
+    (``fuzzed``); then fail with the first tracebacks, if any."""
+    fuzzed(kind, counts["cases"], len(failures))
     assert not failures, f"{len(failures)} of {counts['cases']} cases: " + "\n\n".join(failures[:3])
 
 
@@ -192,7 +190,7 @@ def _try(failures: list[str], what: str, action: Callable[[], str | None]) -> No
 
 
 def test_every_suite_key_takes_any_value_or_refuses_it_in_one_line(
-        tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
+        tmp_path: Path, fuzzed: Fuzzed) -> None:
     beside(tmp_path)
     counts: Counter[str] = Counter()
     failures: list[str] = []
@@ -219,7 +217,7 @@ def test_every_suite_key_takes_any_value_or_refuses_it_in_one_line(
                     counts[kind] += 1
                     _try(failures, f"load_suite: {what}", loaded)
                     _try(failures, f"run --plan: {what}", planned)
-    fuzz_count(record_property, "suite keys", counts, failures)
+    fuzz_count(fuzzed, "suite keys", counts, failures)
 
 
 def test_each_base_suite_is_planned(tmp_path: Path) -> None:
@@ -362,7 +360,7 @@ def node_cases(guests: str) -> list[tuple[str, str, bytes, bool]]:
 
 
 def test_node_commands_refuse_any_malformed_request_in_one_line(
-        tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
+        tmp_path: Path, fuzzed: Fuzzed) -> None:
     guests = Path(f"/tmp/iomatrix-guests-{secrets.token_hex(8)}")
     cases = node_cases(str(guests))
     batch = json.dumps([[command, data.hex(), hold] for command, _, data, hold in cases])
@@ -378,4 +376,4 @@ def test_node_commands_refuse_any_malformed_request_in_one_line(
                                                       result["stderr"]))
         if wrong:
             failures.append(f"node {command} ({what}): {wrong}: {result['stderr']}")
-    fuzz_count(record_property, "node requests", counts, failures)
+    fuzz_count(fuzzed, "node requests", counts, failures)
