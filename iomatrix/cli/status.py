@@ -22,10 +22,11 @@ class ExitStatus(IntEnum):
     TRIALS_FAILED = 6         # the run finished but some trials failed (they are stored, with
     #                           their reasons)
     NOT_FOUND = 7             # no such run
-    STORE = 8                 # the results database cannot be used (or was written by a newer
-    #                           iomatrix); with PostgreSQL also a refused login (wrong password), a
-    #                           missing database, or a connection lost mid-run (what was stored is
-    #                           kept; `run --resume` finishes it)
+    STORE = 8                 # the results database cannot be used: written by a newer iomatrix,
+    #                           or damaged (a row that does not fit: `database damaged:
+    #                           TABLE.COLUMN row N: why`); with PostgreSQL also a refused login
+    #                           (wrong password), a missing database, or a connection lost mid-run
+    #                           (what was stored is kept; `run --resume` finishes it)
     BUSY = 9                  # the run is being measured by another live process (`--resume`
     #                           names its pid and since when)
     UNREACHABLE = 10          # network storage did not answer within its connect timeout, refused
