@@ -22,10 +22,8 @@ import traceback
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from pydantic import BaseModel
 
 from iomatrix.cli.status import ExitStatus
@@ -33,7 +31,7 @@ from iomatrix.core.errors import IomatrixError
 from iomatrix.suite import load_suite
 from iomatrix.suite.load import _INTERNAL as INTERNAL
 from iomatrix.suite.model import Scale, Suite
-from tests.conftest import REPO, Fuzzed, cli_result
+from tests.conftest import Fuzzed, cli_result
 from tests.test_translate import PVE_CONF
 from tests.test_untrusted_inputs import DOCUMENTED, SEPARATORS
 
