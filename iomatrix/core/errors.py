@@ -3,7 +3,8 @@ an exit code and one line on stderr.
 
     IomatrixError                  every error iomatrix raises on purpose
      ├── SuiteError                a suite file is malformed or asks for something invalid
-     │    └── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
+     │    ├── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
+     │    └── UntrustedFile        input names a file another user could have chosen or written
      ├── EnvironmentProblem        a tool or kernel feature is missing (see ``iomatrix doctor``)
      │    └── GuestFioUnavailable  the guests' static, patched fio cannot be built here
      │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
@@ -48,6 +49,14 @@ class SuiteError(IomatrixError):
 
 class InvalidCombination(SuiteError):
     """A configuration that QEMU refuses; the message carries QEMU's own reason."""
+
+
+class UntrustedFile(SuiteError):
+    """A file named by untrusted input (a suite, an inventory, a database row, an image header)
+    that another user could have chosen or written (``iomatrix.core.trust``)."""
+
+    hint = ("name a file that only root (or you) can write, in directories only root (or you) "
+            "can write to, or give it on the command line")
 
 
 class EnvironmentProblem(IomatrixError):

@@ -28,14 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iomatrix.core.dirs import MAX_SYMLINKS, distrust, walk
-from iomatrix.core.errors import SuiteError, UnsafeDirectory
-
-
-class UntrustedFile(SuiteError):
-    """A file named by untrusted input that another user could have chosen or written."""
-
-    hint = ("name a file that only root (or you) can write, in directories only root (or you) "
-            "can write to, or give it on the command line")
+from iomatrix.core.errors import UnsafeDirectory, UntrustedFile
 
 
 ANYONE = -1
