@@ -3,8 +3,8 @@ an exit code and one line on stderr.
 
     IomatrixError                  every error iomatrix raises on purpose
      ├── SuiteError                a suite file is malformed or asks for something invalid
-     │    ├── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
-     │    └── UntrustedFile        input names a file another user could have chosen or written
+     │    ├── UntrustedFile        input names a file another user could have chosen or written
+     │    └── InvalidCombination   a configuration QEMU would refuse, with QEMU's reason
      ├── EnvironmentProblem        a tool or kernel feature is missing (see ``iomatrix doctor``)
      │    └── GuestFioUnavailable  the guests' static, patched fio cannot be built here
      │         └── FioSourceUnavailable  the apt archive serves no source for the installed fio
