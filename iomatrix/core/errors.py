@@ -47,16 +47,16 @@ class SuiteError(IomatrixError):
     """A suite is malformed: names the file, the key and the bad value."""
 
 
-class InvalidCombination(SuiteError):
-    """A configuration that QEMU refuses; the message carries QEMU's own reason."""
-
-
 class UntrustedFile(SuiteError):
     """A file named by untrusted input (a suite, an inventory, a database row, an image header)
     that another user could have chosen or written (``iomatrix.core.trust``)."""
 
     hint = ("name a file that only root (or you) can write, in directories only root (or you) "
             "can write to, or give it on the command line")
+
+
+class InvalidCombination(SuiteError):
+    """A configuration that QEMU refuses; the message carries QEMU's own reason."""
 
 
 class EnvironmentProblem(IomatrixError):
