@@ -6,16 +6,24 @@ malformed PostgreSQL URL is one line that never shows its password.
 
 The crafted databases are written by a real unprivileged user (``attacker``) and handed to root,
 who copies them into a directory of its own (as ``iomatrix`` asks of a database another user
-owns) and runs the real commands on them."""
+owns) and runs the real commands on them. A stored suite is loaded again from its text and
+checked on ``run --resume`` as a fresh run's is. The fuzz at the end gives every store column
+every kind of value, and ``runs`` and ``db copy`` malformed URLs, counting cases and tracebacks
+for ``bench/attacks.py``."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
+import sqlite3
 import subprocess
 import tempfile
+import traceback
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,9 +37,10 @@ from iomatrix.store.records import CpuRecord, PilotTrial, SteadyRecord, StoredSu
 from iomatrix.store.rows import COLUMNS
 from iomatrix.suite.model import Configuration
 from iomatrix.telemetry.steady import SteadyState
-from tests.conftest import ATTACKS, Attack, Backend, User, as_user, cli_result
+from tests.conftest import ATTACKS, Attack, Backend, Fuzzed, User, as_user, cli_result
+from tests.test_attacks_fuzz import fuzz_count
 from tests.test_store import CONFIG, WORKLOAD, host_series, sample, trial
-from tests.test_untrusted_inputs import one_line
+from tests.test_untrusted_inputs import DOCUMENTED, one_line
 
 CACHED = Configuration(mode="blocklayer", aio="threads", iothread=False, cache="writeback",
                        format="raw", preallocation="off")
@@ -253,6 +262,62 @@ def test_a_crafted_resource_is_one_line_for_clean(
             assert line.startswith(f"iomatrix: database damaged: {why[what]}"), (what, line)
 
 
+RBD_SUITE = """
+[suite]
+name = "rbd"
+[target]
+rbd = {{ pool = "rbd", conf = "{conf}", connect_timeout = 3 }}
+size = "16MiB"
+[workloads]
+rw = "randread"
+bs = "4k"
+[method]
+mode = "host"
+runtime = "1s"
+ramp = 0
+samples = 1
+"""
+
+
+@ATTACKS
+@pytest.mark.skipif(shutil.which("rbd") is None, reason="needs Ceph's rbd command")
+def test_a_stored_suite_is_checked_on_resume_as_on_a_fresh_run(
+        theirs: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
+    """A stored run's suite is its text, loaded again: the attacker turns the [target] rbd conf
+    of an interrupted run into their own ceph.conf (log_file naming a file root would create).
+    ``run --resume`` refuses it in the very line a fresh run of that suite gets (exit status
+    3), before rbd starts: the canary is never made."""
+    attack("F4 / issue 31.5: a stored suite's [target] rbd conf (run --resume)", "refused")
+    from iomatrix.measure.prepare import prepare
+    from iomatrix.suite.load import load_suite_text
+
+    canary = theirs.parent / "canary"
+    ours = theirs.parent / "ceph.conf"
+    ours.write_text("[global]\nmon_host = 192.0.2.1\n")
+    evil = theirs / "ceph.conf"
+    evil.write_text(f"[global]\nmon_host = 192.0.2.1\nlog_file = {canary}\n")
+    os.chown(evil, attacker.uid, attacker.gid)
+    made = tmp_path / "made.db"
+    suite = load_suite_text(RBD_SUITE.format(conf=ours), source=str(tmp_path / "s.toml"))
+    expansion = prepare(suite).expansion
+    with Store(made) as store:
+        run_id = store.create_run(suite=StoredSuite.of(suite), host={"hostname": "h"},
+                                  accelerator="none", notes=[], workloads=expansion.workloads,
+                                  configs=expansion.configurations)
+        store.finish_run(run_id, "interrupted")
+    db = crafted(attacker, made, theirs, tmp_path, {"conf": (
+        "UPDATE runs SET suite_text = replace(suite_text, ?, ?)", [str(ours), str(evil)])})
+    fresh = tmp_path / "fresh.toml"
+    fresh.write_text(RBD_SUITE.format(conf=evil))
+    said = [one_line(cli_result("run", *argv, "--db", str(tmp_path / name)),
+                     ExitStatus.SUITE_INVALID)
+            for argv, name in ((["--resume", "1"], db["conf"].name), ([str(fresh)], "new.db"))]
+    assert said[0] == said[1] == (
+        f"iomatrix: [target] rbd conf: {theirs} is owned by {attacker.name} (uid "
+        f"{attacker.uid}), not root: another user could choose what librados reads there"), said
+    assert not canary.exists()
+
+
 # -- the columns only a resumed run's measuring reads, through the store -----------------------
 
 @pytest.mark.parametrize(("statement", "read", "expected"), [
@@ -381,3 +446,112 @@ def test_a_malformed_postgresql_url_is_one_line_without_its_password(url: str,
         assert PASSWORD not in done.stdout + done.stderr, (argv, done.stderr)
         line = one_line(done, ExitStatus.STORE)
         assert line.startswith("iomatrix: postgres"), line
+
+
+# -- fuzz (issue 31 item 7): every store column, every PostgreSQL URL shape ---------------------
+
+FUZZ: dict[str, str | bytes] = {
+    "not JSON": "{", "empty": "", "NUL": '"a\\u0000b"', "raw NUL": "a\0b",
+    "huge": '"' + "a" * (1 << 20) + '"', "many keys": json.dumps({f"k{i}": "v" for i in range(5000)}),
+    "non-UTF-8": b"\xff\xfe{", "ESC": '"a\\u001b[2Jb"', "int": "7", "beyond 64 bits": "9" * 40,
+    "float": "1.5", "NaN": "NaN", "Infinity": "-Infinity", "bool": "true", "null": "null",
+    "string": '"x"', "list": "[]", "list of strings": '["a", "b"]', "object": "{}",
+    "unknown key": '{"zz": 1}', "deep": "[" * 100_000 + "]" * 100_000,
+    "deep object": '{"a":' * 50_000 + "1" + "}" * 50_000,
+    "key with ESC": '{"a\\u001bb": "x"}', "wrong-typed values": json.dumps(
+        {"hostname": 1, "host": [], "checked": "x", "pool": 5, "interval_s": "x", "id": "x"}),
+}
+"""What a crafted column holds, by kind (text, or bytes SQLite keeps as a blob)."""
+READERS: dict[tuple[str, str], list[list[str]]] = {
+    **{c: [["show", "1"]] for c in LOADED}, ("runs", "host_json"): [["runs"], ["show", "1"]],
+    ("run_nodes", "host_json"): [["runs"], ["show", "1"]],
+    ("resources", "within"): [["clean", "--dry-run"]], ("resources", "kind"): [["clean", "--dry-run"]],
+    ("trial_history", "trial_json"): [], ("trial_history", "telemetry_json"): [],
+    ("trial_plans", "plan_json"): []}
+"""The commands that read each column; the columns only a measuring run reads are read through
+the store (``Store.trial_history``, ``Store.load_pilot``)."""
+
+
+def test_every_store_column_takes_any_value_or_refuses_it_in_one_line(
+        made: Path, tmp_path: Path, fuzzed: Fuzzed) -> None:
+    """Each JSON column (and resources' kind and within) given each ``FUZZ`` value in every
+    row: each command that reads it prints its result or one line with a documented status,
+    the store's readers return or raise iomatrix's error; no traceback."""
+    from iomatrix.core.errors import IomatrixError
+
+    assert set(READERS) == {*COLUMNS, ("resources", "within"), ("resources", "kind")}
+    cases, failures = 0, []
+    for (table, column), argvs in READERS.items():
+        for what, value in FUZZ.items():
+            db = tmp_path / "f.db"
+            shutil.copyfile(made, db)
+            conn = sqlite3.connect(db)
+            conn.execute("PRAGMA ignore_check_constraints = ON")     # a crafted file has none
+            conn.execute(f"UPDATE {table} SET {column} = ?", (value,))
+            conn.commit()
+            conn.close()
+            for argv in argvs or [[]]:
+                cases += 1
+                try:
+                    if argv:
+                        done = cli_result(*argv, "--db", str(db))
+                        assert done.returncode in DOCUMENTED - {ExitStatus.ERROR}, done
+                        assert done.returncode == 0 or len(
+                            [s for s in done.stderr.splitlines() if "hint:" not in s]) == 1, done
+                        continue
+                    with Store(db, readonly=True) as store:
+                        store.trial_history(1), store.load_pilot(1)
+                except IomatrixError:
+                    pass
+                except Exception:                          # noqa: BLE001: counted, then failed
+                    failures.append(f"{table}.{column} = {what} ({argv}): "
+                                    + traceback.format_exc()[-600:])
+    fuzz_count(fuzzed, "store columns", Counter(cases=cases), failures)
+
+
+SECRET = "Pw7fQ3"
+
+
+def malformed_urls(count: int) -> list[tuple[str, tuple[str, ...]]]:
+    """``count`` PostgreSQL URLs drawn (seeded) from malformed parts, each with the pieces of
+    the password it carries that must never be printed."""
+    rng = random.Random(31)
+    users = ["u", "", "u%zz", "a@b", "-u"]
+    passwords = [SECRET, f"{SECRET}%zz", "Pw7/fQ3", "Pw7?fQ3", "Pw7@fQ3", "Pw7 fQ3", "Pw7#fQ3",
+                 "Pw7:fQ3", "Pw7[fQ3", f"{SECRET}%40"]
+    hosts = ["localhost", "[::1", "[::1]:5432:5", "localhost:99999", "localhost:x", "", "h1,",
+             "[", "@", "127.0.0.1:0", "/nonexistent"]
+    paths = ["/db", "", "/d b", "/%zz", "/db/x"]
+    queries = ["", "?bogus=1", "?sslmode=x", "?password={p}", "?password={p}&x", "?host=%zz",
+               "?port=abc", "?connect_timeout=x", "?options=-c%20x=1", "?Password={p}", "?&&=="]
+    urls = []
+    for _ in range(count):
+        password = rng.choice(passwords)
+        query = rng.choice(queries).format(p=password)
+        info = (rng.choice(users) + ":" + password + "@") if rng.random() < 0.8 else ""
+        if not info and "{p}" not in rng.choice(queries) and "password" not in query.lower():
+            query = f"?password={password}"
+        url = f"{rng.choice(['postgresql', 'postgres'])}://{info}{rng.choice(hosts)}" \
+              f"{rng.choice(paths)}{query}"
+        urls.append((url, tuple(p for p in re.split(r"[/?@ #:\[%]", password) if len(p) >= 3)))
+    return urls
+
+
+def test_any_malformed_postgresql_url_is_one_line_without_its_password(
+        tmp_path: Path, fuzzed: Fuzzed) -> None:
+    """Malformed PostgreSQL URLs drawn from broken parts (ports, brackets, unescaped / ? @ # in
+    the password, unknown and malformed query options): ``runs`` and ``db copy`` print one
+    line, exit status 8, and never a piece of the password."""
+    cases, failures = 0, []
+    for url, pieces in malformed_urls(150):
+        for argv in (["runs", "--db", url], ["db", "copy", url, str(tmp_path / "c.db")]):
+            cases += 1
+            try:
+                done = cli_result(*argv)
+                said = done.stdout + done.stderr
+                assert not [p for p in pieces if p in said], (url, said)
+                one_line(done, ExitStatus.STORE)
+            except Exception:                              # noqa: BLE001: counted, then failed
+                failures.append(f"{argv}: " + traceback.format_exc()[-600:])
+    assert cases == 300
+    fuzz_count(fuzzed, "PostgreSQL URLs", Counter(cases=cases), failures)
