@@ -20,7 +20,7 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.registry import driver_for
-from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed
+from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed, UntrustedFile
 from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
@@ -170,6 +170,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         _check_cluster_load(suite, prepared.full)
     # [guest]'s files checked (rule 1, readable by the suite's author) and its image opened
     # once, before anything starts: every QEMU reads that descriptor
+    if (refused := suite.destroy_refused()) is not None:
+        raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
+                                          "(or you) can write, in a directory likewise")
     image = None if suite.guest is None else open_guest_image(suite.guest, suite.author)
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target

@@ -1387,6 +1387,20 @@ class Suite(Frozen):
     ``load``): files it names that reach a guest must be readable by them already. A suite made
     from text counts as anyone's until its loader says whose (``load.with_author``)."""
 
+    def destroy_refused(self) -> str | None:
+        """Why this suite may not destroy the device or LUN it names (``allow_destroy``): only
+        a suite nobody but root or the invoking user could have written may; None when it may
+        or names none."""
+        if self.author.trusted:
+            return None
+        for target in (self.target, *self.targets):
+            named = target.device or (target.iscsi.url if target.iscsi is not None else None)
+            if target.allow_destroy and named is not None:
+                return (f"[target] allow_destroy: {named} would be overwritten as asked by "
+                        f"{self.author.where or 'a suite of unknown origin'}, which another "
+                        "user could have written")
+        return None
+
     @property
     def name(self) -> str:
         return self.suite.name
