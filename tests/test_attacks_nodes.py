@@ -223,14 +223,16 @@ def test_a_database_row_naming_ssh_s_files_or_the_command_is_refused_on_resume(
     assert not made.exists() and _logins(cluster) == logins
 
 
-@pytest.mark.parametrize("node_json", ['["node1"]', '{"host": 7}', '{"host": "a", "pasword": 1}',
+@pytest.mark.parametrize("node_json", ['{"host": ', '["node1"]', '{"host": 7}',
+                                       '{"host": "a", "pasword": 1}',
                                        '{"host": "-oProxyCommand=x", "name": "node1"}',
                                        '{"host": "a\\u0000b", "name": "node1"}'])
 def test_a_database_row_that_is_no_node_is_one_line_on_resume(
         arena: Path, ssh_nodes, tmp_path: Path, attacker: User, attack: Attack,  # noqa: F811
         node_json: str) -> None:
-    """F4/F10: a run_nodes row that is not a node's fields (not a table, a wrong type, an
-    unknown key, an option for a host, a NUL): one line, no traceback, nothing logs in."""
+    """F4/F10: a run_nodes row that is not a node's fields (not JSON, not a table, a wrong
+    type, an unknown key, an option for a host, a NUL): one line, no traceback, nothing logs
+    in."""
     attack("F10: run_nodes.node_json that is no node's fields (run --resume)", "refused")
     cluster: SshCluster = ssh_nodes(1)
     made_db, _ = _cluster_run(cluster, tmp_path)

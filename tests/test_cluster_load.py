@@ -219,11 +219,14 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
     assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
                     and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
         [cluster.leftovers(n) for n in cluster.nodes]
+    # its nodes named again, by the inventory that named them (a stored row's command is not
+    # taken on trust)
     resumed = subprocess.Popen(cluster.controller(
-        [sys.executable, "-m", "iomatrix", "run", "--resume", "1", "--db", db]), cwd=REPO,
+        [sys.executable, "-m", "iomatrix", "run", "--resume", "1", "--nodes",
+         str(tmp_path / "nodes.toml"), "--db", db]), cwd=REPO,
         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "TMPDIR": str(tmp_path)})
-    run = finished(resumed, db)                            # on the nodes the run stored
+    run = finished(resumed, db)
     assert resumed.returncode == 0 and [t.status for t in run.trials] == ["ok", "ok"]
     assert all(len(t.vm_samples) == 2 for t in run.trials)
     assert left_behind(cluster, tmp_path) == []

@@ -322,7 +322,10 @@ def stored_node(fields: object, name: str, where: str) -> Node:
     """The node ``name`` of a stored cluster run from its row's ``fields`` (``Node``'s fields),
     read as untrusted input: the types and values an inventory's node must have, and nothing
     only the user's own configuration may name (``untrusted``). NodesError or UntrustedFile in
-    one line naming ``where`` (the row)."""
+    one line naming ``where`` (the row). ``fields`` may be a model the store read them into."""
+    dump = getattr(fields, "model_dump", None)
+    if callable(dump):
+        fields = dump()
     if not isinstance(fields, Mapping) or not all(isinstance(k, str) for k in fields):
         raise NodesError(f"{where}: not a table of a node's fields")
     values = {k: v for k, v in fields.items() if v is not None}
