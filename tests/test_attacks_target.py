@@ -59,3 +59,18 @@ def test_roots_own_suite_still_may(loop_device: Path, tmp_path: Path) -> None:
     done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"))
     assert done.returncode == ExitStatus.OK, done.stderr
     assert "allow_destroy" not in done.stderr
+
+
+def test_a_node_judges_the_suite_as_the_controller_did(loop_device: Path) -> None:
+    """A node loads the suite from the controller's request: root's own suite stays root's there
+    (it may destroy the device it names), another user's is anyone's (it may not)."""
+    from iomatrix.measure.cluster import NodeRequest, request_suite
+
+    text = ("[suite]\nname = \"wipe\"\n" + SUITE.split("\n", 2)[2]).format(dev=loop_device)
+    asked = {"suite_text": text, "suite_source": "/etc/iomatrix/wipe.toml", "node": "n1",
+             "run_uuid": "ab12", "seed": 1}
+    ours = request_suite(NodeRequest(**asked, trusted=True))
+    theirs = request_suite(NodeRequest(**asked))
+    assert ours.author.trusted and ours.destroy_refused() is None
+    assert not theirs.author.trusted
+    assert "another user could have written" in (theirs.destroy_refused() or "")

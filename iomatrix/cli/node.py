@@ -84,11 +84,10 @@ def _share_path(request: dict[str, Any]) -> Path:
 @app.command()
 def check() -> None:
     """Print this node's facts for a preflight (versions, KVM, problems with the suite), JSON."""
-    from iomatrix.measure.cluster import CheckRequest, node_facts
-    from iomatrix.suite import load_suite_text
+    from iomatrix.measure.cluster import CheckRequest, node_facts, request_suite
 
     request = _validated(CheckRequest, "a check request")
-    suite = load_suite_text(request.suite_text, source=request.suite_source)
+    suite = request_suite(request)
     sys.stdout.write(json.dumps(node_facts(suite)) + "\n")
 
 
@@ -97,13 +96,12 @@ def run_share() -> None:
     """Measure this node's share of a cluster run; progress as JSON lines on stdout. Stops,
     cleaning up as Ctrl-C does, when stdin ends (the controller's session is gone)."""
     from iomatrix.cli.run import _interrupt
-    from iomatrix.measure.cluster import JsonProgress, NodeRequest, watch_stdin
+    from iomatrix.measure.cluster import JsonProgress, NodeRequest, request_suite, watch_stdin
     from iomatrix.measure.fromvm import resolve_vm
     from iomatrix.measure.runner import Share, run_suite
-    from iomatrix.suite import load_suite_text
 
     request = _validated(NodeRequest, "a run request")
-    suite = resolve_vm(load_suite_text(request.suite_text, source=request.suite_source))
+    suite = resolve_vm(request_suite(request))
     if request.db is not None:
         from iomatrix.store.location import PgUrl, parse_location
 

@@ -34,6 +34,7 @@ from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
 from iomatrix.core.model import Frozen
+from iomatrix.core.trust import ANYONE, Author
 from iomatrix.core.proc import first_line, last_line, which
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
@@ -41,6 +42,7 @@ from iomatrix.measure.runner import RunOutcome, workspace_of, tools_for
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
+from iomatrix.suite.load import load_suite_text, with_author
 from iomatrix.suite.model import Configuration, Suite, Workload
 from iomatrix.suite.plan import estimate_seconds
 from iomatrix.telemetry.hostinfo import host_metadata
@@ -58,6 +60,9 @@ class CheckRequest(Frozen):
 
     suite_text: str
     suite_source: str = "<controller>"
+    trusted: bool = False
+    """Whether nobody but root or the controller's user could have written the suite
+    (``Suite.author``); a node judges the files it names by that (``request_suite``)."""
 
 
 class NodeRequest(Frozen):
@@ -66,6 +71,8 @@ class NodeRequest(Frozen):
 
     suite_text: str
     suite_source: str
+    trusted: bool = False
+    """As ``CheckRequest.trusted``."""
     node: str
     run_uuid: str
     seed: int
@@ -77,6 +84,16 @@ class NodeRequest(Frozen):
 
 
 # --- the node's side ---------------------------------------------------------------------------
+
+def request_suite(request: CheckRequest | NodeRequest) -> Suite:
+    """The suite a request carries, as written by its author: us when the controller judged
+    that nobody but root or its user could have written it (the request comes over an SSH
+    session only they can open), else anyone (a file it names must be readable by every user,
+    and it may destroy no device)."""
+    suite = load_suite_text(request.suite_text, source=request.suite_source)
+    where = f"the controller's suite {request.suite_source}"
+    return with_author(suite, Author(None, where) if request.trusted else Author(ANYONE, where))
+
 
 def node_facts(suite: Suite) -> dict[str, Any]:
     """What a node says in its preflight: host, iomatrix, fio and QEMU versions, KVM, and the
@@ -310,8 +327,8 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
     mine = dict(mine or node_facts(suite))
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
-    request = CheckRequest(suite_text=suite.source_text,
-                           suite_source=suite.source_path).model_dump_json()
+    request = CheckRequest(suite_text=suite.source_text, suite_source=suite.source_path,
+                           trusted=suite.author.trusted).model_dump_json()
     results: dict[str, dict[str, Any]] = {}
     problems: dict[str, list[str]] = {}
 
@@ -466,7 +483,7 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
     try:
         for s in sessions:
             request = NodeRequest(suite_text=suite.source_text, suite_source=suite.source_path,
-                                  node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
+                                  trusted=suite.author.trusted, node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
                                   accel=accel, keep=keep, retry_failed=retry_failed)
             _start(s, request, events)
             store.set_node(run_id, s.name, "running")
