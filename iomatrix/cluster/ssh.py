@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from iomatrix.core.errors import NodesError
-from iomatrix.core.trust import UntrustedFile, author_of, chosen_by_us
+from iomatrix.core.trust import UntrustedFile, chosen_by_us, read_authored
 
 PVE_MEMBERS = Path("/etc/pve/.members")
 """pmxcfs's view of a Proxmox VE cluster: JSON made by ``cfs_create_memberlist_msg``
@@ -47,6 +47,8 @@ DEFAULT_COMMAND = "iomatrix"
 
 MAX_TEXT = 4096
 """The longest value a node's field may hold (a path's PATH_MAX)."""
+MAX_INVENTORY_BYTES = 1 << 20
+"""The largest inventory file read."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SSH_SYNTAX = re.compile(r"[\s%$\"'\\]")
 """What ssh reads as syntax in a file's name (``-i``, ``-F``, ``-o UserKnownHostsFile=``): a
@@ -186,16 +188,18 @@ def parse_inventory(data: Mapping[str, Any], where: str, *, base: Path | None = 
 
 def load_inventory(path: Path) -> tuple[Node, ...]:
     """Nodes from a TOML inventory file (``parse_inventory``). Only an inventory that nobody but
-    the invoking user could have written (``author_of``: the user's own configuration) may name
-    an ssh_config or the nodes' command (``untrusted``)."""
+    the invoking user could have written (its author: the user's own configuration) may name
+    an ssh_config or the nodes' command (``untrusted``). It is read once, a regular file of at
+    most ``MAX_INVENTORY_BYTES``, and judged from the descriptor read (``read_authored``)."""
+    raw, author = read_authored(path, f"inventory {path}", max_bytes=MAX_INVENTORY_BYTES,
+                                error=lambda why: NodesError(f"cannot read the inventory {path}: "
+                                                             f"{why}"))
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise NodesError(f"cannot read the inventory {path}: {exc.strerror or exc}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise NodesError(f"{path}: not TOML: {exc}") from exc
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:     # TOMLDecodeError, UnicodeDecodeError too
+        raise NodesError(f"{path}: not TOML: {exc}") from None
     nodes = parse_inventory(data, str(path), base=path.parent)
-    if author_of(path).trusted:
+    if author.trusted:
         return nodes
     return tuple(untrusted(n, f"inventory {path} (another user could write it): node {n.label}")
                  for n in nodes)

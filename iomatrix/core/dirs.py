@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import grp
 import os
 import pwd
@@ -54,10 +55,16 @@ def _trusted_uids() -> tuple[int, ...]:
     return (0, os.geteuid())
 
 
-def distrust(info: os.stat_result) -> str | None:
-    """Why another user controls a directory with this status ("is owned by ...", "is writable
-    by ..."); None when only root or iomatrix's user does."""
+def distrust(info: os.stat_result, fd: int) -> str | None:
+    """Why another user controls a directory (or file) with this status, open as ``fd`` (an
+    ``O_PATH`` descriptor will do): "is owned by ...", "is writable by ...", "has an ACL that
+    may let other users write" (with an ACL, the group's mode bits are its mask: what its
+    entries for other users and groups may grant at most), or "is in procfs" (whose links, such
+    as /proc/PID/root, lead where the kernel says, not where their text does); None when only
+    root or iomatrix's user does."""
     me = os.geteuid()
+    if info.st_dev in _procfs():
+        return "is in procfs, whose links lead where the kernel says, not where their text does"
     if info.st_uid not in _trusted_uids():
         return f"is owned by {_owner(info.st_uid)}, not root" + (f" or {_owner(me)}" if me else "")
     mode = info.st_mode
@@ -66,12 +73,56 @@ def distrust(info: os.stat_result) -> str | None:
     groups = (0,) if me == 0 else (0, os.getegid())
     if mode & stat.S_IWGRP and info.st_gid not in groups:
         return f"is writable by group {_group(info.st_gid)}, mode {stat.S_IMODE(mode):04o}"
+    if mode & stat.S_IWGRP and posix_acl(fd):
+        return f"has an ACL that may let other users write (mode {stat.S_IMODE(mode):04o})"
     return None
+
+
+def posix_acl(file: int | Path) -> bool:
+    """Whether ``file`` (an open descriptor, ``O_PATH`` too, or a path without symlinks) has a
+    POSIX access ACL: entries for users or groups beyond its owner, group and others (the
+    kernel keeps none for an ACL its mode bits say whole). OSError when it cannot be asked."""
+    where = f"/proc/self/fd/{file}" if isinstance(file, int) else file
+    try:
+        os.getxattr(where, "system.posix_acl_access")
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.EOPNOTSUPP):
+            return False
+        raise
+    return True
+
+
+@functools.cache
+def _procfs() -> frozenset[int]:
+    """The devices (``st_dev``) of the procfs mounts this process sees (none without /proc)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return frozenset()
+    devices = set()
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        numbers = fields.split()[2:3]
+        if rest.split()[:1] == ["proc"] and numbers and numbers[0].count(":") == 1:
+            major, minor = numbers[0].split(":")
+            devices.add(os.makedev(int(major), int(minor)))
+    return frozenset(devices)
 
 
 def sticky_shared(info: os.stat_result) -> bool:
     """A directory anyone may create names in, whose names only their owners may move."""
     return bool(info.st_mode & stat.S_IWOTH and info.st_mode & stat.S_ISVTX)
+
+
+def refuse_planted(directory: os.stat_result, link: os.stat_result, path: Path) -> None:
+    """UnsafeDirectory when the symlink ``path`` (status ``link``) lies in a directory (status
+    ``directory``) where every user may create names (``sticky_shared``, as /tmp) and neither
+    root nor iomatrix's user made it: whoever did may point it anywhere at any time, so it is
+    never followed (as the kernel's fs.protected_symlinks would not, were it on)."""
+    if sticky_shared(directory) and link.st_uid not in _trusted_uids():
+        raise UnsafeDirectory(f"{path} is a symlink that {_owner(link.st_uid)} made in "
+                              f"{path.parent}, which every user may write to")
 
 
 class Walked(NamedTuple):
@@ -129,10 +180,7 @@ class _Walker:
             child_info = os.fstat(child)
             if stat.S_ISLNK(child_info.st_mode):
                 try:
-                    if sticky_shared(info) and child_info.st_uid not in _trusted_uids():
-                        raise UnsafeDirectory(f"{here / name} is a symlink that "
-                                              f"{_owner(child_info.st_uid)} made in {here}, which "
-                                              "every user may write to")
+                    refuse_planted(info, child_info, here / name)
                     links += 1
                     if links > MAX_SYMLINKS:
                         raise UnsafeDirectory(f"{path}: too many symlinks on the way (a loop?)")
@@ -187,7 +235,7 @@ def private_tempdir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
 
 def _judged(fd: int, directory: Path) -> os.stat_result:
     info = os.fstat(fd)
-    why = distrust(info)
+    why = distrust(info, fd)
     if why is not None:
         raise UnsafeDirectory(f"{directory} {why}")
     return info

@@ -124,9 +124,7 @@ def read_beside(directory: Path, name: str, where: str, *, max_bytes: int, what:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SuiteError(f"{where}: not a regular file")
-        data = b""
-        while chunk := os.read(fd, max_bytes + 1 - len(data)):     # a read may return less
-            data += chunk
+        data = read_at_most(fd, max_bytes)
         if max(info.st_size, len(data)) > max_bytes:
             raise SuiteError(f"{where}: {max(info.st_size, len(data))} bytes or more; {what} "
                              f"may have {max_bytes // 1024} KiB at most")
@@ -136,6 +134,16 @@ def read_beside(directory: Path, name: str, where: str, *, max_bytes: int, what:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SuiteError(f"{where}: not UTF-8 text") from None
+
+
+def read_at_most(fd: int, max_bytes: int) -> bytes:
+    """What the open file ``fd`` holds from where it stands, up to ``max_bytes + 1`` bytes (one
+    more than the caller allows, to tell a file that holds more), read until its end or that
+    much (a read may return less)."""
+    data = b""
+    while chunk := os.read(fd, max_bytes + 1 - len(data)):
+        data += chunk
+    return data
 
 
 def read_owned(path: Path) -> bytes:
@@ -153,7 +161,7 @@ def read_owned(path: Path) -> bytes:
         os.close(walked.fd)
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(fd)
-        why = distrust(info) if stat.S_ISREG(info.st_mode) else "is not a regular file"
+        why = distrust(info, fd) if stat.S_ISREG(info.st_mode) else "is not a regular file"
         if why is not None:
             raise UnsafeDirectory(f"{path} {why}")
         return file.read()

@@ -24,11 +24,13 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from iomatrix.core.dirs import MAX_SYMLINKS, distrust, walk
+from iomatrix.core.dirs import MAX_SYMLINKS, distrust, posix_acl, refuse_planted, walk
 from iomatrix.core.errors import UnsafeDirectory, UntrustedFile
+from iomatrix.core.files import file_kind, read_at_most
 
 
 ANYONE = -1
@@ -55,35 +57,87 @@ US = Author(None, "the command line")
 
 
 def author_of(path: Path, what: str = "") -> Author:
-    """Who could have written the file ``path``: nobody but us when it and every directory
-    above it pass ``distrust``; else its owner, or ``ANYONE`` when the directories let any
-    other user swap it."""
-    where = what or str(path)
+    """Who could have written the file ``path`` (``open_authored``); ``ANYONE`` when it cannot
+    be reached. To read the file too, use ``read_authored``: the author of what was read."""
     try:
-        info = os.stat(path)
+        fd, author = open_authored(path, what)
     except OSError:
-        return Author(ANYONE, where)
+        return Author(ANYONE, what or str(path))
+    os.close(fd)
+    return author
+
+
+def open_authored(path: Path, what: str = "") -> tuple[int, Author]:
+    """An ``O_PATH`` descriptor of the file ``path`` leads to (the caller closes it), and who
+    could have written what it holds, judged from that descriptor: nobody but us when it and
+    every directory to it pass ``distrust`` (``_open_chain``); else its owner when nobody else
+    but root or us could have changed what the path leads to (``_sole_writer``), or ``ANYONE``.
+    OSError when it cannot be reached."""
+    where, absolute = what or str(path), Path(os.path.abspath(path))
     try:
-        _check_chain(Path(os.path.abspath(path)))
+        return _open_chain(absolute), Author(None, where)
     except UnsafeDirectory:
-        owner = info.st_uid
-        if owner in (0, os.geteuid()) or _dir_writable_by_others(Path(os.path.abspath(path))):
-            return Author(ANYONE, where)
-        return Author(owner, where)
-    return Author(None, where)
+        pass
+    fd = os.open(absolute, os.O_PATH | os.O_CLOEXEC)
+    try:
+        owner = os.fstat(fd).st_uid
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if owner in (0, os.geteuid()) or not _sole_writer((absolute, real), owner):
+            return fd, Author(ANYONE, where)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, Author(owner, where)
 
 
-def _dir_writable_by_others(path: Path) -> bool:
-    """Whether a directory above ``path`` is one that other users (not only the file's owner)
-    could write names into."""
-    for parent in path.parents:
+def _sole_writer(paths: tuple[Path, ...], owner: int) -> bool:
+    """Whether nobody but root, us and ``owner`` could have changed where ``paths`` lead: every
+    directory above them and each symlink on the way is one of theirs, and no directory but a
+    sticky one (as /tmp: only a name's owner moves it) may be written by a group (nor through an
+    ACL: its mask is the group's bits) or by every user."""
+    seen = [p for path in paths for p in (path, *path.parents)]
+    for place in dict.fromkeys(seen):
         try:
-            info = os.stat(parent)
+            info = os.lstat(place)
         except OSError:
-            return True
-        if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
-            return True
-    return False
+            return False
+        if place in paths and not stat.S_ISLNK(info.st_mode):
+            continue                                    # the file itself: its owner wrote it
+        if info.st_uid not in (0, os.geteuid(), owner):
+            return False
+        mode = info.st_mode
+        if stat.S_ISDIR(mode) and mode & (stat.S_IWGRP | stat.S_IWOTH) \
+                and not mode & stat.S_ISVTX:
+            return False
+    return True
+
+
+def read_authored(path: Path, what: str, *, max_bytes: int,
+                  error: Callable[[str], Exception]) -> tuple[bytes, Author]:
+    """The bytes of the regular file ``path`` and who could have written them
+    (``open_authored``), both of one descriptor: a file swapped in between is neither read nor
+    judged. A FIFO or device is never opened for reading; ``error(why)`` is raised when it is
+    not a regular file, holds more than ``max_bytes``, or cannot be read."""
+    try:
+        held, author = open_authored(path, what)
+    except OSError as exc:
+        raise error(exc.strerror or str(exc)) from None
+    try:
+        info = os.fstat(held)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{file_kind(info.st_mode)}, not a regular file")
+        fd = os.open(f"/proc/self/fd/{held}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            data = read_at_most(fd, max_bytes)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise error(exc.strerror or str(exc)) from None
+    finally:
+        os.close(held)
+    if len(data) > max_bytes:
+        raise error(f"larger than {max_bytes} bytes")
+    return data, author
 
 
 def chosen_by_us(path: str | Path, key: str, program: str) -> Path:
@@ -125,8 +179,16 @@ def private_file(path: str | Path, key: str, program: str) -> Path:
     return given
 
 
-def _check_chain(path: Path, depth: int = 0) -> os.stat_result:
-    """Judge every directory to ``path`` and ``path`` itself (a symlink's target likewise)."""
+def _check_chain(path: Path) -> None:
+    """Judge every directory to ``path`` and ``path`` itself (``_open_chain``)."""
+    os.close(_open_chain(path))
+
+
+def _open_chain(path: Path, depth: int = 0) -> int:
+    """An ``O_PATH`` descriptor of the file ``path`` leads to, once every directory to it and the
+    file itself pass ``distrust`` (a symlink's target likewise, a symlink in a sticky shared
+    directory only if root or we made it: ``refuse_planted``, as ``walk`` does on the way).
+    UnsafeDirectory otherwise, OSError when it cannot be reached; the caller closes it."""
     if depth > MAX_SYMLINKS:
         raise UnsafeDirectory(f"{path}: too many symlinks on the way (a loop?)")
     walked = walk(path.parent)
@@ -136,24 +198,29 @@ def _check_chain(path: Path, depth: int = 0) -> os.stat_result:
         fd = os.open(path.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walked.fd)
         try:
             info = os.fstat(fd)
+            why = None if stat.S_ISLNK(info.st_mode) else distrust(info, fd)
+            if why is not None:
+                raise UnsafeDirectory(f"{path} {why}")
             if stat.S_ISLNK(info.st_mode):
+                refuse_planted(os.fstat(walked.fd), info, walked.real / path.name)
                 target = os.readlink(path.name, dir_fd=walked.fd)
-                return _check_chain(walked.real / target, depth + 1)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
     finally:
         os.close(walked.fd)
-    why = distrust(info)
-    if why is not None:
-        raise UnsafeDirectory(f"{path} {why}")
-    return info
+    if not stat.S_ISLNK(info.st_mode):
+        return fd
+    os.close(fd)
+    return _open_chain(walked.real / target, depth + 1)
 
 
 def readable_by(path: Path, author: Author) -> bool:
     """Whether ``author`` can already read the file ``path`` (and search every directory to it):
     always for us; for ``ANYONE``, by its mode bits for others; for a user, as the kernel would
-    decide by owner, groups and mode bits (ACLs are not consulted: a file readable only through
-    an ACL entry is judged unreadable, which refuses rather than discloses)."""
+    decide by owner, groups and mode bits. A file or directory on the way with an ACL is judged
+    unreadable (its entries may deny a user what its mode bits allow, or grant what they do
+    not): that refuses rather than discloses."""
     if author.uid is None:
         return True
     real = Path(os.path.realpath(path))
@@ -161,6 +228,8 @@ def readable_by(path: Path, author: Author) -> bool:
     for i, part in enumerate(chain):
         try:
             info = os.stat(part)
+            if author.uid != 0 and posix_acl(part):
+                return False
         except OSError:
             return False
         want = stat.S_IROTH if i == len(chain) - 1 else stat.S_IXOTH

@@ -1004,16 +1004,20 @@ def _check_place(path: Path, links: int = 0) -> None:
         for suffix in SQLITE_BESIDE:
             name = path.name + suffix
             try:
-                info = os.stat(name, dir_fd=walked.fd, follow_symlinks=False)
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walked.fd)
             except FileNotFoundError:
                 continue
+            try:
+                info = os.fstat(fd)
+                why = distrust(info, fd)
+            finally:
+                os.close(fd)
             if stat.S_ISLNK(info.st_mode) and not (shared and info.st_uid not in (0, os.geteuid())):
                 if links >= MAX_SYMLINKS:
                     raise StoreError(f"{path}: too many symlinks on the way (a loop?)")
                 target = os.readlink(name, dir_fd=walked.fd)
                 _check_place(Path(os.path.join(walked.real, target)), links + 1)
                 continue
-            why = distrust(info)
             if why is not None:
                 raise StoreError(f"{walked.real / name} {why}: {where}", hint=hint)
     finally:

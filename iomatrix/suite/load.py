@@ -11,6 +11,7 @@ keeps, and what ``--resume`` loads back), with ``[suite] scale`` naming the scal
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import tomllib
@@ -22,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iomatrix.core.errors import SuiteError
-from iomatrix.core.trust import US, Author, author_of
+from iomatrix.core.trust import US, Author, read_authored
 from iomatrix.suite.jobfiles import TABLE as JOBFILES, carry, workload_groups
 from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Reference, Scale, ScaleInfo, Suite
 
@@ -32,6 +33,8 @@ _MESSAGES = {
 }
 _INTERNAL = ("scales", "source_text", "source_path", "author")
 """Suite fields ``load`` fills in; a suite file may not set them."""
+MAX_SUITE_BYTES = 16 << 20
+"""The largest suite file read (its job files may be carried in it: ``jobfiles.carry``)."""
 _MERGED = ("target", "matrix", "method")
 """Tables a scale changes key by key (the lists, [[workloads]] and [[part]], it replaces)."""
 
@@ -47,17 +50,19 @@ def builtin_suites() -> dict[str, str]:
 def load_suite(ref: str | Path, *, scale: str | None = None) -> Suite:
     """A suite from a file path, or from a built-in name such as ``quick``; at ``scale`` (one
     of its [scale.NAME] tables; None or "default": the suite's own tables). Its ``author`` is
-    whoever could have written the file (``author_of``); a built-in suite's is us."""
+    whoever could have written the file (``read_authored``: judged from the descriptor it is
+    read from); a built-in suite's is us."""
     path = Path(ref)
-    if path.is_file():
-        author = author_of(path, f"suite {path}")
+    builtins = builtin_suites()
+    if path.is_file() or (os.path.lexists(path) and str(ref) not in builtins):
+        data, author = read_authored(path, f"suite {path}", max_bytes=MAX_SUITE_BYTES,
+                                     error=lambda why: SuiteError(f"{path}: cannot read: {why}"))
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SuiteError(f"{path}: cannot read: {exc}") from exc
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SuiteError(f"{path}: cannot read: {exc}") from None
         return with_author(load_suite_text(text, source=str(path), scale=scale,
                                            directory=path.parent), author)
-    builtins = builtin_suites()
     if str(ref) in builtins:
         return with_author(load_suite_text(builtins[str(ref)], source=f"builtin:{ref}",
                                            scale=scale), US)
