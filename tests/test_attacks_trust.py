@@ -33,8 +33,8 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.trust import ANYONE, Author, author_of
 from tests.conftest import ATTACKS, REPO, Attack, User, as_user
 from tests.test_adversary import arena, their_directory  # noqa: F401 (a fixture)
-from tests.test_attacks_guest import (_refused_before_anything, _their_suite, _unreadable,
-                                      roots, theirs)  # noqa: F401 (fixtures)
+from tests.test_attacks_guest import _refused_before_anything, _their_suite, _unreadable
+from tests.test_attacks_guest import roots, theirs  # noqa: F401 (fixtures)
 from tests.test_attacks_nodes import _suite_text, _write_as
 from tests.test_untrusted_inputs import one_line
 
