@@ -8,13 +8,19 @@ F8  a keyring the user owns, mode 0666: refused in one line; root's own, readabl
     too.
 F4  a crafted database whose ``resources`` row (kind ``rbd-image``) names the user's conf or
     keyring: ``clean --dry-run`` never runs rbd with them and says in one line what it left.
+4   (the review's) the user's suite naming monitors with root's keyring, or none where root
+    keeps librados' default: refused in one line (their monitors would get root's key); with
+    monitors from root's own ceph.conf, harmless; a shared store's row pairing monitors with
+    root's keyring: ``clean`` leaves it.
 
 Each canary is a path in a directory only root may write to: if it exists, root made it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +32,7 @@ import pytest
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.owner import this_process
 from iomatrix.store import Store
+from iomatrix.store.location import PgUrl
 from iomatrix.target.rbd import KIND
 from tests import ceph
 from tests.conftest import ATTACKS, Attack, User, as_user, cli_result
@@ -211,3 +218,116 @@ def test_f4_a_crafted_database_never_hands_its_conf_or_keyring_to_rbd(
             subprocess.run(["rbd", "-c", str(cluster.conf), "-k", str(cluster.admin_keyring),
                             "rm", "--no-progress", f"{ceph.POOL}/{name}"], timeout=60,
                            capture_output=True)
+
+
+def _not_readable(key: str, keyring: Path, who: str, where: str, monitors: str) -> str:
+    return (f"iomatrix: {key}: {keyring} is not readable by {who}, who could have written "
+            f"{where} and chose the monitors {monitors}: the key would prove itself there")
+
+
+@contextlib.contextmanager
+def default_keyring(cluster: ceph.Cluster) -> Iterator[str]:
+    """A cephx client of its own (allowed the test pool), whose keyring root keeps where
+    librados looks by default, ``/etc/ceph/ceph.client.NAME.keyring`` (mode 0600); yields
+    the client's name. Both removed after."""
+    name = f"iomx-default-{secrets.token_hex(3)}"
+    path = Path("/etc/ceph") / f"ceph.client.{name}.keyring"
+    text = cluster.ceph("auth", "get-or-create", f"client.{name}", "mon", "profile rbd", "osd",
+                        f"profile rbd pool={ceph.POOL}")
+    Path("/etc/ceph").mkdir(mode=0o755, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.close(fd)
+        yield name
+    finally:
+        path.unlink(missing_ok=True)
+        cluster.ceph("auth", "del", f"client.{name}")
+
+
+@pytest.mark.parametrize("which", ["root's keyring, named", "librados' default keyring"])
+def test_f4_their_monitors_never_get_roots_key(
+        tmp_path: Path, arena: Path, cluster: ceph.Cluster, attacker: User, attack: Attack,
+        which: str, no_leftovers: None) -> None:
+    """4: the attacker's suite names monitors (the cluster's, standing for their own) with
+    root's 0600 keyring, or with no keyring where root keeps one in librados' default place:
+    refused in one line naming the keyring, before anything reaches the monitors (root's key
+    would have proved itself to them; librados' default search was never checked at all).
+    Root's own suite without a keyring still runs: iomatrix's ceph.conf names the default it
+    found (librados never searches)."""
+    attack(f"4 [target] rbd monitors of another user's suite, with {which}", "refused")
+    with contextlib.ExitStack() as stack:
+        if which.startswith("root's"):
+            client, keyring = ceph.CLIENT, cluster.keyring
+            suite = rbd_suite(tmp_path, cluster, caches='["none"]', runtime="1s")
+            key = "[target] rbd keyring"
+        else:
+            client = stack.enter_context(default_keyring(cluster))
+            keyring = Path(f"/etc/ceph/ceph.client.{client}.keyring")
+            suite = without(rbd_suite(tmp_path, cluster, caches='["none"]', runtime="1s",
+                                      client=f'"{client}"'), "keyring")
+            key = f"[target] rbd keyring (none named: librados' default {keyring})"
+            done = cli_result("run", str(suite), "--db", str(tmp_path / "own.db"), cwd=tmp_path)
+            assert done.returncode == 0 and "2 trials ok" in done.stdout, done.stderr
+        theirs = plant(attacker, arena / "sticky" / "rbd.toml", suite.read_text())
+        db = tmp_path / "r.db"
+        done = cli_result("run", str(theirs), "--db", str(db), cwd=tmp_path)
+        assert done.returncode == ExitStatus.SUITE_INVALID, done.stdout + done.stderr
+        assert refusal(done) == _not_readable(key, keyring, f"{attacker.name} (uid "
+                                              f"{attacker.uid})", f"suite {theirs}",
+                                              cluster.monitor)
+        assert not db.exists() or b"rbd-test" not in db.read_bytes()
+    assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []
+
+
+def test_f4_monitors_from_a_conf_root_may_use_get_roots_key(
+        tmp_path: Path, arena: Path, cluster: ceph.Cluster, attacker: User, attack: Attack,
+        no_leftovers: None) -> None:
+    """4: the attacker's suite takes its monitors from a ceph.conf only root can write (the
+    cluster's), with root's keyring: the key goes only where root's own file says, so the run
+    measures the pool."""
+    attack("4 [target] rbd conf of root's with root's keyring, in another user's suite",
+           "harmless")
+    suite = without(rbd_suite(tmp_path, cluster, caches='["none"]', runtime="1s",
+                              conf=f'"{cluster.conf}"'), "monitors")
+    theirs = plant(attacker, arena / "sticky" / "rbd.toml", suite.read_text())
+    done = cli_result("run", str(theirs), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == 0 and "2 trials ok" in done.stdout, done.stdout + done.stderr
+    assert [i for i in cluster.images() if i.startswith("iomatrix-")] == []
+
+
+def test_f4_a_shared_stores_row_never_pairs_its_monitors_with_roots_key(
+        tmp_path: Path, cluster: ceph.Cluster, attack: Attack,
+        request: pytest.FixtureRequest) -> None:
+    """4: a row of the shared PostgreSQL store (which anyone with the role writes) records an
+    image of a dead run of this host on monitors it names, with root's keyring: ``clean``
+    leaves it in one line and never hands the keyring to rbd (it used to reach the monitors
+    with root's key); the image stays."""
+    attack("4 resources.within of the shared store pairing its monitors with root's keyring "
+           "(clean)", "refused")
+    url = request.getfixturevalue("pg_url")
+    name = "iomatrix-1-f4f4f5-0"
+    subprocess.run(["rbd", "-c", str(cluster.conf), "-k", str(cluster.admin_keyring),
+                    "create", "--size", "4M", f"{ceph.POOL}/{name}"], check=True, timeout=60)
+    try:
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        with Store(url) as store:
+            dead = store.register_process(this_process()._replace(pid=gone.pid), "")
+            store.add_resource(dead, KIND, f"{ceph.POOL}/{name}", json.dumps(
+                {"pool": ceph.POOL, "monitors": [cluster.monitor], "client": ceph.CLIENT,
+                 "keyring": str(cluster.keyring), "connect_timeout": 5}))
+        for dry in (["--dry-run"], []):
+            done = cli_result("clean", "--db", url, *dry, cwd=tmp_path)
+            assert done.returncode == 0, done.stdout + done.stderr
+            said = " ".join(done.stdout.split())
+            assert (f"left RBD image {ceph.POOL}/{name} (no run, pid {gone.pid}): never handed "
+                    "to rbd: " + _not_readable("resources.within keyring", cluster.keyring,
+                                               "every user", "the shared store "
+                                               f"{PgUrl(url).shown}", cluster.monitor)
+                    .removeprefix("iomatrix: ")) in said, said
+        assert name in cluster.images()
+    finally:
+        subprocess.run(["rbd", "-c", str(cluster.conf), "-k", str(cluster.admin_keyring),
+                        "rm", "--no-progress", f"{ceph.POOL}/{name}"], timeout=60,
+                       capture_output=True)

@@ -306,10 +306,17 @@ def table_rows(location: str, table: str) -> list[tuple[object, ...]]:
                  table != "vm_samples" else "trial_id IN (SELECT t.id FROM trials t JOIN runs r "
                  "ON r.id = t.run_id WHERE r.uuid = ?)")
         rows = store._dicts(f"SELECT * FROM {table} WHERE {where}", (uuid,))  # noqa: SLF001
-    keys = ("id", "run_id", "configuration_id", "workload_id", "trial_id", "owner_id")
+    keys = ("id", "run_id", "configuration_id", "workload_id", "trial_id", "owner_id",
+            "suite_author")
     return sorted((tuple((k, bytes(v) if isinstance(v, memoryview) else v)
                          for k, v in sorted(r.items()) if k not in keys) for r in rows),
                   key=repr)
+
+
+def _suite_author(location: str) -> object:
+    """Run 1's ``runs.suite_author`` as stored (who could have written its suite)."""
+    with Store(location, readonly=True) as store:
+        return store.conn.execute("SELECT suite_author FROM runs WHERE id = 1").fetchone()[0]
 
 
 def test_db_copy_round_trips_every_sample(pg_url: str, tmp_path: Path) -> None:
@@ -328,8 +335,12 @@ def test_db_copy_round_trips_every_sample(pg_url: str, tmp_path: Path) -> None:
                   "trial_history"):             # every stored value, byte for byte
         rows = table_rows(str(first), table)
         assert rows and rows == table_rows(str(last), table) == table_rows(pg_url, table)
+    # but who could have written the suite: anyone, once it was in the shared store
+    assert [_suite_author(where) for where in (str(first), pg_url, str(last))] == [None, None, -1]
     with Store(first, readonly=True) as a, Store(last, readonly=True) as b:
         one, two = a.load_run(1), b.load_run(1)
+        assert two.suite.author == -1
+        two = two.model_copy(update={"suite": two.suite.model_copy(update={"author": None})})
         assert one == two                        # every sample, note, figure and setting
         assert [a.fio_json(t.id) for t in one.trials] == [b.fio_json(t.id) for t in two.trials]
         assert [a.telemetry(t.id) for t in one.trials] == [b.telemetry(t.id) for t in two.trials]

@@ -88,7 +88,7 @@ def check() -> None:
 
     request = _validated(CheckRequest, "a check request")
     suite = request_suite(request)
-    sys.stdout.write(json.dumps(node_facts(suite)) + "\n")
+    sys.stdout.write(node_facts(suite).model_dump_json() + "\n")
 
 
 @app.command("run")

@@ -192,16 +192,16 @@ def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
         raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
 
 
-def store_author(db: str) -> Author:
-    """Who could have written the results database ``db`` (a resumed run's suite is its
-    text): an SQLite file's ``author_of``; anyone with the role, for a PostgreSQL store."""
-    from iomatrix.core.trust import ANYONE, author_of
-    from iomatrix.store.location import PgUrl, parse_location
+def resumed_author(stored: StoredRun, db: str) -> Author:
+    """Who could have written the suite of the run ``stored`` that --resume measures again:
+    the weaker of who could have when the run was made and who could have written the results
+    database ``db`` since (``StoredSuite.written_by``; a run made before that was recorded, by
+    the database's alone)."""
+    from iomatrix.core.text import printable
+    from iomatrix.store.location import location_author, parse_location
 
-    location = parse_location(db)
-    if isinstance(location, PgUrl):
-        return Author(ANYONE, f"the shared store {location.shown}")
-    return author_of(location, f"database {location}")
+    return stored.suite.written_by(location_author(parse_location(db)), f"the suite of run "
+                                   f"{stored.id} ({printable(stored.suite.source)[:200]})")
 
 
 def _to_resume(db: Path, resume: str, *, retry_failed: bool) -> StoredRun | None:
@@ -372,7 +372,7 @@ def run(
         stored = _to_resume(db, resume, retry_failed=retry_failed)
         if stored is None:
             return
-        loaded = with_author(stored.suite.runnable(), store_author(db))
+        loaded = with_author(stored.suite.runnable(), resumed_author(stored, db))
     else:
         from iomatrix.measure.fromvm import resolve_vm
 

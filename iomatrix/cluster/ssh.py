@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import tomllib
@@ -53,10 +54,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SSH_SYNTAX = re.compile(r"[\s%$\"'\\]")
 """What ssh reads as syntax in a file's name (``-i``, ``-F``, ``-o UserKnownHostsFile=``): a
 blank separates files, ``%x`` and ``${VAR}`` expand, quotes and ``\\`` escape."""
-OWN_KEYS = ("ssh_config", "command")
+OWN_KEYS = ("ssh_config", "command", "user")
 """What only the invoking user's own configuration names (``untrusted``): ssh runs what an
-ssh_config says (ProxyCommand, LocalCommand, Match exec), and ``command`` is what runs on
-every node."""
+ssh_config says (ProxyCommand, LocalCommand, Match exec), ``command`` is what runs on every
+node, and ``user`` the account the user's key logs in to there (another user's own account on
+a node, whose shell would answer for iomatrix, unless it is root or the user's own)."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,27 @@ class Node:
         return (f"{self.user}@" if self.user else "") + where + (f":{self.port}" if self.port else "")
 
 
+LENT_NOTHING = ("-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "PermitLocalCommand=no",
+                "-o", "Tunnel=no")
+"""ssh's options that keep the user's agent, display, local commands and tunnel devices from a
+node (``ssh_argv``)."""
+FORWARDS = frozenset({"-L", "-R", "-D"})
+"""ssh's options that forward a port or socket: with one, ClearAllForwardings is not set (it
+would clear that forward too)."""
+
+
 def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNECT_TIMEOUT,
              alive_interval: int = ALIVE_INTERVAL, alive_count: int = ALIVE_COUNT,
              ssh: str = "ssh", options: Sequence[str] = ()) -> list[str]:
     """The OpenSSH argv that runs ``command`` (an argv, quoted here for the node's login shell)
     on ``node``, with no terminal and no escape character (the session carries data on stdin).
-    ``options``: more of ssh's own (a forward: ``-L``)."""
+    ``options``: more of ssh's own (a forward: ``-L``).
+
+    Nothing of the user's own is lent to the node, whatever their ssh_config says (a suite may
+    have chosen the node): no agent, no X11 display, no local command, no tunnel device, and
+    (unless ``options`` forward a socket, which ClearAllForwardings would clear as well) no
+    forward the configuration sets up. ssh takes the first value it reads of an option, and
+    the command line's come first."""
     argv = [ssh]
     if node.ssh_config:
         argv += ["-F", node.ssh_config]
@@ -105,7 +122,10 @@ def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNE
              "-o", "StrictHostKeyChecking=yes",
              "-o", f"ConnectTimeout={connect_timeout}",
              "-o", f"ServerAliveInterval={alive_interval}",
-             "-o", f"ServerAliveCountMax={alive_count}"]
+             "-o", f"ServerAliveCountMax={alive_count}",
+             *LENT_NOTHING]
+    if not FORWARDS.intersection(options):
+        argv += ["-o", "ClearAllForwardings=yes"]
     if node.known_hosts:
         argv += ["-o", f"UserKnownHostsFile={node.known_hosts}", "-o", "GlobalKnownHostsFile=none"]
     if node.host_key_alias:
@@ -283,20 +303,34 @@ def shown(text: str) -> str:
 
 def untrusted(node: Node, where: str) -> Node:
     """``node`` as read from input another user may have written (an inventory they could write,
-    a row of a store): UntrustedFile when it names what only the invoking user's own
-    configuration may (``OWN_KEYS``): an ssh_config file (``none``, no file at all, aside), or a
-    command other than iomatrix on the login PATH. ``where`` names the input and the node."""
+    a row of a store, a suite's [nodes]): UntrustedFile when it names what only the invoking
+    user's own configuration may (``OWN_KEYS``): an ssh_config file (``none``, no file at all,
+    aside), a command other than iomatrix on the login PATH, or a user to log in as other than
+    root or the invoking user (``own_users``). ``where`` names the input and the node."""
     why = {"ssh_config": "ssh would run what that file says (ProxyCommand, LocalCommand, "
                          "Match exec)",
-           "command": "it is the program every node runs"}
+           "command": "it is the program every node runs",
+           "user": "your key would log in to that account, whose owner's shell would answer "
+                   "in iomatrix's place"}
     for key, value in (("ssh_config", node.ssh_config if node.ssh_config != "none" else None),
-                       ("command", node.command if node.command != DEFAULT_COMMAND else None)):
+                       ("command", node.command if node.command != DEFAULT_COMMAND else None),
+                       ("user", node.user if node.user not in own_users() else None)):
         if value is not None:
             raise UntrustedFile(f"{where}: {key} {shown(value)}: {why[key]}; only your own "
                                 "inventory may name it",
                                 hint="give it in an inventory only root (or you) can write: "
                                      "--nodes FILE")
     return node
+
+
+def own_users() -> tuple[str | None, ...]:
+    """The accounts input another user wrote may have a node log in as (``untrusted``): none
+    named (the user's own ssh configuration decides), root, and the invoking user."""
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        me = None
+    return (None, "root", me)
 
 
 def check_files(node: Node) -> None:

@@ -28,7 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Annotated, Any, Protocol
+
+from pydantic import Field, ValidationError
 
 from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
@@ -36,10 +38,12 @@ from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteEr
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.core.proc import first_line, last_line, which
+from iomatrix.core.text import printable
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
-from iomatrix.measure.runner import RunOutcome, workspace_of, tools_for
+from iomatrix.measure.runner import RunOutcome, check_author, workspace_of, tools_for
 from iomatrix.store.records import StoredSuite, TrialResult
+from iomatrix.store.rows import HostMeta
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.load import load_suite_text, with_author
@@ -83,6 +87,24 @@ class NodeRequest(Frozen):
     retry_failed: bool = False
 
 
+Said = Annotated[str, Field(max_length=4096)]
+"""A line a node's preflight answer holds (a version, a problem)."""
+
+
+class NodeFacts(Frozen):
+    """What a node says in its preflight (``node_facts``), as the controller reads its answer:
+    these keys only, each of its type; its host metadata the store's allow-list
+    (``store.rows.HostMeta``), since ``add_nodes`` stores it."""
+
+    hostname: Said = ""
+    iomatrix: Said = ""
+    fio: Said = ""
+    qemu: Said = ""
+    kvm: Said = ""
+    host: HostMeta = {}
+    problems: tuple[Said, ...] = Field(default=(), max_length=100)
+
+
 # --- the node's side ---------------------------------------------------------------------------
 
 def request_suite(request: CheckRequest | NodeRequest) -> Suite:
@@ -95,12 +117,14 @@ def request_suite(request: CheckRequest | NodeRequest) -> Suite:
     return with_author(suite, Author(None, where) if request.trusted else Author(ANYONE, where))
 
 
-def node_facts(suite: Suite) -> dict[str, Any]:
+def node_facts(suite: Suite) -> NodeFacts:
     """What a node says in its preflight: host, iomatrix, fio and QEMU versions, KVM, and the
-    problems it sees with the suite here (tools missing, target unusable or too small)."""
+    problems it sees with the suite here (what its author may not ask, before the target is
+    reached: ``runner.check_author``; tools missing, target unusable or too small)."""
     facts: dict[str, Any] = {"hostname": socket.gethostname(), "iomatrix": __version__}
     problems: list[str] = []
     try:
+        check_author(suite)
         prepared = prepare(suite)
         for tool in tools_for(prepared.full):
             if which(tool) is None:
@@ -113,7 +137,7 @@ def node_facts(suite: Suite) -> dict[str, Any]:
                  kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
                       "no /dev/kvm" if not os.path.exists("/dev/kvm") else "/dev/kvm not accessible"),
                  host=host, problems=problems)
-    return facts
+    return NodeFacts.model_validate(facts)
 
 
 def node_store_path(run_uuid: str, node: str) -> Path:
@@ -224,7 +248,8 @@ class ClusterProgress(Protocol):
 
 def resolve_nodes(suite: Suite, given: str | None) -> tuple[Node, ...]:
     """The nodes of a run: ``--nodes`` (``given``) over the suite's [nodes]; () for neither.
-    Their files pass rule 1 (``ssh.check_nodes``)."""
+    Their files pass rule 1 (``ssh.check_nodes``), and a suite another user could have written
+    names only what such input may (``ssh.untrusted``: no user but root or yours)."""
     from iomatrix.cluster import ssh
 
     base = Path(suite.source_path).parent if suite.source_path and not suite.source_path.startswith(
@@ -241,8 +266,12 @@ def resolve_nodes(suite: Suite, given: str | None) -> tuple[Node, ...]:
         path = Path(os.path.expanduser(spec.inventory))
         return ssh.check_nodes(ssh.load_inventory(
             path if path.is_absolute() or base is None else base / path))
-    return ssh.check_nodes(ssh.parse_inventory({"hosts": list(spec.hosts), **defaults},
-                                               "[nodes]", base=base))
+    listed = ssh.parse_inventory({"hosts": list(spec.hosts), **defaults}, "[nodes]", base=base)
+    if not suite.author.trusted:        # what only your own configuration names (a user)
+        listed = tuple(ssh.untrusted(n, f"[nodes] of {suite.author.where or 'the suite'} "
+                                        f"(another user could write it): node {n.label}")
+                       for n in listed)
+    return ssh.check_nodes(listed)
 
 
 def resume_nodes(suite: Suite, given: str | None,
@@ -309,11 +338,14 @@ def _failure(node: Node, done: subprocess.CompletedProcess[bytes], what: str) ->
 
 
 def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
-              mine: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+              mine: NodeFacts | None = None) -> dict[str, NodeFacts]:
     """Every node's facts (``node_facts``), asked over SSH at once; NodesError with one line per
-    node that cannot be used: unreachable, missing iomatrix, a problem with the suite there, or
-    an iomatrix, fio or QEMU version unlike the controller's (``mine``: this host's facts), or
-    KVM where the controller has it for a guest suite."""
+    node that cannot be used: unreachable, missing iomatrix, an answer that is no facts, a
+    problem with the suite there, or an iomatrix, fio or QEMU version unlike the controller's
+    (``mine``: this host's facts), or KVM where the controller has it for a guest suite. What
+    the suite's author may not ask (``runner.check_author``) is refused first, in one line:
+    before any node is asked or any target reached."""
+    check_author(suite)
     if suite.method.plans_rounds:
         # each node's pilot would choose its own trial length or rounds: the nodes' figures
         # would differ by it
@@ -325,7 +357,7 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     from iomatrix.cluster.ssh import check_nodes
 
     check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
-    mine = dict(mine or node_facts(suite))
+    mine = mine or node_facts(suite)
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
     request = CheckRequest(suite_text=suite.source_text, suite_source=suite.source_path,
                            trusted=suite.author.trusted).model_dump_json()
@@ -343,20 +375,21 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
             problems[node.label] = [_failure(node, done, "iomatrix node check")]
             return
         try:
-            facts = json.loads(done.stdout)
-        except ValueError:
-            problems[node.label] = [f"node {node.label}: its iomatrix node check printed no "
-                                    f"JSON: {first_line(done.stdout.decode(errors='replace'))}"]
+            facts = answered(done.stdout)
+        except ValueError as exc:
+            problems[node.label] = [f"node {node.label}: its iomatrix node check answered no "
+                                    f"preflight facts: {exc}"]
             return
         results[node.label] = facts
-        wrong = [f"node {node.label}: {p}" for p in facts.get("problems", [])]
+        wrong = [f"node {node.label}: {printable(p)}" for p in facts.problems]
         for key in COMPARED:
-            if facts.get(key) != mine.get(key):
-                wrong.append(f"node {node.label}: {key} is {facts.get(key) or '(none)'}, the "
-                             f"controller's is {mine.get(key) or '(none)'}")
-        if guests and accel != "tcg" and facts.get("kvm") != mine.get("kvm"):
-            wrong.append(f"node {node.label}: KVM {facts.get('kvm')}, on the controller "
-                         f"{mine.get('kvm')}: its guests would not run as the others'")
+            theirs, ours = getattr(facts, key), getattr(mine, key)
+            if theirs != ours:
+                wrong.append(f"node {node.label}: {key} is {printable(theirs) or '(none)'}, "
+                             f"the controller's is {ours or '(none)'}")
+        if guests and accel != "tcg" and facts.kvm != mine.kvm:
+            wrong.append(f"node {node.label}: KVM {printable(facts.kvm)}, on the controller "
+                         f"{mine.kvm}: its guests would not run as the others'")
         if wrong:
             problems[node.label] = wrong
 
@@ -369,6 +402,19 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
         raise NodesError("\n".join(line for n in nodes for line in problems.get(n.label, [])),
                          hint="nothing was run or stored; fix those nodes, or leave them out")
     return results
+
+
+def answered(stdout: bytes) -> NodeFacts:
+    """A node's ``iomatrix node check`` answer (one JSON object) as its facts; ValueError saying
+    in one short line why it is none (not JSON, not an object, a key unknown or of the wrong
+    type, host metadata the store would not take)."""
+    try:
+        return NodeFacts.model_validate_json(stdout)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(printable((f"{where}: " if where else "")
+                                   + first["msg"].removeprefix("Value error, "))[:200]) from None
 
 
 class _Node:
@@ -397,13 +443,14 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
                 progress: ClusterProgress, keep: bool = False, accel: str | None = None,
                 seed: int | None = None, resume: int | None = None,
                 retry_failed: bool = False,
-                facts: Mapping[str, dict[str, Any]] | None = None) -> RunOutcome:
+                facts: Mapping[str, NodeFacts] | None = None) -> RunOutcome:
     """Measure ``suite`` on every node (the module's docstring) as one run of ``store``, or
     continue the cluster run ``resume`` on its nodes; ``db`` is the store's PostgreSQL URL when
     the nodes write into it (``nodes_store``), else None. NodesError before anything is stored when a node cannot
     be used (``preflight``, unless its ``facts`` are given: it ran already)."""
     t0 = time.monotonic()
     names = [n.label for n in nodes]
+    check_author(suite)             # before anything is stored, whatever facts were given
     facts = facts if facts is not None else preflight(suite, nodes, accel=accel)
     prepared = prepare(suite, accel=accel, seed=seed)
     configs = tuple(c for name in names for c in prepared.expansion.on_node(name).configurations)
@@ -423,8 +470,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
                 configs=configs, workloads=prepared.expansion.workloads, seed=prepared.seed,
                 owner=me.id)
             me.run_id = run_id
-            store.add_nodes(run_id, [(n.label, asdict(n), facts[n.label].get("host", {}))
-                                     for n in nodes])
+            store.add_nodes(run_id, [(n.label, asdict(n), facts[n.label].host) for n in nodes])
             run_seed = prepared.seed
         else:
             run_id = resume

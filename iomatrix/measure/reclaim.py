@@ -49,6 +49,7 @@ from iomatrix.core.errors import EnvironmentProblem, TargetUnreachable, UnsafeDi
 from iomatrix.core.mounts import MOUNTINFO, force_unmount, mounts
 from iomatrix.core.owner import PROC, HeldLock, Identity, this_process
 from iomatrix.core.proc import read_text, signals_deferred
+from iomatrix.core.trust import US, Author
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
 from iomatrix.target import loops, rbd
@@ -77,6 +78,8 @@ class RunProcess:
         self.scratch: Path | None = None
         self.run_id: int | None = None
         self._lock: HeldLock | None = None
+        self._recorded: set[tuple[str, str, str]] = set()
+        """What this process recorded (kind, path, within): its own input, as read back."""
 
     def start(self) -> None:
         walked = walk_tmpdir()
@@ -107,6 +110,7 @@ class RunProcess:
         assert self.id is not None
         self.store.add_resource(self.id, kind, str(path), str(within), run_id=self.run_id,
                                 keep=self.keep)
+        self._recorded.add((kind, str(path), str(within)))
         return marker_text(self.me, kind, str(path))
 
     def close(self, *, failing: bool) -> None:
@@ -152,8 +156,10 @@ class RunProcess:
             self.store.settle_resource(r.id, "kept (--keep)")
             return
         marker = marker_text(self.me, r.kind, r.path)
+        # the record as this process made it is its own; else whoever could write the store's
+        author = US if (r.kind, r.path, r.within) in self._recorded else self.store.author
         with contextlib.suppress(TargetUnreachable):
-            done = rbd.remove_recorded(r.path, r.within, marker)
+            done = rbd.remove_recorded(r.path, r.within, marker, author=author)
             if done in ("removed", "gone"):
                 self.store.settle_resource(r.id, "removed")
 
@@ -185,6 +191,7 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
     ``dry_run`` nothing is removed and nothing is written to the store; what it says it would
     remove is what it removes (a target directory emptied by the removals before it, too)."""
     myself = this_process()
+    author = store.author           # of every row: an image's connection is their input
     resources = [r for r in store.open_resources()
                  if r.process.id != me and (scope is None or scope(r))]
     done: list[Reclaimed] = []
@@ -201,7 +208,8 @@ def reclaim(store: Store, *, me: int | None = None, dry_run: bool = False,
             done.append(Reclaimed(r, "left", f"in use by a live iomatrix since "
                                              f"{r.process.started_at} ({why})"))
             continue
-        outcome = _reclaim_one(r, dry_run, mountinfo, others=resources, going=going)
+        outcome = _reclaim_one(r, dry_run, mountinfo, others=resources, going=going,
+                               author=author)
         done.append(outcome)
         if outcome.action in ("removed", "would remove", "gone"):
             going.add(r.path)
@@ -225,11 +233,11 @@ class _Leave(Exception):
 
 
 def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
-                 others: list[ResourceRecord], going: set[str]) -> Reclaimed:
+                 others: list[ResourceRecord], going: set[str], author: Author) -> Reclaimed:
     if r.keep:
         return Reclaimed(r, "kept", "the run asked to --keep it")
     if r.kind == rbd.KIND:
-        return _reclaim_rbd(r, dry_run)
+        return _reclaim_rbd(r, dry_run, author)
     try:
         parent_fd = _open_within(r)
     except _Leave as exc:
@@ -244,13 +252,14 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
         os.close(parent_fd)
 
 
-def _reclaim_rbd(r: ResourceRecord, dry_run: bool) -> Reclaimed:
+def _reclaim_rbd(r: ResourceRecord, dry_run: bool, author: Author) -> Reclaimed:
     """An RBD image a dead run made: removed from its pool when it is still iomatrix's
-    (``iomatrix.target.rbd.remove_recorded``); left, with why, while the cluster cannot be
-    reached (a later ``clean`` tries again)."""
+    (``iomatrix.target.rbd.remove_recorded``, its record read as ``author``'s, who could have
+    written the store); left, with why, while the cluster cannot be reached (a later
+    ``clean`` tries again)."""
     marker = marker_text(identity(r.process), r.kind, r.path)
     try:
-        done = rbd.remove_recorded(r.path, r.within, marker, dry_run=dry_run)
+        done = rbd.remove_recorded(r.path, r.within, marker, dry_run=dry_run, author=author)
     except TargetUnreachable as exc:
         return Reclaimed(r, "left", str(exc))
     action, _, detail = done.partition(": ")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 
-from iomatrix.appliance.ownimage import ImageFile, open_guest_image
+from iomatrix.appliance.ownimage import ImageFile, check_guest_files, open_guest_image
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
@@ -37,9 +37,9 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
-from iomatrix.target.iscsi import IscsiLun
+from iomatrix.target.iscsi import IscsiLun, read_chap
 from iomatrix.target.network import NetworkTarget
-from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool
+from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool, locate as rbd_locate
 from iomatrix.target.targets import TargetSet
 from iomatrix.target.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
@@ -168,11 +168,9 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     if suite.method.concurrent_nodes:
         _check_cluster_load(suite, prepared.full)
-    # [guest]'s files checked (rule 1, readable by the suite's author) and its image opened
-    # once, before anything starts: every QEMU reads that descriptor
-    if (refused := suite.destroy_refused()) is not None:
-        raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
-                                          "(or you) can write, in a directory likewise")
+    # what the suite's author may not ask refused, and [guest]'s image opened once, before
+    # anything starts: every QEMU reads that descriptor
+    check_author(suite)
     image = None if suite.guest is None else open_guest_image(suite.guest, suite.author)
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
@@ -247,6 +245,24 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                 store.finish_run(run_id, status)
     return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
+
+
+def check_author(suite: Suite) -> None:
+    """What the suite's author (``Suite.author``) may not have this host do, refused in one line
+    (``UntrustedFile``) before anything starts, is stored, or logs in anywhere (a node, a
+    portal, a monitor): destroy a device or LUN (``Suite.destroy_refused``); hand QEMU a
+    [guest] file they could not choose or read (``check_guest_files``); send a key of a file
+    they cannot read to monitors or a portal they chose (``rbd.locate``, ``iscsi.read_chap``)."""
+    if (refused := suite.destroy_refused()) is not None:
+        raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
+                                          "(or you) can write, in a directory likewise")
+    if suite.guest is not None:
+        check_guest_files(suite.guest, suite.author)
+    for target in (suite.target, *suite.targets):
+        if target.rbd is not None:
+            rbd_locate(target.rbd, author=suite.author)
+        if target.iscsi is not None and target.iscsi.chap is not None:
+            read_chap(target.iscsi.chap, suite.author, target.iscsi.portal)
 
 
 def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
@@ -329,7 +345,7 @@ def workspace_of(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | N
     a suite of several targets a ``TargetSet`` of those this host provides."""
     target = prepared.suite.target
     if target.network is not None:
-        return NETWORK_TARGETS[target.kind](target, keep=keep)
+        return NETWORK_TARGETS[target.kind](target, keep=keep, author=prepared.suite.author)
     if not prepared.targets:
         return Workspace(prepared.suite.target, keep=keep)
     return TargetSet(prepared.targets, keep=keep)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from iomatrix.core.errors import FioParseError, IomatrixError, NothingToImport
+from iomatrix.core.trust import ANYONE
 # The parser's own decoder (text before the JSON, fio's bare nan), so there is one copy of it.
 from iomatrix.fio.parse import decode_fio_output, parse_fio_json, version_of
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
@@ -784,10 +785,12 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
               f"mode {mode}: assumed (fio ran on the storage directly); import with --mode to "
               "say otherwise")]
     suite_name = name or Path(path).resolve().name or "imported"
-    suite_text = (f"# imported from {source} ({len(found.files)} files); "
+    # the path JSON-quoted: a directory's name holding a line break ends no comment here
+    suite_text = (f"# imported from {json.dumps(source)} ({len(found.files)} files); "
                   "not a suite iomatrix can run\n" + toml_table("suite", {"name": suite_name}))
     run_id = store.create_run(
-        suite=StoredSuite(name=suite_name, source=IMPORTED + source, text=suite_text), host=host,
+        suite=StoredSuite(name=suite_name, source=IMPORTED + source, text=suite_text,
+                          author=ANYONE), host=host,
         accelerator="none", notes=notes, configs=list(configs.values()), workloads=workloads,
         seed=None)
     index: dict[tuple[str, str], int] = {}

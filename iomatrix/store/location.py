@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, unquote_plus
 
+from iomatrix.core.trust import ANYONE, Author, author_of
+
 SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -50,6 +52,14 @@ def parse_location(text: str | Path) -> Location:
     return Path(text)
 
 
+def location_author(location: Location) -> Author:
+    """Who could have written the results database at ``location`` (its rows are their input):
+    an SQLite file's ``author_of``; anyone with the role, for a PostgreSQL store."""
+    if isinstance(location, PgUrl):
+        return Author(ANYONE, f"the shared store {location.shown}")
+    return author_of(location, f"database {location}")
+
+
 def shown(location: Location | str) -> str:
     """How a results database is named in output: a path as it is, a URL without password."""
     if isinstance(location, str):
@@ -60,7 +70,7 @@ def shown(location: Location | str) -> str:
 def redact_url(url: str) -> str:
     """``url`` with any password (``user:PASSWORD@``, ``?password=``) removed: what comes
     between ``//`` and the user info's last ``@`` but the user name (``_user_info``), and each
-    ``password=`` of the query. Never raises: a malformed URL (one ``urlsplit`` refuses, one
+    query key naming a password (``password=``, ``sslpassword=``: ``_is_password``). Never raises: a malformed URL (one ``urlsplit`` refuses, one
     libpq refuses) is shown without its password too."""
     head, body, end = _user_info(url)
     if end < 0:
@@ -86,13 +96,15 @@ def _user_info(url: str) -> tuple[str, str, int]:
 
 
 def _is_password(pair: str) -> bool:
-    return unquote_plus(pair.partition("=")[0]).strip().lower() == "password"
+    """Whether the query's ``key=value`` ``pair`` holds a secret: any key naming a password
+    (``password``, ``sslpassword``: a client key's passphrase)."""
+    return "password" in unquote_plus(pair.partition("=")[0]).strip().lower()
 
 
 def _passwords(url: str) -> list[str]:
     """Each text a reader of ``url`` could take for its password: after the first ``:`` of
-    the text before each ``@`` of the user info (``_user_info``), and every ``password=``
-    value of the query."""
+    the text before each ``@`` of the user info (``_user_info``), and the value of every query
+    key naming a password (``_is_password``)."""
     _, body, end = _user_info(url)
     found = [body[:at].partition(":")[2] for at in range(end) if body[at] == "@"]
     found.append(body[:end].partition(":")[2] if end > 0 else "")

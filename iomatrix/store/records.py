@@ -4,6 +4,7 @@ analysis, show, export and report. A trial to be stored is a ``TrialResult``."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from typing import Any
 
@@ -11,6 +12,8 @@ from pydantic import (Field, SerializerFunctionWrapHandler, ValidationError, com
                       model_serializer, model_validator)
 
 from iomatrix.core.errors import IomatrixError, SuiteError
+from iomatrix.core.text import printable
+from iomatrix.core.trust import ANYONE, Author
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.load import load_suite_text
 from iomatrix.suite.model import ConfigKey, Finding, Method, Suite, method_of_vm
@@ -237,6 +240,11 @@ class StoredSuite(Frozen):
     """The [[finding]] tables: the claims the run can check."""
     findings_problem: str | None = None
     """Why the [[finding]] tables cannot be read (the first error); ``findings`` is then empty."""
+    author: int | None = Field(default=None, ge=ANYONE)
+    """Who could have written the suite when the run was made (schema 11, ``suite_author``):
+    the uid of the user who ran it when nobody but root or that user could have, another user's
+    uid, or ``ANYONE`` (-1); None for a run made before it was recorded. Read back by
+    ``written_by``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -244,12 +252,22 @@ class StoredSuite(Frozen):
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
             return data
         return {"name": data.get("name"), "source": data.get("source"), "text": data["text"],
-                **_parse(data["text"], str(data.get("source")))}
+                "author": data.get("author"), **_parse(data["text"], str(data.get("source")))}
 
     @classmethod
     def of(cls, suite: Suite) -> "StoredSuite":
-        """What a new run of ``suite`` stores."""
-        return cls(name=suite.name, source=suite.source_path, text=suite.source_text)
+        """What a new run of ``suite`` stores: its text, and who could have written it."""
+        return cls(name=suite.name, source=suite.source_path, text=suite.source_text,
+                   author=author_uid(suite.author))
+
+    def written_by(self, store: Author, where: str) -> Author:
+        """Who could have written the suite, as a resumed run measures it: the weaker
+        (``weaker``) of who could have when the run was made (``author``; an imported run's,
+        anyone) and who could have written the store since (``store``, its author: the text
+        is a row of it). ``where`` names the suite in refusals."""
+        if self.imported:
+            return Author(ANYONE, where)
+        return suite_author(self.author, store, where)
 
     @property
     def imported(self) -> bool:
@@ -264,10 +282,42 @@ class StoredSuite(Frozen):
         return self.source.removeprefix("builtin:").split()[0]
 
     def runnable(self) -> Suite:
-        """The suite, to be measured again (``--resume``); SuiteError when it cannot be."""
+        """The suite, to be measured again (``--resume``); SuiteError when it cannot be: an
+        imported run's text is no suite iomatrix ran (whatever it reads as), nor one that
+        does not load."""
+        if self.imported:
+            raise SuiteError(f"{printable(self.source)[:200]}: imported results, not a suite "
+                             "iomatrix can run")
         if self.suite is None:
             raise SuiteError(self.problem or f"{self.source}: not a suite")
         return self.suite
+
+
+def author_uid(author: Author) -> int:
+    """``author`` as a run stores it (``StoredSuite.author``): a uid, or ``ANYONE``."""
+    return os.geteuid() if author.uid is None else author.uid
+
+
+def suite_author(recorded: object, store: Author, where: str) -> Author:
+    """Who could have written a stored run's suite, for the user running iomatrix now: the
+    weaker of ``recorded`` (``StoredSuite.author`` as stored: trusted when it is root or this
+    user; None, a run made before it was recorded, adds nothing; a value that is no uid is
+    anyone's) and ``store``, who could have written the store that holds it."""
+    if recorded is None:
+        return store
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= ANYONE:
+        return weaker(Author(None if recorded in (0, os.geteuid()) else recorded, where), store)
+    return Author(ANYONE, where)
+
+
+def weaker(first: Author, second: Author) -> Author:
+    """Who could have written what both ``first`` and ``second`` had a hand in: one of them
+    when the other is trusted, or they are the same user; else anyone."""
+    if first.trusted:
+        return second
+    if second.trusted or first.uid == second.uid:
+        return first
+    return second if second.uid == ANYONE else Author(ANYONE, first.where)
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

@@ -24,9 +24,11 @@ from iomatrix.core.owner import Identity, LockFile, liveness, this_process
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import (ConfigRecord, PilotTrial, ProcessRecord, ResourceRecord,
                                     NodeRecord, RetiredTrial, RunSummary, SteadyRecord, StoredRun,
-                                    StoredSuite, TrialRecord, TrialResult, WorkloadRecord)
+                                    StoredSuite, TrialRecord, TrialResult, WorkloadRecord,
+                                    author_uid, suite_author)
 from iomatrix.store.rows import check_row, damaged, decode, inflate, typed, within
-from iomatrix.store.location import Location, PgUrl, parse_location
+from iomatrix.core.trust import Author
+from iomatrix.store.location import Location, PgUrl, location_author, parse_location
 from iomatrix.store.pg import WRITE_LOCK
 from iomatrix.store.pg import connect as pg_connect
 from iomatrix.store.schema import (APPLICATION_ID, SCHEMA_VERSION, current_version, identify, identify_pg,
@@ -85,6 +87,14 @@ class Store:
     @property
     def postgres(self) -> bool:
         return self.url is not None
+
+    @property
+    def author(self) -> Author:
+        """Who could have written this store (``location.location_author``): its rows are
+        their input."""
+        location = self.url if self.url is not None else self.path
+        assert location is not None
+        return location_author(location)
 
     def _open_pg(self, url: PgUrl, migrate_to: int) -> Any:
         conn = pg_connect(url, readonly=self.readonly)
@@ -189,10 +199,11 @@ class Store:
         with self._transaction():
             run_id = self._insert(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
-                "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id, uuid) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id, uuid, "
+                "suite_author) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
-                 __version__, json.dumps(list(notes)), seed, owner, run_uuid or uuid.uuid4().hex))
+                 __version__, json.dumps(list(notes)), seed, owner, run_uuid or uuid.uuid4().hex,
+                 suite.author))
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
                                   "AND run_id IS NULL", (run_id, owner))
@@ -481,6 +492,11 @@ class Store:
                 raise RunNotFound(f"{self.where}: no cluster run {run['uuid']} to copy a node's "
                                   "share into")
             if row is None:
+                # who could have written the suite: the row's, unless the source store (a
+                # shared one, say) let another user change it
+                author = suite_author(run.get("suite_author"), source.author, source.where)
+                run["suite_author"] = (run.get("suite_author") if author.trusted
+                                       else author_uid(author))
                 (dst,) = self._insert_rows("runs", [run], skip=("id", "owner_id"))
                 for table, rows in (("configurations", configs), ("workloads", workloads),
                                     ("run_nodes", nodes)):
@@ -638,13 +654,14 @@ class Store:
     def load_run(self, run_id: int) -> StoredRun:
         row = self.conn.execute(
             "SELECT id, suite_name, suite_source, suite_text, created_at, finished_at, status, "
-            "accelerator, iomatrix_version, host_json, notes_json, seed FROM runs WHERE id = ?",
+            "accelerator, iomatrix_version, host_json, notes_json, seed, "
+            + ("suite_author" if self.version >= 11 else "NULL") + " FROM runs WHERE id = ?",
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.where}: no run {run_id}")
         suite = typed(StoredSuite, "runs", run_id, {"name": "suite_name", "source": "suite_source",
-                                                    "text": "suite_text"},
-                      name=row[1], source=row[2], text=row[3])
+                                                    "text": "suite_text", "author": "suite_author"},
+                      name=row[1], source=row[2], text=row[3], author=row[12])
         host = decode("runs", "host_json", run_id, row[9])
         configs = tuple(
             typed(ConfigRecord, "configurations", r[0], {"params": "params_json"}, key=r[1],

@@ -26,6 +26,10 @@ History:
   10 run_nodes: the nodes of a cluster run ([nodes]; its configurations carry node=NAME), how
      SSH reached each (``iomatrix.cluster.ssh.Node``, JSON), its host metadata from its preflight,
      and how its share went (pending, running, done, failed, dropped) with the reason
+  11 who could have written a run's suite (``runs.suite_author``, ``StoredSuite.author``): the
+     invoking user's uid when nobody but root or that user could have, another user's uid, or
+     -1 for anyone (an imported run's); NULL for the runs made before it, which ``--resume``
+     judges by who could have written the store alone, as it did
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -263,6 +267,10 @@ MIGRATIONS: tuple[str, ...] = (
         reason TEXT,
         PRIMARY KEY (run_id, name)
     );
+    """,
+    # 11
+    """
+    ALTER TABLE runs ADD COLUMN suite_author INTEGER;
     """,
 )
 

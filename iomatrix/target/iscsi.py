@@ -41,11 +41,11 @@ from typing import Any
 
 from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
-from iomatrix.core.trust import private_file
+from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import IscsiTarget, split_portal
-from iomatrix.target.network import NetworkTarget, NetworkVolume, reveal
+from iomatrix.target.network import NetworkTarget, NetworkVolume, reveal, secret_for
 from iomatrix.target.workspace import Image, memory_total, page_cache_notes, working_set_size
 
 SECRET_ID = "iscsi-chap"
@@ -75,11 +75,14 @@ class Chap:
         return "Chap(<hidden>)"
 
 
-def read_chap(path: Path) -> Chap:
+def read_chap(path: Path, author: Author = US, portal: str = "") -> Chap:
     """The credentials in ``path``; TargetError (naming the file, never its contents) when it
     is missing or not a TOML file with ``user`` and ``password``; ``UntrustedFile`` when
-    another user could have chosen or read it (``core.trust.private_file``)."""
+    another user could have chosen or read it (``core.trust.private_file``), or when
+    ``author``, who chose the ``portal`` they would log in to, cannot read it already
+    (``network.secret_for``: the portal would get the CHAP response)."""
     private_file(path, "[target] iscsi chap", "QEMU")
+    secret_for(path, "[target] iscsi chap", author, f"the portal {portal}")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -122,12 +125,12 @@ def _write_secret(chap: Chap, path: Path) -> None:
         f.write(chap.password)
 
 
-def probe(lun: IscsiTarget) -> int:
+def probe(lun: IscsiTarget, author: Author = US) -> int:
     """Log in to the LUN once (qemu-img, libiscsi) and return its size in bytes;
     ``TargetUnreachable`` with one line saying what is wrong (no answer, no such target or LUN, CHAP refused) within
-    ``lun.connect_timeout``."""
+    ``lun.connect_timeout``. ``author``: who chose the portal (``read_chap``)."""
     qemu_img = require("qemu-img")
-    chap = read_chap(lun.chap) if lun.chap is not None else None
+    chap = read_chap(lun.chap, author, lun.portal) if lun.chap is not None else None
     with tempfile.TemporaryDirectory(prefix="iomatrix-iscsi-") as private:
         secret = Path(private) / SECRET_FILE
         if chap is not None:
@@ -158,8 +161,9 @@ class IscsiLun(NetworkTarget):
     kind = "iscsi"
 
     def __init__(self, target: Target, *, keep: bool = False, record: Any = None,
-                 scratch: Path | None = None, proc_root: Path = Path("/proc")) -> None:
-        super().__init__(target, keep=keep, record=record, scratch=scratch)
+                 scratch: Path | None = None, proc_root: Path = Path("/proc"),
+                 author: Author = US) -> None:
+        super().__init__(target, keep=keep, record=record, scratch=scratch, author=author)
         assert target.iscsi is not None
         self.lun: IscsiTarget = target.iscsi
         self._proc = proc_root
@@ -170,8 +174,9 @@ class IscsiLun(NetworkTarget):
     def check(self, configs: Iterable[Configuration]) -> "IscsiLun":
         configs = list(configs)
         self.raw_only(configs, "a LUN is measured raw, as a whole device")
-        self._chap = read_chap(self.lun.chap) if self.lun.chap is not None else None
-        device_size = probe(self.lun)
+        self._chap = (read_chap(self.lun.chap, self.author, self.lun.portal)
+                      if self.lun.chap is not None else None)
+        device_size = probe(self.lun, self.author)
         memory = memory_total(self._proc / "meminfo")
         wanted = working_set_size(self.target, memory)
         if wanted is not None and wanted > device_size:

@@ -27,6 +27,7 @@ The shape, which the runner, the drivers and ``reclaim`` rely on:
 from __future__ import annotations
 
 import json
+import pwd
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,7 +35,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from iomatrix.core.errors import TargetError
+from iomatrix.core.errors import TargetError, UntrustedFile
+from iomatrix.core.trust import ANYONE, US, Author, readable_by
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.model import Configuration, Target
@@ -52,6 +54,26 @@ class NetworkVolume(NetworkNode):
     env: dict[str, str] = {}
     client: str
     """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
+
+
+def secret_for(path: Path, key: str, author: Author, endpoint: str) -> None:
+    """``UntrustedFile`` unless ``author``, who chose ``endpoint`` (the monitors or portal a
+    key of ``path`` would prove itself to), can already read the file of secrets ``path``
+    (``core.trust.readable_by``): root's key is never sent where another user chose, unless
+    that user holds it anyway. One line naming ``key``, the file and why."""
+    if readable_by(path, author):
+        return
+    if author.uid == ANYONE:
+        who = "every user"
+    else:
+        try:
+            who = f"{pwd.getpwuid(author.uid or 0).pw_name} (uid {author.uid})"
+        except KeyError:
+            who = f"uid {author.uid}"
+    raise UntrustedFile(f"{key}: {path} is not readable by {who}, who could have written "
+                        f"{author.where or 'the input'} and chose {endpoint}: the key would "
+                        "prove itself there", hint="use credentials the input's author may "
+                                                   "read, or input only root (or you) can write")
 
 
 def reveal(argv: list[str], volume: NetworkNode | None) -> list[str]:
@@ -78,8 +100,10 @@ class NetworkTarget:
     """The [target] key (``rbd``)."""
 
     def __init__(self, target: Target, *, keep: bool = False, record: Any = None,
-                 scratch: Path | None = None) -> None:
+                 scratch: Path | None = None, author: Author = US) -> None:
         self.target = target
+        self.author = author
+        """Who could have written the suite: a key is sent only where they may (``secret_for``)."""
         self.keep = keep
         self.record = record
         self.scratch = scratch

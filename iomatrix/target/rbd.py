@@ -8,9 +8,13 @@ QEMU's rbd driver (blocklayer and guest modes).
   a suite names, and only if the file passes rule 1 (``core.trust``); every value checked
   (``locate``), it writes a ceph.conf of its own (mode 0600, in a private directory:
   ``conf_text``) for the ``rbd`` command (ceph-common: makes, lists and removes images), fio
-  and QEMU. The keyring is a file of secrets under rule 1 (``core.trust.private_file``); the
-  key itself is only ever read by librados, from that file: it is in no argument, database
-  row, report or note. A store's record of an image (``stored_location``) is checked the same
+  and QEMU. The keyring is a file of secrets under rule 1 (``core.trust.private_file``): the
+  one named, else the first of librados' own defaults that exists, which iomatrix searches
+  itself (its ceph.conf always names a keyring, ``/dev/null`` when there is none, so librados
+  never searches); and when whoever could have written the suite or the store chose the
+  monitors, they must be able to read it already (``network.secret_for``). The key itself is
+  only ever read by librados, from that file: it is in no argument, database row, report or
+  note. A store's record of an image (``stored_location``) is checked the same
   way before ``clean`` reaches the pool with it.
 - **Checked first.** ``check`` lists the pool within ``connect_timeout`` (``client_mount_timeout``
   and ``rados_mon_op_timeout``): a wrong monitor address, a refused key, a missing pool or
@@ -50,11 +54,11 @@ from iomatrix.core.dirs import private_tempdir
 from iomatrix.core.errors import IomatrixError, TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
-from iomatrix.core.trust import chosen_by_us, private_file
+from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
-from iomatrix.target.network import NetworkTarget, NetworkVolume
+from iomatrix.target.network import NetworkTarget, NetworkVolume, secret_for
 from iomatrix.target.workspace import Image, memory_total, working_set_size
 
 KIND = "rbd-image"
@@ -88,6 +92,13 @@ def krbd_problem(*, sysfs: Path = Path("/sys"), modules: Path | None = None) -> 
 FSID = r"^[0-9A-Fa-f]{8}-(?:[0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}$"
 CONF_MAX = 1 << 20
 """The largest ceph.conf iomatrix reads the monitors from."""
+DEFAULT_KEYRINGS = ("/etc/ceph/$cluster.$name.keyring,/etc/ceph/$cluster.keyring,"
+                    "/etc/ceph/keyring,/etc/ceph/keyring.bin")
+"""librados' own ``keyring`` default (``ceph-conf --show-config-value keyring``): searched by
+iomatrix (``locate``), whose ceph.conf then names the one found, or ``NO_KEYRING``."""
+NO_KEYRING = "/dev/null"
+"""The keyring iomatrix's ceph.conf names when there is none to use: an empty one (the client
+offers no key), so librados never searches its defaults itself."""
 TIMEOUTS = ("client_mount_timeout", "rados_mon_op_timeout")
 """The ceph.conf options that bound how long a client waits for the monitors."""
 
@@ -121,23 +132,34 @@ class _Read(NamedTuple):
     keyring: Path | None = None
 
 
-def locate(rbd: RbdTarget, *, key: str = "[target] rbd", fsid: str | None = None) -> RbdLocation:
+def locate(rbd: RbdTarget, *, key: str = "[target] rbd", fsid: str | None = None,
+           author: Author = US) -> RbdLocation:
     """How iomatrix reaches ``rbd`` (a suite's [target] rbd, or one a store recorded: ``key``
     names where it came from in refusals). Its ``conf`` is read only if it passes rule 1
     (``core.trust.chosen_by_us``), and only for its monitors, fsid and keyring's path; the
-    keyring is a file of secrets (``core.trust.private_file``). ``UntrustedFile`` or
-    ``TargetError`` in one line."""
+    keyring (the one named, else the first of librados' own search that exists,
+    ``DEFAULT_KEYRINGS``: librados never searches) is a file of secrets
+    (``core.trust.private_file``). When ``author`` (who wrote the suite or the store) chose the
+    monitors (``monitors``, not a conf that passes rule 1), it must be able to read the keyring
+    already (``network.secret_for``): else its own monitors would get the key's proof.
+    ``UntrustedFile`` or ``TargetError`` in one line."""
     read = read_conf(rbd.conf, rbd.client, f"{key} conf") if rbd.conf is not None else _Read()
     monitors = rbd.monitors or read.monitors
     if not monitors:
         raise TargetError(f"{key} conf {rbd.conf} names no monitors (mon_host in [global], "
                           "mon_addr in [mon.*])", hint=f"give {key} monitors")
     if rbd.keyring is not None:
-        keyring: Path | None = private_file(rbd.keyring, f"{key} keyring", "librados")
+        named = f"{key} keyring"
+        keyring = private_file(rbd.keyring, named, "librados")
     elif read.keyring is not None:
-        keyring = private_file(read.keyring, f"{key} conf {rbd.conf}: keyring", "librados")
+        named = f"{key} conf {rbd.conf}: keyring"
+        keyring = private_file(read.keyring, named, "librados")
     else:
-        keyring = None       # librados' own search: /etc/ceph/ceph.client.NAME.keyring, ...
+        default = _keyring([DEFAULT_KEYRINGS], rbd.client, f"{key} keyring")
+        named = f"{key} keyring (none named: librados' default {default})"
+        keyring = None if default is None else private_file(default, named, "librados")
+    if keyring is not None and rbd.monitors:
+        secret_for(keyring, named, author, f"the monitors {', '.join(rbd.monitors)}")
     try:
         return RbdLocation(pool=rbd.pool, namespace=rbd.namespace, monitors=monitors,
                            client=rbd.client, keyring=keyring, fsid=fsid or read.fsid,
@@ -261,7 +283,7 @@ def conf_text(loc: RbdLocation, **more: str) -> str:
     timeouts, and ``more``): the only one it hands to rbd, fio or QEMU."""
     timeout = str(int(max(1, loc.connect_timeout)))
     options = {"mon_host": ",".join(loc.monitors), "fsid": loc.fsid,
-               "keyring": str(loc.keyring) if loc.keyring else None,
+               "keyring": str(loc.keyring) if loc.keyring else NO_KEYRING,
                **dict.fromkeys(TIMEOUTS, timeout), **more}
     return "[global]\n" + "".join(f"{k} = {v}\n" for k, v in options.items() if v is not None)
 
@@ -288,12 +310,14 @@ STORED_MAX = 16384
 """The longest connection a store's row may hold."""
 
 
-def stored_location(text: str) -> RbdLocation:
+def stored_location(text: str, author: Author = US) -> RbdLocation:
     """The location a store's ``resources`` row of kind ``rbd-image`` records (``within``: the
     JSON ``connection`` wrote, or an older run's with a ``conf``), checked as a suite's
-    [target] rbd is (``locate``): a conf it names is read for its monitors alone, and only if it
-    passes rule 1. ``ValueError`` (one line) when the text is not such a record;
-    ``UntrustedFile`` or ``TargetError`` when a file it names may not be used."""
+    [target] rbd is (``locate``) written by ``author``, who could have written the store: a
+    conf it names is read for its monitors alone, and only if it passes rule 1, and a keyring
+    it pairs with monitors must be one ``author`` can read. ``ValueError`` (one line) when the
+    text is not such a record; ``UntrustedFile`` or ``TargetError`` when a file it names may
+    not be used."""
     try:
         data = json.loads(text) if len(text) <= STORED_MAX else None
         if not isinstance(data, dict):
@@ -304,7 +328,7 @@ def stored_location(text: str) -> RbdLocation:
         rbd = RbdTarget.model_validate(data)
     except ValueError as exc:
         raise ValueError(_first_error(exc)) from None
-    return locate(rbd, key="resources.within", fsid=fsid)
+    return locate(rbd, key="resources.within", fsid=fsid, author=author)
 
 
 def rbd_args(loc: RbdLocation, conf: Path) -> list[str]:
@@ -350,7 +374,7 @@ def _why(loc: RbdLocation, stderr: str) -> str:
     """The one line a failed ``rbd`` command amounts to."""
     if "handle_auth_bad_method" in stderr or "(13) Permission denied" in stderr \
             or "(1) Operation not permitted" in stderr:
-        key = f"the keyring {loc.keyring}" if loc.keyring else "its default keyring"
+        key = f"the keyring {loc.keyring}" if loc.keyring else "no keyring"
         return f"rbd pool {loc.spec}: the cluster refused client.{loc.client}'s key ({key})"
     if "(110) Connection timed out" in stderr or "couldn't connect" in stderr:
         return (f"rbd pool {loc.spec}: no monitor answered within {loc.connect_timeout:g} s "
@@ -369,8 +393,9 @@ class RbdPool(NetworkTarget):
     kind = "rbd"
 
     def __init__(self, target: Target, *, keep: bool = False, record: Any = None,
-                 scratch: Path | None = None, proc_root: Path = Path("/proc")) -> None:
-        super().__init__(target, keep=keep, record=record, scratch=scratch)
+                 scratch: Path | None = None, proc_root: Path = Path("/proc"),
+                 author: Author = US) -> None:
+        super().__init__(target, keep=keep, record=record, scratch=scratch, author=author)
         assert target.rbd is not None
         self.rbd: RbdTarget = target.rbd
         self.run_label = "run"
@@ -398,7 +423,7 @@ class RbdPool(NetworkTarget):
                               "a namespace (it has no such option), so the host baseline cannot "
                               "run", hint="set [method] baseline = false, or use a pool "
                                           "without a namespace")
-        loc = self.location = locate(self.rbd)
+        loc = self.location = locate(self.rbd, author=self.author)
         memory = memory_total(self._proc / "meminfo")
         self.image_size = working_set_size(self.target, memory) or self.target.size
         _rbd(loc, "ls", loc.spec)
@@ -505,14 +530,16 @@ def _marker_value(marker: str) -> str:
     return " ".join(marker.split())[:500]
 
 
-def remove_recorded(path: str, within: str, marker: str, *, dry_run: bool = False) -> str:
+def remove_recorded(path: str, within: str, marker: str, *, dry_run: bool = False,
+                    author: Author = US) -> str:
     """Remove the image a killed run recorded (``path``: ``pool[/namespace]/name``;
-    ``within``: the connection as recorded) when it is still iomatrix's: its name is the
-    recorded one and its ``iomatrix.owner`` metadata is the record's marker, or it has none
-    (killed between create and marking). Returns what was done: removed, would remove, gone,
-    or left (with why). ``TargetUnreachable`` when the cluster cannot be reached."""
+    ``within``: the connection as recorded, in a store ``author`` could have written:
+    ``stored_location``) when it is still iomatrix's: its name is the recorded one and its
+    ``iomatrix.owner`` metadata is the record's marker, or it has none (killed between create
+    and marking). Returns what was done: removed, would remove, gone, or left (with why).
+    ``TargetUnreachable`` when the cluster cannot be reached."""
     try:
-        rbd = stored_location(within)
+        rbd = stored_location(within, author)
     except ValueError as exc:
         return f"left: the record's connection is not one iomatrix writes ({exc})"
     except IomatrixError as exc:          # a file it names fails rule 1, say: never used
