@@ -36,13 +36,14 @@ def timed(tree: Path, argv: list[str], work: Path) -> float:
     return took
 
 
-def rounds(trees: dict[str, Path], argv: list[str], count: int, work: Path) -> dict[str, list[float]]:
+def rounds(trees: dict[str, Path], argv: list[str], count: int, work: Path,
+           label: str) -> dict[str, list[float]]:
     """``count`` interleaved rounds of ``argv`` in each tree (the order alternates per round)."""
     times: dict[str, list[float]] = {name: [] for name in trees}
     names = list(trees)
     for i in range(count):
         for name in (names if i % 2 == 0 else names[::-1]):
-            here = work / f"{name}-{i}"
+            here = work / f"{label}-{name}-{i}"
             here.mkdir()
             extra = [a.replace("{DIR}", str(here)) for a in argv]
             times[name].append(timed(trees[name], extra, here))
@@ -73,9 +74,9 @@ def main() -> int:
         trees = {"base": base, "now": REPO}
         print(f"base {args.base} against this checkout, suite {args.suite}")
         show("run --plan", rounds(trees, ["run", args.suite, "--plan", "--db", "{DIR}/r.db"],
-                                  args.plan_rounds, work))
+                                  args.plan_rounds, work, "plan"))
         show(f"run {args.suite}", rounds(trees, ["run", args.suite, "--db", "{DIR}/r.db",
-                                                 "--target", "{DIR}/target"], args.rounds, work))
+                                                 "--target", "{DIR}/target"], args.rounds, work, "run"))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO,
                        capture_output=True, timeout=120)
