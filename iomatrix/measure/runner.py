@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 
-from iomatrix.appliance.ownimage import ImageFile, check_guest_files, open_guest_image
+from iomatrix.appliance.ownimage import ImageFile, check_guest_files
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
@@ -171,7 +171,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     # what the suite's author may not ask refused, and [guest]'s image opened once, before
     # anything starts: every QEMU reads that descriptor
     check_author(suite)
-    image = None if suite.guest is None else open_guest_image(suite.guest, suite.author)
+    image = None if suite.guest is None else ImageFile(suite.guest.image)   # checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
     workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c

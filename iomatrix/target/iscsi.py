@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import tomllib
 from collections.abc import Iterable
@@ -84,10 +85,12 @@ def read_chap(path: Path, author: Author = US, portal: str = "") -> Chap:
     private_file(path, "[target] iscsi chap", "QEMU")
     secret_for(path, "[target] iscsi chap", author, f"the portal {portal}")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise TargetError(f"[target] iscsi chap: cannot read {path}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):     # never read a FIFO or device
+            raise TargetError(f"[target] iscsi chap: {path} is not a regular file")
         raw = f.read(65536)
     try:
         data = tomllib.loads(raw.decode())
