@@ -28,7 +28,7 @@ from iomatrix.drivers.guest import GuestDriver
 from iomatrix.fio.jobfile import job_text
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 from iomatrix.testing.debianimage import debian_image
 
 CONTROLLERS = ("virtio-blk", "virtio-scsi")

@@ -39,7 +39,7 @@ from iomatrix.core.owner import this_process
 from iomatrix.core.proc import orphan_guard
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from iomatrix.target.targets import plan_targets
+from iomatrix.targets.targets import plan_targets
 from tests.conftest import ATTACKS, Attack, User, as_user, cli_result, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]

@@ -33,7 +33,7 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.store.location import PgUrl
-from iomatrix.target.rbd import KIND
+from iomatrix.targets.rbd import KIND
 from tests import ceph
 from tests.conftest import ATTACKS, Attack, User, as_user, cli_result
 from tests.test_rbd import rbd_suite

@@ -18,7 +18,7 @@ from iomatrix.fio.run import run_fio
 from iomatrix.qemu.procinspect import UNOBSERVABLE, ProcessIO, aio_seen
 from iomatrix.qemu.version import AIO_SET_UP_AT_FIRST_IO
 from iomatrix.suite.model import Configuration, Method, Target, Workload
-from iomatrix.target.workspace import Workspace
+from iomatrix.targets.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from iomatrix.store.records import StoredRun, TrialRecord
 from iomatrix.suite import load_suite
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 from tests.conftest import REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 from tests.test_cluster_load import FIXTURES, IOMATRIX, run_controller

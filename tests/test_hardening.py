@@ -31,7 +31,7 @@ from iomatrix.suite import expand, load_suite_text
 from iomatrix.suite.model import (FIO_OPTION_SHAPES, MIN_GUEST_MEMORY_MIB, SET_BY_IOMATRIX,
                                   WORKLOAD_FIO_OPTIONS, Configuration, Target, Workload,
                                   fio_option_problem)
-from iomatrix.target.workspace import Image, target_notes
+from iomatrix.targets.workspace import Image, target_notes
 from tests.conftest import cli
 
 FIO = shutil.which("fio")

@@ -214,8 +214,8 @@ def test_the_guest_disk_as_proxmox_attaches_it(tmp_path: Path, tgt: Tgt) -> None
     """No guest booted: the -drive (PVE 8) and -blockdev (PVE 9) forms for an iscsidirect LUN."""
     from iomatrix.qemu.args import platform_disk_argv
     from iomatrix.suite.model import Configuration
-    from iomatrix.target.iscsi import volume
-    from iomatrix.target.workspace import Image
+    from iomatrix.targets.iscsi import volume
+    from iomatrix.targets.workspace import Image
     lun = load_suite(suite(tmp_path, tgt, BLOCKLAYER)).target.iscsi
     assert lun is not None
     image = Image(path=Path(lun.url), format="raw", preallocation="off", size=16 << 20,
@@ -264,7 +264,7 @@ def resolved(cfg: str, ident: str, mounted: object = None) -> dict[str, object]:
     """The [target] keys ``storage = ident`` resolves to (those the storage sets)."""
     from iomatrix.platform.proxmox import parse_storage_cfg
     from iomatrix.suite.model import Target
-    from iomatrix.target.network import resolve_storage
+    from iomatrix.targets.network import resolve_storage
     target = Target(storage=ident, allow_destroy=True, size=16 << 20)
     out = resolve_storage(target, parse_storage_cfg(cfg), Path("/etc/pve"), mounted=mounted)
     return out.model_dump(include={"directory", "iscsi"}, exclude_none=True,

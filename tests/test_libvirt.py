@@ -31,7 +31,7 @@ from iomatrix.measure.translate import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 from tests.conftest import write_suite
 
 pytestmark = pytest.mark.slow

@@ -227,7 +227,7 @@ def test_the_users_image_beside_each_platforms_disk_starts_in_qemu(
                                     read_guest_settings)
     from iomatrix.qemu.qmp import qmp_execute
     from iomatrix.suite.model import Configuration
-    from iomatrix.target.workspace import Image
+    from iomatrix.targets.workspace import Image
 
     base = tmp_path / "base.raw"
     base.write_bytes(b"\0" * (1 << 20))

@@ -32,7 +32,7 @@ from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Workload
-from iomatrix.target import workspace as workspace_module
+from iomatrix.targets import workspace as workspace_module
 from tests.conftest import cli_result, our_processes, write_suite
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]

@@ -22,7 +22,7 @@ from iomatrix.store import Store
 from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite import load_suite, load_suite_text
 from iomatrix.suite.model import Configuration, Target, Workload, uses_page_cache
-from iomatrix.target.workspace import Workspace, page_cache_notes, plan_lines
+from iomatrix.targets.workspace import Workspace, page_cache_notes, plan_lines
 from iomatrix.telemetry.host import DeviceSeries, HostSeries
 from iomatrix.telemetry.pagecache import (NO_TELEMETRY, RAM_SHARE, UNKNOWN_DEVICE, DeviceShare,
                                           device_share)

@@ -30,7 +30,7 @@ from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Method, Platform
 from iomatrix.platform.settings import DiskImage
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 
 needs_qemu = pytest.mark.skipif(not (which("qemu-system-x86_64") and which("qemu-img")),
                                 reason="QEMU 7.2 not installed")

@@ -24,7 +24,7 @@ from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Method, Target, Workload
-from iomatrix.target.workspace import Image, Workspace
+from iomatrix.targets.workspace import Image, Workspace
 from tests.conftest import PVEVERSION, pve_host, write_suite
 
 PLATFORMS: list[tuple[str, int | None]] = [("qemu", None), ("proxmox", 8), ("proxmox", 9),

@@ -23,7 +23,7 @@ from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_gu
                                 vhost_daemon_argv, vhost_num_queues)
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 from tests.conftest import reference_table
 
 VCPUS = 2

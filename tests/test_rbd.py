@@ -278,7 +278,7 @@ def test_doctor_names_the_storage_clients(tmp_path: Path) -> None:
     engine and the rbd command: doctor says so; a kernel without rbd is "not available on this
     host" with the reason."""
     from iomatrix.measure.doctor import check_storage_clients
-    from iomatrix.target.rbd import krbd_problem
+    from iomatrix.targets.rbd import krbd_problem
 
     found = {c.name: c for c in check_storage_clients()}
     assert found["QEMU network block drivers"].detail.startswith("has rbd")

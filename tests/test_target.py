@@ -11,7 +11,7 @@ import pytest
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.suite.model import Configuration, Target
-from iomatrix.target.workspace import Workspace, check_device
+from iomatrix.targets.workspace import Workspace, check_device
 
 RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw",
                     preallocation="off", iothread=False)
@@ -257,7 +257,7 @@ def test_two_runs_ending_at_once_over_a_shared_target_both_end_cleanly(
     try to remove it. The one that loses the race is told why not; it does not fail (a node's
     run ended with FileNotFoundError: '.iomatrix' at its clean-up, its trials lost)."""
     from iomatrix.core import dirs
-    from iomatrix.target import workspace
+    from iomatrix.targets import workspace
     target = tmp_path / "shared" / "target"
     first = Workspace(Target(directory=target, size=4 << 20)).create()
     second = Workspace(Target(directory=target, size=4 << 20)).create()

@@ -25,8 +25,8 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
 from iomatrix.suite import Workload, expand, load_suite, load_suite_text
-from iomatrix.target import loops
-from iomatrix.target.targets import plan_targets
+from iomatrix.targets import loops
+from iomatrix.targets.targets import plan_targets
 from iomatrix.testing.synthetic import write_run
 from tests.conftest import cli, write_suite
 

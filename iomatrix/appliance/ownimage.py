@@ -52,7 +52,7 @@ from iomatrix.core.trust import Author, chosen_by_us, readable_for
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.suite.model import OwnGuest
 from iomatrix.core.units import format_bytes
-from iomatrix.target.workspace import MARGIN, footprint, nearest_existing
+from iomatrix.targets.workspace import MARGIN, footprint, nearest_existing
 
 GUEST_MARKER = "IOMATRIX-GUEST"
 """Console line of a user's guest before its disk line: ``kernel=<uname -r> os="<PRETTY_NAME>"

@@ -28,7 +28,7 @@ def _print_plan(prepared: PreparedRun) -> None:
     """The trials in order, the sessions and the estimate, without running anything; for
     guests asked to run under tcg, as the run would go with emulated guests."""
     from iomatrix.suite.plan import duration_text, estimate_seconds
-    from iomatrix.target.targets import describe_plans
+    from iomatrix.targets.targets import describe_plans
 
     suite, full, expansion = prepared.suite, prepared.full, prepared.expansion
     seed, blocks = prepared.seed, prepared.blocks
@@ -73,7 +73,7 @@ def _print_plan(prepared: PreparedRun) -> None:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     for line in describe_plans(prepared.targets, full.configurations):
         out.print(line, markup=False, soft_wrap=True)
-    from iomatrix.target.workspace import plan_lines
+    from iomatrix.targets.workspace import plan_lines
 
     for line in plan_lines(suite.target, full.configurations):   # the page cache, working_set
         out.print(f"warning: {line}" if line.startswith("page cache") else line,
@@ -278,7 +278,7 @@ def _storage_target(suite: "Suite", storage_cfg: Path | None) -> "Suite":
     from iomatrix.cli.translate import _read
     from iomatrix.core.mounts import is_mounted
     from iomatrix.platform.proxmox import parse_storage_cfg
-    from iomatrix.target.network import resolve_storage
+    from iomatrix.targets.network import resolve_storage
 
     storages = parse_storage_cfg(_read(storage_cfg, "--storage-cfg"))
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from iomatrix.fio.models import FioResult
 from iomatrix.suite.model import Configuration, Method, Workload
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 
 
 class Session(abc.ABC):

@@ -36,9 +36,9 @@ from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.qemu.version import QemuVersion, from_qmp
 from iomatrix.fio.models import FioResult
 from iomatrix.suite.model import Configuration, Method, Workload
-from iomatrix.target.iscsi import AIO_NOT_EVALUATED
-from iomatrix.target.network import reveal
-from iomatrix.target.workspace import Image
+from iomatrix.targets.iscsi import AIO_NOT_EVALUATED
+from iomatrix.targets.network import reveal
+from iomatrix.targets.workspace import Image
 
 START_TIMEOUT = 15.0
 
@@ -105,7 +105,7 @@ class BlocklayerSession(Session):
 
     def aio(self) -> AioSeen | None:
         """The aio mode the daemon showed over this trial; None before any look, and on an
-        iSCSI LUN (libiscsi has no aio mode: ``iomatrix.target.iscsi``)."""
+        iSCSI LUN (libiscsi has no aio mode: ``iomatrix.targets.iscsi``)."""
         if self.seen is None or (self.image.network is not None
                                  and self.image.network.protocol == "iscsi"):
             return None

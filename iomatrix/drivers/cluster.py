@@ -59,7 +59,7 @@ from iomatrix.drivers.host import HostSession
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.samples import client_job, start_skew_ms
 from iomatrix.suite.model import Configuration, Method, Suite, Workload
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 
 PROTOCOL = "IOMATRIX-"
 """How the lines a node's session prints for the controller begin (the others are its words)."""

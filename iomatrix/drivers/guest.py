@@ -89,8 +89,8 @@ from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
-from iomatrix.target.network import reveal
-from iomatrix.target.workspace import Image
+from iomatrix.targets.network import reveal
+from iomatrix.targets.workspace import Image
 from iomatrix.core.units import format_bytes, fio_size
 
 DAEMON_START_TIMEOUT = 15.0

@@ -1,7 +1,7 @@
 """host mode: fio on the target itself, the physical baseline. An iSCSI LUN is measured as the
 block device the kernel initiator gives it where the host is logged in to it, else through
 libiscsi in a qemu-storage-daemon (raw, cache=none) exported over NBD, which every trial's
-applied settings name (``iomatrix.target.iscsi``)."""
+applied settings name (``iomatrix.targets.iscsi``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.suite.model import Configuration
-from iomatrix.target import iscsi
-from iomatrix.target.workspace import Image
+from iomatrix.targets import iscsi
+from iomatrix.targets.workspace import Image
 
 
 class HostSession(Session):

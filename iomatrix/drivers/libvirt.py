@@ -56,7 +56,7 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.platform.qemu import cache_flags
 from iomatrix.suite.model import Configuration, Method
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 
 DEFAULT_URI = "qemu:///system"
 DOMAIN_PREFIX = "iomatrix-"

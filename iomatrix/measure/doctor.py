@@ -135,8 +135,8 @@ def check_storage_clients(*, env: Mapping[str, str] | None = None,
     and anything else, here a missing option, for one it has: nothing is contacted), fio's rbd
     engine, the ``rbd`` command, the kernel's rbd module (krbd) and iSCSI initiator
     (iscsi_tcp), and tgtd (the iSCSI tests' target)."""
-    from iomatrix.target.iscsi import kernel_initiator_problem
-    from iomatrix.target.rbd import krbd_problem
+    from iomatrix.targets.iscsi import kernel_initiator_problem
+    from iomatrix.targets.rbd import krbd_problem
 
     out = []
     img = which("qemu-img", env)

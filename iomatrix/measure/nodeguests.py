@@ -33,7 +33,7 @@ from iomatrix.measure.cluster import watch_stdin
 from iomatrix.measure.prepare import prepare
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.model import APPLIANCE, Configuration, Suite, Workload
-from iomatrix.target.workspace import PREFIX, Image, image_spec
+from iomatrix.targets.workspace import PREFIX, Image, image_spec
 
 WATCH_SECONDS = 0.5
 """How often the node looks whether a guest has ended while it serves."""

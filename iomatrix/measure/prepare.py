@@ -23,7 +23,7 @@ from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.model import Suite
 from iomatrix.suite.plan import Block, plan
-from iomatrix.target.targets import TargetPlan, plan_targets
+from iomatrix.targets.targets import TargetPlan, plan_targets
 
 class PreparedRun(Frozen):
     """A suite as it will be measured, decided before anything runs."""

@@ -21,7 +21,7 @@ says so. One that is killed cannot; then ``reclaim`` removes them, from the next
   can have written there: a database that merely names a directory (a crafted one, say) cannot
   have it removed, and one naming a live run's directory as a dead process's does not match;
 - nothing is mounted inside it once the FUSE exports a killed daemon left are detached and the
-  filesystems a run made there (on loop devices over files inside it: ``iomatrix.target.
+  filesystems a run made there (on loop devices over files inside it: ``iomatrix.targets.
   targets``) are unmounted and their loop devices detached; and no process still has a file
   open in it (the killed run's children get SIGTERM when it dies: ``core.proc.orphan_guard``;
   one that outlives it is killed, anything else leaves the directory where it is: ``_let_go``).
@@ -52,9 +52,9 @@ from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.core.trust import US, Author
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
-from iomatrix.target import loops, rbd
-from iomatrix.target.targets import release_loops
-from iomatrix.target.workspace import PREFIX
+from iomatrix.targets import loops, rbd
+from iomatrix.targets.targets import release_loops
+from iomatrix.targets.workspace import PREFIX
 
 SCRATCH_PREFIX = "iomatrix-run-"
 SCRATCH_MAX = 90
@@ -106,7 +106,7 @@ class RunProcess:
         self.store.lock_made(self.id, self._lock.info)
 
     def record(self, kind: str, path: Path, within: Path) -> str:
-        """``iomatrix.target.workspace.Recorder``: a directory about to be created."""
+        """``iomatrix.targets.workspace.Recorder``: a directory about to be created."""
         assert self.id is not None
         self.store.add_resource(self.id, kind, str(path), str(within), run_id=self.run_id,
                                 keep=self.keep)
@@ -254,7 +254,7 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
 
 def _reclaim_rbd(r: ResourceRecord, dry_run: bool, author: Author) -> Reclaimed:
     """An RBD image a dead run made: removed from its pool when it is still iomatrix's
-    (``iomatrix.target.rbd.remove_recorded``, its record read as ``author``'s, who could have
+    (``iomatrix.targets.rbd.remove_recorded``, its record read as ``author``'s, who could have
     written the store); left, with why, while the cluster cannot be reached (a later
     ``clean`` tries again)."""
     marker = marker_text(identity(r.process), r.kind, r.path)

@@ -37,11 +37,11 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
-from iomatrix.target.iscsi import IscsiLun, read_chap
-from iomatrix.target.network import NetworkTarget
-from iomatrix.target.rbd import KIND as RBD_KIND, RbdPool, locate as rbd_locate
-from iomatrix.target.targets import TargetSet
-from iomatrix.target.workspace import Workspace
+from iomatrix.targets.iscsi import IscsiLun, read_chap
+from iomatrix.targets.network import NetworkTarget
+from iomatrix.targets.rbd import KIND as RBD_KIND, RbdPool, locate as rbd_locate
+from iomatrix.targets.targets import TargetSet
+from iomatrix.targets.workspace import Workspace
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -124,7 +124,7 @@ def tools_for(expansion: Expansion) -> list[str]:
 
 
 NETWORK_TARGETS: dict[str, type[NetworkTarget]] = {"rbd": RbdPool, "iscsi": IscsiLun}
-"""[target] network kind → what prepares it for a run (``iomatrix.target.network``)."""
+"""[target] network kind → what prepares it for a run (``iomatrix.targets.network``)."""
 NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
 """The program each network kind needs besides fio and QEMU."""
 

@@ -85,7 +85,7 @@ def translate(text: str, *, pve_version: pve.PveVersion | None = None,
 def _config(values: dict[str, Any], notes: list[str], *,
             librbd: bool = False) -> Configuration | None:
     """The guest configuration the values amount to; ``librbd``: a disk on librbd, which has
-    no aio (a [target] rbd pool measures it: ``iomatrix.target.rbd``)."""
+    no aio (a [target] rbd pool measures it: ``iomatrix.targets.rbd``)."""
     if values.get("controller") not in CONTROLLERS or (values.get("aio") is None
                                                          and not librbd):
         return None

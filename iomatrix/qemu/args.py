@@ -41,7 +41,7 @@ from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Platform, PveVersion
-from iomatrix.target.workspace import Image
+from iomatrix.targets.workspace import Image
 from iomatrix.core.model import Frozen, on_off
 
 MACHINE = "pc"

@@ -29,7 +29,7 @@ from iomatrix.core.text import printable
 from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.model import CONFIG_AXES, NODE_AXIS, TARGET_AXIS, WORKLOAD_FIO_OPTIONS
 from iomatrix.suite.network import RbdTarget
-from iomatrix.target import rbd
+from iomatrix.targets import rbd
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.steady import SteadyState
 
@@ -199,7 +199,7 @@ def decode(table: str, column: str, row: object, text: Any) -> Any:
 
 
 KINDS = ("scratch", "workspace", "parent", rbd.KIND)
-"""What a process records making (``iomatrix.measure.reclaim``, ``iomatrix.target.rbd``)."""
+"""What a process records making (``iomatrix.measure.reclaim``, ``iomatrix.targets.rbd``)."""
 
 RBD_KEYS = frozenset({*RbdTarget.model_fields, "fsid"})
 _RBD = TypeAdapter(Annotated[dict[str, str | float | bool | list[str] | None],
@@ -208,7 +208,7 @@ _RBD = TypeAdapter(Annotated[dict[str, str | float | bool | list[str] | None],
 
 def within(kind: Any, row: object, text: Any) -> str:
     """``resources.within`` of a resource of ``kind`` (``KINDS``): the absolute path of the
-    directory it was made in, or for an RBD image the connection ``iomatrix.target.rbd``
+    directory it was made in, or for an RBD image the connection ``iomatrix.targets.rbd``
     recorded (a JSON object of its keys, which ``rbd.stored_location`` checks as a suite's
     [target] rbd before anything reaches ``rbd``)."""
     if kind not in KINDS:

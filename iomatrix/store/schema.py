@@ -19,7 +19,7 @@ History:
      made before it get one drawn at random
   8  resources on network storage: a kind ``<storage>-<thing>`` (``rbd-image``: an RBD image a
      run created, its path ``pool[/namespace]/name``, its ``within`` the connection as JSON,
-     file paths only: ``iomatrix.target.rbd``); PostgreSQL swaps the table's check
+     file paths only: ``iomatrix.targets.rbd``); PostgreSQL swaps the table's check
      rather than rebuilding the table (``PG_MIGRATIONS``)
   9  pilot_trials: the trials a run's pilot measured to choose its trial length and rounds
      (``[method] pilot``; never part of a gain), and trial_plans: what it chose and why (JSON)

@@ -65,7 +65,7 @@ class Expansion(Frozen):
 
     def without_targets(self, dropped: dict[str, str]) -> "Expansion":
         """The expansion without the configurations on the targets ``dropped`` (name → why,
-        for the notes): those a host cannot provide (``iomatrix.target.targets``)."""
+        for the notes): those a host cannot provide (``iomatrix.targets.targets``)."""
         if not dropped:
             return self
         configs = tuple(c for c in self.configurations if c.target not in dropped)

@@ -397,7 +397,7 @@ class Target(Frozen):
     """Where the images live: a directory (files are created there), a whole block device, or
     network storage (``network``: a Ceph RBD pool, or an iSCSI LUN, a whole device), or a Proxmox VE storage named by its id
     (``storage``, resolved into one of those from storage.cfg before the run:
-    ``iomatrix.target.network.resolve_storage``)."""
+    ``iomatrix.targets.network.resolve_storage``)."""
 
     directory: Path | None = None
     """A directory on the storage to measure: the run makes a private directory there for its
@@ -417,7 +417,7 @@ class Target(Frozen):
     images there and removes them (``RbdTarget``)."""
     iscsi: IscsiTarget | None = None
     """[target.iscsi]: an iSCSI LUN, written to and destroyed like a device
-    (``iomatrix.target.iscsi``)."""
+    (``iomatrix.targets.iscsi``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""
@@ -427,7 +427,7 @@ class Target(Frozen):
     """For cache modes that use the host page cache (writethrough, writeback, unsafe): "size",
     images of ``size`` (a run notes when they fit in the page cache); "exceed-ram", images of
     twice the host's RAM (at least ``size``) so the page cache cannot hold them
-    (``iomatrix.target.workspace``); "in-ram", a working set that fits in RAM is what is meant
+    (``iomatrix.targets.workspace``); "in-ram", a working set that fits in RAM is what is meant
     to be measured (no note; recommend still says so)."""
 
     @field_validator("directory", "device")
@@ -439,7 +439,7 @@ class Target(Frozen):
     """Several targets from one directory, one per filesystem named (each a target of that name,
     ``Suite.named_targets``): the directory itself for the filesystem it is on, a filesystem
     iomatrix makes on a loop device backed by a file in the run's directory for every other
-    (``iomatrix.target.targets``); one whose mkfs or kernel support is missing is skipped, with
+    (``iomatrix.targets.targets``); one whose mkfs or kernel support is missing is skipped, with
     a note."""
 
     @field_validator("filesystems", mode="before")

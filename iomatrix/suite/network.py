@@ -1,7 +1,7 @@
 """Network storage as a suite names it: the [target] tables of a target that is not a local
 directory or device (a Ceph RBD pool; an iSCSI LUN). Only what the user writes, checked;
-how iomatrix reaches each one is ``iomatrix.target.network`` and its module per kind
-(``iomatrix.target.rbd``, ``iomatrix.target.iscsi``).
+how iomatrix reaches each one is ``iomatrix.targets.network`` and its module per kind
+(``iomatrix.targets.rbd``, ``iomatrix.targets.iscsi``).
 
 Credentials are never written in a suite: a target names the files that hold them (a Ceph
 keyring, an iSCSI CHAP file), which only iomatrix's connecting code reads; a suite, and so the
@@ -63,7 +63,7 @@ class RbdTarget(Frozen):
     images in (``iomatrix-<run>-…``), reached through librbd. Give ``conf`` (the cluster's
     ceph.conf, which names the monitors) or ``monitors``, or both (the monitors win over the
     file's). iomatrix hands no program this file: it reads only the monitors, the fsid and the
-    keyring's path from it, and writes a ceph.conf of its own (``iomatrix.target.rbd``)."""
+    keyring's path from it, and writes a ceph.conf of its own (``iomatrix.targets.rbd``)."""
 
     pool: CephName
     """The pool the images are made in."""

@@ -42,8 +42,8 @@ from iomatrix.core.mounts import (MOUNTINFO, NOT_A_MOUNT, PrivateMounts, is_moun
 from iomatrix.core.proc import require, run, which
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, NamedTarget, Suite, Target
-from iomatrix.target import loops
-from iomatrix.target.workspace import (MARGIN, Image, Recorder, Workspace, image_specs,
+from iomatrix.targets import loops
+from iomatrix.targets.workspace import (MARGIN, Image, Recorder, Workspace, image_specs,
                                        images_footprint, memory_total, nearest_existing,
                                        page_cache_notes, working_set_size)
 

@@ -58,8 +58,8 @@ from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
-from iomatrix.target.network import NetworkTarget, NetworkVolume, secret_for
-from iomatrix.target.workspace import Image, memory_total, working_set_size
+from iomatrix.targets.network import NetworkTarget, NetworkVolume, secret_for
+from iomatrix.targets.workspace import Image, memory_total, working_set_size
 
 KIND = "rbd-image"
 """The store's resource kind of an image iomatrix created."""

@@ -34,7 +34,7 @@ from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
-from iomatrix.target.network import NetworkVolume
+from iomatrix.targets.network import NetworkVolume
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen
 
@@ -65,7 +65,7 @@ class Image(Frozen):
     size: int
     is_device: bool = False
     network: NetworkVolume | None = None
-    """How QEMU and fio reach a volume on network storage (``iomatrix.target.network``)."""
+    """How QEMU and fio reach a volume on network storage (``iomatrix.targets.network``)."""
 
 
 def image_spec(config: Configuration) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """Network storage as a run uses it: the common shape every kind shares (a Ceph RBD pool,
-``iomatrix.target.rbd``; an iSCSI LUN, ``iomatrix.target.iscsi``), and a Proxmox VE storage id
+``iomatrix.targets.rbd``; an iSCSI LUN, ``iomatrix.targets.iscsi``), and a Proxmox VE storage id
 resolved into a [target].
 
 The shape, which the runner, the drivers and ``reclaim`` rely on:
@@ -13,7 +13,7 @@ The shape, which the runner, the drivers and ``reclaim`` rely on:
   engine; empty for a LUN, which host mode reaches as a block device or through a
   qemu-storage-daemon), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's files: only
   their paths are in these, never their contents.
-- ``Image.network`` carries it (``iomatrix.target.workspace.Image``); ``Image.path`` is then a
+- ``Image.network`` carries it (``iomatrix.targets.workspace.Image``); ``Image.path`` is then a
   name to show (``rbd:pool/image``), never opened.
 - ``NetworkTarget``: what the runner uses in place of a ``Workspace`` (``check``, ``create``,
   ``close``, ``images``, ``verify``, ``storage_of``, ``notes``, ``preconditioned``,

@@ -1,5 +1,5 @@
 """An iSCSI LUN as the storage under test (``[target] iscsi``): a ``NetworkTarget``
-(``iomatrix.target.network``) whose one volume is the whole LUN, written to and destroyed like a
+(``iomatrix.targets.network``) whose one volume is the whole LUN, written to and destroyed like a
 device (``allow_destroy``); iomatrix creates nothing on it, so nothing is recorded or reclaimed.
 
 Every mode reaches the LUN through QEMU's userspace initiator, libiscsi (Debian's
@@ -22,7 +22,7 @@ file of secrets is: ``iomatrix.core.trust.private_file``) is read when the run c
 read from a 0600 file in the run's private scratch directory, removed when the run ends, so it
 never appears on a command line, in the database, a report or an export. The user name appears on
 QEMU's command line only (QEMU takes it only there): the volume's node holds
-:data:`CHAP_USER` in its place, which :func:`iomatrix.target.network.reveal` fills in when a
+:data:`CHAP_USER` in its place, which :func:`iomatrix.targets.network.reveal` fills in when a
 program starts, so stored commands show the placeholder.
 
 A session ends with its QEMU: libiscsi logs out when QEMU exits, and the target drops the
@@ -46,8 +46,8 @@ from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import IscsiTarget, split_portal
-from iomatrix.target.network import NetworkTarget, NetworkVolume, reveal, secret_for
-from iomatrix.target.workspace import Image, memory_total, page_cache_notes, working_set_size
+from iomatrix.targets.network import NetworkTarget, NetworkVolume, reveal, secret_for
+from iomatrix.targets.workspace import Image, memory_total, page_cache_notes, working_set_size
 
 SECRET_ID = "iscsi-chap"
 """The ``secret`` object holding the CHAP password in every QEMU iomatrix starts."""
