@@ -237,7 +237,7 @@ FORKS = r"""
 import json, os, signal, sys, threading, time, traceback
 from iomatrix.cli.app import main
 import iomatrix.cli.run, iomatrix.drivers.cluster, iomatrix.measure.cluster     # noqa: F401
-import iomatrix.measure.fromvm, iomatrix.measure.nodeguests, iomatrix.measure.runner  # noqa: F401
+import iomatrix.translate.fromvm, iomatrix.measure.nodeguests, iomatrix.measure.runner  # noqa: F401
 
 def case(command, data, hold, outs):
     r, w = os.pipe()

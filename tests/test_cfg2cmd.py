@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 import pytest
 
 from iomatrix.platform import proxmox as pve
-from iomatrix.measure.translate import translate
+from iomatrix.translate.vm import translate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cfg2cmd"
 VERSIONS = {"qemu-server-9.2.6": 9, "qemu-server-8.3.13": 8}

@@ -18,7 +18,7 @@ import pytest
 
 from iomatrix.appliance.kernel import default_cache_dir, find_kernel, host_kernel, kernel_modules_dir
 from iomatrix.core.errors import IomatrixError
-from iomatrix.measure.doctor import (Check, check_appliance, check_fio_engine, check_tool,
+from iomatrix.diagnose.doctor import (Check, check_appliance, check_fio_engine, check_tool,
                                      failed_required, run_checks)
 from tests.conftest import for_kvm, our_processes
 

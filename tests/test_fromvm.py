@@ -13,7 +13,7 @@ import pytest
 
 from iomatrix.analysis.yourvm import your_vm
 from iomatrix.cli.status import ExitStatus
-from iomatrix.measure.fromvm import resolve_vm
+from iomatrix.translate.fromvm import resolve_vm
 from iomatrix.measure.runner import SilentProgress, run_suite
 from iomatrix.recommend.decide import recommend
 from iomatrix.report.data import build_report_data

@@ -37,7 +37,7 @@ from iomatrix.drivers import guest as guest_driver
 from iomatrix.drivers.guest import (MARGINS, PRIVATE, SHARED, GuestSession, after_ramp,
                                     client_result, largest_io, ramp_margin, unchecked_reason)
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
-from iomatrix.measure import doctor
+from iomatrix.diagnose import doctor
 from iomatrix.suite.model import Workload
 from tests.conftest import REPO, as_nobody, our_processes, run_guests, write_suite
 

@@ -11,9 +11,11 @@ import iomatrix
 PACKAGE = Path(iomatrix.__file__).parent
 
 LAYERS = ["core", "cluster", "platform", "suite", "targets", "fio", "telemetry", "qemu", "appliance", "drivers",
-          "store", "analysis", "measure", "recommend", "report", "testing", "cli"]
+          "store", "analysis", "translate", "measure", "recommend", "report", "diagnose", "testing", "cli"]
 """Bottom to top, in the order data flows: a package may import from those before it. ``analysis``
-sits below ``measure`` because adaptive repetition asks it when a figure is known well enough."""
+sits below ``measure`` because adaptive repetition asks it when a figure is known well enough;
+``translate`` sits below ``measure`` because preparing a run reads the suite's ``from_vm`` through
+it."""
 
 
 def _module_name(path: Path) -> str:

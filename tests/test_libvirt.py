@@ -27,7 +27,7 @@ from iomatrix.drivers import libvirt as lvd
 from iomatrix.drivers.guest import free_port
 from iomatrix.measure.runner import run_suite
 from iomatrix.platform import libvirt as lv
-from iomatrix.measure.translate import translate
+from iomatrix.translate.vm import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration

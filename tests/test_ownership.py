@@ -517,7 +517,7 @@ def test_reclaim_removes_only_what_is_still_ours(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_dead_fuse_export_is_detached_before_its_directory_is_removed(
         tmp_path: Path, no_leftovers: None) -> None:
-    from iomatrix.measure.doctor import check_fuse
+    from iomatrix.diagnose.doctor import check_fuse
 
     if not check_fuse().ok:
         pytest.skip(f"FUSE exports do not work here: {check_fuse().detail}")

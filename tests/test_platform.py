@@ -23,7 +23,7 @@ from iomatrix.drivers.guest import free_port
 from iomatrix.platform import PLATFORMS
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.measure.translate import translate
+from iomatrix.translate.vm import translate
 from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings)
 from iomatrix.qemu.qmp import qmp_execute

@@ -277,7 +277,7 @@ def test_doctor_names_the_storage_clients(tmp_path: Path) -> None:
     """Where the test cluster can run, setup.sh --dev installed QEMU's rbd driver, fio's rbd
     engine and the rbd command: doctor says so; a kernel without rbd is "not available on this
     host" with the reason."""
-    from iomatrix.measure.doctor import check_storage_clients
+    from iomatrix.diagnose.doctor import check_storage_clients
     from iomatrix.targets.rbd import krbd_problem
 
     found = {c.name: c for c in check_storage_clients()}

@@ -12,7 +12,7 @@ import pytest
 
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.measure.translate import translate
+from iomatrix.translate.vm import translate
 from iomatrix.suite.model import Configuration
 
 # As `qm config 100` prints it (and /etc/pve/qemu-server/100.conf holds it): keys sorted,

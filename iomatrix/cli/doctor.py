@@ -18,7 +18,7 @@ def doctor(kvm_timeout: Annotated[float, typer.Option(help="Seconds to wait for 
     the private guest channel, the guests' fio and appliance (kernel, modules, busybox; fetched
     as a run would), network storage clients (QEMU's rbd, iscsi and nfs block drivers, fio's
     rbd engine, the rbd command, the kernel's rbd module), libvirt, drift."""
-    from iomatrix.measure.doctor import failed_required, run_checks
+    from iomatrix.diagnose.doctor import failed_required, run_checks
 
     if not 0 < kvm_timeout <= 3600:       # nan and inf too
         raise typer.BadParameter(f"{kvm_timeout}: give seconds, more than 0 and at most 3600",

@@ -97,7 +97,7 @@ def run_share() -> None:
     cleaning up as Ctrl-C does, when stdin ends (the controller's session is gone)."""
     from iomatrix.cli.run import _interrupt
     from iomatrix.measure.cluster import JsonProgress, NodeRequest, request_suite, watch_stdin
-    from iomatrix.measure.fromvm import resolve_vm
+    from iomatrix.translate.fromvm import resolve_vm
     from iomatrix.measure.runner import Share, run_suite
 
     request = _validated(NodeRequest, "a run request")

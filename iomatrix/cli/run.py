@@ -374,7 +374,7 @@ def run(
             return
         loaded = with_author(stored.suite.runnable(), resumed_author(stored, db))
     else:
-        from iomatrix.measure.fromvm import resolve_vm
+        from iomatrix.translate.fromvm import resolve_vm
 
         loaded = resolve_vm(load_suite(suite, scale=scale))
     loaded = _storage_target(loaded, storage_cfg)

@@ -38,7 +38,7 @@ def plan_summary(suite: Suite) -> str:
 def scale_summaries(ref: str, suite: Suite) -> list[tuple[str, str, str]]:
     """(scale, plan summary, description) for the suite's own tables (``default``) and each of
     its [scale.NAME] tables; ``ref`` is what ``load_suite`` loaded ``suite`` from."""
-    from iomatrix.measure.fromvm import resolve_vm
+    from iomatrix.translate.fromvm import resolve_vm
     from iomatrix.suite import load_suite
 
     rows = [(DEFAULT_SCALE, plan_summary(suite), "the suite's own tables (no --scale)")]

@@ -30,7 +30,7 @@ def translate(
     from iomatrix.drivers.versions import model_versions
     from iomatrix.platform import libvirt as lv
     from iomatrix.platform import proxmox as pve
-    from iomatrix.measure.translate import NOT_A_DISK, translate as build
+    from iomatrix.translate.vm import NOT_A_DISK, translate as build
 
     if pve_version not in (None, *pve.PVE_VERSIONS):
         raise typer.BadParameter(f"{pve_version}: choose 8 or 9", param_hint="--pve-version")

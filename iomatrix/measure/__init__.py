@@ -1,2 +1,2 @@
 """Measuring a suite: the run prepared once (prepare: what ``run --plan`` prints), the runner,
-the trial loop, steady-state watches and the host checks that come first (doctor)."""
+the trial loop, steady-state watches and reclaiming what killed runs left."""

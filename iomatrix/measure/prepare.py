@@ -16,7 +16,7 @@ import secrets
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.fio.ioping import IopingTool, find_ioping, tool_note
-from iomatrix.measure.fromvm import resolve_vm
+from iomatrix.translate.fromvm import resolve_vm
 from iomatrix.measure.pvehost import PveHost, on_host
 from iomatrix.qemu.version import installed as qemu_version
 from iomatrix.store.records import StoredRun
@@ -29,7 +29,7 @@ class PreparedRun(Frozen):
     """A suite as it will be measured, decided before anything runs."""
 
     suite: Suite
-    """The suite, its VM's disk read (``measure.fromvm``)."""
+    """The suite, its VM's disk read (``translate.fromvm``)."""
     targets: tuple[TargetPlan, ...]
     """Each target of a run that measures several, as this host provides it (a filesystem it
     cannot make: skipped, or refused when [[targets]] named it); empty for a run of one."""

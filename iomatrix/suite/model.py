@@ -510,7 +510,7 @@ VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
 
 class Reference(Frozen):
     """The disk of the user's VM (``[matrix] from_vm`` and ``disk``) as plain settings: what
-    iomatrix read from the file (``iomatrix.measure.translate``), written by iomatrix into the
+    iomatrix read from the file (``iomatrix.translate.vm``), written by iomatrix into the
     suite text a run stores (``[matrix.reference]``), so that ``--resume``, ``recommend``,
     ``show`` and the report need the file no more. The run measures it as its reference
     configuration, in the same rounds as the matrix."""

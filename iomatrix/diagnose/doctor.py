@@ -531,7 +531,7 @@ def check_guest_channel(*, env: Mapping[str, str] | None = None) -> Check:
         return Check(name=name, ok=False, required=False,
                      detail="qemu-system-x86_64 not found on PATH",
                      hint="apt-get install qemu-system-x86")
-    from iomatrix.drivers.guest import free_port, shared_warning   # measure may import drivers
+    from iomatrix.drivers.guest import free_port, shared_warning   # diagnose may import drivers
 
     with socket.socket() as outside, private_tempdir(
             "iomatrix-doctor-net-") as tmp:      # this socket stays in the host's namespace

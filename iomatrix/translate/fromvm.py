@@ -3,7 +3,7 @@
 The file (a Proxmox VE ``ID.conf`` or ``qm config`` output, or ``virsh dumpxml`` output) is
 read from the suite's own directory and nowhere else: no absolute path, no ``..``, no symlink
 leading out of it, a regular file of at most ``MAX_BYTES`` (a suite is untrusted input). It is
-translated as ``iomatrix translate`` does (``iomatrix.measure.translate``), one disk is picked,
+translated as ``iomatrix translate`` does (``iomatrix.translate.vm``), one disk is picked,
 and its settings are written into the suite's text as ``[matrix.reference]``
 (``iomatrix.suite.load.with_reference``): the text a run stores, so that ``--resume``,
 ``recommend``, ``show`` and the report never read the file again. What cannot be measured is
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from iomatrix.core import files
 from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
-from iomatrix.measure.translate import NOT_A_DISK, DiskTranslation, Translation, translate
+from iomatrix.translate.vm import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_reference
 from iomatrix.suite.model import CONTROLLERS, Aio, Cache, Format, Reference, Suite
 

@@ -1,0 +1,1 @@
+"""Host diagnosis: the checks ``iomatrix doctor`` runs before a first measurement (doctor)."""
