@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from iomatrix.appliance.ownimage import open_guest_image
 from iomatrix.appliance.protocol import READY_MARKER
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import US
 from iomatrix.drivers.guest import GuestDriver
+from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.fio.jobfile import job_text
 from iomatrix.fio.parse import parse_fio_output
 from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
@@ -64,7 +64,10 @@ def main() -> None:
         run([require("qemu-img"), "create", "-q", "-f", "raw", "-o", "preallocation=full",
              str(disk), str(DISK_BYTES)], timeout=120)
         driver = GuestDriver.prepare(method, work / "w", accel=args.accel, note=print)
-        driver.use_image(own, open_guest_image(own, US), print)
+        mine = ImageGuest(own)
+        mine.check(US)
+        mine.open()
+        driver.use_kinds([*driver.kinds, mine], print, [])
         label = "TCG: emulator figures" if driver.accelerator == "tcg" else "KVM"
         rows: dict[tuple[str, str], tuple[float, float, float]] = {}
         for guest in (APPLIANCE, own.label):

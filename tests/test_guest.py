@@ -181,7 +181,7 @@ def test_accelerator_probe_boots_the_appliance(tmp_path: Path, monkeypatch: pyte
     Either outcome is right on some host; each must be handled completely (and must be the one
     IOMATRIX_EXPECT_KVM declares, when it does). How KVM fails is not this test's business."""
     from iomatrix.appliance.build import MIN_MEMORY_MIB, build_appliance, kernel_cmdline
-    from iomatrix.drivers import guest
+    from iomatrix.drivers.guest import accel as guest
     from iomatrix.appliance.probe import probe_accel
 
     appliance = build_appliance()
@@ -268,7 +268,7 @@ def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
     times (test_a_trial_that_outlasts_its_time...: a busy disk is not a stop at all)."""
     import os
 
-    from iomatrix.drivers import guest
+    from iomatrix.drivers.guest import session as guest
     from iomatrix.measure import runner
     from iomatrix.qemu.qmp import qmp_execute
     # a 2 s trial gets 12 s: less than fio's client needs to give up on a silent server (~40 s)

@@ -33,9 +33,10 @@ import pytest
 
 from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.proc import network_namespace, private_network, private_network_problem, run
-from iomatrix.drivers import guest as guest_driver
-from iomatrix.drivers.guest import (MARGINS, PRIVATE, SHARED, GuestSession, after_ramp,
-                                    client_result, largest_io, ramp_margin, unchecked_reason)
+from iomatrix.drivers.guest import PRIVATE, SHARED, GuestSession
+from iomatrix.drivers.guest import driver as guest_driver
+from iomatrix.drivers.guest.iocheck import (MARGINS, after_ramp, client_result, largest_io,
+                                            ramp_margin, unchecked_reason)
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.diagnose import doctor
 from iomatrix.suite.model import Workload

@@ -28,11 +28,12 @@ from iomatrix.appliance.protocol import console_tail
 from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL, GuestCommand,
                                       GuestRequest, GuestsAnswer, GuestsReady)
 from iomatrix.drivers.guest import GuestSession
+from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.cluster import watch_stdin
 from iomatrix.measure.prepare import prepare
 from iomatrix.suite import load_suite_text
-from iomatrix.suite.model import APPLIANCE, Configuration, Suite, Workload
+from iomatrix.suite.model import Configuration, Suite, Workload
 from iomatrix.targets.workspace import PREFIX, Image, image_spec
 
 WATCH_SECONDS = 0.5
@@ -75,7 +76,7 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
     config = next((c for c in prepared.full.configurations if c.key == request.config), None)
     if config is None or config.mode != "guest":
         raise NodesError(f"the suite has no guest configuration {request.config!r} here")
-    if config.guest not in (None, APPLIANCE):
+    if kind_for(suite_kinds(suite), config).cluster_refusal is not None:
         raise NodesError("cluster load boots the appliance only, so far")
     images = checked_images(request.images, config, suite)
     notes: list[str] = []

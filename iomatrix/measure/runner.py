@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Protocol
 
 
-from iomatrix.appliance.ownimage import ImageFile, check_guest_files
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
 from iomatrix.drivers.guest import GuestDriver
+from iomatrix.drivers.guest.kind import GuestKind
+from iomatrix.drivers.guest.kinds import check_kinds, cluster_refusal, opened_kinds
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed, UntrustedFile
 from iomatrix.fio.ioping import IopingTool, run_ioping
@@ -168,10 +169,10 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     if suite.method.concurrent_nodes:
         _check_cluster_load(suite, prepared.full)
-    # what the suite's author may not ask refused, and [guest]'s image opened once, before
-    # anything starts: every QEMU reads that descriptor
+    # what the suite's author may not ask refused, and what the guests read ([guest]'s image)
+    # opened once, before anything starts: every QEMU reads that descriptor
     check_author(suite)
-    image = None if suite.guest is None else ImageFile(suite.guest.image)   # checked just above
+    guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
     workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c
@@ -193,7 +194,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         workspace.record = me.record
         if isinstance(workspace, NetworkTarget):
             workspace.scratch = workdir
-        drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, image)
+        drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, guests)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
@@ -256,8 +257,7 @@ def check_author(suite: Suite) -> None:
     if (refused := suite.destroy_refused()) is not None:
         raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
                                           "(or you) can write, in a directory likewise")
-    if suite.guest is not None:
-        check_guest_files(suite.guest, suite.author)
+    check_kinds(suite)
     for target in (suite.target, *suite.targets):
         if target.rbd is not None:
             rbd_locate(target.rbd, author=suite.author)
@@ -273,9 +273,9 @@ def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
     if any(c.mode == "blocklayer" for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
                          "only: a blocklayer part would run on this host alone")
-    if suite.guest is not None:
-        raise SuiteError("[method] concurrent_nodes boots the appliance on the nodes, so far: "
-                         "[guest] (your own image) is not built for it")
+    if (refused := cluster_refusal(suite)) is not None:
+        raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
+                         f"{refused}")
 
 
 def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
@@ -367,16 +367,14 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
 
 
 def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
-             progress: Progress, image: ImageFile | None = None) -> dict[str, Driver]:
+             progress: Progress, guests: Sequence[GuestKind] = ()) -> dict[str, Driver]:
     """One driver per mode the run uses, each prepared for the run (for guests: the appliance
-    built or found cached, the accelerator resolved, and [guest]'s ``image``)."""
+    built or found cached, the accelerator resolved, and the suite's kinds of guest)."""
     drivers = {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
                for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
     guest = drivers.get("guest")
-    if suite.guest is not None and image is not None and isinstance(guest, GuestDriver):
-        guest.use_image(suite.guest, image, progress.note,
-                        guests=suite.guest.guests_at_once(expansion.configurations,
-                                                          suite.method.vms))
+    if guests and isinstance(guest, GuestDriver):
+        guest.use_kinds(guests, progress.note, expansion.configurations)
     return drivers
 
 
