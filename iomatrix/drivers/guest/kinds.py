@@ -16,12 +16,16 @@ DEFAULT_KIND = ApplianceGuest
 """The kind that boots the configurations that name no guest, and every configuration of a
 guest driver given no suite's kinds (a cluster's node)."""
 KINDS: tuple[type[GuestKind], ...] = (DEFAULT_KIND, ImageGuest)
-"""Every guest kind, :data:`DEFAULT_KIND` first."""
+"""Every guest kind, :data:`DEFAULT_KIND` first; of the others, the first whose ``from_suite``
+takes a suite's [guest] table boots it (a more particular kind goes before a general one)."""
 
 
 def suite_kinds(suite: Suite) -> list[GuestKind]:
-    """The kinds of guest ``suite`` may boot, in :data:`KINDS`' order."""
-    return [kind for cls in KINDS if (kind := cls.from_suite(suite)) is not None]
+    """The kinds of guest ``suite`` may boot: the default, and the first other kind of
+    :data:`KINDS` that takes the suite's [guest] table (a suite has one at most)."""
+    default, *others = KINDS
+    taken = next((kind for cls in others if (kind := cls.from_suite(suite)) is not None), None)
+    return [kind for kind in (default.from_suite(suite), taken) if kind is not None]
 
 
 def check_kinds(suite: Suite) -> None:
