@@ -134,9 +134,9 @@ def check_storage_clients(*, env: Mapping[str, str] | None = None,
     drivers (``qemu-img info --image-opts driver=X`` says "Unknown driver" for one it lacks,
     and anything else, here a missing option, for one it has: nothing is contacted), fio's rbd
     engine, the ``rbd`` command, the kernel's rbd module (krbd) and iSCSI initiator
-    (iscsi_tcp), and tgtd (the iSCSI tests' target)."""
-    from iomatrix.targets.iscsi import kernel_initiator_problem
-    from iomatrix.targets.rbd import krbd_problem
+    (iscsi_tcp), and tgtd (the iSCSI tests' target): each kind's ``TargetKind.host_checks``."""
+    from iomatrix.targets.kind import Probe
+    from iomatrix.targets.registry import host_checks
 
     out = []
     img = which("qemu-img", env)
@@ -153,38 +153,9 @@ def check_storage_clients(*, env: Mapping[str, str] | None = None,
                          detail=(f"has {', '.join(have) or 'none'}"
                                  + (f"; lacks {', '.join(lack)}" if lack else "")),
                          hint=None if not lack else "apt-get install qemu-block-extra"))
-    fio = which("fio", env)
-    if fio is None:
-        out.append(Check(name="fio rbd engine", ok=False, required=False,
-                         detail="fio not found on PATH", hint="apt-get install fio"))
-    else:
-        _, o, _ = _try_run([fio, "--enghelp"], timeout=TOOL_TIMEOUT, env=env)
-        engines = {line.strip() for line in o.splitlines()[1:] if line.strip()}
-        out.append(Check(name="fio rbd engine", ok="rbd" in engines, required=False,
-                         detail=("fio lists the rbd engine (librbd): host mode on an rbd target"
-                                 if "rbd" in engines else "fio has no rbd engine: host mode on "
-                                 "an rbd target cannot run"),
-                         hint=None if "rbd" in engines else "install Debian's fio (built with "
-                                                            "librbd)"))
-    rbd = which("rbd", env)
-    out.append(Check(name="rbd command", ok=rbd is not None, required=False,
-                     detail=(f"{rbd}: makes and removes a run's images in a Ceph pool" if rbd
-                             else "rbd not found on PATH: an rbd target cannot be measured"),
-                     hint=None if rbd else "apt-get install ceph-common"))
-    problem = krbd_problem(sysfs=sysfs)
-    out.append(Check(name="kernel rbd (krbd)", ok=problem is None, required=False,
-                     detail=problem or ("the kernel can map RBD images (/dev/rbd*): rbd "
-                                        "targets with krbd = true"), hint=None))
-    problem = kernel_initiator_problem(module=sysfs / "module" / "iscsi_tcp")
-    out.append(Check(name="kernel iSCSI initiator (iscsi_tcp)", ok=problem is None,
-                     required=False,
-                     detail=problem or ("iscsi_tcp is loaded: host mode measures a LUN this host "
-                                        "is logged in to as its block device"), hint=None))
-    tgtd = which("tgtd", env)
-    out.append(Check(name="tgtd (iSCSI target)", ok=tgtd is not None, required=False,
-                     detail=(f"{tgtd}: the iSCSI tests serve their LUN with it" if tgtd
-                             else "tgtd not found on PATH: the iSCSI tests are skipped"),
-                     hint=None if tgtd else "./setup.sh --dev (installs tgt)"))
+    probe = Probe(which=lambda tool: which(tool, env),
+                  run=lambda argv: _try_run(argv, timeout=TOOL_TIMEOUT, env=env), sysfs=sysfs)
+    out += [Check(**c.model_dump(), required=False) for c in host_checks(probe)]
     return out
 
 

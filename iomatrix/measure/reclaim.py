@@ -52,7 +52,8 @@ from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.core.trust import US, Author
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
-from iomatrix.targets import loops, rbd
+from iomatrix.targets import loops
+from iomatrix.targets.registry import RESOURCES
 from iomatrix.targets.targets import release_loops
 from iomatrix.targets.workspace import PREFIX
 
@@ -62,7 +63,7 @@ SCRATCH_MAX = 90
 at most 107."""
 LOCK_NAME = "owner.lock"
 KINDS = {"scratch": "scratch", "workspace": "images", "parent": "target directory",
-         rbd.KIND: "RBD image"}
+         **{kind: resource.name for kind, resource in RESOURCES.items()}}
 """How each kind of resource is named to people."""
 
 
@@ -133,7 +134,7 @@ class RunProcess:
                         continue
                     # a target directory another run made and ended in is removed by the last
                     # run over it (``Workspace.close``), which settles its record
-                    if r.kind == rbd.KIND:
+                    if r.kind in RESOURCES:
                         self._settle_image(r)
                     elif not os.path.lexists(r.path):
                         self.store.settle_resource(r.id, "removed" if mine else
@@ -150,8 +151,9 @@ class RunProcess:
 
 
     def _settle_image(self, r: ResourceRecord) -> None:
-        """This run's RBD image: removed by its target's close (or now, if that failed), or
-        kept with --keep; left open while its cluster cannot be reached."""
+        """This run's image on its storage (an RBD image: ``Resource``): removed by its
+        target's close (or now, if that failed), or kept with --keep; left open while its
+        storage cannot be reached."""
         if r.keep:
             self.store.settle_resource(r.id, "kept (--keep)")
             return
@@ -159,7 +161,7 @@ class RunProcess:
         # the record as this process made it is its own; else whoever could write the store's
         author = US if (r.kind, r.path, r.within) in self._recorded else self.store.author
         with contextlib.suppress(TargetUnreachable):
-            done = rbd.remove_recorded(r.path, r.within, marker, author=author)
+            done = RESOURCES[r.kind].remove(r.path, r.within, marker, author=author)
             if done in ("removed", "gone"):
                 self.store.settle_resource(r.id, "removed")
 
@@ -236,8 +238,8 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
                  others: list[ResourceRecord], going: set[str], author: Author) -> Reclaimed:
     if r.keep:
         return Reclaimed(r, "kept", "the run asked to --keep it")
-    if r.kind == rbd.KIND:
-        return _reclaim_rbd(r, dry_run, author)
+    if r.kind in RESOURCES:
+        return _reclaim_resource(r, dry_run, author)
     try:
         parent_fd = _open_within(r)
     except _Leave as exc:
@@ -252,14 +254,14 @@ def _reclaim_one(r: ResourceRecord, dry_run: bool, mountinfo: Path,
         os.close(parent_fd)
 
 
-def _reclaim_rbd(r: ResourceRecord, dry_run: bool, author: Author) -> Reclaimed:
-    """An RBD image a dead run made: removed from its pool when it is still iomatrix's
-    (``iomatrix.targets.rbd.remove_recorded``, its record read as ``author``'s, who could have
-    written the store); left, with why, while the cluster cannot be reached (a later
-    ``clean`` tries again)."""
+def _reclaim_resource(r: ResourceRecord, dry_run: bool, author: Author) -> Reclaimed:
+    """An image a dead run made on its storage (an RBD image in its pool): removed when it is
+    still iomatrix's (its kind's ``Resource.remove``: ``iomatrix.targets.rbd.remove_recorded``,
+    its record read as ``author``'s, who could have written the store); left, with why, while
+    the storage cannot be reached (a later ``clean`` tries again)."""
     marker = marker_text(identity(r.process), r.kind, r.path)
     try:
-        done = rbd.remove_recorded(r.path, r.within, marker, dry_run=dry_run, author=author)
+        done = RESOURCES[r.kind].remove(r.path, r.within, marker, dry_run=dry_run, author=author)
     except TargetUnreachable as exc:
         return Reclaimed(r, "left", str(exc))
     action, _, detail = done.partition(": ")

@@ -38,11 +38,8 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
-from iomatrix.targets.iscsi import IscsiLun, read_chap
-from iomatrix.targets.network import NetworkTarget
-from iomatrix.targets.rbd import KIND as RBD_KIND, RbdPool, locate as rbd_locate
-from iomatrix.targets.targets import TargetSet
-from iomatrix.targets.workspace import Workspace
+from iomatrix.targets import registry
+from iomatrix.targets.kind import OpenTarget
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -124,12 +121,6 @@ def tools_for(expansion: Expansion) -> list[str]:
     return tools
 
 
-NETWORK_TARGETS: dict[str, type[NetworkTarget]] = {"rbd": RbdPool, "iscsi": IscsiLun}
-"""[target] network kind → what prepares it for a run (``iomatrix.targets.network``)."""
-NETWORK_TOOLS = {"rbd": "rbd", "iscsi": "qemu-img"}
-"""The program each network kind needs besides fio and QEMU."""
-
-
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
@@ -163,8 +154,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
     suite = prepared.suite
     for tool in tools_for(prepared.full):
         require(tool)
-    if suite.target.network is not None:
-        require(NETWORK_TOOLS[suite.target.kind])
+    for tool in registry.tools(suite.target):
+        require(tool)
     if suite.method.concurrent_nodes and not nodes:
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     if suite.method.concurrent_nodes:
@@ -191,9 +182,6 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         for done_item in reclaim(store, me=me.id, scope=_scope(suite, resume)):
             if done_item.action == "removed":
                 progress.note(describe(done_item))
-        workspace.record = me.record
-        if isinstance(workspace, NetworkTarget):
-            workspace.scratch = workdir
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, guests)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         if suite.method.concurrent_nodes:
@@ -226,8 +214,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
                                                    retry_failed, share.node if share else None)
         for text in notes:
             progress.note(text)
-        if isinstance(workspace, RbdPool):
-            workspace.run_label = str(run_id)
+        workspace.for_run(record=me.record, scratch=workdir, run_id=run_id)
         status = "failed"
         try:
             runner = _Runner(prepared, store, run_id, progress, done, retry)
@@ -253,21 +240,19 @@ def check_author(suite: Suite) -> None:
     (``UntrustedFile``) before anything starts, is stored, or logs in anywhere (a node, a
     portal, a monitor): destroy a device or LUN (``Suite.destroy_refused``); hand QEMU a
     [guest] file they could not choose or read (``check_guest_files``); send a key of a file
-    they cannot read to monitors or a portal they chose (``rbd.locate``, ``iscsi.read_chap``)."""
+    they cannot read to monitors or a portal they chose (each target kind's ``check_author``:
+    ``rbd.locate``, ``iscsi.read_chap``)."""
     if (refused := suite.destroy_refused()) is not None:
         raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
                                           "(or you) can write, in a directory likewise")
     check_kinds(suite)
-    for target in (suite.target, *suite.targets):
-        if target.rbd is not None:
-            rbd_locate(target.rbd, author=suite.author)
-        if target.iscsi is not None and target.iscsi.chap is not None:
-            read_chap(target.iscsi.chap, suite.author, target.iscsi.portal)
+    registry.check_author((suite.target, *suite.targets), suite.author)
 
 
 def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
     """SuiteError when ``suite`` asks cluster load of what is not built for it."""
-    if suite.target.network is not None:
+    kind = registry.kind_of(suite.target)
+    if kind is not None and not kind.cluster_load:
         raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
                          f"so far (the target is {suite.target.kind})")
     if any(c.mode == "blocklayer" for c in expansion.configurations):
@@ -278,16 +263,10 @@ def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
                          f"{refused}")
 
 
-def _host_record(suite: Suite, workspace: Workspace | TargetSet | NetworkTarget,
-                 accelerator: str) -> dict[str, str]:
+def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[str, str]:
     """The host's metadata stored with a new run, the target named as the user gave it."""
     host = host_metadata(suite.target.directory or suite.target.device, accelerator=accelerator)
-    if isinstance(workspace, IscsiLun):
-        host.update(target=workspace.lun.url, target_fs="(iSCSI LUN)")
-    if isinstance(workspace, TargetSet):
-        host["targets"] = ", ".join(p.name for p in workspace.plans)
-    if isinstance(workspace, RbdPool):
-        host["target"] = f"rbd pool {workspace.rbd.spec}"
+    host.update(workspace.host_fields())
     return host
 
 
@@ -340,15 +319,10 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
             "history)")
 
 
-def workspace_of(prepared: PreparedRun, keep: bool) -> Workspace | TargetSet | NetworkTarget:
-    """The run's target as one ``Workspace`` (a ``NetworkTarget`` for network storage), or for
-    a suite of several targets a ``TargetSet`` of those this host provides."""
-    target = prepared.suite.target
-    if target.network is not None:
-        return NETWORK_TARGETS[target.kind](target, keep=keep, author=prepared.suite.author)
-    if not prepared.targets:
-        return Workspace(prepared.suite.target, keep=keep)
-    return TargetSet(prepared.targets, keep=keep)
+def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:
+    """The run's target, opened by its kind (``iomatrix.targets.registry``)."""
+    return registry.open_target(prepared.suite.target, prepared.targets, keep=keep,
+                                author=prepared.suite.author)
 
 
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:
@@ -360,9 +334,10 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
     above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return r.kind in ("scratch", RBD_KIND) or (r.kind == "parent" and r.path in above) or (
-            r.kind == "workspace" and (r.within in targets
-                                       or (resume is not None and r.run_id == resume)))
+        return (r.kind == "scratch" or r.kind in registry.RESOURCES
+                or (r.kind == "parent" and r.path in above)
+                or (r.kind == "workspace" and (r.within in targets
+                                               or (resume is not None and r.run_id == resume))))
     return wanted
 
 
@@ -419,7 +394,7 @@ class _Runner:
                 out.append(b.model_copy(update={"workloads": left}))
         return out
 
-    def run(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+    def run(self, workspace: OpenTarget, workdir: Path,
             drivers: dict[str, Driver]) -> None:
         blocks = self._todo(self.prepared.blocks)
         (self.progress.more if self.started else self.progress.start)(
@@ -427,7 +402,7 @@ class _Runner:
         for block in blocks:
             self._block(block, workspace, workdir, drivers)
 
-    def choose_trials(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+    def choose_trials(self, workspace: OpenTarget, workdir: Path,
                       drivers: dict[str, Driver]) -> None:
         """[method] pilot or target_ci: the runtime and rounds (target_ci alone: the rounds)
         chosen from a pilot (``analysis.trialplan``) replace the suite's for this run. A
@@ -449,7 +424,7 @@ class _Runner:
             "suite": self.suite.model_copy(update={"method": method})})
         self.suite, self.method = self.prepared.suite, method
 
-    def _pilot(self, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+    def _pilot(self, workspace: OpenTarget, workdir: Path,
                drivers: dict[str, Driver]) -> dict[str, object]:
         """Measure the pilot, choose, store both and note them; the plan stored."""
         from iomatrix.analysis import trialplan as tp   # scipy: loaded only when asked for
@@ -542,7 +517,7 @@ class _Runner:
                     break                                   # length (_stopped)
         return each
 
-    def _block(self, block: Block, workspace: Workspace | TargetSet | NetworkTarget, workdir: Path,
+    def _block(self, block: Block, workspace: OpenTarget, workdir: Path,
                drivers: dict[str, Driver], each: "_Each | None" = None) -> None:
         config = block.config
         if config.target not in self._devices:

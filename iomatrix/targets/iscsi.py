@@ -46,8 +46,9 @@ from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import IscsiTarget, split_portal
-from iomatrix.targets.network import NetworkTarget, NetworkVolume, reveal, secret_for
-from iomatrix.targets.workspace import Image, memory_total, page_cache_notes, working_set_size
+from iomatrix.targets.kind import HostCheck, Image, NetworkVolume, OpenTarget, Probe, TargetKind
+from iomatrix.targets.network import NetworkTarget, reveal, secret_for
+from iomatrix.targets.workspace import memory_total, page_cache_notes, working_set_size
 
 SECRET_ID = "iscsi-chap"
 """The ``secret`` object holding the CHAP password in every QEMU iomatrix starts."""
@@ -210,6 +211,9 @@ class IscsiLun(NetworkTarget):
         if self._secret is not None:
             self._secret.unlink(missing_ok=True)
 
+    def host_fields(self) -> dict[str, str]:
+        return {"target": self.lun.url, "target_fs": "(iSCSI LUN)"}
+
     def images(self, config: Configuration) -> list[Image]:
         """The LUN, once per guest of the configuration (as a device target is)."""
         assert self._volume is not None and self.image_size is not None, "create() first"
@@ -266,3 +270,33 @@ def kernel_initiator_problem(*, module: Path = SYS_MODULE) -> str | None:
         return (f"not available on this host: the kernel ({release}) has no iscsi_tcp module "
                 "(kernel iSCSI initiator)")
     return "not available on this host: iscsi_tcp is not loaded (modprobe iscsi_tcp)"
+
+
+class IscsiKind(TargetKind):
+    """``[target] iscsi``: one LUN (the module's docstring)."""
+
+    keys = ("iscsi",)
+    tools = ("qemu-img",)
+    cluster_load = False
+
+    def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
+        return IscsiLun(target, keep=keep, author=author)
+
+    def check_author(self, target: Target, author: Author) -> None:
+        """The CHAP secret is proved to a portal the author chose only when they can read it."""
+        assert target.iscsi is not None
+        if target.iscsi.chap is not None:
+            read_chap(target.iscsi.chap, author, target.iscsi.portal)
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """The kernel's initiator (iscsi_tcp) and tgtd (the iSCSI tests' target)."""
+        problem = kernel_initiator_problem(module=probe.sysfs / "module" / "iscsi_tcp")
+        tgtd = probe.which("tgtd")
+        return [HostCheck(name="kernel iSCSI initiator (iscsi_tcp)", ok=problem is None,
+                          detail=problem or ("iscsi_tcp is loaded: host mode measures a LUN "
+                                             "this host is logged in to as its block device"),
+                          hint=None),
+                HostCheck(name="tgtd (iSCSI target)", ok=tgtd is not None,
+                          detail=(f"{tgtd}: the iSCSI tests serve their LUN with it" if tgtd
+                                  else "tgtd not found on PATH: the iSCSI tests are skipped"),
+                          hint=None if tgtd else "./setup.sh --dev (installs tgt)")]

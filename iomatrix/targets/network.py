@@ -4,25 +4,25 @@ resolved into a [target].
 
 The shape, which the runner, the drivers and ``reclaim`` rely on:
 
-- ``NetworkVolume``: one volume on the storage as the programs reach it. ``node`` is QEMU's
-  protocol node without ``driver``/``node-name``/``cache`` (``-blockdev driver=rbd,…`` or
-  ``iscsi``); ``drive_file`` the ``-drive file=`` string of the same (Proxmox VE 8's form);
-  ``objects`` the ``--object`` values the node needs (a ``secret`` read from a file the user
-  named); ``hidden`` what a program's argv gets in place of a placeholder the node holds (a
-  CHAP user name: ``reveal``), so stored commands never show it; ``fio`` the host-mode job options that replace ``ioengine``/``filename`` (fio's rbd
-  engine; empty for a LUN, which host mode reaches as a block device or through a
-  qemu-storage-daemon), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's files: only
-  their paths are in these, never their contents.
-- ``Image.network`` carries it (``iomatrix.targets.workspace.Image``); ``Image.path`` is then a
+- ``NetworkVolume`` (``iomatrix.targets.kind``): one volume on the storage as the programs
+  reach it. ``node`` is QEMU's protocol node without ``driver``/``node-name``/``cache``
+  (``-blockdev driver=rbd,…`` or ``iscsi``); ``drive_file`` the ``-drive file=`` string of the
+  same (Proxmox VE 8's form); ``objects`` the ``--object`` values the node needs (a ``secret``
+  read from a file the user named); ``hidden`` what a program's argv gets in place of a
+  placeholder the node holds (a CHAP user name: ``reveal``), so stored commands never show it;
+  ``fio`` the host-mode job options that replace ``ioengine``/``filename`` (fio's rbd engine;
+  empty for a LUN, which host mode reaches as a block device or through a
+  qemu-storage-daemon), with ``env`` for fio (``CEPH_CONF``). Credentials stay in the user's
+  files: only their paths are in these, never their contents.
+- ``Image.network`` carries it (``iomatrix.targets.kind.Image``); ``Image.path`` is then a
   name to show (``rbd:pool/image``), never opened.
-- ``NetworkTarget``: what the runner uses in place of a ``Workspace`` (``check``, ``create``,
-  ``close``, ``images``, ``verify``, ``storage_of``, ``notes``, ``preconditioned``,
-  ``record``). It checks the connection in ``check`` (one line, ``NetworkTargetError``, within
-  the kind's connect timeout) before anything is created or stored, records every volume it
-  creates (kind ``<kind>-image``: path the volume's name, within the connection as JSON with
-  file paths only) before creating it, and removes them in ``close``; ``reclaim`` removes what
-  a killed run left through ``remove_recorded``.
-- ``KINDS``: [target] key → the module's class (``open_target``)."""
+- ``NetworkTarget``: the ``OpenTarget`` (``iomatrix.targets.kind``) every network kind builds
+  on. It checks the connection in ``check`` (one line, ``TargetUnreachable``, within the kind's
+  connect timeout) before anything is created or stored, records every volume it creates (the
+  kind's ``Resource``: path the volume's name, within the connection as JSON with file paths
+  only) before creating it, and removes them in ``close``; ``reclaim`` removes what a killed
+  run left through ``Resource.remove``.
+- Each kind is listed in ``iomatrix.targets.registry`` (``KINDS``, ``open_target``)."""
 
 from __future__ import annotations
 
@@ -31,29 +31,15 @@ import pwd
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, Literal
-
-from pydantic import Field
+from typing import Any, Callable
 
 from iomatrix.core.errors import TargetError, UntrustedFile
 from iomatrix.core.trust import ANYONE, US, Author, readable_by
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.model import Configuration, Target
+from iomatrix.targets.kind import OpenTarget, Recorder
 from iomatrix.suite.network import NETWORK_KINDS
-
-
-class NetworkVolume(NetworkNode):
-    """One volume on network storage as QEMU and fio reach it (the module's docstring): the
-    node a disk's graph opens, and how host mode's fio reaches it."""
-
-    protocol: Literal["rbd", "iscsi"]
-    hidden: dict[str, str] = Field(default={}, repr=False)
-    """Placeholder in ``node`` → the value programs get (``reveal``), never stored or shown."""
-    fio: dict[str, str]
-    env: dict[str, str] = {}
-    client: str
-    """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
 
 
 def secret_for(path: Path, key: str, author: Author, endpoint: str) -> None:
@@ -92,14 +78,14 @@ def reveal(argv: list[str], volume: NetworkNode | None) -> list[str]:
     return out
 
 
-class NetworkTarget:
-    """The interface a network target offers the runner (see the module's docstring); each
-    kind subclasses it. The bookkeeping every kind shares is here."""
+class NetworkTarget(OpenTarget):
+    """What network kinds share of ``OpenTarget`` (see the module's docstring); each kind
+    subclasses it."""
 
     kind = ""
     """The [target] key (``rbd``)."""
 
-    def __init__(self, target: Target, *, keep: bool = False, record: Any = None,
+    def __init__(self, target: Target, *, keep: bool = False, record: Recorder | None = None,
                  scratch: Path | None = None, author: Author = US) -> None:
         self.target = target
         self.author = author
@@ -112,9 +98,6 @@ class NetworkTarget:
         self.preconditioned: set[Path] = set()
         self.image_size: int | None = None
 
-    def check(self, configs: Iterable[Configuration]) -> "NetworkTarget":
-        raise NotImplementedError
-
     def raw_only(self, configs: Iterable[Configuration], why: str) -> None:
         """``TargetError`` when the matrix asks for a format other than raw (``why``: what
         the volumes are, for the message)."""
@@ -122,33 +105,6 @@ class NetworkTarget:
         if others:
             raise TargetError(f"[target] {self.kind}: {why}; drop format {', '.join(others)} "
                               "from the matrix")
-
-    def create(self) -> "NetworkTarget":
-        return self
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def images(self, config: Configuration) -> list[Any]:
-        raise NotImplementedError
-
-    def verify(self, images: Iterable[Any]) -> None:
-        """Network volumes are named, not reached through a path another user could swap."""
-
-    def storage_of(self, config: Configuration) -> Path | None:
-        """No local device holds network storage: no host disk telemetry."""
-        return None
-
-    def __enter__(self) -> "NetworkTarget":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def network_kind(target: Target) -> str | None:
-    """The target's network kind (``rbd``), or None for a directory or device."""
-    return target.kind if target.network is not None else None
 
 
 def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: Path, *,

@@ -58,8 +58,10 @@ from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
-from iomatrix.targets.network import NetworkTarget, NetworkVolume, secret_for
-from iomatrix.targets.workspace import Image, memory_total, working_set_size
+from iomatrix.targets.kind import (HostCheck, Image, NetworkVolume, OpenTarget, Probe, Recorder,
+                                   Resource, TargetKind)
+from iomatrix.targets.network import NetworkTarget, secret_for
+from iomatrix.targets.workspace import memory_total, working_set_size
 
 KIND = "rbd-image"
 """The store's resource kind of an image iomatrix created."""
@@ -456,6 +458,13 @@ class RbdPool(NetworkTarget):
                 _rbd(self.location, "rm", "--no-progress", f"{self.location.spec}/{name}")
                 self._made.remove(name)
 
+    def for_run(self, *, record: Recorder | None, scratch: Path, run_id: int) -> None:
+        super().for_run(record=record, scratch=scratch, run_id=run_id)
+        self.run_label = str(run_id)
+
+    def host_fields(self) -> dict[str, str]:
+        return {"target": f"rbd pool {self.rbd.spec}"}
+
     # -- images ----------------------------------------------------------------------------
     @property
     def size(self) -> int:
@@ -566,3 +575,48 @@ def _image_meta(rbd: RbdLocation, spec: str) -> str | None:
     if "failed to get metadata" in done.stderr:       # the image has no such key
         return None
     raise TargetUnreachable(_why(rbd, done.stderr))
+
+
+class RbdKind(TargetKind):
+    """``[target] rbd``: a Ceph pool (the module's docstring)."""
+
+    keys = ("rbd",)
+    tools = ("rbd",)
+    cluster_load = False
+    resource = Resource(kind=KIND, name="RBD image", remove=remove_recorded)
+
+    def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
+        return RbdPool(target, keep=keep, author=author)
+
+    def check_author(self, target: Target, author: Author) -> None:
+        """A key is sent to monitors the author chose only when they can read it already."""
+        assert target.rbd is not None
+        locate(target.rbd, author=author)
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """fio's rbd engine, the ``rbd`` command and the kernel's rbd module (krbd)."""
+        out = []
+        fio = probe.which("fio")
+        if fio is None:
+            out.append(HostCheck(name="fio rbd engine", ok=False,
+                                 detail="fio not found on PATH", hint="apt-get install fio"))
+        else:
+            _, o, _ = probe.run([fio, "--enghelp"])
+            engines = {line.strip() for line in o.splitlines()[1:] if line.strip()}
+            out.append(HostCheck(
+                name="fio rbd engine", ok="rbd" in engines,
+                detail=("fio lists the rbd engine (librbd): host mode on an rbd target"
+                        if "rbd" in engines else "fio has no rbd engine: host mode on "
+                        "an rbd target cannot run"),
+                hint=None if "rbd" in engines else "install Debian's fio (built with librbd)"))
+        rbd = probe.which("rbd")
+        out.append(HostCheck(name="rbd command", ok=rbd is not None,
+                             detail=(f"{rbd}: makes and removes a run's images in a Ceph pool"
+                                     if rbd else "rbd not found on PATH: an rbd target cannot "
+                                     "be measured"),
+                             hint=None if rbd else "apt-get install ceph-common"))
+        problem = krbd_problem(sysfs=probe.sysfs)
+        out.append(HostCheck(name="kernel rbd (krbd)", ok=problem is None,
+                             detail=problem or ("the kernel can map RBD images (/dev/rbd*): rbd "
+                                                "targets with krbd = true"), hint=None))
+        return out

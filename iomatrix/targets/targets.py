@@ -43,6 +43,7 @@ from iomatrix.core.proc import require, run, which
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.model import Configuration, NamedTarget, Suite, Target
 from iomatrix.targets import loops
+from iomatrix.targets.kind import OpenTarget
 from iomatrix.targets.workspace import (MARGIN, Image, Recorder, Workspace, image_specs,
                                        images_footprint, memory_total, nearest_existing,
                                        page_cache_notes, working_set_size)
@@ -223,7 +224,7 @@ def release_loops(directory: str | os.PathLike[str], *,
     return found
 
 
-class TargetSet:
+class TargetSet(OpenTarget):
     """The targets of a run that measures several, prepared together: what ``Workspace`` is
     for one (the runner uses either), each configuration's images on its own target."""
 
@@ -358,6 +359,9 @@ class TargetSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def host_fields(self) -> dict[str, str]:
+        return {"targets": ", ".join(p.name for p in self.plans)}
 
     # -- images ----------------------------------------------------------------------------
     def _workspace(self, config: Configuration) -> Workspace:

@@ -25,7 +25,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
@@ -34,9 +34,9 @@ from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
 from iomatrix.suite.model import Configuration, Target, uses_page_cache
-from iomatrix.targets.network import NetworkVolume
+from iomatrix.core.trust import Author
+from iomatrix.targets.kind import Image, OpenTarget, Recorder, TargetKind
 from iomatrix.core.units import format_bytes
-from iomatrix.core.model import Frozen
 
 SYSFS = Path("/sys")
 QCOW2_OVERHEAD = 1.01  # L1/L2 tables and refcounts stay well under 1 % at 64 KiB clusters
@@ -45,28 +45,6 @@ RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 """Filesystems held in memory: a target there measures RAM, not storage."""
 PREFIX = "iomatrix-"
 """The name of every image directory iomatrix creates in a target directory begins so."""
-
-Recorder = Callable[[str, Path, Path], str]
-"""Called with (kind, path, the directory it is created in) just before a directory is
-created: kind "parent" for a target directory (or a parent of it) that did not exist, kind
-"workspace" for the run's private image directory. It returns the marker to write in a
-private directory (``core.dirs.MARKER``); a target directory gets ``core.dirs.parent_marker``."""
-
-
-class Image(Frozen):
-    """One disk image (or the block device itself, or a volume on network storage) that
-    configurations run on."""
-
-    path: Path
-    """The file or device; for a network volume a name to show (``rbd:pool/image``), never
-    opened."""
-    format: str
-    preallocation: str
-    size: int
-    is_device: bool = False
-    network: NetworkVolume | None = None
-    """How QEMU and fio reach a volume on network storage (``iomatrix.targets.network``)."""
-
 
 def image_spec(config: Configuration) -> tuple[str, str]:
     """Which image a configuration needs: (format, preallocation); host mode uses raw."""
@@ -78,7 +56,7 @@ def image_specs(configs: Iterable[Configuration]) -> set[tuple[str, str, int]]:
     return {(*image_spec(c), i) for c in configs for i in range(c.vms or 1)}
 
 
-class Workspace:
+class Workspace(OpenTarget):
     """The target prepared for one run: creates images on demand, removes them on exit."""
 
     def __init__(self, target: Target, *, keep: bool = False, proc_root: Path = Path("/proc"),
@@ -514,3 +492,13 @@ def check_device(device: Path, *, proc_root: Path = Path("/proc"), sysfs: Path =
 def _sysfs_block(major: int, minor: int, sysfs: Path) -> Path | None:
     link = sysfs / "dev/block" / f"{major}:{minor}"
     return link.resolve() if link.exists() else None
+
+
+class LocalKind(TargetKind):
+    """``[target] directory`` or ``device``: storage this host holds (the module's docstring);
+    what a killed run left there is the directories ``iomatrix.measure.reclaim`` removes."""
+
+    keys = ("directory", "device")
+
+    def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
+        return Workspace(target, keep=keep)

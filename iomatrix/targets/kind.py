@@ -1,0 +1,172 @@
+"""What a kind of storage under test is to the rest of iomatrix: the one interface every kind
+implements (a directory or device: ``iomatrix.targets.local``; a Ceph RBD pool:
+``iomatrix.targets.rbd``; an iSCSI LUN: ``iomatrix.targets.iscsi``), each listed once in
+``iomatrix.targets.registry``. The runner, ``reclaim`` and ``doctor`` ask the registry for a
+kind and use only what is here; none of them knows a kind by its type.
+
+A kind has two faces:
+
+- ``TargetKind``: the kind itself, one instance per module: its [target] key (its table, the
+  pydantic model of its keys, is registered low, in ``iomatrix.suite.targets``, so that a suite
+  is validated without importing this package), the programs a run on it needs (``tools``),
+  what the suite's author may not have this host do with it (``check_author``: a key sent to an
+  endpoint they chose, say), whether cluster load can reach it, what it records making on the
+  storage besides directories and how a later run removes that (``resource``: ``Resource``),
+  its lines in ``iomatrix doctor`` (``host_checks``), and how it is opened for a run (``open``).
+- ``OpenTarget``: the kind opened for one run: ``check`` (everything, before anything is
+  written, created or stored), ``create``, ``images``, ``verify`` (before and after a program
+  opens an image by path), ``close``, ``storage_of`` (for the host's disk telemetry), ``notes``,
+  ``host_fields`` (what it adds to the run's host record) and ``for_run`` (what the runner hands
+  it once the run exists: the recorder, the private scratch directory, the run's id)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import ClassVar, Literal, NamedTuple
+
+from pydantic import Field
+
+from iomatrix.core.model import Frozen
+from iomatrix.core.trust import Author
+from iomatrix.platform.settings import NetworkNode
+from iomatrix.suite.model import Configuration, Target
+
+Recorder = Callable[[str, Path, Path], str]
+"""Called with (kind, path, where it is made) just before a run makes something on the storage
+(``iomatrix.measure.reclaim``): a directory's kind is "parent" or "workspace", its ``where`` the
+directory it is created in; a kind's own resource (``Resource.kind``) has its connection there.
+Returns the marker that says the thing is this record's (``core.dirs.MARKER``)."""
+
+
+class NetworkVolume(NetworkNode):
+    """One volume on network storage as QEMU and fio reach it (``iomatrix.targets.network``):
+    the node a disk's graph opens, and how host mode's fio reaches it."""
+
+    protocol: Literal["rbd", "iscsi"]
+    hidden: dict[str, str] = Field(default={}, repr=False)
+    """Placeholder in ``node`` → the value programs get (``reveal``), never stored or shown."""
+    fio: dict[str, str]
+    env: dict[str, str] = {}
+    client: str
+    """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
+
+
+class Image(Frozen):
+    """One disk image (or the block device itself, or a volume on network storage) that
+    configurations run on."""
+
+    path: Path
+    """The file or device; for a network volume a name to show (``rbd:pool/image``), never
+    opened."""
+    format: str
+    preallocation: str
+    size: int
+    is_device: bool = False
+    network: NetworkVolume | None = None
+    """How QEMU and fio reach a volume on network storage (``iomatrix.targets.network``)."""
+
+
+class HostCheck(Frozen):
+    """One ``iomatrix doctor`` line a kind adds about this host (``iomatrix.measure.doctor.Check``
+    has the same fields): what the kind needs here, never required."""
+
+    name: str
+    ok: bool
+    detail: str
+    hint: str | None = None
+
+
+class Probe(NamedTuple):
+    """What ``doctor`` gives a kind to look at the host with."""
+
+    which: Callable[[str], str | None]
+    """A program's path on doctor's PATH, or None."""
+    run: Callable[[Sequence[str]], tuple[int | None, str, str]]
+    """(exit status or None when it could not run, stdout, stderr), within doctor's timeout."""
+    sysfs: Path
+
+
+class Resource(NamedTuple):
+    """What a kind records making on its storage besides directories (an RBD image), and how a
+    later run or ``iomatrix clean`` removes what a killed run left."""
+
+    kind: str
+    """The record's kind (``rbd-image``)."""
+    name: str
+    """How it is named to people (``RBD image``)."""
+    remove: Callable[..., str]
+    """``remove(path, within, marker, *, dry_run=False, author=US)``: removed, would remove,
+    gone, or ``left: why``; ``TargetUnreachable`` when the storage cannot be reached."""
+
+
+class OpenTarget:
+    """A kind opened for one run (the module's docstring). The defaults are those of storage
+    reached by name, not by a path another user could swap."""
+
+    notes: list[str]
+    """What ``check`` (and ``create``) found worth the run's notes."""
+    preconditioned: set[Path]
+    """Images written fully once already (``[method] precondition``)."""
+    record: Recorder | None
+    scratch: Path | None = None
+    """The run's private scratch directory (files the clients read: a ceph.conf)."""
+
+    def check(self, configs: Iterable[Configuration]) -> "OpenTarget":
+        raise NotImplementedError
+
+    def create(self) -> "OpenTarget":
+        return self
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def images(self, config: Configuration) -> list[Image]:
+        raise NotImplementedError
+
+    def verify(self, images: Iterable[Image]) -> None:
+        """Nothing to check: volumes reached by name."""
+
+    def storage_of(self, config: Configuration) -> Path | None:
+        """No local device holds the storage: no host disk telemetry."""
+        return None
+
+    def host_fields(self) -> dict[str, str]:
+        """What the run's host record says about the target, over what the host's metadata
+        says of its path (``iomatrix.telemetry.hostinfo``)."""
+        return {}
+
+    def for_run(self, *, record: Recorder | None, scratch: Path, run_id: int) -> None:
+        """The run exists: what it makes is recorded through ``record``, its private files go
+        to ``scratch``, and ``run_id`` names it."""
+        self.record = record
+        self.scratch = scratch
+
+    def __enter__(self) -> "OpenTarget":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TargetKind:
+    """One kind of storage under test (the module's docstring); a module per kind defines one."""
+
+    keys: ClassVar[tuple[str, ...]]
+    """The [target] keys that name this kind (``rbd``; ``directory`` and ``device``)."""
+    tools: ClassVar[tuple[str, ...]] = ()
+    """The programs a run on it needs besides fio and QEMU's."""
+    cluster_load: ClassVar[bool] = True
+    """``[method] concurrent_nodes`` can load it from every node."""
+    resource: ClassVar[Resource | None] = None
+
+    def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
+        raise NotImplementedError
+
+    def check_author(self, target: Target, author: Author) -> None:
+        """``UntrustedFile`` for what ``author``, who could have written the suite, may not have
+        this host do with ``target`` (before anything starts or logs in anywhere)."""
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """This kind's lines in ``iomatrix doctor``."""
+        return []
