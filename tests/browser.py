@@ -10,6 +10,10 @@ Playwright drives the system browser (no ``playwright install``; it cannot downl
 here) and gives every page a fresh, throwaway profile. ``PageReport`` collects what went wrong
 while the page loaded: console errors, uncaught exceptions, failed requests and any request that
 left the machine.
+
+Playwright is imported when a browser starts, not with this module: a test module that opens
+pages collects (and its other tests run) where playwright is not installed; the tests that open
+pages are marked ``needs("chromium")`` (tests/needs.py), whose probe asks for both.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Request, Route
 
 CHROMIUM = os.environ.get("IOMATRIX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -84,6 +90,8 @@ class PageReport:
 @contextmanager
 def chromium(*, headless: bool = True) -> Iterator[Browser]:
     """A headless Chromium for one or more pages; closed on exit."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=headless

@@ -25,6 +25,9 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.needs import check as check_needs
+from tests.needs import lacking, need, needs, required
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -61,7 +64,13 @@ def pytest_configure(config: pytest.Config) -> None:
     directory per worker (popen-gw0), and a run's scratch directory in a test's tmp_path grows
     past what UNIX socket paths allow (iomatrix refuses it). The controller then gives the
     workers a shorter base of its own, made by mkdtemp (private, unguessable) and removed at the
-    end (``pytest_unconfigure``)."""
+    end (``pytest_unconfigure``).
+
+    ``IOMATRIX_TEST_REQUIRE`` is read here first, so that an unknown name in it stops the run
+    before any test (``tests.needs``)."""
+    required()
+    config.addinivalue_line("markers", "needs(*capabilities): what the test needs of the machine "
+                                       "(tests/needs.py)")
     if not config.option.basetemp and not accepts_direct_io(tempfile.gettempdir()):
         if accepts_direct_io("/var/tmp"):
             os.environ["TMPDIR"] = "/var/tmp"
@@ -73,6 +82,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _SHORT_BASETEMP = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)         # before the test's fixtures are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs(...)`` skips where a capability is missing, or fails where
+    ``IOMATRIX_TEST_REQUIRE`` names it (``tests.needs``)."""
+    check_needs(item)
 
 
 _STARTED = pytest.StashKey[float]()
@@ -149,10 +165,7 @@ def as_nobody(argv: list[str]) -> list[str]:
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 """An attacker's interpreter: one every user may run (this test's may be in root's home)."""
-ATTACKS = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
-    or SYSTEM_PYTHON is None,
-    reason="needs root, useradd, userdel, setpriv and a system python3 (a user of its own)")
+ATTACKS = needs("attacker")
 """Marks a test that acts as ``attacker`` (issue 20)."""
 
 
@@ -348,7 +361,7 @@ def loop_device(tmp_path: Path):  # type: ignore[no-untyped-def]
         dev = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True,
                              text=True, check=True).stdout.strip()
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"loop devices unavailable here: {exc}")
+        lacking("loop", f"loop devices unavailable here: {exc}")
     try:
         yield Path(dev)
     finally:
@@ -365,7 +378,7 @@ def kernel() -> Path:
     try:
         return find_kernel()
     except IomatrixError as e:
-        pytest.skip(f"no kernel to boot: {e}")
+        lacking("kernel", f"no kernel to boot: {e}")
 
 
 @pytest.fixture(scope="session")
@@ -378,7 +391,7 @@ def appliance_kernel() -> Path:
     try:
         return find_kernel(require_modules=True)
     except EnvironmentProblem as e:
-        pytest.skip(f"no kernel with modules: {e}")
+        lacking("kernel", f"no kernel with modules: {e}")
 
 
 @pytest.fixture(scope="session")
@@ -441,6 +454,8 @@ def pg_server():  # type: ignore[no-untyped-def]
     """A PostgreSQL server of the tests' own (``iomatrix.testing.pgserver``) for the session;
     clients (ours and the subprocesses we start) find its password through PGPASSFILE."""
     from iomatrix.testing.pgserver import PgServer
+
+    need("postgresql")
 
     server = PgServer()
     saved = {k: os.environ.get(k) for k in ("PGPASSFILE", "PGPASSWORD")}

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.needs import lacking
 
 SSHD = "/usr/sbin/sshd"
 TOOLS = ("unshare", "nsenter", "ip", "ssh", "ssh-keygen", "setpriv")
@@ -340,7 +341,7 @@ def ssh_nodes(tmp_path: Path) -> Iterator[Callable[[int], SshCluster]]:
     to have left nothing."""
     reason = problem()
     if reason:
-        pytest.skip(reason)
+        lacking("sshd", reason)
     with contextlib.ExitStack() as stack:
         made: list[SshCluster] = []
 

@@ -36,6 +36,7 @@ from iomatrix.measure.runner import STOP_RETRIES
 from iomatrix.qemu.args import completed_requests, read_blockstats
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.suite.model import Method
+from tests.needs import lacking
 
 DISK_BYTES = 48 << 20
 BOOT_TIMEOUT = Method().boot_timeout
@@ -113,7 +114,7 @@ def test_appliance_carries_no_zeros_and_no_libraries(appliance: Appliance) -> No
         guest_fio(default_cache_dir())
     except FioSourceUnavailable as e:       # the fallback's closure: test_guestfio.py
         assert not appliance.fio_patched and str(e).split(" (remembered")[0] in appliance.fio_note
-        pytest.skip(f"the appliance carries the host's fio here: {e}")
+        lacking("guest-fio", f"the appliance carries the host's fio here: {e}")
     assert appliance.fio_patched, appliance.fio_note
     initrd = appliance.initrd.read_bytes()
     assert b"lib/fio/" not in initrd

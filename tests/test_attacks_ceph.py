@@ -36,10 +36,10 @@ from iomatrix.store.location import PgUrl
 from iomatrix.targets.rbd import KIND
 from tests import ceph
 from tests.conftest import ATTACKS, Attack, User, as_user, cli_result
+from tests.needs import needs
 from tests.test_rbd import rbd_suite
 
-pytestmark = [ATTACKS, pytest.mark.skipif(ceph.missing() is not None,
-                                          reason=str(ceph.missing()))]
+pytestmark = [ATTACKS, needs("ceph")]
 
 RULE_1 = "not root: another user could choose what librados reads there"
 

@@ -21,6 +21,7 @@ from iomatrix.core.errors import IomatrixError
 from iomatrix.diagnose.doctor import (Check, check_appliance, check_fio_engine, check_tool,
                                      failed_required, run_checks)
 from tests.conftest import for_kvm, our_processes
+from tests.needs import lacking
 
 NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nbd engine",
          "libaio", "io_uring", "FUSE export", "KVM", "guest channel", "guest fio",
@@ -111,7 +112,7 @@ def test_the_appliance_check_names_what_a_guest_run_would_miss(
     try:
         real = find_kernel(require_modules=True)
     except IomatrixError as e:
-        pytest.skip(f"no kernel with modules: {e}")
+        lacking("kernel", f"no kernel with modules: {e}")
     modules_dir = kernel_modules_dir(real)
     assert modules_dir is not None
     cache = tmp_path / "iomatrix" / "kernel"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import math
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -29,10 +28,8 @@ from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text
 from iomatrix.suite.model import Configuration, Finding, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 
-try:
-    from tests.browser import chromium, chromium_available, open_page
-except ImportError:  # pragma: no cover
-    from browser import chromium, chromium_available, open_page
+from tests.browser import chromium, open_page
+from tests.needs import needs
 
 W4K1 = Workload(rw="randread", bs=4096, iodepth=1)
 W4K32 = Workload(rw="randread", bs=4096, iodepth=32)
@@ -455,7 +452,7 @@ def test_a_run_without_claims(tmp_path: Path) -> None:
     assert 'id="findings"' not in render_html(build_report_data(run))
 
 
-needs_chromium = pytest.mark.skipif(not chromium_available(), reason="no /usr/bin/chromium")
+needs_chromium = needs("chromium")
 
 
 @needs_chromium
@@ -480,8 +477,7 @@ def test_report_shows_findings_first(found_db: Path, tmp_path: Path) -> None:
 # --- a real run ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("qemu-storage-daemon") is None or shutil.which("fio") is None,
-                    reason="needs qemu-storage-daemon and fio")
+@needs("qemu", "fio")
 def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     """Seed 000 at its quick scale (the tables a ``--scale quick`` run stores), with shorter
     trials and a smaller image: which claims a run can check depends on its configurations,

@@ -18,12 +18,10 @@ from iomatrix.store import Store
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result
+from tests.needs import need
 from tests.test_cli_inprocess import invoke
 
-try:
-    from tests.browser import chromium_available, open_page
-except ImportError:  # tests/ run as plain directory (rootdir not on sys.path)
-    from browser import chromium_available, open_page
+from tests.browser import open_page
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CONFIGS = [*configurations("blocklayer", {"aio": ["native", "io_uring"], "cache": ["none"],
@@ -106,8 +104,7 @@ def test_fleet_page_is_self_contained_and_draws(fleet_db, tmp_path):
     assert write_fleet_report(data, tmp_path / "again").read_text() == html
     body = html.split('id="fleet-data" data-encoding="gzip+base85">')[1].split("<")[0]
     assert '"node":"gamma"' in unpacked(body)
-    if not chromium_available():
-        pytest.skip("no Chromium")
+    need("chromium")
     with open_page(page, block_network=True, timeout_s=60) as p:
         assert p.problems == []
         assert p.evaluate("document.documentElement.dataset.charts") == "ready"

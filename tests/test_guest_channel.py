@@ -41,15 +41,14 @@ from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.diagnose import doctor
 from iomatrix.suite.model import Workload
 from tests.conftest import REPO, as_nobody, our_processes, run_guests, write_suite
+from tests.needs import needs
 
 ROOT = os.geteuid() == 0
 OTHER_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 """An interpreter another user can run (this one may live in root's home)."""
-TOOLS = all(shutil.which(t) for t in ("setpriv", "nsenter", "qemu-system-x86_64", "fio"))
-needs_root = pytest.mark.skipif(
-    not (ROOT and TOOLS and OTHER_PYTHON),
-    reason="needs root (setpriv to another user, nsenter, network namespaces), util-linux, "
-           "QEMU, fio and a system python3")
+needs_root = needs("attacker", "qemu", "fio")
+"""Root (setpriv to another user, nsenter, network namespaces), util-linux, QEMU, fio and a system
+python3."""
 
 METHOD = """
 [method]

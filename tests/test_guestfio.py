@@ -27,6 +27,7 @@ from iomatrix.core.errors import EnvironmentProblem, FioSourceUnavailable
 from iomatrix.core.proc import managed, require, run, wait_for
 from iomatrix.drivers.guest import free_port
 from tests.conftest import our_processes
+from tests.needs import lacking
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def built() -> GuestFio:
     try:
         return guest_fio(default_cache_dir())
     except FioSourceUnavailable as e:
-        pytest.skip(f"the guests' fio cannot be built here: {e}")
+        lacking("guest-fio", f"the guests' fio cannot be built here: {e}")
 
 
 def test_guest_fio_is_static_the_hosts_version_and_has_the_engines(built: GuestFio) -> None:
@@ -120,7 +121,7 @@ def test_a_missing_source_falls_back_to_the_hosts_fio(tmp_path: Path,
     try:
         kernel = find_kernel(require_modules=True)
     except EnvironmentProblem as e:
-        pytest.skip(f"no kernel with modules: {e}")
+        lacking("kernel", f"no kernel with modules: {e}")
     real_plan = guestfio._plan
     monkeypatch.setattr(guestfio, "_plan", lambda cache_dir, env: real_plan(cache_dir, env)
                         .model_copy(update={"version": "0.0-0iomatrix.missing"}))

@@ -33,9 +33,10 @@ from iomatrix.suite.model import (FIO_OPTION_SHAPES, MIN_GUEST_MEMORY_MIB, SET_B
                                   fio_option_problem)
 from iomatrix.targets.workspace import Image, target_notes
 from tests.conftest import cli
+from tests.needs import needs
 
 FIO = shutil.which("fio")
-needs_fio = pytest.mark.skipif(FIO is None, reason="fio is not installed")
+needs_fio = needs("fio")
 
 BASE = '[suite]\nname = "t"\n[target]\ndirectory = "/srv/bench"\nsize = "64MiB"\n'
 RUN_DIR = Path("/srv/bench")

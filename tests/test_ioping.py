@@ -25,10 +25,10 @@ from iomatrix.store.records import StoredRun
 from iomatrix.store.repo import Store
 from iomatrix.suite.model import Ioping, Workload
 from tests.conftest import cli, write_suite
+from tests.needs import needs
 
 TOOL = find_ioping()
-needs_ioping = pytest.mark.skipif(TOOL is None, reason="ioping 1.0 or later is not installed "
-                                                       "(setup.sh installs it)")
+needs_ioping = needs("ioping")
 _UNIT_NS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 

@@ -19,10 +19,10 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.conftest import cli_result, our_processes
-from tests.tgt import Tgt, tgt_problem, tgtd
+from tests.needs import needs
+from tests.tgt import Tgt, tgtd
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(tgt_problem() is not None, reason=str(tgt_problem()))]
+pytestmark = [pytest.mark.slow, needs("tgt")]
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 PASSWORD = "s3cret-Pa55word-xyzzy"
 USER = "chapuser-qwerty"

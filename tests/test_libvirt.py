@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,29 +32,14 @@ from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration
 from iomatrix.targets.workspace import Image
 from tests.conftest import write_suite
+from tests.needs import needs
 
 pytestmark = pytest.mark.slow
 
 URI = lvd.DEFAULT_URI
 
 
-def _libvirtd() -> str | None:
-    """Why libvirtd cannot be used here (None: it answers), starting it when it is installed
-    but not running (no systemd here: `libvirtd -d`, as setup.sh does)."""
-    if shutil.which("virsh") is None or shutil.which("libvirtd") is None:
-        return "libvirt is not installed (libvirt-daemon-system; ./setup.sh installs it)"
-    if lvd.libvirt_problem(URI) is None:
-        return None
-    if os.geteuid() != 0:
-        return "libvirtd is not running and starting it needs root"
-    for daemon in ("virtlogd", "libvirtd"):
-        subprocess.run([daemon, "-d"], check=False, capture_output=True, timeout=30)
-    time.sleep(2)
-    return lvd.libvirt_problem(URI)
-
-
-REASON = _libvirtd()
-needs_libvirtd = pytest.mark.skipif(REASON is not None, reason=f"libvirtd: {REASON}")
+needs_libvirtd = needs("libvirt")
 
 BODY = """
 [matrix]
@@ -172,9 +156,7 @@ def _domain(tmp_path: Path, controller: str, *, name: str = "iomatrix-x-p1-b1-vm
         host_port=free_port(), owner=this_process(), run="t"))
 
 
-@pytest.mark.skipif(shutil.which("virt-xml-validate") is None or shutil.which("xmllint") is None,
-                    reason="virt-xml-validate (libvirt-clients) and xmllint (libxml2-utils) "
-                           "are not installed")
+@needs("libvirt-clients")
 @pytest.mark.parametrize("controller",
                          ["virtio-blk", "virtio-scsi-single", "sata", "lsi", "megasas"])
 def test_domain_xml_validates(tmp_path: Path, controller: str) -> None:

@@ -26,7 +26,6 @@ from iomatrix.appliance.ownimage import (GUEST_MARKER, NETWORK_CONFIG, SEED_LABE
                                          make_seed, parse_guest_line, system_argv, user_data,
                                          version_mismatch, windows_disk, windows_target)
 from iomatrix.core.errors import EnvironmentProblem, NotEnoughSpace, SuiteError
-from iomatrix.core.proc import which
 from iomatrix.core.units import format_bytes
 from iomatrix.fio.jobfile import _target_lines
 from iomatrix.qemu.args import disk_backend
@@ -34,8 +33,8 @@ from iomatrix.suite.expand import expand
 from iomatrix.suite.load import load_suite_text
 from iomatrix.store import Store
 from tests.conftest import REPO, cli, cli_result, our_processes, write_suite
+from tests.needs import lacking, need, needs
 
-HAVE_XORRISO = which("xorriso") is not None
 
 GUEST = """
 [guest]
@@ -158,7 +157,7 @@ def test_overlays_that_may_outgrow_the_scratch_filesystem_are_refused_before_any
         assert store.list_runs() == []
 
 
-@pytest.mark.skipif(not HAVE_XORRISO, reason="xorriso is not installed (./setup.sh installs it)")
+@needs("xorriso")
 def test_the_seed_is_a_nocloud_iso_carrying_fio_and_the_script(tmp_path: Path) -> None:
     fio = tmp_path / "fio-binary"
     fio.write_bytes(b"\x7fELF not really fio")
@@ -308,8 +307,8 @@ DEBIAN_BOOTS = pytest.mark.timeout(1500)
 
 @pytest.fixture(scope="session")
 def debian12():  # type: ignore[no-untyped-def]
-    if which("mmdebstrap") is None or not HAVE_XORRISO:
-        pytest.skip("mmdebstrap and xorriso are needed (./setup.sh --dev installs them)")
+    need("mmdebstrap")
+    need("xorriso")
     from iomatrix.appliance.guestfio import guest_fio
     from iomatrix.core.errors import FioSourceUnavailable
     from iomatrix.appliance.kernel import default_cache_dir
@@ -318,7 +317,7 @@ def debian12():  # type: ignore[no-untyped-def]
     try:   # the seed carries the guests' static fio; an archive with no source for this fio
         guest_fio(default_cache_dir())   # (Debian 13's 3.39-1 today) cannot give one
     except FioSourceUnavailable as e:
-        pytest.skip(f"the guests' fio cannot be built here: {e}")
+        lacking("guest-fio", f"the guests' fio cannot be built here: {e}")
 
     return debian_image()
 

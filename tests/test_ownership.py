@@ -34,6 +34,7 @@ from iomatrix.suite import load_suite
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.targets import workspace as workspace_module
 from tests.conftest import cli_result, our_processes, write_suite
+from tests.needs import lacking
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
@@ -520,7 +521,7 @@ def test_a_dead_fuse_export_is_detached_before_its_directory_is_removed(
     from iomatrix.diagnose.doctor import check_fuse
 
     if not check_fuse().ok:
-        pytest.skip(f"FUSE exports do not work here: {check_fuse().detail}")
+        lacking("fuse", f"FUSE exports do not work here: {check_fuse().detail}")
     body = """
 [matrix]
 aio = "threads"

@@ -16,6 +16,7 @@ from iomatrix.analysis.effects import gains, rounds_known
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import ConfigRecord, StoredRun, StoredSuite, TrialRecord, WorkloadRecord
 from iomatrix.suite.model import Configuration, Workload
+from tests.needs import need
 
 T975 = {2: 4.302652729911275, 3: 3.182446305284263, 4: 2.7764451051977987}
 
@@ -248,8 +249,7 @@ def test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate(tmp_path)
     from iomatrix.store import Store
     from iomatrix.suite import load_suite_text
 
-    if shutil.which("fio") is None:
-        pytest.skip("needs fio")
+    need("fio")
     text = (f'[suite]\nname = "aa"\n[target]\ndirectory = "{tmp_path / "t"}"\nsize = "16MiB"\n'
             '[[workloads]]\nrw = "randread"\nbs = "4k"\niodepth = [1, 4, 16, 32]\n'
             '[method]\nmode = "host"\nramp = 0\nruntime = "500ms"\nsamples = 4\naa = true\n')

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +14,7 @@ from iomatrix.store import Store
 from iomatrix.suite.plan import estimate_seconds, plan, plan_round
 from iomatrix.suite import expand, load_suite_text
 from tests.conftest import cli, write_suite
+from tests.needs import needs
 
 AIOS = ["native", "io_uring", "threads"]
 CACHES = ["none", "directsync"]
@@ -110,7 +109,7 @@ def test_the_seed_rule() -> None:
     assert prepare(own).blocks == prepare(own).blocks
 
 
-@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
+@needs("fio")
 def test_a_run_with_the_plans_seed_measures_in_the_plans_order(tmp_path: Path) -> None:
     suite = str(write_suite(tmp_path, HOST_SUITE, size="16MiB"))
     code, shown = cli("run", suite, "--plan")

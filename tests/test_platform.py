@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.core.errors import InvalidCombination
-from iomatrix.core.proc import managed, read_text, run, wait_for, which
+from iomatrix.core.proc import managed, read_text, run, wait_for
 from iomatrix.drivers.guest import free_port
 from iomatrix.platform import PLATFORMS
 from iomatrix.platform import libvirt as lv
@@ -31,9 +31,9 @@ from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Method, Platform
 from iomatrix.platform.settings import DiskImage
 from iomatrix.targets.workspace import Image
+from tests.needs import needs
 
-needs_qemu = pytest.mark.skipif(not (which("qemu-system-x86_64") and which("qemu-img")),
-                                reason="QEMU 7.2 not installed")
+needs_qemu = needs("qemu")
 START_TIMEOUT = 15.0
 
 STORAGE_CFG = """\

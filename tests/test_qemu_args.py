@@ -25,13 +25,12 @@ from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration
 from iomatrix.targets.workspace import Image
 from tests.conftest import reference_table
+from tests.needs import needs
 
 VCPUS = 2
 START_TIMEOUT = 15.0
 
-needs_qemu = pytest.mark.skipif(
-    not (which("qemu-system-x86_64") and which("qemu-storage-daemon") and which("qemu-img")),
-    reason="QEMU 7.2 (qemu-system-x86, qemu-system-common, qemu-utils) not installed")
+needs_qemu = needs("qemu")
 """For the tests that start QEMU; the others build command lines only."""
 
 

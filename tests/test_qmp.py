@@ -3,7 +3,6 @@ asyncio's event loop (where its clean-up could wait on the socket and the run ne
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from iomatrix.cli.run import _interrupt
 from iomatrix.core.errors import ToolFailed
 from iomatrix.qemu import qmp
+from tests.needs import needs
 
 
 def test_interrupt_during_qmp_is_raised_after_it(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_interrupt_outside_qmp_is_raised_at_once() -> None:
 
 
 
-@pytest.mark.skipif(shutil.which("qemu-storage-daemon") is None, reason="needs qemu-storage-daemon")
+@needs("qemu")
 def test_socket_bound_before_listening_is_tried_again(tmp_path: Path) -> None:
     """QEMU binds its monitor socket (the file appears) before it listens: a caller that waited
     for the file and connects in between is refused. That refusal (and a socket file not there

@@ -18,8 +18,9 @@ from iomatrix.drivers.guest import free_port
 from iomatrix.store.repo import Store
 from tests import ceph
 from tests.conftest import cli_result
+from tests.needs import needs
 
-pytestmark = pytest.mark.skipif(ceph.missing() is not None, reason=str(ceph.missing()))
+pytestmark = needs("ceph")
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.model import Configuration, Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result, reference_table
+from tests.needs import needs
 
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 8, 32)]
 Effect = Callable[[Configuration], float]
@@ -548,7 +549,7 @@ def test_for_defaults_to_what_the_run_was_made_for(tmp_path: Path, method: dict[
 
 # -- QEMU: the arguments start a guest under TCG ----------------------------------------------
 
-needs_qemu = pytest.mark.skipif(not which("qemu-system-x86_64"), reason="qemu-system-x86 not installed")
+needs_qemu = needs("qemu")
 
 
 def qemu_configs() -> list[Configuration]:

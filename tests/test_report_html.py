@@ -25,10 +25,8 @@ from iomatrix.suite.model import Configuration, Workload
 from iomatrix.telemetry.steady import SteadyState
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 
-try:
-    from tests.browser import chromium, chromium_available, open_page
-except ImportError:  # tests/ run as plain directory (rootdir not on sys.path)
-    from browser import chromium, chromium_available, open_page
+from tests.browser import chromium, open_page
+from tests.needs import needs
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 BLOCK_SIZES = (4096, 16384, 65536)
@@ -380,7 +378,7 @@ def _umask() -> int:
 
 # --- in a real browser ----------------------------------------------------------------------------
 
-needs_chromium = pytest.mark.skipif(not chromium_available(), reason="no /usr/bin/chromium")
+needs_chromium = needs("chromium")
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ from iomatrix.report.html import write_report
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.browser import chromium_available, open_page
+from tests.browser import open_page
 from tests.conftest import REPO, write_suite
+from tests.needs import needs
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not chromium_available(), reason="no /usr/bin/chromium")]
+pytestmark = [pytest.mark.slow, needs("chromium")]
 
 SUITE = """
 [matrix]

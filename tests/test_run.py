@@ -23,8 +23,8 @@ from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.expand import NBD_IOTHREAD_SURVIVES_FROM
 from iomatrix.suite.model import Method, Mode
-from tests.browser import chromium_available, open_page
 from tests.conftest import REPO, cli_result, our_processes, write_suite
+from tests.needs import need
 
 pytestmark = pytest.mark.slow
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
@@ -140,8 +140,7 @@ def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
     assert len(data["trials"]) == 6 and data["suite_text"] == suite.read_text()
     page = tmp_path / "rep/index.html"
     assert page.is_file()
-    if not chromium_available():
-        pytest.skip("no Chromium to open the report in (./setup.sh --dev installs it)")
+    need("chromium")
     with open_page(page, block_network=True) as report:
         assert report.problems == []
         # one IOPS and one p99 chart per workload group (randread 4k, randwrite 4k)

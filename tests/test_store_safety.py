@@ -222,6 +222,7 @@ import sys
 sys.path.insert(0, {root!r})
 from iomatrix.core.errors import StoreError
 from iomatrix.store import Store
+from tests.needs import lacking
 with Store(sys.argv[1], readonly=True) as store:
     print(len(store.list_runs()))
 try:
@@ -242,14 +243,14 @@ def test_wal_database_on_read_only_media_can_be_read(tmp_path: Path) -> None:
     script.write_text(READ_ONLY_MEDIA.format(root=str(ROOT)))
     if shutil.which("unshare") is None or subprocess.run(
             ["unshare", "-m", "true"], capture_output=True).returncode != 0:
-        pytest.skip("needs unshare -m (root) to make a read-only mount")
+        lacking("mount-namespace", "needs unshare -m (root) to make a read-only mount")
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c",
          f'mount --bind "{media}" "{mount}" && mount -o remount,bind,ro "{mount}" && '
          f'exec "{sys.executable}" "{script}" "{mount}/r.db"'],
         capture_output=True, text=True, timeout=60)
     if "mount" in done.stderr and done.returncode != 0:
-        pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()}")
+        lacking("mount-namespace", f"cannot make a read-only mount here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     count, error = done.stdout.splitlines()
     assert count == "1"

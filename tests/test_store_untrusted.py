@@ -38,6 +38,7 @@ from iomatrix.store.rows import COLUMNS
 from iomatrix.suite.model import Configuration
 from iomatrix.telemetry.steady import SteadyState
 from tests.conftest import ATTACKS, Attack, Backend, Fuzzed, User, as_user, cli_result
+from tests.needs import needs
 from tests.test_attacks_fuzz import fuzz_count
 from tests.test_store import CONFIG, WORKLOAD, host_series, sample, trial
 from tests.test_untrusted_inputs import DOCUMENTED, one_line
@@ -280,7 +281,7 @@ samples = 1
 
 
 @ATTACKS
-@pytest.mark.skipif(shutil.which("rbd") is None, reason="needs Ceph's rbd command")
+@needs("rbd")
 def test_a_stored_suite_is_checked_on_resume_as_on_a_fresh_run(
         theirs: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
     """A stored run's suite is its text, loaded again: the attacker turns the [target] rbd conf

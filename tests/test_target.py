@@ -12,6 +12,7 @@ import pytest
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.suite.model import Configuration, Target
 from iomatrix.targets.workspace import Workspace, check_device
+from tests.needs import needs
 
 RAW = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw",
                     preallocation="off", iothread=False)
@@ -143,8 +144,8 @@ def test_device_target_workspace_uses_the_device(loop_device: Path) -> None:
 
 # -- directories nobody else controls (issue 20) -------------------------------------------------
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user "
-                                                           "needs root")
+needs_root = needs("root")
+"""Giving a directory to another user needs root."""
 OTHER = 65534
 """Another user (nobody): what it owns, root must not write through."""
 

@@ -29,6 +29,7 @@ from iomatrix.targets import loops
 from iomatrix.targets.targets import plan_targets
 from iomatrix.testing.synthetic import write_run
 from tests.conftest import cli, write_suite
+from tests.needs import lacking
 
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
@@ -246,7 +247,7 @@ def test_leaving_private_mounts_restores_root_and_working_directory(
     try:
         namespace.enter()
     except (OSError, IomatrixError) as exc:
-        pytest.skip(f"no private mount namespace here: {exc}")
+        lacking("mount-namespace", f"no private mount namespace here: {exc}")
     try:
         os.chdir("/")
     finally:
@@ -288,7 +289,7 @@ def test_a_killed_run_leaves_its_filesystem_to_no_one_and_clean_removes_the_rest
 def test_clean_detaches_a_loop_device_a_killed_run_left_unmounted(tmp_path: Path) -> None:
     """Killed between attaching the loop device and mounting it: found by its backing file."""
     if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
-        pytest.skip("loop devices need root here")
+        lacking("loop", "loop devices need root here")
     with Store(tmp_path / "r.db") as store:
         owner = this_process()._replace(pid=_dead_pid())
         dead = store.register_process(owner, "")

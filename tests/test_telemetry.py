@@ -24,6 +24,7 @@ from iomatrix.telemetry import (HostSampler, HostSeries, PerfCounts, PerfStat, T
                                 classify, cpu_delta, device_of, per_io, per_mb, perf_problem,
                                 process_tree, snapshot)
 from tests.conftest import our_processes
+from tests.needs import need
 
 pytestmark = pytest.mark.slow
 
@@ -263,8 +264,7 @@ def test_perf_software_events_agree_with_proc(observed: Observed) -> None:
       least half, then.
 
     No allowance for load: under load the window stretches, and both figures with it."""
-    if not which("perf"):
-        pytest.skip("perf not installed (apt-get install linux-perf)")
+    need("perf")
     assert observed.perf is not None and observed.perf_window is not None
     task_clock = observed.perf.counts["task-clock"]
     switches = observed.perf.counts["context-switches"]

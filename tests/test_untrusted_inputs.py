@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from iomatrix.cli.status import ExitStatus
 from tests.conftest import ATTACKS, REPO, Attack, User, as_user, cli_result, write_suite
+from tests.needs import lacking
 from tests.test_hardening import suite_texts, toml_string
 from tests.test_translate import LIBVIRT_XML, PVE_CONF
 
@@ -327,7 +328,7 @@ def _planted(tmp_path: Path, kind: str) -> Path:
         os.mkfifo(path)
     elif kind == "null":
         if os.geteuid() != 0:
-            pytest.skip("mknod of a character device needs root")
+            lacking("root", "mknod of a character device needs root")
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     elif kind == "directory":
         path.mkdir()
@@ -440,7 +441,7 @@ def own_cache() -> Iterator[Path]:
         try:
             busybox = static_busybox(default_cache_dir(), fetch=True)
         except EnvironmentProblem as e:
-            pytest.skip(f"no static busybox: {e}")
+            lacking("busybox", f"no static busybox: {e}")
         package = next(p for p in busybox.parents if p.parent == default_cache_dir())
         shutil.copytree(package, cache / package.name, symlinks=True)
         yield cache
@@ -551,7 +552,7 @@ def test_a_guest_fio_others_control_or_that_changed_is_not_taken(
 
     status = guest_fio_status(own_cache)
     if not status.cached:       # the folder may hold only a remembered failure (no source)
-        pytest.skip(f"no guest fio was built here: {status.detail}")
+        lacking("guest-fio", f"no guest fio was built here: {status.detail}")
     cache = tmp_path / "cache"
     shutil.copytree(own_cache / "guest-fio", cache / "guest-fio")
     assert guest_fio_status(cache).cached
