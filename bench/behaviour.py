@@ -130,7 +130,8 @@ Workload = getattr(syn, "Workload", None)
 if Store is None:
     from iomatrix.store import Store
 if Configuration is None or Workload is None:
-    from iomatrix.suite.model import Configuration, Workload
+    from iomatrix.suite.configuration import Configuration
+    from iomatrix.suite.workloads import Workload
 
 DB = sys.argv[1]
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 8, 32)]

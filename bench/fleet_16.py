@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from iomatrix.store import Store  # noqa: E402
-from iomatrix.suite.model import Configuration, Workload  # noqa: E402
+from iomatrix.suite.configuration import Configuration  # noqa: E402
+from iomatrix.suite.workloads import Workload  # noqa: E402
 from iomatrix.testing.synthetic import Figures, configurations, write_run  # noqa: E402
 
 BLOCKLAYER = [c for c in configurations("blocklayer", {

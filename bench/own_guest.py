@@ -27,7 +27,10 @@ from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.fio.jobfile import job_text
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.suite.model import APPLIANCE, Configuration, Method, OwnGuest, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import APPLIANCE
+from iomatrix.suite.method import Method, OwnGuest
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image
 from iomatrix.testing.debianimage import debian_image
 

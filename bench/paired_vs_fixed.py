@@ -65,7 +65,8 @@ from iomatrix.measure.runner import pilot_points, run_suite  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
 from iomatrix.store.records import StoredRun  # noqa: E402
 from iomatrix.suite import expand, load_suite_text  # noqa: E402
-from iomatrix.suite.model import Configuration, Workload  # noqa: E402
+from iomatrix.suite.configuration import Configuration  # noqa: E402
+from iomatrix.suite.workloads import Workload  # noqa: E402
 from iomatrix.suite.plan import duration_text, estimate, plan  # noqa: E402
 
 BLOCK_SIZES = ("512", "4k", "8k", "16k", "32k", "64k", "128k")

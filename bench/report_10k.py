@@ -44,7 +44,8 @@ sys.path.insert(0, str(TREE))
 
 from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
-from iomatrix.suite.model import Configuration, Workload  # noqa: E402
+from iomatrix.suite.configuration import Configuration  # noqa: E402
+from iomatrix.suite.workloads import Workload  # noqa: E402
 from iomatrix.telemetry.steady import SteadyState  # noqa: E402
 from iomatrix.testing.synthetic import Figures, configurations, write_run  # noqa: E402
 

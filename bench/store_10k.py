@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import report_10k  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
-from iomatrix.suite.model import Configuration, Workload  # noqa: E402
+from iomatrix.suite.configuration import Configuration  # noqa: E402
+from iomatrix.suite.workloads import Workload  # noqa: E402
 from iomatrix.testing.pgserver import PgServer  # noqa: E402
 from iomatrix.testing.synthetic import configurations, write_run  # noqa: E402
 

@@ -35,7 +35,7 @@ from iomatrix.drivers.guest import free_port
 from iomatrix.measure.runner import STOP_RETRIES
 from iomatrix.qemu.args import completed_requests, read_blockstats
 from iomatrix.qemu.escape import qemu_escape
-from iomatrix.suite.model import Method
+from iomatrix.suite.method import Method
 from tests.needs import lacking
 
 DISK_BYTES = 48 << 20

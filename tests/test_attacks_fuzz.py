@@ -1,5 +1,5 @@
 """Issue 31 item 7: no input ends in a traceback. Every key of a suite, found by walking the
-suite's models (``iomatrix.suite.model``, ``iomatrix.suite.network``: [nodes], [guest],
+suite's models (``iomatrix.suite.model`` and its tables' modules beside it: [nodes], [guest],
 [target] rbd and iscsi included), is given a NUL, a value of 1 MiB, bytes that are not UTF-8,
 control and bidi characters, and values of every wrong TOML type, in an otherwise valid suite:
 ``load_suite`` returns a suite or raises iomatrix's one-line error, and ``iomatrix run SUITE
@@ -30,7 +30,8 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import IomatrixError
 from iomatrix.suite import load_suite
 from iomatrix.suite.load import _INTERNAL as INTERNAL
-from iomatrix.suite.model import Scale, Suite
+from iomatrix.suite.model import Suite
+from iomatrix.suite.scale import Scale
 from tests.conftest import Fuzzed, cli_result
 from tests.test_translate import PVE_CONF
 from tests.test_untrusted_inputs import DOCUMENTED, SEPARATORS

@@ -32,7 +32,8 @@ from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite
 from iomatrix.suite.expand import expand
 from iomatrix.suite.load import load_suite
-from iomatrix.suite.model import Configuration, Method, OwnGuest
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method, OwnGuest
 from tests.conftest import ATTACKS, Attack, User, cli_result, our_processes, write_suite
 from tests.test_untrusted_inputs import one_line
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.store import Store
-from iomatrix.suite.model import Workload
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import ATTACKS, REPO, Attack, User, as_user
 
@@ -162,7 +162,8 @@ PROGRESS = r"""
 import sys
 from iomatrix.cli.common import environment
 from iomatrix.cli.progress import ClusterTerminalProgress, TerminalProgress
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 
 err = environment().stderr
 reason, node = sys.argv[1], sys.argv[2]

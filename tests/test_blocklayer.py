@@ -17,7 +17,10 @@ from iomatrix.core.proc import wait_for
 from iomatrix.fio.run import run_fio
 from iomatrix.qemu.procinspect import UNOBSERVABLE, ProcessIO, aio_seen
 from iomatrix.qemu.version import AIO_SET_UP_AT_FIRST_IO
-from iomatrix.suite.model import Configuration, Method, Target, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.target import Target
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Workspace
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,8 @@ from iomatrix.cli.common import Environment, Terminal, environment, use_environm
 from iomatrix.cli.status import ExitStatus
 from iomatrix.store import Store
 from iomatrix.suite import builtin_suites
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import NOTE, Figures, configurations, write_run
 
 QD1 = Workload(rw="randread", bs=4096, iodepth=1)

@@ -16,7 +16,8 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import StoredRun, StoredSuite
 from iomatrix.store import Store
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result, write_suite
 

@@ -17,7 +17,8 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import IomatrixError
 from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, Generator, configurations, write_run
 from tests.conftest import cli
 

@@ -9,7 +9,8 @@ import pytest
 from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
 from iomatrix.store import Store
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, write_run
 
 HOST = Configuration(mode="host")

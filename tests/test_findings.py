@@ -25,7 +25,9 @@ from iomatrix.report.data import build_report_data
 from iomatrix.report.html import render_html
 from iomatrix.store import Store
 from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text
-from iomatrix.suite.model import Configuration, Finding, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.findings import Finding
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 
 from tests.browser import chromium, open_page

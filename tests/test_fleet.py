@@ -15,7 +15,8 @@ from iomatrix.analysis.fleet import compare_fleet
 from iomatrix.report.fleet import build_fleet_data, render_fleet_html, write_fleet_report
 from iomatrix.report.html import unpacked
 from iomatrix.store import Store
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result
 from tests.needs import need

@@ -19,7 +19,7 @@ from iomatrix.recommend.decide import recommend
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
 from iomatrix.suite import expand, load_suite, load_suite_text
-from iomatrix.suite.model import YOUR_VM
+from iomatrix.suite.fields import YOUR_VM
 from tests.conftest import write_suite
 from tests.test_cli_inprocess import invoke
 from tests.test_translate import LIBVIRT_XML, PVE_CONF

@@ -358,7 +358,7 @@ def test_a_job_that_paces_itself_is_held_to_an_idle_disk() -> None:
     """What a guest's disk may complete in a second past the trial's time and still count as
     stopped: the requests its fio keeps queued, or none for a job that paces itself."""
     from iomatrix.measure.runner import in_flight
-    from iomatrix.suite.model import Workload
+    from iomatrix.suite.workloads import Workload
     job = Workload(rw="randread", bs=4096, iodepth=8, numjobs=2)
     assert in_flight(job) == 16
     assert in_flight(job.model_copy(update={"rate_iops": 100})) == 0

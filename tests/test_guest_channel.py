@@ -39,7 +39,7 @@ from iomatrix.drivers.guest.iocheck import (MARGINS, after_ramp, client_result, 
                                             ramp_margin, unchecked_reason)
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.diagnose import doctor
-from iomatrix.suite.model import Workload
+from iomatrix.suite.workloads import Workload
 from tests.conftest import REPO, as_nobody, our_processes, run_guests, write_suite
 from tests.needs import needs
 

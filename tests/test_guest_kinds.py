@@ -15,7 +15,8 @@ from iomatrix.drivers.guest.appliance import ApplianceGuest
 from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.drivers.guest.kinds import cluster_refusal, kind_for, suite_kinds
 from iomatrix.suite.load import load_suite_text
-from iomatrix.suite.model import Configuration, Suite
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
 
 DISK = GuestDisk(name="sdb", size_bytes=1 << 26, queues=1, scheduler="none", rotational=False)
 

@@ -28,9 +28,12 @@ from iomatrix.drivers.host import HostSession
 from iomatrix.fio import run as fio_run
 from iomatrix.fio.jobfile import fill_text, job_text
 from iomatrix.suite import expand, load_suite_text
-from iomatrix.suite.model import (FIO_OPTION_SHAPES, MIN_GUEST_MEMORY_MIB, SET_BY_IOMATRIX,
-                                  WORKLOAD_FIO_OPTIONS, Configuration, Target, Workload,
-                                  fio_option_problem)
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import MIN_GUEST_MEMORY_MIB
+from iomatrix.suite.fiooptions import (FIO_OPTION_SHAPES, SET_BY_IOMATRIX, WORKLOAD_FIO_OPTIONS,
+                                       fio_option_problem)
+from iomatrix.suite.target import Target
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image, target_notes
 from tests.conftest import cli
 from tests.needs import needs

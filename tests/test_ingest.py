@@ -16,7 +16,7 @@ from iomatrix.store.ingest import _location, _names, import_results, scan
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
-from iomatrix.suite.model import Workload
+from iomatrix.suite.workloads import Workload
 from tests.conftest import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fio"

@@ -23,7 +23,7 @@ from iomatrix.fio.run import run_fio
 from iomatrix.fio.samples import samples_of
 from iomatrix.store.records import StoredRun
 from iomatrix.store.repo import Store
-from iomatrix.suite.model import Ioping, Workload
+from iomatrix.suite.workloads import Ioping, Workload
 from tests.conftest import cli, write_suite
 from tests.needs import needs
 

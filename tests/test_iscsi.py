@@ -213,7 +213,7 @@ runtime = "1s"
 def test_the_guest_disk_as_proxmox_attaches_it(tmp_path: Path, tgt: Tgt) -> None:
     """No guest booted: the -drive (PVE 8) and -blockdev (PVE 9) forms for an iscsidirect LUN."""
     from iomatrix.qemu.args import platform_disk_argv
-    from iomatrix.suite.model import Configuration
+    from iomatrix.suite.configuration import Configuration
     from iomatrix.targets.iscsi import volume
     from iomatrix.targets.workspace import Image
     lun = load_suite(suite(tmp_path, tgt, BLOCKLAYER)).target.iscsi
@@ -263,7 +263,7 @@ lvm: vg
 def resolved(cfg: str, ident: str, mounted: object = None) -> dict[str, object]:
     """The [target] keys ``storage = ident`` resolves to (those the storage sets)."""
     from iomatrix.platform.proxmox import parse_storage_cfg
-    from iomatrix.suite.model import Target
+    from iomatrix.suite.target import Target
     from iomatrix.targets.network import resolve_storage
     target = Target(storage=ident, allow_destroy=True, size=16 << 20)
     out = resolve_storage(target, parse_storage_cfg(cfg), Path("/etc/pve"), mounted=mounted)

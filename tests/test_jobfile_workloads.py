@@ -28,7 +28,7 @@ from iomatrix.core.units import parse_size
 from iomatrix.store.ingest import import_results
 from iomatrix.suite.jobfiles import (BARE_FLAGS, TAKES_VALUE, JobFileError, fio_size, parse,
                                      workloads)
-from iomatrix.suite.model import block_sizes
+from iomatrix.suite.workloads import block_sizes
 from tests.conftest import cli, write_suite
 
 SEED_000 = """[global]

@@ -27,7 +27,7 @@ from iomatrix.report.html import metrics_json
 from iomatrix.store import Store
 from iomatrix.store.ingest import _location, import_results, scan
 from iomatrix.store.records import StoredRun, StoredSuite
-from iomatrix.suite.model import Workload
+from iomatrix.suite.workloads import Workload
 from tests.conftest import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fio"

@@ -29,7 +29,7 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.translate.vm import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 from iomatrix.targets.workspace import Image
 from tests.conftest import write_suite
 from tests.needs import needs

@@ -16,7 +16,8 @@ from iomatrix.fio.samples import DirectionSample
 from iomatrix.report.data import PointView
 from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite, TrialResult
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 
 
 @pytest.mark.parametrize("key", list(METRICS))

@@ -12,7 +12,8 @@ from rich.console import Console
 from iomatrix.cli.progress import TerminalProgress
 from iomatrix.core.errors import OutputRefused
 from iomatrix.core.files import write_file_atomically
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 
 
 def test_a_planted_symlink_is_refused_not_written_through(tmp_path):

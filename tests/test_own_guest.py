@@ -225,7 +225,7 @@ def test_the_users_image_beside_each_platforms_disk_starts_in_qemu(
     from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                     read_guest_settings)
     from iomatrix.qemu.qmp import qmp_execute
-    from iomatrix.suite.model import Configuration
+    from iomatrix.suite.configuration import Configuration
     from iomatrix.targets.workspace import Image
 
     base = tmp_path / "base.raw"
@@ -271,7 +271,8 @@ def test_show_effect_and_compare_read_the_guest_axis(tmp_path: Path) -> None:
     the user's guest 40 % below): show names each guest, effect --axis guest measures it
     against the appliance, and compare pairs an appliance run with a user's-guest run by
     --match."""
-    from iomatrix.suite.model import Configuration, Workload
+    from iomatrix.suite.configuration import Configuration
+    from iomatrix.suite.workloads import Workload
     from iomatrix.testing.synthetic import Figures, configurations, write_run
 
     def figures(config: Configuration, workload: Workload, index: int) -> Figures:

@@ -31,7 +31,8 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite import load_suite
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets import workspace as workspace_module
 from tests.conftest import cli_result, our_processes, write_suite
 from tests.needs import lacking

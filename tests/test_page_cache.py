@@ -21,7 +21,10 @@ from iomatrix.report.data import FROM_RAM, build_report_data
 from iomatrix.store import Store
 from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite import load_suite, load_suite_text
-from iomatrix.suite.model import Configuration, Target, Workload, uses_page_cache
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import uses_page_cache
+from iomatrix.suite.target import Target
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Workspace, page_cache_notes, plan_lines
 from iomatrix.telemetry.host import DeviceSeries, HostSeries
 from iomatrix.telemetry.pagecache import (NO_TELEMETRY, RAM_SHARE, UNKNOWN_DEVICE, DeviceShare,
@@ -354,7 +357,7 @@ def test_stored_shares_are_derived_not_stored(tmp_path: Path) -> None:
 
 def test_a_finding_on_cache_modes_says_when_its_points_came_from_ram(tmp_path: Path) -> None:
     from iomatrix.analysis.findings import evaluate
-    from iomatrix.suite.model import Finding
+    from iomatrix.suite.findings import Finding
 
     claim = Finding(id="t-writeback", study="test", claim="writeback beats none",
                     published="+98 %", kind="effect", axis="cache", level="writeback",

@@ -15,7 +15,8 @@ from scipy import stats as scipy_stats
 from iomatrix.analysis.effects import gains, rounds_known
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import ConfigRecord, StoredRun, StoredSuite, TrialRecord, WorkloadRecord
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from tests.needs import need
 
 T975 = {2: 4.302652729911275, 3: 3.182446305284263, 4: 2.7764451051977987}

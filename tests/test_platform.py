@@ -28,7 +28,9 @@ from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings)
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration, Method, Platform
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import Platform
+from iomatrix.suite.method import Method
 from iomatrix.platform.settings import DiskImage
 from iomatrix.targets.workspace import Image
 from tests.needs import needs

@@ -23,7 +23,10 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from iomatrix.suite.model import Configuration, Method, Target, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.target import Target
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image, Workspace
 from tests.conftest import PVEVERSION, pve_host, write_suite
 

@@ -22,7 +22,7 @@ from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_gu
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 from iomatrix.targets.workspace import Image
 from tests.conftest import reference_table
 from tests.needs import needs

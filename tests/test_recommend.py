@@ -28,7 +28,8 @@ from iomatrix.recommend.verdict import pasted_lines
 from iomatrix.store.records import StoredRun
 from iomatrix.store import Store
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result, reference_table
 from tests.needs import needs

@@ -21,7 +21,8 @@ from iomatrix.report.html import (packed, rounded, read_data_json, render_html, 
                                   write_report)
 from iomatrix.store.records import CpuRecord, SteadyRecord, StoredRun, StoredSuite
 from iomatrix.store import Store
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.telemetry.steady import SteadyState
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 

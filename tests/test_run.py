@@ -22,7 +22,8 @@ from iomatrix.qemu.version import installed, shown
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.expand import NBD_IOTHREAD_SURVIVES_FROM
-from iomatrix.suite.model import Method, Mode
+from iomatrix.suite.fields import Mode
+from iomatrix.suite.method import Method
 from tests.conftest import REPO, cli_result, our_processes, write_suite
 from tests.needs import need
 

@@ -20,7 +20,8 @@ import pytest
 from iomatrix.cli.status import ExitStatus
 from iomatrix.store import Store
 from iomatrix.store.records import EXPORT_FORMAT_VERSION
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, write_run
 from tests.conftest import REPO, cli_result
 

@@ -20,7 +20,8 @@ from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.store.records import CpuRecord, SteadyRecord, StoredSuite, TrialResult
 from iomatrix.store.schema import SCHEMA_VERSION
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.telemetry.host import DeviceSeries, HostSeries
 from iomatrix.telemetry.steady import SteadyState
 from tests.conftest import Backend

@@ -21,7 +21,8 @@ from iomatrix.core.errors import SchemaTooNew, StoreError
 from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite
 from iomatrix.store.schema import APPLICATION_ID, SCHEMA_VERSION
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 
 ROOT = Path(__file__).parents[1]
 V1 = Path(__file__).parent / "fixtures/store/schema-v1.db"

@@ -35,7 +35,7 @@ from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.store.records import CpuRecord, PilotTrial, SteadyRecord, StoredSuite
 from iomatrix.store.rows import COLUMNS
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 from iomatrix.telemetry.steady import SteadyState
 from tests.conftest import ATTACKS, Attack, Backend, Fuzzed, User, as_user, cli_result
 from tests.needs import needs

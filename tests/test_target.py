@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.target import Target
 from iomatrix.targets.workspace import Workspace, check_device
 from tests.needs import needs
 

@@ -13,7 +13,7 @@ import pytest
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.translate.vm import translate
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 
 # As `qm config 100` prints it (and /etc/pve/qemu-server/100.conf holds it): keys sorted,
 # drive options sorted, a snapshot section after the current configuration.

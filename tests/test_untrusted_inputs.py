@@ -216,10 +216,13 @@ def test_every_suite_key_takes_an_extreme_value_or_refuses_it_in_one_line(
     """Each key of the table (from the model), given each of EXTREME_VALUES in an otherwise
     valid suite: planned, or refused in one line. (The property test above draws such values;
     this tries every key with every one.)"""
-    from iomatrix.suite import model
+    from iomatrix.suite.matrix import Matrix
+    from iomatrix.suite.method import Method
+    from iomatrix.suite.target import Target
+    from iomatrix.suite.workloads import WorkloadGroup
 
-    fields = {"target": model.Target, "method": model.Method, "matrix": model.Matrix,
-              "workloads": model.WorkloadGroup}[table].model_fields
+    fields = {"target": Target, "method": Method, "matrix": Matrix,
+              "workloads": WorkloadGroup}[table].model_fields
     for key in fields:
         for value in EXTREME_VALUES:
             tables: dict[str, dict[str, str]] = {

@@ -75,7 +75,7 @@ from iomatrix.analysis.stats import (ADJUSTMENT_NAMES, Adjustment, Comparison, L
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.model import Frozen
-from iomatrix.suite.model import NODE_AXIS
+from iomatrix.suite.fields import NODE_AXIS
 
 BY = ("iodepth", "bs", "rw", "workload")
 """What ``by`` may group on: workload settings, or each workload on its own."""

@@ -55,7 +55,7 @@ from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
-from iomatrix.suite.model import Finding
+from iomatrix.suite.findings import Finding
 
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"

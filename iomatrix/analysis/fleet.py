@@ -29,7 +29,7 @@ from iomatrix.analysis.stats import log_ratio_test, percent_text
 from iomatrix.core.errors import AnalysisError
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun
-from iomatrix.suite.model import NODE_AXIS
+from iomatrix.suite.fields import NODE_AXIS
 
 Standing = Literal["reference", "slower", "faster", "within noise", "no significant difference",
                    "not judged"]

@@ -18,7 +18,7 @@ from collections import defaultdict
 from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun, TrialRecord
-from iomatrix.suite.model import Ioping
+from iomatrix.suite.workloads import Ioping
 
 
 

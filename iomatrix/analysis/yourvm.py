@@ -20,7 +20,8 @@ from iomatrix.analysis.points import only_configs
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.suite.expand import reference_configuration
-from iomatrix.suite.model import TARGET_AXIS, Reference
+from iomatrix.suite.fields import TARGET_AXIS
+from iomatrix.suite.matrix import Reference
 
 VM_AXIS = "vm"
 YOURS = "yours"

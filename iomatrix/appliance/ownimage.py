@@ -50,7 +50,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import Author, chosen_by_us, readable_for
 from iomatrix.qemu.escape import qemu_escape
-from iomatrix.suite.model import OwnGuest
+from iomatrix.suite.method import OwnGuest
 from iomatrix.core.units import format_bytes
 from iomatrix.targets.workspace import MARGIN, footprint, nearest_existing
 

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from iomatrix.cli.common import out
 from iomatrix.core.errors import SuiteError
-from iomatrix.suite.model import DEFAULT_SCALE, Suite
+from iomatrix.suite.fields import DEFAULT_SCALE
+from iomatrix.suite.model import Suite
 
 
 def plan_summary(suite: Suite) -> str:

@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from iomatrix.fio.models import FioResult
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image
 
 

@@ -35,7 +35,9 @@ from iomatrix.qemu.procinspect import UNOBSERVABLE, AioSeen, ProcessIO, aio_seen
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.qemu.version import QemuVersion, from_qmp
 from iomatrix.fio.models import FioResult
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.iscsi import AIO_NOT_EVALUATED
 from iomatrix.targets.network import reveal
 from iomatrix.targets.workspace import Image

@@ -58,7 +58,10 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.host import HostSession
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.samples import client_job, start_skew_ms
-from iomatrix.suite.model import Configuration, Method, Suite, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image
 
 PROTOCOL = "IOMATRIX-"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.blocklayer import BlocklayerDriver
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 from iomatrix.targets import iscsi
 from iomatrix.targets.workspace import Image
 

@@ -55,7 +55,8 @@ from iomatrix.drivers.guest import Guest, GuestDriver, free_port
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.platform.qemu import cache_flags
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
 from iomatrix.targets.workspace import Image
 
 DEFAULT_URI = "qemu:///system"

@@ -12,7 +12,8 @@ from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.host import HostDriver
 from iomatrix.drivers.libvirt import LibvirtDriver
-from iomatrix.suite.model import Method, Mode
+from iomatrix.suite.fields import Mode
+from iomatrix.suite.method import Method
 
 DRIVERS: dict[str, type[Driver]] = {d.mode: d for d in (HostDriver, BlocklayerDriver, GuestDriver)}
 

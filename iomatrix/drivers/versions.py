@@ -11,7 +11,7 @@ from __future__ import annotations
 from iomatrix.core.errors import ToolFailed
 from iomatrix.core.proc import run, which
 from iomatrix.platform import libvirt as lv
-from iomatrix.suite.model import Method
+from iomatrix.suite.method import Method
 
 VERSION_TIMEOUT = 15.0
 

@@ -60,7 +60,7 @@ from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import run, which
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.suite.model import IOPING_WORKING_SET, Workload
+from iomatrix.suite.workloads import IOPING_WORKING_SET, Workload
 
 OLDEST = (1, 0)
 """The oldest ioping whose raw statistics (``-p``) are ten numbers with times in ns."""

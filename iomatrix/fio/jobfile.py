@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from iomatrix.core.errors import SuiteError, TargetError
 from iomatrix.core.units import fio_duration
-from iomatrix.suite.model import IOPING_WORKING_SET, Workload, fio_option_problem
+from iomatrix.suite.fiooptions import fio_option_problem
+from iomatrix.suite.workloads import IOPING_WORKING_SET, Workload
 
 PERCENTILES = "50:90:99:99.9:99.99"
 IOPING_CAP = 30.0

@@ -47,7 +47,9 @@ from iomatrix.store.rows import HostMeta
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.load import load_suite_text, with_author
-from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload
 from iomatrix.suite.plan import estimate_seconds
 from iomatrix.telemetry.hostinfo import host_metadata
 

@@ -33,7 +33,9 @@ from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.cluster import watch_stdin
 from iomatrix.measure.prepare import prepare
 from iomatrix.suite import load_suite_text
-from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import PREFIX, Image, image_spec
 
 WATCH_SECONDS = 0.5

@@ -37,7 +37,10 @@ from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, Stead
                                     StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
-from iomatrix.suite.model import NODE_AXIS, Configuration, Suite, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import NODE_AXIS
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
 from iomatrix.telemetry.host import HostSeries, device_of

@@ -33,7 +33,7 @@ def platform_version(pve_version: proxmox.PveVersion | None,
                      versions: libvirt.Versions | None) -> object:
     """The version a platform's graph is built for, from a run's settings (None: the
     platform's default). A run sets at most one: ``pve_version`` only on proxmox
-    (suite.model.Method), libvirt's versions only on libvirt (drivers.versions)."""
+    (suite.method.Method), libvirt's versions only on libvirt (drivers.versions)."""
     return pve_version if pve_version is not None else versions
 
 

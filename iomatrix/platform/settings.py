@@ -1,5 +1,5 @@
 """The disk settings a platform module reads (``DiskSettings``): the fields of an iomatrix
-configuration (``suite.model.Configuration`` has them all), named here so that platform needs
+configuration (``suite.configuration.Configuration`` has them all), named here so that platform needs
 no suite type and sits right above core."""
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES,
 from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 from iomatrix.core.model import Frozen
 
 RULE = (

@@ -13,7 +13,8 @@ from typing import cast
 
 from iomatrix.platform import PLATFORMS as MODULES
 from iomatrix.platform.settings import PlatformDefault
-from iomatrix.suite.model import Matrix, Platform
+from iomatrix.suite.fields import Platform
+from iomatrix.suite.matrix import Matrix
 
 PLATFORMS = cast(tuple[Platform, ...], tuple(MODULES))
 """Every platform, in the registry's order (the order recommend shows them in)."""

@@ -17,7 +17,7 @@ from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
 from iomatrix.platform.settings import Pasted
 from iomatrix.recommend.defaults import UNEXPRESSIBLE, Platform
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import Configuration
+from iomatrix.suite.configuration import Configuration
 
 
 class Rendered(Pasted):

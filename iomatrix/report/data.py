@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.model import Ioping, Method, block_sizes
+from iomatrix.suite.method import Method
+from iomatrix.suite.workloads import Ioping, block_sizes
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
@@ -469,7 +470,7 @@ def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
 
 def _family(mode: str, params: dict[str, str]) -> str:
     """The label a configuration would have with its VM count left out."""
-    from iomatrix.suite.model import Configuration
+    from iomatrix.suite.configuration import Configuration
 
     rest = {k: v for k, v in params.items() if k != "vms"}
     try:

@@ -56,7 +56,8 @@ from iomatrix.fio.samples import (DEFAULT_LATENCY, LATENCIES, DirectionSample, L
 from iomatrix.store import Store
 from iomatrix.store.records import IMPORTED, StoredSuite, TrialResult
 from iomatrix.suite.load import toml_table
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.core.units import fio_size, parse_size
 
 ImportMode = Literal["host", "blocklayer", "guest", "imported"]

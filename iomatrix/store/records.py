@@ -16,7 +16,10 @@ from iomatrix.core.text import printable
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.load import load_suite_text
-from iomatrix.suite.model import ConfigKey, Finding, Method, Suite, method_of_vm
+from iomatrix.suite.configuration import ConfigKey
+from iomatrix.suite.findings import Finding
+from iomatrix.suite.method import Method
+from iomatrix.suite.model import Suite, method_of_vm
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare

@@ -33,7 +33,8 @@ from iomatrix.store.pg import WRITE_LOCK
 from iomatrix.store.pg import connect as pg_connect
 from iomatrix.store.schema import (APPLICATION_ID, SCHEMA_VERSION, current_version, identify, identify_pg,
                                    migrate, migrate_pg)
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import device_share, stored_device, uses_page_cache
 

@@ -4,7 +4,9 @@ trials run in (``plan``), and the built-in suites (``builtin/``)."""
 
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text
-from iomatrix.suite.model import Configuration, Suite, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload
 
 __all__ = ["Configuration", "Expansion", "Suite", "Workload", "builtin_suites", "expand",
            "load_suite", "load_suite_text"]

@@ -13,8 +13,11 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform import refusal
 from iomatrix.platform.settings import disk_kind
 from iomatrix.suite.jobfiles import workload_groups
-from iomatrix.suite.model import (CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, Configuration,
-                                  Matrix, Suite, Workload, WorkloadGroup)
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS
+from iomatrix.suite.matrix import Matrix
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload, WorkloadGroup
 
 # Which matrix axes each mode uses. host runs fio on the target itself: no QEMU settings apply.
 MODE_AXES: dict[str, tuple[str, ...]] = {

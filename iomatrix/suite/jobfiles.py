@@ -59,7 +59,7 @@ bs, blocksize                      the workload's bs: one size, a multiple of 51
                                    4k); ``bs=4k,8k`` (sizes per direction) is refused
 iodepth, numjobs, rate_iops        the workload's: whole numbers; ``rate_iops=500,100`` refused
 rwmixread, rwmixwrite, and every   the workload's fio options, checked as a [[workloads]]
-option on WORKLOAD_FIO_OPTIONS     table's ``options`` are (suite.model.fio_option_problem);
+option on WORKLOAD_FIO_OPTIONS     table's ``options`` are (suite.fiooptions.fio_option_problem);
                                    a ``bssplit`` or ``bsrange`` labels the workload by its split
 ioengine                           must be the suite's [method] engine: iomatrix runs every
                                    workload with one engine (and fio's nbd engine on NBD
@@ -103,8 +103,10 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import read_beside
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import fio_size
-from iomatrix.suite.model import (ENGINE_FIO_OPTIONS, WORKLOAD_FIO_OPTIONS, Method, Suite,
-                                  Workload, WorkloadGroup, fio_option_problem)
+from iomatrix.suite.fiooptions import ENGINE_FIO_OPTIONS, WORKLOAD_FIO_OPTIONS, fio_option_problem
+from iomatrix.suite.method import Method
+from iomatrix.suite.model import Suite
+from iomatrix.suite.workloads import Workload, WorkloadGroup
 
 MAX_BYTES = 256 * 1024
 """The largest job file read (seed 000's are 150 bytes)."""

@@ -25,7 +25,10 @@ from pydantic import ValidationError
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.trust import US, Author, read_authored
 from iomatrix.suite.jobfiles import TABLE as JOBFILES, carry, workload_groups
-from iomatrix.suite.model import DEFAULT_SCALE, SCALE_NAME, Reference, Scale, ScaleInfo, Suite
+from iomatrix.suite.fields import DEFAULT_SCALE, SCALE_NAME
+from iomatrix.suite.matrix import Reference
+from iomatrix.suite.model import Suite
+from iomatrix.suite.scale import Scale, ScaleInfo
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",

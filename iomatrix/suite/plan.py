@@ -11,7 +11,9 @@ from collections.abc import Iterable, Sequence
 
 
 from iomatrix.suite.expand import Expansion
-from iomatrix.suite.model import Configuration, Method, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.workloads import Workload
 from iomatrix.core.model import Frozen
 
 TRIAL_OVERHEAD = 0.3

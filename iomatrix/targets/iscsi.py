@@ -44,7 +44,8 @@ from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.target import Target
 from iomatrix.suite.network import IscsiTarget, split_portal
 from iomatrix.targets.kind import HostCheck, Image, NetworkVolume, OpenTarget, Probe, TargetKind
 from iomatrix.targets.network import NetworkTarget, reveal, secret_for

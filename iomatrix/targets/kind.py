@@ -30,7 +30,8 @@ from pydantic import Field
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import Author
 from iomatrix.platform.settings import NetworkNode
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.target import Target
 
 Recorder = Callable[[str, Path, Path], str]
 """Called with (kind, path, where it is made) just before a run makes something on the storage

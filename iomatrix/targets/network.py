@@ -37,7 +37,8 @@ from iomatrix.core.errors import TargetError, UntrustedFile
 from iomatrix.core.trust import ANYONE, US, Author, readable_by
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.target import Target
 from iomatrix.targets.kind import OpenTarget, Recorder
 from iomatrix.suite.network import NETWORK_KINDS
 

@@ -56,7 +56,8 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
-from iomatrix.suite.model import Configuration, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.target import Target
 from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
 from iomatrix.targets.kind import (HostCheck, Image, NetworkVolume, OpenTarget, Probe, Recorder,
                                    Resource, TargetKind)

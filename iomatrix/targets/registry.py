@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from iomatrix.core.trust import Author
-from iomatrix.suite.model import Target
+from iomatrix.suite.target import Target
 from iomatrix.targets.iscsi import IscsiKind
 from iomatrix.targets.kind import HostCheck, OpenTarget, Probe, Resource, TargetKind
 from iomatrix.targets.rbd import RbdKind

@@ -41,7 +41,9 @@ from iomatrix.core.mounts import (MOUNTINFO, NOT_A_MOUNT, PrivateMounts, is_moun
                                   mounts, root_is_a_mount)
 from iomatrix.core.proc import require, run, which
 from iomatrix.core.units import format_bytes
-from iomatrix.suite.model import Configuration, NamedTarget, Suite, Target
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
+from iomatrix.suite.target import NamedTarget, Target
 from iomatrix.targets import loops
 from iomatrix.targets.kind import OpenTarget
 from iomatrix.targets.workspace import (MARGIN, Image, Recorder, Workspace, image_specs,

@@ -33,7 +33,9 @@ from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empt
 from iomatrix.core.errors import NotEnoughSpace, TargetError, UnsafeDirectory
 from iomatrix.core.mounts import MOUNTINFO, mount_of, mounts
 from iomatrix.core.proc import require, run
-from iomatrix.suite.model import Configuration, Target, uses_page_cache
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import uses_page_cache
+from iomatrix.suite.target import Target
 from iomatrix.core.trust import Author
 from iomatrix.targets.kind import Image, OpenTarget, Recorder, TargetKind
 from iomatrix.core.units import format_bytes

@@ -37,7 +37,7 @@ from typing import Any
 
 from iomatrix.core.model import Frozen
 from iomatrix.fio.samples import DirectionSample
-from iomatrix.suite.model import uses_page_cache
+from iomatrix.suite.fields import uses_page_cache
 from iomatrix.telemetry.host import HostSeries
 
 __all__ = ["RAM_SHARE", "DeviceShare", "device_share", "mean_share", "stored_device",

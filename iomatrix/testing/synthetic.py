@@ -12,7 +12,8 @@ from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.suite.load import toml_table
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 
 NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
 

@@ -24,7 +24,9 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
 from iomatrix.translate.vm import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_reference
-from iomatrix.suite.model import CONTROLLERS, Aio, Cache, Format, Reference, Suite
+from iomatrix.suite.fields import CONTROLLERS, Aio, Cache, Format
+from iomatrix.suite.matrix import Reference
+from iomatrix.suite.model import Suite
 
 MAX_BYTES = 1 << 20
 """The largest VM definition read (a real one is a few KiB)."""

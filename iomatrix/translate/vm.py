@@ -14,7 +14,8 @@ from iomatrix.core.model import Frozen
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.expand import invalid_reason
-from iomatrix.suite.model import CONTROLLERS, Configuration
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.fields import CONTROLLERS
 
 
 class DiskTranslation(Frozen):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from iomatrix.appliance.build import GUEST_FIO_PORT, kernel_cmdline
 from iomatrix.drivers.guest.kind import Boot, GuestKind, GuestRun
-from iomatrix.suite.model import APPLIANCE, Suite
+from iomatrix.suite.fields import APPLIANCE
+from iomatrix.suite.model import Suite
 from iomatrix.targets.workspace import Image
 
 

@@ -45,7 +45,8 @@ from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_gu
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 vhost_daemon_argv, vhost_num_queues)
 from iomatrix.qemu.qmp import qmp_execute
-from iomatrix.suite.model import Configuration, Method
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
 from iomatrix.targets.network import reveal
 from iomatrix.targets.workspace import Image
 

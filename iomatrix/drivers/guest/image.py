@@ -20,7 +20,9 @@ from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, NotEn
                                   TrialFailed)
 from iomatrix.core.trust import Author
 from iomatrix.drivers.guest.kind import Boot, GuestKind, GuestRun
-from iomatrix.suite.model import Configuration, OwnGuest, Suite
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import OwnGuest
+from iomatrix.suite.model import Suite
 from iomatrix.targets.workspace import Image
 
 

@@ -44,7 +44,7 @@ from iomatrix.core.units import fio_size
 from iomatrix.fio.models import FioResult, JobStats
 from iomatrix.fio.samples import client_job
 from iomatrix.qemu.args import blockstats_of
-from iomatrix.suite.model import Workload
+from iomatrix.suite.workloads import Workload
 
 POLL_SECONDS = 0.05
 """How often the sampler reads QEMU's counters until a guest's first I/O shows."""

@@ -31,7 +31,9 @@ from typing import NamedTuple
 
 from iomatrix.appliance.build import Appliance, GuestDisk
 from iomatrix.core.trust import Author
-from iomatrix.suite.model import Configuration, Method, Suite
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.model import Suite
 from iomatrix.targets.workspace import Image
 
 

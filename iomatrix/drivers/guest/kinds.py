@@ -10,7 +10,8 @@ from iomatrix.core.errors import TrialFailed
 from iomatrix.drivers.guest.appliance import ApplianceGuest
 from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.drivers.guest.kind import GuestKind
-from iomatrix.suite.model import Configuration, Suite
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
 
 DEFAULT_KIND = ApplianceGuest
 """The kind that boots the configurations that name no guest, and every configuration of a

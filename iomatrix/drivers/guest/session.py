@@ -27,7 +27,8 @@ from iomatrix.drivers.guest.iocheck import (GUEST_SLACK_BYTES, RampSampler, afte
 from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.fio.models import FioResult
 from iomatrix.qemu.args import BLOCKSTATS_TIMEOUT, completed_requests, read_blockstats
-from iomatrix.suite.model import Configuration, Workload
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image
 
 PRIVATE = "private network namespace"

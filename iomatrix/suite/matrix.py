@@ -1,0 +1,148 @@
+"""[matrix] and [[part]]: the disk settings a suite sweeps, and [matrix] from_vm's disk as
+plain settings (``Reference``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, StrictBool, model_validator
+
+from iomatrix.core.model import Frozen
+from iomatrix.suite.fields import (CONTROL, TARGET_NAME, Aio, Cache, Controller, DataPath, Format, Mode,
+                                   Preallocation, Printable, PveVersion, axis_of)
+
+
+def _vm_file(value: str | None) -> str | None:
+    """A file a suite names beside itself ([matrix] from_vm, storage_cfg): relative, inside the
+    suite's directory (where symlinks lead is checked when iomatrix reads it)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if CONTROL.search(value) or not value.strip():
+        raise ValueError("write a file name beside the suite, e.g. \"100.conf\"")
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError("must be a path inside the suite's directory (no absolute path, no "
+                         "'..'): copy the file beside the suite")
+    return value
+
+
+VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
+
+
+class Reference(Frozen):
+    """The disk of the user's VM (``[matrix] from_vm`` and ``disk``) as plain settings: what
+    iomatrix read from the file (``iomatrix.translate.vm``), written by iomatrix into the
+    suite text a run stores (``[matrix.reference]``), so that ``--resume``, ``recommend``,
+    ``show`` and the report need the file no more. The run measures it as its reference
+    configuration, in the same rounds as the matrix."""
+
+    platform: Literal["proxmox", "libvirt"]
+    """Whose definition the VM's is: proxmox (``ID.conf``) or libvirt (domain XML)."""
+    pve_version: PveVersion | None = None
+    """Proxmox VE: the generation whose command line the VM gets (its machine version)."""
+    disk: str = Field(max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    """The disk's name in the definition: ``scsi0``, ``virtio0`` (Proxmox VE) or ``vda``
+    (libvirt)."""
+    written: Printable = ""
+    """The disk as the file states it."""
+    storage: Printable = ""
+    """Where the volume lives on the VM's host (storage type, or file/block)."""
+    controller: Controller | None = None
+    """The disk's controller (bus)."""
+    aio: Aio | None = None
+    """None: a disk on librbd, which has no aio."""
+    iothread: StrictBool = False
+    """Whether the disk has an iothread."""
+    cache: Cache
+    """The disk's cache mode."""
+    format: Format
+    """The disk's image format."""
+    num_queues: int = Field(default=0, ge=0, le=65535)
+    """The disk's queues; 0: QEMU's default."""
+    queue_size: int = Field(default=0, ge=0, le=65535)
+    """The disk's virtqueue size; 0: QEMU's default."""
+    notes: tuple[Printable, ...] = ()
+    """What the file sets that iomatrix does not reproduce, or reads as a default."""
+
+    def settings(self) -> str:
+        """The disk's I/O settings in words: ``aio=threads, cache=writeback, …``."""
+        values = {"controller": self.controller, "aio": self.aio,
+                  "iothread": "on" if self.iothread else "off", "cache": self.cache,
+                  "format": self.format, "num_queues": self.num_queues or None,
+                  "queue_size": self.queue_size or None}
+        return ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+
+
+class Matrix(Frozen):
+    """The disk settings swept; defaults are Proxmox VE's for a new Linux VM."""
+
+    controller: axis_of(Controller) = ("virtio-scsi-single",)
+    """The disk controller (bus) the guest sees: virtio-blk, virtio-scsi, virtio-scsi-single,
+    pvscsi, lsi, megasas, sata, ide or nvme (guest mode)."""
+    aio: axis_of(Aio) = ("io_uring",)
+    """How QEMU submits I/O to the host: native (Linux AIO; needs a direct cache, none or
+    directsync), io_uring, or threads (a thread pool)."""
+    iothread: axis_of(StrictBool) = (True,)
+    """A dedicated event-loop thread for the disk, off QEMU's main loop (guest mode; in
+    blocklayer mode it picks a FUSE export with an iothread over an NBD export)."""
+    cache: axis_of(Cache) = ("none",)
+    """QEMU's cache mode: none, directsync, writethrough, writeback or unsafe (writethrough,
+    writeback and unsafe go through the host page cache)."""
+    format: axis_of(Format) = ("raw",)
+    """The image format: raw or qcow2."""
+    preallocation: axis_of(Preallocation) = ("off",)
+    """How much of each image is allocated when it is created: off, metadata (qcow2), falloc
+    or full."""
+    data_path: axis_of(DataPath) = ("emulated",)
+    """emulated: QEMU's device model serves the disk; vhost-user-blk: qemu-storage-daemon does."""
+    num_queues: axis_of(Annotated[int, Field(ge=0, le=65535)]) = (0,)
+    """Virtqueues (virtio-blk, virtio-scsi, vhost-user-blk) or I/O queue pairs (nvme); 0 = QEMU's default."""
+    queue_size: axis_of(Annotated[int, Field(ge=0, le=65535)]) = (0,)
+    """Entries per virtqueue; 0 = QEMU's default."""
+    vms: axis_of(Annotated[int, Field(ge=1, le=64)]) | None = None
+    """Guests booted at once per configuration (guest mode); overrides [method] vms."""
+    guest: axis_of(Annotated[str, Field(max_length=40, pattern=TARGET_NAME)]) | None = None
+    """Which guest measures each configuration (guest mode): "appliance" and/or the [guest]
+    image's name. Absent: the [guest] image when there is one, else the appliance (and then
+    the configurations' keys name no guest, as before the axis existed)."""
+    skip_invalid: bool = False
+    """Drop the combinations QEMU refuses (aio=native without a direct cache, raw with
+    preallocation=metadata, an iothread on a controller that has none), listing them, instead of
+    refusing the suite."""
+    from_vm: VmFile = None
+    """A VM definition beside the suite (a Proxmox VE ``ID.conf`` or ``qm config`` output, or
+    ``virsh dumpxml`` output): its disk's settings are measured in the same rounds as the
+    reference configuration (``Reference``), whether or not the matrix holds them."""
+    disk: str | None = Field(default=None, max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    """Which disk of ``from_vm``: ``scsi0`` (Proxmox VE) or the target dev, ``vda`` (libvirt);
+    may be left out when the VM has one disk."""
+    storage_cfg: VmFile = None
+    """Proxmox VE's ``/etc/pve/storage.cfg`` beside the suite, for storages other than a fresh
+    installation's (local, local-lvm, local-zfs)."""
+    reference: Reference | None = None
+    """``from_vm``'s disk as iomatrix read it; written by iomatrix into a run's stored suite."""
+
+    @model_validator(mode="after")
+    def _vm_keys(self) -> "Matrix":
+        if self.from_vm is None:
+            given = [k for k in ("disk", "storage_cfg", "reference") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{given[0]} goes with from_vm (the VM definition it reads)")
+        return self
+
+
+class Part(Matrix):
+    """An extra part of a suite: its own mode and matrix, the suite's target and workloads."""
+
+    mode: Mode
+    """The part's mode: host, blocklayer or guest."""
+    under_tcg: Literal["all", "one", "skip"] = "all"
+    """When guests run emulated (TCG): every trial, only the first configuration's first
+    workload (to show the chain works), or none."""
+
+    @model_validator(mode="after")
+    def _no_vm(self) -> "Part":
+        if self.from_vm is not None:
+            raise ValueError("from_vm belongs in [matrix]: the suite's own mode measures the VM")
+        return self
