@@ -82,7 +82,7 @@ def _without_backing(args: Args) -> Args:
         if not isinstance(node, dict):
             return node
         return {k: strip(v) for k, v in node.items() if k != "backing"}
-    return [(f, pve._json(strip(json.loads(v))) if f == "-blockdev" else v) for f, v in args]
+    return [(f, pve.to_json(strip(json.loads(v))) if f == "-blockdev" else v) for f, v in args]
 
 
 def _as_scsi_block(args: Args) -> Args:

@@ -149,8 +149,8 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                                           storage=storage, kind=kind))
             continue
         assert volume is not None
-        values, disk_notes = pve.configuration_of(drive, vm.scsihw, volume)
-        disk_notes += out.notes
+        found = pve.configuration_of(drive, vm.scsihw, volume)
+        values, disk_notes = found.as_dict(), [*found.notes, *out.notes]
         if vm.template:
             disk_notes.append(f"{drive.key}: a template's disk: qemu-server opens it read-only "
                               "(for backups); a clone of the template gets these settings")
@@ -241,8 +241,11 @@ def _libvirt(text: str, versions: lv.Versions) -> Translation:
                    f"→ <target dev='{disk.dev}' bus='{disk.bus}'> <driver "
                    + " ".join(f"{k}='{v}'" for k, v in disk.driver) + "/>")
         cdrom = disk.device == "cdrom"
-        values, disk_notes = ({}, ["a CD-ROM: read-only, not a disk iomatrix measures"]) if cdrom \
-            else lv.configuration_of(disk)
+        if cdrom:
+            values, disk_notes = {}, ["a CD-ROM: read-only, not a disk iomatrix measures"]
+        else:
+            found = lv.configuration_of(disk)
+            values, disk_notes = found.as_dict(), list(found.notes)
         disk_notes += args.notes
         config = None if cdrom else _config(values, disk_notes)
         disks.append(DiskTranslation(name=disk.dev, written=written, values=values, config=config,

@@ -1,0 +1,245 @@
+"""The QEMU arguments libvirt's qemu driver generates for a domain's disks (pure; qemu_block.c,
+qemu_command.c): iothread objects, controllers, each disk's ``-blockdev`` nodes by version and
+its ``-device``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from iomatrix.core.model import Frozen
+from iomatrix.platform.libvirt.domain import (CONTROLLER_DRIVER_ATTRS, Controller, Disk, Domain,
+                                              disk_index, one_disk_domain)
+from iomatrix.platform.libvirt.versions import PROPS_REORDERED, Versions
+
+
+CACHE_FLAGS = {  # cache= → (direct, no-flush, device write-cache)
+    "none": (True, False, "on"), "writeback": (False, False, "on"),
+    "writethrough": (False, False, "off"), "directsync": (True, False, "off"),
+    "unsafe": (False, True, "on")}
+SCSI_MODELS = {"virtio-scsi": "virtio-scsi-pci", "lsilogic": "lsi", "lsisas1068": "mptsas1068",
+               "lsisas1078": "megasas", "vmpvscsi": "pvscsi"}
+"""``<controller type='scsi' model=…>`` → QEMU device (formatdomain "Controllers")."""
+
+
+class DiskArgs(Frozen):
+    argv: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+class DomainArgs(Frozen):
+    """The iothread objects and controllers (once for the domain) and each disk's nodes and
+    device, in libvirt's order."""
+
+    objects: tuple[str, ...] = ()
+    controllers: tuple[str, ...] = ()
+    disks: tuple[DiskArgs, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.objects + self.controllers + sum((d.argv for d in self.disks), ())
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) -> DomainArgs:
+    """The arguments libvirt at ``versions`` generates for the domain's disks. A disk whose
+    settings libvirt refuses gets no arguments and the refusal as its note. ``size`` (bytes):
+    iomatrix's test area on a block device, a raw ``<slice>`` (iomatrix's own use)."""
+    objects: list[str] = []
+    for i in range(1, domain.iothreads + 1):
+        objects += ["-object", _json({"qom-type": "iothread", "id": f"iothread{i}"})]
+    controllers: list[str] = []
+    notes: list[str] = []
+    for controller in domain.controllers:
+        argv, note = _controller_args(controller)
+        controllers += argv
+        notes += note
+    boot = _boot_indexes(domain)
+    numbers = {i: len(domain.disks) - i for i in range(len(domain.disks))}
+    scsi = {c.index: c for c in domain.controllers if c.type == "scsi"}
+    disks = []
+    for i, disk in enumerate(domain.disks):
+        try:
+            disks.append(_disk_args(disk, domain, versions, number=numbers[i],
+                                    bootindex=boot[i], scsi=scsi, size=size))
+        except ValueError as exc:
+            disks.append(DiskArgs(argv=(), notes=(str(exc),)))
+    return DomainArgs(objects=tuple(objects), controllers=tuple(controllers), disks=tuple(disks),
+                      notes=tuple(notes))
+
+
+def _controller_args(controller: Controller) -> tuple[list[str], list[str]]:
+    ident = f"{controller.type}{controller.index}"
+    if controller.type == "sata":
+        return ["-device", _json({"driver": "ahci", "id": ident})], []
+    if controller.type != "scsi" or controller.model not in SCSI_MODELS:
+        return [], [f"{ident}: controller {controller.model or controller.type} is not modelled"]
+    props: dict[str, Any] = {"driver": SCSI_MODELS[controller.model]}
+    cdrv = dict(controller.driver)
+    notes = [f"{ident}: <controller><driver {k}='{v}'> is not reproduced by iomatrix"
+             for k, v in cdrv.items() if k not in CONTROLLER_DRIVER_ATTRS]
+    if controller.model == "virtio-scsi":
+        if cdrv.get("iothread"):
+            props["iothread"] = f"iothread{cdrv['iothread']}"
+        props["id"] = ident
+        if cdrv.get("queues"):
+            props["num_queues"] = int(cdrv["queues"])
+    else:
+        props["id"] = ident
+        notes += [f"{ident}: <controller><driver {k}=…> on {controller.model} is not reproduced"
+                  for k in cdrv if k in CONTROLLER_DRIVER_ATTRS]
+    return ["-device", _json(props)], notes
+
+
+def _boot_indexes(domain: Domain) -> list[int | None]:
+    """qemuProcessPrepareDeviceBootorder: the first disk takes hd's place in <os><boot>, the
+    first CD-ROM cdrom's; <boot order> where the devices carry it."""
+    if not domain.boot:
+        return [d.boot for d in domain.disks]
+    places = {dev: i + 1 for i, dev in enumerate(domain.boot)}
+    out: list[int | None] = []
+    for disk in domain.disks:
+        key = "cdrom" if disk.device == "cdrom" else "hd"
+        out.append(places.pop(key, None))
+    return out
+
+
+def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
+               bootindex: int | None, scsi: dict[int, Controller],
+               size: int | None) -> DiskArgs:
+    notes = [f"{disk.dev}: {what} is not reproduced by iomatrix" for what in disk.unmodelled]
+    cache, aio = disk.get("cache"), disk.get("io")
+    if aio == "native" and cache not in ("none", "directsync"):
+        raise ValueError(f"{disk.dev}: native I/O needs either no disk cache or directsync cache "
+                         "mode, QEMU will fallback to aio=threads")
+    if cache is not None and cache not in CACHE_FLAGS:
+        raise ValueError(f"{disk.dev}: cache mode {cache!r} is not modelled")
+    if disk.bus != "virtio" and disk.get("iothread"):
+        raise ValueError(f"{disk.dev}: IOThreads only available for virtio pci and virtio ccw disk")
+    argv: list[str] = []
+    top = None
+    if disk.source:
+        nodes = _nodes(disk, versions, number, size)
+        top = json.loads(nodes[-1])["node-name"]
+        for node in nodes:
+            argv += ["-blockdev", node]
+    argv += ["-device", _json(_device(disk, domain, scsi, drive=top, bootindex=bootindex))]
+    return DiskArgs(argv=tuple(argv), notes=tuple(notes))
+
+
+def _nodes(disk: Disk, versions: Versions, number: int, size: int | None) -> list[str]:
+    """The disk's -blockdev values, bottom up."""
+    cache = disk.get("cache")
+    flags = None if cache is None else {"direct": CACHE_FLAGS[cache][0],
+                                        "no-flush": CACHE_FLAGS[cache][1]}
+    fmt = disk.get("type") or "raw"
+    discard = disk.get("discard")
+    zeroes = disk.get("detect_zeroes")
+    if zeroes == "unmap" and discard != "unmap":
+        zeroes = "on"        # virDomainDiskGetDetectZeroesMode
+    storage_name = f"libvirt-{number}-storage"
+    driver = {"block": "host_cdrom" if disk.device == "cdrom" else "host_device"}.get(disk.kind,
+                                                                                       "file")
+    storage: dict[str, Any] = {"driver": driver, "filename": disk.source}
+    if disk.get("io"):
+        storage["aio"] = disk.get("io")
+    storage["node-name"] = storage_name
+    effective: dict[str, Any] = {"read-only": disk.readonly}   # the node the device sits on
+    if discard:
+        effective["discard"] = discard
+    if zeroes:
+        effective["detect-zeroes"] = zeroes
+    if flags is not None:
+        effective["cache"] = flags
+    below: dict[str, Any] = {"auto-read-only": True, "discard": "unmap"}
+    if flags is not None:
+        below = ({"cache": flags} | below if versions.libvirt < PROPS_REORDERED
+                 else below | {"cache": flags})
+    if fmt == "raw" and size is not None and versions.libvirt >= PROPS_REORDERED:
+        # raw with a <slice>: the slice node is the disk's top (qemu_block.c 10.0 on)
+        sliced = {"driver": "raw", "file": storage_name, "offset": 0, "size": size,
+                  "node-name": f"libvirt-{number}-slice-sto"} | effective
+        return [_json(storage | below), _json(sliced)]
+    if fmt == "raw" and not versions.raw_format_node:
+        return [_json(storage | effective)]
+    node = {"node-name": f"libvirt-{number}-format"} | effective
+    node |= {"driver": fmt, "file": storage_name}
+    if size is not None and fmt == "raw":
+        node["size"] = size
+    return [_json(storage | below), _json(node)]
+
+
+def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: str | None,
+            bootindex: int | None) -> dict[str, Any]:
+    """qemuBuildDiskDeviceProps, key by key (PCI placement left out)."""
+    controller, bus, target, unit = disk.address
+    cd = disk.device == "cdrom"
+    props: dict[str, Any]
+    device_id = None
+    if disk.bus == "virtio":
+        ident = f"virtio-disk{disk_index(disk.dev)}"
+        props = {"driver": "virtio-blk-pci"}
+        if disk.get("iothread"):
+            props["iothread"] = f"iothread{disk.get('iothread')}"
+        if disk.get("queues"):
+            props["num-queues"] = int(disk.get("queues") or 0)
+        if disk.get("queue_size"):
+            props["queue-size"] = int(disk.get("queue_size") or 0)
+    elif disk.bus == "scsi":
+        model = scsi[controller].model if controller in scsi else "lsilogic"
+        if model not in SCSI_MODELS:
+            raise ValueError(f"{disk.dev}: SCSI controller model {model!r} is not modelled")
+        props = {"driver": "scsi-cd" if cd else "scsi-hd"}
+        if model == "lsilogic":
+            ident = f"scsi{controller}-{bus}-{unit}"
+            props |= {"bus": f"scsi{controller}.{bus}", "scsi-id": unit}
+        else:
+            ident = f"scsi{controller}-{bus}-{target}-{unit}"
+            props |= {"bus": f"scsi{controller}.0", "channel": bus, "scsi-id": target,
+                      "lun": unit}
+        device_id = disk.serial if disk.serial is not None else f"drive-{ident}"
+    else:
+        props = {"driver": "ide-cd" if cd else "ide-hd"}
+        if disk.bus == "sata":
+            ident = f"sata{controller}-{bus}-{unit}"
+            alias = "ide" if "q35" in domain.machine and controller == 0 else f"sata{controller}"
+            props["bus"] = f"{alias}.{unit}"
+        else:
+            ident = f"ide{controller}-{bus}-{unit}"
+            props |= {"bus": f"ide.{bus}", "unit": unit}
+    if device_id is not None:
+        props["device_id"] = device_id
+    if drive is not None:
+        props["drive"] = drive
+    props["id"] = ident
+    if bootindex:
+        props["bootindex"] = bootindex
+    if disk.get("cache"):
+        props["write-cache"] = CACHE_FLAGS[str(disk.get("cache"))][2]
+    if disk.serial is not None:
+        props["serial"] = disk.serial.replace(" ", "\\ ")
+    werror, rerror = disk.get("error_policy"), disk.get("rerror_policy")
+    if werror == "enospace":          # qemuBuildDiskGetErrorPolicy
+        werror = "enospc"
+    elif rerror is None:
+        rerror = werror
+    if werror:
+        props["werror"] = werror
+    if rerror:
+        props["rerror"] = rerror
+    return props
+
+
+def disk_args(disk: Disk, versions: Versions, *, iothreads: int = 0,
+              size: int | None = None) -> DiskArgs:
+    """The arguments libvirt at ``versions`` generates for a domain of this one disk: iothread
+    objects, its controller, nodes and device. ValueError for settings libvirt refuses."""
+    domain = one_disk_domain(disk, iothreads)
+    out = domain_args(domain, versions, size=size)
+    if not out.disks[0].argv:
+        raise ValueError(out.disks[0].notes[0])
+    return DiskArgs(argv=out.argv, notes=out.notes + out.disks[0].notes)

@@ -1,0 +1,146 @@
+"""libvirt's defaults as recommend compares with them, what iomatrix cannot give a guest as
+libvirt would, and the domain XML a user pastes for a disk's settings (pure)."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from iomatrix.platform.libvirt.domain import Disk
+from iomatrix.platform.qemu import defaults as qemu_defaults
+from iomatrix.platform.settings import (DiskSettings, Pasted, PlatformDefault, disk_kind,
+                                        image_notes)
+
+
+MODEL_CONTROLLER = {"virtio-scsi": "virtio-scsi", "lsilogic": "lsi", "lsisas1078": "megasas",
+                    "vmpvscsi": "pvscsi"}
+CONTROLLER_MODEL = {"virtio-scsi": "virtio-scsi", "virtio-scsi-single": "virtio-scsi",
+                    "lsi": "lsilogic", "megasas": "lsisas1078", "pvscsi": "vmpvscsi"}
+BUS_OF = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "scsi",
+          "lsi": "scsi", "megasas": "scsi", "pvscsi": "scsi", "sata": "sata", "ide": "ide"}
+
+
+TITLE = "libvirt"
+PLACEHOLDER_IMAGE = "/var/lib/libvirt/images/disk"
+"""The image path recommend shows without ``--image`` (plus ``.raw``/``.qcow2``)."""
+GRAPH_DIFFERENCE = ("libvirt names its nodes libvirt-N-storage (auto-read-only, discard=unmap) and "
+                    "libvirt-N-format over it, which libvirt 10.1 and later leave out for raw "
+                    "disks on QEMU 9.0 and later, and its own device and iothread ids")
+"""How libvirt's block graph differs from iomatrix's own (plain QEMU's)."""
+NAMES = {"controller": "<target bus=> / <controller model=>",
+         "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
+         "cache": "<driver cache=>", "format": "<driver type=>",
+         "preallocation": "preallocation (image creation)",
+         "num_queues": "queues=", "queue_size": "queue_size="}
+"""Each parameter as libvirt's domain XML names it."""
+
+
+def defaults(*, storage: str = "other",
+             settings: dict[str, str] | None = None) -> dict[str, PlatformDefault]:
+    """Every parameter's default when the domain XML sets nothing: QEMU's."""
+    return qemu_defaults(where="XML", fmt="type=")
+
+
+UNEXPRESSIBLE = {("controller", "nvme"): "the reference documents no libvirt mapping for an "
+                                         "NVMe disk"}
+"""(axis, level) recommend cannot tell libvirt to use, and why."""
+
+
+def refusal(settings: DiskSettings) -> str | None:
+    """Why iomatrix cannot give a guest ``settings`` as libvirt would, or None."""
+    kind = disk_kind(settings)
+    if kind in ("nvme", "vhost-user-blk"):
+        return f"iomatrix does not model libvirt's {kind} disks"
+    if settings.queue_size and kind != "virtio-blk":
+        return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
+    return None
+
+
+def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cache: str | None,
+             iothread: bool, fmt: str = "raw", num_queues: int | None = None,
+             queue_size: int | None = None) -> tuple[Disk, int]:
+    """The ``<disk>`` (and ``<iothreads>`` count) a libvirt user writes for an iomatrix
+    configuration (:func:`disk_xml` writes it out)."""
+    if controller not in BUS_OF:
+        raise ValueError(f"iomatrix does not model libvirt's {controller} disks")
+    bus = BUS_OF[controller]
+    driver = {"name": "qemu", "type": fmt}
+    if cache:
+        driver["cache"] = cache
+    if aio:
+        driver["io"] = aio
+    cdrv: dict[str, str] = {}
+    if bus == "virtio":
+        if iothread:
+            driver["iothread"] = "1"
+        if num_queues:
+            driver["queues"] = str(num_queues)
+        if queue_size:
+            driver["queue_size"] = str(queue_size)
+    elif controller in ("virtio-scsi", "virtio-scsi-single"):
+        if iothread:
+            cdrv["iothread"] = "1"
+        if num_queues:
+            cdrv["queues"] = str(num_queues)
+    dev = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}[bus]
+    return Disk(kind="block" if block else "file", source=source, bus=bus, dev=dev,
+                driver=tuple(driver.items()), controller_model=CONTROLLER_MODEL.get(controller),
+                controller_driver=tuple(sorted(cdrv.items()))), 1 if iothread else 0
+
+
+def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
+    """The XML a libvirt user writes for a disk of :func:`disk_for`, as (where it goes, element):
+    ``<iothreads>`` in ``<domain>``, then in ``<devices>`` its ``<controller>`` (SCSI, with the
+    ``<driver>`` its disks share; SATA) and the ``<disk>``. recommend prints these; the
+    libvirt driver builds its domains from them."""
+    out = []
+    if iothreads:
+        threads = ET.Element("iothreads")
+        threads.text = str(iothreads)
+        out.append(("<domain>", threads))
+    if disk.bus == "scsi":
+        controller = ET.Element("controller", {"type": "scsi", "index": "0",
+                                               "model": disk.controller_model or "lsilogic"})
+        if disk.controller_driver:
+            ET.SubElement(controller, "driver", dict(disk.controller_driver))
+        out.append(("<devices>", controller))
+    elif disk.bus == "sata":
+        out.append(("<devices>", ET.Element("controller", {"type": "sata", "index": "0"})))
+    element = ET.Element("disk", {"type": disk.kind, "device": disk.device})
+    ET.SubElement(element, "driver", dict(disk.driver))
+    ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
+    ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
+    out.append(("<devices>", element))
+    return out
+
+
+def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pasted:
+    """What a libvirt user pastes for ``settings`` (on ``image``, by default
+    :data:`PLACEHOLDER_IMAGE`), as (where it goes, XML text) pairs: the ``<iothreads>`` (in
+    ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the ``<disk>`` with its
+    ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>`` (in
+    ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
+    iothread goes on the disk's driver for virtio-blk and on the controller's driver for
+    virtio-scsi, whose disks share it; queues likewise."""
+    path = image or f"{PLACEHOLDER_IMAGE}.{settings.format or 'raw'}"
+    controller = str(settings.controller)
+    notes: list[str] = []
+    if controller in ("virtio-scsi", "virtio-scsi-single") and settings.queue_size:
+        notes.append(f"queue_size={settings.queue_size} left out: the reference documents no "
+                     "virtqueue size for libvirt's virtio-scsi controller")
+    if controller == "virtio-scsi-single":
+        notes.append("libvirt has no virtio-scsi-single model: give each disk its own "
+                     "virtio-scsi controller (and its own iothread); for one disk this is it")
+    disk, threads = disk_for(controller, source=path, block=path.startswith("/dev/"),
+                             aio=settings.aio or "threads", cache=settings.cache or "writeback",
+                             iothread=bool(settings.iothread), fmt=settings.format or "raw",
+                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+    fragments = [(where, _text(element)) for where, element in disk_xml(disk, threads)]
+    notes += image_notes(settings, "qemu-img or a storage pool volume")
+    text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
+    return Pasted(text=text, notes=tuple(notes), fragments=tuple(fragments))
+
+
+def _text(element: ET.Element) -> str:
+    ET.indent(element, space="  ")
+    # libvirt's own documentation quotes attributes with '; ElementTree writes ".
+    return ET.tostring(element, encoding="unicode").replace('"', "'").replace(" />", "/>")

@@ -1,0 +1,90 @@
+"""An iomatrix disk as a libvirt ``<disk>`` and back (pure): the arguments and block graph
+libvirt gives it in a guest and in a qemu-storage-daemon, and what a domain's disk amounts to as
+iomatrix values."""
+
+from __future__ import annotations
+
+import json
+
+from iomatrix.platform.libvirt.args import disk_args
+from iomatrix.platform.libvirt.defaults import MODEL_CONTROLLER, disk_for
+from iomatrix.platform.libvirt.domain import Disk
+from iomatrix.platform.libvirt.versions import Versions, has_format_node
+from iomatrix.platform.settings import DiskImage, DiskSettings, GraphShape, StorageGraph, disk_kind
+from iomatrix.platform.values import DiskValues
+
+
+def configuration_of(disk: Disk) -> DiskValues:
+    """A libvirt disk as iomatrix configuration values, with notes."""
+    notes: list[str] = []
+    if disk.bus == "scsi":
+        controller = MODEL_CONTROLLER.get(disk.controller_model or "lsilogic")
+        if controller is None:
+            notes.append(f"{disk.dev}: controller model {disk.controller_model} is not one of "
+                         "iomatrix's controllers")
+        elif controller == "virtio-scsi":
+            notes.append(f"{disk.dev}: libvirt has no virtio-scsi-single: one virtio-scsi "
+                         "controller per disk is what iomatrix calls virtio-scsi-single")
+    else:
+        controller = {"virtio": "virtio-blk", "sata": "sata", "ide": "ide"}.get(disk.bus)
+    cache = disk.get("cache")
+    if cache is None:
+        notes.append(f"{disk.dev}: no cache=: QEMU's default, writeback")
+    aio = disk.get("io")
+    if aio is None:
+        notes.append(f"{disk.dev}: no io=: QEMU's default, threads")
+    cdrv = dict(disk.controller_driver)
+    iothread = bool(disk.get("iothread")) if disk.bus == "virtio" else bool(cdrv.get("iothread"))
+    queues = disk.get("queues") if disk.bus == "virtio" else cdrv.get("queues")
+    return DiskValues(controller=controller, aio=aio or "threads", iothread=iothread,
+                      cache=cache or "writeback", format=disk.get("type") or "raw",
+                      num_queues=int(queues) if queues else None,
+                      queue_size=int(disk.get("queue_size") or 0) or None, notes=tuple(notes))
+
+
+# -- a disk's settings as libvirt gives them to a guest and a storage daemon -------------------
+
+DAEMON_BUS = "virtio-blk"
+"""The bus of the ``<disk>`` a daemon's graph is built from: the nodes do not depend on it."""
+
+
+def guest_disk_argv(settings: DiskSettings, image: DiskImage,
+                    version: Versions | None = None) -> list[str]:
+    """The disk's arguments libvirt at ``version`` (by default :class:`Versions`' own)
+    generates for the ``<disk>`` a user would write for ``settings``. ValueError for what
+    libvirt refuses."""
+    _local(image)
+    disk, threads = disk_for(disk_kind(settings), source=image.path, block=image.is_device,
+                             aio=settings.aio, cache=settings.cache,
+                             iothread=bool(settings.iothread), fmt=settings.format or "raw",
+                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+    return list(disk_args(disk, version or Versions(), iothreads=threads, size=image.size).argv)
+
+
+def _local(image: DiskImage) -> None:
+    if image.network is not None:
+        raise ValueError(f"libvirt's graph for a {image.network.protocol} volume is not "
+                         "modelled: measure it with platform qemu or proxmox")
+
+
+def storage_graph(settings: DiskSettings, image: DiskImage,
+                  version: Versions | None = None) -> StorageGraph:
+    """``libvirt-1-storage`` and, where that libvirt gives the disk one, ``libvirt-1-format``
+    over it (:func:`disk_args`), the export on the top one."""
+    _local(image)
+    disk, _ = disk_for(DAEMON_BUS, source=image.path, block=image.is_device, aio=settings.aio,
+                       cache=settings.cache, iothread=False, fmt=settings.format or "raw")
+    argv = disk_args(disk, version or Versions(), size=image.size).argv
+    nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
+    return StorageGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])
+
+
+def graph_shape(settings: DiskSettings, version: Versions | None = None, *,
+                is_device: bool = False) -> GraphShape:
+    """A format node unless libvirt leaves it out (a block device's test area is a raw slice
+    node, which plays that part: :func:`has_format_node`); libvirt numbers ``<iothreads>``
+    from 1."""
+    format_node = has_format_node(settings.format or "raw", version or Versions(),
+                                  sliced=is_device)
+    zeroes = {"protocol": "off", "format": "off"} if format_node else {"protocol": "off"}
+    return GraphShape(format_node=format_node, detect_zeroes=zeroes, iothread="iothread1")

@@ -1,0 +1,225 @@
+"""A libvirt domain's XML read (pure; ``virsh dumpxml``): its disks and CD-ROMs in libvirt's
+order, their drive addresses, and the controllers libvirt gives QEMU for them
+(conf/domain_conf.c)."""
+
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree as ET
+
+from iomatrix.core.model import Frozen
+
+
+DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size", "discard",
+                "detect_zeroes", "error_policy", "rerror_policy")
+"""``<driver>`` attributes modelled here; others are named as not reproduced."""
+CONTROLLER_DRIVER_ATTRS = ("iothread", "queues")
+MAX_IOTHREADS = 65535
+"""The most ``<iothreads>`` iomatrix reads in a domain: it writes an ``-object`` for each."""
+UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
+                       "transient", "encryption", "backingStore", "mirror", "throttlefilters",
+                       "slices")
+_DISK_NAME = re.compile(r"^(fd|hd|vd|sd|xvd|ubd)([a-z]+)[0-9]*$")
+_UNITS = {"scsi": 7, "sata": 6}   # units per controller (SCSI: libvirt's narrow bus)
+
+
+def disk_index(dev: str) -> int:
+    """virDiskNameToIndex: ``sda`` → 0, ``hdz`` → 25, ``vdaa`` → 26; -1 for another name."""
+    found = _DISK_NAME.match(dev)
+    if found is None:
+        return -1
+    index = -1
+    for letter in found[2]:
+        index = (index + 1) * 26 + ord(letter) - ord("a")
+    return index
+
+
+class Controller(Frozen):
+    """One ``<controller>`` a disk sits on (added when the XML names it only by a disk's
+    address)."""
+
+    type: str
+    """scsi, sata or ide."""
+    index: int = 0
+    model: str | None = None
+    """SCSI: libvirt's model name (lsilogic, virtio-scsi, ...)."""
+    driver: tuple[tuple[str, str], ...] = ()
+
+
+class Disk(Frozen):
+    """One ``<disk>`` (a disk or a CD-ROM) and the controller it sits on."""
+
+    kind: str
+    """file or block."""
+    source: str
+    """The image; empty for a CD-ROM drive without a medium."""
+    bus: str
+    dev: str
+    device: str = "disk"
+    """disk or cdrom."""
+    driver: tuple[tuple[str, str], ...] = ()
+    address: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """The drive address: controller, bus, target, unit (from the target name by default)."""
+    readonly: bool = False
+    serial: str | None = None
+    boot: int | None = None
+    """``<boot order=…>``."""
+    controller_model: str | None = None
+    controller_driver: tuple[tuple[str, str], ...] = ()
+    unmodelled: tuple[str, ...] = ()
+
+    def get(self, name: str) -> str | None:
+        return dict(self.driver).get(name)
+
+
+class Domain(Frozen):
+    name: str = ""
+    iothreads: int = 0
+    disks: tuple[Disk, ...]
+    """In libvirt's order."""
+    controllers: tuple[Controller, ...] = ()
+    """Those the disks sit on that QEMU gets as devices, in libvirt's order (SCSI, IDE, SATA;
+    by index)."""
+    machine: str = "pc"
+    boot: tuple[str, ...] = ("hd",)
+    """``<os><boot dev=…>`` in order (none when the devices carry ``<boot order>``)."""
+    skipped: tuple[str, ...] = ()
+
+
+def parse_domain(text: str) -> Domain:
+    """``virsh dumpxml`` → its disks and CD-ROMs on virtio, SCSI, SATA and IDE (floppies, LUNs,
+    network and other disks are named in ``skipped``). ValueError for text that is not a
+    domain."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ValueError(f"not well-formed XML: {exc}") from None
+    if root.tag != "domain":
+        raise ValueError(f"not a libvirt domain: root element <{root.tag}>")
+    written = {(c.get("type", ""), int(c.get("index", "0"))): c
+               for c in root.iterfind("./devices/controller")}
+    disks: list[Disk] = []
+    skipped: list[str] = []
+    for element in root.iterfind("./devices/disk"):
+        disk = _disk(element, skipped)
+        if disk is not None:
+            _insert(disks, disk)
+    machine = root.find("./os/type")
+    machine_name = (machine.get("machine", "pc") if machine is not None else "pc") or "pc"
+    controllers = _controllers(disks, written)
+    models = {c.index: c for c in controllers if c.type == "scsi"}
+    disks = [d.model_copy(update={"controller_model": models[d.address[0]].model,
+                                  "controller_driver": models[d.address[0]].driver})
+             if d.bus == "scsi" else d for d in disks]
+    boot = tuple(b.get("dev", "") for b in root.iterfind("./os/boot"))
+    if not boot and all(d.boot is None for d in disks):
+        boot = ("hd",)                       # virDomainDefBootOrderPostParse
+    threads = root.find("iothreads")
+    iothreads = int(threads.text or "0") if threads is not None else 0
+    if not 0 <= iothreads <= MAX_IOTHREADS:
+        raise ValueError(f"<iothreads>{iothreads}</iothreads>: iomatrix reads 0 to "
+                         f"{MAX_IOTHREADS}")
+    return Domain(name=root.findtext("name", ""), disks=tuple(disks), skipped=tuple(skipped),
+                  iothreads=iothreads,
+                  controllers=tuple(c for c in controllers if not _builtin(c, machine_name)),
+                  machine=machine_name, boot=boot)
+
+
+def _disk(element: ET.Element, skipped: list[str]) -> Disk | None:
+    target = element.find("target")
+    dev = target.get("dev", "?") if target is not None else "?"
+    kind, device = element.get("type", "file"), element.get("device", "disk")
+    bus = target.get("bus", "virtio") if target is not None else "?"
+    source = element.find("source")
+    path = "" if source is None else source.get("file" if kind == "file" else "dev", "")
+    why = None
+    if kind not in ("file", "block"):
+        why = f"<disk type='{kind}'> is not modelled"
+    elif device not in ("disk", "cdrom"):
+        why = f"<disk device='{device}'> is not modelled"
+    elif bus not in ("virtio", "scsi", "sata", "ide"):
+        why = f"bus {bus!r} is not modelled"
+    elif not path and device == "disk":
+        why = "a disk without a source is not modelled"
+    address = element.find("address")
+    if why is None and (address is None or address.get("type") != "drive") and bus != "virtio" \
+            and disk_index(dev) < 0:
+        why = "a target name libvirt cannot place without an <address>"
+    if why is not None:
+        skipped.append(f"{dev}: {why}")
+        return None
+    driver = element.find("driver")
+    attrs = dict(driver.attrib) if driver is not None else {}
+    unmodelled = [f"<driver {k}='{v}'>" for k, v in attrs.items() if k not in DRIVER_ATTRS]
+    unmodelled += [f"<{child.tag}>" for child in element if child.tag in UNMODELLED_CHILDREN]
+    if driver is not None and driver.find("iothreads") is not None:
+        unmodelled.append("<driver><iothreads>")
+    boot = element.find("boot")
+    return Disk(kind=kind, source=path, bus=bus, dev=dev, device=device,
+                driver=tuple(attrs.items()), address=_address(bus, dev, address),
+                readonly=device == "cdrom" or element.find("readonly") is not None,
+                serial=element.findtext("serial"), unmodelled=tuple(unmodelled),
+                boot=int(boot.get("order", "0")) if boot is not None else None)
+
+
+def _address(bus: str, dev: str, element: ET.Element | None) -> tuple[int, int, int, int]:
+    if element is not None and element.get("type") == "drive":
+        return (int(element.get("controller", "0")), int(element.get("bus", "0")),
+                int(element.get("target", "0")), int(element.get("unit", "0")))
+    index = disk_index(dev)
+    if bus == "ide":
+        return index // 4, index % 4 // 2, 0, index % 2
+    if bus in _UNITS:
+        return index // _UNITS[bus], 0, 0, index % _UNITS[bus]
+    return 0, 0, 0, 0
+
+
+def _insert(disks: list[Disk], disk: Disk) -> None:
+    """virDomainDiskInsert: after the last disk of the same bus, before the first of them
+    whose target name sorts after it."""
+    at = None
+    for i in range(len(disks) - 1, -1, -1):
+        if disks[i].bus != disk.bus:
+            continue
+        if disk_index(disks[i].dev) > disk_index(disk.dev):
+            at = i
+        elif at is None:
+            at = i + 1
+    disks.insert(len(disks) if at is None else at, disk)
+
+
+def _controllers(disks: list[Disk],
+                 written: dict[tuple[str, int], ET.Element]) -> list[Controller]:
+    """The SCSI, IDE and SATA controllers as written, and those the disks name that libvirt
+    adds, in the order libvirt gives them to QEMU."""
+    wanted = {(d.bus, d.address[0]) for d in disks if d.bus != "virtio"}
+    wanted |= {key for key in written if key[0] in ("scsi", "ide", "sata")}
+    wanted = sorted(wanted, key=lambda k: (("scsi", "ide", "sata").index(k[0]), k[1]))
+    out = []
+    for bus, index in wanted:
+        element = written.get((bus, index))
+        model = driver = None
+        if bus == "scsi":
+            model = element.get("model") if element is not None else None
+            model = model or "lsilogic"
+            cdrv = element.find("driver") if element is not None else None
+            driver = tuple(sorted(cdrv.attrib.items())) if cdrv is not None else ()
+        out.append(Controller(type=bus, index=index, model=model, driver=driver or ()))
+    return out
+
+
+def _builtin(controller: Controller, machine: str) -> bool:
+    """The PIIX IDE of pc machines and the SATA of q35: never on the command line."""
+    q35 = "q35" in machine
+    return controller.index == 0 and controller.type == ("sata" if q35 else "ide")
+
+
+def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
+    """A domain of this disk alone: its controller, no ``<os><boot>`` (so ``hd``)."""
+    controllers = []
+    if disk.bus == "scsi":
+        controllers.append(Controller(type="scsi", model=disk.controller_model or "lsilogic",
+                                      driver=disk.controller_driver))
+    elif disk.bus == "sata":
+        controllers.append(Controller(type="sata"))
+    return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)

@@ -1,0 +1,62 @@
+"""The libvirt and the QEMU it drives, as far as they decide a disk's nodes (pure): version
+numbers read, the versions modelled by default, and whether a raw disk gets a format node."""
+
+from __future__ import annotations
+
+import re
+
+from iomatrix.core.model import Frozen
+
+
+Version = tuple[int, int, int]
+
+RAW_LAYER_DROPPED: Version = (10, 1, 0)
+"""The first libvirt taken to drop a raw disk's format node. 10.0.0's source keeps it;
+11.3.0's drops it (verified against the real daemon). The capability it asks QEMU for,
+QEMU_CAPS_BLOCKJOB_BACKING_MASK_PROTOCOL (#455), was added between 10.1.0's #454
+(dynamic-memslots) and 10.2.0's #456 (display-reload): a libvirt 10.1 driving QEMU 9.0 or
+later is the one pairing this could model wrong."""
+BACKING_MASK_QEMU: Version = (9, 0, 0)
+"""QEMU's backing-mask-protocol ("since: 9.0" in qapi/block-core.json)."""
+PROPS_REORDERED: Version = (10, 0, 0)
+"""The storage node's keys in the new order: 10.0.0's source has it, 9.0.0 does not (versions
+in between are modelled as 9.0)."""
+DEFAULT_LIBVIRT: Version = (11, 3, 0)
+"""The libvirt modelled where none is named or installed: Debian 13's."""
+DEFAULT_QEMU: Version = (10, 0, 0)
+"""The QEMU modelled with it where no QEMU is installed: Debian 13's."""
+
+
+def parse_version(text: str) -> Version:
+    """The first ``X.Y[.Z]`` in ``text`` (``virsh version``, ``qemu-system-x86_64 --version``,
+    a suite's ``"11.3"``). ValueError when there is none."""
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if found is None:
+        raise ValueError(f"no version number in {text!r}")
+    return int(found[1]), int(found[2]), int(found[3] or 0)
+
+
+def shown(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
+class Versions(Frozen):
+    """The libvirt and the QEMU it drives: together they decide a disk's nodes."""
+
+    libvirt: Version = DEFAULT_LIBVIRT
+    qemu: Version = DEFAULT_QEMU
+
+    @property
+    def raw_format_node(self) -> bool:
+        """Whether a raw disk gets a format node over its storage node."""
+        return self.libvirt < RAW_LAYER_DROPPED or self.qemu < BACKING_MASK_QEMU
+
+    @property
+    def label(self) -> str:
+        return f"libvirt {shown(self.libvirt)} with QEMU {shown(self.qemu)}"
+
+
+def has_format_node(fmt: str, versions: Versions, *, sliced: bool = False) -> bool:
+    """Whether a disk of this format gets a format node (``sliced``: iomatrix's test area on a
+    block device, a raw ``<slice>``, whose slice node then plays that part)."""
+    return fmt != "raw" or versions.raw_format_node or sliced
