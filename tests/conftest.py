@@ -405,13 +405,32 @@ def host_appliance(appliance_kernel: Path) -> Path:
     return build_appliance().kernel.parent
 
 
-def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``iomatrix ARGS`` run in this process from ``cwd``, as ``subprocess.run([python, "-m",
-    "iomatrix", *ARGS], capture_output=True, text=True)`` would run it: through ``main`` (errors
-    as one line and an exit status), stdout and stderr apart, printed as into a pipe (200
-    columns, no colour). It spares each call a new interpreter importing numpy and SciPy (a
-    second or more on a busy host). A command that needs its own process (a run to signal or
-    kill, another PATH) still gets one."""
+IOMATRIX = [sys.executable, "-m", "iomatrix"]
+"""The command line in a process of its own."""
+
+
+def cli_result(*args: str, cwd: Path | None = None, check: int | None = None,
+               own_process: bool = False, env: dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``iomatrix ARGS`` run from ``cwd`` as ``subprocess.run([python, "-m", "iomatrix", *ARGS],
+    capture_output=True, text=True)`` would run it: through ``main`` (errors as one line and an
+    exit status), stdout and stderr apart, printed as into a pipe (200 columns, no colour); with
+    ``check``, the exit status it must end with.
+
+    In this process, which spares each call a new interpreter importing numpy and SciPy (a second
+    or more on a busy host), unless ``own_process`` or an ``env`` of its own: a run to signal or
+    kill, one owned by its pid, another PATH."""
+    if own_process or env is not None:
+        done = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    else:
+        done = _in_this_process(*args, cwd=cwd)
+    if check is not None:
+        assert done.returncode == check, done.stdout + done.stderr
+    return done
+
+
+def _in_this_process(*args: str, cwd: Path | None) -> subprocess.CompletedProcess[str]:
     import contextlib
     import io
 
@@ -440,10 +459,9 @@ def cli_result(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
                                        stderr.getvalue())
 
 
-def cli(*args: str) -> tuple[int, str]:
-    """The iomatrix command line run in-process as a user runs it (``cli_result``): the status,
-    and stdout followed by stderr."""
-    done = cli_result(*args)
+def cli(*args: str, **how: object) -> tuple[int, str]:
+    """``cli_result`` (``how``: its keywords) as a status, and stdout followed by stderr."""
+    done = cli_result(*args, **how)  # type: ignore[arg-type]
     return done.returncode, done.stdout + done.stderr
 
 

@@ -40,9 +40,8 @@ from iomatrix.core.proc import orphan_guard
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.targets.targets import plan_targets
-from tests.conftest import ATTACKS, Attack, User, as_user, cli_result, write_suite
+from tests.conftest import ATTACKS, Attack, IOMATRIX, User, as_user, cli_result, write_suite
 
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 SHARED = Path(tempfile.gettempdir())
 """Where the shared area goes: the system's temporary directory, which every user reaches."""
 

@@ -30,11 +30,10 @@ import pytest
 from iomatrix.store import Store
 from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
-from tests.conftest import ATTACKS, REPO, Attack, User, as_user
+from tests.conftest import ATTACKS, Attack, IOMATRIX, REPO, User, as_user
 
 pytestmark = ATTACKS
 
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 HOSTILE = "\x1b[2J\x1b]52;c;aWQ7cm0=\x07\x9b6n\u202e"
 """Clear the screen, set the clipboard (OSC 52, BEL-terminated), ask for the cursor's position
 (C1 CSI), reverse what follows (RLO)."""

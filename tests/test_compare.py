@@ -4,8 +4,6 @@ and the command line, and two real host-mode runs compared end to end."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -21,7 +19,6 @@ from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 from tests.conftest import cli_result, write_suite
 
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 CONFIGS = configurations("blocklayer", {"aio": ["native", "threads"], "cache": ["none"],
                                         "format": ["raw"]})
 WORKLOADS = [Workload(rw="randread", bs=4096, iodepth=1), Workload(rw="randread", bs=4096, iodepth=32)]
@@ -55,16 +52,6 @@ def two_runs(db: Path, b_figures: Callable[[Configuration, Workload, int], Figur
                       accelerator=b_accelerator)
         return store.load_run(a), store.load_run(b)
 
-
-def cli(*args: str, cwd: Path, check: int = 0, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``iomatrix ARGS`` from ``cwd``; a run in its own process, other commands in this one."""
-    if args[0] == "run":
-        proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
-    else:
-        proc = cli_result(*args, cwd=cwd)
-    assert proc.returncode == check, proc.stdout + proc.stderr
-    return proc
 
 
 def test_faster_with_low_noise_is_significant_equal_with_noise_is_not(tmp_path: Path) -> None:
@@ -110,7 +97,7 @@ def test_different_workloads_are_refused_with_the_differences_named(tmp_path: Pa
         compare_runs(a, b)
     assert str(refused.value) == ("runs 1 and 2 measured different workloads: "
                                   "only run 1 has 4k randread QD32; only run 2 has 64k randwrite QD8")
-    proc = cli("compare", "1", "2", "--db", "r.db", cwd=tmp_path, check=ExitStatus.USAGE)
+    proc = cli_result("compare", "1", "2", "--db", "r.db", cwd=tmp_path, check=ExitStatus.USAGE)
     assert proc.stdout == ""
     assert proc.stderr.splitlines()[0] == f"iomatrix: {refused.value}"
     assert "Traceback" not in proc.stderr
@@ -119,7 +106,7 @@ def test_different_workloads_are_refused_with_the_differences_named(tmp_path: Pa
 def test_host_differences_warn_on_stderr_and_still_compare(tmp_path: Path) -> None:
     upgraded = {**HOST, "kernel": "6.1.0-21-amd64", "qemu": "8.2.2"}
     two_runs(tmp_path / "r.db", figures(1.1, shift=1), b_host=upgraded)
-    proc = cli("compare", "1", "2", "--db", "r.db", cwd=tmp_path)
+    proc = cli_result("compare", "1", "2", "--db", "r.db", cwd=tmp_path, check=0)
     assert proc.stderr.splitlines() == [
         "warning: host kernel differs: A 6.1.0-18-amd64 · B 6.1.0-21-amd64",
         "warning: host qemu differs: A 7.2.9 · B 8.2.2",
@@ -129,7 +116,7 @@ def test_host_differences_warn_on_stderr_and_still_compare(tmp_path: Path) -> No
 
 def test_cli_whole_output(tmp_path: Path) -> None:
     two_runs(tmp_path / "r.db", figures(1.1, shift=1))
-    proc = cli("compare", "1", "last", "--db", "r.db", cwd=tmp_path)
+    proc = cli_result("compare", "1", "last", "--db", "r.db", cwd=tmp_path, check=0)
     assert proc.stderr == ""
     text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.+]+", "TIME", proc.stdout)
     lines = [line.rstrip() for line in text.splitlines()]
@@ -157,7 +144,7 @@ def test_single_samples_show_the_change_but_no_verdict(tmp_path: Path) -> None:
     assert native.outcome == "not judged" and native.comparison.p_value is None
     assert native.verdict == "significance cannot be judged (n=1 vs n=1; needs at least 2 each)"
     assert result.summary.not_judged == 4 and result.summary.family == 0
-    out = cli("compare", "1", "2", "--db", "r.db", "--metric", "bw", cwd=tmp_path).stdout
+    out = cli_result("compare", "1", "2", "--db", "r.db", "--metric", "bw", cwd=tmp_path, check=0).stdout
     row = next(line for line in out.splitlines() if "native/none/raw   4k randread QD1 " in line)
     assert re.search(r"38\.7 \(n=1\) +46\.4 \(n=1\)", row)
     assert "+20.0%" in row and "significance cannot be judged" in row
@@ -178,7 +165,7 @@ def test_unmatched_configurations_are_listed(tmp_path: Path) -> None:
     result = compare_runs(a, partial)
     assert [(u.config_label, u.workload_label, u.measured_in) for u in result.unpaired] == [
         ("blocklayer native/none/raw", "4k randread QD32", "a")]
-    out = cli("compare", "1", "2", "--db", "r.db", cwd=tmp_path).stdout
+    out = cli_result("compare", "1", "2", "--db", "r.db", cwd=tmp_path, check=0).stdout
     assert "only in A (run 1), not compared: blocklayer threads/none/raw" in out
     assert "only in B (run 2), not compared: blocklayer io_uring/none/raw" in out
 
@@ -208,7 +195,7 @@ def test_emulated_runs_are_said_prominently_and_mixing_is_warned(tmp_path: Path)
     result = compare_runs(a, b)
     assert (result.emulated_a, result.emulated_b, result.mixed_emulation) == (False, True, True)
     assert all(not p.a.emulated and p.b.emulated for p in result.points)
-    proc = cli("compare", "1", "2", "--db", "r.db", cwd=tmp_path)
+    proc = cli_result("compare", "1", "2", "--db", "r.db", cwd=tmp_path, check=0)
     assert ("EMULATED (TCG): run B's guest figures measure QEMU's CPU emulator, not the hardware"
             in proc.stdout)
     assert "run A's" not in proc.stdout
@@ -222,14 +209,14 @@ def test_run_b_from_another_database(tmp_path: Path) -> None:
         write_run(store, CONFIGS, WORKLOADS, figures(), host=HOST)
     with Store(tmp_path / "b.db") as store:
         write_run(store, CONFIGS, WORKLOADS, figures(1.1, shift=1), host={**HOST, "hostname": "beta"})
-    proc = cli("compare", "2", "last", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path)
+    proc = cli_result("compare", "2", "last", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path, check=0)
     assert proc.stdout.splitlines()[1].startswith("B: run 1 (b.db) · suite synthetic")
     assert proc.stderr == "warning: host hostname differs: A alpha · B beta\n"
     assert "2 significantly better in B" in proc.stdout
-    proc = cli("compare", "1", "2", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path,
+    proc = cli_result("compare", "1", "2", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path,
                check=ExitStatus.NOT_FOUND)
     assert "b.db: no run 2" in proc.stderr
-    proc = cli("compare", "1", "1", "--db", "a.db", "--metric", "speed", cwd=tmp_path,
+    proc = cli_result("compare", "1", "1", "--db", "a.db", "--metric", "speed", cwd=tmp_path,
                check=ExitStatus.USAGE)
     assert "choose iops, bw, lat or p99" in proc.stderr
 
@@ -249,9 +236,9 @@ samples = 2
 @pytest.mark.slow
 def test_two_real_host_runs_compared_end_to_end(tmp_path: Path, no_leftovers: None) -> None:
     suite = write_suite(tmp_path, HOST_SUITE, size="16MiB")
-    cli("run", str(suite), "--db", "a.db", cwd=tmp_path, timeout=300)
-    cli("run", str(suite), "--db", "b.db", cwd=tmp_path, timeout=300)
-    proc = cli("compare", "last", "last", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path)
+    cli_result("run", str(suite), "--db", "a.db", cwd=tmp_path, timeout=300, own_process=True, check=0)
+    cli_result("run", str(suite), "--db", "b.db", cwd=tmp_path, timeout=300, own_process=True, check=0)
+    proc = cli_result("compare", "last", "last", "--db", "a.db", "--db-b", "b.db", cwd=tmp_path, check=0)
     assert proc.stderr == ""   # same host, same target: nothing differs but the figures
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("A: run 1 (a.db) · suite t · complete")

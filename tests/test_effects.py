@@ -285,13 +285,10 @@ def test_bad_requests_say_what_exists(matrix: tuple[StoredRun, Path]) -> None:
 
 # --- the command --------------------------------------------------------------------------------
 
-def _cli(*args: str) -> tuple[int, str]:
-    return cli(*args)
-
 
 def test_effect_lists_axes_without_axis(matrix: tuple[StoredRun, Path]) -> None:
     _, db = matrix
-    code, output = _cli("effect", "1", "--db", str(db))
+    code, output = cli("effect", "1", "--db", str(db))
     assert code == 0
     assert re.search(r"aio\s+native, io_uring\s+native", output)
     assert re.search(r"iothread\s+off, on\s+off", output)
@@ -299,7 +296,7 @@ def test_effect_lists_axes_without_axis(matrix: tuple[StoredRun, Path]) -> None:
 
 def test_effect_table(matrix: tuple[StoredRun, Path]) -> None:
     run, db = matrix
-    code, output = _cli("effect", "1", "--axis", "iothread", "--hold", "aio", "--db", str(db))
+    code, output = cli("effect", "1", "--axis", "iothread", "--hold", "aio", "--db", str(db))
     assert code == 0, output
     assert "EMULATED" not in output
     rows = [line.split() for line in output.splitlines() if line.strip().startswith("on ")]
@@ -315,7 +312,7 @@ def test_effect_table(matrix: tuple[StoredRun, Path]) -> None:
 def test_effect_latency_by_workload_emulated(tmp_path: Path) -> None:
     configs = configurations("guest", {**FIXED, "aio": ["native"], "iothread": [False, True]})
     _, db = _run(tmp_path, configs, SMALL_WORKLOADS, _small, accelerator="tcg")
-    code, output = _cli("effect", "last", "--axis", "iothread", "--metric", "lat", "--by", "workload",
+    code, output = cli("effect", "last", "--axis", "iothread", "--metric", "lat", "--by", "workload",
                         "--db", str(db))
     assert code == 0, output
     assert "EMULATED (TCG)" in output
@@ -332,7 +329,7 @@ def test_effect_latency_by_workload_emulated(tmp_path: Path) -> None:
 def test_effect_refuses_with_one_line(matrix: tuple[StoredRun, Path], args: tuple[str, ...],
                                       message: str) -> None:
     _, db = matrix
-    code, output = _cli("effect", "1", *args, "--db", str(db))
+    code, output = cli("effect", "1", *args, "--db", str(db))
     assert code == ExitStatus.USAGE
     assert output.splitlines()[0] == message
     assert output.splitlines()[1].startswith("iomatrix: hint: ")

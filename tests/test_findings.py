@@ -5,7 +5,6 @@ claims, the command and the report's Findings section; and one real quick run.""
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import sqlite3
@@ -14,12 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from iomatrix.analysis.findings import (CONFIRMED, CONTRADICTED, EMULATED, NO_DIFFERENCE,
                                         NOT_DECIDED, NOT_MEASURABLE, claims_of, evaluate)
-from iomatrix.cli.app import main
-from iomatrix.cli.common import Environment, use_environment
 from iomatrix.core.errors import SuiteError
 from iomatrix.report.data import build_report_data
 from iomatrix.report.html import render_html
@@ -31,6 +27,7 @@ from iomatrix.suite.workloads import Workload
 from iomatrix.testing.synthetic import Figures, configurations, write_run
 
 from tests.browser import chromium, open_page
+from tests.conftest import cli
 from tests.needs import needs
 
 W4K1 = Workload(rw="randread", bs=4096, iodepth=1)
@@ -424,16 +421,9 @@ def found_db(tmp_path: Path) -> Path:
     return tmp_path / "f.db"
 
 
-def run_cli(*args: str) -> tuple[int, str]:
-    buf = io.StringIO()
-    env = Environment(stdout=Console(file=buf, width=250), stderr=Console(file=io.StringIO()))
-    with use_environment(env), pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    return int(exit_.value.code or 0), buf.getvalue()
-
 
 def test_findings_command(found_db: Path) -> None:
-    code, text = run_cli("findings", "last", "--db", str(found_db))
+    code, text = cli("findings", "last", "--db", str(found_db))
     assert code == 0
     assert "findings (from the run's suite)" in text
     assert "t-io_uring · seed test §2" in text and "published: +20 %" in text
@@ -448,7 +438,7 @@ def test_a_run_without_claims(tmp_path: Path) -> None:
     run = store.load_run(store.resolve("last"))
     assert claims_of(run) == ((), "the run's suite")
     store.close()
-    code, text = run_cli("findings", "last", "--db", str(tmp_path / "f.db"))
+    code, text = cli("findings", "last", "--db", str(tmp_path / "f.db"))
     assert code == 0 and "states no findings" in text
     assert build_report_data(run).findings == ()
     assert 'id="findings"' not in render_html(build_report_data(run))
@@ -511,5 +501,5 @@ def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     # the 128k claim rests on one pair, measured in three rounds: a paired interval
     sat = next(c for c in results["000-io_uring-saturated-128k"].checks if c.mode == "blocklayer")
     assert sat.measured and sat.low is not None and sat.adjusted_p is not None
-    code, text = run_cli("findings", "last", "--db", str(db))
+    code, text = cli("findings", "last", "--db", str(db))
     assert code == 0 and "000-iothread-qd1" in text and "rules:" in text

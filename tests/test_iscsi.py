@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +17,11 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import cli_result, our_processes
+from tests.conftest import IOMATRIX, cli_result, our_processes
 from tests.needs import needs
 from tests.tgt import Tgt, tgtd
 
 pytestmark = [pytest.mark.slow, needs("tgt")]
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 PASSWORD = "s3cret-Pa55word-xyzzy"
 USER = "chapuser-qwerty"
 

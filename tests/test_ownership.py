@@ -34,10 +34,9 @@ from iomatrix.suite import load_suite
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets import workspace as workspace_module
-from tests.conftest import cli_result, our_processes, write_suite
+from tests.conftest import IOMATRIX, cli_result, our_processes, write_suite
 from tests.needs import lacking
 
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
 HOST = """
 [[workloads]]
@@ -57,16 +56,6 @@ precondition = false
 def host_suite(tmp_path: Path, runtime: str = "500ms") -> Path:
     return write_suite(tmp_path, HOST.format(runtime=runtime), size="4MiB")
 
-
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``iomatrix ARGS`` from ``cwd``: a run in a process of its own (with ``env``), as it is
-    owned by its pid; other commands (clean) in this one (``cli_result``)."""
-    if args[0] != "run":
-        assert env is None
-        return cli_result(*args, cwd=cwd)
-    return subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def trials(db: Path, run: int = 1) -> list[tuple[str, str, int, str]]:
@@ -207,7 +196,7 @@ def test_resume_of_a_run_being_measured_refuses_in_one_line(tmp_path: Path,
     db = tmp_path / "r.db"
     first = start_and_wait(["run", str(suite), "--db", str(db)], tmp_path,
                            lambda: len(trials(db)) >= 1)
-    second = cli("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
+    second = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path, own_process=True)
     assert second.returncode == ExitStatus.BUSY, second.stderr
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in second.stderr
@@ -268,7 +257,7 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
     failing = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
-    first = cli("run", str(suite), "--db", str(db), cwd=tmp_path, env=failing)
+    first = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path, env=failing, own_process=True)
     assert first.returncode == ExitStatus.TRIALS_FAILED, first.stderr
     with Store(db, readonly=True) as store:
         before = {(t.config_key, t.workload_key, t.sample_index): t
@@ -279,7 +268,7 @@ def test_retry_failed_measures_failed_trials_again_and_keeps_their_reasons(
     assert again.returncode == 0 and again.stderr == ""
     assert again.stdout == ("run 1 is complete: nothing to do (2 of its trials failed: "
                             "`iomatrix run --resume 1 --retry-failed` measures them again)\n")
-    retried = cli("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path)
+    retried = cli_result("run", "--resume", "1", "--retry-failed", "--db", str(db), cwd=tmp_path, own_process=True)
     assert retried.returncode == 0, retried.stderr
     assert "2 trials" in retried.stderr
     with Store(db, readonly=True) as store:
@@ -339,13 +328,13 @@ def test_kill_9_leftovers_are_recorded_and_resume_reclaims_them(tmp_path: Path,
     assert {path for _, path in open_resources(db)} >= {str(p) for p in left}
     # --dry-run: says what it would remove, removes nothing, writes nothing
     before = db.read_bytes(), open_resources(db)
-    dry = cli("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
+    dry = cli_result("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert all(f"would remove {kind}" in dry.stdout and str(p) in dry.stdout
                for kind, p in zip(["scratch", "images"], left))
     assert "run 1: its process" in dry.stdout and "--resume 1" in dry.stdout
     assert leftovers(tmp_path) == left and (db.read_bytes(), open_resources(db)) == before
-    done = cli("run", "--resume", "1", "--db", str(db), cwd=tmp_path)
+    done = cli_result("run", "--resume", "1", "--db", str(db), cwd=tmp_path, own_process=True)
     assert done.returncode == 0, done.stderr
     assert "which is gone: this process takes it over" in done.stderr
     assert leftovers(tmp_path) == [] and open_resources(db) == []
@@ -363,19 +352,19 @@ def test_the_next_run_over_the_target_and_clean_reclaim_leftovers(tmp_path: Path
     kill_9_mid_run(tmp_path, suite, db)
     first = leftovers(tmp_path)
     assert len(first) == 2
-    nxt = cli("run", str(suite), "--db", str(db), cwd=tmp_path)   # a new run, not a resume
+    nxt = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path, own_process=True)   # a new run, not a resume
     assert nxt.returncode == 0, nxt.stderr
     assert leftovers(tmp_path) == []
     assert all(f"removed {kind} {p}" in nxt.stderr for kind, p in zip(["scratch", "images"], first))
     kill_9_mid_run(tmp_path, suite, db, run=3)
     assert len(leftovers(tmp_path)) == 2
-    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    cleaned = cli_result("clean", "--db", str(db), cwd=tmp_path)
     assert cleaned.returncode == 0, cleaned.stderr
     assert "removed 2" in cleaned.stdout and leftovers(tmp_path) == []
     assert open_resources(db) == []
-    again = cli("clean", "--db", str(db), cwd=tmp_path)
+    again = cli_result("clean", "--db", str(db), cwd=tmp_path)
     assert "nothing to clean" in again.stdout
-    missing = cli("clean", "--db", str(tmp_path / "none.db"), cwd=tmp_path)
+    missing = cli_result("clean", "--db", str(tmp_path / "none.db"), cwd=tmp_path)
     assert missing.returncode == ExitStatus.STORE and not (tmp_path / "none.db").exists()
 
 
@@ -389,7 +378,7 @@ def test_clean_leaves_what_a_live_run_uses(tmp_path: Path, no_leftovers: None) -
     assert len(used) == 2
     live.send_signal(signal.SIGSTOP)        # stopped, it lives: it may not end during the clean
     try:
-        cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+        cleaned = cli_result("clean", "--db", str(db), cwd=tmp_path)
     finally:
         live.send_signal(signal.SIGCONT)
     assert cleaned.returncode == 0, cleaned.stderr
@@ -555,7 +544,7 @@ precondition = false
     proc.communicate(timeout=10)
     time.sleep(0.5)
     assert fuse_mounts(), "the killed daemon's FUSE export should still be mounted"
-    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    cleaned = cli_result("clean", "--db", str(db), cwd=tmp_path)
     assert cleaned.returncode == 0, cleaned.stderr
     assert "FUSE export(s) detached" in cleaned.stdout
     assert fuse_mounts() == [] and leftovers(tmp_path) == []
@@ -673,7 +662,7 @@ def test_runs_tells_a_killed_run_from_one_being_measured(tmp_path: Path) -> None
     with Store(tmp_path / "r.db") as store:
         killed = new_run(store, owner=store.register_process(me._replace(pid=dead_pid()), ""))
         live = new_run(store, owner=store.register_process(me, ""))
-    listing = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
+    listing = cli_result("runs", "--db", "r.db", cwd=tmp_path).stdout
     rows = {line.split()[0]: line for line in listing.splitlines()[1:]}
     assert "stopped (process gone; --resume)" in rows[str(killed)]
     assert "running" in rows[str(live)] and "process gone" not in rows[str(live)]
@@ -686,12 +675,12 @@ def test_clean_dry_run_counts_what_clean_removes(tmp_path: Path, no_leftovers: N
     suite = host_suite(tmp_path)
     db = tmp_path / "r.db"
     kill_9_mid_run(tmp_path, suite, db)
-    dry = cli("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
+    dry = cli_result("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"would remove target directory {tmp_path / 'target'} " in dry.stdout, dry.stdout
     assert dry.stdout.splitlines()[-1].startswith("would remove 3 (")
     assert dry.stdout.splitlines()[-1].endswith("leave 0; nothing removed (--dry-run)")
-    cleaned = cli("clean", "--db", str(db), cwd=tmp_path)
+    cleaned = cli_result("clean", "--db", str(db), cwd=tmp_path)
     assert cleaned.returncode == 0, cleaned.stderr
     assert cleaned.stdout.splitlines()[-1].startswith("removed 3 (")
     assert cleaned.stdout.endswith(", left 0\n") and not (tmp_path / "target").exists()
@@ -716,7 +705,7 @@ def test_concurrent_runs_over_a_new_target_leave_no_directory(tmp_path: Path,
     # the shared database settles that record as gone
     with Store(tmp_path / "shared.db", readonly=True) as store:
         assert all(r.kind == "parent" for r in store.open_resources())
-    cleaned = cli("clean", "--db", str(tmp_path / "shared.db"), cwd=tmp_path)
+    cleaned = cli_result("clean", "--db", str(tmp_path / "shared.db"), cwd=tmp_path)
     assert all(line.startswith("gone target directory") for line in cleaned.stdout.splitlines()
                if ", pid " in line), cleaned.stdout          # one line per resource
     with Store(tmp_path / "shared.db", readonly=True) as store:

@@ -446,9 +446,6 @@ def test_the_accepted_values_are_the_references() -> None:
 
 # -- the CLI ---------------------------------------------------------------------------------
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return cli_result("recommend", *args)
-
 
 def _pasted(lines: list[str]) -> str:
     """The command after "# ready to paste", its continuation lines joined as the shell would."""
@@ -459,7 +456,7 @@ def _pasted(lines: list[str]) -> str:
 def test_cli_leads_with_the_verdict_then_the_paste(tmp_path: Path) -> None:
     make_run(tmp_path, "guest", SEED_000, seed_000_effect, accelerator="tcg")
     db = str(tmp_path / "r.db")
-    result = cli("last", "--for", "proxmox", "--db", db, "--vmid", "100",
+    result = cli_result("recommend", "last", "--for", "proxmox", "--db", db, "--vmid", "100",
                  "--volume", "local-lvm:vm-100-disk-1", "--storage-type", "lvm")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -481,7 +478,7 @@ def test_cli_leads_with_the_verdict_then_the_paste(tmp_path: Path) -> None:
                               "--scsi0 local-lvm:vm-100-disk-1,aio=native,iothread=1,cache=none")
     assert max(map(len, lines)) <= 100
 
-    explained = cli("last", "--for", "proxmox", "--db", db, "--storage-type", "lvm", "--explain")
+    explained = cli_result("recommend", "last", "--for", "proxmox", "--db", db, "--storage-type", "lvm", "--explain")
     lines = explained.stdout.splitlines()
     assert explained.returncode == 0 and max(map(len, lines)) <= 100
     assert "guest configurations all have controller=virtio-scsi-single, cache=none, format=raw" in lines
@@ -490,13 +487,13 @@ def test_cli_leads_with_the_verdict_then_the_paste(tmp_path: Path) -> None:
     assert any(line.startswith("rule: A level other than the platform's default") for line in lines)
     assert any(line.startswith("  · off vs on: IOPS ") for line in lines)
 
-    qemu = cli("last", "--db", db).stdout.splitlines()     # made for QEMU: iomatrix's own graph
+    qemu = cli_result("recommend", "last", "--db", db).stdout.splitlines()     # made for QEMU: iomatrix's own graph
     assert qemu[0] == "run 1 · suite synthetic · recommendation for QEMU 7.2"
     assert any(re.search(r"^  set +iothread=on +\+1[45]\.\d % IOPS \(95 % CI \+\S+ … \+\S+ %\) "
                          r"over off$", line) for line in qemu), qemu
-    libvirt = cli("last", "--for", "libvirt", "--db", db)
+    libvirt = cli_result("recommend", "last", "--for", "libvirt", "--db", db)
     assert libvirt.returncode == 0 and "<driver iothread='1'/>" in libvirt.stdout
-    bad = cli("last", "--for", "vmware", "--db", db)
+    bad = cli_result("recommend", "last", "--for", "vmware", "--db", db)
     assert bad.returncode == 2 and "choose proxmox, libvirt, qemu" in bad.stderr
 
 
@@ -540,7 +537,7 @@ def test_for_defaults_to_what_the_run_was_made_for(tmp_path: Path, method: dict[
     with Store(tmp_path / "r.db") as store:
         write_run(store, configs, WORKLOADS, lambda c, w, i: Figures(1000 * seed_000_effect(c),
                   4096e3, 1e6, 2e6), method=method, host=host)
-    done = cli("1", "--db", str(tmp_path / "r.db"))
+    done = cli_result("recommend", "1", "--db", str(tmp_path / "r.db"))
     assert done.returncode == 0, done.stderr
     first, why = done.stdout.splitlines()[:2]
     assert first.startswith(f"run 1 · suite synthetic · recommendation for {title}")

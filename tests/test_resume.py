@@ -6,17 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from iomatrix.store import Store
-from tests.conftest import Backend, cli_result, write_suite
+from tests.conftest import Backend, IOMATRIX, cli_result, write_suite
 
 pytestmark = pytest.mark.slow
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
 BODY = """
 [matrix]

@@ -8,7 +8,6 @@ import io
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import get_args
@@ -24,11 +23,10 @@ from iomatrix.suite import load_suite
 from iomatrix.suite.expand import NBD_IOTHREAD_SURVIVES_FROM
 from iomatrix.suite.fields import Mode
 from iomatrix.suite.method import Method
-from tests.conftest import REPO, cli_result, our_processes, write_suite
+from tests.conftest import IOMATRIX, REPO, cli_result, our_processes, write_suite
 from tests.needs import need
 
 pytestmark = pytest.mark.slow
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
 SMALL = """
 [matrix]
@@ -52,19 +50,6 @@ ramp = "200ms"
 runtime = "1s"
 """
 
-
-def cli(*args: str, cwd: Path, check: int | None = 0, timeout: float = 300,
-        own_process: bool = False) -> subprocess.CompletedProcess[str]:
-    """``iomatrix ARGS`` from ``cwd``: in this process (see ``cli_result``) unless
-    ``own_process``, as a run is (its own signal handlers, its children)."""
-    if own_process:
-        proc = subprocess.run([*IOMATRIX, *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
-    else:
-        proc = cli_result(*args, cwd=cwd)
-    if check is not None:
-        assert proc.returncode == check, proc.stdout + proc.stderr
-    return proc
 
 
 def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None) -> None:
@@ -125,19 +110,19 @@ def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
         'cache = ["none", "writeback"]', 'cache = "none"').replace('format = ["raw", "qcow2"]', 'format = "raw"').replace(
         'runtime = "1s"', 'runtime = "500ms"')
     suite = write_suite(tmp_path, body, size="16MiB")
-    run = cli("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path,
-              own_process=True)
+    run = cli_result("run", str(suite), "--db", "r.db", "--report", "rep", cwd=tmp_path,
+              own_process=True, check=0)
     assert "run 1: 6 trials ok, 0 failed" in run.stdout
     assert "[6/6]" in run.stderr            # plain progress lines when not on a terminal
-    runs = cli("runs", "--db", "r.db", cwd=tmp_path).stdout
+    runs = cli_result("runs", "--db", "r.db", cwd=tmp_path, check=0).stdout
     assert " t " in runs and "complete" in runs
-    show = cli("show", "last", "--db", "r.db", cwd=tmp_path).stdout
+    show = cli_result("show", "last", "--db", "r.db", cwd=tmp_path, check=0).stdout
     assert "host (bare metal)" in show and "blocklayer threads/none/raw" in show
     assert show.count("4k randread QD16") == 2
-    rows = list(csv.DictReader(io.StringIO(cli("export", "1", "--db", "r.db", cwd=tmp_path).stdout)))
+    rows = list(csv.DictReader(io.StringIO(cli_result("export", "1", "--db", "r.db", cwd=tmp_path, check=0).stdout)))
     assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
     assert all(float(r["iops"]) > 0 for r in rows)
-    data = json.loads(cli("export", "1", "--format", "json", "--db", "r.db", cwd=tmp_path).stdout)
+    data = json.loads(cli_result("export", "1", "--format", "json", "--db", "r.db", cwd=tmp_path, check=0).stdout)
     assert len(data["trials"]) == 6 and data["suite_text"] == suite.read_text()
     page = tmp_path / "rep/index.html"
     assert page.is_file()
@@ -161,17 +146,17 @@ def test_cli_run_show_export_report(tmp_path: Path, no_leftovers: None) -> None:
 ])
 def test_cli_bad_input_gives_one_line_and_status(tmp_path: Path, args: list[str], status: int,
                                                  message: str) -> None:
-    proc = cli(*args, cwd=tmp_path, check=status)
+    proc = cli_result(*args, cwd=tmp_path, check=status)
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_cli_not_found_and_not_enough_space(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, SMALL, size="64TiB")
-    proc = cli("run", str(suite), "--db", "r.db", cwd=tmp_path, check=ExitStatus.TARGET)
+    proc = cli_result("run", str(suite), "--db", "r.db", cwd=tmp_path, check=ExitStatus.TARGET)
     assert "free" in proc.stderr and "need" in proc.stderr
     assert not list((tmp_path / "target").glob("*"))   # nothing was created
-    proc = cli("show", "9", "--db", "r.db", cwd=tmp_path, check=ExitStatus.NOT_FOUND)
+    proc = cli_result("show", "9", "--db", "r.db", cwd=tmp_path, check=ExitStatus.NOT_FOUND)
     assert "no run 9" in proc.stderr
 
 

@@ -186,13 +186,10 @@ def test_bad_metrics_are_refused(seed002: tuple[StoredRun, Path]) -> None:
         scores(run, [])
 
 
-def _cli(*args: str) -> tuple[int, str]:
-    return cli(*args)
-
 
 def test_scores_command(seed002: tuple[StoredRun, Path]) -> None:
     _, db = seed002
-    code, output = _cli("scores", "1", "--db", str(db))
+    code, output = cli("scores", "1", "--db", str(db))
     assert code == 0, output
     lines = output.splitlines()
     ranked = [line.split()[:2] for line in lines if line.split()[:1] in (["1"], ["2"], ["3"], ["4"])]
@@ -211,8 +208,8 @@ def test_scores_command(seed002: tuple[StoredRun, Path]) -> None:
 
 def test_scores_command_emulated_and_refusal(tmp_path: Path) -> None:
     _, db = _store(tmp_path, CONFIGS, [QD1, QD128, BW], _figures, accelerator="tcg")
-    code, output = _cli("scores", "1", "--metrics", "iops,qd1_lat", "--db", str(db))
+    code, output = cli("scores", "1", "--metrics", "iops,qd1_lat", "--db", str(db))
     assert code == 0 and "EMULATED (TCG)" in output
-    code, output = _cli("scores", "1", "--metrics", "iops,speed", "--db", str(db))
+    code, output = cli("scores", "1", "--metrics", "iops,speed", "--db", str(db))
     assert code == ExitStatus.USAGE
     assert output.splitlines()[0] == "iomatrix: 'speed': not a score metric"

@@ -22,11 +22,10 @@ from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location, shown
 from iomatrix.store.records import CpuRecord, SteadyRecord
-from tests.conftest import Backend, cli_result, write_suite
+from tests.conftest import Backend, IOMATRIX, cli_result, write_suite
 from tests.test_store import host_series, new_run, sample, trial
 
 ROOT = Path(__file__).parents[1]
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
 WRITER = """
 import os, socket, sys, time

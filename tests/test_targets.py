@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,10 +27,9 @@ from iomatrix.suite import Workload, expand, load_suite, load_suite_text
 from iomatrix.targets import loops
 from iomatrix.targets.targets import plan_targets
 from iomatrix.testing.synthetic import write_run
-from tests.conftest import cli, write_suite
+from tests.conftest import IOMATRIX, cli, write_suite
 from tests.needs import lacking
 
-IOMATRIX = [sys.executable, "-m", "iomatrix"]
 
 SHARED = """
 [[workloads]]
