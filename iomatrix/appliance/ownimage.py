@@ -1,4 +1,5 @@
-"""The user's own guest ([guest] image): their disk image booted instead of the appliance.
+"""The user's own guest ([guest] image): their disk image booted instead of the appliance (the
+guest kind :mod:`iomatrix.drivers.guest.image` boots it with what this module makes).
 
 The image is user input, and it is only ever read. The image, kernel and initrd a suite names
 are used only if nobody but the invoking user could have chosen them (rule 1,
