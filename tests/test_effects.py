@@ -16,10 +16,9 @@ from iomatrix.analysis.effects import axes_of, default_reference, gains, overall
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import IomatrixError
 from iomatrix.store.records import StoredRun
-from iomatrix.store import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
-from iomatrix.testing.synthetic import Figures, Generator, configurations, write_run
+from iomatrix.testing.synthetic import Figures, Generator, configurations, stored_run
 from tests.conftest import cli
 
 FIXED = {"controller": ["virtio-scsi-single"], "cache": ["none"], "format": ["raw"]}
@@ -34,9 +33,7 @@ def _figures(iops: float) -> Figures:
 def _run(tmp_path: Path, configs: list[Configuration], workloads: list[Workload],
          fn: Generator, samples: int = 3, accelerator: str = "none") -> tuple[StoredRun, Path]:
     db = tmp_path / "r.db"
-    with Store(db) as store:
-        run_id = write_run(store, configs, workloads, fn, samples=samples, accelerator=accelerator)
-        return store.load_run(run_id), db
+    return stored_run(db, configs, workloads, fn, samples=samples, accelerator=accelerator), db
 
 
 # --- a dataset small enough to work out on paper -----------------------------------------------

@@ -8,10 +8,9 @@ import pytest
 
 from iomatrix.analysis.efficiency import efficiency
 from iomatrix.analysis.points import points
-from iomatrix.store import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
-from iomatrix.testing.synthetic import Figures, write_run
+from iomatrix.testing.synthetic import Figures, stored_run
 
 HOST = Configuration(mode="host")
 SAME = Configuration(mode="blocklayer", aio="threads", cache="none", format="raw")
@@ -26,8 +25,7 @@ def _figures(config: Configuration, workload: Workload, index: int) -> Figures:
 
 
 def test_percent_of_bare_metal_says_when_it_is_no_difference(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
-        run = store.load_run(write_run(store, [HOST, SAME, SLOWER], [WORKLOAD], _figures))
+    run = stored_run(tmp_path / "r.db", [HOST, SAME, SLOWER], [WORKLOAD], _figures)
     eff = efficiency(points(run), run.configs)
     same, slower = eff[(SAME.key, WORKLOAD.key)], eff[(SLOWER.key, WORKLOAD.key)]
     assert same.iops_pct == pytest.approx(100 * 1003.333 / 1000, rel=1e-4)
@@ -42,7 +40,6 @@ def test_percent_of_bare_metal_says_when_it_is_no_difference(tmp_path: Path) -> 
 
 
 def test_one_sample_is_not_tested(tmp_path: Path) -> None:
-    with Store(tmp_path / "r.db") as store:
-        run = store.load_run(write_run(store, [HOST, SLOWER], [WORKLOAD], _figures, samples=1))
+    run = stored_run(tmp_path / "r.db", [HOST, SLOWER], [WORKLOAD], _figures, samples=1)
     (e,) = efficiency(points(run), run.configs).values()
     assert e.iops_text == "70.0% (untested: n<2)"

@@ -30,7 +30,7 @@ from iomatrix.store import Store
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
-from iomatrix.testing.synthetic import Figures, configurations, write_run
+from iomatrix.testing.synthetic import Figures, configurations, stored_run, write_run
 from tests.conftest import cli_result, reference_table
 from tests.needs import needs
 
@@ -60,11 +60,8 @@ def make_run(tmp_path: Path, mode: str, axes: dict[str, list[object]], iops: Eff
         return Figures(value, value * workload.bs, lat, 2 * lat)
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    db = tmp_path / "r.db"
-    with Store(db) as store:
-        run_id = write_run(store, configs, WORKLOADS, figures, accelerator=accelerator,
-                           method=method)
-        return store.load_run(run_id)
+    return stored_run(tmp_path / "r.db", configs, WORKLOADS, figures, accelerator=accelerator,
+                      method=method)
 
 
 def decision(rec: Recommendation, axis: str):  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ from iomatrix.store import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
 from iomatrix.telemetry.steady import SteadyState
-from iomatrix.testing.synthetic import Figures, configurations, write_run
+from iomatrix.testing.synthetic import Figures, configurations, stored_run
 
 from tests.browser import chromium, open_page
 from tests.needs import needs
@@ -94,9 +94,7 @@ def telemetry(run: StoredRun) -> StoredRun:
 
 def make_run(tmp: Path, configs: list[Configuration], workloads: list[Workload], figures,
              **kw) -> StoredRun:
-    with Store(tmp / "runs.db") as store:
-        run_id = write_run(store, configs, workloads, figures, **kw)
-        return store.load_run(run_id)
+    return stored_run(tmp / "runs.db", configs, workloads, figures, **kw)
 
 
 def seed000_run(tmp: Path, *, accelerator: str = "tcg") -> StoredRun:

@@ -13,10 +13,9 @@ from iomatrix.analysis.scores import scores
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import IomatrixError
 from iomatrix.store.records import StoredRun
-from iomatrix.store import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
-from iomatrix.testing.synthetic import Figures, Generator, configurations, write_run
+from iomatrix.testing.synthetic import Figures, Generator, configurations, stored_run
 from tests.conftest import cli
 
 MIB = 1 << 20
@@ -61,9 +60,7 @@ def _figures(config: Configuration, workload: Workload, index: int) -> Figures:
 def _store(tmp_path: Path, configs: list[Configuration], workloads: list[Workload],
            fn: Generator, accelerator: str = "none") -> tuple[StoredRun, Path]:
     db = tmp_path / "s.db"
-    with Store(db) as store:
-        run_id = write_run(store, configs, workloads, fn, samples=2, accelerator=accelerator)
-        return store.load_run(run_id), db
+    return stored_run(db, configs, workloads, fn, samples=2, accelerator=accelerator), db
 
 
 @pytest.fixture

@@ -5,12 +5,13 @@ measured: every synthetic run is named "synthetic" and carries a note saying so.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
-from iomatrix.store.records import StoredSuite, TrialResult
+from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite.load import toml_table
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
@@ -72,3 +73,12 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                     wall_seconds=10.0, accelerator=accelerator))
     store.finish_run(run_id, "complete")
     return run_id
+
+
+def stored_run(db: str | os.PathLike[str], configs: list[Configuration],
+               workloads: list[Workload], figures: Generator, **how: object) -> StoredRun:
+    """A synthetic run (``write_run`` with ``how``: samples, accelerator, host, name, method)
+    written into the store at ``db`` (made if need be), as ``load_run`` reads it back."""
+    with Store(db) as store:
+        return store.load_run(write_run(store, configs, workloads, figures,
+                                        **how))  # type: ignore[arg-type]
