@@ -41,7 +41,8 @@ from iomatrix.core.proc import first_line, last_line, which
 from iomatrix.core.text import printable
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
-from iomatrix.measure.runner import RunOutcome, check_author, workspace_of, tools_for
+from iomatrix.measure.precheck import check_author, tools_for, workspace_of
+from iomatrix.measure.runner import RunOutcome
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.rows import HostMeta
 from iomatrix.store.repo import Store, now
@@ -122,7 +123,7 @@ def request_suite(request: CheckRequest | NodeRequest) -> Suite:
 def node_facts(suite: Suite) -> NodeFacts:
     """What a node says in its preflight: host, iomatrix, fio and QEMU versions, KVM, and the
     problems it sees with the suite here (what its author may not ask, before the target is
-    reached: ``runner.check_author``; tools missing, target unusable or too small)."""
+    reached: ``precheck.check_author``; tools missing, target unusable or too small)."""
     facts: dict[str, Any] = {"hostname": socket.gethostname(), "iomatrix": __version__}
     problems: list[str] = []
     try:
@@ -345,7 +346,7 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     node that cannot be used: unreachable, missing iomatrix, an answer that is no facts, a
     problem with the suite there, or an iomatrix, fio or QEMU version unlike the controller's
     (``mine``: this host's facts), or KVM where the controller has it for a guest suite. What
-    the suite's author may not ask (``runner.check_author``) is refused first, in one line:
+    the suite's author may not ask (``precheck.check_author``) is refused first, in one line:
     before any node is asked or any target reached."""
     check_author(suite)
     if suite.method.plans_rounds:

@@ -11,26 +11,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
-from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver, on_every_node
+from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.guest.kind import GuestKind
-from iomatrix.drivers.guest.kinds import check_kinds, cluster_refusal, opened_kinds
 from iomatrix.drivers.registry import driver_for
-from iomatrix.core.errors import IomatrixError, SuiteError, ToolFailed, TrialFailed, UntrustedFile
+from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
 from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
-from iomatrix.measure.reclaim import describe, reclaim, run_process
+from iomatrix.measure.reclaim import RunProcess, describe, reclaim, run_process
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
-from iomatrix.core.proc import require
 from iomatrix.suite.plan import Block, estimate_seconds, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
 from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, SteadyRecord,
@@ -43,6 +41,7 @@ from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
+from iomatrix.measure.precheck import check_run
 from iomatrix.telemetry.host import HostSeries, device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -111,19 +110,6 @@ class RunOutcome(Frozen):
     """Cluster runs: nodes that ended dropped or failed (whose trials may all be stored)."""
 
 
-def tools_for(expansion: Expansion) -> list[str]:
-    """The programs a run needs, checked before anything starts."""
-    tools = ["fio", "qemu-img"]
-    configs = expansion.configurations
-    if any(c.mode == "blocklayer" or c.data_path == "vhost-user-blk" for c in configs):
-        tools.append("qemu-storage-daemon")
-    if any(c.mode == "blocklayer" and c.iothread for c in configs):
-        tools.append("fusermount3")
-    if any(c.mode == "guest" for c in configs):
-        tools.append("qemu-system-x86_64")
-    return tools
-
-
 def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
@@ -155,36 +141,11 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         prepared = prepared.on_node(share.node)
         resume = store.run_by_uuid(share.run_uuid)
     suite = prepared.suite
-    for tool in tools_for(prepared.full):
-        require(tool)
-    for tool in registry.tools(suite.target):
-        require(tool)
-    if suite.method.concurrent_nodes and not nodes:
-        raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
-    if suite.method.concurrent_nodes:
-        _check_cluster_load(suite, prepared.full)
-    # what the suite's author may not ask refused, and what the guests read ([guest]'s image)
-    # opened once, before anything starts: every QEMU reads that descriptor
-    check_author(suite)
-    guests = opened_kinds(suite)            # their files checked just above
-    workspace = workspace_of(prepared, keep)
-    # under cluster load, each node's guests get disks of their own on the shared target
-    workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c
-                     for c in prepared.full.configurations])
+    workspace, guests = check_run(prepared, keep, nodes)
     with run_process(store, keep=keep) as me:
         assert me.id is not None and me.scratch is not None
         workdir = me.scratch
-        if resume is not None and share is not None and share.shared:
-            previous = None                 # the controller owns the cluster's run
-        elif resume is not None:
-            previous = store.claim_run(resume, me.id)
-            me.run_id = resume
-            if previous is not None:
-                progress.note(f"run {resume} was left by pid {previous.pid} (since "
-                              f"{previous.started_at}), which is gone: this process takes it over")
-        for done_item in reclaim(store, me=me.id, scope=_scope(suite, resume)):
-            if done_item.action == "removed":
-                progress.note(describe(done_item))
+        _take_over(store, me, suite, resume, share, progress)
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, guests)
         accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
         if suite.method.concurrent_nodes:
@@ -193,77 +154,96 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             if "guest" in drivers:
                 drivers["guest"] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
                                                       accelerator=accelerator)
-        prepared = prepared.under(accelerator)
-        retry: set[tuple[str, str, int]] = set()
-        if resume is None:
-            host = _host_record(suite, workspace, accelerator)
-            if suite.method.concurrent_nodes:
-                host["nodes"] = ", ".join(n.label for n in nodes)
-            notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes,
-                     *prepared.notes]
-            run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
-                                      accelerator=accelerator, notes=notes,
-                                      configs=prepared.expansion.configurations,
-                                      workloads=prepared.expansion.workloads,
-                                      seed=prepared.seed, owner=me.id,
-                                      run_uuid=share.run_uuid if share else None)
-            me.run_id = run_id
-            if suite.method.concurrent_nodes:       # --resume finds them there
-                store.add_nodes(run_id, [(n.label, asdict(n), {}) for n in nodes])
-            done: set[tuple[str, str, int]] = set()
-        else:
-            run_id = resume
-            prepared, done, retry, notes = _reopen(store, resume, prepared, workspace.notes,
-                                                   retry_failed, share.node if share else None)
-        for text in notes:
+        started = _start(store, me, prepared.under(accelerator), workspace, resume=resume,
+                         retry_failed=retry_failed, share=share, nodes=nodes)
+        for text in started.notes:
             progress.note(text)
-        workspace.for_run(record=me.record, scratch=workdir, run_id=run_id)
-        status = "failed"
-        try:
-            runner = _Runner(prepared, store, run_id, progress, done, retry)
-            with workspace:
-                workspace.create()
-                _late_notes(store, run_id, progress, notes, workspace.notes)
-                if suite.method.plans_rounds:
-                    runner.choose_trials(workspace, workdir, drivers)
-                runner.run(workspace, workdir, drivers)
-            status = "complete"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            if share is None or not share.shared:
-                store.finish_run(run_id, status)
-    return RunOutcome(run_id=run_id, trials_ok=runner.ok, trials_failed=runner.failed,
+        workspace.for_run(record=me.record, scratch=workdir, run_id=started.run_id)
+        runner = _measure(started, store, progress, workspace, workdir, drivers,
+                          owned=share is None or not share.shared)
+    return RunOutcome(run_id=started.run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
 
 
-def check_author(suite: Suite) -> None:
-    """What the suite's author (``Suite.author``) may not have this host do, refused in one line
-    (``UntrustedFile``) before anything starts, is stored, or logs in anywhere (a node, a
-    portal, a monitor): destroy a device or LUN (``Suite.destroy_refused``); hand QEMU a
-    [guest] file they could not choose or read (``check_guest_files``); send a key of a file
-    they cannot read to monitors or a portal they chose (each target kind's ``check_author``:
-    ``rbd.locate``, ``iscsi.read_chap``)."""
-    if (refused := suite.destroy_refused()) is not None:
-        raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
-                                          "(or you) can write, in a directory likewise")
-    check_kinds(suite)
-    registry.check_author((suite.target, *suite.targets), suite.author)
+def _take_over(store: Store, me: RunProcess, suite: Suite, resume: int | None,
+               share: Share | None, progress: Progress) -> None:
+    """The run resumed claimed by this process (``RunBusy`` while a live one owns it), and what
+    dead processes left for it or its target reclaimed (``_scope``)."""
+    assert me.id is not None
+    if resume is not None and share is not None and share.shared:
+        previous = None                 # the controller owns the cluster's run
+    elif resume is not None:
+        previous = store.claim_run(resume, me.id)
+        me.run_id = resume
+        if previous is not None:
+            progress.note(f"run {resume} was left by pid {previous.pid} (since "
+                          f"{previous.started_at}), which is gone: this process takes it over")
+    for done_item in reclaim(store, me=me.id, scope=_scope(suite, resume)):
+        if done_item.action == "removed":
+            progress.note(describe(done_item))
 
 
-def _check_cluster_load(suite: Suite, expansion: Expansion) -> None:
-    """SuiteError when ``suite`` asks cluster load of what is not built for it."""
-    kind = registry.kind_of(suite.target)
-    if kind is not None and not kind.cluster_load:
-        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
-                         f"so far (the target is {suite.target.kind})")
-    if any(c.mode == "blocklayer" for c in expansion.configurations):
-        raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
-                         "only: a blocklayer part would run on this host alone")
-    if (refused := cluster_refusal(suite)) is not None:
-        raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
-                         f"{refused}")
+class _Started(NamedTuple):
+    """The run stored (new) or reopened (resumed), as the runner measures it."""
+
+    run_id: int
+    prepared: PreparedRun
+    done: set[tuple[str, str, int]]
+    """Trials stored already (resume)."""
+    retry: set[tuple[str, str, int]]
+    """Failed trials measured again (--retry-failed)."""
+    notes: list[str]
+
+
+def _start(store: Store, me: RunProcess, prepared: PreparedRun, workspace: OpenTarget, *,
+           resume: int | None, retry_failed: bool, share: Share | None,
+           nodes: Sequence[Node]) -> _Started:
+    """A new run stored (its host record, with what the target's kind adds, and its notes), or
+    the run ``resume`` reopened (``_reopen``)."""
+    suite = prepared.suite
+    if resume is not None:
+        prepared, done, retry, notes = _reopen(store, resume, prepared, workspace.notes,
+                                               retry_failed, share.node if share else None)
+        return _Started(resume, prepared, done, retry, notes)
+    host = _host_record(suite, workspace, prepared.accelerator)
+    if suite.method.concurrent_nodes:
+        host["nodes"] = ", ".join(n.label for n in nodes)
+    notes = [*prepared.host_notes, *prepared.expansion.notes, *workspace.notes, *prepared.notes]
+    run_id = store.create_run(suite=StoredSuite.of(suite), host=host,
+                              accelerator=prepared.accelerator, notes=notes,
+                              configs=prepared.expansion.configurations,
+                              workloads=prepared.expansion.workloads,
+                              seed=prepared.seed, owner=me.id,
+                              run_uuid=share.run_uuid if share else None)
+    me.run_id = run_id
+    if suite.method.concurrent_nodes:       # --resume finds them there
+        store.add_nodes(run_id, [(n.label, asdict(n), {}) for n in nodes])
+    return _Started(run_id, prepared, set(), set(), notes)
+
+
+def _measure(started: _Started, store: Store, progress: Progress, workspace: OpenTarget,
+             workdir: Path, drivers: dict[str, Driver], *, owned: bool) -> "_Runner":
+    """Make the target and measure the run's trials (the pilot's first, when it plans its
+    rounds); the run ends complete, failed or interrupted (unless ``owned`` is False: a
+    cluster's controller ends it)."""
+    status = "failed"
+    try:
+        runner = _Runner(started.prepared, store, started.run_id, progress, started.done,
+                         started.retry)
+        with workspace:
+            workspace.create()
+            _late_notes(store, started.run_id, progress, started.notes, workspace.notes)
+            if started.prepared.suite.method.plans_rounds:
+                runner.choose_trials(workspace, workdir, drivers)
+            runner.run(workspace, workdir, drivers)
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if owned:
+            store.finish_run(started.run_id, status)
+    return runner
 
 
 def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[str, str]:
@@ -320,12 +300,6 @@ def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
     return (f"{now()}: --retry-failed measures {len(retry)} failed trial(s) again; they had "
             f"failed with: {listed}{more} (each failed attempt is kept in the run's trial "
             "history)")
-
-
-def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:
-    """The run's target, opened by its kind (``iomatrix.targets.registry``)."""
-    return registry.open_target(prepared.suite.target, prepared.targets, keep=keep,
-                                author=prepared.suite.author)
 
 
 def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]:

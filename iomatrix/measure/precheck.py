@@ -1,0 +1,91 @@
+"""What refuses a run before anything is stored or created, in one line: the programs it needs,
+what its suite's author may not have this host do, what cluster load cannot reach, and its
+target, opened by its kind (``iomatrix.targets.registry``) and checked. The runner and a
+cluster's controller (``iomatrix.measure.cluster``) ask here alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from iomatrix.cluster.ssh import Node
+from iomatrix.core.errors import SuiteError, UntrustedFile
+from iomatrix.core.proc import require
+from iomatrix.drivers.cluster import on_every_node
+from iomatrix.drivers.guest.kind import GuestKind
+from iomatrix.drivers.guest.kinds import check_kinds, cluster_refusal, opened_kinds
+from iomatrix.measure.prepare import PreparedRun
+from iomatrix.suite.expand import Expansion
+from iomatrix.suite.model import Suite
+from iomatrix.targets import registry
+from iomatrix.targets.kind import OpenTarget
+
+
+def tools_for(expansion: Expansion) -> list[str]:
+    """The programs a run needs, checked before anything starts."""
+    tools = ["fio", "qemu-img"]
+    configs = expansion.configurations
+    if any(c.mode == "blocklayer" or c.data_path == "vhost-user-blk" for c in configs):
+        tools.append("qemu-storage-daemon")
+    if any(c.mode == "blocklayer" and c.iothread for c in configs):
+        tools.append("fusermount3")
+    if any(c.mode == "guest" for c in configs):
+        tools.append("qemu-system-x86_64")
+    return tools
+
+
+def check_run(prepared: PreparedRun, keep: bool,
+              nodes: Sequence[Node]) -> tuple[OpenTarget, list[GuestKind]]:
+    """Everything a run is refused for, checked before anything is stored or created: the
+    programs it needs, cluster load, what the suite's author may not ask, the target (opened
+    by its kind, nothing made yet); with what the guests read ([guest]'s image) opened once:
+    every QEMU reads that descriptor."""
+    suite = prepared.suite
+    for tool in tools_for(prepared.full):
+        require(tool)
+    for tool in registry.tools(suite.target):
+        require(tool)
+    if suite.method.concurrent_nodes and not nodes:
+        raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
+    if suite.method.concurrent_nodes:
+        check_cluster_load(suite, prepared.full)
+    check_author(suite)
+    guests = opened_kinds(suite)            # their files checked just above
+    workspace = workspace_of(prepared, keep)
+    # under cluster load, each node's guests get disks of their own on the shared target
+    workspace.check([on_every_node(c, len(nodes)) if suite.method.concurrent_nodes else c
+                     for c in prepared.full.configurations])
+    return workspace, guests
+
+
+def check_author(suite: Suite) -> None:
+    """What the suite's author (``Suite.author``) may not have this host do, refused in one line
+    (``UntrustedFile``) before anything starts, is stored, or logs in anywhere (a node, a
+    portal, a monitor): destroy a device or LUN (``Suite.destroy_refused``); hand QEMU a
+    [guest] file they could not choose or read (``check_guest_files``); send a key of a file
+    they cannot read to monitors or a portal they chose (each target kind's ``check_author``:
+    ``rbd.locate``, ``iscsi.read_chap``)."""
+    if (refused := suite.destroy_refused()) is not None:
+        raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
+                                          "(or you) can write, in a directory likewise")
+    check_kinds(suite)
+    registry.check_author((suite.target, *suite.targets), suite.author)
+
+
+def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
+    """SuiteError when ``suite`` asks cluster load of what is not built for it."""
+    kind = registry.kind_of(suite.target)
+    if kind is not None and not kind.cluster_load:
+        raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
+                         f"so far (the target is {suite.target.kind})")
+    if any(c.mode == "blocklayer" for c in expansion.configurations):
+        raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
+                         "only: a blocklayer part would run on this host alone")
+    if (refused := cluster_refusal(suite)) is not None:
+        raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
+                         f"{refused}")
+
+
+def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:
+    """The run's target, opened by its kind (``iomatrix.targets.registry``)."""
+    return registry.open_target(prepared.suite.target, prepared.targets, keep=keep,
+                                author=prepared.suite.author)
