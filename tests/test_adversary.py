@@ -188,6 +188,7 @@ def assert_tmpdir_refused(done: subprocess.CompletedProcess[str], theirs: Path,
 
 # -- 1. directories the user controls ------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["owns the target", "owns a directory above it",
                                    "made it first in a sticky directory"])
 def test_a_target_another_user_controls_is_refused_while_they_swap_it(
@@ -235,6 +236,7 @@ def test_a_target_another_user_controls_is_refused_while_they_swap_it(
     assert left == []                                       # root made nothing there
 
 
+@pytest.mark.slow
 def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
                                                attacker: User, attack: Attack) -> None:
     """The scratch directory (sockets, job files) goes under $TMPDIR, as under ``sudo -E``."""
@@ -248,6 +250,7 @@ def test_a_tmpdir_another_user_owns_is_refused(tmp_path: Path, arena: Path,
     assert not (tmp_path / "target").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("made", [False, True], ids=["own filesystem", "made filesystem"])
 def test_swapping_directories_during_a_run_in_a_sticky_directory_is_refused(
         tmp_path: Path, arena: Path, attacker: User, made: bool, attack: Attack) -> None:
@@ -308,6 +311,7 @@ DB_WHY = ("another user could swap the database, or the files SQLite writes besi
           "iomatrix uses it")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", ["--db", "IOMATRIX_DB", "default"])
 def test_a_database_in_a_directory_another_user_owns_is_refused(
         tmp_path: Path, arena: Path, attacker: User, given: str, attack: Attack) -> None:
@@ -364,6 +368,7 @@ def test_reading_root_s_database_through_another_users_directory_is_refused(
     assert sorted(p.name for p in theirs.iterdir()) == ["r.db"]
 
 
+@pytest.mark.slow
 def test_files_another_user_planted_beside_a_database_in_a_sticky_directory_are_refused(
         tmp_path: Path, arena: Path, attacker: User, attack: Attack) -> None:
     """``--db`` in a sticky directory (as ``/tmp/r.db``): root's name is free, but the user
@@ -382,6 +387,7 @@ def test_files_another_user_planted_beside_a_database_in_a_sticky_directory_are_
     assert digest(secret) == before and not (sticky / "r.db").exists()
 
 
+@pytest.mark.slow
 def test_doctor_with_a_tmpdir_another_user_owns_is_refused_while_they_swap_in_it(
         arena: Path, attacker: User, attack: Attack) -> None:
     """``doctor`` boots QEMU for its KVM probe and starts it for the channel check, writing
@@ -469,6 +475,7 @@ def trials(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_a_planted_lock_keeps_no_dead_run_alive(tmp_path: Path, arena: Path,
                                                 attacker: User, attack: Attack) -> None:
     """The run's scratch directory is in a sticky $TMPDIR (as /tmp); the run is killed, its
@@ -589,6 +596,7 @@ def test_a_crafted_database_makes_clean_remove_nothing_it_names(
 
 # -- 6. a killed run's children ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_runs_qemu_img_dies_with_it_and_clean_frees_its_file(
         tmp_path: Path, no_leftovers: None, attack: Attack) -> None:
     """qemu-img preallocating a large image when the run is killed: it gets SIGTERM from the

@@ -72,6 +72,7 @@ def appliance(kernel: Path, cache: Path) -> Appliance:
     return build_appliance(cache_dir=cache, kernel=kernel)
 
 
+@pytest.mark.slow
 def test_build_is_cached_and_force_rebuilds(appliance: Appliance, kernel: Path,
                                             cache: Path) -> None:
     assert not appliance.cached and appliance.build_seconds > 0
@@ -161,6 +162,7 @@ def test_zero_tail_is_dropped_and_memory_size_kept() -> None:
     assert drop_zero_tail(trimmed) == trimmed
 
 
+@pytest.mark.slow
 def test_init_template_changes_change_the_key(appliance: Appliance, kernel: Path, cache: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     template = init_template()
@@ -210,6 +212,7 @@ def test_build_still_offers_the_names_other_layers_import() -> None:
         assert name in build.__all__ and hasattr(build, name), name
 
 
+@pytest.mark.slow
 def test_cli_build_reports_the_cached_appliance(appliance: Appliance, kernel: Path,
                                                 xdg_cache: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "iomatrix", "appliance", "build",
@@ -222,6 +225,7 @@ def test_cli_build_reports_the_cached_appliance(appliance: Appliance, kernel: Pa
     assert lines[-1].startswith("  cached (built in ")
 
 
+@pytest.mark.slow
 def test_cli_build_with_a_missing_kernel_says_so(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "iomatrix", "appliance", "build",
                           "--kernel", str(tmp_path / "vmlinuz-none")],
@@ -232,6 +236,7 @@ def test_cli_build_with_a_missing_kernel_says_so(tmp_path: Path) -> None:
         "iomatrix: hint: pass --kernel with a bzImage (vmlinuz) file"]
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_clearly(kernel: Path, cache: Path, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     garbage = tmp_path / "vmlinuz-garbage"

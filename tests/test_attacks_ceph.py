@@ -39,7 +39,7 @@ from tests.conftest import ATTACKS, Attack, User, as_user, cli_result
 from tests.needs import needs
 from tests.test_rbd import rbd_suite
 
-pytestmark = [ATTACKS, needs("ceph")]
+pytestmark = [pytest.mark.slow, ATTACKS, needs("ceph")]
 
 RULE_1 = "not root: another user could choose what librados reads there"
 

@@ -37,7 +37,7 @@ from tests.test_attacks_nodes import (HEARING, HOST, IOMATRIX, _iomatrix, _login
                                       _suite_text, _write_as)
 from tests.test_untrusted_inputs import one_line
 
-pytestmark = ATTACKS
+pytestmark = [pytest.mark.slow, ATTACKS]
 
 
 def _inventory(cluster: SshCluster, tmp_path: Path, command: str = IOMATRIX,

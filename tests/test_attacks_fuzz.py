@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from iomatrix.cli.status import ExitStatus
@@ -188,6 +189,7 @@ def _try(failures: list[str], what: str, action: Callable[[], str | None]) -> No
         failures.append(f"{what}: {wrong}")
 
 
+@pytest.mark.slow
 def test_every_suite_key_takes_any_value_or_refuses_it_in_one_line(
         tmp_path: Path, fuzzed: Fuzzed) -> None:
     beside(tmp_path)
@@ -358,6 +360,7 @@ def node_cases(guests: str) -> list[tuple[str, str, bytes, bool]]:
     return cases
 
 
+@pytest.mark.slow
 def test_node_commands_refuse_any_malformed_request_in_one_line(
         tmp_path: Path, fuzzed: Fuzzed) -> None:
     guests = Path(f"/tmp/iomatrix-guests-{secrets.token_hex(8)}")

@@ -89,6 +89,7 @@ def _evil(user: User, theirs: Path, made: Path) -> dict[str, Path]:
                                  0o755)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["ssh_config", "command"])
 @pytest.mark.parametrize("way", ["suite", "suite's inventory", "--nodes inventory"])
 def test_what_only_root_s_configuration_names_is_refused_from_another_user(

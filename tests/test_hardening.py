@@ -555,6 +555,7 @@ TOML_TOKENS = ["[suite]\n", "[target]\n", "[method]\n", "[[workloads]]\n", "[wor
                "true", "1e999", "nan", "64MiB", "9" * 30, "\\", "$", "#", "a.b", "'''", '"""']
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=200),
@@ -564,6 +565,7 @@ def test_any_text_is_a_suite_or_a_suite_error(text: str) -> None:
     check_accepted(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(suite_texts())
@@ -571,6 +573,7 @@ def test_any_suite_is_refused_or_confined_to_its_directories(text: str) -> None:
     check_accepted(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=700, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(option_tables)

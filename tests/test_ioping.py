@@ -119,6 +119,7 @@ INTERVAL = 0.001
 """1 ms between requests: the device idles between them, as at ioping's 1 s, in a test's time."""
 
 
+@pytest.mark.slow
 @needs_ioping
 def test_fio_s_equivalent_job_agrees_with_ioping_and_a_qd16_job_does_not(tmp_path: Path) -> None:
     """ioping and fio's equivalent job (``ioping_job_text``) on the same file on disk, in
@@ -197,6 +198,7 @@ def _run(suite: Path) -> tuple[Path, StoredRun]:
         return db, store.load_run(store.resolve("last"))
 
 
+@pytest.mark.slow
 @needs_ioping
 def test_a_run_measures_ioping_with_ioping_on_the_host_and_with_fio_in_the_block_layer(
         tmp_path: Path, no_leftovers: None) -> None:
@@ -225,6 +227,7 @@ def test_a_run_measures_ioping_with_ioping_on_the_host_and_with_fio_in_the_block
     assert "IOPS" not in shown.split("ioping -c 6")[0]   # no fio table: the run has none
 
 
+@pytest.mark.slow
 def test_latency_added_is_against_the_baseline_of_the_point_s_own_target(
         tmp_path: Path, no_leftovers: None) -> None:
     """In a run over several targets each ioping point's added latency is its mean minus the

@@ -127,6 +127,7 @@ def test_syntax_comments_globals_aliases_and_flags(tmp_path: Path) -> None:
     assert [(w.rw, w.bs, w.iodepth) for w in expand(bare).workloads] == [("read", 4096, 1)]
 
 
+@pytest.mark.slow
 def test_sizes_and_bare_flags_are_what_fio_reads(tmp_path: Path) -> None:
     """fio itself, with the null engine: the block size it used for each spelling is ours, and
     what fio reads otherwise than it looks is not read as it looks."""
@@ -243,6 +244,7 @@ def verdict(fio: str, path: Path) -> str:
     return "loaded"
 
 
+@pytest.mark.slow
 def test_fios_own_examples_are_read_as_fio_reads_them() -> None:
     """Every job file of fio's examples/: what iomatrix loads fio parses, and each refusal that
     speaks for fio (none, since 12 were false) is checked against fio --parse-only."""
@@ -264,6 +266,7 @@ CRAFTED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("number", range(0, len(CRAFTED), 20))
 def test_refusals_that_speak_for_fio_are_true_of_fio(tmp_path: Path, number: int) -> None:
     fio = require("fio")
@@ -289,6 +292,7 @@ def fio_runs_together(fio: str, tmp_path: Path, jobs: dict[str, str], long: str,
     return ran[long] < seconds * 500
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs, long, ender, refused", [
     # fio's waitfor.fio as a chain, one link by name=: each job waits for the one before
     ({"first": "", "second": "name=two\nwait_for=first\n", "third": "wait_for=two\n",
@@ -471,6 +475,7 @@ class StopAfterFirstTrial(SilentProgress):
         raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_a_run_resumes_and_shows_its_job_files_after_they_are_gone(tmp_path: Path,
                                                                    no_leftovers: None) -> None:
     crlf = "; two jobs, one after the other\r\n[r]\r\nrw=randread\r\n[w]\r\nstonewall\r\n" \

@@ -202,6 +202,7 @@ def test_figures_keep_three_significant_digits(value: float | None, text: str) -
     assert figure_text(value) == text
 
 
+@pytest.mark.slow
 def test_show_keeps_a_slow_devices_figures_and_has_a_mean_latency(tmp_path: Path) -> None:
     out = fio(tmp_path, "slow", "--rw=randread", "--iodepth=1", "--rate_iops=3")
     iops = raw(out)["jobs"][0]["read"]["iops"]
@@ -319,6 +320,7 @@ def test_files_that_are_not_fio_output_are_named_for_what_they_are(tmp_path: Pat
     assert re.fullmatch(r"binary data \(\d+ bytes\), not (JSON|UTF-8) text", reasons["packed.json"])
 
 
+@pytest.mark.slow
 def test_a_file_whose_every_job_was_skipped_is_not_counted_as_imported(tmp_path: Path) -> None:
     directory = tmp_path / "d"
     directory.mkdir()
@@ -336,6 +338,7 @@ def test_a_file_whose_every_job_was_skipped_is_not_counted_as_imported(tmp_path:
         assert store.load_run(1).notes[0].endswith("(1 files)")
 
 
+@pytest.mark.slow
 def test_jobs_on_different_files_at_once_are_summed_with_a_note(tmp_path: Path) -> None:
     out = fio(tmp_path, "one", "--rw=randread", "--iodepth=2",
               "--name=two", f"--filename={tmp_path / 'other.img'}", "--rw=randread", "--iodepth=2")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import iomatrix
 
 PACKAGE = Path(iomatrix.__file__).parent
@@ -62,6 +64,7 @@ def test_every_package_has_a_layer():
     assert roots == ["__init__.py", "__main__.py"]
 
 
+@pytest.mark.slow
 def test_imports_point_down():
     modules = _modules()
     climbing = []
@@ -75,6 +78,7 @@ def test_imports_point_down():
     assert climbing == []
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     modules = _modules()
     graph = {name: {r for t, _ in _imports(path)

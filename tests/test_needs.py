@@ -55,6 +55,7 @@ def run(tmp_path: Path, require: str | None) -> subprocess.CompletedProcess[str]
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_missing_capability_skips_saying_why(tmp_path: Path) -> None:
     done = run(tmp_path, None)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -62,6 +63,7 @@ def test_a_missing_capability_skips_saying_why(tmp_path: Path) -> None:
     assert "fio not installed" in done.stdout and "no ceph-mon here" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_required_capability_fails_where_missing(tmp_path: Path) -> None:
     done = run(tmp_path, "fio")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -71,6 +73,7 @@ def test_a_required_capability_fails_where_missing(tmp_path: Path) -> None:
     assert "no ceph-mon here" in done.stdout           # ceph not required: still a skip
 
 
+@pytest.mark.slow
 def test_every_capability_required_leaves_only_the_refusal_a_skip(tmp_path: Path) -> None:
     done = run(tmp_path, " fio, ceph ")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -79,6 +82,7 @@ def test_every_capability_required_leaves_only_the_refusal_a_skip(tmp_path: Path
     assert "PostgreSQL keeps a column's type" in done.stdout
 
 
+@pytest.mark.slow
 def test_an_unknown_capability_stops_the_run(tmp_path: Path) -> None:
     done = run(tmp_path, "fio,cephh")
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr

@@ -122,6 +122,7 @@ def test_the_system_disk_is_an_overlay_over_the_read_only_image(tmp_path: Path) 
     assert disk_backend(entries) is entries[1]
 
 
+@pytest.mark.slow
 def test_overlays_that_may_outgrow_the_scratch_filesystem_are_refused_before_any_boot(
         tmp_path: Path) -> None:
     """An overlay's worst case is its image's virtual size (the guest rewriting its whole

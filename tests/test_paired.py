@@ -159,6 +159,7 @@ def _drifting(rng: random.Random, true_gain: float, rounds: int, noise: float = 
                     * noises[(c.key, r)])
 
 
+@pytest.mark.slow
 def test_paired_ci_covers_the_true_gain_at_the_nominal_rate_under_drift() -> None:
     rng = random.Random(12)
     true, series = 0.05, 1000
@@ -184,6 +185,7 @@ def test_paired_ci_covers_the_true_gain_at_the_nominal_rate_under_drift() -> Non
     assert float(np.median(widths)) * 5 < float(np.median(widths_unpaired))
 
 
+@pytest.mark.slow
 def test_an_aa_pair_under_drift_is_significant_at_most_at_the_nominal_rate() -> None:
     rng = random.Random(7)
     series = 1000
@@ -217,6 +219,7 @@ def test_the_aa_option_adds_a_twin_in_the_same_rounds() -> None:
                .configurations) == 2
 
 
+@pytest.mark.slow
 def test_aa_report_on_identical_synthetic_configurations_is_at_the_nominal_rate() -> None:
     from iomatrix.analysis.paired import aa_report
 

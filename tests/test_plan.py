@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,6 +110,7 @@ def test_the_seed_rule() -> None:
     assert prepare(own).blocks == prepare(own).blocks
 
 
+@pytest.mark.slow
 @needs("fio")
 def test_a_run_with_the_plans_seed_measures_in_the_plans_order(tmp_path: Path) -> None:
     suite = str(write_suite(tmp_path, HOST_SUITE, size="16MiB"))

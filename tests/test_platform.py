@@ -353,6 +353,7 @@ def _paused(argv: list[str], workdir: Path) -> Iterator[Path]:
         yield qmp
 
 
+@pytest.mark.slow
 @needs_qemu
 @pytest.mark.parametrize("version", [8, 9])
 @pytest.mark.parametrize("line, scsihw", [(c[0], c[1]) for c in CASES if " ceph:" not in c[0]])

@@ -44,6 +44,7 @@ def test_interrupt_outside_qmp_is_raised_at_once() -> None:
 
 
 
+@pytest.mark.slow
 @needs("qemu")
 def test_socket_bound_before_listening_is_tried_again(tmp_path: Path) -> None:
     """QEMU binds its monitor socket (the file appears) before it listens: a caller that waited

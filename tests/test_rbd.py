@@ -20,7 +20,7 @@ from tests import ceph
 from tests.conftest import cli_result
 from tests.needs import needs
 
-pytestmark = needs("ceph")
+pytestmark = [pytest.mark.slow, needs("ceph")]
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,7 @@ def script(s: _Scan, element_id: str) -> str:
     return body
 
 
+@pytest.mark.slow
 def test_page_is_self_contained(data):
     html = render_html(data)
     s = scan(html)
@@ -200,6 +201,7 @@ def test_page_is_self_contained(data):
     assert "Plotly" in plotly and len(plotly) > 1_000_000
 
 
+@pytest.mark.slow
 def test_page_embeds_plotly_and_data_packed(data):
     """plotly.js and the run's JSON are gzip+base85: together well under half their inline size."""
     s = scan(render_html(data))
@@ -413,6 +415,7 @@ def expected_charts(data: ReportData) -> set[str]:
 # gain metric switch; the points table (sorted, filtered), then the CSV download and the
 # recommendation tabs, which the table's state does not touch.
 
+@pytest.mark.slow
 @needs_chromium
 def test_every_chart_draws_and_gains_mark_significance(browser, data, page_path):
     with open_page(page_path, browser=browser, block_network=True) as page:
@@ -470,6 +473,7 @@ def _gains_mark_significance(page, data) -> None:
     assert page.problems == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_filter_and_colouring(browser, data, page_path):
     with open_page(page_path, browser=browser) as page:
@@ -489,6 +493,7 @@ def test_filter_and_colouring(browser, data, page_path):
         assert page.problems == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_points_table_csv_download_and_recommendation(browser, data, run, page_path, tmp_path):
     with open_page(page_path, browser=browser, block_network=True) as page:
@@ -554,6 +559,7 @@ def _page_unpacks_every_length(page) -> None:
     assert got == texts
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_scaling_curves(browser, tmp_path):
     run = scaling_run(tmp_path)
@@ -578,6 +584,7 @@ def test_scaling_curves(browser, tmp_path):
         assert page.problems == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_charts_far_down_draw_first_when_scrolled_to(browser, tmp_path):
     """Charts are drawn nearest the viewport first: with the page scrolled to its end before the
@@ -607,6 +614,7 @@ def test_charts_far_down_draw_first_when_scrolled_to(browser, tmp_path):
     assert min(order[len(order) // 2 - 2:len(order) // 2 + 2]) > order[-1], order
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_empty_run_renders(browser, tmp_path):
     configs = configurations("blocklayer", {"aio": ["native", "threads"]})
@@ -625,6 +633,7 @@ def test_empty_run_renders(browser, tmp_path):
         assert "csv-download" not in scan(render_html(data)).testids
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_many_configurations_draw_as_lines_by_axis(browser, tmp_path):
     """Past a dozen configurations lines are coloured by an axis (one trace per level, not per
@@ -649,6 +658,7 @@ def test_many_configurations_draw_as_lines_by_axis(browser, tmp_path):
         page.page.locator("#performance .chart").first.screenshot(path=str(ARTIFACTS / "report-many.png"))
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_latency_labels_mixed_percentiles_and_significant_figures(browser, tmp_path):
     """Real fio output imported (fio's clat: no lat_percentiles): every latency heading says
@@ -715,6 +725,7 @@ def guest_axis_run(tmp: Path) -> StoredRun:
     return telemetry(make_run(tmp, configs, workloads, figures, accelerator="tcg"))
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_a_guest_axis_filters_colours_and_gains_by_guest(browser, tmp_path):
     """The appliance and the user's own guest in one run: the page offers the guest axis to

@@ -107,6 +107,7 @@ def test_this_host_has_everything_setup_installs() -> None:
                      out.stdout, re.M), out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("generation", sorted(PVE))
 def test_on_proxmox_ve_setup_keeps_pve_qemu_and_removes_nothing(tmp_path: Path,
                                                                  generation: int) -> None:
@@ -138,6 +139,7 @@ def test_on_proxmox_ve_setup_keeps_pve_qemu_and_removes_nothing(tmp_path: Path,
     assert f"not installing libvirt on Proxmox VE ({PVEVERSION[generation]})" in out.stdout
 
 
+@pytest.mark.slow
 def test_setup_refuses_a_plan_that_removes_a_package(tmp_path: Path) -> None:
     """Whatever asks apt to remove something (here a package that Breaks ioping, which setup
     must install), setup installs nothing and names what apt would remove."""

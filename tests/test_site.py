@@ -75,6 +75,7 @@ def _sections(page: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_page_is_built_and_in_the_navigation(site: Path) -> None:
     for page in PAGES:
         built = site / page.relative_to(REPO / "docs").with_suffix(".html")
@@ -97,6 +98,7 @@ def test_every_command_and_option_is_in_the_reference(site: Path) -> None:
     assert "--explain" in sections["iomatrix recommend"]
 
 
+@pytest.mark.slow
 def test_every_suite_key_is_in_the_reference_with_its_description(site: Path) -> None:
     sections = _sections(site / "reference/suite.html")
     tables = HOOK.suite_keys()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.sshnodes import SshCluster, _in_netns, ssh_nodes  # noqa: F401 (a fixture)
 
 
+@pytest.mark.slow
 def test_nodes_answer_over_ssh_with_their_own_hostnames(ssh_nodes) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     names = [cluster.ssh(node, "hostname").stdout.strip() for node in cluster.nodes]

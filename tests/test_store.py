@@ -50,6 +50,7 @@ def new_run(store: Store) -> int:
                             configs=[CONFIG], workloads=[WORKLOAD])
 
 
+@pytest.mark.slow
 def test_fresh_database_round_trip(backend: Backend) -> None:
     with Store(backend.location) as store:
         assert store.version == SCHEMA_VERSION
@@ -179,6 +180,7 @@ store.record_trial(run_id, trial(3, samples=[sample("read", 10), sample("write",
 """
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_no_partial_sample(backend: Backend, tmp_path: Path) -> None:
     """kill -9 in the middle of a trial's transaction: the trial is absent, not half there."""
     db, flag = backend.location, tmp_path / "flag"
