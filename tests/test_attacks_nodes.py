@@ -128,6 +128,7 @@ def test_what_only_root_s_configuration_names_is_refused_from_another_user(
     assert not (tmp_path / "r.db").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["known_hosts", "identity", "ssh_config"])
 def test_files_another_user_chose_for_ssh_are_refused(
         arena: Path, ssh_nodes, tmp_path: Path, attacker: User, attack: Attack,  # noqa: F811
@@ -192,6 +193,7 @@ def _crafted(user: User, db: Path, theirs: Path, into: Path, node_json: str) -> 
     return into
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["ssh_config", "command", "identity", "known_hosts"])
 def test_a_database_row_naming_ssh_s_files_or_the_command_is_refused_on_resume(
         arena: Path, ssh_nodes, tmp_path: Path, attacker: User, attack: Attack,  # noqa: F811
@@ -224,6 +226,7 @@ def test_a_database_row_naming_ssh_s_files_or_the_command_is_refused_on_resume(
     assert not made.exists() and _logins(cluster) == logins
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("node_json", ['{"host": ', '["node1"]', '{"host": 7}',
                                        '{"host": "a", "pasword": 1}',
                                        '{"host": "-oProxyCommand=x", "name": "node1"}',
@@ -247,6 +250,7 @@ def test_a_database_row_that_is_no_node_is_one_line_on_resume(
     assert _logins(cluster) == logins
 
 
+@pytest.mark.slow
 def test_a_run_given_its_nodes_on_the_command_line_resumes_with_them(
         ssh_nodes, tmp_path: Path) -> None:  # noqa: F811
     """A run whose nodes root gave with --nodes (its inventory naming iomatrix's path): its
@@ -299,6 +303,7 @@ os._exit(proc.wait())
 """
 
 
+@pytest.mark.slow
 def test_a_postgresql_password_never_reaches_a_node(
         ssh_nodes, tmp_path: Path, attack: Attack, request: pytest.FixtureRequest) -> None:  # noqa: F811
     """F2: the request a node gets carries no secret it does not need: with --db a PostgreSQL

@@ -114,6 +114,7 @@ def _run(store: str) -> tuple[dict[str, str], dict[str, tuple[str, str | None]],
             {k: " ".join(sorted(v)) for k, v in trials.items()})
 
 
+@pytest.mark.slow
 def test_three_nodes_into_sqlite(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster)
@@ -186,6 +187,7 @@ def _pg_the_nodes_log_in_to(cluster: SshCluster, request: pytest.FixtureRequest)
     return url
 
 
+@pytest.mark.slow
 def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     url = _pg_the_nodes_log_in_to(cluster, request)
@@ -218,6 +220,7 @@ def test_three_nodes_into_postgresql(ssh_nodes, tmp_path: Path, request: pytest.
     _nothing_left(cluster, tmp_path)
 
 
+@pytest.mark.slow
 def test_nodes_unlike_the_controller_are_refused_before_anything_runs(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster)
@@ -316,6 +319,7 @@ def _interrupted(cluster: SshCluster, suite: Path, db: str, waits: tuple[str, ..
     return proc.returncode, "".join(log) + err
 
 
+@pytest.mark.slow
 def test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s")
@@ -357,6 +361,7 @@ def test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on(ssh_nodes, tm
     _nothing_left(cluster, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(2)
     suite = _suite(tmp_path, cluster, workloads=4, runtime="2s",
@@ -377,6 +382,7 @@ def test_a_node_killed_stops_every_node_when_the_suite_says_so(ssh_nodes, tmp_pa
     _nothing_left_but_shares(cluster)
 
 
+@pytest.mark.slow
 def test_a_node_that_fails_after_measuring_keeps_what_it_measured(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A node's iomatrix that ends with an error after its trials were stored (as one did when
     its clean-up raced another node's over a shared target) fails the node, with what it said,
@@ -408,6 +414,7 @@ def test_a_node_that_fails_after_measuring_keeps_what_it_measured(ssh_nodes, tmp
     _nothing_left(cluster, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: Path, store: str,
                                                           request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
@@ -429,6 +436,7 @@ def test_the_controller_killed_leaves_nothing_and_resumes(ssh_nodes, tmp_path: P
     _nothing_left(cluster, tmp_path)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_controller_stops_every_node(ssh_nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(2)
     suite = _suite(tmp_path, cluster, workloads=3, runtime="2s")

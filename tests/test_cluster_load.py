@@ -83,6 +83,7 @@ def servers(tmp_path: Path) -> Iterator[list[Path]]:
             stop(proc)
 
 
+@pytest.mark.slow
 def test_one_client_drives_every_server_in_the_same_trial(tmp_path: Path,
                                                           servers: list[Path]) -> None:
     work = tmp_path / "w"
@@ -153,6 +154,7 @@ def left_behind(cluster: SshCluster, tmp_path: Path) -> list[str]:
     return left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshCluster],
                                              tmp_path: Path, backend: str,
@@ -185,6 +187,7 @@ def test_three_nodes_load_the_target_at_once(ssh_nodes: Callable[[int], SshClust
     assert compared.returncode != 0 and "from every node at once" in compared.stderr
 
 
+@pytest.mark.slow
 def test_a_node_whose_server_drops_fails_the_trial_naming_it(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(3)
@@ -206,6 +209,7 @@ def test_a_node_whose_server_drops_fails_the_trial_naming_it(
     assert left_behind(cluster, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)
@@ -249,6 +253,7 @@ def test_cluster_load_needs_nodes(tmp_path: Path) -> None:
     assert not (tmp_path / "target").exists()
 
 
+@pytest.mark.slow
 def test_a_controller_killed_while_nodes_start_leaves_nothing(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)

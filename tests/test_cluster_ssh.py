@@ -68,6 +68,7 @@ def test_proxmox_members(tmp_path: Path) -> None:
         ssh.parse_pve_members((PVE / "members-standalone").read_text())
 
 
+@pytest.mark.slow
 def test_ssh_argv_reaches_a_node_and_refuses_what_it_must(ssh_nodes) -> None:  # type: ignore[no-untyped-def]
     cluster: SshCluster = ssh_nodes(2)
     node = Node(host=cluster.nodes[1].address, user="root", identity=str(cluster.identity),

@@ -101,6 +101,7 @@ def test_nothing_required_is_missing_here(checks: tuple[Check, ...]) -> None:
     assert failed_required(checks) == ()
 
 
+@pytest.mark.slow
 def test_the_appliance_check_names_what_a_guest_run_would_miss(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The appliance's kernel is a cached one whose modules lack nvme: the check fails, naming

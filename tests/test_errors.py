@@ -117,6 +117,7 @@ def test_the_drawing_parser_catches_drift() -> None:
         parse_drawing([drawing[0], drawing[1].replace("├── ", "+-- ")])
 
 
+@pytest.mark.slow
 def test_no_iomatrix_exception_is_defined_outside_errors() -> None:
     """The docstring speaks for every exception of iomatrix: none may subclass one elsewhere."""
     names = {cls.__name__ for cls in real_classes()}

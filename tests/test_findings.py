@@ -447,6 +447,7 @@ def test_a_run_without_claims(tmp_path: Path) -> None:
 needs_chromium = needs("chromium")
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_report_shows_findings_first(found_db: Path, tmp_path: Path) -> None:
     with Store(found_db, readonly=True) as store:

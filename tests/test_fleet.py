@@ -91,6 +91,7 @@ def test_compare_of_several_runs_prints_one_line_per_node_slowest_first(fleet_db
     assert refused.returncode != 0 and "fleet" in refused.stderr
 
 
+@pytest.mark.slow
 def test_fleet_page_is_self_contained_and_draws(fleet_db, tmp_path):
     db, ids = fleet_db
     proc = cli_result("report", *map(str, ids), "--db", str(db), "--out", str(tmp_path / "fleet"))

@@ -81,6 +81,7 @@ def _client_seconds(server: str, job: Path, rounds: int = 2) -> float:
         return statistics.median(seconds)
 
 
+@pytest.mark.slow
 def test_patched_server_reads_run_at_once(built: GuestFio, tmp_path: Path) -> None:
     """The same short job through the host's unpatched fio --server waits for the idle server's
     1000 ms queue wait; through the patched one it does not (see the patch)."""
@@ -113,6 +114,7 @@ def test_without_a_compiler_it_says_what_to_install(tmp_path: Path) -> None:
     assert not (tmp_path / "cache").exists()       # nothing downloaded, nothing remembered
 
 
+@pytest.mark.slow
 def test_a_missing_source_falls_back_to_the_hosts_fio(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The installed fio's source version is taken as one the archive never had: apt-get source

@@ -92,6 +92,7 @@ def _choices(shape: str) -> list[str]:
     return [re.sub(r"\\(.)", r"\1", c) for c in found.group(1).split("|")] if found else []
 
 
+@pytest.mark.slow
 @needs_fio
 def test_every_allowed_option_and_choice_is_fios_own() -> None:
     known = fio_option_names()
@@ -116,6 +117,7 @@ def test_no_option_that_names_a_path_or_is_set_by_iomatrix_is_allowed() -> None:
                    for name in WORKLOAD_FIO_OPTIONS - {"write_barrier", "write_hint"})
 
 
+@pytest.mark.slow
 @needs_fio
 def test_allowed_values_parse_in_fio(tmp_path: Path) -> None:
     """A value of every shape, written as iomatrix writes it, is one fio 3.33 accepts."""
@@ -583,6 +585,7 @@ def test_any_option_table_is_refused_or_confined(options: dict[str, Any]) -> Non
 
 # -- the reproduction: mem = "mmap:FILE" cut a file outside the target as root -------------------
 
+@pytest.mark.slow
 @needs_fio
 def test_mmap_file_outside_the_target_is_refused_and_left_alone(tmp_path: Path) -> None:
     outside = tmp_path / "outside" / "precious.bin"

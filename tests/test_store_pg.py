@@ -84,6 +84,7 @@ def start(flag: Path, procs: list[subprocess.Popen[str]], timeout: float = 60) -
     flag.write_text("")
 
 
+@pytest.mark.slow
 def test_writers_of_two_hosts_at_once(pg_url: str, tmp_path: Path) -> None:
     """Two processes of this host and one of another write runs at the same moment: every run
     has exactly its trials and samples."""
@@ -111,6 +112,7 @@ def test_writers_of_two_hosts_at_once(pg_url: str, tmp_path: Path) -> None:
     assert cli_result("runs", "--db", pg_url, "--target", "/srv/host-b").stdout == listed
 
 
+@pytest.mark.slow
 def test_another_hosts_live_run_is_never_taken_over(pg_url: str, tmp_path: Path) -> None:
     """The owner's session lock says, to any host, that it lives; once its process is killed
     the server drops the lock and the run can be resumed from here. What it made on its own
@@ -318,6 +320,7 @@ def _suite_author(location: str) -> object:
         return store.conn.execute("SELECT suite_author FROM runs WHERE id = 1").fetchone()[0]
 
 
+@pytest.mark.slow
 def test_db_copy_round_trips_every_sample(pg_url: str, tmp_path: Path) -> None:
     first, last = tmp_path / "a.db", tmp_path / "b.db"
     with Store(first) as store:
@@ -358,6 +361,7 @@ def test_db_copy_round_trips_every_sample(pg_url: str, tmp_path: Path) -> None:
         assert len(store.load_run(1).trials) == 5
 
 
+@pytest.mark.slow
 def test_readonly_session_refuses_writes(pg_url: str) -> None:
     with Store(pg_url) as store:
         new_run(store)
@@ -369,6 +373,7 @@ def test_readonly_session_refuses_writes(pg_url: str) -> None:
         assert len(store.list_runs()) == 1
 
 
+@pytest.mark.slow
 def test_an_empty_database_is_not_read_but_is_written(pg_url: str) -> None:
     with pytest.raises(StoreError, match=r"not an iomatrix results database \(it is empty\)"):
         Store(pg_url, readonly=True)
@@ -392,6 +397,7 @@ def test_a_url_is_shown_without_its_password(given: str, expected: str) -> None:
     assert "pw" not in repr(parse_location(given))
 
 
+@pytest.mark.slow
 def test_a_role_that_may_not_create_tables_is_refused_in_one_line(pg_server: object,
                                                                    pg_url: str) -> None:
     role = f"r{os.getpid()}"

@@ -96,6 +96,7 @@ def _race(path: Path, processes: int = 4) -> list[tuple[str, object]]:
     return outcomes
 
 
+@pytest.mark.slow
 def test_processes_creating_one_new_database_at_once_all_succeed(tmp_path: Path) -> None:
     for attempt in range(15):
         db = tmp_path / f"new{attempt}.db"
@@ -107,6 +108,7 @@ def test_processes_creating_one_new_database_at_once_all_succeed(tmp_path: Path)
         conn.close()
 
 
+@pytest.mark.slow
 def test_processes_migrating_one_old_database_at_once_all_succeed(tmp_path: Path) -> None:
     for attempt in range(5):
         db = tmp_path / f"old{attempt}.db"
@@ -233,6 +235,7 @@ except StoreError as exc:
 """
 
 
+@pytest.mark.slow
 def test_wal_database_on_read_only_media_can_be_read(tmp_path: Path) -> None:
     """A read-only bind mount (a private mount namespace, so root is needed)."""
     media, mount = tmp_path / "media", tmp_path / "mnt"

@@ -321,6 +321,7 @@ def test_a_stored_suite_is_checked_on_resume_as_on_a_fresh_run(
 
 # -- the columns only a resumed run's measuring reads, through the store -----------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("statement", "read", "expected"), [
     ("UPDATE trial_history SET trial_json = '{\"id\": 1}'", "history",
      "trial_history.trial_json row 1: "),
@@ -473,6 +474,7 @@ READERS: dict[tuple[str, str], list[list[str]]] = {
 the store (``Store.trial_history``, ``Store.load_pilot``)."""
 
 
+@pytest.mark.slow
 def test_every_store_column_takes_any_value_or_refuses_it_in_one_line(
         made: Path, tmp_path: Path, fuzzed: Fuzzed) -> None:
     """Each JSON column (and resources' kind and within) given each ``FUZZ`` value in every

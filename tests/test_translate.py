@@ -183,6 +183,7 @@ def test_pve_windows_vms_without_a_machine_version_are_pinned() -> None:
     assert translate("ostype: l26\nscsi0: local-lvm:vm-1-disk-0\n").pve_version == 9
 
 
+@pytest.mark.slow
 def test_cli_shows_every_drive(tmp_path: Path) -> None:
     """An EFI disk, a TPM state and an empty CD-ROM are shown with their arguments (or why
     there are none), never dropped: the drives of a VM with no disk to measure."""
@@ -245,6 +246,7 @@ def test_libvirt_domain_round_trips_to_libvirts_arguments() -> None:
     assert '"auto-read-only":true,"discard":"unmap","cache":' in new["sda"].argv[1]
 
 
+@pytest.mark.slow
 def test_cli_translate(tmp_path: Path) -> None:
     conf = tmp_path / "100.conf"
     conf.write_text(PVE_CONF)

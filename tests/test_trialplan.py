@@ -213,6 +213,7 @@ def _aa_rates(runs: int, seed: int, *, lengths: tuple[float, ...] = tp.PILOT_LEN
     return fixed_hits / runs, narrow_hits / runs, float(np.mean(rounds))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lengths,min_rounds", [(tp.PILOT_LENGTHS, tp.MIN_ROUNDS), ((10.0,), 5)],
                          ids=["pilot", "target_ci"])
 def test_the_fixed_stop_rule_keeps_the_nominal_false_difference_rate(
