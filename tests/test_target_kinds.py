@@ -9,7 +9,7 @@ from pathlib import Path
 from iomatrix.core.trust import US
 from iomatrix.measure.reclaim import KINDS as RECLAIM_NAMES
 from iomatrix.suite.model import Target
-from iomatrix.suite.network import NETWORK_KINDS
+from iomatrix.suite.target import KIND_KEYS, TABLES
 from iomatrix.targets import registry
 from iomatrix.targets.iscsi import IscsiLun
 from iomatrix.targets.kind import Probe
@@ -22,7 +22,8 @@ from tests.test_targets import MATRIX, SHARED
 
 def test_every_target_key_has_a_kind() -> None:
     # "storage" is a Proxmox VE storage id, resolved into one of the others before a run
-    named = {"directory", "device", *NETWORK_KINDS}
+    named = set(KIND_KEYS) - {"storage"}
+    assert named == {"directory", "device", *TABLES}
     assert set(registry.KINDS) == named
     assert {k for kind in registry.KINDS.values() for k in kind.keys} == named
 

@@ -6,7 +6,7 @@ A page holds a marker line where generated text goes:
   (``iomatrix.cli.app``), with the help texts ``--help`` prints;
 - ``<!-- generated: suite-keys -->``: every key of a suite file, table by table, with its type,
   default and description: the docstring under the field in the pydantic model
-  (``iomatrix.suite.model`` and the table modules beside it, ``iomatrix.suite.network``);
+  (``iomatrix.suite.model`` and the table modules beside it: ``iomatrix.suite.target``...);
 - ``<!-- generated: exit-status -->``: the exit statuses of ``iomatrix.cli.status.ExitStatus``,
   each described by the comment beside (and under) its member;
 - ``<!-- generated: versions -->``: the store's schema version and the export format's.

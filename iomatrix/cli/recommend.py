@@ -20,17 +20,16 @@ MAX_WIDTH = 100
 
 
 def _storage_of(stored: "StoredRun") -> str:
-    """The Proxmox storage type a run measured: an rbd pool is librbd (krbd with krbd = true),
-    whose disks get the aio qemu-server really gives them; anything else "other"."""
+    """The Proxmox storage type a run measured, as its target's table says
+    (``KindTable.storage_kind``): an rbd pool is librbd (krbd with krbd = true), whose disks get
+    the aio qemu-server really gives them; anything else "other"."""
     from iomatrix.core.errors import IomatrixError
 
     try:
-        rbd = stored.suite.runnable().target.rbd
+        table = stored.suite.runnable().target.network
     except IomatrixError:            # a suite iomatrix cannot run again (an imported one)
         return "other"
-    if rbd is None:
-        return "other"
-    return "krbd" if rbd.krbd else "rbd"
+    return (table.storage_kind if table is not None else None) or "other"
 
 
 def recommend(

@@ -29,7 +29,7 @@ from iomatrix.core.text import printable
 from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import CONFIG_AXES, NODE_AXIS, TARGET_AXIS
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
-from iomatrix.suite.network import RbdTarget
+from iomatrix.suite.target import RbdTarget
 from iomatrix.targets import rbd
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.steady import SteadyState

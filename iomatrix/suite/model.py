@@ -16,7 +16,7 @@ from iomatrix.suite.fields import APPLIANCE, SCALE_NAME, Printable
 from iomatrix.suite.findings import Finding
 from iomatrix.suite.matrix import Matrix, Part
 from iomatrix.suite.method import Method, OwnGuest
-from iomatrix.suite.network import NETWORK_KINDS
+from iomatrix.suite.target import NETWORK_KINDS
 from iomatrix.suite.nodes import Nodes
 from iomatrix.suite.scale import ScaleInfo
 from iomatrix.suite.target import NamedTarget, Target

@@ -46,7 +46,7 @@ from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
-from iomatrix.suite.network import IscsiTarget, split_portal
+from iomatrix.suite.target import IscsiTarget, split_portal
 from iomatrix.targets.kind import HostCheck, Image, NetworkVolume, OpenTarget, Probe, TargetKind
 from iomatrix.targets.network import NetworkTarget, reveal, secret_for
 from iomatrix.targets.workspace import memory_total, page_cache_notes, working_set_size

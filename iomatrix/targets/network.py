@@ -40,7 +40,7 @@ from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
 from iomatrix.targets.kind import OpenTarget, Recorder
-from iomatrix.suite.network import NETWORK_KINDS
+from iomatrix.suite.target import NETWORK_KINDS
 
 
 def secret_for(path: Path, key: str, author: Author, endpoint: str) -> None:

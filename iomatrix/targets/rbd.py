@@ -58,7 +58,7 @@ from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
-from iomatrix.suite.network import CephFile, CephName, Monitor, RbdTarget
+from iomatrix.suite.target import CephFile, CephName, Monitor, RbdTarget
 from iomatrix.targets.kind import (HostCheck, Image, NetworkVolume, OpenTarget, Probe, Recorder,
                                    Resource, TargetKind)
 from iomatrix.targets.network import NetworkTarget, secret_for
