@@ -380,6 +380,7 @@ def test_a_control_character_or_a_huge_value_in_an_inventory_is_one_line(
     assert not (tmp_path / "r.db").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "check", "export", "forget", "serve-guests"])
 @pytest.mark.parametrize("given", [b"{}\n", b"not json\n", b"\xff\xfe\n", b"[]\n", b"",
                                    b'{"suite_text": 5, "node": []}\n',

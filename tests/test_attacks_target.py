@@ -10,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from iomatrix.cli.status import ExitStatus
 from tests.conftest import ATTACKS, Attack, User, cli_result
 from tests.test_untrusted_inputs import one_line
@@ -53,6 +55,7 @@ def test_another_users_suite_may_not_destroy_a_device(attacker: User, attack: At
     assert _digest(loop_device) == before
 
 
+@pytest.mark.slow
 def test_roots_own_suite_still_may(loop_device: Path, tmp_path: Path) -> None:
     """The rule refuses by author, not by device: root's own suite gets past it (and measures)."""
     suite = _suite(None, loop_device)

@@ -269,6 +269,7 @@ def test_run_plan_says_what_the_pilot_will_measure_and_choose(tmp_path: Path, me
     assert "no look at the gains decides when to stop" in line
 
 
+@pytest.mark.slow
 def test_a_real_blocklayer_run_stores_its_pilot_and_its_choice(tmp_path: Path,
                                                               no_leftovers: None) -> None:
     """qemu-storage-daemon and fio for real: the pilot measures both configurations at both

@@ -210,6 +210,7 @@ EXTREME_VALUES = ["9" * 19, "9" * 20, "9" * 400, "9" * 4300, "9" * 4301, "-" + "
 """TOML values that are numbers no setting takes, or hostile text, for every key of a suite."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", ["target", "method", "matrix", "workloads"])
 def test_every_suite_key_takes_an_extreme_value_or_refuses_it_in_one_line(
         tmp_path: Path, table: str) -> None:
@@ -676,6 +677,7 @@ def _suite_result(directory: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=250)
 @given(suite_files())
 def test_any_suite_file_is_planned_or_refused_in_lines_of_its_own(data: bytes) -> None:
@@ -705,6 +707,7 @@ def job_files(draw: st.DrawFn) -> bytes:
     return draw(spoiled(draw(st.sampled_from(["\n", "\r\n"])).join(lines) + "\n"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=250)
 @given(job_files())
 def test_any_job_file_is_read_or_refused_on_one_line(data: bytes) -> None:
@@ -763,6 +766,7 @@ def fio_outputs(draw: st.DrawFn) -> bytes:
     return draw(spoiled(prelude + dumped + "\n"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(fio_outputs())
 def test_any_fio_output_imports_or_is_skipped_in_one_line(data: bytes) -> None:
@@ -812,6 +816,7 @@ def vm_files(draw: st.DrawFn) -> tuple[str, bytes]:
     return "vm.xml", draw(spoiled(text))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(vm_files())
 def test_any_vm_file_translates_or_is_refused(named: tuple[str, bytes]) -> None:
@@ -838,6 +843,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=150)
 @given(st.one_of(st.text(max_size=30), NUMBER_TEXTS, st.integers(0, 2**80).map(str),
                  st.builds(lambda c: f"1{c}", CONTROLS)))
