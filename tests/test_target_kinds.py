@@ -89,3 +89,11 @@ def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
         "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)"]
     assert asked == ["fio", "rbd", "tgtd"]
     assert not any(c.ok for c in checks)
+
+
+def test_a_proxmox_storage_type_names_one_kind() -> None:
+    kinds = list(dict.fromkeys(registry.KINDS.values()))
+    types = [t for kind in kinds for t in kind.storage_types]
+    assert len(types) == len(set(types))
+    assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect"}
+    assert [k.keys for k in kinds if k.storage_volumes] == [("iscsi",)]

@@ -39,7 +39,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets.iscsi import AIO_NOT_EVALUATED
-from iomatrix.targets.network import reveal
+from iomatrix.targets.remote import reveal
 from iomatrix.targets.workspace import Image
 
 START_TIMEOUT = 15.0

@@ -1,5 +1,5 @@
 """An iSCSI LUN as the storage under test (``[target] iscsi``): a ``NetworkTarget``
-(``iomatrix.targets.network``) whose one volume is the whole LUN, written to and destroyed like a
+(``iomatrix.targets.remote``) whose one volume is the whole LUN, written to and destroyed like a
 device (``allow_destroy``); iomatrix creates nothing on it, so nothing is recorded or reclaimed.
 
 Every mode reaches the LUN through QEMU's userspace initiator, libiscsi (Debian's
@@ -22,7 +22,7 @@ file of secrets is: ``iomatrix.core.trust.private_file``) is read when the run c
 read from a 0600 file in the run's private scratch directory, removed when the run ends, so it
 never appears on a command line, in the database, a report or an export. The user name appears on
 QEMU's command line only (QEMU takes it only there): the volume's node holds
-:data:`CHAP_USER` in its place, which :func:`iomatrix.targets.network.reveal` fills in when a
+:data:`CHAP_USER` in its place, which :func:`iomatrix.targets.remote.reveal` fills in when a
 program starts, so stored commands show the placeholder.
 
 A session ends with its QEMU: libiscsi logs out when QEMU exits, and the target drops the
@@ -36,7 +36,7 @@ import re
 import stat
 import tempfile
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,12 @@ from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import US, Author, private_file
 from iomatrix.core.units import format_bytes
+from iomatrix.platform import proxmox as pve
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
 from iomatrix.suite.target import IscsiTarget, split_portal
 from iomatrix.targets.kind import HostCheck, Image, NetworkVolume, OpenTarget, Probe, TargetKind
-from iomatrix.targets.network import NetworkTarget, reveal, secret_for
+from iomatrix.targets.remote import NetworkTarget, reveal, secret_for
 from iomatrix.targets.workspace import memory_total, page_cache_notes, working_set_size
 
 SECRET_ID = "iscsi-chap"
@@ -83,7 +84,7 @@ def read_chap(path: Path, author: Author = US, portal: str = "") -> Chap:
     is missing or not a TOML file with ``user`` and ``password``; ``UntrustedFile`` when
     another user could have chosen or read it (``core.trust.private_file``), or when
     ``author``, who chose the ``portal`` they would log in to, cannot read it already
-    (``network.secret_for``: the portal would get the CHAP response)."""
+    (``remote.secret_for``: the portal would get the CHAP response)."""
     private_file(path, "[target] iscsi chap", "QEMU")
     secret_for(path, "[target] iscsi chap", author, f"the portal {portal}")
     try:
@@ -273,12 +274,32 @@ def kernel_initiator_problem(*, module: Path = SYS_MODULE) -> str | None:
     return "not available on this host: iscsi_tcp is not loaded (modprobe iscsi_tcp)"
 
 
+def lun_of_storage(storage: pve.Storage, volume: str) -> dict[str, Any]:
+    """A Proxmox VE iscsi (open-iscsi) or iscsidirect (libiscsi) storage as ``[target] iscsi``
+    keys: its portal and target, the LUN named as Proxmox VE names its volumes (``lunN``; LUN 0
+    when none is)."""
+    found = re.match(r"^lun(\d{1,5})$", volume) if volume else None
+    if volume and found is None:
+        raise ValueError(f"storage {storage.id}: name the LUN as Proxmox VE does, "
+                         f"{storage.id}:lunN (not {volume!r})")
+    if not storage.portal or not storage.target:
+        raise ValueError(f"storage {storage.id} ({storage.type}) names no portal or target")
+    return {"portal": storage.portal, "target": storage.target,
+            "lun": int(found.group(1)) if found else 0}
+
+
 class IscsiKind(TargetKind):
     """``[target] iscsi``: one LUN (the module's docstring)."""
 
     keys = ("iscsi",)
     tools = ("qemu-img",)
     cluster_load = False
+    storage_types = ("iscsi", "iscsidirect")
+    storage_volumes = True
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        return {"iscsi": lun_of_storage(storage, volume)}
 
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         return IscsiLun(target, keep=keep, author=author)

@@ -12,7 +12,8 @@ A kind has two faces:
   what the suite's author may not have this host do with it (``check_author``: a key sent to an
   endpoint they chose, say), whether cluster load can reach it, what it records making on the
   storage besides directories and how a later run removes that (``resource``: ``Resource``),
-  its lines in ``iomatrix doctor`` (``host_checks``), and how it is opened for a run (``open``).
+  its lines in ``iomatrix doctor`` (``host_checks``), the Proxmox VE storage types an id of
+  which names it (``storage_types``, ``of_storage``), and how it is opened for a run (``open``).
 - ``OpenTarget``: the kind opened for one run: ``check`` (everything, before anything is
   written, created or stored), ``create``, ``images``, ``verify`` (before and after a program
   opens an image by path), ``close``, ``storage_of`` (for the host's disk telemetry), ``notes``,
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import Author
+from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import NetworkNode
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
@@ -41,7 +43,7 @@ Returns the marker that says the thing is this record's (``core.dirs.MARKER``)."
 
 
 class NetworkVolume(NetworkNode):
-    """One volume on network storage as QEMU and fio reach it (``iomatrix.targets.network``):
+    """One volume on network storage as QEMU and fio reach it (``iomatrix.targets.remote``):
     the node a disk's graph opens, and how host mode's fio reaches it."""
 
     protocol: Literal["rbd", "iscsi"]
@@ -65,7 +67,7 @@ class Image(Frozen):
     size: int
     is_device: bool = False
     network: NetworkVolume | None = None
-    """How QEMU and fio reach a volume on network storage (``iomatrix.targets.network``)."""
+    """How QEMU and fio reach a volume on network storage (``iomatrix.targets.remote``)."""
 
 
 class HostCheck(Frozen):
@@ -160,6 +162,18 @@ class TargetKind:
     cluster_load: ClassVar[bool] = True
     """``[method] concurrent_nodes`` can load it from every node."""
     resource: ClassVar[Resource | None] = None
+    storage_types: ClassVar[tuple[str, ...]] = ()
+    """The Proxmox VE storage types (storage.cfg) a ``[target] storage = "ID"`` of this kind
+    resolves into (``iomatrix.targets.network.resolve_storage``)."""
+    storage_volumes: ClassVar[bool] = False
+    """``"ID:volume"`` names one volume of such a storage (an iSCSI LUN: ``ID:lunN``)."""
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        """The [target] keys of ``storage`` (``volume``: what follows ``ID:``, or "") as
+        Proxmox VE itself would put a VM's disks there; ``ValueError`` says what cannot be
+        measured."""
+        raise NotImplementedError
 
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         raise NotImplementedError

@@ -12,7 +12,7 @@ QEMU's rbd driver (blocklayer and guest modes).
   one named, else the first of librados' own defaults that exists, which iomatrix searches
   itself (its ceph.conf always names a keyring, ``/dev/null`` when there is none, so librados
   never searches); and when whoever could have written the suite or the store chose the
-  monitors, they must be able to read it already (``network.secret_for``). The key itself is
+  monitors, they must be able to read it already (``remote.secret_for``). The key itself is
   only ever read by librados, from that file: it is in no argument, database row, report or
   note. A store's record of an image (``stored_location``) is checked the same
   way before ``clean`` reaches the pool with it.
@@ -44,7 +44,7 @@ import re
 import secrets
 import stat
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -56,12 +56,13 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.trust import US, Author, chosen_by_us, private_file
 from iomatrix.core.units import format_bytes
+from iomatrix.platform import proxmox as pve
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
 from iomatrix.suite.target import CephFile, CephName, Monitor, RbdTarget
 from iomatrix.targets.kind import (HostCheck, Image, NetworkVolume, OpenTarget, Probe, Recorder,
                                    Resource, TargetKind)
-from iomatrix.targets.network import NetworkTarget, secret_for
+from iomatrix.targets.remote import NetworkTarget, secret_for
 from iomatrix.targets.workspace import memory_total, working_set_size
 
 KIND = "rbd-image"
@@ -144,7 +145,7 @@ def locate(rbd: RbdTarget, *, key: str = "[target] rbd", fsid: str | None = None
     ``DEFAULT_KEYRINGS``: librados never searches) is a file of secrets
     (``core.trust.private_file``). When ``author`` (who wrote the suite or the store) chose the
     monitors (``monitors``, not a conf that passes rule 1), it must be able to read the keyring
-    already (``network.secret_for``): else its own monitors would get the key's proof.
+    already (``remote.secret_for``): else its own monitors would get the key's proof.
     ``UntrustedFile`` or ``TargetError`` in one line."""
     read = read_conf(rbd.conf, rbd.client, f"{key} conf") if rbd.conf is not None else _Read()
     monitors = rbd.monitors or read.monitors
@@ -578,6 +579,28 @@ def _image_meta(rbd: RbdLocation, spec: str) -> str | None:
     raise TargetUnreachable(_why(rbd, done.stderr))
 
 
+def rbd_of_storage(storage: pve.Storage, pve_dir: Path) -> dict[str, Any]:
+    """A Proxmox VE rbd storage as ``[target] rbd`` keys, as pve-storage's CephConfig.pm
+    ceph_connect_option connects: the keyring ``priv/ceph/ID.keyring`` in ``pve_dir`` where it
+    exists (else no cephx), the configuration ``priv/ceph/ID.conf`` for an external cluster
+    (monhost), ``ceph.conf`` there for one Proxmox VE manages; user ``username`` or admin;
+    pool ``rbd`` when none is named."""
+    out: dict[str, Any] = {"pool": storage.pool or "rbd", "client": storage.username or "admin",
+                           "krbd": storage.krbd}
+    if storage.namespace:
+        out["namespace"] = storage.namespace
+    priv = pve_dir / "priv" / "ceph"
+    if storage.monhost:
+        out["monitors"] = [m for m in re.split(r"[,;\s]+", storage.monhost.strip()) if m]
+        if (priv / f"{storage.id}.conf").exists():
+            out["conf"] = str(priv / f"{storage.id}.conf")
+    else:
+        out["conf"] = str(pve_dir / "ceph.conf")
+    if (priv / f"{storage.id}.keyring").exists():
+        out["keyring"] = str(priv / f"{storage.id}.keyring")
+    return out
+
+
 class RbdKind(TargetKind):
     """``[target] rbd``: a Ceph pool (the module's docstring)."""
 
@@ -585,6 +608,11 @@ class RbdKind(TargetKind):
     tools = ("rbd",)
     cluster_load = False
     resource = Resource(kind=KIND, name="RBD image", remove=remove_recorded)
+    storage_types = ("rbd",)
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        return {"rbd": rbd_of_storage(storage, pve_dir)}
 
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         return RbdPool(target, keep=keep, author=author)

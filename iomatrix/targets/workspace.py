@@ -25,7 +25,8 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from pathlib import Path
 
 from iomatrix.core.dirs import (Walked, make_private, parent_marker, remove_empty, same_file,
@@ -37,6 +38,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.fields import uses_page_cache
 from iomatrix.suite.target import Target
 from iomatrix.core.trust import Author
+from iomatrix.platform import proxmox as pve
 from iomatrix.targets.kind import Image, OpenTarget, Recorder, TargetKind
 from iomatrix.core.units import format_bytes
 
@@ -496,11 +498,30 @@ def _sysfs_block(major: int, minor: int, sysfs: Path) -> Path | None:
     return link.resolve() if link.exists() else None
 
 
+def directory_of_storage(storage: pve.Storage, mounted: Callable[[Path], bool] | None) -> Path:
+    """A Proxmox VE dir, nfs or cifs storage's images directory: ``<path>/images`` or its
+    ``content-dirs`` images entry; nfs and cifs at /mnt/pve/ID unless path says, as
+    pve-storage's plugins mount them, which ``mounted(path)`` checks when given."""
+    ident = storage.id
+    path = storage.path or (f"/mnt/pve/{ident}" if storage.type != "dir" else None)
+    if path is None:
+        raise ValueError(f"storage {ident} (dir) has no path in the storage.cfg given")
+    if storage.type != "dir" and mounted is not None and not mounted(Path(path)):
+        raise ValueError(f"storage {ident} ({storage.type}): {path} is not mounted "
+                         "(Proxmox VE mounts it while the storage is active: pvesm status)")
+    return Path(path) / dict(storage.content_dirs).get("images", "images")
+
+
 class LocalKind(TargetKind):
     """``[target] directory`` or ``device``: storage this host holds (the module's docstring);
     what a killed run left there is the directories ``iomatrix.measure.reclaim`` removes."""
 
     keys = ("directory", "device")
+    storage_types = ("dir", "nfs", "cifs")
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        return {"directory": str(directory_of_storage(storage, mounted))}
 
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         return Workspace(target, keep=keep)

@@ -47,7 +47,7 @@ from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_gu
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
-from iomatrix.targets.network import reveal
+from iomatrix.targets.remote import reveal
 from iomatrix.targets.workspace import Image
 
 DAEMON_START_TIMEOUT = 15.0
