@@ -148,6 +148,7 @@ def assert_shown(output: str, fields: tuple[str, ...], where: str) -> None:
     assert not missing, f"{where}: {missing} not shown escaped in {output!r}"
 
 
+@pytest.mark.slow
 def test_stored_strings_reach_the_terminal_escaped(handed_over: Path, attack: Attack) -> None:
     attack("F9 terminal escapes in a database's strings", "harmless")
     for args, fields in COMMANDS.items():
@@ -183,6 +184,7 @@ with ClusterTerminalProgress(err) as cluster:
 (a run's own would take a guest booted to write them)."""
 
 
+@pytest.mark.slow
 def test_the_progress_line_shows_a_guest_console_reason_escaped(attack: Attack) -> None:
     """A guest console's text in a failure reason (a trial's and a node's) and a node name, on
     the progress bar (a terminal) and on the plain lines (a pipe)."""
@@ -199,6 +201,7 @@ def test_the_progress_line_shows_a_guest_console_reason_escaped(attack: Attack) 
     assert_shown(text, ("console", "node"), "progress on a terminal")
 
 
+@pytest.mark.slow
 def test_rich_markup_in_stored_strings_is_text(handed_over: Path) -> None:
     """Rich's markup in a stored string (a suite name in ``runs``' table, a configuration's label
     in ``show``'s, a note) is text: ``[link=…]`` makes no hyperlink (OSC 8), ``[bold]`` is shown as written."""

@@ -109,6 +109,7 @@ def _identity_refused(tmp_path: Path, identity: Path) -> str:
 
 # -- 1. a symlink another user planted in a sticky directory -----------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["--nodes", "the suite's [nodes] inventory"])
 def test_an_inventory_through_a_symlink_another_user_planted_is_anyones(
         arena: Path, tmp_path: Path, attacker: User, attack: Attack, way: str) -> None:
@@ -123,6 +124,7 @@ def test_an_inventory_through_a_symlink_another_user_planted_is_anyones(
         f"iomatrix: inventory {link} {UNTRUSTED_COMMAND}")
 
 
+@pytest.mark.slow
 def test_an_identity_through_a_symlink_another_user_planted_is_refused(
         arena: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
     """Root's suite names a key in /tmp that the user made first, a symlink to root's key:
@@ -157,6 +159,7 @@ WHY = {"/dev/zero": "a character device, not a regular file",
        "a FIFO": "a FIFO (named pipe), not a regular file"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["/dev/zero", "a FIFO", "a sparse 8 GiB file"])
 def test_a_suite_that_is_no_regular_file_or_too_large_is_one_line(
         arena: Path, attacker: User, attack: Attack, kind: str) -> None:
@@ -167,6 +170,7 @@ def test_a_suite_that_is_no_regular_file_or_too_large_is_one_line(
     assert one_line(done, ExitStatus.SUITE_INVALID) == f"iomatrix: {path}: cannot read: {why}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "way"), [
     (kind, way) for kind in ("/dev/zero", "a FIFO", "a sparse 8 GiB file")
     for way in ("--nodes", "the suite's [nodes] inventory")
@@ -183,6 +187,7 @@ def test_an_inventory_that_is_no_regular_file_or_too_large_is_one_line(
 
 # -- 5. a directory whose ACL lets another user write --------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["inventory", "identity"])
 def test_a_directory_whose_acl_lets_another_user_write_is_not_roots(
         arena: Path, tmp_path: Path, attacker: User, attack: Attack, key: str) -> None:
@@ -209,6 +214,7 @@ def test_a_directory_whose_acl_lets_another_user_write_is_not_roots(
 
 # -- 10. a path through /proc ---------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["identity", "known_hosts"])
 def test_a_path_through_proc_is_refused(arena: Path, tmp_path: Path, attacker: User,
                                         attack: Attack, key: str) -> None:
@@ -228,6 +234,7 @@ def test_a_path_through_proc_is_refused(arena: Path, tmp_path: Path, attacker: U
 
 # -- 11. ACLs and groups in the author's reading --------------------------------------------------
 
+@pytest.mark.slow
 def test_a_file_whose_acl_denies_the_author_is_not_theirs_to_read(
         roots: Path, theirs: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
     """Root's kernel is 0644 but its ACL denies the user (``u:attacker:---``): their suite may
@@ -246,6 +253,7 @@ def test_a_file_whose_acl_denies_the_author_is_not_theirs_to_read(
     assert line == _unreadable("kernel", kernel, attacker, suite)
 
 
+@pytest.mark.slow
 def test_a_suite_in_a_directory_a_group_may_write_is_anyones(
         roots: Path, theirs: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
     """The suite lies in a directory its group may write to (root's, 0775, the user's group):
@@ -280,6 +288,7 @@ while time.monotonic() < until:
 """
 
 
+@pytest.mark.slow
 def test_a_file_removed_while_it_is_judged_is_anyones(
         arena: Path, attacker: User, attack: Attack) -> None:
     """The user makes and removes a file in a sticky directory in a loop while root asks who

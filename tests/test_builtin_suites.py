@@ -305,6 +305,7 @@ def test_suites_lists_the_scales_in_one_line_per_suite() -> None:
         assert "Scales: full, quick." in row
 
 
+@pytest.mark.slow
 def test_run_plan_prints_the_estimate_at_each_scale() -> None:
     code, captured = invoke("run", "aio-iothreads", "--plan")
     assert code == ExitStatus.OK and captured.stderr.getvalue() == ""

@@ -293,6 +293,7 @@ def serve(request: dict[str, object]) -> subprocess.CompletedProcess[str]:
                                        proc.stderr.read())
 
 
+@pytest.mark.slow
 def test_the_node_refuses_a_request_it_cannot_trust(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, GUESTS)
     planted = tmp_path / "planted.raw"
