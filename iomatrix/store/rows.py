@@ -29,8 +29,7 @@ from iomatrix.core.text import printable
 from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import CONFIG_AXES, NODE_AXIS, TARGET_AXIS
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
-from iomatrix.suite.target import RbdTarget
-from iomatrix.targets import rbd
+from iomatrix.targets.registry import RESOURCES
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.steady import SteadyState
 
@@ -199,31 +198,35 @@ def decode(table: str, column: str, row: object, text: Any) -> Any:
         raise damaged(table, column, row, "nested too deeply") from None
 
 
-KINDS = ("scratch", "workspace", "parent", rbd.KIND)
-"""What a process records making (``iomatrix.measure.reclaim``, ``iomatrix.targets.rbd``)."""
+KINDS = ("scratch", "workspace", "parent", *RESOURCES)
+"""What a process records making (``iomatrix.measure.reclaim``; what a target kind makes on
+its storage: ``iomatrix.targets.registry.RESOURCES``)."""
 
-RBD_KEYS = frozenset({*RbdTarget.model_fields, "fsid"})
-_RBD = TypeAdapter(Annotated[dict[str, str | float | bool | list[str] | None],
-                             AfterValidator(_allowed(RBD_KEYS))])
+_WITHIN = {kind: TypeAdapter(Annotated[dict[str, str | float | bool | list[str] | None],
+                                       AfterValidator(_allowed(resource.within_keys))])
+           for kind, resource in RESOURCES.items()}
+"""A kind's resource: its connection's keys (``Resource.within_keys``)."""
 
 
 def within(kind: Any, row: object, text: Any) -> str:
     """``resources.within`` of a resource of ``kind`` (``KINDS``): the absolute path of the
-    directory it was made in, or for an RBD image the connection ``iomatrix.targets.rbd``
-    recorded (a JSON object of its keys, which ``rbd.stored_location`` checks as a suite's
-    [target] rbd before anything reaches ``rbd``)."""
+    directory it was made in, or for what a target kind makes on its storage (an RBD image) the
+    connection it recorded (a JSON object of its keys, ``Resource.within_keys``, which the kind
+    checks again before it reaches the storage: ``rbd.stored_location`` as a suite's [target]
+    rbd)."""
     if kind not in KINDS:
         raise damaged("resources", "kind", row, f"not one of {', '.join(KINDS)}")
     if not isinstance(text, str) or "\0" in text:
         raise damaged("resources", "within", row, "not a path")
-    if kind != rbd.KIND:
+    if kind not in RESOURCES:
         if not text.startswith("/"):
             raise damaged("resources", "within", row, "not an absolute path")
         return text
-    if len(text) > rbd.STORED_MAX:
-        raise damaged("resources", "within", row, f"longer than {rbd.STORED_MAX} characters")
+    longest = RESOURCES[kind].within_max
+    if len(text) > longest:
+        raise damaged("resources", "within", row, f"longer than {longest} characters")
     try:
-        _RBD.validate_json(text)
+        _WITHIN[kind].validate_json(text)
     except ValidationError as exc:
         raise damaged("resources", "within", row, _why(exc)) from None
     return text

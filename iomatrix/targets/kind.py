@@ -101,6 +101,11 @@ class Resource(NamedTuple):
     remove: Callable[..., str]
     """``remove(path, within, marker, *, dry_run=False, author=US)``: removed, would remove,
     gone, or ``left: why``; ``TargetUnreachable`` when the storage cannot be reached."""
+    within_keys: frozenset[str]
+    """A record's ``within`` is the connection as a JSON object of these keys (file paths only,
+    never a secret), which a store holds and ``iomatrix.store.rows.within`` checks."""
+    within_max: int
+    """The longest ``within`` a store's row may hold."""
 
 
 class OpenTarget:

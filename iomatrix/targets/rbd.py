@@ -607,7 +607,9 @@ class RbdKind(TargetKind):
     keys = ("rbd",)
     tools = ("rbd",)
     cluster_load = False
-    resource = Resource(kind=KIND, name="RBD image", remove=remove_recorded)
+    resource = Resource(kind=KIND, name="RBD image", remove=remove_recorded,
+                        within_keys=frozenset({*RbdTarget.model_fields, "fsid"}),
+                        within_max=STORED_MAX)
     storage_types = ("rbd",)
 
     def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
