@@ -104,6 +104,7 @@ def test_build_is_cached_and_force_rebuilds(appliance: Appliance, kernel: Path,
     assert not rebuilt.cached and rebuilt.initrd.is_file()
 
 
+@pytest.mark.slow
 def test_appliance_carries_no_zeros_and_no_libraries(appliance: Appliance) -> None:
     """The vmlinux keeps its segments' memory sizes and its PVH note without the zeros that end
     it; the initrd carries the static fio and none of the host fio's libraries (the fallback's

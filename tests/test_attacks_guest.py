@@ -147,6 +147,7 @@ def test_f5_a_file_another_user_could_choose_is_refused_by_rule_1(
         "choose what QEMU reads there"), line
 
 
+@pytest.mark.slow
 def test_f5_a_run_resumed_from_a_shared_store_is_anyones(roots: Path, tmp_path: Path,
                                                         pg_url: str, attack: Attack) -> None:
     """An unfinished run in the shared PostgreSQL store (which anyone with its role writes)

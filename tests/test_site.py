@@ -87,6 +87,7 @@ def test_every_page_is_built_and_in_the_navigation(site: Path) -> None:
     assert "Unreleased" in _text(site / "changelog.html")
 
 
+@pytest.mark.slow
 def test_every_command_and_option_is_in_the_reference(site: Path) -> None:
     sections = _sections(site / "reference/cli.html")
     commands = HOOK.cli_commands()
@@ -116,6 +117,7 @@ def test_every_suite_key_is_in_the_reference_with_its_description(site: Path) ->
     assert undocumented == []           # a key's description is the docstring under its field
 
 
+@pytest.mark.slow
 def test_every_exit_status_is_in_the_reference(site: Path) -> None:
     page = _squash(_text(site / "reference/exit-status.html"))
     for code, name, meaning in HOOK.exit_statuses():
@@ -124,6 +126,7 @@ def test_every_exit_status_is_in_the_reference(site: Path) -> None:
     assert {s.value for s in ExitStatus} == {code for code, _, _ in HOOK.exit_statuses()}
 
 
+@pytest.mark.slow
 def test_the_export_format_is_what_export_writes(site: Path, tmp_path: Path) -> None:
     page = _text(site / "reference/results.html")
     assert f"JSON export ( format_version ) {EXPORT_FORMAT_VERSION}" in page

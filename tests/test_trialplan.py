@@ -150,6 +150,7 @@ def pilot(rng: np.random.Generator, a: float, b: float, c: float, *, rounds: int
     return out
 
 
+@pytest.mark.slow
 def test_the_pilot_estimates_recover_the_model() -> None:
     rng = np.random.default_rng(7)
     got = tp.estimate(pilot(rng, 0.004, 1e-3, 0.8, rounds=400), mode="blocklayer",
