@@ -210,7 +210,7 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
     version does, and nothing about another's)."""
     targets: list[tuple[str | None, bool]] = (
         [(t.name, t.device is not None) for t in suite.named_targets]
-        or [(None, suite.target.device is not None or suite.target.iscsi is not None)])
+        or [(None, suite.target.whole_device)])
     notes: list[str] = []
     configs: list[Configuration] = []
     skipped: list[Skipped] = []

@@ -168,7 +168,7 @@ class Suite(Frozen):
         if self.author.trusted:
             return None
         for target in (self.target, *self.targets):
-            named = target.device or (target.iscsi.url if target.iscsi is not None else None)
+            named = target.destroyed
             if target.allow_destroy and named is not None:
                 return (f"[target] allow_destroy: {named} would be overwritten as asked by "
                         f"{self.author.where or 'a suite of unknown origin'}, which another "

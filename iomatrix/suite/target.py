@@ -31,11 +31,18 @@ class KindTable(Frozen):
     """iomatrix makes images of [target] size there (a LUN's size is its own)."""
     destroys: ClassVar[bool] = False
     """What is there is written to and destroyed: ``allow_destroy`` must say so."""
+    whole_device: ClassVar[bool] = False
+    """Measured as one whole device (as ``[target] device`` is), not as images made there."""
+
+    @property
+    def location(self) -> str:
+        """Where the storage is, as the user would name it."""
+        return type(self).__name__
 
     @property
     def named(self) -> str:
         """The storage as a refusal names it."""
-        return type(self).__name__
+        return self.location
 
     @property
     def storage_kind(self) -> str | None:
@@ -154,6 +161,7 @@ class IscsiTarget(KindTable):
 
     destroys: ClassVar[bool] = True
     """Written to and destroyed: needs ``allow_destroy = true``."""
+    whole_device: ClassVar[bool] = True
 
     portal: str = Field(max_length=300)
     """``host:port`` (port 3260 when left out); an IPv6 address in brackets."""
@@ -196,6 +204,10 @@ class IscsiTarget(KindTable):
     def url(self) -> str:
         """``iscsi://portal/target/lun``, as QEMU and Proxmox VE write it (no credentials)."""
         return f"iscsi://{self.portal}/{self.target}/{self.lun}"
+
+    @property
+    def location(self) -> str:
+        return self.url
 
     @property
     def named(self) -> str:
@@ -342,6 +354,22 @@ class Target(Frozen):
         """The kind's own table given (``TABLES``), or None for a directory, device or
         storage id."""
         return next((getattr(self, k) for k in TABLES if getattr(self, k) is not None), None)
+
+    @property
+    def destroyed(self) -> str | None:
+        """What the target writes over, as a refusal names it: the device, or a kind's table
+        that destroys (an iSCSI LUN's URL); None when it makes images of its own."""
+        table = self.network
+        if self.device is not None:
+            return str(self.device)
+        return table.location if table is not None and table.destroys else None
+
+    @property
+    def whole_device(self) -> bool:
+        """A whole device is measured: [target] device, or a kind's table that is one (an
+        iSCSI LUN)."""
+        table = self.network
+        return self.device is not None or (table is not None and table.whole_device)
 
     @property
     def kind(self) -> str:
