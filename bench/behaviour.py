@@ -130,8 +130,11 @@ Workload = getattr(syn, "Workload", None)
 if Store is None:
     from iomatrix.store import Store
 if Configuration is None or Workload is None:
-    from iomatrix.suite.configuration import Configuration
-    from iomatrix.suite.workloads import Workload
+    try:
+        from iomatrix.suite.configuration import Configuration
+        from iomatrix.suite.workloads import Workload
+    except ImportError:         # a tree before suite/model.py was split
+        from iomatrix.suite.model import Configuration, Workload
 
 DB = sys.argv[1]
 WORKLOADS = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in (4096, 65536) for qd in (1, 8, 32)]

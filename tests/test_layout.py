@@ -12,7 +12,7 @@ import iomatrix
 
 PACKAGE = Path(iomatrix.__file__).parent
 
-LAYERS = ["core", "cluster", "platform", "suite", "targets", "fio", "telemetry", "qemu", "appliance", "drivers",
+LAYERS = ["core", "vocab", "cluster", "platform", "suite", "targets", "fio", "telemetry", "qemu", "appliance", "drivers",
           "store", "analysis", "translate", "measure", "recommend", "report", "diagnose", "testing", "cli"]
 """Bottom to top, in the order data flows: a package may import from those before it. ``analysis``
 sits below ``measure`` because adaptive repetition asks it when a figure is known well enough;

@@ -29,7 +29,7 @@ from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import Platform
+from iomatrix.vocab.axes import Platform
 from iomatrix.suite.method import Method
 from iomatrix.platform.settings import DiskImage
 from iomatrix.targets.workspace import Image

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import get_args
 
 import pytest
 
@@ -21,7 +20,7 @@ from iomatrix.qemu.version import installed, shown
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.expand import NBD_IOTHREAD_SURVIVES_FROM
-from iomatrix.suite.fields import Mode
+from iomatrix.vocab.words import Mode
 from iomatrix.suite.method import Method
 from tests.conftest import IOMATRIX, REPO, cli_result, our_processes, write_suite
 from tests.needs import need
@@ -255,7 +254,7 @@ def test_kill_9_leaves_no_daemon_or_fio_running(tmp_path: Path, no_leftovers: No
 def test_the_registry_has_a_driver_for_every_mode(tmp_path: Path) -> None:
     """The runner asks it alike for every mode; those that boot no guest prepare nothing (guest
     preparation, the appliance and the accelerator, runs for real in test_guest)."""
-    assert set(DRIVERS) == set(get_args(Mode))
+    assert set(DRIVERS) == set(Mode)
     notes: list[str] = []
     for mode in ("host", "blocklayer"):
         driver = driver_for(mode, Method(), tmp_path, accel="auto", note=notes.append)

@@ -18,6 +18,7 @@ calls these functions.
 from __future__ import annotations
 
 import ast
+import enum
 import inspect
 import io
 import re
@@ -152,6 +153,8 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Literal:
         text = " \\| ".join(f'`"{v}"`' if isinstance(v, str) else f"`{v}`".lower()
                             for v in typing.get_args(inner))
+    elif isinstance(inner, type) and issubclass(inner, enum.Enum):
+        text = " \\| ".join(f'`"{v.value}"`' for v in inner)
     elif origin in (typing.Union, types.UnionType):
         text = " or ".join(_type_name(a) for a in typing.get_args(inner) if a is not type(None))
     elif origin is dict:

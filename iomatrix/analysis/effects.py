@@ -503,13 +503,10 @@ def gains(run: StoredRun, axis: str, *, metric: str = "iops", reference: str | N
     return list(found)
 
 
-def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
-           by: tuple[str, ...], hold: tuple[str, ...], adjustment: Adjustment,
-           paired: bool = True) -> list[Gain]:
-    get_metric(metric)   # raises for an unknown name
-    levels = _axis_levels(run, axis)
-    reference = default_reference(axis, levels) if reference is None else reference
-    _check_level(run, axis, reference, levels)
+def _checked_axes(run: StoredRun, axis: str, by: tuple[str, ...],
+                  hold: tuple[str, ...]) -> dict[str, list[str]]:
+    """The run's axes (``axes_of``), once ``by`` and ``hold`` are found to name what can be
+    grouped by and held; raises AnalysisError for the first that does not."""
     for field in by:
         if field not in BY:
             raise AnalysisError(f"cannot group by {field!r}", hint=f"group by {', '.join(BY)}")
@@ -520,6 +517,17 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
         if other not in axes and other != "mode":
             raise AnalysisError(f"run {run.id}: cannot hold {other!r}, not an axis with two or "
                                 "more levels", hint=f"axes of run {run.id}: {', '.join(axes)}")
+    return axes
+
+
+def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
+           by: tuple[str, ...], hold: tuple[str, ...], adjustment: Adjustment,
+           paired: bool = True) -> list[Gain]:
+    get_metric(metric)   # raises for an unknown name
+    levels = _axis_levels(run, axis)
+    reference = default_reference(axis, levels) if reference is None else reference
+    _check_level(run, axis, reference, levels)
+    axes = _checked_axes(run, axis, by, hold)
     by_round = round_values(run, metric) if paired and rounds_known(run) else None
     workload_order = {w.key: i for i, w in enumerate(run.workloads)}
     rw_order = {rw: i for i, rw in enumerate(dict.fromkeys(w.rw for w in run.workloads))}

@@ -46,6 +46,22 @@ def method_text(g: Gain) -> str:
             "none": "—"}[g.method]
 
 
+def _list_axes(stored: StoredRun) -> None:
+    """``effect`` without --axis: the run's axes, their levels and each one's reference."""
+    from iomatrix.analysis.effects import axes_of, default_reference
+
+    _header(stored, "axes (host baseline excluded)")
+    axes = axes_of(stored)
+    if not axes:
+        out.print("no axis takes two or more levels in this run: nothing to compare")
+        return
+    table = Table("axis", "levels", "reference", box=None)
+    for name, levels in axes.items():
+        table.add_row(name, ", ".join(levels), default_reference(name, levels))
+    out.print(table)
+    out.print("compare one with: iomatrix effect RUN --axis AXIS", markup=False)
+
+
 def effect(
     run_ref: RunRef,
     axis: Annotated[Optional[str], typer.Option("--axis", help="The axis whose levels are compared, e.g. iothread, aio, cache. Without it, list the run's axes.")] = None,
@@ -60,16 +76,7 @@ def effect(
 
     stored = load_run(db, run_ref)
     if axis is None:
-        _header(stored, "axes (host baseline excluded)")
-        axes = axes_of(stored)
-        if not axes:
-            out.print("no axis takes two or more levels in this run: nothing to compare")
-            return
-        table = Table("axis", "levels", "reference", box=None)
-        for name, levels in axes.items():
-            table.add_row(name, ", ".join(levels), default_reference(name, levels))
-        out.print(table)
-        out.print("compare one with: iomatrix effect RUN --axis AXIS", markup=False)
+        _list_axes(stored)
         return
     chosen = metric_named(metric)
     if chosen is None:

@@ -12,7 +12,7 @@ from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.host import HostDriver
 from iomatrix.drivers.libvirt import LibvirtDriver
-from iomatrix.suite.fields import Mode
+from iomatrix.vocab.words import Mode
 from iomatrix.suite.method import Method
 
 DRIVERS: dict[str, type[Driver]] = {d.mode: d for d in (HostDriver, BlocklayerDriver, GuestDriver)}

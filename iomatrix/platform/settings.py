@@ -1,35 +1,13 @@
-"""The disk settings a platform module reads (``DiskSettings``): the fields of an iomatrix
-configuration (``suite.configuration.Configuration`` has them all), named here so that platform needs
-no suite type and sits right above core."""
+"""What a platform module reads and returns: a disk's settings (``DiskSettings``, declared
+with the axes in ``iomatrix.vocab.axes``; ``suite.configuration.Configuration`` is one), its
+defaults, images, graphs and the text a user pastes."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from iomatrix.core.model import Frozen
-
-
-class DiskSettings(Protocol):
-    """One disk's settings as iomatrix names them; None where a setting is not given."""
-
-    @property
-    def controller(self) -> str | None: ...
-    @property
-    def aio(self) -> str | None: ...
-    @property
-    def iothread(self) -> bool | None: ...
-    @property
-    def cache(self) -> str | None: ...
-    @property
-    def format(self) -> str | None: ...
-    @property
-    def preallocation(self) -> str | None: ...
-    @property
-    def data_path(self) -> str | None: ...
-    @property
-    def num_queues(self) -> int | None: ...
-    @property
-    def queue_size(self) -> int | None: ...
+from iomatrix.vocab.axes import DiskSettings
 
 
 class PlatformDefault(Frozen):

@@ -41,7 +41,8 @@ from iomatrix.qemu.escape import qemu_bool, qemu_escape
 from iomatrix.qemu.qmp import flatten_block_nodes, qmp_execute
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import Platform, PveVersion
+from iomatrix.suite.fields import PveVersion
+from iomatrix.vocab.axes import Platform
 from iomatrix.targets.workspace import Image
 from iomatrix.core.model import Frozen, on_off
 

@@ -14,7 +14,8 @@ from iomatrix.platform.qemu import FILE_NODE, FORMAT_NODE, cache_flags
 from iomatrix.platform.settings import DiskImage, NetworkNode, StorageGraph
 from iomatrix.qemu.escape import qemu_bool
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import Platform, PveVersion
+from iomatrix.suite.fields import PveVersion
+from iomatrix.vocab.axes import Platform
 
 THROTTLE_NODE = "throttle0"
 """The filter's role name, as iomatrix.qemu.args reads a platform's graph back."""

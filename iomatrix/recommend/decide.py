@@ -54,14 +54,15 @@ from iomatrix.telemetry.pagecache import RAM_SHARE
 from iomatrix.platform import PLATFORMS as MODULES
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import NO_AIO_STORAGES
-from iomatrix.recommend.defaults import (BLOCKLAYER_PARAMETERS, FALLBACK, NAMES, NOT_SETTINGS,
-                                         PARAMETERS, TITLES, UNEXPRESSIBLE, WHAT, Platform,
-                                         defaults)
+from iomatrix.recommend.defaults import (FALLBACK, NAMES, NOT_SETTINGS, TITLES, UNEXPRESSIBLE,
+                                         Platform, defaults)
 from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.axes import BLOCKLAYER_AXES, BY_NAME, DEFAULT_UNSET, PARAMETERS, WHAT
+from iomatrix.vocab.words import Mode
 
 RULE = (
     "A level other than the platform's default is recommended only when its IOPS are "
@@ -234,7 +235,7 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     notes += dropped
     warnings = []
     if run.emulated:
-        native = any(d.mode == "blocklayer" for d in decisions)
+        native = any(d.mode == Mode.BLOCKLAYER for d in decisions)
         warnings.append("EMULATED (TCG): the guests' CPU was emulated; guest evidence measures "
                         "QEMU's emulator, not this hardware"
                         + ("; blocklayer evidence (no guest) ran natively" if native else ""))
@@ -261,7 +262,7 @@ def _yours(run: StoredRun, config: Configuration, decisions: list[Decision]
         return None
     mode = vm.config.mode
     decided = {d.axis for d in decisions if d.status in ("change", "keep", "choose")}
-    axes = [a for a in (BLOCKLAYER_PARAMETERS if mode == "blocklayer" else PARAMETERS)
+    axes = [a for a in (BLOCKLAYER_AXES if mode == Mode.BLOCKLAYER else PARAMETERS)
             if a in decided]
     recommended = config.params()
     want = dict(vm.config.params)
@@ -359,7 +360,7 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
 def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | None:
     if axis in axes.get("guest", {}):
         return "guest"
-    if axis in BLOCKLAYER_PARAMETERS and axis in axes.get("blocklayer", {}):
+    if axis in BLOCKLAYER_AXES and axis in axes.get("blocklayer", {}):
         return "blocklayer"
     return None
 
@@ -464,7 +465,7 @@ def _from_ram(run: StoredRun, axis: str, levels: list[str]) -> tuple[dict[str, s
 def _unpaired(axis: str, parts: dict[str, StoredRun]) -> tuple[str, list[str]] | None:
     """(mode, levels) when some configurations of a mode set ``axis`` and others leave it at
     QEMU's default (num_queues, queue_size): the effects analysis pairs only set values."""
-    if axis not in ("num_queues", "queue_size"):
+    if axis not in DEFAULT_UNSET:
         return None
     for mode, part in parts.items():
         values = [c.params.get(axis) for c in part.configs]
@@ -484,10 +485,8 @@ def _barred(platform: Platform, axis: str, level: str) -> str:
 
 
 def _config(values: dict[str, str | None]) -> Configuration:
-    num = {k: int(v) if v else None for k, v in values.items() if k in ("num_queues", "queue_size")}
-    return Configuration(mode="guest", controller=values["controller"], aio=values["aio"],
-                         iothread=values["iothread"] == "on", cache=values["cache"],
-                         format=values["format"], preallocation=values["preallocation"], **num)
+    return Configuration(mode=Mode.GUEST, **{axis: BY_NAME[axis].level_of(values[axis])
+                                             for axis in PARAMETERS})
 
 
 def _assemble(platform: Platform, storage: str, decisions: list[Decision]

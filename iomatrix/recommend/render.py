@@ -15,7 +15,8 @@ from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import PLATFORMS
 from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
 from iomatrix.platform.settings import Pasted
-from iomatrix.recommend.defaults import UNEXPRESSIBLE, Platform
+from iomatrix.recommend.defaults import UNEXPRESSIBLE
+from iomatrix.vocab.axes import Platform
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 

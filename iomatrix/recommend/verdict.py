@@ -14,7 +14,8 @@ import textwrap
 from iomatrix.core.text import printable
 from iomatrix.platform.settings import Pasted
 from iomatrix.recommend.decide import RULE, Decision, Evidence, Recommendation, _figure
-from iomatrix.recommend.defaults import TITLES, Platform
+from iomatrix.recommend.defaults import TITLES
+from iomatrix.vocab.axes import Platform
 from iomatrix.store.records import StoredRun
 
 MARK = "⚠"

@@ -27,7 +27,8 @@ from iomatrix.core.errors import DamagedStore
 from iomatrix.core.model import Frozen
 from iomatrix.core.text import printable
 from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
-from iomatrix.suite.fields import CONFIG_AXES, NODE_AXIS, TARGET_AXIS
+from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
+from iomatrix.vocab.axes import CONFIG_AXES
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
 from iomatrix.targets.registry import RESOURCES
 from iomatrix.telemetry.host import HostSeries

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.fields import CONFIG_AXES, NODE_AXIS, TARGET_AXIS, YOUR_VM, Mode
+from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS, YOUR_VM
+from iomatrix.vocab.axes import AXES, CONFIG_AXES, CORE, AxisLevels
+from iomatrix.vocab.words import Mode
 
 
 class ConfigKey(Frozen):
@@ -36,24 +38,12 @@ class ConfigKey(Frozen):
         return ConfigKey(mode="host", params=() if target is None else ((TARGET_AXIS, target),))
 
 
-class Configuration(Frozen):
-    """One point of the disk matrix. Fields that the mode ignores are None."""
+class Configuration(AxisLevels):
+    """One point of the disk matrix: a level (or None) for each axis of ``iomatrix.vocab.axes``
+    (data_path None: QEMU's device model; guest None: the appliance, in a run whose matrix names
+    no guest), its mode, and what places it in the run. Fields that the mode ignores are None."""
 
     mode: Mode
-    controller: str | None = None
-    aio: str | None = None
-    iothread: bool | None = None
-    cache: str | None = None
-    format: str | None = None
-    preallocation: str | None = None
-    data_path: str | None = None
-    """None or "emulated": QEMU's device model; "vhost-user-blk": served by qemu-storage-daemon."""
-    num_queues: int | None = None
-    queue_size: int | None = None
-    vms: int | None = None
-    guest: str | None = None
-    """Guest mode: "appliance" or the [guest] image's name; None: the appliance, in a run
-    whose matrix names no guest (keys as before the ``guest`` axis)."""
     aa: bool | None = None
     """True: the A/A twin of the configuration with the same settings (``[method] aa``): measured
     again under its own key (``.../aa=twin``) in the same rounds, never compared with others."""
@@ -100,23 +90,13 @@ class Configuration(Frozen):
         where = "" if self.target is None else f" on {self.target}"
         if self.node is not None:
             where += f" @{self.node}"
-        if self.mode == "host":
+        if self.mode == Mode.HOST:
             return "host (bare metal)" + where
         device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller
-        core = [v for v in (device, self.aio, self.cache, self.format) if v is not None]
-        text = f"{self.mode} " + "/".join(core)
-        if self.iothread:
-            text += " iothread"
-        if self.preallocation not in (None, "off"):
-            text += f" prealloc={self.preallocation}"
-        if self.num_queues:
-            text += f" q={self.num_queues}"
-        if self.queue_size:
-            text += f" qs={self.queue_size}"
-        if self.vms and self.vms > 1:
-            text += f" ×{self.vms} VMs"
-        if self.guest is not None:
-            text += f" in {self.guest}"
+        core = [device, *(getattr(self, a.name) for a in AXES
+                          if a.label == CORE and a.name not in ("controller", "data_path"))]
+        text = f"{self.mode} " + "/".join(v for v in core if v is not None)
+        text += "".join(a.shown_in_label(getattr(self, a.name)) for a in AXES)
         text += where
         if self.aa:
             text += " (A/A twin)"

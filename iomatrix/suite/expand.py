@@ -12,20 +12,14 @@ from iomatrix.core.model import Frozen, shown
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform import refusal
 from iomatrix.platform.settings import disk_kind
-from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS
+from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.matrix import Matrix
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
+from iomatrix.vocab.axes import AXES, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, MODE_AXES
+from iomatrix.vocab.words import Accelerator, Mode
 
-# Which matrix axes each mode uses. host runs fio on the target itself: no QEMU settings apply.
-MODE_AXES: dict[str, tuple[str, ...]] = {
-    "host": (),
-    "blocklayer": ("aio", "iothread", "cache", "format", "preallocation"),
-    "guest": CONFIG_AXES,
-}
-AXES = CONFIG_AXES
 MAX_TRIALS = 1_000_000
 """The most trials a suite may ask for (configurations × workloads × samples), counted before any
 is made: at a second each they take 11 days (the largest built-in suite asks for a few
@@ -94,7 +88,7 @@ class Expansion(Frozen):
         """The expansion as it runs with guests under ``accel``: under TCG, parts marked
         ``under_tcg = "one"`` keep their first configuration's first workload, "skip" none."""
         rules = dict(self.under_tcg)
-        if accel != "tcg" or not rules:
+        if accel != Accelerator.TCG or not rules:
             return self
         configs, pairs, notes = [], [], list(self.notes)
         kept_one = False
@@ -119,7 +113,7 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
     """Why QEMU 7.2 (or iomatrix) would refuse this configuration, or None when it is valid.
     With a ``platform`` other than qemu, a guest configuration that platform cannot produce
     (or would silently change) is refused too, with the platform's reason."""
-    if config.mode == "guest" and platform != "qemu":
+    if config.mode == Mode.GUEST and platform != "qemu":
         reason = refusal(platform, config)
         if reason:
             return reason
@@ -128,12 +122,12 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
                 f"(cache={config.cache}; aio=native needs cache=none or directsync)")
     if config.format == "raw" and config.preallocation == "metadata":
         return "Unsupported preallocation mode: metadata (raw images have no metadata to preallocate)"
-    if (config.mode == "guest" and config.iothread and config.data_path != "vhost-user-blk"
+    if (config.mode == Mode.GUEST and config.iothread and config.data_path != "vhost-user-blk"
             and config.controller not in IOTHREAD_CONTROLLERS):
         device = _QEMU_DEVICE.get(str(config.controller), str(config.controller))
         return (f"Property '{device}.iothread' not found "
                 "(only virtio-blk and virtio-scsi controllers accept an iothread)")
-    if config.mode == "guest":
+    if config.mode == Mode.GUEST:
         reason = _queue_reason(config)
         if reason:
             return reason
@@ -185,15 +179,10 @@ def _queue_reason(config: Configuration) -> str | None:
 
 def _normalize(config: Configuration) -> Configuration:
     """One spelling per distinct QEMU setup: defaults as None, no controller under vhost-user-blk."""
-    update: dict[str, object] = {}
-    if config.data_path == "emulated":
-        update["data_path"] = None
+    update: dict[str, object] = {a.name: None for a in AXES
+                                 if a.unset is not None and getattr(config, a.name) == a.unset}
     if config.data_path == "vhost-user-blk":
         update["controller"] = None
-    if config.num_queues == 0:
-        update["num_queues"] = None
-    if config.queue_size == 0:
-        update["queue_size"] = None
     return config.model_copy(update=update) if update else config
 
 
@@ -216,7 +205,7 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
     skipped: list[Skipped] = []
     under_tcg: list[tuple[str, str]] = []
     mode = suite.method.mode
-    if suite.method.baseline and mode != "host":
+    if suite.method.baseline and mode != Mode.HOST:
         configs += [Configuration(mode="host", target=name) for name, _ in targets]
     parts: list[tuple[str, Matrix, str, str]] = [(mode, suite.matrix, "[matrix]", "all")]
     parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
@@ -227,7 +216,8 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
         _expand_part(suite, part_mode, matrix, where, targets, configs, skipped, notes, qemu)
         if len(configs) == before and len(skipped) > skipped_before:
             raise InvalidCombination(f"{suite.source_path}: {where}: every combination is invalid")
-        under_tcg += [(c.key, rule) for c in configs[before:] if c.mode == "guest" and rule != "all"]
+        under_tcg += [(c.key, rule) for c in configs[before:]
+                      if c.mode == Mode.GUEST and rule != "all"]
     _add_reference(suite, configs, targets, notes)
     if suite.method.aa:
         source = next((c for c in configs if c.mode == mode), configs[0] if configs else None)
@@ -284,7 +274,7 @@ def reference_configuration(suite: Suite) -> Configuration | None:
         "cache": ref.cache, "format": ref.format, "preallocation": "off",
         "num_queues": ref.num_queues, "queue_size": ref.queue_size,
         "vms": (suite.matrix.vms or (suite.method.vms,))[0]}
-    if mode == "blocklayer":
+    if mode == Mode.BLOCKLAYER:
         values["iothread"] = suite.matrix.iothread[0]
     used = MODE_AXES[mode]
     return _normalize(Configuration(mode=mode, yours=True,
@@ -300,7 +290,7 @@ def reference_lines(suite: Suite) -> list[str]:
     lines = [f"your VM: {suite.matrix.from_vm} {ref.disk} ({ref.written or ref.settings()}) → "
              f"{ref.settings()}; measured as {config.label} in the same rounds, the reference "
              "recommend answers relative to"]
-    if config.mode == "blocklayer":
+    if config.mode == Mode.BLOCKLAYER:
         lines.append("your VM: blocklayer mode measures its aio, cache and format without a "
                      "guest (controller, iothread and queues need guest mode); iothread picks "
                      "the export, as for the matrix")
@@ -355,27 +345,27 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
     """Append one matrix's valid configurations (not already present) to ``configs``, on each
     of ``targets`` in turn: (name, whether it is a block device); name None for a run of one."""
     used = MODE_AXES[mode]
-    for axis in AXES:
+    for axis in CONFIG_AXES:
         values = getattr(matrix, axis)
         default = Matrix.model_fields[axis].default
         if axis not in used and values != default and values is not None:
             notes.append(f"{where} {axis} is ignored in {mode} mode "
                          f"(values {', '.join(map(shown, values))} not used)")
-    if mode == "blocklayer":
+    if mode == Mode.BLOCKLAYER:
         why = ""
         if qemu is not None and qemu < NBD_IOTHREAD_SURVIVES_FROM:
             why = (f" (QEMU before 9.0, as this {'.'.join(map(str, qemu))} is, can abort an NBD "
                    "export with an iothread when a client disconnects: 7.2 does)")
         notes.append(f"{where} iothread in blocklayer mode: on = FUSE export with an iothread, "
                      f"off = NBD export{why}")
-    axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in AXES]
-    if mode == "guest":
-        axis_values[AXES.index("vms")] = matrix.vms or (suite.method.vms,)
-        axis_values[AXES.index("guest")] = (
+    axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in CONFIG_AXES]
+    if mode == Mode.GUEST:
+        axis_values[CONFIG_AXES.index("vms")] = matrix.vms or (suite.method.vms,)
+        axis_values[CONFIG_AXES.index("guest")] = (
             matrix.guest or ((suite.guest.label,) if suite.guest is not None else (None,)))
     if suite.target.network is not None and "aio" in used:
         # QEMU's rbd driver has no aio option: one configuration, not one per aio value
-        axis_values[AXES.index("aio")] = (None,)
+        axis_values[CONFIG_AXES.index("aio")] = (None,)
         note = (f"{where} aio is not evaluated on {suite.target.kind}: QEMU's {suite.target.kind} "
                 "driver has no aio option (librbd completes requests on its own threads)")
         if note not in notes:
@@ -383,7 +373,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
     seen = {c.key for c in configs}
     for (target, device_target), combo in itertools.product(targets,
                                                             itertools.product(*axis_values)):
-        config = _normalize(Configuration(mode=mode, target=target, **dict(zip(AXES, combo))))
+        config = _normalize(Configuration(mode=mode, target=target,
+                                          **dict(zip(CONFIG_AXES, combo))))
         if config.key in seen:
             continue
         seen.add(config.key)

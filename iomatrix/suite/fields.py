@@ -1,5 +1,6 @@
-"""The value types and checks a suite's tables share: the settings' literal types, sizes,
-durations, fractions, printable text, and the names the run gives its axes."""
+"""The value types and checks a suite's tables share: sizes, durations, fractions, printable
+text, and the names a run gives its target and node axes (the axes themselves and their
+levels: ``iomatrix.vocab``)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from iomatrix.core.units import format_bytes, parse_duration, parse_size
+from iomatrix.vocab.axes import DIRECT_CACHES
+from iomatrix.vocab.words import Mode
 
-Mode = Literal["host", "blocklayer", "guest"]
-Controller = Literal["virtio-blk", "virtio-scsi", "virtio-scsi-single", "pvscsi", "lsi", "megasas",
-                     "sata", "ide", "nvme"]
-Aio = Literal["native", "io_uring", "threads"]
-Cache = Literal["none", "directsync", "writethrough", "writeback", "unsafe"]
-Format = Literal["raw", "qcow2"]
-Preallocation = Literal["off", "metadata", "falloc", "full"]
-DataPath = Literal["emulated", "vhost-user-blk"]
-Accel = Literal["auto", "kvm", "tcg"]
-Platform = Literal["qemu", "proxmox", "libvirt"]
-"""Whose block graph and devices a guest gets for a configuration (iomatrix.platform)."""
 PveVersion = Literal[8, 9]
 WorkingSet = Literal["size", "exceed-ram", "in-ram"]
 """[target] working_set: how large the images are against the host's page cache (``Target``)."""
@@ -29,13 +21,8 @@ Rw = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randr
 
 YOUR_VM = "(your VM)"
 """What the label of the configuration of the user's VM ends with (``Configuration.yours``)."""
-CONFIG_AXES = ("controller", "data_path", "aio", "iothread", "cache", "format", "preallocation",
-               "num_queues", "queue_size", "vms", "guest")
 APPLIANCE = "appliance"
 """The ``guest`` axis's value for iomatrix's own appliance (beside a [guest] image's name)."""
-CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
-IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
-DIRECT_CACHES = ("none", "directsync")
 
 
 def uses_page_cache(mode: str, params: Mapping[str, str]) -> bool:
@@ -45,7 +32,7 @@ def uses_page_cache(mode: str, params: Mapping[str, str]) -> bool:
     configuration that names no cache mode (imported results) is not judged. ``params`` as
     ``Configuration.params()`` or a stored configuration's."""
     cache = params.get("cache")
-    return mode != "host" and cache is not None and cache not in DIRECT_CACHES
+    return mode != Mode.HOST and cache is not None and cache not in DIRECT_CACHES
 
 
 def as_tuple(value: Any) -> Any:

@@ -7,23 +7,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.fields import (CONFIG_AXES, CONTROLLERS, TARGET_AXIS, Aio, BlockSize, Cache, DataPath,
-                                   Format, Fraction, Preallocation, Printable, Rw, as_tuple, fraction)
+from iomatrix.suite.fields import (TARGET_AXIS, BlockSize, Fraction, Printable, Rw, as_tuple,
+                                   fraction)
+from iomatrix.vocab.axes import AXIS_VALUES, BLOCKLAYER_AXES, CLAIMED_AXES, CONFIG_AXES
 
 FindingKind = Literal["effect", "ranking", "equivalence", "baseline"]
 FindingMetric = Literal["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
 FindingMode = Literal["guest", "blocklayer"]
 FINDING_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-BLOCKLAYER_AXES = ("aio", "cache", "format", "preallocation")
-"""Axes QEMU's block layer has as the study meant them: a claim about one of them is checked in
-blocklayer mode too (measured natively where guests are emulated). iothread is not among them:
-in blocklayer mode it picks the export (FUSE or NBD), not the guest's IOThread."""
-_AXIS_VALUES: dict[str, tuple[str, ...]] = {
-    "controller": CONTROLLERS, "aio": Aio.__args__, "cache": Cache.__args__,  # type: ignore[attr-defined]
-    "format": Format.__args__, "preallocation": Preallocation.__args__,  # type: ignore[attr-defined]
-    "data_path": DataPath.__args__, "iothread": ("on", "off"),  # type: ignore[attr-defined]
-}
-
 
 def _levels(value: Any) -> Any:
     """A level or list of levels as a configuration shows it: true → "on", 8 → "8"."""
@@ -82,8 +73,7 @@ class Finding(Frozen):
     """The figure the study published for it, in its words and numbers."""
     kind: FindingKind
     """The form of the claim: effect, ranking, equivalence or baseline (above)."""
-    axis: Literal["controller", "data_path", "aio", "iothread", "cache", "format",
-                  "preallocation", "num_queues", "queue_size", "vms", "target"] | None = None
+    axis: Literal[(*CLAIMED_AXES, TARGET_AXIS)] | None = None  # type: ignore[valid-type]
     """target: the run's targets by name ([[targets]] name, or a [target] filesystems entry)."""
     level: Level | None = None
     """The level the claim is about (effect, equivalence, baseline)."""
@@ -149,7 +139,7 @@ class Finding(Frozen):
                                           *self.levels) if v is not None]
         named += [(a, v) for a, values in self.where.items() for v in values]
         for axis, value in named:
-            allowed = _AXIS_VALUES.get(axis or "")
+            allowed = AXIS_VALUES.get(axis or "")
             if allowed is not None and value not in allowed:
                 raise ValueError(f"{axis} has no level {value!r} ({', '.join(allowed)})")
             if allowed is None and axis not in (None, TARGET_AXIS) and not value.isdigit():

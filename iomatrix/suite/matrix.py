@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
 from iomatrix.core.model import Frozen
-from iomatrix.suite.fields import (CONTROL, TARGET_NAME, Aio, Cache, Controller, DataPath, Format, Mode,
-                                   Preallocation, Printable, PveVersion, axis_of)
+from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
+from iomatrix.vocab.axes import Aio, Cache, Controller, DataPath, Format, Preallocation
+from iomatrix.vocab.words import Mode
 
 
 def _vm_file(value: str | None) -> str | None:

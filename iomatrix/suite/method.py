@@ -12,8 +12,10 @@ from pydantic import Field, field_validator, model_validator
 
 from iomatrix.core.model import Frozen
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import (CONTROL, TARGET_NAME, Accel, Duration, Fraction, GuestMemory, Mode,
-                                   Platform, PveVersion, Printable)
+from iomatrix.suite.fields import (CONTROL, TARGET_NAME, Duration, Fraction, GuestMemory, Printable,
+                                   PveVersion)
+from iomatrix.vocab.axes import Platform
+from iomatrix.vocab.words import Accel, Mode
 
 
 GuestOs = Literal["linux", "windows"]
@@ -73,7 +75,7 @@ class OwnGuest(Frozen):
 
     def ready_seconds(self, accel: str) -> float:
         """How long it may take to become ready under ``accel``."""
-        return self.ready_timeout * (TCG_READY_FACTOR if accel == "tcg" else 1)
+        return self.ready_timeout * (TCG_READY_FACTOR if accel == Accel.TCG else 1)
 
     def guests_at_once(self, configs: Iterable[Configuration], vms: int) -> int:
         """The most guests of this image one session of ``configs`` boots (``vms``: [method]
@@ -88,7 +90,7 @@ guest uptime at a load of 13; under KVM the same boot takes seconds."""
 
 
 class Method(Frozen):
-    mode: Mode = "blocklayer"
+    mode: Mode = Mode.BLOCKLAYER
     """How each configuration is measured: host (fio directly on the target), blocklayer
     (qemu-storage-daemon holds the image, fio drives it from the host) or guest (VMs, fio inside)."""
     ramp: Duration = 2.0
@@ -134,7 +136,7 @@ class Method(Frozen):
     """vCPUs of each guest (guest mode)."""
     memory: GuestMemory = 512 * 1024 * 1024
     """Guest memory, with a unit ("512MiB"), whole MiB, at least MIN_GUEST_MEMORY_MIB."""
-    accel: Accel = "auto"
+    accel: Accel = Accel.AUTO
     """auto: KVM when a probe boot shows it works, otherwise TCG (emulated, said everywhere)."""
     boot_timeout: Duration = 120.0
     """How long a guest may take to become ready before its trials fail."""

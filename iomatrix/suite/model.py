@@ -21,6 +21,7 @@ from iomatrix.suite.nodes import Nodes
 from iomatrix.suite.scale import ScaleInfo
 from iomatrix.suite.target import NamedTarget, Target
 from iomatrix.suite.workloads import WorkloadGroup
+from iomatrix.vocab.words import Mode
 
 
 class SuiteInfo(Frozen):
@@ -124,7 +125,7 @@ class Suite(Frozen):
 
     @model_validator(mode="after")
     def _vm_needs_qemu(self) -> "Suite":
-        if self.matrix.from_vm is not None and self.method.mode == "host":
+        if self.matrix.from_vm is not None and self.method.mode == Mode.HOST:
             raise ValueError("[matrix] from_vm: host mode measures no QEMU settings; set [method] "
                              "mode to blocklayer or guest to measure the VM's disk")
         return self

@@ -15,6 +15,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Workload
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.words import Mode
 
 TRIAL_OVERHEAD = 0.3
 """Seconds a trial costs beyond ramp + runtime (fio start-up); guests add fio's client/server
@@ -77,7 +78,7 @@ def estimate_seconds(blocks: Sequence[Block], method: Method) -> float:
     """Planned wall time of some blocks (not counting preconditioning)."""
     total = 0.0
     for block in blocks:
-        overhead = TRIAL_OVERHEAD + (GUEST_TRIAL_OVERHEAD if block.config.mode == "guest" else 0)
+        overhead = TRIAL_OVERHEAD + (GUEST_TRIAL_OVERHEAD if block.config.mode == Mode.GUEST else 0)
         total += SESSION_COST[block.config.mode] + sum(
             trial_seconds(w, method) + overhead for w in block.workloads)
     return total
@@ -119,8 +120,8 @@ def estimate(expansion: Expansion, method: Method) -> Estimate:
     return Estimate(
         configurations=len(expansion.configurations),
         trials=sum(len(b.workloads) for b in blocks), sessions=len(blocks),
-        vm_boots=sum(b.config.vms or 1 for b in blocks if b.config.mode == "guest"),
-        daemon_starts=sum(1 for b in blocks if b.config.mode == "blocklayer"),
+        vm_boots=sum(b.config.vms or 1 for b in blocks if b.config.mode == Mode.GUEST),
+        daemon_starts=sum(1 for b in blocks if b.config.mode == Mode.BLOCKLAYER),
         seconds=estimate_seconds(blocks, method), measured_seconds=measured_seconds(blocks, method),
         max_trials=None if most is None else sum(len(b.workloads) for b in most),
         max_seconds=None if most is None else estimate_seconds(most, method))

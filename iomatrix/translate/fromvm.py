@@ -24,7 +24,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
 from iomatrix.translate.vm import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_reference
-from iomatrix.suite.fields import CONTROLLERS, Aio, Cache, Format
+from iomatrix.vocab.axes import CONTROLLERS, Aio, Cache, Format
 from iomatrix.suite.matrix import Reference
 from iomatrix.suite.model import Suite
 

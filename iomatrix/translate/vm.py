@@ -15,7 +15,7 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import CONTROLLERS
+from iomatrix.vocab.axes import CONTROLLERS
 
 
 class DiskTranslation(Frozen):
