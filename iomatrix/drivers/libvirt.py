@@ -140,7 +140,8 @@ def domain_xml(spec: DomainSpec) -> str:
                                     iothread=bool(spec.config.iothread),
                                     fmt=spec.config.format or "raw",
                                     num_queues=spec.config.num_queues,
-                                    queue_size=spec.config.queue_size)
+                                    queue_size=spec.config.queue_size,
+                                    discard=spec.config.discard)
     except ValueError as exc:
         raise TrialFailed(f"{spec.config.key}: {exc}") from None
     root = ET.Element("domain", {"type": "kvm" if spec.accel == "kvm" else "qemu"})

@@ -54,7 +54,8 @@ NAMES = {"controller": "-device", "aio": "\"aio\" (file node)",
          "iothread": "-object iothread + iothread=",
          "cache": "\"cache\" {direct, no-flush} + write-cache=", "format": "format node driver",
          "preallocation": "qemu-img create -o preallocation=",
-         "num_queues": "num-queues / num_queues", "queue_size": "queue-size / virtqueue_size"}
+         "num_queues": "num-queues / num_queues", "queue_size": "queue-size / virtqueue_size",
+         "discard": "\"discard\" (both nodes)"}
 """Each parameter as QEMU names it."""
 UNEXPRESSIBLE: dict[tuple[str, str], str] = {}
 """(axis, level) QEMU cannot be told to use: none."""
@@ -154,6 +155,8 @@ def defaults(*, storage: str = "other", settings: dict[str, str] | None = None,
         "cache": default("writeback", note="cache not given: QEMU's default, writeback (§3)"),
         "format": default(None, f"none ({fmt} names it)"),
         "preallocation": default(None, "none (chosen at image creation)"),
+        "discard": default("ignore", note="discard not given: QEMU's default, ignore (the "
+                                          "guest's discard requests are dropped)"),
         **queue_defaults()}
 
 
@@ -163,7 +166,8 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
     """The protocol node (file or host_device, carrying aio and cache; for a volume on network
     storage its driver, rbd, with no aio) and the format node above it, with explicit node
     names. Both carry the cache flags: QEMU reports them per node, and an explicitly defined
-    child does not inherit them."""
+    child does not inherit them; likewise a discard mode, when the configuration names one (each
+    node drops or passes down discard requests by its own)."""
     flags = cache_flags(settings)
     cache = {"direct": flags.direct, "no-flush": flags.no_flush}
     file_node: dict[str, Any] = {
@@ -184,6 +188,8 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
     }
     if image.size is not None and (settings.format or "raw") == "raw":
         format_node["size"] = image.size
+    if settings.discard is not None:
+        file_node["discard"] = format_node["discard"] = settings.discard
     return [file_node, format_node]
 
 

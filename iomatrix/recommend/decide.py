@@ -210,6 +210,13 @@ def _fixed(run: StoredRun) -> dict[str, str]:
             if len(set(v)) == 1 and v[0] and len(v) == len(run.configs)}
 
 
+def _parameters(run: StoredRun) -> list[str]:
+    """The parameters decided for ``run``: every one, but an optional one (``Axis.optional``:
+    discard) only where the run measured it."""
+    measured = {axis for config in run.configs for axis in config.params}
+    return [a for a in PARAMETERS if not BY_NAME[a].optional or a in measured]
+
+
 def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> Recommendation:
     """The recommendation for ``platform`` from ``run`` (see the module docstring for the rule)."""
     base = defaults(platform, storage=storage)
@@ -218,7 +225,8 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     axes = {mode: axes_of(part) for mode, part in parts.items()}
     fixed = {mode: _fixed(part) for mode, part in parts.items()}
     notes: list[str] = []
-    decisions = [_decide(platform, axis, base[axis], parts, axes, fixed) for axis in PARAMETERS]
+    decisions = [_decide(platform, axis, base[axis], parts, axes, fixed)
+                 for axis in _parameters(run)]
     if platform == "proxmox" and storage in NO_AIO_STORAGES:
         decisions = [d.model_copy(update={
             "status": "not evaluated", "value": FALLBACK["aio"], "gain": None,
@@ -485,8 +493,8 @@ def _barred(platform: Platform, axis: str, level: str) -> str:
 
 
 def _config(values: dict[str, str | None]) -> Configuration:
-    return Configuration(mode=Mode.GUEST, **{axis: BY_NAME[axis].level_of(values[axis])
-                                             for axis in PARAMETERS})
+    return Configuration(mode=Mode.GUEST, **{axis: BY_NAME[axis].level_of(value)
+                                             for axis, value in values.items()})
 
 
 def _assemble(platform: Platform, storage: str, decisions: list[Decision]

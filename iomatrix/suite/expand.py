@@ -358,7 +358,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
                    "export with an iothread when a client disconnects: 7.2 does)")
         notes.append(f"{where} iothread in blocklayer mode: on = FUSE export with an iothread, "
                      f"off = NBD export{why}")
-    axis_values = [getattr(matrix, axis) if axis in used else (None,) for axis in CONFIG_AXES]
+    axis_values = [(getattr(matrix, axis) or (None,)) if axis in used else (None,)
+                   for axis in CONFIG_AXES]
     if mode == Mode.GUEST:
         axis_values[CONFIG_AXES.index("vms")] = matrix.vms or (suite.method.vms,)
         axis_values[CONFIG_AXES.index("guest")] = (

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field, StrictBool, model_validator
 
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
-from iomatrix.vocab.axes import Aio, Cache, Controller, DataPath, Format, Preallocation
+from iomatrix.vocab.axes import Aio, Cache, Controller, DataPath, Discard, Format, Preallocation
 from iomatrix.vocab.words import Mode
 
 
@@ -95,6 +95,11 @@ class Matrix(Frozen):
     preallocation: axis_of(Preallocation) = ("off",)
     """How much of each image is allocated when it is created: off, metadata (qcow2), falloc
     or full."""
+    discard: axis_of(Discard) | None = None
+    """Whether discard (TRIM/UNMAP) requests from the guest reach the image: ignore (QEMU's
+    default: dropped) or unmap (passed down: the image file gets holes, thin storage frees
+    space). Absent: not set, as before the axis existed (each platform's own default; Proxmox VE
+    gives every node discard=ignore). Guest and blocklayer modes."""
     data_path: axis_of(DataPath) = ("emulated",)
     """emulated: QEMU's device model serves the disk; vhost-user-blk: qemu-storage-daemon does."""
     num_queues: axis_of(Annotated[int, Field(ge=0, le=65535)]) = (0,)

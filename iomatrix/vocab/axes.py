@@ -5,7 +5,9 @@ platforms that honour it, how a label shows it, what it means in blocklayer mode
 ``suite.configuration.Configuration``'s fields), recommend's parameters and their words.
 
 Adding an axis: declare it here (and its Literal), give the suite its [matrix] key
-(``suite.matrix.Matrix``), and render it in each platform that honours it."""
+(``suite.matrix.Matrix``), and render it in each platform that honours it (``discard`` is the
+example: its renderings are in ``iomatrix.platform.qemu``, ``platform.proxmox.disk`` and
+``defaults``, ``platform.libvirt.disk`` and ``defaults``)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ Cache = Literal["none", "directsync", "writethrough", "writeback", "unsafe"]
 Format = Literal["raw", "qcow2"]
 Preallocation = Literal["off", "metadata", "falloc", "full"]
 DataPath = Literal["emulated", "vhost-user-blk"]
+Discard = Literal["ignore", "unmap"]
 Platform = Literal["qemu", "proxmox", "libvirt"]
 """Whose block graph and devices a guest gets for a configuration (iomatrix.platform)."""
 
@@ -68,6 +71,9 @@ class Axis:
     """The level that means "as QEMU does by default", stored as no level at all."""
     claimed: bool = True
     """A [[finding]] may name it as its axis."""
+    optional: bool = False
+    """``recommend`` decides it only for a run that measured it: a run that never named it gets
+    every platform's advice as before the axis existed."""
 
     @property
     def levels(self) -> tuple[str, ...] | None:
@@ -117,6 +123,11 @@ AXES: tuple[Axis, ...] = (
          label=_named(" prealloc={}", (None, "off")), faithful_in_blocklayer=True,
          blocklayer="how the image is allocated when it is created, as for a guest",
          what="how much of the image is allocated when it is created"),
+    Axis("discard", Discard, QEMU_MODES, PLATFORMS_ALL, label=_named(" discard={}"),
+         faithful_in_blocklayer=True, optional=True,
+         blocklayer="whether the daemon's nodes pass discard requests down, as a guest's do",
+         what="whether the guest's discard (TRIM/UNMAP) requests reach the storage: ignore "
+              "drops them, unmap passes them down (freeing space on thin storage)"),
     Axis("num_queues", int, (Mode.GUEST,), PLATFORMS_ALL, label=_named(" q={}", (None, 0)),
          unset=0, what="virtqueues of the device (NVMe: I/O queue pairs)"),
     Axis("queue_size", int, (Mode.GUEST,), PLATFORMS_ALL, label=_named(" qs={}", (None, 0)),

@@ -30,7 +30,7 @@ NAMES = {"controller": "<target bus=> / <controller model=>",
          "aio": "<driver io=>", "iothread": "<iothreads> + iothread=",
          "cache": "<driver cache=>", "format": "<driver type=>",
          "preallocation": "preallocation (image creation)",
-         "num_queues": "queues=", "queue_size": "queue_size="}
+         "num_queues": "queues=", "queue_size": "queue_size=", "discard": "<driver discard=>"}
 """Each parameter as libvirt's domain XML names it."""
 
 
@@ -57,9 +57,10 @@ def refusal(settings: DiskSettings) -> str | None:
 
 def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cache: str | None,
              iothread: bool, fmt: str = "raw", num_queues: int | None = None,
-             queue_size: int | None = None) -> tuple[Disk, int]:
+             queue_size: int | None = None, discard: str | None = None) -> tuple[Disk, int]:
     """The ``<disk>`` (and ``<iothreads>`` count) a libvirt user writes for an iomatrix
-    configuration (:func:`disk_xml` writes it out)."""
+    configuration (:func:`disk_xml` writes it out); ``discard`` is ``<driver discard=>``, whose
+    levels are iomatrix's (ignore, unmap)."""
     if controller not in BUS_OF:
         raise ValueError(f"iomatrix does not model libvirt's {controller} disks")
     bus = BUS_OF[controller]
@@ -68,6 +69,8 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
         driver["cache"] = cache
     if aio:
         driver["io"] = aio
+    if discard:
+        driver["discard"] = discard
     cdrv: dict[str, str] = {}
     if bus == "virtio":
         if iothread:
@@ -117,7 +120,7 @@ def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pas
     """What a libvirt user pastes for ``settings`` (on ``image``, by default
     :data:`PLACEHOLDER_IMAGE`), as (where it goes, XML text) pairs: the ``<iothreads>`` (in
     ``<domain>``), the ``<controller>`` a SCSI or SATA disk needs and the ``<disk>`` with its
-    ``<driver name='qemu' type= cache= io= [iothread= queues= queue_size=]/>`` (in
+    ``<driver name='qemu' type= cache= io= [discard= iothread= queues= queue_size=]/>`` (in
     ``<devices>``), as :func:`disk_xml` builds them; and notes on what libvirt cannot say. An
     iothread goes on the disk's driver for virtio-blk and on the controller's driver for
     virtio-scsi, whose disks share it; queues likewise."""
@@ -133,7 +136,8 @@ def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pas
     disk, threads = disk_for(controller, source=path, block=path.startswith("/dev/"),
                              aio=settings.aio or "threads", cache=settings.cache or "writeback",
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
-                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+                             num_queues=settings.num_queues, queue_size=settings.queue_size,
+                             discard=settings.discard)
     fragments = [(where, _text(element)) for where, element in disk_xml(disk, threads)]
     notes += image_notes(settings, "qemu-img or a storage pool volume")
     text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)

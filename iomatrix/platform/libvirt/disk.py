@@ -57,7 +57,8 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     disk, threads = disk_for(disk_kind(settings), source=image.path, block=image.is_device,
                              aio=settings.aio, cache=settings.cache,
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
-                             num_queues=settings.num_queues, queue_size=settings.queue_size)
+                             num_queues=settings.num_queues, queue_size=settings.queue_size,
+                             discard=settings.discard)
     return list(disk_args(disk, version or Versions(), iothreads=threads, size=image.size).argv)
 
 
@@ -73,7 +74,8 @@ def storage_graph(settings: DiskSettings, image: DiskImage,
     over it (:func:`disk_args`), the export on the top one."""
     _local(image)
     disk, _ = disk_for(DAEMON_BUS, source=image.path, block=image.is_device, aio=settings.aio,
-                       cache=settings.cache, iothread=False, fmt=settings.format or "raw")
+                       cache=settings.cache, iothread=False, fmt=settings.format or "raw",
+                       discard=settings.discard)
     argv = disk_args(disk, version or Versions(), size=image.size).argv
     nodes = tuple(argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev")
     return StorageGraph(blockdevs=nodes, export_node=json.loads(nodes[-1])["node-name"])

@@ -57,11 +57,15 @@ GRAPH_DIFFERENCE = ("Proxmox VE gives every disk detect-zeroes=on (unmap with di
                     "throttle group above it; its controllers and iothread naming are "
                     "qemu-server's")
 """How qemu-server's block graph differs from iomatrix's own (plain QEMU's)."""
+DISCARD_OPTION = {"ignore": "ignore", "unmap": "on"}
+"""The ``discard`` axis's levels as a Proxmox VE drive writes them (Drive.pm: ``ignore|on``);
+``on`` also makes qemu-server's detect-zeroes ``unmap`` (rules.detect_zeroes_option)."""
 NAMES = {"controller": "SCSI controller / bus (scsihw, virtioN|scsiN|sataN|ideN)",
          "aio": "Async IO (aio=)", "iothread": "IO thread (iothread=)",
          "cache": "Cache (cache=)", "format": "volume format",
          "preallocation": "preallocation (storage option)",
-         "num_queues": "queues= (scsi)", "queue_size": "virtqueue size"}
+         "num_queues": "queues= (scsi)", "queue_size": "virtqueue size",
+         "discard": "Discard (discard=on)"}
 """Each parameter as the Proxmox VE GUI or ``qm`` names it."""
 STORAGE_CHOICES = ("other", "dir", "lvm", "lvmthin", "zfspool", "rbd", "krbd", "cifs", "nfs",
                    "btrfs", "btrfs-nocow")
@@ -131,14 +135,18 @@ def defaults(*, storage: str = "other",
                          note="an unset cache means cache=none, except on btrfs"),
         "format": default(None, "set by the storage", "chosen when the volume is allocated"),
         "preallocation": default(None, "set by the storage", "a storage option, not a drive one"),
+        "discard": default("ignore", "ignore (Discard unticked)",
+                           note="discard unset: qemu-server passes discard=ignore (PVE 9: on "
+                                "every node) and detect-zeroes=on"),
         **queue_defaults()}
 
 
 def qm_set(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
            volume: str = PLACEHOLDER_VOLUME,
            storage: str = "other") -> tuple[list[str], list[str]]:
-    """The ``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…[,queues=N]``
-    argv a user pastes for ``settings``, and notes on what it leaves out.
+    """The ``qm set <vmid> [--scsihw …] --<bus>0 <volume>,aio=…,iothread=…,cache=…
+    [,discard=on|ignore][,queues=N]`` argv a user pastes for ``settings``, and notes on what it
+    leaves out.
 
     qemu-server gives an iothread only to virtio disks and to SCSI disks on virtio-scsi-single;
     on virtio-scsi-pci it warns and ignores it, and sata/ide drives have no such key (§1). For one
@@ -161,6 +169,8 @@ def qm_set(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
     if bus == "virtio" or scsihw == "virtio-scsi-single":
         options.append(f"iothread={1 if settings.iothread else 0}")
     options.append(f"cache={settings.cache or 'writeback'}")
+    if settings.discard:
+        options.append(f"discard={DISCARD_OPTION[settings.discard]}")
     if settings.num_queues:
         if scsihw == "virtio-scsi-single" and settings.num_queues >= 2:
             options.append(f"queues={settings.num_queues}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from iomatrix.platform.proxmox.blockdev import daemon_detect_zeroes, daemon_graph
 from iomatrix.platform.proxmox.config import DEFAULT_PVE_VERSION, SCSIHW_DEFAULT, Drive, PveVersion
-from iomatrix.platform.proxmox.defaults import CONTROLLER_BUS, SCSIHW_CONTROLLER
+from iomatrix.platform.proxmox.defaults import CONTROLLER_BUS, DISCARD_OPTION, SCSIHW_CONTROLLER
 from iomatrix.platform.proxmox.drive import disk_args
 from iomatrix.platform.proxmox.rules import aio_option, uses_cache_direct
 from iomatrix.platform.proxmox.storage import Volume, resolve_volume
@@ -16,9 +16,11 @@ from iomatrix.platform.values import DiskValues
 
 def drive_for(controller: str, *, volume: str, aio: str | None, cache: str | None,
               iothread: bool, fmt: str = "raw", num_queues: int | None = None,
+              discard: str | None = None,
               extra: tuple[tuple[str, str], ...] = ()) -> tuple[Drive, str | None]:
     """The drive line (and scsihw) a Proxmox VE user writes for an iomatrix configuration; its
-    options in qemu-server's own order (alphabetical, as ``qm config`` prints them)."""
+    options in qemu-server's own order (alphabetical, as ``qm config`` prints them). discard
+    unmap is Proxmox VE's ``discard=on`` (Drive.pm: ``ignore|on``)."""
     if controller not in CONTROLLER_BUS:
         raise ValueError(f"Proxmox VE has no drive bus for {controller}")
     bus, scsihw = CONTROLLER_BUS[controller]
@@ -27,6 +29,8 @@ def drive_for(controller: str, *, volume: str, aio: str | None, cache: str | Non
         options["aio"] = aio
     if cache:
         options["cache"] = cache
+    if discard:
+        options["discard"] = DISCARD_OPTION[discard]
     if volume.startswith("/") and fmt != "raw":
         options["format"] = fmt
     if iothread:
@@ -85,7 +89,8 @@ def _drive(settings: DiskSettings, controller: str, volume: str,
     """The drive line (and scsihw) for ``settings`` (``guest``: with its iothread and queues)."""
     return drive_for(controller, volume=volume, aio=settings.aio, cache=settings.cache,
                      iothread=guest and bool(settings.iothread), fmt=settings.format or "raw",
-                     num_queues=settings.num_queues if guest else None)
+                     num_queues=settings.num_queues if guest else None,
+                     discard=settings.discard)
 
 
 def guest_disk_argv(settings: DiskSettings, image: DiskImage,
