@@ -22,6 +22,7 @@ from iomatrix.suite import load_suite
 from iomatrix.suite.expand import NBD_IOTHREAD_SURVIVES_FROM
 from iomatrix.vocab.words import Mode
 from iomatrix.suite.method import Method
+from tests.browser import open_page
 from tests.conftest import IOMATRIX, REPO, cli_result, our_processes, write_suite
 from tests.needs import need
 

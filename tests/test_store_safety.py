@@ -23,6 +23,7 @@ from iomatrix.store.records import StoredSuite
 from iomatrix.store.schema import APPLICATION_ID, SCHEMA_VERSION
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
+from tests.needs import lacking
 
 ROOT = Path(__file__).parents[1]
 V1 = Path(__file__).parent / "fixtures/store/schema-v1.db"
@@ -225,7 +226,6 @@ import sys
 sys.path.insert(0, {root!r})
 from iomatrix.core.errors import StoreError
 from iomatrix.store import Store
-from tests.needs import lacking
 with Store(sys.argv[1], readonly=True) as store:
     print(len(store.list_runs()))
 try:
