@@ -14,7 +14,7 @@ from iomatrix.platform import refusal
 from iomatrix.platform.settings import disk_kind
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.jobfiles import workload_groups
-from iomatrix.suite.matrix import Matrix
+from iomatrix.suite.matrix import REFERENCE_AXES, Matrix
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
 from iomatrix.vocab.axes import AXES, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, MODE_AXES
@@ -269,11 +269,8 @@ def reference_configuration(suite: Suite) -> Configuration | None:
     if ref is None:
         return None
     mode = suite.method.mode
-    values: dict[str, object] = {
-        "controller": ref.controller, "aio": ref.aio, "iothread": ref.iothread,
-        "cache": ref.cache, "format": ref.format, "preallocation": "off",
-        "num_queues": ref.num_queues, "queue_size": ref.queue_size,
-        "vms": (suite.matrix.vms or (suite.method.vms,))[0]}
+    values: dict[str, object] = {a.name: getattr(ref, a.name) for a in REFERENCE_AXES}
+    values |= {"preallocation": "off", "vms": (suite.matrix.vms or (suite.method.vms,))[0]}
     if mode == Mode.BLOCKLAYER:
         values["iothread"] = suite.matrix.iothread[0]
     used = MODE_AXES[mode]

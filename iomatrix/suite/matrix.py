@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
-from iomatrix.core.model import Frozen
+from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
-from iomatrix.vocab.axes import Aio, Cache, Controller, DataPath, Discard, Format, Preallocation
+from iomatrix.vocab.axes import (AXES, BY_NAME, Aio, Cache, Controller, DataPath, Discard, Format,
+                                 Preallocation)
 from iomatrix.vocab.words import Mode
 
 
@@ -68,11 +69,13 @@ class Reference(Frozen):
 
     def settings(self) -> str:
         """The disk's I/O settings in words: ``aio=threads, cache=writeback, …``."""
-        values = {"controller": self.controller, "aio": self.aio,
-                  "iothread": "on" if self.iothread else "off", "cache": self.cache,
-                  "format": self.format, "num_queues": self.num_queues or None,
-                  "queue_size": self.queue_size or None}
-        return ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+        values = {a.name: getattr(self, a.name) for a in REFERENCE_AXES}
+        return ", ".join(f"{k}={shown(v)}" for k, v in values.items()
+                         if v is not None and v != BY_NAME[k].unset)
+
+
+REFERENCE_AXES = tuple(a for a in AXES if a.name in Reference.model_fields)
+"""The axes a VM's disk states (``Reference``), in the order a configuration names them."""
 
 
 class Matrix(Frozen):
