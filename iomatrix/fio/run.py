@@ -85,23 +85,9 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     except OSError as exc:
         raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
                         argv=argv, returncode=None) from exc
-    interrupted = False
     try:
-        pending = during
-        while proc.poll() is None:
-            elapsed = time.monotonic() - t0
-            if pending is not None and elapsed >= during_at:
-                pending(proc.pid)
-                pending = None
-            if stop_when is not None and not interrupted and stop_when(elapsed):
-                proc.send_signal(signal.SIGINT)
-                interrupted = True
-            if elapsed > timeout:
-                if late is not None:
-                    late()
-                raise FioFailed(f"fio did not finish within {timeout:.0f} s", argv=argv,
-                                returncode=None)
-            time.sleep(POLL_INTERVAL)
+        interrupted = _wait(proc, t0, argv, timeout=timeout, during=during, during_at=during_at,
+                            stop_when=stop_when, late=late)
     finally:
         stop(proc, timeout=5)
     wall = time.monotonic() - t0
@@ -111,18 +97,51 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
         detail = _first_error(text + raw) or _json_error(raw) or f"exit {proc.returncode}"
         raise FioFailed(f"fio failed: {detail}" + _space_cause(workdir), argv=argv,
                         returncode=proc.returncode, output=(text + raw)[-4000:])
+    result = _result(raw, text, streaming=streaming, workdir=workdir, argv=argv,
+                     returncode=proc.returncode)
+    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall,
+                  stopped_early=interrupted)
+
+
+def _wait(proc: subprocess.Popen[bytes], t0: float, argv: tuple[str, ...], *, timeout: float,
+          during: Callable[[int], None] | None, during_at: float,
+          stop_when: Callable[[float], bool] | None, late: Callable[[], None] | None) -> bool:
+    """Wait for fio to exit, calling ``during`` once and SIGINT when ``stop_when`` says so
+    (True: it was interrupted); FioFailed past ``timeout`` (after ``late()``)."""
+    interrupted = False
+    pending = during
+    while proc.poll() is None:
+        elapsed = time.monotonic() - t0
+        if pending is not None and elapsed >= during_at:
+            pending(proc.pid)
+            pending = None
+        if stop_when is not None and not interrupted and stop_when(elapsed):
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+        if elapsed > timeout:
+            if late is not None:
+                late()
+            raise FioFailed(f"fio did not finish within {timeout:.0f} s", argv=argv,
+                            returncode=None)
+        time.sleep(POLL_INTERVAL)
+    return interrupted
+
+
+def _result(raw: str, text: str, *, streaming: bool, workdir: Path, argv: tuple[str, ...],
+            returncode: int | None) -> FioResult:
+    """fio's parsed result (the last status object's when it streamed); FioFailed when there
+    is none or a job ended with an error."""
     try:
         result = last_result(raw) if streaming else parse_fio_output(raw)
     except FioParseError as exc:
         raise FioFailed(f"fio printed no usable result: {exc}" + _space_cause(workdir),
-                        argv=argv, returncode=proc.returncode, output=text[-4000:]) from exc
+                        argv=argv, returncode=returncode, output=text[-4000:]) from exc
     for job_stats in result.jobs:
         if job_stats.error:
             raise FioFailed(f"fio job {job_stats.name} ended with error {_errno(job_stats.error)}: "
                             f"{_first_error(text) or 'see fio output'}" + _space_cause(workdir),
-                            argv=argv, returncode=proc.returncode, output=text[-4000:])
-    return FioRun(result=result, raw_json=raw, argv=argv, wall_seconds=wall,
-                  stopped_early=interrupted)
+                            argv=argv, returncode=returncode, output=text[-4000:])
+    return result
 
 
 def output_path(workdir: Path) -> Path:

@@ -43,6 +43,7 @@ from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
 from iomatrix.measure.precheck import check_author, tools_for, workspace_of
 from iomatrix.measure.runner import RunOutcome
+from iomatrix.measure.trialkey import TrialKey
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.rows import HostMeta
 from iomatrix.store.repo import Store, now
@@ -124,7 +125,6 @@ def node_facts(suite: Suite) -> NodeFacts:
     """What a node says in its preflight: host, iomatrix, fio and QEMU versions, KVM, and the
     problems it sees with the suite here (what its author may not ask, before the target is
     reached: ``precheck.check_author``; tools missing, target unusable or too small)."""
-    facts: dict[str, Any] = {"hostname": socket.gethostname(), "iomatrix": __version__}
     problems: list[str] = []
     try:
         check_author(suite)
@@ -136,11 +136,12 @@ def node_facts(suite: Suite) -> NodeFacts:
     except IomatrixError as exc:
         problems.append(first_line(str(exc)))
     host = host_metadata(suite.target.directory or suite.target.device, accelerator="?")
-    facts.update(fio=host.get("fio", ""), qemu=host.get("qemu", ""),
-                 kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
-                      "no /dev/kvm" if not os.path.exists("/dev/kvm") else "/dev/kvm not accessible"),
-                 host=host, problems=problems)
-    return NodeFacts.model_validate(facts)
+    return NodeFacts(hostname=socket.gethostname(), iomatrix=__version__, fio=host.get("fio", ""),
+                     qemu=host.get("qemu", ""),
+                     kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
+                          "no /dev/kvm" if not os.path.exists("/dev/kvm") else
+                          "/dev/kvm not accessible"),
+                     host=host, problems=tuple(problems))
 
 
 def node_store_path(run_uuid: str, node: str) -> Path:
@@ -364,7 +365,7 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
     request = CheckRequest(suite_text=suite.source_text, suite_source=suite.source_path,
                            trusted=suite.author.trusted).model_dump_json()
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, NodeFacts] = {}
     problems: dict[str, list[str]] = {}
 
     def ask(node: Node) -> None:
@@ -423,14 +424,15 @@ def answered(stdout: bytes) -> NodeFacts:
 class _Node:
     """One node's session during a cluster run."""
 
-    def __init__(self, node: Node, share: Expansion, planned: list[tuple[str, str, int]]) -> None:
+    def __init__(self, node: Node, share: Expansion, planned: list[TrialKey]) -> None:
         self.node = node
         self.planned = planned
         self.configs = {c.key: c for c in share.configurations}
         self.workloads = {w.key: w for w in share.workloads}
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr: list[str] = []
-        self.finished: dict[str, Any] | None = None
+        self.finished = False
+        """The node said its share is done (its "done" event)."""
         self.threads: list[threading.Thread] = []
         self.hung_up = False
         """The controller ended the session's stdin: the node was told to stop."""
@@ -483,25 +485,25 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             run_seed = store.load_run(run_id).seed or 0
         run_uuid = store.run_uuid(run_id)
         status = "failed"
-        outcome: dict[str, int] = {}
+        stopped = False
         try:
             shares = {name: prepared.expansion.on_node(name) for name in names}
-            planned = {name: [(c.key, w.key, k) for c in share.configurations
+            planned = {name: [TrialKey(c.key, w.key, k) for c in share.configurations
                               for w in share.workloads_for(c) for k in range(suite.method.samples)]
                        for name, share in shares.items()}
             estimates = {name: estimate_seconds(prepared.on_node(name).blocks, suite.method)
                          for name in names}
-            outcome = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
+            stopped = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
                              planned=planned, estimates=estimates, db=db, keep=keep, accel=accel,
                              retry_failed=retry_failed, progress=progress)
-            status = "interrupted" if outcome.get("stopped") else "complete"
+            status = "interrupted" if stopped else "complete"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
             store.finish_run(run_id, status)
     stored = store.load_run(run_id)
-    if outcome.get("stopped"):
+    if stopped:
         raise NodesError("\n".join(f"node {n.name}: {n.status}: {n.reason}" for n in stored.nodes
                                    if n.status in ("dropped", "failed")),
                          hint=f"[method] on_node_failure = \"stop\": every node was stopped; "
@@ -514,17 +516,18 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
 
 def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_uuid: str,
            run_seed: int, *, shares: Mapping[str, Expansion],
-           planned: Mapping[str, list[tuple[str, str, int]]], estimates: Mapping[str, float],
+           planned: Mapping[str, list[TrialKey]], estimates: Mapping[str, float],
            db: str | None, keep: bool, accel: str | None, retry_failed: bool,
-           progress: ClusterProgress) -> dict[str, int]:
+           progress: ClusterProgress) -> bool:
     """Start every node's share, follow their progress until all ended, and account for each
-    (its share copied in, or its missing trials failed with the reason)."""
+    (its share copied in, or its missing trials failed with the reason); True when a failed
+    node stopped them all (``on_node_failure = "stop"``)."""
     stored = store.load_run(run_id)
     done_nodes = {n.name for n in stored.nodes if n.status == "done"}
     events: queue.Queue[tuple[_Node, dict[str, Any] | None]] = queue.Queue()
     sessions = [_Node(n, shares[n.label], planned[n.label]) for n in nodes
                 if n.label not in done_nodes]
-    have = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+    have = {TrialKey.of(t) for t in stored.trials
             if t.status == "ok" or not retry_failed}
     left = {s.name: sum(1 for key in planned[s.name] if key not in have) for s in sessions}
     progress.start({s.name: (left[s.name], estimates[s.name] * left[s.name]
@@ -537,7 +540,7 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
             _start(s, request, events)
             store.set_node(run_id, s.name, "running")
         running = len(sessions)
-        stopped = 0
+        stopped = False
         while running:
             s, event = events.get()
             if event is not None:
@@ -548,12 +551,12 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
             failed = _ended(s, store, run_id, progress, planned[s.name]
                             if suite.method.on_node_failure == "continue" else [])
             if failed and suite.method.on_node_failure == "stop" and not stopped:
-                stopped = 1
+                stopped = True
                 progress.note(f"node {s.name} {failed}: stopping every node "
                               "([method] on_node_failure = \"stop\")")
                 for other in sessions:
                     _hang_up(other)
-        return {"stopped": stopped}
+        return stopped
     except BaseException:
         for s in sessions:
             _hang_up(s)
@@ -603,7 +606,7 @@ def _follow(s: _Node, event: dict[str, Any], progress: ClusterProgress) -> None:
     "more", only after a pilot, which a cluster run refuses.)"""
     kind = event.get("event")
     if kind == "done":
-        s.finished = event
+        s.finished = True
         return
     try:                    # the event read here; told below, where no error of it is caught
         if kind == "start":
@@ -625,13 +628,13 @@ def _follow(s: _Node, event: dict[str, Any], progress: ClusterProgress) -> None:
 
 
 def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
-           planned: list[tuple[str, str, int]]) -> str | None:
+           planned: list[TrialKey]) -> str | None:
     """Account for a node whose session ended; what went wrong with it ("dropped: ...",
     "failed: ..."), or None."""
     assert s.proc is not None
     code = s.proc.returncode
     said = next((line for line in reversed(s.stderr) if line.strip()), "")
-    if code in (0, 6) and s.finished is not None:
+    if code in (0, 6) and s.finished:
         try:
             _collect(s, store, run_id)
         except IomatrixError as exc:
@@ -689,15 +692,16 @@ def _collect(s: _Node, store: Store, run_id: int, *, forget: bool = True) -> Non
 
 
 def _fail_rest(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
-               planned: list[tuple[str, str, int]], status: str, reason: str) -> str:
+               planned: list[TrialKey], status: str, reason: str) -> str:
     """The ``planned`` trials of a node that the run lacks, stored as failed with ``reason``;
     the node marked ``status`` with it."""
-    have = {(t.config_key, t.workload_key, t.sample_index) for t in store.load_run(run_id).trials}
+    have = {TrialKey.of(t) for t in store.load_run(run_id).trials}
     started = now()
     for key in planned:
         if key not in have:
             store.record_trial(run_id, TrialResult(
-                config_key=key[0], workload_key=key[1], sample_index=key[2], status="failed",
+                config_key=key.config_key, workload_key=key.workload_key,
+                sample_index=key.sample_index, status="failed",
                 reason=reason, started_at=started))
     store.set_node(run_id, s.name, status, reason)
     _tell_ended(s, store, run_id, progress, status, reason)
@@ -707,8 +711,7 @@ def _fail_rest(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
 def _tell_ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress, status: str,
                 reason: str | None) -> None:
     """``progress.node_ended``, with the node's trials in the run as they are now."""
-    stored = {(t.config_key, t.workload_key, t.sample_index): t.status
-              for t in store.load_run(run_id).trials}
+    stored = {TrialKey.of(t): t.status for t in store.load_run(run_id).trials}
     statuses = [stored.get(key) for key in s.planned]
     progress.node_ended(s.name, status, reason, ok=statuses.count("ok"),
                         failed=statuses.count("failed"), left=statuses.count(None))

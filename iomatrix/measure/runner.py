@@ -26,12 +26,13 @@ from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
 from iomatrix.measure.reclaim import RunProcess, describe, reclaim, run_process
+from iomatrix.measure.trialkey import TrialKey
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.suite.plan import Block, estimate_seconds, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
-from iomatrix.store.records import (CpuRecord, PilotTrial, ResourceRecord, SteadyRecord,
+from iomatrix.store.records import (PilotTrial, ResourceRecord, SteadyRecord,
                                     StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
 from iomatrix.suite.expand import Expansion
@@ -42,7 +43,7 @@ from iomatrix.suite.workloads import Workload
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
 from iomatrix.measure.precheck import check_run
-from iomatrix.telemetry.host import HostSeries, device_of
+from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
@@ -188,9 +189,9 @@ class _Started(NamedTuple):
 
     run_id: int
     prepared: PreparedRun
-    done: set[tuple[str, str, int]]
+    done: set[TrialKey]
     """Trials stored already (resume)."""
-    retry: set[tuple[str, str, int]]
+    retry: set[TrialKey]
     """Failed trials measured again (--retry-failed)."""
     notes: list[str]
 
@@ -255,7 +256,7 @@ def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[
 
 def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],
             retry_failed: bool, node: str | None = None) -> tuple[
-                PreparedRun, set[tuple[str, str, int]], set[tuple[str, str, int]], list[str]]:
+                PreparedRun, set[TrialKey], set[TrialKey], list[str]]:
     """A stored run reopened to resume: the run prepared in its own order, the trials it has
     (``done``), those to measure again (``retry``: its failed ones with ``retry_failed``) and
     its notes with what this process adds. ``node``: only that node's share of a cluster run."""
@@ -264,9 +265,9 @@ def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list
         stored = stored.model_copy(update={"configs": tuple(
             c for c in stored.configs if c.params.get(NODE_AXIS) == node)})
     prepared = prepared.resumed(stored)
-    done = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+    done = {TrialKey.of(t) for t in stored.trials
             if t.status == "ok" or not retry_failed}
-    retry = {(t.config_key, t.workload_key, t.sample_index) for t in stored.trials
+    retry = {TrialKey.of(t) for t in stored.trials
              if t.status == "failed" and retry_failed}
     added = [n for n in [*target_notes, *prepared.notes] if n not in stored.notes]
     if retry:
@@ -287,12 +288,12 @@ def _late_notes(store: Store, run_id: int, progress: Progress, notes: list[str],
         progress.note(text)
 
 
-def _retry_note(stored: StoredRun, retry: set[tuple[str, str, int]]) -> str:
+def _retry_note(stored: StoredRun, retry: set[TrialKey]) -> str:
     """The run note that says which failed trials --retry-failed measures again, and why they
     had failed (each failed attempt is kept whole in the run's trial history)."""
     reasons: dict[str, int] = {}
     for t in stored.trials:
-        if (t.config_key, t.workload_key, t.sample_index) in retry:
+        if TrialKey.of(t) in retry:
             reason = (t.reason or "no reason recorded").splitlines()[0][:200]
             reasons[reason] = reasons.get(reason, 0) + 1
     listed = "; ".join(f"{n}× {reason}" for reason, n in list(reasons.items())[:5])
@@ -332,8 +333,8 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
 
 class _Runner:
     def __init__(self, prepared: PreparedRun, store: Store, run_id: int, progress: Progress,
-                 done: set[tuple[str, str, int]],
-                 retry: set[tuple[str, str, int]] | None = None) -> None:
+                 done: set[TrialKey],
+                 retry: set[TrialKey] | None = None) -> None:
         self.prepared = prepared
         self.suite = prepared.suite
         self.method = prepared.suite.method
@@ -366,7 +367,8 @@ class _Runner:
         """The blocks with only the trials not stored yet (resume), empty blocks dropped."""
         out = []
         for b in blocks:
-            left = tuple(w for w in b.workloads if (b.config.key, w.key, b.round) not in self.done)
+            left = tuple(w for w in b.workloads
+                         if TrialKey(b.config.key, w.key, b.round) not in self.done)
             if left:
                 out.append(b.model_copy(update={"workloads": left}))
         return out
@@ -561,7 +563,7 @@ class _Runner:
         measured again in a fresh session (``attempt`` is how many times now, at most
         :data:`STOP_RETRIES`), and its failed attempt kept in the run's trial history; a run
         note says so. The counts go back to before the attempt."""
-        key = (config.key, workload.key, k)
+        key = TrialKey(config.key, workload.key, k)
         self.retry.add(key)
         self.n -= 1
         self.failed -= 1
@@ -626,7 +628,6 @@ class _Runner:
         samples = samples_of(fio.result)
         status = "failed" if wrong else "ok"
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
-        series = probe.host_series()
         self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status=status,
             reason=reason, started_at=started, samples=samples, vm_samples=vm_samples,
@@ -634,8 +635,7 @@ class _Runner:
             fio_version=fio.result.fio_version, usr_cpu=job_stats.usr_cpu,
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
-            steady=_steady_record(watch), cpu=CpuRecord.model_validate(probe.cost(samples)),
-            telemetry=HostSeries.model_validate(series) if series else None))
+            steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series()))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")
@@ -661,18 +661,14 @@ class _Runner:
             self._failed(config, workload, k, str(exc), started=started)
             return
         samples = (done.sample,)
-        series = probe.host_series()
-        cost = probe.cost(samples)     # the child it reaped is ioping, not fio
-        cost["cpu_s_by_role"] = {("ioping (host)" if role == "fio (host)" else role): cpu
-                                 for role, cpu in cost["cpu_s_by_role"].items()}
         self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status="ok",
             started_at=started, samples=samples, wall_seconds=done.wall_seconds,
             fio_version=done.version, fio_json=done.output, accelerator=self.accelerator,
             command=shlex.join(done.argv),
             steady=SteadyRecord(checked=False, reason="an ioping workload: a count of requests"),
-            cpu=CpuRecord.model_validate(cost),
-            telemetry=HostSeries.model_validate(series) if series else None))
+            cpu=probe.cost(samples, "ioping (host)"),   # the child it reaped is ioping, not fio
+            telemetry=probe.host_series()))
         self.ok += 1
         self.measured += done.sample.runtime_ms / 1000
         self.progress.trial_finished(self.n, True, _latency_text(samples, done.version))
@@ -687,7 +683,7 @@ class _Runner:
         if self.pilot is not None:
             self.pilot.append(result)
             return
-        key = (result.config_key, result.workload_key, result.sample_index)
+        key = TrialKey.of(result)
         self.store.record_trial(self.run_id, result, replace_failed=key in self.retry)
         self.retry.discard(key)
 

@@ -23,7 +23,10 @@ from iomatrix.suite.model import Suite, method_of_vm
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
+from iomatrix.telemetry.probe import CpuRecord
 from iomatrix.telemetry.steady import SteadyState
+
+__all__ = ["CpuRecord"]   # stored with its trial; the telemetry that measures it defines it
 
 
 class SteadyRecord(Frozen):
@@ -42,28 +45,6 @@ class SteadyRecord(Frozen):
     def reached(self) -> bool:
         """Checked, and the rule was met."""
         return self.checked and self.verdict is not None and self.verdict.reached
-
-
-class CpuRecord(Frozen):
-    """What a trial cost the host's CPU (``iomatrix.telemetry.probe``): the serving processes
-    by thread role plus the host fio, per I/O and per MiB, context switches, perf counts."""
-
-    window_s: float
-    cpu_s_by_role: dict[str, float]
-    """CPU seconds per thread role, "fio (host)" included."""
-    exited_cpu_s: float
-    """CPU seconds of threads and processes that ended during the trial (role unknown)."""
-    cpu_s: float
-    voluntary_csw: int
-    involuntary_csw: int
-    ios: int
-    bytes: int
-    cpu_us_per_io: float | None
-    cpu_ms_per_mib: float | None
-    csw_per_io: float | None
-    perf: dict[str, float | None] | str
-    """perf's counts per event, or why perf did not count."""
-    cycles_per_io: float | None = None
 
 
 class TrialResult(Frozen):

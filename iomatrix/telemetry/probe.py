@@ -7,12 +7,34 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from iomatrix.core.model import Frozen
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.telemetry.host import HostSampler, HostSeries
 from iomatrix.telemetry.perf import PerfCounts, PerfStat
 from iomatrix.telemetry.procstat import CpuCost, ThreadTimes, cpu_delta, snapshot
+
+
+class CpuRecord(Frozen):
+    """What a trial cost the host's CPU (``TrialProbe.cost``): the serving processes
+    by thread role plus the host fio, per I/O and per MiB, context switches, perf counts."""
+
+    window_s: float
+    cpu_s_by_role: dict[str, float]
+    """CPU seconds per thread role, "fio (host)" included."""
+    exited_cpu_s: float
+    """CPU seconds of threads and processes that ended during the trial (role unknown)."""
+    cpu_s: float
+    voluntary_csw: int
+    involuntary_csw: int
+    ios: int
+    bytes: int
+    cpu_us_per_io: float | None
+    cpu_ms_per_mib: float | None
+    csw_per_io: float | None
+    perf: dict[str, float | None] | str
+    """perf's counts per event, or why perf did not count."""
+    cycles_per_io: float | None = None
 
 
 class TrialProbe:
@@ -47,8 +69,9 @@ class TrialProbe:
         assert self._children is not None
         self._children = (self._children[0], resource.getrusage(resource.RUSAGE_CHILDREN))
 
-    def cost(self, samples: Sequence[DirectionSample]) -> dict[str, Any]:
-        """CPU per I/O and per MiB, by role, with context switches and perf counts (JSON-ready)."""
+    def cost(self, samples: Sequence[DirectionSample], fio_role: str = "fio (host)") -> CpuRecord:
+        """CPU per I/O and per MiB, by role, with context switches and perf counts; the host
+        child the run reaped (fio, or ioping) under ``fio_role``."""
         assert self._before is not None and self._after is not None and self._children
         serving: CpuCost = cpu_delta(self._before, self._after)
         start, end = self._children
@@ -58,26 +81,26 @@ class TrialProbe:
         nbytes = sum(s.io_bytes for s in samples)
         roles = {r.role: round(r.cpu_s, 6) for r in serving.roles}
         total = serving.cpu_s + fio_cpu
-        out: dict[str, Any] = {
-            "window_s": round(serving.seconds, 3),
-            "cpu_s_by_role": roles | {"fio (host)": round(fio_cpu, 6)},
-            "exited_cpu_s": round(serving.exited_cpu_s, 6),
-            "cpu_s": round(total, 6),
-            "voluntary_csw": serving.voluntary + fio_csw[0],
-            "involuntary_csw": sum(r.involuntary for r in serving.roles) + fio_csw[1],
-            "ios": ios,
-            "bytes": nbytes,
-            "cpu_us_per_io": round(total / ios * 1e6, 3) if ios else None,
-            "cpu_ms_per_mib": round(total / (nbytes / 2**20) * 1e3, 3) if nbytes else None,
-            "csw_per_io": round((serving.voluntary + fio_csw[0]) / ios, 4) if ios else None,
-        }
+        perf: dict[str, float | None] | str = self.perf_problem or "no process to count"
+        cycles_per_io = None
         if self._counts is not None:
-            out["perf"] = {k: v for k, v in self._counts.counts.items()}
+            perf = dict(self._counts.counts)
             cycles = self._counts.cycles
-            out["cycles_per_io"] = round(cycles / ios, 1) if cycles and ios else None
-        else:
-            out["perf"] = self.perf_problem or "no process to count"
-        return out
+            cycles_per_io = round(cycles / ios, 1) if cycles and ios else None
+        return CpuRecord(
+            window_s=round(serving.seconds, 3),
+            cpu_s_by_role=roles | {fio_role: round(fio_cpu, 6)},
+            exited_cpu_s=round(serving.exited_cpu_s, 6),
+            cpu_s=round(total, 6),
+            voluntary_csw=serving.voluntary + fio_csw[0],
+            involuntary_csw=sum(r.involuntary for r in serving.roles) + fio_csw[1],
+            ios=ios,
+            bytes=nbytes,
+            cpu_us_per_io=round(total / ios * 1e6, 3) if ios else None,
+            cpu_ms_per_mib=round(total / (nbytes / 2**20) * 1e3, 3) if nbytes else None,
+            csw_per_io=round((serving.voluntary + fio_csw[0]) / ios, 4) if ios else None,
+            perf=perf, cycles_per_io=cycles_per_io)
 
-    def host_series(self) -> dict[str, Any]:
-        return self._series.model_dump() if self._series is not None else {}
+    def host_series(self) -> HostSeries | None:
+        """The host's disk and interrupt series over the trial (None before it ended)."""
+        return self._series
