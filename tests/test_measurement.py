@@ -153,8 +153,8 @@ seed = 3
     outcome, stored, _ = run(tmp_path, body)
     with Store(tmp_path / "r.db") as store:
         pilot, plan = store.load_pilot(outcome.run_id)
-    assert plan is not None and plan["choice"] is not None
-    choice = tp.Choice.model_validate(plan["choice"])
+    assert plan is not None and plan.choice is not None
+    choice = plan.choice
     assert choice.fixed_runtime and choice.runtime == 0.5 and 3 <= choice.rounds <= 5
     assert len(pilot) == tp.PILOT_ROUNDS * 2 and {t.runtime_s for t in pilot} == {0.5}
     assert outcome.trials_failed == 0

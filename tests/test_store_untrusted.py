@@ -34,7 +34,7 @@ from iomatrix.core.errors import DamagedStore
 from iomatrix.core.owner import this_process
 from iomatrix.store import Store
 from iomatrix.store.records import CpuRecord, PilotTrial, SteadyRecord, StoredSuite
-from iomatrix.store.rows import COLUMNS
+from iomatrix.store.rows import COLUMNS, StoredPlan
 from iomatrix.suite.configuration import Configuration
 from iomatrix.telemetry.steady import SteadyState
 from tests.conftest import ATTACKS, Attack, Backend, Fuzzed, User, as_user, cli_result
@@ -76,7 +76,7 @@ def rich_run(store: Store) -> int:
     store.add_nodes(run_id, [("node1", NODE, {"hostname": "n1", "kernel": "6.1"})])
     store.record_pilot(run_id, [PilotTrial(mode="blocklayer", config_key=CONFIG.key,
                                            workload_key=WORKLOAD.key, round=0, runtime_s=1.0,
-                                           iops=5.0, wall_s=2.0)], PLAN)
+                                           iops=5.0, wall_s=2.0)], StoredPlan.model_validate(PLAN))
     gone = subprocess.Popen(["true"])
     gone.wait()
     dead = store.register_process(this_process()._replace(pid=gone.pid), "")
@@ -365,7 +365,7 @@ def test_a_valid_run_reads_back_whole(backend: Backend) -> None:
         run = store.load_run(run_id)
         assert run.host["nodes"] == "node1" and run.nodes[0].node == NODE
         assert run.trials[0].steady is not None and run.trials[0].steady.reached
-        assert store.load_pilot(run_id)[1] == {**PLAN, "choice": {
+        assert store.load_pilot(run_id)[1].model_dump(mode="json") == {**PLAN, "choice": {
             **PLAN["choice"], "fixed_runtime": False, "fixed_rounds": False}}
         assert len(store.trial_history(run_id)) == 1 and store.fio_json(1) == '{"x": 1}'
         assert store.open_resources()[0].within == "/tmp"

@@ -302,8 +302,8 @@ max_runtime = "3s"
     assert {t.round for t in trials} == set(range(tp.PILOT_ROUNDS))
     assert all(t.iops and t.iops > 0 and t.wall_s > t.runtime_s for t in trials)
     assert sum(t.session_s > 0 for t in trials) == tp.PILOT_ROUNDS * 2   # one per block
-    assert plan is not None and plan["choice"] is not None and len(plan["noise"]) == 1
-    choice = tp.Choice.model_validate(plan["choice"])
+    assert plan is not None and plan.choice is not None and len(plan.noise) == 1
+    choice = plan.choice
     assert tp.MIN_ROUNDS <= choice.rounds <= 4 and tp.MIN_RUNTIME <= choice.runtime <= 3.0
     assert outcome.trials_failed == 0
     assert sorted(t.sample_index for t in run.trials) == sorted(list(range(choice.rounds)) * 2)

@@ -27,6 +27,7 @@ from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, compare_many, confidence_interval
 from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
+from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen, on_off
 
@@ -244,10 +245,10 @@ def _by_workload(a: StoredRun, b: StoredRun, pairing: Any) -> tuple[Pairing, ...
     return tuple(pairing(configs_a[ka], configs_b[kb], "workload") for ka, kb in pairs)
 
 
-def _method(run: StoredRun) -> dict[str, Any] | None:
+def _method(run: StoredRun) -> Method | None:
     if run.suite.method_problem is not None:
         return None   # a suite text an older iomatrix accepted: nothing to compare it by
-    return {f: getattr(run.suite.method, f) for f in _METHOD_FIELDS}
+    return run.suite.method
 
 
 def _show(field: str, value: object) -> str:
@@ -265,8 +266,8 @@ def method_differences(a: StoredRun, b: StoredRun) -> tuple[Difference, ...]:
     ma, mb = _method(a), _method(b)
     if ma is None or mb is None:
         return ()
-    return tuple(Difference(key=f, a=_show(f, ma[f]), b=_show(f, mb[f]))
-                 for f in _METHOD_FIELDS if ma[f] != mb[f])
+    return tuple(Difference(key=f, a=_show(f, getattr(ma, f)), b=_show(f, getattr(mb, f)))
+                 for f in _METHOD_FIELDS if getattr(ma, f) != getattr(mb, f))
 
 
 def _emulated_points(run: StoredRun) -> set[tuple[str, str]]:

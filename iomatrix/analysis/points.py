@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from statistics import fmean
-from typing import Any
 
 from iomatrix.analysis.metrics import METRICS, combined, get_metric
 from iomatrix.analysis.stats import Interval, confidence_interval
@@ -116,10 +115,14 @@ def _directions(ok: list[TrialRecord]) -> dict[str, DirectionFigures]:
     return out
 
 
-def _figures(ok: list[TrialRecord]) -> dict[str, Any]:
+_Figures = dict[str, float | tuple[float, ...] | None]
+"""A point's figures by ``Point`` field: a mean (None: none measured), or per-sample values."""
+
+
+def _figures(ok: list[TrialRecord]) -> _Figures:
     """A point's figures from its ok trials: each metric's mean and per-sample values
     (``Metric.of_sample``), its read and write IOPS and its p50."""
-    figures: dict[str, Any] = {}
+    figures: _Figures = {}
     for metric in METRICS.values():
         values = [v for t in ok if (v := metric.of_sample(t.samples)) is not None]
         figures[metric.key] = fmean(values) if values else None
@@ -130,12 +133,12 @@ def _figures(ok: list[TrialRecord]) -> dict[str, Any]:
         "lat_p50_ns": _mean([combined(t.samples, "p50_ns", "percentile") for t in ok])}
 
 
-def _one_direction(samples: list[DirectionSample]) -> dict[str, Any]:
+def _one_direction(samples: list[DirectionSample]) -> _Figures:
     """``_figures`` of trials that each measured one direction (``samples``, one a trial), as
     ``combined`` computes them, without a call per trial and figure: 10,000 points are 40,000
     figures. Of one direction, a rate's sum is 0.0 + the rate (what ``sum`` adds), a weighted
     mean (0.0 + value × I/Os) / I/Os, a percentile the direction's own."""
-    figures: dict[str, Any] = {}
+    figures: _Figures = {}
     for metric in METRICS.values():
         field = metric.sample_field
         if metric.combine == "sum":

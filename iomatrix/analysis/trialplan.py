@@ -55,7 +55,7 @@ from scipy import stats as _scipy
 
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import PilotTrial
-from iomatrix.store.rows import PlanChoice
+from iomatrix.store.rows import PlanChoice, StoredPlan
 
 MIN_ROUNDS = 3
 """A gain needs 2 degrees of freedom across rounds."""
@@ -276,6 +276,14 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
     return Choice(runtime=t_used, rounds=r, seconds=seconds, half_width=half, target=target,
                   optimum=optimum, reached=best is not None, fixed_runtime=runtime is not None,
                   fixed_rounds=rounds is not None)
+
+
+def trial_plan(pilot_seconds: float, noises: Sequence[Noise], choice: Choice | None) -> StoredPlan:
+    """The run's trial plan as it is stored and read back (``store.rows.StoredPlan``): the
+    pilot's time, its noise per class (shown only) and the choice (None: the pilot gave too
+    little to choose from)."""
+    return StoredPlan(pilot_seconds=pilot_seconds, noise=tuple(n.model_dump() for n in noises),
+                      choice=choice)
 
 
 def pilot_lengths(chooses_runtime: bool, window: float) -> tuple[float, ...]:

@@ -160,7 +160,7 @@ def parse_destination(text: str, defaults: Mapping[str, Any] | None = None) -> N
     port = int(match["port"]) if match["port"] else None
     if port is not None and not 0 < port < 65536:
         raise NodesError(f"node {text.strip()!r}: port {port} is not 1-65535")
-    given: dict[str, Any] = {"host": match["v6"] or match["host"]}
+    given: dict[str, str | int] = {"host": match["v6"] or match["host"]}
     if match["user"]:
         given["user"] = match["user"]
     if port:
@@ -381,7 +381,10 @@ def stored_node(fields: object, name: str, where: str) -> Node:
 _TYPES: dict[str, tuple[type, ...]] = {"port": (int,)}
 
 
-def _checked(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _checked(table: Mapping[str, object], where: str) -> dict[str, str | int]:
+    """A stored node's fields, each of the type a ``Node`` field has (a port an integer, the
+    others non-empty text); NodesError naming ``where`` for the first that is not."""
+    out: dict[str, str | int] = {}
     for key, value in table.items():
         wanted = _TYPES.get(key, (str,))
         if isinstance(value, bool) or not isinstance(value, wanted):
@@ -391,7 +394,8 @@ def _checked(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise NodesError(f"{where}: port {value} is not 1-65535")
         if isinstance(value, str) and not value.strip():
             raise NodesError(f"{where}: {key} is empty")
-    return dict(table)
+        out[key] = value     # type: ignore[assignment]  # a str or an int: checked above
+    return out
 
 
 def _node(values: Mapping[str, Any], where: str) -> Node:

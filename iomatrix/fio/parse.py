@@ -37,9 +37,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from iomatrix.core.errors import FioParseError
+from iomatrix.core.model import Frozen
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
 
-__all__ = ["parse_fio_output", "parse_fio_json"]
+__all__ = ["parse_fio_output", "parse_fio_json", "read_fio_output"]
 
 AGGREGATE_NAME = "All clients"
 _PERCENTILE_FIELDS = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p99_9", 99.99: "p99_99"}
@@ -71,6 +72,64 @@ def parse_fio_output(text: str) -> FioResult:
     return parse_fio_json(obj, prelude=prelude)
 
 
+class JobSection(Frozen):
+    """What fio's JSON says of one job beside its statistics: what an import of a result reads
+    to tell its workloads apart (``iomatrix.store.ingest``)."""
+
+    group: int = 0
+    """Its "groupid"; 0 where fio wrote none, or not a whole number."""
+    elapsed: int = 0
+    """Its "elapsed" seconds; 0 (unknown) where not a whole number from 0 to 2³²."""
+    options: dict[str, str] | None = None
+    """Its "job options" as text; None where fio wrote none (before fio 2.3)."""
+
+
+class FioOutput(Frozen):
+    """fio's output as an import reads it: the typed result and what fio wrote beside it."""
+
+    result: FioResult
+    client: bool
+    """Output of fio's client (``client_stats``), not of a local run (``jobs``)."""
+    global_options: dict[str, str] | None
+    """fio's "global options" as text; None where it wrote none."""
+    sections: tuple[JobSection, ...]
+    """One per job of ``result.jobs``, in its order."""
+    disks: tuple[str, ...]
+    """The names in fio's "disk_util"."""
+
+
+def read_fio_output(text: str) -> FioOutput:
+    """What fio printed, parsed as ``parse_fio_output`` does, with what it says of its jobs
+    beside their statistics. Raises :class:`FioParseError` when there is no usable result."""
+    obj, prelude = decode_fio_output(text)
+    result = parse_fio_json(obj, prelude=prelude)
+    client = "client_stats" in obj
+    entries = [e for e in obj["client_stats" if client else "jobs"]
+               if not (client and e.get("jobname") == AGGREGATE_NAME)]
+    disk_util = obj.get("disk_util")
+    disks = [d["name"] for d in disk_util if isinstance(d, dict) and isinstance(d.get("name"), str)
+             ] if isinstance(disk_util, list) else []       # fio's, unless made by hand
+    return FioOutput(
+        result=result, client=client, global_options=_text_options(obj.get("global options")),
+        sections=tuple(JobSection(group=_int_or(e.get("groupid"), 0),
+                                  elapsed=_seconds(e.get("elapsed")),
+                                  options=_text_options(e.get("job options"))) for e in entries),
+        disks=tuple(disks))
+
+
+def _text_options(options: object) -> dict[str, str] | None:
+    return {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else None
+
+
+def _seconds(value: object) -> int:
+    seconds = _int_or(value, 0)
+    return seconds if 0 <= seconds <= 2**32 else 0
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def decode_fio_output(text: str) -> tuple[dict[str, Any], str]:
     """The first JSON object fio printed in ``text`` (bare nan/inf repaired) and the text before
     it (fio's warnings). Raises :class:`FioParseError` when no line starts an object."""
@@ -81,7 +140,7 @@ def decode_fio_output(text: str) -> tuple[dict[str, Any], str]:
     return decode_json(text, match.start()), text[:match.start()]
 
 
-def parse_fio_json(obj: dict[str, Any], prelude: str = "") -> FioResult:
+def parse_fio_json(obj: object, prelude: str = "") -> FioResult:
     """Build a :class:`FioResult` from fio's already decoded JSON object."""
     if not isinstance(obj, dict):
         raise FioParseError(f"fio JSON must be an object, got {type(obj).__name__}")

@@ -35,6 +35,7 @@ from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
 from iomatrix.store.records import (PilotTrial, ResourceRecord, SteadyRecord,
                                     StoredRun, StoredSuite, TrialResult)
 from iomatrix.store.repo import Store, now
+from iomatrix.store.rows import StoredPlan
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.fields import NODE_AXIS
@@ -391,20 +392,19 @@ class _Runner:
         _, plan = self.store.load_pilot(self.run_id)
         if plan is None:
             plan = self._pilot(workspace, workdir, drivers)
-        if plan.get("choice") is None:
+        choice = plan.choice
+        if choice is None:
             return
-        rounds = int(plan["choice"]["rounds"])
-        update: dict[str, object] = {"samples": rounds, "target_ci": None, "pilot": False,
-                                     "max_samples": max(rounds, self.method.max_samples)}
-        if not plan["choice"]["fixed_runtime"]:
-            update["runtime"] = float(plan["choice"]["runtime"])
-        method = self.method.model_copy(update=update)
+        method = self.method.model_copy(update={
+            "samples": choice.rounds, "target_ci": None, "pilot": False,
+            "max_samples": max(choice.rounds, self.method.max_samples),
+            **({} if choice.fixed_runtime else {"runtime": choice.runtime})})
         self.prepared = self.prepared.model_copy(update={
             "suite": self.suite.model_copy(update={"method": method})})
         self.suite, self.method = self.prepared.suite, method
 
     def _pilot(self, workspace: OpenTarget, workdir: Path,
-               drivers: dict[str, Driver]) -> dict[str, object]:
+               drivers: dict[str, Driver]) -> StoredPlan:
         """Measure the pilot, choose, store both and note them; the plan stored."""
         from iomatrix.analysis import trialplan as tp   # scipy: loaded only when asked for
 
@@ -446,21 +446,20 @@ class _Runner:
             if noise is not None:
                 noises.append(noise)
         seconds = time.monotonic() - t0
-        plan: dict[str, object] = {"pilot_seconds": seconds,
-                                   "noise": [n.model_dump() for n in noises], "choice": None}
+        choice = None
         if noises:
             choice = tp.choose(noises, base.target_ci or tp.DEFAULT_TARGET,
                                max_rounds=base.max_samples, max_runtime=base.max_runtime,
                                runtime=None if base.chooses_runtime else base.window,
                                rounds=samples if base.pilot else None,
                                min_rounds=base.samples)
-            plan["choice"] = choice.model_dump()
             note = tp.pilot_choice_note(noises, choice, seconds, len(collected), lengths,
                                         steady=base.steady_state)
         else:
             note = (f"pilot: {len(collected)} trials ({seconds:.0f} s) gave too little to choose "
                     f"from (failed trials, or a class with a single round); the suite's runtime "
                     f"({base.runtime:g} s) and rounds ({base.samples}) are used")
+        plan = tp.trial_plan(seconds, noises, choice)
         self.store.record_pilot(self.run_id, collected, plan)
         self.store.add_notes(self.run_id, [note])
         self.progress.note(note)

@@ -49,7 +49,7 @@ from typing import Any, Literal
 from iomatrix.core.errors import FioParseError, IomatrixError, NothingToImport
 from iomatrix.core.trust import ANYONE
 # The parser's own decoder (text before the JSON, fio's bare nan), so there is one copy of it.
-from iomatrix.fio.parse import decode_fio_output, parse_fio_json, version_of
+from iomatrix.fio.parse import JobSection, read_fio_output, version_of
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.fio.samples import (DEFAULT_LATENCY, LATENCIES, DirectionSample, LatencyKind,
                                   distribution, has_percentiles, merged_percentiles, samples_of)
@@ -357,15 +357,12 @@ class _Unsupported(Exception):
 
 
 def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None = None) -> _Found:
-    obj, prelude = decode_fio_output(text)
-    result = parse_fio_json(obj, prelude=prelude)
+    output = read_fio_output(text)
+    result = output.result
     found = _Found()
-    client = "client_stats" in obj
-    raw_entries = [e for e in obj["client_stats" if client else "jobs"]
-                   if not (client and e.get("jobname") == "All clients")]
+    client = output.client
     release = version_of(result.fio_version)
-    if (not isinstance(obj.get("global options"), dict)
-            and not any(isinstance(e.get("job options"), dict) for e in raw_entries)):
+    if output.global_options is None and all(j.options is None for j in output.sections):
         old = release is not None and release[:2] < JOB_OPTIONS
         found.skipped.append(Skipped(rel, (
             f"{result.fio_version} output: fio before {'.'.join(map(str, JOB_OPTIONS))} writes "
@@ -384,26 +381,23 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
         timestamp = mtime
         found.warnings.append(f"{rel}: {result.fio_version} wrote no timestamp; the file's "
                               "modification time stands for when fio finished")
-    global_options = _strings(obj.get("global options"))
-    entries = list(zip(raw_entries, result.jobs))  # parse keeps fio's order
+    global_options = output.global_options or {}
+    entries = list(zip(output.sections, result.jobs))  # parse keeps fio's order
     hostnames = sorted({j.hostname for j in result.jobs if j.hostname})
     found.hosts.update(hostnames)
-    disk_util = obj.get("disk_util")
-    if isinstance(disk_util, list):             # fio's, unless the file was made by hand
-        found.disks.update(d["name"] for d in disk_util
-                           if isinstance(d, dict) and isinstance(d.get("name"), str))
+    found.disks.update(output.disks)
     clients = len({(j.hostname, j.port) for j in result.jobs}) if client else None
 
-    groups: dict[int, list[tuple[dict[str, Any], JobStats]]] = {}
-    for raw, job in entries:
-        groups.setdefault(_int_or(raw.get("groupid"), 0), []).append((raw, job))
-    elapsed = {g: max(_elapsed(raw.get("elapsed")) for raw, _ in members)
+    groups: dict[int, list[tuple[JobSection, JobStats]]] = {}
+    for section, job in entries:
+        groups.setdefault(section.group, []).append((section, job))
+    elapsed = {g: max(section.elapsed for section, _ in members)
                for g, members in groups.items()}
     order = sorted(groups)
     for index, gid in enumerate(order):
         members = groups[gid]
         where = rel if len(order) == 1 else f"{rel} (job group {gid})"
-        options = [{**global_options, **_strings(raw.get("job options"))} for raw, _ in members]
+        options = [{**global_options, **(section.options or {})} for section, _ in members]
         for opts in options:
             for key in ("filename", "directory"):
                 if opts.get(key):
@@ -448,7 +442,7 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
     return found
 
 
-def _group_workload(members: list[tuple[dict[str, Any], JobStats]],
+def _group_workload(members: list[tuple[JobSection, JobStats]],
                     options: list[dict[str, str]], *,
                     clients_per_host: bool) -> tuple[Workload, Workload, list[str]]:
     """The one workload of a job group as fio ran it, as its options asked for it, and notes on
@@ -820,21 +814,6 @@ def _workload_order(w: Workload) -> tuple[Any, ...]:
 
 
 # --- small helpers --------------------------------------------------------------------------------
-
-
-def _strings(options: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else {}
-
-
-def _elapsed(value: Any) -> int:
-    """A job's "elapsed" seconds; 0 (unknown) for what fio does not write: not a whole number,
-    negative, or more than since 1970."""
-    seconds = _int_or(value, 0)
-    return seconds if 0 <= seconds <= 2**32 else 0
-
-
-def _int_or(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _number(text: str, key: str) -> float:

@@ -26,7 +26,7 @@ from iomatrix.store.records import (ConfigRecord, PilotTrial, ProcessRecord, Res
                                     NodeRecord, RetiredTrial, RunSummary, SteadyRecord, StoredRun,
                                     StoredSuite, TrialRecord, TrialResult, WorkloadRecord,
                                     author_uid, suite_author)
-from iomatrix.store.rows import check_row, damaged, decode, inflate, typed, within
+from iomatrix.store.rows import StoredPlan, check_row, damaged, decode, inflate, typed, within
 from iomatrix.core.trust import Author
 from iomatrix.store.location import Location, PgUrl, location_author, parse_location
 from iomatrix.store.pg import WRITE_LOCK
@@ -323,8 +323,7 @@ class Store:
             self.conn.execute("UPDATE runs SET notes_json = ? WHERE id = ?",
                               (json.dumps(have), run_id))
 
-    def record_pilot(self, run_id: int, trials: Iterable[PilotTrial],
-                     plan: Mapping[str, Any]) -> None:
+    def record_pilot(self, run_id: int, trials: Iterable[PilotTrial], plan: StoredPlan) -> None:
         """A run's pilot trials and the trial plan chosen from them (``[method] pilot``), at
         once; a pilot stored before (an interrupted run's) is replaced."""
         with self._transaction():
@@ -338,7 +337,7 @@ class Store:
             # DELETE and INSERT rather than INSERT OR REPLACE: the same words on PostgreSQL
             self.conn.execute("DELETE FROM trial_plans WHERE run_id = ?", (run_id,))
             self.conn.execute("INSERT INTO trial_plans (run_id, plan_json) VALUES (?, ?)",
-                              (run_id, json.dumps(dict(plan), sort_keys=True)))
+                              (run_id, json.dumps(plan.model_dump(), sort_keys=True)))
 
     # -- ownership and clean-up --------------------------------------------------------------
     def register_process(self, me: Identity, lock_path: str) -> int:
@@ -696,7 +695,7 @@ class Store:
                                        "position", (run_id,))
             for where in [_node_row(run_id, r[5])])
 
-    def load_pilot(self, run_id: int) -> tuple[tuple[PilotTrial, ...], dict[str, Any] | None]:
+    def load_pilot(self, run_id: int) -> tuple[tuple[PilotTrial, ...], StoredPlan | None]:
         """A run's pilot trials and its trial plan (None: the run had no pilot, or it did not
         finish); a database older than schema 9 has neither."""
         if self.version < 9:
@@ -709,8 +708,7 @@ class Store:
                 "session_s FROM pilot_trials WHERE run_id = ? ORDER BY id", (run_id,)))
         row = self.conn.execute("SELECT plan_json FROM trial_plans WHERE run_id = ?",
                                 (run_id,)).fetchone()
-        return trials, None if row is None else decode("trial_plans", "plan_json", run_id,
-                                                       row[0]).model_dump(mode="json")
+        return trials, None if row is None else decode("trial_plans", "plan_json", run_id, row[0])
 
     def _trials(self, where: str, key: int) -> tuple[TrialRecord, ...]:
         """The trials ``where`` (a condition on ``t``, one parameter) says, with samples."""
