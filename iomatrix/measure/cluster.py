@@ -136,12 +136,12 @@ def node_facts(suite: Suite) -> NodeFacts:
     except IomatrixError as exc:
         problems.append(first_line(str(exc)))
     host = host_metadata(suite.target.directory or suite.target.device, accelerator="?")
-    return NodeFacts(hostname=socket.gethostname(), iomatrix=__version__, fio=host.get("fio", ""),
-                     qemu=host.get("qemu", ""),
+    return NodeFacts(hostname=socket.gethostname(), iomatrix=__version__, fio=host.fio,
+                     qemu=host.qemu,
                      kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
                           "no /dev/kvm" if not os.path.exists("/dev/kvm") else
                           "/dev/kvm not accessible"),
-                     host=host, problems=tuple(problems))
+                     host=host.stored(), problems=tuple(problems))
 
 
 def node_store_path(run_uuid: str, node: str) -> Path:
@@ -466,7 +466,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             guests = any(c.mode == "guest" for c in configs)
             accelerator = prepared.accelerator if guests else "none"
             host = host_metadata(suite.target.directory or suite.target.device,
-                                 accelerator=accelerator)
+                                 accelerator=accelerator).stored()
             host["nodes"] = ", ".join(names)
             run_id = store.create_run(
                 suite=StoredSuite.of(suite), host=host, accelerator=accelerator,

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from statistics import fmean
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -417,6 +417,9 @@ def _build(run: "StoredRun") -> ReportData:
                                  sample_index=t.sample_index, reason=t.reason or "")
                      for t in run.trials if t.status == "failed")
     latency = run_latency(run)
+    scores, scores_absent = _scores(run, config_index)
+    recommendations, recommendation_rule = _recommendations(run)
+    findings, findings_rules = _findings(run)
     return ReportData(
         latency_mean=latency.mean, latency_percentiles=latency.percentiles,
         latency_note=latency.sentence,
@@ -425,13 +428,14 @@ def _build(run: "StoredRun") -> ReportData:
         accelerator=run.accelerator, emulated=run.emulated, host=run.host,
         method={k: shown(v) for k, v in run.suite.written_method.items()}, notes=run.notes,
         axes=_axes(configs), configs=configs, groups=groups, workloads=workloads,
-        points=tuple(views), gains=_gains(run), aa=_aa(run), **_scores(run, config_index),
-        **_recommendations(run), quality=_quality(run, views, target, source),
+        points=tuple(views), gains=_gains(run), aa=_aa(run), scores=scores,
+        scores_absent=scores_absent, recommendations=recommendations,
+        recommendation_rule=recommendation_rule, quality=_quality(run, views, target, source),
         failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run),
-        **_findings(run))
+        findings=findings, findings_rules=findings_rules)
 
 
-def _findings(run: "StoredRun") -> dict[str, Any]:
+def _findings(run: "StoredRun") -> tuple[tuple[FindingView, ...], str]:
     """The study's claims (its suite's [[finding]] tables) checked on the run."""
     from iomatrix.analysis.findings import NOT_MEASURABLE, check_text, effect_text, evaluate
 
@@ -446,7 +450,7 @@ def _findings(run: "StoredRun") -> dict[str, Any]:
             measured=effect_text(r.finding, check) if measured else "—",
             adjusted_p=check.adjusted_p if measured else None,
             checks=tuple(check_text(r.finding, c) for c in r.checks)))
-    return {"findings": tuple(views), "findings_rules": found.rules if views else ""}
+    return tuple(views), found.rules if views else ""
 
 
 def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
@@ -559,12 +563,21 @@ def _interval(values: Sequence[float]) -> tuple[float | None, float | None]:
     return _finite(low), _finite(high)
 
 
-def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:
+class _Cpu(NamedTuple):
+    """A point's CPU cost beyond its µs per I/O (``_cpu``)."""
+
+    cpu_ms_per_mib: float | None
+    csw_per_io: float | None
+    cycles_per_io: float | None
+    cpu_roles: dict[str, float]
+
+
+def _cpu(trials: Sequence["TrialRecord"]) -> _Cpu:
     """Means over the samples that recorded CPU cost (µs per I/O is the point's own); roles as
     µs per I/O."""
     costs = [t.cpu for t in trials if t.cpu]
     if not costs:
-        return {}
+        return _Cpu(None, None, None, {})
     roles: dict[str, list[float]] = defaultdict(list)
     for cost in costs:
         ios = cost.ios
@@ -572,12 +585,10 @@ def _cpu(trials: Sequence["TrialRecord"]) -> dict[str, Any]:
             continue
         for role, seconds in cost.cpu_s_by_role.items():
             roles[role].append(seconds / ios * 1e6)
-    return {
-        "cpu_ms_per_mib": _mean(c.cpu_ms_per_mib for c in costs),
-        "csw_per_io": _mean(c.csw_per_io for c in costs),
-        "cycles_per_io": _mean(c.cycles_per_io for c in costs),
-        "cpu_roles": {role: fmean(v) for role, v in roles.items()},
-    }
+    return _Cpu(cpu_ms_per_mib=_mean(c.cpu_ms_per_mib for c in costs),
+                csw_per_io=_mean(c.csw_per_io for c in costs),
+                cycles_per_io=_mean(c.cycles_per_io for c in costs),
+                cpu_roles={role: fmean(v) for role, v in roles.items()})
 
 
 def _vm_iops(trials: Sequence["TrialRecord"]) -> tuple[float, ...]:
@@ -611,6 +622,7 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
         flags.append(FAILED)
     if p.from_ram:
         flags.append(FROM_RAM)
+    cpu = _cpu(trials)
     return PointView(
         config=config, workload=workload, samples=p.samples, failed=p.failed,
         iops=_finite(p.iops), iops_low=_finite(ci.low) if ci else None,
@@ -623,7 +635,8 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
         **{f"{name}_{field}": _finite(getattr(d, field)) for name, d in p.directions.items()
            for field in ("lat_p50_ns", "lat_p99_ns")},
         usr_cpu=_finite(p.usr_cpu), sys_cpu=_finite(p.sys_cpu),
-        cpu_us_per_io=_finite(p.cpu_us_per_io), **_cpu(trials),
+        cpu_us_per_io=_finite(p.cpu_us_per_io), cpu_ms_per_mib=cpu.cpu_ms_per_mib,
+        csw_per_io=cpu.csw_per_io, cycles_per_io=cpu.cycles_per_io, cpu_roles=cpu.cpu_roles,
         steady_checked=checked, steady_reached=reached,
         iops_pct=_finite(eff.iops_pct) if eff else None,
         bare_significant=(None if eff is None or eff.iops_vs_bare.p_value is None
@@ -705,15 +718,16 @@ def _aa(run: "StoredRun") -> str:
     return "" if aa is None else aa.text()
 
 
-def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:
+def _scores(run: "StoredRun", config_index: dict[str, int]) -> tuple[ScoresView | None, str]:
+    """The run's scores table, or None and why there is none."""
     from iomatrix.analysis.scores import scores
     from iomatrix.core.errors import IomatrixError
 
     try:
         table = scores(run)
     except IomatrixError as exc:
-        return {"scores": None, "scores_absent": str(exc)}
-    return {"scores": ScoresView(
+        return None, str(exc)
+    return ScoresView(
         components=tuple(ComponentView(name=c.name, figure=c.figure, label=c.label,
                                        lower_is_better=c.lower_is_better, minimum=c.minimum,
                                        maximum=c.maximum, constant=c.constant)
@@ -721,10 +735,10 @@ def _scores(run: "StoredRun", config_index: dict[str, int]) -> dict[str, Any]:
         rows=tuple(ScoreRowView(config=config_index[r.config_key], values=r.values,
                                 normalized=r.normalized, score=_finite(r.score), rank=r.rank)
                    for r in table.rows),
-        method=table.method, caveat=table.caveat, notes=table.notes)}
+        method=table.method, caveat=table.caveat, notes=table.notes), ""
 
 
-def _recommendations(run: "StoredRun") -> dict[str, Any]:
+def _recommendations(run: "StoredRun") -> tuple[tuple[RecommendationView, ...], str]:
     """The recommendation for every platform, with the text to paste (placeholders for the VM,
     volume and image, as ``iomatrix recommend`` prints without its options)."""
     from iomatrix.core.errors import IomatrixError
@@ -759,4 +773,4 @@ def _recommendations(run: "StoredRun") -> dict[str, Any]:
                    for mode, fixed in rec.fixed.items() if fixed},
             warnings=rec.warnings, notes=rec.notes,
             yours=rec.yours.text if rec.yours is not None else ""))
-    return {"recommendations": tuple(out), "recommendation_rule": RULE}
+    return tuple(out), RULE

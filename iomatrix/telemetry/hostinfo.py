@@ -10,6 +10,7 @@ from pathlib import Path
 
 from iomatrix import __version__
 from iomatrix.core.errors import ToolFailed
+from iomatrix.core.model import Frozen
 from iomatrix.core.mounts import mount_of
 from iomatrix.core.proc import first_line, run, which
 
@@ -69,33 +70,72 @@ def device_model(source: str, sysfs: Path = Path("/sys")) -> str:
     return f"{drv} ({kind})"
 
 
-def host_metadata(target: Path | None, accelerator: str) -> dict[str, str]:
-    """Hostname, kernel, CPU, memory, tool versions, accelerator and the target's storage."""
+class TargetFacts(Frozen):
+    """Where the target lies: its filesystem, mount, device and the device's model."""
+
+    path: str
+    fs: str
+    """The filesystem type; "(raw block device)" for a device; "unknown" when not mounted."""
+    mount: str | None
+    """The mount point (None for a raw block device)."""
+    device: str
+    model: str
+
+
+class HostMetadata(Frozen):
+    """Hostname, kernel, CPU, memory, tool versions, accelerator and the target's storage
+    (``host_metadata``); a run stores it as text (``stored``)."""
+
+    hostname: str
+    kernel: str
+    os: str
+    cpu: str
+    cores: int
+    memory_bytes: int
+    qemu: str
+    qemu_storage_daemon: str
+    fio: str
+    accelerator: str
+    iomatrix: str
+    target: TargetFacts | None = None
+
+    def stored(self) -> dict[str, str]:
+        """As a run stores it (``runs.host_json``): each fact as text, the target's as
+        ``target``, ``target_fs``, ``target_mount`` (not of a raw device), ``target_device``
+        and ``target_model``; the run adds its own keys to it."""
+        meta = {"hostname": self.hostname, "kernel": self.kernel, "os": self.os, "cpu": self.cpu,
+                "cores": str(self.cores), "memory_bytes": str(self.memory_bytes),
+                "qemu": self.qemu, "qemu_storage_daemon": self.qemu_storage_daemon,
+                "fio": self.fio, "accelerator": self.accelerator, "iomatrix": self.iomatrix}
+        t = self.target
+        if t is not None:
+            meta.update(target=t.path, target_fs=t.fs)
+            if t.mount is not None:
+                meta["target_mount"] = t.mount
+            meta.update(target_device=t.device, target_model=t.model)
+        return meta
+
+
+def host_metadata(target: Path | None, accelerator: str) -> HostMetadata:
+    """This host's metadata, with the storage of ``target`` (a directory or a device)."""
     qemu = _version_line(["qemu-system-x86_64", "--version"])
     qsd = _version_line(["qemu-storage-daemon", "--version"])
-    meta = {
-        "hostname": socket.gethostname(),
-        "kernel": platform.release(),
-        "os": _os_release(),
-        "cpu": cpu_model(),
-        "cores": str(os.cpu_count() or 0),
-        "memory_bytes": str(memory_bytes()),
-        "qemu": _version(qemu),
-        "qemu_storage_daemon": _version(qsd),
-        "fio": _version_line(["fio", "--version"]),
-        "accelerator": accelerator,
-        "iomatrix": __version__,
-    }
+    facts = None
     if target is not None:
         mount = mount_of(target)
         mnt, fstype, source = mount[:3] if mount else ("", "unknown", "unknown")
         if target.exists() and target.is_block_device():
-            meta.update(target=str(target), target_fs="(raw block device)",
-                        target_device=str(target), target_model=device_model(str(target)))
+            facts = TargetFacts(path=str(target), fs="(raw block device)", mount=None,
+                                device=str(target), model=device_model(str(target)))
         else:
-            meta.update(target=str(target), target_fs=fstype, target_mount=mnt,
-                        target_device=source, target_model=device_model(source))
-    return meta
+            facts = TargetFacts(path=str(target), fs=fstype, mount=mnt, device=source,
+                                model=device_model(source))
+    return HostMetadata(
+        hostname=socket.gethostname(), kernel=platform.release(), os=_os_release(),
+        cpu=cpu_model(), cores=os.cpu_count() or 0, memory_bytes=memory_bytes(),
+        qemu=_version(qemu), qemu_storage_daemon=_version(qsd),
+        fio=_version_line(["fio", "--version"]), accelerator=accelerator, iomatrix=__version__,
+        target=facts)
 
 
 def _version(line: str) -> str:
