@@ -250,7 +250,8 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
 
 def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[str, str]:
     """The host's metadata stored with a new run, the target named as the user gave it."""
-    host = host_metadata(suite.target.directory or suite.target.device, accelerator=accelerator).stored()
+    host = host_metadata(suite.target.directory or suite.target.device,
+                         accelerator=accelerator).stored()
     host.update(workspace.host_fields())
     return host
 
