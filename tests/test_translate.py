@@ -144,7 +144,7 @@ def test_pve_defaults_and_storage_cfg() -> None:
     assert any("qemu-server's default, lsi" in n for n in fast.notes)
     slow = disks["scsi1"]
     # librbd has no aio: measurable all the same, on a Ceph pool (iomatrix.targets.rbd)
-    assert slow.values["aio"] is None and slow.config is not None
+    assert slow.values is not None and slow.values.aio is None and slow.config is not None
     assert (slow.config.aio, slow.config.cache) == (None, "writeback")
     assert any("librbd" in n and "no aio" in n for n in slow.notes)
     assert '"aio"' not in slow.argv[-3]

@@ -67,7 +67,8 @@ def translate(
     _print_argv(result.argv, "")
     for disk in result.drives:
         out.print(f"\n{disk.written}", markup=False, soft_wrap=True)
-        shown = " ".join(f"{k}={_shown(v)}" for k, v in disk.values.items() if v is not None)
+        values = disk.values.as_dict() if disk.values is not None else {}
+        shown = " ".join(f"{k}={_shown(v)}" for k, v in values.items() if v is not None)
         out.print(f"  iomatrix: {shown or '-'}" + (
             f"  (not a disk: {NOT_A_DISK[disk.kind]})" if disk.kind in NOT_A_DISK else
             "" if disk.config else "  (not measurable as is; see notes)"),

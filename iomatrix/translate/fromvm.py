@@ -50,7 +50,8 @@ def resolve_vm(suite: Suite) -> Suite:
         raise SuiteError(f"{where}: not a Proxmox VE configuration nor a libvirt domain: "
                          f"{exc}") from None
     disk = _pick(result, matrix.disk, where)
-    if disk.config is not None and disk.values.get("aio") is None and suite.target.rbd is None:
+    if (disk.config is not None and (disk.values is None or disk.values.aio is None)
+            and suite.target.rbd is None):
         raise SuiteError(f"{where}: {disk.name} is on librbd ({disk.storage}), which has no aio "
                          "and is reached over the network: measure it on a Ceph pool",
                          hint="set [target] rbd = { pool = ..., conf = ..., client = ..., "
@@ -108,7 +109,7 @@ def _by_number(name: str) -> tuple[str, int]:
 
 def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str) -> Reference:
     """The disk as plain settings, or SuiteError naming what the mode cannot measure."""
-    values = disk.values
+    values = disk.values.as_dict() if disk.values is not None else {}
     why = "; ".join(disk.notes)
     unusable = [(key, values.get(key), allowed) for key, allowed in (
         ("aio", Aio.__args__), ("cache", Cache.__args__), ("format", Format.__args__))  # type: ignore[attr-defined]

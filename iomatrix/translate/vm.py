@@ -8,11 +8,12 @@ reproduce, are named in the notes, never dropped silently.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from iomatrix.core.model import Frozen
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
+from iomatrix.platform.values import DiskValues
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 from iomatrix.vocab.axes import CONTROLLERS
@@ -23,9 +24,10 @@ class DiskTranslation(Frozen):
     """``scsi0`` (Proxmox VE) or the target dev, ``vda`` (libvirt)."""
     written: str
     """The disk as the platform's file states it."""
-    values: dict[str, Any]
+    values: DiskValues | None
     """iomatrix configuration values (controller, aio, iothread, cache, format, num_queues,
-    queue_size); None where the platform sets nothing iomatrix can name."""
+    queue_size), each None where the platform sets nothing iomatrix can name; None for a drive
+    that is not a disk iomatrix reads (a CD-ROM, the TPM state, one it could not place)."""
     config: Configuration | None
     """The guest-mode configuration, when every value is one iomatrix can measure."""
     argv: tuple[str, ...]
@@ -83,15 +85,14 @@ def translate(text: str, *, pve_version: pve.PveVersion | None = None,
     return _proxmox(text, pve_version, storages, vmid)
 
 
-def _config(values: dict[str, Any], notes: list[str], *,
+def _config(values: DiskValues, notes: list[str], *,
             librbd: bool = False) -> Configuration | None:
     """The guest configuration the values amount to; ``librbd``: a disk on librbd, which has
     no aio (a [target] rbd pool measures it: ``iomatrix.targets.rbd``)."""
-    if values.get("controller") not in CONTROLLERS or (values.get("aio") is None
-                                                         and not librbd):
+    if values.controller not in CONTROLLERS or (values.aio is None and not librbd):
         return None
     config = Configuration(mode="guest", preallocation="off",
-                           **{k: v for k, v in values.items() if v is not None})
+                           **{k: v for k, v in values.as_dict().items() if v is not None})
     reason = invalid_reason(config)
     if reason is not None:
         notes.append(f"refused by QEMU 7.2 or iomatrix, so not measurable as is: {reason}")
@@ -134,7 +135,7 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                                     bootindex=boot.get(drive.key))
                 controllers |= {where[1]} if where else set()
         except ValueError as exc:
-            translated = DiskTranslation(name=drive.key, written=written, values={}, config=None,
+            translated = DiskTranslation(name=drive.key, written=written, values=None, config=None,
                                          argv=(), notes=(str(exc),), kind=kind)
             (disks if kind == "disk" else others).append(translated)
             continue
@@ -144,13 +145,13 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                 notes.append(f"{drive.key}: " + ("a CD-ROM: read-only media, not a disk iomatrix "
                                                   "measures" if kind == "cdrom" else
                                                   "an empty drive (none)"))
-            others.append(DiskTranslation(name=drive.key, written=written, values={},
+            others.append(DiskTranslation(name=drive.key, written=written, values=None,
                                           config=None, argv=out.argv, notes=out.notes,
                                           storage=storage, kind=kind))
             continue
         assert volume is not None
         found = pve.configuration_of(drive, vm.scsihw, volume)
-        values, disk_notes = found.as_dict(), [*found.notes, *out.notes]
+        values, disk_notes = found, [*found.notes, *out.notes]
         if vm.template:
             disk_notes.append(f"{drive.key}: a template's disk: qemu-server opens it read-only "
                               "(for backups); a clone of the template gets these settings")
@@ -217,7 +218,7 @@ def _tpmstate(drive: pve.Drive, written: str, template: bool,
         notes.append(f"{drive.key}: a template gets no TPM (qemu-server add_tpm_device)")
     elif vmid is None:
         notes.append(f"{drive.key}: the socket's path holds the VM's id: name the file ID.conf")
-    return DiskTranslation(name=drive.key, written=written, values={}, config=None,
+    return DiskTranslation(name=drive.key, written=written, values=None, config=None,
                            argv=() if template else pve.tpm_args(vmid or "<vmid>"),
                            notes=tuple(notes), kind="tpmstate")
 
@@ -241,13 +242,14 @@ def _libvirt(text: str, versions: lv.Versions) -> Translation:
                    f"→ <target dev='{disk.dev}' bus='{disk.bus}'> <driver "
                    + " ".join(f"{k}='{v}'" for k, v in disk.driver) + "/>")
         cdrom = disk.device == "cdrom"
+        values: DiskValues | None = None
         if cdrom:
-            values, disk_notes = {}, ["a CD-ROM: read-only, not a disk iomatrix measures"]
+            disk_notes = ["a CD-ROM: read-only, not a disk iomatrix measures"]
         else:
-            found = lv.configuration_of(disk)
-            values, disk_notes = found.as_dict(), list(found.notes)
+            values = lv.configuration_of(disk)
+            disk_notes = list(values.notes)
         disk_notes += args.notes
-        config = None if cdrom else _config(values, disk_notes)
+        config = None if values is None else _config(values, disk_notes)
         disks.append(DiskTranslation(name=disk.dev, written=written, values=values, config=config,
                                      argv=args.argv, notes=tuple(disk_notes),
                                      kind="cdrom" if cdrom else "disk",
