@@ -361,13 +361,8 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
     result = output.result
     found = _Found()
     client = output.client
-    release = version_of(result.fio_version)
     if output.global_options is None and all(j.options is None for j in output.sections):
-        old = release is not None and release[:2] < JOB_OPTIONS
-        found.skipped.append(Skipped(rel, (
-            f"{result.fio_version} output: fio before {'.'.join(map(str, JOB_OPTIONS))} writes "
-            if old else f"{result.fio_version} output: it holds ")
-            + "no job options, so the workload (rw, bs, iodepth) of its results is unknown"))
+        found.skipped.append(Skipped(rel, _no_options(result.fio_version)))
         return found
     results = text.count('"fio version"')
     if results > 1:
@@ -440,6 +435,15 @@ def _read_result(text: str, rel: str, parts: Sequence[str], *, mtime: int | None
                                   if directions and all(has_percentiles(d, k) for d in directions)),
             parts=tuple(parts), names_workload=tuple(_names_workload(p, asked) for p in parts)))
     return found
+
+
+def _no_options(version: str) -> str:
+    """Why a result without job options is not imported: what fio ``version`` writes."""
+    release = version_of(version)
+    old = release is not None and release[:2] < JOB_OPTIONS
+    return ((f"{version} output: fio before {'.'.join(map(str, JOB_OPTIONS))} writes "
+             if old else f"{version} output: it holds ")
+            + "no job options, so the workload (rw, bs, iodepth) of its results is unknown")
 
 
 def _group_workload(members: list[tuple[JobSection, JobStats]],
