@@ -20,6 +20,7 @@ from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
 from iomatrix.suite import expand, load_suite, load_suite_text
 from iomatrix.suite.fields import YOUR_VM
+from iomatrix.suite.spec import RunSpec
 from tests.conftest import write_suite
 from tests.test_cli_inprocess import invoke
 from tests.test_translate import LIBVIRT_XML, PVE_CONF
@@ -71,9 +72,12 @@ def test_pve_disk_becomes_the_reference(tmp_path: Path) -> None:
     assert labels == ["blocklayer io_uring/none/raw", "blocklayer native/none/raw",
                       f"blocklayer threads/writeback/raw {YOUR_VM}"]
     assert any("mbps_wr=200" in n for n in expansion.notes)
-    # the stored text alone gives the same suite: the file is not needed again
+    # the spec a run stores alone gives the same suite: the file is not needed again, and the
+    # user's text is left as it was
     os.unlink(tmp_path / "suite" / "100.conf")
-    again = resolve_vm(load_suite_text(suite.source_text, source=suite.source_path))
+    assert suite.source_text == (tmp_path / "suite" / "t.toml").read_text()
+    spec = RunSpec.from_json(RunSpec.of(suite).to_json())
+    again = resolve_vm(spec.suite(text=suite.source_text, source=suite.source_path))
     assert again.matrix.reference == ref and expand(again) == expansion
 
 

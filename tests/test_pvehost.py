@@ -13,6 +13,7 @@ import pytest
 
 from iomatrix.measure.pvehost import detect_pve, on_host
 from iomatrix.suite import load_suite
+from iomatrix.suite.spec import RunSpec
 from tests.conftest import PVEVERSION, cli_result, pve_host, write_suite
 
 BLOCKLAYER = '[matrix]\naio = "io_uring"\ncache = "none"\nformat = "raw"\niothread = false\n'
@@ -33,10 +34,10 @@ def test_quick_plans_proxmox_on_a_pve_host(tmp_path: Path, monkeypatch: pytest.M
     suite, notes = on_host(load_suite("quick"), detect_pve())
     assert (suite.method.platform, suite.method.pve_version) == ("proxmox", version)
     assert notes[0].startswith(f"platform: proxmox (PVE {version}, from pveversion)")
-    # written into the text the run stores, which loads back to the same method
-    stored = tmp_path / "stored.toml"
-    stored.write_text(suite.source_text)
-    assert load_suite(stored).method == suite.method
+    # set in the spec the run stores, which loads back to the same method; the text as it was
+    assert suite.source_text == load_suite("quick").source_text
+    spec = RunSpec.from_json(RunSpec.of(suite).to_json())
+    assert spec.suite(text=suite.source_text, source="stored").method == suite.method
 
 
 def test_a_suite_that_chooses_keeps_its_choice(tmp_path: Path,

@@ -107,7 +107,9 @@ VALID = {("runs", "host_json"): {"hostname": "h"}, ("runs", "notes_json"): ["a"]
          ("trials", "applied_json"): {"aio": "native"},
          ("trials", "steady_json"): {"checked": False, "reason": "off"},
          ("trials", "cpu_json"): {}, ("trials", "telemetry_json"): {},
-         ("run_nodes", "node_json"): NODE, ("run_nodes", "host_json"): {"hostname": "n1"}}
+         ("run_nodes", "node_json"): NODE, ("run_nodes", "host_json"): {"hostname": "n1"},
+         ("runs", "spec_json"): {"version": 1, "tables": {"suite": {"name": "t"},
+                                                          "target": {"directory": "/tmp/t"}}}}
 
 
 def damages(table: str, column: str) -> dict[str, tuple[str, str]]:
@@ -284,10 +286,10 @@ samples = 1
 @needs("rbd")
 def test_a_stored_suite_is_checked_on_resume_as_on_a_fresh_run(
         theirs: Path, tmp_path: Path, attacker: User, attack: Attack) -> None:
-    """A stored run's suite is its text, loaded again: the attacker turns the [target] rbd conf
-    of an interrupted run into their own ceph.conf (log_file naming a file root would create).
-    ``run --resume`` refuses it in the very line a fresh run of that suite gets (exit status
-    3), before rbd starts: the canary is never made."""
+    """A stored run's suite is its spec (and its text), loaded again: the attacker turns the
+    [target] rbd conf of an interrupted run into their own ceph.conf (log_file naming a file
+    root would create), in both. ``run --resume`` refuses it in the very line a fresh run of
+    that suite gets (exit status 3), before rbd starts: the canary is never made."""
     attack("F4 / issue 31.5: a stored suite's [target] rbd conf (run --resume)", "refused")
     from iomatrix.measure.prepare import prepare
     from iomatrix.suite.load import load_suite_text
@@ -307,7 +309,8 @@ def test_a_stored_suite_is_checked_on_resume_as_on_a_fresh_run(
                                   configs=expansion.configurations)
         store.finish_run(run_id, "interrupted")
     db = crafted(attacker, made, theirs, tmp_path, {"conf": (
-        "UPDATE runs SET suite_text = replace(suite_text, ?, ?)", [str(ours), str(evil)])})
+        "UPDATE runs SET suite_text = replace(suite_text, ?, ?), "
+        "spec_json = replace(spec_json, ?, ?)", [str(ours), str(evil)] * 2)})
     fresh = tmp_path / "fresh.toml"
     fresh.write_text(RBD_SUITE.format(conf=evil))
     said = [one_line(cli_result("run", *argv, "--db", str(tmp_path / name)),

@@ -160,3 +160,29 @@ EMULATED = Text("EMULATED (TCG): guest figures measure QEMU's CPU emulator, not 
 def p_column(p: float | None) -> str:
     """A p-value as a table column shows it."""
     return "—" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+MAX_OPTION_BYTES = 1 << 20
+"""The largest file an option names that is read whole: a VM's configuration or domain XML,
+or a storage.cfg, has a few KiB."""
+
+
+def read_option(path: Path, param_hint: str = "FILE") -> str:
+    """A VM configuration or storage.cfg the user names (``param_hint``): UTF-8 text, at most
+    ``MAX_OPTION_BYTES``; BadParameter for anything else."""
+    try:
+        with open(path, "rb") as file:
+            return option_text(file.read(MAX_OPTION_BYTES + 1), str(path), param_hint)
+    except OSError as exc:
+        raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint=param_hint) from None
+
+
+def option_text(data: bytes, name: str, param_hint: str = "FILE") -> str:
+    if len(data) > MAX_OPTION_BYTES:
+        raise typer.BadParameter(f"{name}: more than {MAX_OPTION_BYTES >> 20} MiB: not a VM "
+                                 "configuration", param_hint=param_hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise typer.BadParameter(f"{name}: not UTF-8 text (byte {exc.start})",
+                                 param_hint=param_hint) from None

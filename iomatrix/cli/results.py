@@ -69,20 +69,7 @@ def show(
     stored = load_run(db, run_ref)
     labels = {c.key: c.label for c in stored.configs}
     workloads = {w.key: w.label for w in stored.workloads}
-    where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
-             f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
-    out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
-              f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
-    if stored.nodes and stored.suite.method.concurrent_nodes:
-        out.print("nodes, loading the target at once in every trial: "
-                  + ", ".join(n.name for n in stored.nodes), markup=False, soft_wrap=True)
-    elif stored.nodes:
-        out.print("nodes: " + "; ".join(
-            f"{n.name} ({n.host.get('hostname', '?')}): {n.status}" + (f": {n.reason}" if n.reason else "")
-            for n in stored.nodes) + f" (`iomatrix compare {stored.id}` compares them)",
-            markup=False, soft_wrap=True)
-    if stored.emulated:
-        out.print(EMULATED)
+    _heading(stored)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
     bare = efficiency(found, stored.configs)
     latency = run_latency(stored)
@@ -130,6 +117,34 @@ def show(
     if any(p.mixed for p in found):
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
                   "percentiles of reads and writes cannot be averaged into one", markup=False)
+    _trials_and_notes(stored, labels, workloads, command=command)
+
+
+def _heading(stored: Any) -> None:
+    """The run's line (suite, status, host, target), its nodes, and whether it was emulated."""
+    where = (f"targets {stored.host['targets']} (notes below)" if "targets" in stored.host else
+             f"target {stored.host.get('target', '?')} ({stored.host.get('target_fs', '?')})")
+    out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
+              f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
+    if stored.nodes and stored.suite.method.concurrent_nodes:
+        out.print("nodes, loading the target at once in every trial: "
+                  + ", ".join(n.name for n in stored.nodes), markup=False, soft_wrap=True)
+    elif stored.nodes:
+        out.print("nodes: " + "; ".join(
+            f"{n.name} ({n.host.get('hostname', '?')}): {n.status}" + (f": {n.reason}" if n.reason else "")
+            for n in stored.nodes) + f" (`iomatrix compare {stored.id}` compares them)",
+            markup=False, soft_wrap=True)
+    if stored.emulated:
+        out.print(EMULATED)
+
+
+def _trials_and_notes(stored: Any, labels: dict[str, str], workloads: dict[str, str], *,
+                      command: bool) -> None:
+    """Per-VM figures, failed trials, the run's notes, and (``command``) what realized each
+    configuration."""
+    from iomatrix.analysis.metrics import METRICS
+
+    iops = METRICS["iops"]
     per_vm = [t for t in stored.trials if t.vm_samples]
     if per_vm:
         vm_table = Table("configuration", "workload", "#", "per-VM IOPS", box=None)
@@ -244,7 +259,7 @@ def export(
                                  param_hint="--format")
     stored = load_run(db, run_ref)
     if format == "suite":
-        text = stored.suite.text
+        text = stored.suite.runs_again
     else:
         text = stored.model_dump_json(indent=1) if format == "json" else samples_csv(stored)
     if output is None:

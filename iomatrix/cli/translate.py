@@ -10,10 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from iomatrix.cli.common import out
-
-MAX_BYTES = 1 << 20
-"""The largest file read: a VM's configuration or domain XML has a few KiB."""
+from iomatrix.cli.common import MAX_OPTION_BYTES, option_text, out, read_option
 
 
 def translate(
@@ -34,8 +31,9 @@ def translate(
 
     if pve_version not in (None, *pve.PVE_VERSIONS):
         raise typer.BadParameter(f"{pve_version}: choose 8 or 9", param_hint="--pve-version")
-    text = _text(sys.stdin.buffer.read(MAX_BYTES + 1), "-") if str(file) == "-" else _read(file)
-    storages = pve.parse_storage_cfg(_read(storage_cfg)) if storage_cfg else {}
+    text = (option_text(sys.stdin.buffer.read(MAX_OPTION_BYTES + 1), "-") if str(file) == "-"
+            else read_option(file))
+    storages = pve.parse_storage_cfg(read_option(storage_cfg)) if storage_cfg else {}
     for item in storage or []:
         ident, sep, kind = item.partition("=")
         base, _, flag = kind.partition("+")
@@ -90,23 +88,3 @@ def _print_argv(argv: tuple[str, ...], indent: str) -> None:
 
 def _shown(value: object) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
-
-
-def _read(path: Path, param_hint: str = "FILE") -> str:
-    """A VM configuration or storage.cfg the user names: UTF-8 text, at most MAX_BYTES."""
-    try:
-        with open(path, "rb") as file:
-            return _text(file.read(MAX_BYTES + 1), str(path), param_hint)
-    except OSError as exc:
-        raise typer.BadParameter(f"{path}: {exc.strerror}", param_hint=param_hint) from None
-
-
-def _text(data: bytes, name: str, param_hint: str = "FILE") -> str:
-    if len(data) > MAX_BYTES:
-        raise typer.BadParameter(f"{name}: more than {MAX_BYTES >> 20} MiB: not a VM "
-                                 "configuration", param_hint=param_hint)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise typer.BadParameter(f"{name}: not UTF-8 text (byte {exc.start})",
-                                 param_hint=param_hint) from None

@@ -62,6 +62,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
+from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.workspace import Image
 
 PROTOCOL = "IOMATRIX-"
@@ -257,6 +258,9 @@ class GuestRequest(Frozen):
     """What the controller sends a node's ``iomatrix node serve-guests`` (one JSON line)."""
 
     suite_text: str
+    suite_spec: RunSpec | None = None
+    """The suite as the controller prepared it (``iomatrix.suite.spec``); None: ``suite_text``
+    is loaded as a suite file."""
     suite_source: str
     config: str
     """The configuration's key in the suite as the node prepares it."""
@@ -580,7 +584,8 @@ class ClusterGuestDriver(Driver):
             nodes = []
             for index, node in enumerate(self.nodes):
                 request = GuestRequest(
-                    suite_text=self.suite.source_text, suite_source=self.suite.source_path,
+                    suite_text=self.suite.source_text, suite_spec=RunSpec.of(self.suite),
+                    suite_source=self.suite.source_path,
                     config=config.key, accel=self.accelerator,  # type: ignore[arg-type]
                     directory=f"/tmp/iomatrix-guests-{secrets.token_hex(8)}",
                     images=tuple(images[index * vms:(index + 1) * vms]))

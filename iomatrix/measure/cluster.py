@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError
 
 from iomatrix import __version__
 from iomatrix.cluster.ssh import Node, ssh_argv
+from iomatrix.drivers.cluster import GuestRequest
 from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import ANYONE, Author
@@ -52,6 +53,7 @@ from iomatrix.suite.load import load_suite_text, with_author
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
+from iomatrix.suite.spec import RunSpec
 from iomatrix.suite.plan import estimate_seconds
 from iomatrix.telemetry.hostinfo import host_metadata
 
@@ -67,6 +69,9 @@ class CheckRequest(Frozen):
     """What the controller sends a node's ``iomatrix node check`` on stdin (one JSON line)."""
 
     suite_text: str
+    suite_spec: RunSpec | None = None
+    """The suite as the controller prepared it (``iomatrix.suite.spec``), checked here as a
+    suite file's tables are; None: ``suite_text`` is loaded as a suite file."""
     suite_source: str = "<controller>"
     trusted: bool = False
     """Whether nobody but root or the controller's user could have written the suite
@@ -78,6 +83,8 @@ class NodeRequest(Frozen):
     the node needs, and no secret (``nodes_store``)."""
 
     suite_text: str
+    suite_spec: RunSpec | None = None
+    """As ``CheckRequest.suite_spec``."""
     suite_source: str
     trusted: bool = False
     """As ``CheckRequest.trusted``."""
@@ -116,9 +123,17 @@ def request_suite(request: CheckRequest | NodeRequest) -> Suite:
     that nobody but root or its user could have written it (the request comes over an SSH
     session only they can open), else anyone (a file it names must be readable by every user,
     and it may destroy no device)."""
-    suite = load_suite_text(request.suite_text, source=request.suite_source)
+    suite = request_spec(request).suite(text=request.suite_text, source=request.suite_source)
     where = f"the controller's suite {request.suite_source}"
     return with_author(suite, Author(None, where) if request.trusted else Author(ANYONE, where))
+
+
+def request_spec(request: CheckRequest | NodeRequest | GuestRequest) -> RunSpec:
+    """The spec a controller's request carries; one made from its text where it carries none
+    (the text loaded as a suite file is: no file read beside it)."""
+    if request.suite_spec is not None:
+        return request.suite_spec
+    return RunSpec.of(load_suite_text(request.suite_text, source=request.suite_source))
 
 
 def node_facts(suite: Suite) -> NodeFacts:
@@ -363,7 +378,8 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
     mine = mine or node_facts(suite)
     guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
-    request = CheckRequest(suite_text=suite.source_text, suite_source=suite.source_path,
+    request = CheckRequest(suite_text=suite.source_text, suite_spec=RunSpec.of(suite),
+                           suite_source=suite.source_path,
                            trusted=suite.author.trusted).model_dump_json()
     results: dict[str, NodeFacts] = {}
     problems: dict[str, list[str]] = {}
@@ -534,7 +550,8 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
                              / max(len(planned[s.name]), 1)) for s in sessions})
     try:
         for s in sessions:
-            request = NodeRequest(suite_text=suite.source_text, suite_source=suite.source_path,
+            request = NodeRequest(suite_text=suite.source_text, suite_spec=RunSpec.of(suite),
+                                  suite_source=suite.source_path,
                                   trusted=suite.author.trusted, node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
                                   accel=accel, keep=keep, retry_failed=retry_failed)
             _start(s, request, events)

@@ -30,9 +30,8 @@ from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL
 from iomatrix.drivers.guest import GuestSession
 from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
-from iomatrix.measure.cluster import watch_stdin
+from iomatrix.measure.cluster import request_spec, watch_stdin
 from iomatrix.measure.prepare import prepare
-from iomatrix.suite import load_suite_text
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
@@ -72,7 +71,7 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
 
 def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCommand],
            out: IO[str]) -> None:
-    suite = load_suite_text(request.suite_text, source=request.suite_source)
+    suite = request_spec(request).suite(text=request.suite_text, source=request.suite_source)
     prepared = prepare(suite, accel=request.accel)
     suite = prepared.suite
     config = next((c for c in prepared.full.configurations if c.key == request.config), None)

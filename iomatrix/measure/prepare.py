@@ -7,22 +7,41 @@ The seed of the trial order has one rule: ``--seed`` (``prepare(seed=)``), else 
 [method] seed, else one drawn here; the run stores it, and a resumed run keeps it
 (``resumed``). ``--plan`` prints the seed its order comes from, so that ``run --seed N``
 measures in the very order the plan showed; a run given no seed draws its own, on purpose: each
-run shuffles anew, and what one order does to the figures is not repeated in the next run."""
+run shuffles anew, and what one order does to the figures is not repeated in the next run.
+
+This module is the one place a suite changes on its way to a run: ``for_command_line`` (a
+Proxmox VE storage id, ``--target``), and ``prepare`` (the user's VM, the Proxmox VE host);
+``PreparedRun.chosen`` applies the pilot's choice. Each change is made in the suite's tables and
+validated again as a whole (``suite.load.with_tables``), never in its text; the tables are the
+spec the run stores (``PreparedRun.spec``)."""
 
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
+
+from pydantic import BaseModel
 
 from iomatrix.core.errors import SuiteError
+from iomatrix.core.mounts import is_mounted
+from iomatrix.core.text import printable
+from iomatrix.core.trust import Author
 from iomatrix.core.model import Frozen
 from iomatrix.fio.ioping import IopingTool, find_ioping, tool_note
 from iomatrix.translate.fromvm import resolve_vm
 from iomatrix.measure.pvehost import PveHost, on_host
+from iomatrix.platform.proxmox import parse_storage_cfg
 from iomatrix.qemu.version import installed as qemu_version
+from iomatrix.store.location import location_author, parse_location
 from iomatrix.store.records import StoredRun
+from iomatrix.store.rows import PlanChoice
 from iomatrix.suite.expand import Expansion, expand
+from iomatrix.suite.load import with_author, with_tables
 from iomatrix.suite.model import Suite
+from iomatrix.suite.network import NETWORK_KINDS
 from iomatrix.suite.plan import Block, plan
+from iomatrix.suite.spec import RunSpec
+from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.targets import TargetPlan, plan_targets
 
 class PreparedRun(Frozen):
@@ -63,6 +82,22 @@ class PreparedRun(Frozen):
         modes = {c.mode for c in self.expansion.configurations
                  if any(w.ioping for w in self.expansion.workloads_for(c))}
         return [tool_note(self.ioping, modes)] if modes else []
+
+    @property
+    def spec(self) -> RunSpec:
+        """What the run stores of its suite, beside the suite's own text."""
+        return RunSpec.of(self.suite)
+
+    def chosen(self, choice: PlanChoice) -> "PreparedRun":
+        """As the run goes on once its pilot chose ``choice`` (``analysis.trialplan``): its
+        rounds, and its trial length unless the suite fixed it, replace the suite's."""
+        method = self.suite.method
+        update: dict[str, object] = {"samples": choice.rounds, "target_ci": None, "pilot": False,
+                                     "max_samples": max(choice.rounds, method.max_samples)}
+        if not choice.fixed_runtime:
+            update["runtime"] = choice.runtime
+        suite = self.suite.model_copy(update={"method": method.model_copy(update=update)})
+        return self.model_copy(update={"suite": suite})
 
     def under(self, accelerator: str) -> "PreparedRun":
         """As it runs once its guests' accelerator is known; the same seed."""
@@ -112,3 +147,79 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
                        expansion=full.for_accel(asked),
                        seed=secrets.randbelow(2**31) if given is None else given,
                        drawn=given is None, ioping=ioping, host_notes=host_notes)
+
+
+def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = None,
+                     target: Path | None = None) -> Suite:
+    """``suite`` as the command line changes it: the VM its [matrix] from_vm names read
+    (``resolve_vm``; ``prepare`` then finds it read), its [target] storage = "ID" resolved from
+    ``storage_cfg`` (Proxmox VE's storage.cfg: its text and its directory, /etc/pve), then
+    ``target`` (``--target``) as its one directory target; SuiteError for what cannot be."""
+    suite = resolve_vm(suite)
+    if storage_cfg is not None and suite.target.storage is not None:
+        suite = _on_storage(suite, *storage_cfg)
+    elif suite.target.storage is not None:
+        raise SuiteError(f"{suite.source_path}: [target] storage = {suite.target.storage!r} "
+                         "names a Proxmox VE storage",
+                         hint="give --storage-cfg /etc/pve/storage.cfg")
+    if target is None:
+        return suite
+    if suite.target.directory is None:
+        raise SuiteError(f"{suite.source_path}: --target replaces a directory target, "
+                         "but this suite names a device or network storage")
+    if suite.targets:
+        raise SuiteError(f"{suite.source_path}: --target replaces the directory of one "
+                         f"target, but this suite names {len(suite.targets)} in [[targets]]",
+                         hint="edit their directories in the suite file")
+    # validated like the suite's own [target]: --target is as untrusted as the file
+    return with_tables(suite, "target", {"directory": str(target)})
+
+
+def _on_storage(suite: Suite, text: str, pve_dir: Path) -> Suite:
+    """``suite`` with its [target] storage = "ID" as the [target] storage.cfg's ``text``
+    says (``targets.network.resolve_storage``)."""
+    try:
+        resolved = resolve_storage(suite.target, parse_storage_cfg(text), pve_dir,
+                                   mounted=is_mounted)
+    except ValueError as exc:
+        raise SuiteError(f"{suite.source_path}: [target] storage: {exc}") from None
+    given = suite.tables.get("target")
+    replaced = {"storage", "directory", "device", *NETWORK_KINDS}
+    table = {k: v for k, v in (given if isinstance(given, dict) else {}).items()
+             if k not in replaced}
+    for key in replaced - {"storage"}:
+        value = getattr(resolved, key)
+        if isinstance(value, BaseModel):
+            table[key] = value.model_dump(mode="json", exclude_defaults=True)
+        elif value is not None:
+            table[key] = str(value)
+    return with_tables(suite, "target", table, replace=True)
+
+
+def resumed_author(stored: StoredRun, db: str) -> Author:
+    """Who could have written the suite of the run ``stored`` that --resume measures again:
+    the weaker of who could have when the run was made and who could have written the results
+    database ``db`` since (``StoredSuite.written_by``; a run made before that was recorded, by
+    the database's alone)."""
+    return stored.suite.written_by(location_author(parse_location(db)), f"the suite of run "
+                                   f"{stored.id} ({printable(stored.suite.source)[:200]})")
+
+
+def resumed_suite(stored: StoredRun, db: str) -> Suite:
+    """The suite ``--resume`` measures again: the stored run's spec, loaded once by the store
+    (``StoredSuite``), as written by ``resumed_author``; SuiteError when it cannot run."""
+    return with_author(stored.suite.runnable(), resumed_author(stored, db))
+
+
+def nothing_to_resume(stored: StoredRun, *, retry_failed: bool) -> str | None:
+    """Why ``--resume`` (``retry_failed``: with --retry-failed) has nothing to do for
+    ``stored``, a success; None when it has."""
+    failed = sum(1 for t in stored.trials if t.status == "failed")
+    if stored.status == "complete" and not retry_failed:
+        return f"run {stored.id} is complete: nothing to do" + (
+            f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
+            "--retry-failed` measures them again)" if failed else "")
+    if stored.status == "complete" and not failed:
+        return (f"run {stored.id} is complete and none of its trials failed: nothing "
+                "to retry")
+    return None

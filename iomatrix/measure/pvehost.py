@@ -4,9 +4,9 @@ A suite measured through QEMU (blocklayer or guest mode) whose [method] does not
 ``platform`` gets ``platform = "proxmox"`` and the host's generation as ``pve_version``, read
 from ``pveversion`` (``pve-manager/9.0.3/025864202ebb6109 (running kernel: 6.14.8-2-pve)``): the
 layers and devices the admin's VMs get, so that the first run's findings transfer. A suite that
-sets ``platform = "proxmox"`` without ``pve_version`` gets the host's generation. Both are
-written into the suite's text (``suite.load.with_method``), which the run stores, so --resume,
-recommend and the report read them back on any host.
+sets ``platform = "proxmox"`` without ``pve_version`` gets the host's generation. Both are set
+in the suite's [method] (``suite.load.with_tables``), part of the spec the run stores, so
+--resume, recommend and the report read them back on any host.
 
 The suite stays as it is, with a note saying why, where it sets another platform (no note), where
 Proxmox's graph cannot give what it asks for (vhost-user-blk, NVMe, without skip_invalid), and
@@ -23,7 +23,7 @@ from iomatrix.core.errors import SuiteError, ToolFailed
 from iomatrix.core.proc import first_line, run, which
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.expand import expand
-from iomatrix.suite.load import with_method
+from iomatrix.suite.load import with_tables
 from iomatrix.suite.model import Suite
 
 PVEVERSION_TIMEOUT = 10.0
@@ -68,8 +68,7 @@ def on_host(suite: Suite, host: PveHost | None) -> tuple[Suite, tuple[str, ...]]
     values = {"pve_version": host.version} if "platform" in chosen else {
         "platform": "proxmox", "pve_version": host.version}
     try:
-        proxmox = with_method(suite, values, f"written by iomatrix: this host runs Proxmox VE "
-                                             f"{host.version} (pveversion)")
+        proxmox = with_tables(suite, "method", values)
         expand(proxmox)     # what qemu-server cannot build (vhost-user-blk, NVMe...) is refused
     except SuiteError as exc:
         return suite, (f"this host runs Proxmox VE {host.version}, but {keeps} ({exc})",)

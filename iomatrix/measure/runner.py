@@ -393,16 +393,10 @@ class _Runner:
         _, plan = self.store.load_pilot(self.run_id)
         if plan is None:
             plan = self._pilot(workspace, workdir, drivers)
-        choice = plan.choice
-        if choice is None:
+        if plan.choice is None:
             return
-        method = self.method.model_copy(update={
-            "samples": choice.rounds, "target_ci": None, "pilot": False,
-            "max_samples": max(choice.rounds, self.method.max_samples),
-            **({} if choice.fixed_runtime else {"runtime": choice.runtime})})
-        self.prepared = self.prepared.model_copy(update={
-            "suite": self.suite.model_copy(update={"method": method})})
-        self.suite, self.method = self.prepared.suite, method
+        self.prepared = self.prepared.chosen(plan.choice)      # prepare applies the choice
+        self.suite, self.method = self.prepared.suite, self.prepared.suite.method
 
     def _pilot(self, workspace: OpenTarget, workdir: Path,
                drivers: dict[str, Driver]) -> StoredPlan:

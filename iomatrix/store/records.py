@@ -20,6 +20,7 @@ from iomatrix.suite.configuration import ConfigKey
 from iomatrix.suite.findings import Finding
 from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite, method_of_vm
+from iomatrix.suite.spec import RunSpec
 from iomatrix.core.model import Frozen
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
@@ -188,11 +189,14 @@ raised when a key is renamed or removed or changes meaning; a key added leaves i
 
 
 class StoredSuite(Frozen):
-    """The suite a run was made from, as the store keeps it: its name, where it came from and
-    its TOML text, byte for byte; and what iomatrix reads from that text, parsed once, when this
-    is made (by the runner for a new run, by ``Store.load_run`` for a stored one). Nothing else
-    reads a stored suite's TOML: construct one from ``name``, ``source`` and ``text``; the other
-    fields are derived (a copy with another text must be constructed, not ``model_copy``-ed).
+    """The suite a run was made from, as the store keeps it: its name, where it came from, its
+    TOML text byte for byte as the user wrote it, and its spec (``iomatrix.suite.spec``: the
+    suite as the run measured it, resolved once); and what iomatrix reads from them, loaded
+    once, when this is made (by the runner for a new run, by ``Store.load_run`` for a stored
+    one), in this one place: the spec into its suite, through every check a suite file gets; a
+    run stored before specs (schema 12) has its spec derived from its text, here. Construct one
+    from ``name``, ``source``, ``text`` and ``spec``; the other fields are derived (a copy with
+    another text must be constructed, not ``model_copy``-ed).
 
     Imported and synthetic runs store texts that are not runnable suites, and an older iomatrix
     may have stored one this one refuses: each part is then read on its own, empty (or the
@@ -203,13 +207,16 @@ class StoredSuite(Frozen):
     """Where it came from: a suite file (``PATH --scale NAME`` at a scale), ``builtin:NAME``,
     ``import:PATH`` for imported results (``IMPORTED``), or ``synthetic``."""
     text: str
-    """The suite's TOML as the run keeps it, its job files ([jobfiles]) and the VM's disk
-    ([matrix.reference]) included: ``export --format suite`` writes it, and it runs again."""
+    """The suite's TOML as the user wrote it (a run stored before schema 12: as that iomatrix
+    kept it, its job files and the VM's disk appended)."""
+    spec: RunSpec | None = None
+    """The suite as the run measured it (``runs.spec_json``; derived from ``text`` for a run
+    stored before it); None where there is none (``problem`` says why)."""
     suite: Suite | None = None
-    """The suite loaded back from ``text`` (what ``--resume`` measures); None where it does not
-    load (``problem`` says why)."""
+    """The suite ``spec`` loads into (what ``--resume`` measures); None where it does not load
+    (``problem`` says why)."""
     problem: str | None = None
-    """Why ``suite`` is None: the error loading the text gave."""
+    """Why ``suite`` is None: the error loading the spec (or the text) gave."""
     description: str = ""
     written_method: dict[str, Any] = {}
     """The [method] table as written: values as in the TOML, no defaults filled in; platform
@@ -235,14 +242,31 @@ class StoredSuite(Frozen):
     def _parsed(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
             return data
+        spec = data.get("spec")
+        if spec is not None and not isinstance(spec, RunSpec):
+            raise ValueError("spec: not a run spec")
         return {"name": data.get("name"), "source": data.get("source"), "text": data["text"],
-                "author": data.get("author"), **_parse(data["text"], str(data.get("source")))}
+                "author": data.get("author"),
+                **_parse(data["text"], str(data.get("source")), spec)}
 
     @classmethod
     def of(cls, suite: Suite) -> "StoredSuite":
-        """What a new run of ``suite`` stores: its text, and who could have written it."""
+        """What a new run of ``suite`` (as prepared) stores: its text, its spec, and who could
+        have written it."""
         return cls(name=suite.name, source=suite.source_path, text=suite.source_text,
-                   author=author_uid(suite.author))
+                   spec=RunSpec.of(suite), author=author_uid(suite.author))
+
+    @property
+    def runs_again(self) -> str:
+        """The suite as a file that runs again (``export --format suite``): the text as the
+        user wrote it when the spec is what it says, else the spec written as TOML."""
+        if self.spec is None or self.suite is None:
+            return self.text
+        try:
+            same = tomllib.loads(self.text) == self.spec.tables
+        except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+            same = False
+        return self.text if same else self.spec.toml(self.source)
 
     def written_by(self, store: Author, where: str) -> Author:
         """Who could have written the suite, as a resumed run measures it: the weaker
@@ -304,16 +328,23 @@ def weaker(first: Author, second: Author) -> Author:
     return second if second.uid == ANYONE else Author(ANYONE, first.where)
 
 
-def _parse(text: str, source: str) -> dict[str, Any]:
-    """A stored suite text's parts (``StoredSuite``), each read on its own."""
+def _parse(text: str, source: str, spec: RunSpec | None) -> dict[str, Any]:
+    """A stored suite's parts (``StoredSuite``): its spec loaded (a run stored before specs:
+    its text, and the spec derived from it), and each part read on its own from the spec's
+    tables, where the suite does not load."""
+    problem = None
+    suite: Suite | None = None
     try:
-        suite: Suite | None = load_suite_text(text, source=source)
-        problem = None
+        if spec is not None:
+            suite = spec.suite(text=text, source=source)
+        else:
+            suite = load_suite_text(text, source=source)
+            spec = RunSpec.of(suite)
     except IomatrixError as exc:
-        suite, problem = None, str(exc)
+        problem = str(exc)
     try:
-        tables = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError):
+        tables = spec.tables if spec is not None else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
         return {"suite": None, "problem": problem, "method_problem": problem}
 
     def table(name: str) -> dict[str, Any]:
@@ -321,7 +352,8 @@ def _parse(text: str, source: str) -> dict[str, Any]:
         return dict(value) if isinstance(value, dict) else {}
 
     written = method_of_vm(table("method"), tables.get("matrix"))
-    parts: dict[str, Any] = {"suite": suite, "problem": problem, "written_method": written,
+    parts: dict[str, Any] = {"spec": spec, "suite": suite, "problem": problem,
+                             "written_method": written,
                              "description": str(table("suite").get("description", "")),
                              "working_set": str(table("target").get("working_set", "size"))}
     try:

@@ -201,10 +201,11 @@ class Store:
             run_id = self._insert(
                 "INSERT INTO runs (suite_name, suite_source, suite_text, created_at, status, "
                 "host_json, accelerator, iomatrix_version, notes_json, seed, owner_id, uuid, "
-                "suite_author) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "suite_author, spec_json) VALUES "
+                "(?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (suite.name, suite.source, suite.text, now(), json.dumps(dict(host)), accelerator,
                  __version__, json.dumps(list(notes)), seed, owner, run_uuid or uuid.uuid4().hex,
-                 suite.author))
+                 suite.author, None if suite.spec is None else suite.spec.to_json()))
             if owner is not None:
                 self.conn.execute("UPDATE resources SET run_id = ? WHERE process_id = ? "
                                   "AND run_id IS NULL", (run_id, owner))
@@ -655,13 +656,16 @@ class Store:
         row = self.conn.execute(
             "SELECT id, suite_name, suite_source, suite_text, created_at, finished_at, status, "
             "accelerator, iomatrix_version, host_json, notes_json, seed, "
-            + ("suite_author" if self.version >= 11 else "NULL") + " FROM runs WHERE id = ?",
+            + ("suite_author" if self.version >= 11 else "NULL") + ", "
+            + ("spec_json" if self.version >= 12 else "NULL") + " FROM runs WHERE id = ?",
             (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"{self.where}: no run {run_id}")
+        spec = None if row[13] is None else decode("runs", "spec_json", run_id, row[13])
         suite = typed(StoredSuite, "runs", run_id, {"name": "suite_name", "source": "suite_source",
-                                                    "text": "suite_text", "author": "suite_author"},
-                      name=row[1], source=row[2], text=row[3], author=row[12])
+                                                    "text": "suite_text", "author": "suite_author",
+                                                    "spec": "spec_json"},
+                      name=row[1], source=row[2], text=row[3], author=row[12], spec=spec)
         host = decode("runs", "host_json", run_id, row[9])
         configs = tuple(
             typed(ConfigRecord, "configurations", r[0], {"params": "params_json"}, key=r[1],

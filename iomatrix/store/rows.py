@@ -31,6 +31,7 @@ from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
 from iomatrix.vocab.axes import CONFIG_AXES
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
 from iomatrix.targets.registry import RESOURCES
+from iomatrix.suite.spec import RunSpec
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.steady import SteadyState
 
@@ -174,8 +175,11 @@ COLUMNS: dict[tuple[str, str], Any] = {
     ("trial_plans", "plan_json"): StoredPlan,
     ("run_nodes", "node_json"): StoredNode,
     ("run_nodes", "host_json"): HostMeta,
+    ("runs", "spec_json"): RunSpec,
 }
 """Every JSON column of the schema, and the type its value is read as."""
+NULLABLE = frozenset({("runs", "spec_json")})
+"""JSON columns that may be NULL: none stored yet (a run made before the column)."""
 
 _ADAPTERS = {key: TypeAdapter(kind) for key, kind in COLUMNS.items()}
 
@@ -292,5 +296,6 @@ def check_row(table: str, row: Mapping[str, Any], key: object) -> None:
     as what is read from it. (fio's compressed output is checked when it is read, ``inflate``:
     decompressing every trial's would double a large copy's time.)"""
     for (t, column) in COLUMNS:
-        if t == table and column in row:
+        if t == table and column in row and not (row[column] is None
+                                                 and (t, column) in NULLABLE):
             decode(table, column, key, row[column])

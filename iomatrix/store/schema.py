@@ -30,6 +30,10 @@ History:
      invoking user's uid when nobody but root or that user could have, another user's uid, or
      -1 for anyone (an imported run's); NULL for the runs made before it, which ``--resume``
      judges by who could have written the store alone, as it did
+  12 the run's spec (``runs.spec_json``, ``iomatrix.suite.spec.RunSpec``): the suite as the run
+     measured it, resolved once (scale, job files, the VM's disk, the Proxmox host, a storage
+     id, --target), as JSON beside its text, which is now the user's, untouched; NULL for the
+     runs made before it, whose spec is derived from their text when they are loaded
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -271,6 +275,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 11
     """
     ALTER TABLE runs ADD COLUMN suite_author INTEGER;
+    """,
+    # 12
+    """
+    ALTER TABLE runs ADD COLUMN spec_json TEXT;
     """,
 )
 

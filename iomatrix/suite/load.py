@@ -4,9 +4,14 @@ A suite file may offer scales: [scale.NAME] tables that change its [target], [ma
 [method] key by key and may replace its [[workloads]], [[part]] and [[targets]] lists
 (``model.Scale``).
 ``load_suite(ref, scale=NAME)`` applies one; every scale of a file is validated whenever the
-file is loaded, as a whole suite, so a broken scale is found before anyone asks for it. A suite
-loaded at a scale carries, as its ``source_text``, the resolved suite in TOML (what a stored run
-keeps, and what ``--resume`` loads back), with ``[suite] scale`` naming the scale."""
+file is loaded, as a whole suite, so a broken scale is found before anyone asks for it.
+
+Nothing edits a suite's text: ``Suite.source_text`` is the file as read, and ``Suite.tables``
+the tables it was validated from (a scale applied, with ``[suite] scale`` naming it; the job
+files it names carried as [jobfiles]). What a run changes (``measure.prepare``: the VM's disk,
+the Proxmox host, ``--target``, a storage id) it changes in those tables, validated again as a
+whole (``with_tables``); a run stores them as its spec (``iomatrix.suite.spec``), and a stored
+spec is loaded back through the same checks (``suite_of_tables``)."""
 
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ _MESSAGES = {
     "extra_forbidden": "unknown key",
     "missing": "required key is missing",
 }
-_INTERNAL = ("scales", "source_text", "source_path", "author")
+_INTERNAL = ("scales", "source_text", "source_path", "tables", "author")
 """Suite fields ``load`` fills in; a suite file may not set them."""
 MAX_SUITE_BYTES = 16 << 20
 """The largest suite file read (its job files may be carried in it: ``jobfiles.carry``)."""
@@ -91,12 +96,8 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
         if key in raw:
             raise SuiteError(f"{source}: {key}: unknown key")
     read = carry(raw, source=source, directory=directory)
-    if read:                  # kept in the text a run stores: --resume needs no file
+    if read:                  # kept in the tables a run stores: --resume needs no file
         raw[JOBFILES] = read
-        text = _appended(text, [
-            "written by iomatrix: the job files this suite named, as they were read, so",
-            "the run needs no file (a suite with [jobfiles] reads none)"],
-            "\n".join(_jobfiles_lines(read)) + "\n")
     scales = _scales(raw.pop("scale", None), source)
     if scales and isinstance(raw.get("suite"), dict) and "scale" in raw["suite"]:
         raise SuiteError(f"{source}: [suite] scale: iomatrix writes it into a suite resolved at "
@@ -107,10 +108,9 @@ def load_suite_text(text: str, *, source: str = "<suite>", scale: str | None = N
     chosen: Suite | None = None
     for name, table in scales.items():
         resolved = _apply(raw, name, table)
-        suite = _validate(resolved, "", source, infos, where=f"[scale.{name}] ")
+        suite = _validate(resolved, text, source, infos, where=f"[scale.{name}] ")
         if name == scale:
-            chosen = suite.model_copy(update={"source_text": resolved_text(resolved, name, source),
-                                              "source_path": f"{source} --scale {name}"})
+            chosen = suite.model_copy(update={"source_path": f"{source} --scale {name}"})
     if scale is None or scale == DEFAULT_SCALE:
         return base
     if chosen is None:
@@ -140,53 +140,30 @@ def suite_file(suite: Suite) -> Path | None:
     return Path(source)
 
 
-def with_reference(suite: Suite, reference: Reference) -> Suite:
-    """``suite`` with its VM disk resolved: the settings appended to its text as
-    [matrix.reference] (what a run stores, so that it needs the VM's file no more)."""
-    text = _appended(suite.source_text, ["[matrix] from_vm as iomatrix read it"],
-                     toml_table("matrix.reference", reference.model_dump(exclude_defaults=True)))
-    try:
-        tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        raise SuiteError(f"{suite.source_path}: [matrix] from_vm: write [matrix] as a table "
-                         "([matrix] on a line of its own), so that iomatrix can add the VM's "
-                         "settings to it") from None
-    return _reloaded(suite, text)
+def with_tables(suite: Suite, table: str, values: Mapping[str, Any], *,
+                replace: bool = False) -> Suite:
+    """``suite`` with ``values`` set in its [``table``] (``replace``: as that whole table),
+    validated again as a whole, as its file would be (its text, scales and author kept): how
+    ``measure.prepare`` changes a suite. SuiteError says what the change makes invalid."""
+    tables = dict(suite.tables)
+    base = tables.get(table)
+    tables[table] = dict(values) if replace else {**(base if isinstance(base, dict) else {}),
+                                                  **values}
+    changed = _validate(tables, suite.source_text, suite.source_path, suite.scales)
+    return changed.model_copy(update={"author": suite.author})
 
 
-_METHOD_HEADER = re.compile(r"^[ \t]*\[[ \t]*method[ \t]*\][ \t]*(?:#[^\n]*)?$", re.M)
-
-
-def with_method(suite: Suite, values: dict[str, Any], comment: str) -> Suite:
-    """``suite`` with ``values`` set in its [method] table, in its text too (what a run stores,
-    so that --resume, recommend and the report read them back), under a ``# comment`` line.
-    SuiteError when its text cannot take them: [method] not written as a table of its own
-    (inline, dotted keys), or a scale they contradict."""
-    text = suite.source_text
-    raw = tomllib.loads(text)
-    added = "\n".join([f"# {comment}", *_table_lines(values)])
-    if "method" not in raw:
-        candidates = [text.rstrip("\n") + "\n\n[method]\n" + added + "\n"]
-    else:           # after its header (a line in a multi-line string is no header: checked)
-        candidates = [text[:m.end()] + "\n" + added + text[m.end():]
-                      for m in _METHOD_HEADER.finditer(text)]
-    method = raw.get("method")
-    wanted = {**raw, "method": {**(method if isinstance(method, dict) else {}), **values}}
-    for candidate in candidates:
-        try:
-            if tomllib.loads(candidate) == wanted:
-                return _reloaded(suite, candidate)
-        except tomllib.TOMLDecodeError:
-            continue
-    raise SuiteError(f"{suite.source_path}: [method]: write it as a table ([method] on a line of "
-                     f"its own), so that iomatrix can add {', '.join(values)} to it")
-
-
-def _reloaded(suite: Suite, text: str) -> Suite:
-    """``suite`` loaded again from ``text``, its own text with tables added (its scales kept:
-    a text resolved at one scale no longer offers them)."""
-    loaded = load_suite_text(text, source=suite.source_path)
-    return loaded.model_copy(update={"scales": suite.scales, "author": suite.author})
+def suite_of_tables(tables: Mapping[str, Any], *, text: str, source: str) -> Suite:
+    """The suite a run stored as its spec's tables, through every check its file's tables get
+    (a stored spec is as untrusted as the text: a key only ``load`` sets, [scale] tables or a
+    job file not carried are refused); its author is anyone's until its loader says whose
+    (``with_author``)."""
+    raw = dict(tables)
+    for key in (*_INTERNAL, "scale"):
+        if key in raw:
+            raise SuiteError(f"{source}: {key}: unknown key")
+    carry(raw, source=source, directory=None)      # reads no file: they are carried or refused
+    return _validate(raw, text, source, ())
 
 
 def _scales(value: Any, source: str) -> dict[str, Scale]:
@@ -234,9 +211,11 @@ def _apply(raw: dict[str, Any], name: str, scale: Scale) -> dict[str, Any]:
     return out
 
 
-def _validate(raw: dict[str, Any], text: str, source: str, scales: tuple[ScaleInfo, ...], *,
-              where: str = "") -> Suite:
-    raw = dict(raw)
+def _validate(tables: Mapping[str, Any], text: str, source: str,
+              scales: tuple[ScaleInfo, ...], *, where: str = "") -> Suite:
+    """The suite ``tables`` make, ``text`` its source text; SuiteError naming each bad key."""
+    tables = dict(tables)
+    raw = dict(tables)
     single_workloads = isinstance(raw.get("workloads"), dict)
     if single_workloads:
         raw["workloads"] = [raw["workloads"]]
@@ -248,8 +227,10 @@ def _validate(raw: dict[str, Any], text: str, source: str, scales: tuple[ScaleIn
     except ValidationError as exc:
         lines = [where + _describe(err, single_workloads) for err in exc.errors()]
         raise SuiteError(f"{source}: " + f"\n{source}: ".join(lines)) from exc
+    except RecursionError:
+        raise SuiteError(f"{source}: nested too deeply") from None
     workload_groups(suite, where=where)       # a job file iomatrix cannot honour: refused now
-    return suite
+    return suite.model_copy(update={"tables": tables})
 
 
 def _describe(err: Any, single_workloads: bool) -> str:
@@ -296,20 +277,25 @@ def _key(loc: list[Any], single_workloads: bool) -> str:
 
 # -- the resolved suite as TOML ---------------------------------------------------------------
 _ORDER = ("suite", "target", "matrix", "method")
+_ARRAYS = ("targets", "workloads", "part", "finding")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
-    """A suite's validated raw tables (a scale applied) as TOML that loads to the same suite."""
-    lines = [f"# {source} at scale {scale!r}: the suite's tables with [scale.{scale}] applied,",
+def tables_text(raw: Mapping[str, Any], source: str) -> str:
+    """A suite's validated tables (a run's spec: ``Suite.tables``) as TOML that loads to the
+    same suite (``export --format suite``); written anew, never an edit of the user's text."""
+    scale = raw.get("suite", {}).get("scale") if isinstance(raw.get("suite"), dict) else None
+    lines = [f"# {source}" + (f" at scale {scale!r}: the suite's tables with [scale.{scale}] "
+                              "applied," if scale else ": the suite as the run measured it,"),
              "# written by iomatrix (the suite file's comments are not kept)"]
-    for table in _ORDER:
-        if isinstance(raw.get(table), dict):
-            lines += ["", f"[{table}]", *_table_lines(raw[table])]
-    for table in ("targets", "workloads", "part", "finding"):
-        items = raw.get(table)
-        for item in ([items] if isinstance(items, dict) else items or []):
-            lines += ["", f"[[{table}]]", *_table_lines(item)]
+    names = [*_ORDER, *(k for k in raw if k not in _ORDER and k != JOBFILES)]
+    for table in names:
+        value = raw.get(table)
+        if isinstance(value, dict) and table not in _ARRAYS:
+            lines += ["", f"[{_toml_key(table)}]", *_table_lines(value)]
+        elif isinstance(value, (dict, list)):
+            for item in [value] if isinstance(value, dict) else value:
+                lines += ["", f"[[{_toml_key(table)}]]", *_table_lines(item)]
     if raw.get(JOBFILES):
         lines += ["", *_jobfiles_lines(raw[JOBFILES])]
     return "\n".join(lines) + "\n"
@@ -318,12 +304,6 @@ def resolved_text(raw: dict[str, Any], scale: str, source: str) -> str:
 def toml_table(name: str, values: Mapping[str, Any]) -> str:
     """``[name]`` and its keys, as iomatrix writes the TOML of a suite."""
     return "\n".join([f"[{name}]", *_table_lines(values)]) + "\n"
-
-
-def _appended(text: str, comment: Sequence[str], table: str) -> str:
-    """A suite's text with a table iomatrix wrote after it, below ``comment`` lines: what a run
-    keeps (the job files it read, the VM's disk) so that it needs no file again."""
-    return text.rstrip("\n") + "\n\n" + "".join(f"# {line}\n" for line in comment) + table
 
 
 def _jobfiles_lines(texts: dict[str, str]) -> list[str]:

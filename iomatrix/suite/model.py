@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import ANYONE, Author
@@ -156,7 +156,13 @@ class Suite(Frozen):
     """The [jobfiles] table: job file name → its text, as the suite carried it or ``load`` read
     it (iomatrix.suite.jobfiles); stored with the run's suite text."""
     source_text: str = ""
+    """The suite's text as its file (or the store) gave it, never edited: what a run stores
+    beside its spec (``iomatrix.suite.spec``)."""
     source_path: str = ""
+    tables: dict[str, JsonValue] = Field(default={}, exclude=True, repr=False)
+    """The tables this suite was validated from (set by ``load``): the file's, a scale applied,
+    its job files carried ([jobfiles]) and whatever ``measure.prepare`` resolved; what a run
+    stores as its spec (``iomatrix.suite.spec.RunSpec``)."""
     author: Author = Field(default=Author(ANYONE, "a suite of unknown origin"), exclude=True)
     """Who could have written the suite (``iomatrix.core.trust.author_of`` of its file, set by
     ``load``): files it names that reach a guest must be readable by them already. A suite made

@@ -4,9 +4,9 @@ The file (a Proxmox VE ``ID.conf`` or ``qm config`` output, or ``virsh dumpxml``
 read from the suite's own directory and nowhere else: no absolute path, no ``..``, no symlink
 leading out of it, a regular file of at most ``MAX_BYTES`` (a suite is untrusted input). It is
 translated as ``iomatrix translate`` does (``iomatrix.translate.vm``), one disk is picked,
-and its settings are written into the suite's text as ``[matrix.reference]``
-(``iomatrix.suite.load.with_reference``): the text a run stores, so that ``--resume``,
-``recommend``, ``show`` and the report never read the file again. What cannot be measured is
+and its settings become the suite's ``[matrix] reference`` (``iomatrix.suite.load.with_tables``):
+part of the spec a run stores, so that ``--resume``, ``recommend``, ``show`` and the report never
+read the file again. What cannot be measured is
 refused with one line: a disk the VM does not have (its disks are listed), a drive that is not
 a disk (a CD-ROM, the EFI vars disk, the TPM state), a volume iomatrix cannot place, a disk
 without aio (librbd) or whose bus guest mode cannot build. A template's disk is measured with
@@ -23,7 +23,7 @@ from iomatrix.core import files
 from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
 from iomatrix.translate.vm import NOT_A_DISK, DiskTranslation, Translation, translate
-from iomatrix.suite.load import suite_file, with_reference
+from iomatrix.suite.load import suite_file, with_tables
 from iomatrix.vocab.axes import CONTROLLERS, Aio, Cache, Format
 from iomatrix.suite.matrix import Reference
 from iomatrix.suite.model import Suite
@@ -60,7 +60,8 @@ def resolve_vm(suite: Suite) -> Suite:
         reference = _reference(result, disk, suite.method.mode, where)
     except ValidationError as exc:
         raise SuiteError(f"{where}: {disk.name}: {exc.errors()[0]['msg']}") from None
-    return with_reference(suite, reference)
+    return with_tables(suite, "matrix",
+                       {"reference": reference.model_dump(mode="json", exclude_defaults=True)})
 
 
 def _read_vm_file(suite: Suite, name: str, key: str) -> str:
