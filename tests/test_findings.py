@@ -20,7 +20,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.report.data import build_report_data
 from iomatrix.report.html import render_html
 from iomatrix.store import Store
-from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text
+from iomatrix.suite.load import builtin_suites, load_suite, load_suite_text, tables_text
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.findings import Finding
 from iomatrix.suite.workloads import Workload
@@ -475,7 +475,7 @@ def test_a_real_quick_run_of_seed_000(tmp_path: Path) -> None:
     """Seed 000 at its quick scale (the tables a ``--scale quick`` run stores), with shorter
     trials and a smaller image: which claims a run can check depends on its configurations,
     workloads and rounds, not on how long each trial lasts (2.5 min → 1 min here)."""
-    text = load_suite("aio-iothreads", scale="quick").source_text
+    text = tables_text(load_suite("aio-iothreads", scale="quick").tables, "aio-iothreads")
     for scaled, short in (('ramp = "500ms"', "ramp = 0"), ('runtime = "2s"', 'runtime = "500ms"'),
                           ('size = "512MiB"', 'size = "64MiB"')):
         assert text.count(scaled) == 1, scaled              # the quick scale as it is today

@@ -24,6 +24,7 @@ from iomatrix.core.proc import require
 from iomatrix.measure.runner import SilentProgress, run_suite
 from iomatrix.store import Store
 from iomatrix.suite import expand, load_suite, load_suite_text
+from iomatrix.suite.spec import RunSpec
 from iomatrix.core.units import parse_size
 from iomatrix.store.ingest import import_results
 from iomatrix.suite.jobfiles import (BARE_FLAGS, TAKES_VALUE, JobFileError, fio_size, parse,
@@ -454,15 +455,16 @@ def test_a_suite_may_carry_its_job_files_and_scales_keep_them(tmp_path: Path) ->
     assert [w.rw for w in expand(load_suite(path)).workloads] == ["write"]
     small = load_suite(path, scale="small")
     assert [w.bs for w in expand(small).workloads] == [65536]
-    again = load_suite_text(small.source_text, source="stored")     # what a run keeps
+    again = RunSpec.of(small).suite(text=small.source_text, source="stored")  # a run keeps
     assert again.jobfiles == {"a.fio": "[a]\nrw=write\n", "b.fio": "[b]\nbs=64k\n"}
     assert expand(again).workloads == expand(small).workloads
     on_disk = jobfile_suite(tmp_path / "disk", {"a.fio": "[a]\nrw=write\n"},
                             extra='[scale.small]\n[[scale.small.workloads]]\njobfile = "b.fio"\n')
     (tmp_path / "disk" / "b.fio").write_text("[b]\nbs=64k\n")
-    stored = load_suite(on_disk, scale="small").source_text
+    read = load_suite(on_disk, scale="small")
+    stored = RunSpec.from_json(RunSpec.of(read).to_json())
     shutil.rmtree(tmp_path / "disk")
-    assert load_suite_text(stored, source="stored").jobfiles == again.jobfiles
+    assert stored.suite(text=read.source_text, source="stored").jobfiles == again.jobfiles
     missing = write_suite(tmp_path, body.replace('jobfile = "b.fio"', 'jobfile = "c.fio"'), name="m")
     with pytest.raises(SuiteError, match="'c.fio' is not in the suite's \\[jobfiles\\] table"):
         load_suite(missing)

@@ -90,7 +90,9 @@ class PreparedRun(Frozen):
 
     def chosen(self, choice: PlanChoice) -> "PreparedRun":
         """As the run goes on once its pilot chose ``choice`` (``analysis.trialplan``): its
-        rounds, and its trial length unless the suite fixed it, replace the suite's."""
+        rounds, and its trial length unless the suite fixed it, replace the suite's. The spec
+        the run stored stays the suite's: the choice is stored apart, as its trial plan, and a
+        resumed run applies it again."""
         method = self.suite.method
         update: dict[str, object] = {"samples": choice.rounds, "target_ci": None, "pilot": False,
                                      "max_samples": max(choice.rounds, method.max_samples)}

@@ -329,30 +329,38 @@ def weaker(first: Author, second: Author) -> Author:
 
 
 def _parse(text: str, source: str, spec: RunSpec | None) -> dict[str, Any]:
-    """A stored suite's parts (``StoredSuite``): its spec loaded (a run stored before specs:
-    its text, and the spec derived from it), and each part read on its own from the spec's
-    tables, where the suite does not load."""
-    problem = None
-    suite: Suite | None = None
+    """A stored suite's parts (``StoredSuite``): its spec loaded into its suite, once (a run
+    stored before specs: its text, and the spec derived from it), every part read from that
+    suite; where it does not load, each part read on its own (``_parts``)."""
     try:
-        if spec is not None:
-            suite = spec.suite(text=text, source=source)
-        else:
-            suite = load_suite_text(text, source=source)
-            spec = RunSpec.of(suite)
+        suite = (spec.suite(text=text, source=source) if spec is not None
+                 else load_suite_text(text, source=source))
+        spec = spec or RunSpec.of(suite)
     except IomatrixError as exc:
-        problem = str(exc)
+        return _parts(text, source, spec, str(exc))
+    method = suite.tables.get("method")
+    return {"spec": spec, "suite": suite, "description": suite.suite.description,
+            "written_method": method_of_vm(dict(method) if isinstance(method, dict) else {},
+                                           suite.tables.get("matrix")),
+            "method": suite.method, "working_set": suite.target.working_set,
+            "findings": suite.finding}
+
+
+def _parts(text: str, source: str, spec: RunSpec | None, problem: str) -> dict[str, Any]:
+    """The parts of a stored suite that does not load (``problem`` says why: an imported or
+    synthetic run's text, one an older iomatrix stored), each read on its own from the
+    spec's tables or the text's, empty (or the default) where it cannot be."""
     try:
         tables = spec.tables if spec is not None else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError):
-        return {"suite": None, "problem": problem, "method_problem": problem}
+        return {"spec": spec, "suite": None, "problem": problem, "method_problem": problem}
 
     def table(name: str) -> dict[str, Any]:
         value = tables.get(name, {})
         return dict(value) if isinstance(value, dict) else {}
 
     written = method_of_vm(table("method"), tables.get("matrix"))
-    parts: dict[str, Any] = {"spec": spec, "suite": suite, "problem": problem,
+    parts: dict[str, Any] = {"spec": spec, "suite": None, "problem": problem,
                              "written_method": written,
                              "description": str(table("suite").get("description", "")),
                              "working_set": str(table("target").get("working_set", "size"))}
