@@ -38,8 +38,8 @@ from iomatrix.store.rows import PlanChoice
 from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.load import with_author, with_tables
 from iomatrix.suite.model import Suite
-from iomatrix.suite.network import NETWORK_KINDS
 from iomatrix.suite.plan import Block, plan
+from iomatrix.suite.target import KIND_KEYS
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.targets import TargetPlan, plan_targets
@@ -186,7 +186,7 @@ def _on_storage(suite: Suite, text: str, pve_dir: Path) -> Suite:
     except ValueError as exc:
         raise SuiteError(f"{suite.source_path}: [target] storage: {exc}") from None
     given = suite.tables.get("target")
-    replaced = {"storage", "directory", "device", *NETWORK_KINDS}
+    replaced = set(KIND_KEYS)
     table = {k: v for k, v in (given if isinstance(given, dict) else {}).items()
              if k not in replaced}
     for key in replaced - {"storage"}:
