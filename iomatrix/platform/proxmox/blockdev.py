@@ -58,8 +58,8 @@ def daemon_graph(drive: Drive, volume: Volume, *, version: PveVersion,
     graph = drive_blockdev(drive, volume, direct, aio, size)
     if version >= 9:
         group = throttle_group(drive)
-        return DaemonGraph(objects=(to_json(group),), blockdev=to_json(graph), top=graph["node-name"],
-                           throttle_group=group["id"])
+        return DaemonGraph(objects=(to_json(group),), blockdev=to_json(graph),
+                           top=graph["node-name"], throttle_group=group["id"])
     fmt = graph["file"]
     fmt["file"] = {k: v for k, v in fmt["file"].items() if k != "detect-zeroes"} | {
         "discard": "unmap"}
@@ -82,7 +82,7 @@ def throttle_group(drive: Drive) -> dict[str, Any]:
 
 
 def drive_blockdev(drive: Drive, volume: Volume, direct: bool, aio: str,
-              size: int | None, *, read_only: bool = False) -> dict[str, Any]:
+                   size: int | None, *, read_only: bool = False) -> dict[str, Any]:
     """Blockdev.pm generate_drive_blockdev: throttle → format → file, nested; add_common_options
     puts discard (unmap with discard=on, else ignore) and detect-zeroes on each node of a disk
     (a CD-ROM gets neither), and read-only on each (``ro=1``, a CD-ROM, a template). A

@@ -81,7 +81,7 @@ def disk_args(drive: Drive, volume: Volume | None, *, scsihw: str | None, versio
             raise ValueError(f"{drive_id}: 'snapshot' option is not yet supported for '-blockdev'")
         if volume is not None:
             devices += ["-blockdev", to_json(drive_blockdev(drive, volume, direct, aio, size,
-                                                     read_only=template))]
+                                                            read_only=template))]
         if volume is not None and volume.driver == "rbd":
             notes.append(f"{drive_id}: librbd gets no aio (Blockdev.pm generate_file_blockdev "
                          "sets aio only on file, host_device and host_cdrom nodes)")
@@ -185,8 +185,8 @@ def efidisk_args(drive: Drive, volume: Volume, *, version: PveVersion,
             update={"options": (*drive.options, ("cache", "writeback"))})
         direct = uses_cache_direct(vars_drive.get("cache"), volume.storage)
         graph = drive_blockdev(vars_drive, volume, direct,
-                          aio_option(drive.get("aio"), volume.storage, direct), size,
-                          read_only=template)
+                               aio_option(drive.get("aio"), volume.storage, direct), size,
+                               read_only=template)
         code_node = {"driver": "raw", "file": {"driver": "file", "filename": code},
                      "node-name": "pflash0", "read-only": True}
         argv = ["-object", to_json(throttle_group(drive)), "-blockdev", to_json(code_node),
