@@ -91,7 +91,7 @@ STEADY_KEYS = frozenset({*SteadyState.model_fields, "checked", "source", "reason
 
 
 def _steady(stored: Any) -> Any:
-    """A trial's steady state as stored since schema v4 (``repo._stored_steady``): flat, the
+    """A trial's steady state as stored since schema v4 (``runs._stored_steady``): flat, the
     verdict's fields beside "checked" and "source" (or "checked": false and "reason"); {} for a
     failed trial. The first runs of schema v4 stored a verdict without "checked": a verdict
     means it was checked."""
