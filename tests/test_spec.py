@@ -159,3 +159,17 @@ def test_the_pilots_choice_is_applied_by_prepare(tmp_path: Path) -> None:
                                                                                 None)
     fixed = prepared.chosen(choice.model_copy(update={"fixed_runtime": True})).suite.method
     assert fixed.runtime == prepared.suite.method.runtime == 2
+
+
+def test_a_copied_run_keeps_its_spec(backend: Backend, tmp_path: Path) -> None:
+    """``db copy`` (``Store.copy_run``) carries the spec beside the text, as stored."""
+    prepared = prepare(for_command_line(load_suite(_suite_file(tmp_path), scale="small")))
+    with Store(tmp_path / "source.db") as source:
+        run_id = _store(source, StoredSuite.of(prepared.suite), prepared)
+        source.finish_run(run_id, "complete")
+        with Store(backend.location) as store:
+            copied = store.copy_run(source, run_id)
+            again = store.load_run(store.resolve("last"))
+    assert copied is not None
+    assert again.suite.spec == prepared.spec and again.suite.text == prepared.suite.source_text
+    assert again.suite.runnable().method == prepared.suite.method
