@@ -4,6 +4,7 @@ the kind, not by a type the caller knows."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from iomatrix.core.trust import US
@@ -11,8 +12,10 @@ from iomatrix.measure.reclaim import KINDS as RECLAIM_NAMES
 from iomatrix.suite.model import Target
 from iomatrix.suite.target import KIND_KEYS, TABLES
 from iomatrix.targets import registry
+from iomatrix.suite.target import IscsiTarget
+from iomatrix.targets import iscsi
 from iomatrix.targets.iscsi import IscsiLun
-from iomatrix.targets.kind import Probe
+from iomatrix.targets.kind import NetworkVolume, Probe
 from iomatrix.targets.rbd import KIND as RBD_IMAGE, RbdPool
 from iomatrix.targets.targets import TargetSet, plan_targets
 from iomatrix.targets.workspace import Workspace
@@ -97,3 +100,40 @@ def test_a_proxmox_storage_type_names_one_kind() -> None:
     assert len(types) == len(set(types))
     assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect"}
     assert [k.keys for k in kinds if k.storage_volumes] == [("iscsi",)]
+
+
+def test_a_network_volume_says_how_the_drivers_reach_it() -> None:
+    plain = NetworkVolume(protocol="rbd", name="pool/image", node={}, drive_file="rbd:pool/image",
+                          fio={"ioengine": "rbd"}, client="librbd")
+    assert (plain.host_device(), plain.host_daemon(), plain.aio_not_evaluated) == (None, None,
+                                                                                  None)
+    lun = iscsi.volume(IscsiTarget(portal="192.0.2.1:3260", target="iqn.2000-01.invalid:none",
+                                   lun=7), chap=None, secret=None)
+    assert lun.aio_not_evaluated == iscsi.AIO_NOT_EVALUATED
+    assert lun.host_device() is None       # no host is logged in to a documentation address
+    assert lun.host_daemon() in {iscsi.kernel_initiator_problem(),
+                                 "this host is not logged in to the LUN"} - {None}
+
+
+def test_no_driver_names_a_target_kind() -> None:
+    """The drivers ask a volume (``NetworkVolume``) how to reach it; none imports a kind's
+    module or compares with a kind's name (docstrings and comments may name one)."""
+    kinds = {"iscsi", "rbd", "local"}
+    root = Path(__file__).parent.parent / "iomatrix" / "drivers"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and id(node) not in docs):
+                names = [f"iomatrix.targets.{node.value.lower()}"]
+            else:
+                continue
+            found += [f"{path.name}: {n}" for n in names
+                      if n.startswith("iomatrix.targets.") and n.split(".")[2] in kinds]
+    assert found == []

@@ -38,7 +38,6 @@ from iomatrix.fio.models import FioResult
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Workload
-from iomatrix.targets.iscsi import AIO_NOT_EVALUATED
 from iomatrix.targets.remote import reveal
 from iomatrix.targets.workspace import Image
 
@@ -106,21 +105,26 @@ class BlocklayerSession(Session):
             self.seen = now if self.seen is None else self.seen.merged(now)
 
     def aio(self) -> AioSeen | None:
-        """The aio mode the daemon showed over this trial; None before any look, and on an
-        iSCSI LUN (libiscsi has no aio mode: ``iomatrix.targets.iscsi``)."""
-        if self.seen is None or (self.image.network is not None
-                                 and self.image.network.protocol == "iscsi"):
+        """The aio mode the daemon showed over this trial; None before any look, and on a
+        volume whose protocol driver has no aio mode (``NetworkVolume.aio_not_evaluated``:
+        libiscsi)."""
+        if self.seen is None or self._aio_not_evaluated() is not None:
             return None
         log = self.workdir / "daemon.log"
         text = log.read_text(errors="replace") if log.is_file() else ""
         return aio_seen(self.config.aio, self.seen, qemu=self.qemu, log=text)
 
+    def _aio_not_evaluated(self) -> str | None:
+        network = self.image.network
+        return network.aio_not_evaluated if network is not None else None
+
     def applied(self) -> dict[str, str]:
         out = dict(self.nodes)
         out["export"] = "fuse+iothread" if self.config.iothread else "nbd"
         seen = self.aio()
-        if self.image.network is not None and self.image.network.protocol == "iscsi":
-            out["aio"] = AIO_NOT_EVALUATED
+        not_evaluated = self._aio_not_evaluated()
+        if not_evaluated is not None:
+            out["aio"] = not_evaluated
         if seen is not None:
             out["aio"] = seen.aio
             out["aio.evidence"] = seen.evidence
@@ -130,7 +134,7 @@ class BlocklayerSession(Session):
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
-        if self.image.network is not None:     # no aio on librbd or libiscsi
+        if self.image.network is not None:     # no aio on network storage (librbd, libiscsi)
             return wrong
         seen = self.aio()
         if seen is None:

@@ -1,7 +1,8 @@
-"""host mode: fio on the target itself, the physical baseline. An iSCSI LUN is measured as the
-block device the kernel initiator gives it where the host is logged in to it, else through
-libiscsi in a qemu-storage-daemon (raw, cache=none) exported over NBD, which every trial's
-applied settings name (``iomatrix.targets.iscsi``)."""
+"""host mode: fio on the target itself, the physical baseline. A volume on network storage is
+reached as its kind says (``iomatrix.targets.kind.NetworkVolume``): by fio's own client (librbd),
+as the block device the host's kernel gives it (an iSCSI LUN the kernel initiator is logged in
+to), else through a qemu-storage-daemon (raw, cache=none) exported over NBD, which every trial's
+applied settings name (libiscsi: ``iomatrix.targets.iscsi``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.suite.configuration import Configuration
-from iomatrix.targets import iscsi
 from iomatrix.targets.workspace import Image
 
 
@@ -40,16 +40,16 @@ class HostDriver(Driver):
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         volume = images[0].network
-        if volume is None or volume.protocol != "iscsi":
-            yield HostSession(config, images, self.method.engine)
-            return
-        device = iscsi.kernel_device(volume)
+        device = volume.host_device() if volume is not None else None
         if device is not None:
             yield HostSession(config, [images[0].model_copy(update={"path": device,
                                                                     "network": None})],
                               self.method.engine)
             return
-        why = iscsi.kernel_initiator_problem() or "this host is not logged in to the LUN"
+        why = volume.host_daemon() if volume is not None else None
+        if volume is None or why is None:
+            yield HostSession(config, images, self.method.engine)
+            return
         userspace = config.model_copy(update={"cache": "none", "format": "raw", "aio": None,
                                               "iothread": False})
         daemon = BlocklayerDriver(self.method.model_copy(update={"platform": "qemu"}),
@@ -59,8 +59,9 @@ class HostDriver(Driver):
 
 
 class UserspaceSession(Session):
-    """A host-mode baseline reached through a qemu-storage-daemon (an iSCSI LUN without the
-    kernel initiator): the daemon's session, its path named in what was applied."""
+    """A host-mode baseline reached through a qemu-storage-daemon (``NetworkVolume.host_daemon``:
+    an iSCSI LUN without the kernel initiator): the daemon's session, its path named in what was
+    applied."""
 
     def __init__(self, inner: Session, path: str) -> None:
         super().__init__(inner.config, inner.images)

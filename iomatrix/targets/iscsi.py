@@ -38,7 +38,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from iomatrix.core.errors import TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
@@ -108,6 +108,20 @@ def read_chap(path: Path, author: Author = US, portal: str = "") -> Chap:
     return Chap(user, password)
 
 
+class IscsiVolume(NetworkVolume):
+    """An iSCSI LUN as QEMU and host mode reach it: through the kernel initiator's block device
+    where the host is logged in to it, else libiscsi in a qemu-storage-daemon, which has no aio
+    mode."""
+
+    aio_not_evaluated: ClassVar[str | None] = AIO_NOT_EVALUATED
+
+    def host_device(self) -> Path | None:
+        return kernel_device(self)
+
+    def host_daemon(self) -> str | None:
+        return kernel_initiator_problem() or "this host is not logged in to the LUN"
+
+
 def volume(lun: IscsiTarget, *, chap: Chap | None, secret: Path | None) -> NetworkVolume:
     """How QEMU reaches the LUN: the ``iscsi`` protocol node (with CHAP the user as
     :data:`CHAP_USER` and the password as the secret object read from ``secret``) and the
@@ -120,8 +134,8 @@ def volume(lun: IscsiTarget, *, chap: Chap | None, secret: Path | None) -> Netwo
         node |= {"user": CHAP_USER, "password-secret": SECRET_ID}
         objects = (f"secret,id={SECRET_ID},file={secret}",)
         hidden = {CHAP_USER: chap.user}
-    return NetworkVolume(protocol="iscsi", name=lun.url, node=node, drive_file=lun.url,
-                         objects=objects, hidden=hidden, fio={}, client=HOST_CLIENT)
+    return IscsiVolume(protocol="iscsi", name=lun.url, node=node, drive_file=lun.url,
+                       objects=objects, hidden=hidden, fio={}, client=HOST_CLIENT)
 
 
 def _write_secret(chap: Chap, path: Path) -> None:

@@ -53,6 +53,21 @@ class NetworkVolume(NetworkNode):
     env: dict[str, str] = {}
     client: str
     """How host mode reaches it, for its label: ``fio's rbd engine (librbd)``."""
+    aio_not_evaluated: ClassVar[str | None] = None
+    """What blocklayer mode records as the aio QEMU applied where its protocol driver has no
+    aio mode (libiscsi), the daemon then not looked at for one; None: looked at as for a file
+    (an RBD volume: ``aio`` mismatches are never counted on network storage)."""
+
+    def host_device(self) -> Path | None:
+        """The block device this host's kernel gives the volume (an iSCSI LUN the kernel
+        initiator is logged in to), which host mode measures as a device; None: none."""
+        return None
+
+    def host_daemon(self) -> str | None:
+        """Why host mode reaches the volume through a qemu-storage-daemon (fio has no client of
+        its own for it: libiscsi), asked when ``host_device`` gives none; None: fio's own
+        client reaches it (``fio``, ``env``: librbd)."""
+        return None
 
 
 class Image(Frozen):
