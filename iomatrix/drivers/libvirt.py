@@ -3,7 +3,8 @@
 The guests are the appliance VMs of :mod:`iomatrix.drivers.guest`, but libvirt starts them:
 iomatrix writes one transient domain per guest (``virsh create``) with
 
-* direct kernel boot of the appliance (``<os><kernel/><initrd/><cmdline/>``), ``<on_reboot>
+* direct kernel boot of the appliance as its guest kind boots it (``iomatrix.drivers.guest.kinds
+  .kind_for``, ``GuestKind.boot``: ``<os><kernel/><initrd/><cmdline/>``), ``<on_reboot>
   destroy`` (QEMU's ``-no-reboot``), no USB controller, no balloon, no graphics;
 * the disk under test as a libvirt user writes it for the configuration (its ``<controller>``,
   ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``):
@@ -47,11 +48,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from xml.etree import ElementTree as ET
 
-from iomatrix.appliance.build import GUEST_FIO_PORT, kernel_cmdline
+from iomatrix.appliance.build import GUEST_FIO_PORT
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
 from iomatrix.core.owner import Identity, liveness, start_ticks, this_process
 from iomatrix.core.proc import read_text, require, run, wait_for
 from iomatrix.drivers.guest import Guest, GuestDriver, free_port
+from iomatrix.drivers.guest.kinds import kind_for
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.platform.qemu import cache_flags
@@ -322,13 +324,16 @@ class LibvirtDriver(GuestDriver):
         console = Path(f"{logs}-console.log")
         console.write_text("")
         name = self.domain_name(index)
+        kind = kind_for(self.kinds, config)   # the appliance: a suite's [guest] is refused
+        boot = kind.boot(stack, run_dir, image, self.run)
+        if boot.kernel is None or boot.initrd is None or boot.system or boot.fds:
+            raise TrialFailed(f"libvirt boots only a guest given by its kernel and initrd, "
+                              f"not {kind.label!r}")
         spec = DomainSpec(
-            name=name, config=config, image=image, kernel=self.appliance.kernel,
-            initrd=self.appliance.initrd,
-            cmdline=kernel_cmdline(port=GUEST_FIO_PORT, disks=1, accel=self.accelerator),
-            accel=self.accelerator, vcpus=self.method.vcpus, memory_bytes=self.method.memory,
-            console=console, qmp_socket=run_dir / "qmp", host_port=free_port(),
-            owner=self.owner, run=self.run_tag)
+            name=name, config=config, image=image, kernel=boot.kernel, initrd=boot.initrd,
+            cmdline=boot.append, accel=self.accelerator, vcpus=self.method.vcpus,
+            memory_bytes=self.method.memory, console=console, qmp_socket=run_dir / "qmp",
+            host_port=free_port(), owner=self.owner, run=self.run_tag)
         xml_path = Path(f"{logs}-domain.xml")
         xml_path.write_text(domain_xml(spec))
         stack.callback(destroy, self.uri, name)
