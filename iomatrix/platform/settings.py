@@ -4,9 +4,9 @@ defaults, images, graphs and the text a user pastes."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from iomatrix.core.model import Frozen
+from iomatrix.core.wire import BlockdevOptions
 from iomatrix.vocab.axes import DiskSettings
 
 
@@ -31,7 +31,7 @@ class NetworkNode(Frozen):
 
     protocol: str
     name: str
-    node: dict[str, Any]
+    node: BlockdevOptions
     drive_file: str
     objects: tuple[str, ...] = ()
 

@@ -45,6 +45,7 @@ from iomatrix.suite.fields import PveVersion
 from iomatrix.vocab.axes import Platform
 from iomatrix.targets.workspace import Image
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.core.wire import QmpObject
 
 MACHINE = "pc"
 """i440fx, Proxmox VE's default machine; its PIIX IDE controller is always present."""
@@ -263,7 +264,7 @@ def read_blockstats(qmp_socket: Path, *, timeout: float = BLOCKSTATS_TIMEOUT) ->
     return blockstats_of(stats)
 
 
-def disk_backend(entries: Any) -> dict[str, Any] | None:
+def disk_backend(entries: Any) -> QmpObject | None:
     """The disk under test's entry in a ``query-block`` or ``query-blockstats`` answer: the one
     on iomatrix's own format node, else (other platforms name their nodes themselves, and
     libvirt's raw disks may have no format node) the one disk device's."""

@@ -6,8 +6,8 @@ its shape (``graph_shape``); this module dispatches and reads nodes back by thei
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from iomatrix.core.wire import QmpObject
 from iomatrix.platform import PLATFORMS, platform_version
 from iomatrix.platform.libvirt import Versions
 from iomatrix.platform.qemu import FILE_NODE, FORMAT_NODE, cache_flags
@@ -81,7 +81,7 @@ def throttle_flags() -> dict[str, str]:
             f"{THROTTLE_NODE}.cache.no-flush": "false"}
 
 
-def nodes_by_role(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def nodes_by_role(nodes: list[QmpObject]) -> list[QmpObject]:
     """``query-named-block-nodes`` with each node named by its role in the disk's graph
     (protocol ``file0``, format ``disk0``, filter ``throttle0``), as iomatrix's own graph names
     them; a graph of iomatrix's own is returned unchanged."""

@@ -14,6 +14,7 @@ from pydantic import (Field, SerializerFunctionWrapHandler, ValidationError, com
 from iomatrix.core.errors import IomatrixError, SuiteError
 from iomatrix.core.text import printable
 from iomatrix.core.trust import ANYONE, Author
+from iomatrix.core.wire import TomlTable
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.load import load_suite_text
 from iomatrix.suite.configuration import ConfigKey
@@ -218,7 +219,7 @@ class StoredSuite(Frozen):
     problem: str | None = None
     """Why ``suite`` is None: the error loading the spec (or the text) gave."""
     description: str = ""
-    written_method: dict[str, Any] = {}
+    written_method: TomlTable = {}
     """The [method] table as written: values as in the TOML, no defaults filled in; platform
     and pve_version as a suite made from a VM follows them (``suite.model.method_of_vm``)."""
     method: Method = Method()

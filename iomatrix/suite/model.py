@@ -12,6 +12,7 @@ from pydantic import Field, JsonValue, field_validator, model_validator
 
 from iomatrix.core.model import Frozen
 from iomatrix.core.trust import ANYONE, Author
+from iomatrix.core.wire import TomlTable
 from iomatrix.suite.fields import APPLIANCE, SCALE_NAME, Printable
 from iomatrix.suite.findings import Finding
 from iomatrix.suite.matrix import Matrix, Part
@@ -35,7 +36,7 @@ class SuiteInfo(Frozen):
     stores for a run started with ``--scale`` (that text has no [scale.NAME] tables left)."""
 
 
-def method_of_vm(method: dict[str, Any], matrix: Any) -> dict[str, Any]:
+def method_of_vm(method: TomlTable, matrix: Any) -> TomlTable:
     """A [method] table (raw, as written) as a suite made from a VM runs it: platform follows
     the VM's ([matrix] reference: proxmox for a PVE config, libvirt for a domain) unless the
     table sets it, and pve_version the VM's machine likewise."""
