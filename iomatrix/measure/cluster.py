@@ -56,6 +56,7 @@ from iomatrix.suite.workloads import Workload
 from iomatrix.suite.spec import RunSpec
 from iomatrix.suite.plan import estimate_seconds
 from iomatrix.telemetry.hostinfo import host_metadata
+from iomatrix.vocab.words import Accel, Mode, QueueStatus, RunStatus, TrialStatus
 
 PREFLIGHT_TIMEOUT = 120.0
 """Seconds a node's preflight may take (SSH login, iomatrix's start, fio and QEMU versions)."""
@@ -377,7 +378,7 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
 
     check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
     mine = mine or node_facts(suite)
-    guests = "guest" in {c.mode for c in prepare(suite).full.configurations}
+    guests = Mode.GUEST in {c.mode for c in prepare(suite).full.configurations}
     request = CheckRequest(suite_text=suite.source_text, suite_spec=RunSpec.of(suite),
                            suite_source=suite.source_path,
                            trusted=suite.author.trusted).model_dump_json()
@@ -407,7 +408,7 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
             if theirs != ours:
                 wrong.append(f"node {node.label}: {key} is {printable(theirs) or '(none)'}, "
                              f"the controller's is {ours or '(none)'}")
-        if guests and accel != "tcg" and facts.kvm != mine.kvm:
+        if guests and accel != Accel.TCG and facts.kvm != mine.kvm:
             wrong.append(f"node {node.label}: KVM {printable(facts.kvm)}, on the controller "
                          f"{mine.kvm}: its guests would not run as the others'")
         if wrong:
@@ -479,7 +480,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
         assert me.id is not None
         if resume is None:
             # each trial records what its node's guests ran under; the run, what was asked
-            guests = any(c.mode == "guest" for c in configs)
+            guests = any(c.mode == Mode.GUEST for c in configs)
             accelerator = prepared.accelerator if guests else "none"
             host = host_metadata(suite.target.directory or suite.target.device,
                                  accelerator=accelerator).stored()
@@ -500,7 +501,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             store.reopen_run(run_id)
             run_seed = store.load_run(run_id).seed or 0
         run_uuid = store.run_uuid(run_id)
-        status = "failed"
+        status = RunStatus.FAILED
         stopped = False
         try:
             shares = {name: prepared.expansion.on_node(name) for name in names}
@@ -512,22 +513,22 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             stopped = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
                              planned=planned, estimates=estimates, db=db, keep=keep, accel=accel,
                              retry_failed=retry_failed, progress=progress)
-            status = "interrupted" if stopped else "complete"
+            status = RunStatus.INTERRUPTED if stopped else RunStatus.COMPLETE
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             raise
         finally:
             store.finish_run(run_id, status)
     stored = store.load_run(run_id)
     if stopped:
         raise NodesError("\n".join(f"node {n.name}: {n.status}: {n.reason}" for n in stored.nodes
-                                   if n.status in ("dropped", "failed")),
+                                   if n.status in (QueueStatus.DROPPED, QueueStatus.FAILED)),
                          hint=f"[method] on_node_failure = \"stop\": every node was stopped; "
                               f"`iomatrix run --resume {run_id}` continues the run")
-    ok = sum(1 for t in stored.trials if t.status == "ok")
+    ok = sum(1 for t in stored.trials if t.status == TrialStatus.OK)
     return RunOutcome(run_id=run_id, trials_ok=ok, trials_failed=len(stored.trials) - ok,
                       measured_seconds=0.0, wall_seconds=time.monotonic() - t0,
-                      nodes_failed=sum(n.status in ("dropped", "failed") for n in stored.nodes))
+                      nodes_failed=sum(n.status in (QueueStatus.DROPPED, QueueStatus.FAILED) for n in stored.nodes))
 
 
 def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_uuid: str,
@@ -539,12 +540,12 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
     (its share copied in, or its missing trials failed with the reason); True when a failed
     node stopped them all (``on_node_failure = "stop"``)."""
     stored = store.load_run(run_id)
-    done_nodes = {n.name for n in stored.nodes if n.status == "done"}
+    done_nodes = {n.name for n in stored.nodes if n.status == QueueStatus.DONE}
     events: queue.Queue[tuple[_Node, dict[str, Any] | None]] = queue.Queue()
     sessions = [_Node(n, shares[n.label], planned[n.label]) for n in nodes
                 if n.label not in done_nodes]
     have = {TrialKey.of(t) for t in stored.trials
-            if t.status == "ok" or not retry_failed}
+            if t.status == TrialStatus.OK or not retry_failed}
     left = {s.name: sum(1 for key in planned[s.name] if key not in have) for s in sessions}
     progress.start({s.name: (left[s.name], estimates[s.name] * left[s.name]
                              / max(len(planned[s.name]), 1)) for s in sessions})
@@ -555,7 +556,7 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
                                   trusted=suite.author.trusted, node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
                                   accel=accel, keep=keep, retry_failed=retry_failed)
             _start(s, request, events)
-            store.set_node(run_id, s.name, "running")
+            store.set_node(run_id, s.name, QueueStatus.RUNNING)
         running = len(sessions)
         stopped = False
         while running:
@@ -655,21 +656,21 @@ def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
         try:
             _collect(s, store, run_id)
         except IomatrixError as exc:
-            return _fail_rest(s, store, run_id, progress, planned, "failed",
+            return _fail_rest(s, store, run_id, progress, planned, QueueStatus.FAILED,
                               f"its share could not be copied: {exc}")
-        store.set_node(run_id, s.name, "done")
-        _tell_ended(s, store, run_id, progress, "done", None)
+        store.set_node(run_id, s.name, QueueStatus.DONE)
+        _tell_ended(s, store, run_id, progress, QueueStatus.DONE, None)
         return None
     if code == 130 and s.hung_up:           # stopped by the controller: resumable as it is
         try:
             _collect(s, store, run_id, forget=False)
         except IomatrixError as exc:
             progress.note(f"{s.name}: what it measured stays on the node: {exc}")
-        store.set_node(run_id, s.name, "pending", "stopped with the run")
+        store.set_node(run_id, s.name, QueueStatus.PENDING, "stopped with the run")
         _tell_ended(s, store, run_id, progress, "stopped", None)
         return None
     if code == 255:
-        return _fail_rest(s, store, run_id, progress, planned, "dropped",
+        return _fail_rest(s, store, run_id, progress, planned, QueueStatus.DROPPED,
                           f"SSH lost node {s.name}: {said or 'the connection ended'}")
     # it failed, yet what it measured before (its share holds each trial once stored) is kept
     try:
@@ -678,7 +679,7 @@ def _ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
         pass                                # it had measured nothing yet
     except IomatrixError as exc:
         progress.note(f"{s.name}: what it measured could not be copied: {exc}")
-    return _fail_rest(s, store, run_id, progress, planned, "failed",
+    return _fail_rest(s, store, run_id, progress, planned, QueueStatus.FAILED,
                       f"iomatrix on node {s.name} ended with exit status {code}: "
                       f"{said or 'no message'}")
 
@@ -718,7 +719,7 @@ def _fail_rest(s: _Node, store: Store, run_id: int, progress: ClusterProgress,
         if key not in have:
             store.record_trial(run_id, TrialResult(
                 config_key=key.config_key, workload_key=key.workload_key,
-                sample_index=key.sample_index, status="failed",
+                sample_index=key.sample_index, status=TrialStatus.FAILED,
                 reason=reason, started_at=started))
     store.set_node(run_id, s.name, status, reason)
     _tell_ended(s, store, run_id, progress, status, reason)
@@ -730,8 +731,8 @@ def _tell_ended(s: _Node, store: Store, run_id: int, progress: ClusterProgress, 
     """``progress.node_ended``, with the node's trials in the run as they are now."""
     stored = {TrialKey.of(t): t.status for t in store.load_run(run_id).trials}
     statuses = [stored.get(key) for key in s.planned]
-    progress.node_ended(s.name, status, reason, ok=statuses.count("ok"),
-                        failed=statuses.count("failed"), left=statuses.count(None))
+    progress.node_ended(s.name, status, reason, ok=statuses.count(TrialStatus.OK),
+                        failed=statuses.count(TrialStatus.FAILED), left=statuses.count(None))
 
 
 def _hang_up(s: _Node) -> None:

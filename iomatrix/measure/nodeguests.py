@@ -36,6 +36,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import PREFIX, Image, image_spec
+from iomatrix.vocab.words import Mode
 
 WATCH_SECONDS = 0.5
 """How often the node looks whether a guest has ended while it serves."""
@@ -75,13 +76,13 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
     prepared = prepare(suite, accel=request.accel)
     suite = prepared.suite
     config = next((c for c in prepared.full.configurations if c.key == request.config), None)
-    if config is None or config.mode != "guest":
+    if config is None or config.mode != Mode.GUEST:
         raise NodesError(f"the suite has no guest configuration {request.config!r} here")
     if kind_for(suite_kinds(suite), config).cluster_refusal is not None:
         raise NodesError("cluster load boots the appliance only, so far")
     images = checked_images(request.images, config, suite)
     notes: list[str] = []
-    driver = driver_for("guest", suite.method, directory, accel=request.accel, note=notes.append)
+    driver = driver_for(Mode.GUEST, suite.method, directory, accel=request.accel, note=notes.append)
     shared = getattr(driver, "shared_reason", None)
     if shared is not None:
         raise NodesError(f"the guests cannot have a private network namespace here ({shared}): "

@@ -20,6 +20,7 @@ from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.plan import duration_text, estimate_seconds
 from iomatrix.targets.targets import describe_plans
 from iomatrix.targets.workspace import plan_lines as target_lines
+from iomatrix.vocab.words import Accelerator, Mode
 
 
 class Line(Frozen):
@@ -36,8 +37,8 @@ def plan_lines(prepared: PreparedRun) -> list[Line]:
     suite, full, expansion = prepared.suite, prepared.full, prepared.expansion
     seed, blocks = prepared.seed, prepared.blocks
     lines, n = _trials(prepared)
-    boots = sum((b.config.vms or 1) for b in blocks if b.config.mode == "guest")
-    starts = sum(1 for b in blocks if b.config.mode == "blocklayer")
+    boots = sum((b.config.vms or 1) for b in blocks if b.config.mode == Mode.GUEST)
+    starts = sum(1 for b in blocks if b.config.mode == Mode.BLOCKLAYER)
     seconds = estimate_seconds(blocks, suite.method)
     extra = "; a pilot first, which chooses the rounds (below)" if suite.method.plans_rounds else ""
     bound = "up to" if suite.method.steady_state else "about"
@@ -56,7 +57,7 @@ def plan_lines(prepared: PreparedRun) -> list[Line]:
                      "reports how often its method calls two identical configurations "
                      "different, and its noise floor")
     lines += [Line(text=t) for t in texts]
-    if any(c.mode == "guest" for c in expansion.configurations):
+    if any(c.mode == Mode.GUEST for c in expansion.configurations):
         lines += _guest_notes(prepared)
     if suite.scale is not None:
         described = {s.name: s.description for s in suite.scales}
@@ -74,8 +75,8 @@ def _trials(prepared: PreparedRun) -> tuple[list[Line], int]:
     """Each session of the plan and its trials, numbered; and the count of trials."""
     lines, n = [], 0
     for block in prepared.blocks:
-        session = {"host": "fio on the target", "blocklayer": "qemu-storage-daemon start",
-                   "guest": f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
+        session = {Mode.HOST: "fio on the target", Mode.BLOCKLAYER: "qemu-storage-daemon start",
+                   Mode.GUEST: f"boot {block.config.vms or 1} VM(s)"}[block.config.mode]
         lines.append(Line(text=f"round {block.round + 1} · {block.config.label} · {session}",
                           wrap=True))
         for w in block.workloads:
@@ -108,7 +109,7 @@ def _guest_notes(prepared: PreparedRun) -> list[Line]:
     suite, full = prepared.suite, prepared.full
     fewer = ""
     if full.under_tcg:
-        tcg_blocks = prepared.under("tcg").blocks
+        tcg_blocks = prepared.under(Accelerator.TCG).blocks
         fewer = (f"; with emulated guests (TCG, or --accel tcg) "
                  f"{sum(len(b.workloads) for b in tcg_blocks)} trials, about "
                  f"{duration_text(estimate_seconds(tcg_blocks, suite.method))}")
@@ -119,7 +120,8 @@ def _guest_notes(prepared: PreparedRun) -> list[Line]:
         lines.append(Line(text=(
             f"guest {own.label}: {own.image} ({own.os}), booted through a throwaway overlay in "
             "the run's directory (the image is only read); ready within "
-            f"{own.ready_seconds('kvm'):.0f} s under KVM, {own.ready_seconds('tcg'):.0f} s "
+            f"{own.ready_seconds(Accelerator.KVM):.0f} s under KVM, "
+            f"{own.ready_seconds(Accelerator.TCG):.0f} s "
             "under TCG, or its trials fail with the console's last lines; its boots take "
             "longer than the estimate says (Debian 12 with cloud-init: about a minute under "
             "TCG)")))

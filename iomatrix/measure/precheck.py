@@ -18,17 +18,18 @@ from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Suite
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
+from iomatrix.vocab.words import Mode
 
 
 def tools_for(expansion: Expansion) -> list[str]:
     """The programs a run needs, checked before anything starts."""
     tools = ["fio", "qemu-img"]
     configs = expansion.configurations
-    if any(c.mode == "blocklayer" or c.data_path == "vhost-user-blk" for c in configs):
+    if any(c.mode == Mode.BLOCKLAYER or c.data_path == "vhost-user-blk" for c in configs):
         tools.append("qemu-storage-daemon")
-    if any(c.mode == "blocklayer" and c.iothread for c in configs):
+    if any(c.mode == Mode.BLOCKLAYER and c.iothread for c in configs):
         tools.append("fusermount3")
-    if any(c.mode == "guest" for c in configs):
+    if any(c.mode == Mode.GUEST for c in configs):
         tools.append("qemu-system-x86_64")
     return tools
 
@@ -77,7 +78,7 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
     if kind is not None and not kind.cluster_load:
         raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
                          f"so far (the target is {suite.target.kind})")
-    if any(c.mode == "blocklayer" for c in expansion.configurations):
+    if any(c.mode == Mode.BLOCKLAYER for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
                          "only: a blocklayer part would run on this host alone")
     if (refused := cluster_refusal(suite)) is not None:

@@ -43,6 +43,7 @@ from iomatrix.suite.target import KIND_KEYS
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.targets import TargetPlan, plan_targets
+from iomatrix.vocab.words import RunStatus, TrialStatus
 
 class PreparedRun(Frozen):
     """A suite as it will be measured, decided before anything runs."""
@@ -216,12 +217,12 @@ def resumed_suite(stored: StoredRun, db: str) -> Suite:
 def nothing_to_resume(stored: StoredRun, *, retry_failed: bool) -> str | None:
     """Why ``--resume`` (``retry_failed``: with --retry-failed) has nothing to do for
     ``stored``, a success; None when it has."""
-    failed = sum(1 for t in stored.trials if t.status == "failed")
-    if stored.status == "complete" and not retry_failed:
+    failed = sum(1 for t in stored.trials if t.status == TrialStatus.FAILED)
+    if stored.status == RunStatus.COMPLETE and not retry_failed:
         return f"run {stored.id} is complete: nothing to do" + (
             f" ({failed} of its trials failed: `iomatrix run --resume {stored.id} "
             "--retry-failed` measures them again)" if failed else "")
-    if stored.status == "complete" and not failed:
+    if stored.status == RunStatus.COMPLETE and not failed:
         return (f"run {stored.id} is complete and none of its trials failed: nothing "
                 "to retry")
     return None

@@ -25,6 +25,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.suite.expand import expand
 from iomatrix.suite.load import with_tables
 from iomatrix.suite.model import Suite
+from iomatrix.vocab.words import Mode
 
 PVEVERSION_TIMEOUT = 10.0
 
@@ -57,7 +58,7 @@ def on_host(suite: Suite, host: PveHost | None) -> tuple[Suite, tuple[str, ...]]
     """``suite`` as it runs on ``host`` (None: not Proxmox VE), and the notes that say so."""
     modes = {suite.method.mode, *(p.mode for p in suite.part)}
     chosen = suite.method.model_fields_set
-    if (host is None or not modes & {"blocklayer", "guest"} or "pve_version" in chosen
+    if (host is None or not modes & {Mode.BLOCKLAYER, Mode.GUEST} or "pve_version" in chosen
             or ("platform" in chosen and suite.method.platform != "proxmox")):
         return suite, ()
     keeps = f'the suite measures platform = "{suite.method.platform}"'

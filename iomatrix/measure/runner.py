@@ -48,6 +48,7 @@ from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.words import Accelerator, Mode, RunStatus, TrialStatus
 
 FIO_GRACE = 60.0
 STOP_RETRIES = 2
@@ -149,12 +150,12 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         workdir = me.scratch
         _take_over(store, me, suite, resume, share, progress)
         drivers = _drivers(suite, prepared.full, workdir, prepared.accelerator, progress, guests)
-        accelerator = drivers["guest"].accelerator if "guest" in drivers else "none"
+        accelerator = drivers[Mode.GUEST].accelerator if Mode.GUEST in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
-            drivers["host"] = ClusterDriver(suite.method, workdir, nodes)
-            if "guest" in drivers:
-                drivers["guest"] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
+            drivers[Mode.HOST] = ClusterDriver(suite.method, workdir, nodes)
+            if Mode.GUEST in drivers:
+                drivers[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
                                                       accelerator=accelerator)
         started = _start(store, me, prepared.under(accelerator), workspace, resume=resume,
                          retry_failed=retry_failed, share=share, nodes=nodes)
@@ -228,7 +229,7 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
     """Make the target and measure the run's trials (the pilot's first, when it plans its
     rounds); the run ends complete, failed or interrupted (unless ``owned`` is False: a
     cluster's controller ends it)."""
-    status = "failed"
+    status = RunStatus.FAILED
     try:
         runner = _Runner(started.prepared, store, started.run_id, progress, started.done,
                          started.retry)
@@ -238,9 +239,9 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
             if started.prepared.suite.method.plans_rounds:
                 runner.choose_trials(workspace, workdir, drivers)
             runner.run(workspace, workdir, drivers)
-        status = "complete"
+        status = RunStatus.COMPLETE
     except KeyboardInterrupt:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         raise
     finally:
         if owned:
@@ -268,9 +269,9 @@ def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list
             c for c in stored.configs if c.params.get(NODE_AXIS) == node)})
     prepared = prepared.resumed(stored)
     done = {TrialKey.of(t) for t in stored.trials
-            if t.status == "ok" or not retry_failed}
+            if t.status == TrialStatus.OK or not retry_failed}
     retry = {TrialKey.of(t) for t in stored.trials
-             if t.status == "failed" and retry_failed}
+             if t.status == TrialStatus.FAILED and retry_failed}
     added = [n for n in [*target_notes, *prepared.notes] if n not in stored.notes]
     if retry:
         added.append(_retry_note(stored, retry))
@@ -327,7 +328,7 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
     built or found cached, the accelerator resolved, and the suite's kinds of guest)."""
     drivers = {mode: driver_for(mode, suite.method, workdir, accel=accel, note=progress.note)
                for mode in dict.fromkeys(c.mode for c in expansion.configurations)}
-    guest = drivers.get("guest")
+    guest = drivers.get(Mode.GUEST)
     if guests and isinstance(guest, GuestDriver):
         guest.use_kinds(guests, progress.note, expansion.configurations)
     return drivers
@@ -481,7 +482,7 @@ class _Runner:
                     wall = time.monotonic() - t
                     self.method = base
                     got, self.pilot = self.pilot, None
-                ok = [g for g in got if g.status == "ok"]
+                ok = [g for g in got if g.status == TrialStatus.OK]
                 collected.append(PilotTrial(
                     mode=config.mode, config_key=config.key, workload_key=workload.key, round=r,
                     runtime_s=length, wall_s=wall,
@@ -620,7 +621,7 @@ class _Runner:
         wrong = session.mismatches()
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
-        status = "failed" if wrong else "ok"
+        status = TrialStatus.FAILED if wrong else TrialStatus.OK
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status=status,
@@ -637,7 +638,7 @@ class _Runner:
         self.ok += 1
         self.measured += max(s.runtime_ms for s in samples) / 1000 if samples else 0.0
         iops = sum(s.iops for s in samples)
-        emulated = " (emulated: TCG, measures the emulator)" if self.accelerator == "tcg" else ""
+        emulated = " (emulated: TCG, measures the emulator)" if self.accelerator == Accelerator.TCG else ""
         figure = (_latency_text(samples, "fio's equivalent of ioping") if workload.ioping
                   else f"{iops:,.0f} IOPS")
         self.progress.trial_finished(self.n, True, figure + emulated)
@@ -656,7 +657,7 @@ class _Runner:
             return
         samples = (done.sample,)
         self._record(TrialResult(
-            config_key=config.key, workload_key=workload.key, sample_index=k, status="ok",
+            config_key=config.key, workload_key=workload.key, sample_index=k, status=TrialStatus.OK,
             started_at=started, samples=samples, wall_seconds=done.wall_seconds,
             fio_version=done.version, fio_json=done.output, accelerator=self.accelerator,
             command=shlex.join(done.argv),
@@ -684,7 +685,7 @@ class _Runner:
     def _failed(self, config: Configuration, workload: Workload, k: int, reason: str, *,
                 started: str, applied: dict[str, str] | None = None, command: str = "") -> None:
         self._record(TrialResult(
-            config_key=config.key, workload_key=workload.key, sample_index=k, status="failed",
+            config_key=config.key, workload_key=workload.key, sample_index=k, status=TrialStatus.FAILED,
             reason=reason, started_at=started, applied=applied or {}, command=command,
             accelerator=self.accelerator))
         self.failed += 1

@@ -45,3 +45,14 @@ class RunStatus(StrEnum):
     COMPLETE = "complete"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+
+
+class QueueStatus(StrEnum):
+    """A cluster node's share of a run (its queue of trials): not begun (pending), being
+    measured (running), measured (done), ended in error (failed) or lost over SSH (dropped)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    DROPPED = "dropped"
