@@ -30,6 +30,7 @@ from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.vocab.words import Accelerator
 
 # Method fields that change what a trial measures; samples/target_ci/seed only change how
 # precisely, which the statistics already account for.
@@ -272,7 +273,7 @@ def method_differences(a: StoredRun, b: StoredRun) -> tuple[Difference, ...]:
 
 def _emulated_points(run: StoredRun) -> set[tuple[str, str]]:
     return {(t.config_key, t.workload_key) for t in run.trials
-            if t.accelerator == "tcg" and t.samples}
+            if t.accelerator == Accelerator.TCG and t.samples}
 
 
 def _side(point: Point, values: tuple[float, ...], emulated: bool) -> Side:

@@ -76,10 +76,10 @@ from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import NODE_AXIS
+from iomatrix.vocab.words import Mode, TrialStatus
 
 BY = ("iodepth", "bs", "rw", "workload")
 """What ``by`` may group on: workload settings, or each workload on its own."""
-HOST = "host"
 CONFIDENCE = 0.95
 ALPHA = 0.05
 # Log ratios closer than this are equal up to floating-point rounding (1e-12 ≈ 1e-10 %).
@@ -149,7 +149,7 @@ class Gain(Frozen):
 def _takes_part(config: ConfigRecord, axis: str) -> bool:
     """Whether ``config`` has a level of ``axis`` to compare: the host baseline only of the
     node axis (module docstring)."""
-    return axis in config.params and (config.mode != HOST or axis == NODE_AXIS)
+    return axis in config.params and (config.mode != Mode.HOST or axis == NODE_AXIS)
 
 
 def axes_of(run: StoredRun) -> dict[str, list[str]]:
@@ -196,7 +196,7 @@ def round_values(run: StoredRun, metric: str) -> dict[tuple[str, str], dict[int,
     m = get_metric(metric)
     out: dict[tuple[str, str], dict[int, float]] = {}
     for t in run.trials:
-        if t.status == "ok" and (v := m.of_sample(t.samples)) is not None:
+        if t.status == TrialStatus.OK and (v := m.of_sample(t.samples)) is not None:
             out.setdefault((t.config_key, t.workload_key), {})[t.sample_index] = v
     if len(_ROUNDS) >= _GAINS_SIZE:
         _ROUNDS.pop(next(iter(_ROUNDS)))

@@ -56,6 +56,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
 from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
 from iomatrix.suite.findings import Finding
+from iomatrix.vocab.words import Accelerator, Mode
 
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
@@ -227,9 +228,9 @@ def _held_label(gain: Gain, fixed: dict[str, str]) -> str:
 def _measure(run: StoredRun, finding: Finding, mode: str) -> _Raw:
     """The gains a claim rests on in one mode, or why there are none."""
     by_key = {c.key: c for c in run.configs}
-    if mode == "guest" and (run.accelerator == "tcg" or any(
-            t.accelerator == "tcg" and by_key.get(t.config_key) is not None
-            and by_key[t.config_key].mode == "guest" for t in run.trials)):
+    if mode == Mode.GUEST and (run.accelerator == Accelerator.TCG or any(
+            t.accelerator == Accelerator.TCG and by_key.get(t.config_key) is not None
+            and by_key[t.config_key].mode == Mode.GUEST for t in run.trials)):
         return _Raw(mode=mode, reason=EMULATED)
     configs = [c for c in run.configs if c.mode == mode]
     if not configs:
@@ -309,7 +310,7 @@ def _baseline(run: StoredRun, finding: Finding, mode: str, configs: list[ConfigR
     """Each chosen configuration beside a copy of bare metal's point (on its own target) on the
     same workloads: a gain of axis "against" (measured over bare metal) is its fraction of bare
     metal − 1."""
-    hosts = {c.key for c in run.configs if c.mode == "host"}
+    hosts = {c.key for c in run.configs if c.mode == Mode.HOST}
     if not hosts:
         return _Raw(mode=mode, reason="this run has no bare-metal baseline (host mode)")
     if finding.axis is not None:

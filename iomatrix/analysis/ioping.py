@@ -19,6 +19,7 @@ from iomatrix.analysis.stats import Interval, confidence_interval
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import StoredRun, TrialRecord
 from iomatrix.suite.workloads import Ioping
+from iomatrix.vocab.words import TrialStatus
 
 
 
@@ -65,7 +66,7 @@ def ioping_figures(run: StoredRun) -> list[IopingFigure]:
     wanted = [w.key for w in run.workloads if is_ioping(w.key)]
     groups: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for t in run.trials:
-        if (t.workload_key in wanted and t.status == "ok" and t.samples
+        if (t.workload_key in wanted and t.status == TrialStatus.OK and t.samples
                 and t.samples[0].lat_mean_ns is not None):
             groups[(t.config_key, t.workload_key)].append(t)
     out = []

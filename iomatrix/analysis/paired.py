@@ -15,10 +15,11 @@
 
 from __future__ import annotations
 
-from iomatrix.analysis.effects import HOST, Gain, gains
+from iomatrix.analysis.effects import Gain, gains
 from iomatrix.analysis.points import only_configs
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import ConfigRecord, StoredRun
+from iomatrix.vocab.words import Mode
 
 AA = "aa"
 """The parameter that marks an A/A twin (``Configuration.aa``)."""
@@ -98,7 +99,7 @@ def aa_report(run: StoredRun, metric: str = "iops", *, paired: bool = True) -> A
     # mode of its own
     sub = sub.model_copy(update={"configs": tuple(
         c.model_copy(update={"params": {**c.params, AA: TWIN if is_twin(c) else "original"},
-                             "mode": "host-aa" if c.mode == HOST else c.mode})
+                             "mode": "host-aa" if c.mode == Mode.HOST else c.mode})
         for c in sub.configs)})
     found = gains(sub, AA, metric=metric, reference="original", by=("workload",), paired=paired)
     tested = [g for g in found if g.p_value is not None]

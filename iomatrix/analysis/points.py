@@ -15,6 +15,7 @@ from iomatrix.fio.samples import DirectionSample
 from iomatrix.store.records import StoredRun, TrialRecord
 from iomatrix.telemetry.pagecache import DeviceShare, mean_share, uses_page_cache
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.words import TrialStatus
 
 
 class DirectionFigures(Frozen):
@@ -213,7 +214,7 @@ def _points(run: StoredRun) -> list[Point]:
             trials = groups.get((config.key, workload.key))
             if not trials:
                 continue
-            ok = [t for t in trials if t.status == "ok"]
+            ok = [t for t in trials if t.status == TrialStatus.OK]
             one = [t.samples[0] for t in ok if len(t.samples) == 1]
             if len(one) == len(ok):
                 figures, directions = _one_direction(one), {}

@@ -36,8 +36,8 @@ from iomatrix.core.errors import AnalysisError
 from iomatrix.store.records import StoredRun, WorkloadRecord
 from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.words import Mode
 
-HOST = "host"
 DEFAULT_METRICS = ("iops", "bw_bytes", "qd1_lat", "qd128_lat")
 _RANDOM_FIRST = ("randread", "read", "randrw", "rw", "readwrite", "randwrite", "write")
 _SEQUENTIAL_FIRST = ("read", "randread", "randrw", "rw", "readwrite", "write", "randwrite")
@@ -224,7 +224,7 @@ def scores(run: StoredRun, metrics: Sequence[str] = DEFAULT_METRICS, *,
         raise AnalysisError("no metrics to score", hint=f"e.g. {','.join(DEFAULT_METRICS)}")
     if len(set(metrics)) != len(metrics):
         raise AnalysisError(f"a metric is named twice: {', '.join(metrics)}")
-    configs = [c for c in run.configs if include_host or c.mode != HOST]
+    configs = [c for c in run.configs if include_host or c.mode != Mode.HOST]
     if not configs:
         raise AnalysisError(f"run {run.id} has no configurations to score",
                             hint="only the host baseline was measured; pass include_host")

@@ -14,7 +14,7 @@ the run stored (its ``[matrix.reference]``), with the rule expansion used
 
 from __future__ import annotations
 
-from iomatrix.analysis.effects import HOST, Gain, gains
+from iomatrix.analysis.effects import Gain, gains
 from iomatrix.analysis.paired import is_twin
 from iomatrix.analysis.points import only_configs
 from iomatrix.core.model import Frozen
@@ -22,6 +22,7 @@ from iomatrix.store.records import ConfigRecord, StoredRun
 from iomatrix.suite.expand import reference_configuration
 from iomatrix.suite.fields import TARGET_AXIS
 from iomatrix.suite.matrix import Reference
+from iomatrix.vocab.words import Mode
 
 VM_AXIS = "vm"
 YOURS = "yours"
@@ -89,7 +90,7 @@ def _your_vm(run: StoredRun) -> YourVm | None:
     if config is None or reference is None or suite.matrix.from_vm is None:
         return None
     on = config.params.get(TARGET_AXIS)
-    others = [c for c in run.configs if c.mode == config.mode and c.mode != HOST
+    others = [c for c in run.configs if c.mode == config.mode and c.mode != Mode.HOST
               and c.params.get(TARGET_AXIS) == on and c.key != config.key and not is_twin(c)]
     compared: list[VmGain] = []
     if others:
