@@ -23,6 +23,7 @@ from iomatrix.core.units import format_size
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Ioping, block_sizes
+from iomatrix.vocab.words import Accelerator, TrialStatus
 
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
@@ -35,7 +36,6 @@ GAIN_METRICS = ("iops", "lat_mean_ns")
 """The metrics whose gains per queue depth the report shows (a selector picks one), as seed 000
 shows them. Bandwidth is left out: on one workload it is IOPS × block size, so its gains are the
 IOPS gains; p99 is left out because each metric costs one ``effects.gains`` call per axis."""
-HOST = "host"
 STEADY_MISSED = "steady"
 CI_OVER = "ci"
 FAILED = "failed"
@@ -406,7 +406,7 @@ def _build(run: "StoredRun") -> ReportData:
     eff = efficiency(pts, run.configs)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
-        if trial.status == "ok":
+        if trial.status == TrialStatus.OK:
             trials[(trial.config_key, trial.workload_key)].append(trial)
     views = [_point(p, config_index[p.config_key], workload_index[p.workload_key],
                     trials.get((p.config_key, p.workload_key), []),
@@ -415,7 +415,7 @@ def _build(run: "StoredRun") -> ReportData:
     failures = tuple(FailureView(config=config_index[t.config_key],
                                  workload=workload_index[t.workload_key],
                                  sample_index=t.sample_index, reason=t.reason or "")
-                     for t in run.trials if t.status == "failed")
+                     for t in run.trials if t.status == TrialStatus.FAILED)
     latency = run_latency(run)
     scores, scores_absent = _scores(run, config_index)
     recommendations, recommendation_rule = _recommendations(run)
@@ -464,7 +464,7 @@ def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
     scaling = len({c.params.get("vms") for c in run.configs if "vms" in c.params}) >= 2
     out = []
     for c in run.configs:
-        tcg = TCG_TAG if accel.get(c.key) == "tcg" else ""
+        tcg = TCG_TAG if accel.get(c.key) == Accelerator.TCG else ""
         family = _family(c.mode, c.params) + tcg if scaling and "vms" in c.params else None
         out.append(ConfigView(key=c.key, label=c.label + tcg, mode=c.mode, params=c.params,
                               applied=applied.get(c.key, {}), accelerator=accel.get(c.key, "none"),
@@ -655,11 +655,11 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
     ram = summary(points(run))
     unchecked: dict[str, int] = defaultdict(int)
     for t in run.trials:
-        if t.status == "ok" and t.steady is not None and not t.steady.checked:
+        if t.status == TrialStatus.OK and t.steady is not None and not t.steady.checked:
             unchecked[t.steady.reason or "not checked"] += 1
     return QualityView(
-        trials_ok=sum(t.status == "ok" for t in run.trials),
-        trials_failed=sum(t.status == "failed" for t in run.trials),
+        trials_ok=sum(t.status == TrialStatus.OK for t in run.trials),
+        trials_failed=sum(t.status == TrialStatus.FAILED for t in run.trials),
         points=len(views), points_without_ci=sum(v.samples < 2 for v in views),
         points_ci_over=sum(v.samples >= 2 and v.ci_relative is not None and v.ci_relative > target
                            for v in views),

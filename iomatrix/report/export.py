@@ -6,6 +6,7 @@ import csv
 import io
 
 from iomatrix.store.records import StoredRun
+from iomatrix.vocab.words import Accelerator
 
 
 _SAMPLE_FIELDS = ("vm", "direction", "iops", "bw_bytes", "lat_mean_ns", "lat_stdev_ns", "p50_ns",
@@ -38,7 +39,7 @@ def samples_csv(stored: StoredRun) -> str:
             starter.writerow([stored.id, c.key, c.mode, *(c.params.get(a, "") for a in axes),
                               w.rw, w.bs, w.iodepth, w.numjobs, w.rate_iops, ""])
             prefix = starts[(t.config_key, t.workload_key)] = start.getvalue()[:-1]
-        head = [t.sample_index, t.status, t.reason or "", t.accelerator, t.accelerator == "tcg"]
+        head = [t.sample_index, t.status, t.reason or "", t.accelerator, t.accelerator == Accelerator.TCG]
         tail = [t.usr_cpu, t.sys_cpu, t.ctx, t.started_at]
         # the trial's samples (with several guests: their aggregate, vm empty), then each guest's
         for s in [*(t.samples or [None]), *t.vm_samples]:
