@@ -14,6 +14,7 @@ from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, 
                                  open_store, out, write_report)
 from iomatrix.core.files import write_file_atomically
 from iomatrix.core.text import printable
+from iomatrix.vocab.words import Accelerator, TrialStatus
 
 
 def _date(value: str | None, option: str) -> str | None:
@@ -47,7 +48,7 @@ def runs(
     for r in rows:
         status = "stopped (process gone; --resume)" if r.id in gone else r.status
         table.add_row(str(r.id), r.suite_name, r.created_at, status,
-                      r.accelerator + (" (emulated)" if r.accelerator == "tcg" else ""),
+                      r.accelerator + (" (emulated)" if r.accelerator == Accelerator.TCG else ""),
                       str(r.trials_ok), str(r.trials_failed),
                       f"{len(r.nodes)} nodes: {', '.join(r.nodes)}" if r.nodes else r.hostname)
     filtered = any(v is not None for v in (host, suite, target, since, until))
@@ -82,7 +83,7 @@ def show(
     if bare:
         columns += ["% bare IOPS", "+lat µs"]
     table = Table(*columns, box=None)
-    emulated = {t.config_key for t in stored.trials if t.accelerator == "tcg"}
+    emulated = {t.config_key for t in stored.trials if t.accelerator == Accelerator.TCG}
     for col in table.columns[2:]:
         col.justify = "right"
     for p in found:
@@ -152,7 +153,7 @@ def _trials_and_notes(stored: Any, labels: dict[str, str], workloads: dict[str, 
             vm_table.add_row(labels[t.config_key], workloads[t.workload_key], str(t.sample_index + 1),
                              "  ".join(f"vm{s.vm}:{iops.text(s.iops)}" for s in t.vm_samples))
         out.print(vm_table)
-    failed = [t for t in stored.trials if t.status == "failed"]
+    failed = [t for t in stored.trials if t.status == TrialStatus.FAILED]
     for t in failed:
         out.print(f"failed: {labels[t.config_key]} · {workloads[t.workload_key]} "
                   f"#{t.sample_index + 1}: {t.reason}", markup=False)

@@ -20,6 +20,7 @@ from iomatrix.cli.common import (DEFAULT_DB, Db, environment, open_store, out, r
                                  shown_db, write_report)
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.files import output_directory
+from iomatrix.vocab.words import Accel
 
 if TYPE_CHECKING:
     from iomatrix.cluster.ssh import Node
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
                    scale: str | None, seed: int | None) -> None:
     """BadParameter for options that cannot go together or have no meaning."""
-    if accel not in (None, "auto", "kvm", "tcg"):
+    if accel not in (None, *Accel):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
     if retry_failed and resume is None:
         raise typer.BadParameter("goes with --resume RUN", param_hint="--retry-failed")

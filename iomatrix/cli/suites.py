@@ -11,6 +11,7 @@ from iomatrix.cli.common import out
 from iomatrix.core.errors import SuiteError
 from iomatrix.suite.fields import DEFAULT_SCALE
 from iomatrix.suite.model import Suite
+from iomatrix.vocab.words import Accelerator
 
 
 def plan_summary(suite: Suite) -> str:
@@ -29,7 +30,7 @@ def plan_summary(suite: Suite) -> str:
         text += (f"; up to {est.max_trials} trials, {duration_text(est.max_seconds)}, if a "
                  f"pilot finds that ±{(method.target_ci or 0.02):.1%} on every gain needs "
                  f"{method.max_samples} rounds")
-    emulated = expansion.for_accel("tcg")
+    emulated = expansion.for_accel(Accelerator.TCG)
     if emulated.trials_per_sample < expansion.trials_per_sample:
         tcg = estimate(emulated, method)
         text += f"; guests under TCG: {tcg.trials} trials, {bound} {duration_text(tcg.seconds)}"
