@@ -35,7 +35,7 @@ class ConfigKey(Frozen):
         """The bare-metal baseline this configuration is measured against: the host-mode
         configuration on the same target (``host``, or ``host/target=NAME``)."""
         target = self.target
-        return ConfigKey(mode="host", params=() if target is None else ((TARGET_AXIS, target),))
+        return ConfigKey(mode=Mode.HOST, params=() if target is None else ((TARGET_AXIS, target),))
 
 
 class Configuration(AxisLevels):

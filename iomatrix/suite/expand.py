@@ -206,7 +206,7 @@ def expand(suite: Suite, qemu: tuple[int, int, int] | None = None) -> Expansion:
     under_tcg: list[tuple[str, str]] = []
     mode = suite.method.mode
     if suite.method.baseline and mode != Mode.HOST:
-        configs += [Configuration(mode="host", target=name) for name, _ in targets]
+        configs += [Configuration(mode=Mode.HOST, target=name) for name, _ in targets]
     parts: list[tuple[str, Matrix, str, str]] = [(mode, suite.matrix, "[matrix]", "all")]
     parts += [(p.mode, p, f"[[part]] #{i + 1}", p.under_tcg) for i, p in enumerate(suite.part)]
     groups, jobfile_notes = workload_groups(suite)      # job files' jobs in their tables' place

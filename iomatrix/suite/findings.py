@@ -10,6 +10,7 @@ from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.fields import (TARGET_AXIS, BlockSize, Fraction, Printable, Rw, as_tuple,
                                    fraction)
 from iomatrix.vocab.axes import AXIS_VALUES, BLOCKLAYER_AXES, CLAIMED_AXES, CONFIG_AXES
+from iomatrix.vocab.words import Mode
 
 FindingKind = Literal["effect", "ranking", "equivalence", "baseline"]
 FindingMetric = Literal["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
@@ -151,5 +152,5 @@ class Finding(Frozen):
         """The modes the claim is checked in, the one that decides first where measured."""
         if self.modes:
             return self.modes
-        return ("guest", "blocklayer") if self.axis in BLOCKLAYER_AXES else ("guest",)
+        return (Mode.GUEST, Mode.BLOCKLAYER) if self.axis in BLOCKLAYER_AXES else (Mode.GUEST,)
 

@@ -107,6 +107,7 @@ from iomatrix.suite.fiooptions import ENGINE_FIO_OPTIONS, WORKLOAD_FIO_OPTIONS, 
 from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
+from iomatrix.vocab.words import Mode
 
 MAX_BYTES = 256 * 1024
 """The largest job file read (seed 000's are 150 bytes)."""
@@ -538,7 +539,7 @@ def workload_groups(suite: Suite, *, where: str = "",
                 by_what.setdefault(by, []).append(option)
             for by, options in by_what.items():
                 said.setdefault(f"{', '.join(options)} replaced by {by}", []).append(group.jobfile)
-            if job.engine is not None and modes - {"host"}:
+            if job.engine is not None and modes - {Mode.HOST}:
                 said.setdefault(f"ioengine={job.engine} is [method] engine: fio's in host mode "
                                 "and on FUSE exports; NBD exports (blocklayer, iothread off) use "
                                 "fio's nbd engine, guests libaio", []).append(group.jobfile)

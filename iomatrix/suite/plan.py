@@ -22,7 +22,7 @@ TRIAL_OVERHEAD = 0.3
 protocol and QEMU's statistics (GUEST_TRIAL_OVERHEAD, measured by bench/guest_overhead.py under
 TCG with the appliance's patched fio server; about 1 s more where the appliance carries the host's
 unpatched fio, which `iomatrix run --plan` and doctor say)."""
-SESSION_COST = {"host": 0.0, "blocklayer": 0.3, "guest": 3.0}
+SESSION_COST = {Mode.HOST: 0.0, Mode.BLOCKLAYER: 0.3, Mode.GUEST: 3.0}
 """Seconds to bring a configuration up: daemon start, guest boot (TCG here; about 1 s on KVM)."""
 GUEST_TRIAL_OVERHEAD = 0.5
 
