@@ -78,7 +78,7 @@ RULE = (
 
 IOPS = "iops"
 LATENCY = "lat_mean_ns"
-EVIDENCE_MODES = ("guest", "blocklayer")
+EVIDENCE_MODES = (Mode.GUEST, Mode.BLOCKLAYER)
 
 CACHE_CAVEATS = {
     "unsafe": "cache=unsafe ignores the guest's flushes: a host crash or power loss can corrupt "
@@ -345,12 +345,12 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
         return [], []
     method = run.suite.method
     measured = method.platform
-    if measured == platform and "guest" in parts:
+    if measured == platform and Mode.GUEST in parts:
         version = (f", PVE {method.pve_version or pve.DEFAULT_PVE_VERSION}"
                    if platform == "proxmox" else "")
         note = (f"the guests were measured with {TITLES[platform]}'s own block graph and devices "
                 f'([method] platform = "{platform}"{version}): the findings transfer to it')
-        if "blocklayer" in parts:
+        if Mode.BLOCKLAYER in parts:
             note += "; blocklayer evidence (qemu-storage-daemon) had its block layers too"
         return [], [note]
     if measured == platform:
@@ -366,10 +366,10 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
 
 
 def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | None:
-    if axis in axes.get("guest", {}):
-        return "guest"
-    if axis in BLOCKLAYER_AXES and axis in axes.get("blocklayer", {}):
-        return "blocklayer"
+    if axis in axes.get(Mode.GUEST, {}):
+        return Mode.GUEST
+    if axis in BLOCKLAYER_AXES and axis in axes.get(Mode.BLOCKLAYER, {}):
+        return Mode.BLOCKLAYER
     return None
 
 
@@ -386,7 +386,7 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
                                "pair with; keep the default")
     if mode is None:
         reason = "not measured: keep the default"
-        if axis == "iothread" and "iothread" in axes.get("blocklayer", {}):
+        if axis == "iothread" and "iothread" in axes.get(Mode.BLOCKLAYER, {}):
             reason = ("not evaluated: blocklayer's iothread compares a FUSE export with an "
                       "iothread to an NBD export, not a guest's iothread; keep the default")
         measured = next((f[axis] for f in fixed.values() if axis in f), None)

@@ -19,6 +19,7 @@ from iomatrix.recommend.defaults import UNEXPRESSIBLE
 from iomatrix.vocab.axes import Platform
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
+from iomatrix.vocab.words import Mode
 
 
 class Rendered(Pasted):
@@ -32,7 +33,7 @@ def render(platform: Platform, config: Configuration, *, vmid: str = PLACEHOLDER
            storage: str = "other") -> Rendered:
     """``config`` for ``platform``; InvalidCombination when QEMU 7.2 or the platform refuses it.
     ``vmid``, ``volume`` and ``storage`` are for Proxmox VE, ``image`` for the others."""
-    reason = invalid_reason(config.model_copy(update={"mode": "guest"}))
+    reason = invalid_reason(config.model_copy(update={"mode": Mode.GUEST}))
     if reason is None:
         reason = UNEXPRESSIBLE[platform].get(("controller", str(config.controller)))
     if reason is None:
