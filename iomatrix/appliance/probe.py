@@ -28,6 +28,7 @@ from iomatrix.core.errors import IomatrixError, ToolFailed
 from iomatrix.core.proc import last_line, managed, read_text, wait_for, which
 from iomatrix.qemu.escape import qemu_escape
 from iomatrix.core.model import Frozen
+from iomatrix.vocab.words import Accelerator
 
 QEMU_BINARY = "qemu-system-x86_64"
 KVM_DEVICE = Path("/dev/kvm")
@@ -41,7 +42,7 @@ LATE_BOOT_MARKERS: tuple[str, ...] = (
 
 _POLL_INTERVAL = 0.05
 _TERM_GRACE = 1.0
-_ACCEL_NAMES = {"kvm": "KVM", "tcg": "TCG"}
+_ACCEL_NAMES = {Accelerator.KVM: "KVM", Accelerator.TCG: "TCG"}
 
 
 class AccelProbe(Frozen):
@@ -77,7 +78,7 @@ def probe_kvm(kernel: Path | None = None, initrd: Path | None = None, timeout: f
     Debian's kernel once into ``cache_dir`` unless ``fetch_kernel`` is False; that time is not
     part of ``timeout``). ``qemu`` is the binary (a name looked up on ``env``'s PATH, or a path).
     """
-    return probe_accel("kvm", kernel, initrd, timeout, marker=marker, qemu=qemu, env=env,
+    return probe_accel(Accelerator.KVM, kernel, initrd, timeout, marker=marker, qemu=qemu, env=env,
                        cache_dir=cache_dir, fetch_kernel=fetch_kernel)
 
 
@@ -99,7 +100,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
     if binary is None:
         return result(False, f"{name} not probed: {qemu or QEMU_BINARY} not found",
                       hint="apt-get install qemu-system-x86")
-    if accel == "kvm":
+    if accel == Accelerator.KVM:
         problem = kvm_device_problem()
         if problem is not None:
             return result(False, f"KVM not usable: {problem}",
@@ -136,7 +137,7 @@ def probe_accel(accel: str, kernel: Path | None = None, initrd: Path | None = No
                   f"within {timeout:g} s (serial console: {len(text)} bytes"
                   + (f", last line {last!r}" if last else "") + ")")
         hint = None
-        if accel == "kvm":
+        if accel == Accelerator.KVM:
             reason += ("; /dev/kvm opens but cannot run a standard guest kernel (as on a PVM "
                        "host)")
             hint = ("guests will run under TCG: the CPU is emulated and guest numbers measure "
@@ -186,7 +187,7 @@ def boot_argv(binary: str, accel: str, kernel: Path, serial: Path, *,
               append: str | None = None) -> list[str]:
     """The QEMU command line of a probe boot: no devices but a serial port logged to a file."""
     argv = [binary, "-accel", accel]
-    if accel == "kvm":
+    if accel == Accelerator.KVM:
         argv += ["-cpu", "host"]
     argv += [
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -232,7 +233,7 @@ def _tail(text: str, lines: int = 8) -> str:
 def _hint_for_error(stderr: str, accel: str) -> str | None:
     # Only reached once /dev/kvm has opened: the module is loaded and the user has access, so
     # the hypervisor itself refused (a PVM host, nested virtualization without support).
-    if accel == "kvm" and ("KVM" in stderr or "kvm" in stderr):
+    if accel == Accelerator.KVM and ("KVM" in stderr or "kvm" in stderr):
         return ("/dev/kvm opens but QEMU cannot run a guest with it; guests will run under TCG: "
                 "the CPU is emulated and guest numbers measure the emulator")
     return None

@@ -13,6 +13,7 @@ from pathlib import Path
 from iomatrix.core.errors import IomatrixError
 from iomatrix.core.model import Frozen
 from iomatrix.core.text import printable
+from iomatrix.vocab.words import Accelerator
 
 READY_MARKER = "IOMATRIX-READY"
 """Printed on the serial console once ``fio --server`` listens:
@@ -51,7 +52,7 @@ class GuestDisk(Frozen):
 
 
 def kernel_cmdline(extra: str = "", *, port: int | None = None, disks: int | None = None,
-                   accel: str = "kvm", trace: bool = False) -> str:
+                   accel: str = Accelerator.KVM, trace: bool = False) -> str:
     """The appliance's kernel command line: serial console, fast boot, the init's options
     (``port``: fio's port in the guest; ``disks``: how many disks to wait for before READY;
     ``trace``: print TRACE lines), and for ``accel="tcg"`` what only helps an emulated CPU."""
@@ -69,7 +70,7 @@ def kernel_cmdline(extra: str = "", *, port: int | None = None, disks: int | Non
         # unassigned.
         "cryptomgr.notests", "rodata=off", "acpi=noirq",
     ]
-    if accel == "tcg":
+    if accel == Accelerator.TCG:
         # TCG runs `rep movsb` a byte at a time; without ERMS/FSRM the kernel copies with
         # 8-byte moves, which halves the initramfs unpack. On KVM rep movsb is the fast path.
         parts.append("clearcpuid=erms,fsrm")

@@ -64,6 +64,7 @@ from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Accelerator, Mode
 
 PROTOCOL = "IOMATRIX-"
 """How the lines a node's session prints for the controller begin (the others are its words)."""
@@ -440,7 +441,7 @@ class ClusterSession(NodesLoad, HostSession):
 class ClusterDriver(Driver):
     """host mode on a cluster's nodes at once (``[method] concurrent_nodes``)."""
 
-    mode = "host"
+    mode = Mode.HOST
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node]) -> None:
         super().__init__(method, workdir)
@@ -467,7 +468,7 @@ class ClusterDriver(Driver):
 def on_every_node(config: Configuration, nodes: int) -> Configuration:
     """``config`` as the controller makes its images under cluster load: a guest
     configuration's ``vms`` guests on each of ``nodes`` nodes, each with a disk of its own."""
-    if config.mode != "guest":
+    if config.mode != Mode.GUEST:
         return config
     return config.model_copy(update={"vms": (config.vms or 1) * nodes})
 
@@ -558,7 +559,7 @@ class ClusterGuestDriver(Driver):
     """guest mode on a cluster's nodes at once (``[method] concurrent_nodes``): each node
     boots ``vms`` guests on disks the controller made on the shared target."""
 
-    mode = "guest"
+    mode = Mode.GUEST
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
                  accelerator: str) -> None:
@@ -578,7 +579,7 @@ class ClusterGuestDriver(Driver):
         if len(images) != vms * len(self.nodes):
             raise TrialFailed(f"{len(images)} disks for {vms} guests on each of "
                               f"{len(self.nodes)} nodes")
-        if self.accelerator not in ("kvm", "tcg"):
+        if self.accelerator not in tuple(Accelerator):
             raise TrialFailed(f"guests cannot run under {self.accelerator!r}")
         with contextlib.ExitStack() as stack:
             nodes = []

@@ -23,6 +23,6 @@ def driver_for(mode: Mode, method: Method, workdir: Path, *, accel: str,
     """The driver of ``mode``, prepared for a run (see ``Driver.prepare``): guests through
     libvirtd (``LibvirtDriver``) when ``[method] platform = "libvirt"`` names a ``libvirt_uri``."""
     driver = DRIVERS[mode]
-    if mode == "guest" and method.platform == "libvirt" and method.libvirt_uri is not None:
+    if mode == Mode.GUEST and method.platform == "libvirt" and method.libvirt_uri is not None:
         driver = LibvirtDriver
     return driver.prepare(method, workdir, accel=accel, note=note)

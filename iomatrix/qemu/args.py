@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -46,6 +46,7 @@ from iomatrix.vocab.axes import Platform
 from iomatrix.targets.workspace import Image
 from iomatrix.core.model import Frozen, on_off
 from iomatrix.core.wire import QmpObject
+from iomatrix.vocab.words import Accelerator, Mode
 
 MACHINE = "pc"
 """i440fx, Proxmox VE's default machine; its PIIX IDE controller is always present."""
@@ -75,7 +76,7 @@ class GuestSpec(Frozen):
     initrd: Path | None
     append: str
     """The kernel command line (with ``kernel``)."""
-    accel: Literal["kvm", "tcg"]
+    accel: Accelerator
     vcpus: int = Field(ge=1)
     memory_bytes: int = Field(ge=1 << 20)
     qmp_socket: Path
@@ -322,7 +323,7 @@ def read_daemon_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str
 def _check(config: Configuration, image: Image, *, platform: Platform = "qemu") -> None:
     """InvalidCombination for what QEMU (or iomatrix, or the platform) refuses, judged as in
     guest mode."""
-    reason = invalid_reason(config.model_copy(update={"mode": "guest"}),
+    reason = invalid_reason(config.model_copy(update={"mode": Mode.GUEST}),
                             device_target=image.is_device, platform=platform)
     if reason is None and config.data_path != "vhost-user-blk" and config.controller is None:
         reason = "no controller given (every emulated disk needs one)"
@@ -345,7 +346,7 @@ def _guest_argv(spec: GuestSpec, qemu: str) -> list[str]:
                             f"size={_size(spec.memory_bytes)},share=on"]
         machine += f",memory-backend={MEMORY_BACKEND}"
     argv += ["-machine", machine, "-accel", spec.accel,
-             "-cpu", "host" if spec.accel == "kvm" else TCG_CPU,
+             "-cpu", "host" if spec.accel == Accelerator.KVM else TCG_CPU,
              "-smp", str(spec.vcpus), "-m", _size(spec.memory_bytes),
              "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
     if spec.kernel is not None:

@@ -13,6 +13,7 @@ from iomatrix.appliance.probe import KvmProbe, probe_accel
 from iomatrix.core.errors import EnvironmentProblem, IomatrixError, UnsafeDirectory
 from iomatrix.core.files import read_owned, write_file_atomically
 from iomatrix.core.proc import read_text
+from iomatrix.vocab.words import Accel, Accelerator
 
 KVM_PROBE_TIMEOUT = 6.0  # a kernel reaches /init in about 1 s under KVM
 
@@ -20,17 +21,17 @@ KVM_PROBE_TIMEOUT = 6.0  # a kernel reaches /init in about 1 s under KVM
 def resolve_accel(accel: str, appliance: Appliance, note: Callable[[str], None]) -> str:
     """"kvm" or "tcg". auto: KVM only when the appliance's kernel really boots under it (a probe
     with a timeout: /dev/kvm existing proves nothing), else TCG with a one-line warning."""
-    if accel == "tcg":
+    if accel == Accel.TCG:
         note("guests run under TCG as asked: the CPU is emulated; guest figures measure the emulator")
-        return "tcg"
+        return Accelerator.TCG
     probe = _probe(appliance)
     if probe.usable:
-        return "kvm"
-    if accel == "kvm":
+        return Accelerator.KVM
+    if accel == Accel.KVM:
         raise EnvironmentProblem(f"--accel kvm: KVM is not usable here: {probe.reason}")
     note(f"warning: KVM is not usable ({probe.reason}); guests run under TCG: the CPU is "
          "emulated and guest figures measure the emulator, not this hardware")
-    return "tcg"
+    return Accelerator.TCG
 
 
 def _probe(appliance: Appliance) -> KvmProbe:
@@ -43,9 +44,9 @@ def _probe(appliance: Appliance) -> KvmProbe:
         return KvmProbe.model_validate_json(read_owned(memo))
     # The appliance itself, as guests boot it, must get as far as running its /init
     # (loglevel=7 after the command line's "quiet" lets the kernel say so).
-    probe = probe_accel("kvm", appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT,
+    probe = probe_accel(Accelerator.KVM, appliance.kernel, appliance.initrd, timeout=KVM_PROBE_TIMEOUT,
                         marker="Run /init as init process", memory_mib=MIN_MEMORY_MIB + 128,
-                        append=kernel_cmdline("loglevel=7", accel="kvm"))
+                        append=kernel_cmdline("loglevel=7", accel=Accelerator.KVM))
     if probe.usable:   # a failure may be passing (a busy host): it is probed again next run
         with contextlib.suppress(OSError, IomatrixError):
             trusted_cache(memo.parent)

@@ -49,12 +49,13 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.targets.remote import reveal
 from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Mode
 
 DAEMON_START_TIMEOUT = 15.0
 
 
 class GuestDriver(Driver):
-    mode = "guest"
+    mode = Mode.GUEST
     sliced_devices = True
     """A block device's test area reaches QEMU as a raw slice node ([target] size)."""
 
