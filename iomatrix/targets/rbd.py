@@ -64,6 +64,7 @@ from iomatrix.targets.kind import (HostCheck, Image, NetworkVolume, OpenTarget, 
                                    Resource, TargetKind)
 from iomatrix.targets.remote import NetworkTarget, secret_for
 from iomatrix.targets.workspace import memory_total, working_set_size
+from iomatrix.vocab.words import Mode
 
 KIND = "rbd-image"
 """The store's resource kind of an image iomatrix created."""
@@ -418,11 +419,11 @@ class RbdPool(NetworkTarget):
         configs = list(configs)
         self.raw_only(configs, "images in a pool are raw (as Proxmox VE and OpenStack use "
                                "them)")
-        if self.rbd.krbd and any(c.mode == "guest" for c in configs):
+        if self.rbd.krbd and any(c.mode == Mode.GUEST for c in configs):
             problem = krbd_problem()
             if problem is not None:
                 raise TargetError(f"[target] rbd krbd = true: {problem}")
-        if self.rbd.namespace and any(c.mode == "host" for c in configs):
+        if self.rbd.namespace and any(c.mode == Mode.HOST for c in configs):
             raise TargetError("[target] rbd namespace: fio's rbd engine cannot open an image in "
                               "a namespace (it has no such option), so the host baseline cannot "
                               "run", hint="set [method] baseline = false, or use a pool "
@@ -434,7 +435,7 @@ class RbdPool(NetworkTarget):
         self.notes = [f"target: rbd pool {loc.spec} ({_where(loc)}); iomatrix "
                       f"creates raw images of {format_bytes(self.image_size or 0)} named "
                       f"{PREFIX}<run>-… there and removes them at the end"]
-        if any(c.mode == "host" for c in configs):
+        if any(c.mode == Mode.HOST for c in configs):
             self.notes.append(f"host (bare metal) on an rbd pool is {HOST_CLIENT} from this "
                               "host, as Ceph's cbt measures a pool: the cluster without QEMU")
         if any(c.cache not in (None, "none", "directsync", "writethrough") for c in configs):
