@@ -27,6 +27,7 @@ from iomatrix.suite.load import suite_file, with_tables
 from iomatrix.vocab.axes import CONTROLLERS, Aio, Cache, Format
 from iomatrix.suite.matrix import Reference
 from iomatrix.suite.model import Suite
+from iomatrix.vocab.words import Mode
 
 MAX_BYTES = 1 << 20
 """The largest VM definition read (a real one is a few KiB)."""
@@ -116,7 +117,7 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
         ("aio", Aio.__args__), ("cache", Cache.__args__), ("format", Format.__args__))  # type: ignore[attr-defined]
         if values.get(key) not in allowed
         and not (key == "aio" and values.get(key) is None and disk.config is not None)]
-    if mode == "guest" and values.get("controller") not in CONTROLLERS:
+    if mode == Mode.GUEST and values.get("controller") not in CONTROLLERS:
         unusable.append(("controller", values.get("controller"), CONTROLLERS))
     if not values or unusable:
         what = ", ".join(f"{key} {value or 'unknown'}" for key, value, _ in unusable)
@@ -125,7 +126,7 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
                          hint=None if values else "for a storage of your own, copy "
                          "/etc/pve/storage.cfg beside the suite and set [matrix] storage_cfg = "
                          "\"storage.cfg\"")
-    if mode == "guest" and disk.config is None:
+    if mode == Mode.GUEST and disk.config is None:
         raise SuiteError(f"{where}: {disk.name} cannot be measured as a guest disk: {why}")
     controller = values.get("controller")
     return Reference(

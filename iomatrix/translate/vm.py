@@ -17,6 +17,7 @@ from iomatrix.platform.values import DiskValues
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 from iomatrix.vocab.axes import CONTROLLERS
+from iomatrix.vocab.words import Mode
 
 
 class DiskTranslation(Frozen):
@@ -91,7 +92,7 @@ def _config(values: DiskValues, notes: list[str], *,
     no aio (a [target] rbd pool measures it: ``iomatrix.targets.rbd``)."""
     if values.controller not in CONTROLLERS or (values.aio is None and not librbd):
         return None
-    config = Configuration(mode="guest", preallocation="off",
+    config = Configuration(mode=Mode.GUEST, preallocation="off",
                            **{k: v for k, v in values.as_dict().items() if v is not None})
     reason = invalid_reason(config)
     if reason is not None:
