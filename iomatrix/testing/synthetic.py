@@ -15,6 +15,7 @@ from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite.load import toml_table
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
+from iomatrix.vocab.words import RunStatus, TrialStatus
 
 NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
 
@@ -58,7 +59,7 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                 if f is None:
                     store.record_trial(run_id, TrialResult(
                         config_key=config.key, workload_key=workload.key, sample_index=index,
-                        status="failed", started_at="2026-01-01T00:00:00",
+                        status=TrialStatus.FAILED, started_at="2026-01-01T00:00:00",
                         reason="synthetic failure", accelerator=accelerator))
                     continue
                 direction = "write" if "write" in workload.rw and "rw" not in workload.rw else "read"
@@ -69,9 +70,9 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                     p99_ns=f.p99_ns)
                 store.record_trial(run_id, TrialResult(
                     config_key=config.key, workload_key=workload.key, sample_index=index,
-                    status="ok", started_at="2026-01-01T00:00:00", samples=(sample,),
+                    status=TrialStatus.OK, started_at="2026-01-01T00:00:00", samples=(sample,),
                     wall_seconds=10.0, accelerator=accelerator))
-    store.finish_run(run_id, "complete")
+    store.finish_run(run_id, RunStatus.COMPLETE)
     return run_id
 
 
