@@ -61,6 +61,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.proc import run, which
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.workloads import IOPING_WORKING_SET, Workload
+from iomatrix.vocab.words import Mode
 
 OLDEST = (1, 0)
 """The oldest ioping whose raw statistics (``-p``) are ten numbers with times in ns."""
@@ -191,13 +192,13 @@ def parse_raw(text: str, workload: Workload) -> DirectionSample:
 
 def tool_note(tool: IopingTool | None, modes: set[str]) -> str:
     """The run note saying which tool measures its ioping workloads in each of ``modes``."""
-    fio_modes = sorted(modes - {"host"} if tool else modes)
+    fio_modes = sorted(modes - {Mode.HOST} if tool else modes)
     parts = []
-    if tool and "host" in modes:
+    if tool and Mode.HOST in modes:
         parts.append(f"host (bare metal) by {tool.version} ({tool.path})")
     if fio_modes:
         parts.append(f"{', '.join(fio_modes)} by fio's equivalent job (4 KiB random reads of "
                      "the first 1 MiB, direct, psync or nbd, QD1, a think time of one interval, "
                      "every request counted)")
-    missing = "" if tool or "host" not in modes else " (ioping 1.0 or later is not installed)"
+    missing = "" if tool or Mode.HOST not in modes else " (ioping 1.0 or later is not installed)"
     return "ioping workloads (seed 001 §9): measured in " + "; ".join(parts) + missing
