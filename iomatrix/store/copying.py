@@ -12,6 +12,7 @@ from iomatrix.store.base import Row, StoreBase
 from iomatrix.store.records import author_uid, suite_author
 from iomatrix.store.rows import check_row
 from iomatrix.store.runs import node_row
+from iomatrix.vocab.words import RunStatus
 
 
 class CopyOutcome(NamedTuple):
@@ -44,7 +45,7 @@ class Copying(StoreBase):
                              "run uuids, by which a copied run is known again",
                              hint="open it once with a command that writes (`iomatrix clean "
                                   "--db ...`) to migrate it")
-        if run["status"] == "running" and not share:
+        if run["status"] == RunStatus.RUNNING and not share:
             return CopyOutcome(run_id, None, "skipped", "it is still being measured, or was "
                                "killed: resume it, or let it end, then copy")
         rows = _read_run(source, run, run_id)

@@ -59,6 +59,7 @@ from iomatrix.suite.load import toml_table
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
 from iomatrix.core.units import parse_size
+from iomatrix.vocab.words import Mode, RunStatus, TrialStatus
 
 ImportMode = Literal["host", "blocklayer", "guest", "imported"]
 MODES: tuple[str, ...] = ImportMode.__args__  # type: ignore[attr-defined]
@@ -609,7 +610,7 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
     """Store a scan as one complete run. ``mode`` says how fio reached the storage; without it,
     host (fio on the storage directly) is assumed, and the run's notes say so."""
     mode_given = mode is not None
-    mode = mode or "host"
+    mode = mode or Mode.HOST
     if mode not in MODES:
         raise IomatrixError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
     path = found.path
@@ -661,12 +662,13 @@ def store_scan(store: Store, found: Scan, *, name: str | None = None,
         k = index[point] = index.get(point, -1) + 1
         store.record_trial(run_id, TrialResult(
             config_key=config.key, workload_key=t.workload.key, sample_index=k,
-            status="failed" if t.failure else "ok", reason=t.failure, started_at=t.started_at,
+            status=TrialStatus.FAILED if t.failure else TrialStatus.OK, reason=t.failure,
+            started_at=t.started_at,
             samples=t.samples, wall_seconds=t.wall_seconds, fio_version=t.fio_version,
             usr_cpu=t.usr_cpu, sys_cpu=t.sys_cpu, ctx=t.ctx, fio_json=t.raw, accelerator="none"))
         failed += bool(t.failure)
         ok += not t.failure
-    store.finish_run(run_id, "complete")
+    store.finish_run(run_id, RunStatus.COMPLETE)
     return ImportSummary(run_id=run_id, files=len(found.files), skipped=found.skipped,
                          warnings=found.warnings, other_files=found.other_files,
                          configurations=tuple(c.label for c in configs.values()),

@@ -27,6 +27,7 @@ from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
 from iomatrix.telemetry.probe import CpuRecord
 from iomatrix.telemetry.steady import SteadyState
+from iomatrix.vocab.words import Accelerator
 
 __all__ = ["CpuRecord"]   # stored with its trial; the telemetry that measures it defines it
 
@@ -429,7 +430,7 @@ class StoredRun(Frozen):
     @property
     def emulated(self) -> bool:
         """Whether any measured figure of the run came from guests under TCG."""
-        return any(t.accelerator == "tcg" and t.samples for t in self.trials)
+        return any(t.accelerator == Accelerator.TCG and t.samples for t in self.trials)
 
     @model_serializer(mode="wrap")
     def _exported(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
