@@ -12,7 +12,7 @@ usage="usage: ./setup.sh [--dev] [--dry-run [--admindir DIR]]
   --dev           also install the test tools and Debian's chromium (the report tests drive it)
   --dry-run       say what setup would use and install (apt-get -s), and change nothing
   --admindir DIR  with --dry-run: decide against the dpkg database in DIR (DIR/status) instead of
-                  the host's (tests/test_setup.py simulates Proxmox VE hosts with it)"
+                  the host's (tests/scenarios/test_setup.py simulates Proxmox VE hosts with it)"
 dev=0
 dry=0
 admindir=""

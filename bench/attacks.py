@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The table of attacks of issues 20 and 31, from running them: tests/test_adversary.py, the cache
-and ``--out`` tests of tests/test_untrusted_inputs.py, tests/test_attacks_*.py and
-tests/test_store_untrusted.py, as root, each attack as a user the tests make. Each test names
-its attack and how it must end (``tests.conftest.attack``): "refused" (one line, or what the
-user planted is not believed) or "harmless" (the run goes on and nothing it should not
-changes). A row counts the tests of that attack that ran (tried) and, of those that passed,
-each as its outcome; a failed test counts as tried only. The attacker's own loops (the F1 swap)
-add what they tried, by operation, and what the kernel let them do.
+"""The table of attacks of issues 20 and 31, from running them: tests/attacks/test_adversary.py,
+the cache and ``--out`` tests of tests/attacks/test_untrusted_inputs.py,
+tests/attacks/test_attacks_*.py and tests/attacks/test_store_untrusted.py, as root, each attack as
+a user the tests make. Each test names its attack and how it must end (``tests.conftest.attack``):
+"refused" (one line, or what the user planted is not believed) or "harmless" (the run goes on and
+nothing it should not changes). A row counts the tests of that attack that ran (tried) and, of
+those that passed, each as its outcome; a failed test counts as tried only. The attacker's own
+loops (the F1 swap) add what they tried, by operation, and what the kernel let them do.
 
 A second table counts the fuzz of issue 31 (item 7) by input kind (suite keys, node requests,
 store columns, PostgreSQL URLs...): the cases tried and how many ended in a traceback, as each
@@ -28,8 +28,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = ("tests/test_adversary.py", "tests/test_untrusted_inputs.py", "tests/test_attacks_*.py",
-         "tests/test_store_untrusted.py")
+FILES = ("tests/attacks/test_adversary.py", "tests/attacks/test_untrusted_inputs.py",
+         "tests/attacks/test_attacks_*.py", "tests/attacks/test_store_untrusted.py")
 SELECTED = "(adversary or cache or out_refuses or guest_fio or attacks_ or store_untrusted) " \
            "and not (untrusted_inputs and test_any_)"
 """The attacks: all of test_adversary, of test_attacks_* and of test_store_untrusted, and

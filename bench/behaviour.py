@@ -20,8 +20,8 @@ The corpus (item names are files under OUT_DIR; the first folder is the item's k
               --scale and at each of its scales ([scale.NAME] tables of ``suites NAME``)
   translate/  ``iomatrix translate``: every qemu-server fixture of tests/fixtures/cfg2cmd (its
               ``--- config`` section) with that storage.cfg, for Proxmox VE 8 and 9; the VM
-              definitions of tests/test_translate.py (PVE_CONF, LIBVIRT_XML) and the domains of
-              tests/test_libvirt.py (DOMAINS), each for several libvirt/QEMU versions
+              definitions of tests/translate/test_translate.py (PVE_CONF, LIBVIRT_XML) and the
+              domains of tests/scenarios/test_libvirt.py (DOMAINS), each for several libvirt/QEMU versions
   stored/     databases made afresh by the tree (``iomatrix import`` of fio results of
               tests/fixtures/fio; the synthetic runs of SYNTH_SCRIPT) and the tests' stored
               database tests/fixtures/store/schema-v1.db, read back with runs, show (--command),
@@ -516,6 +516,12 @@ def report_files(out_dir: Path) -> Post:
 # -- the corpus ------------------------------------------------------------------------------------
 
 
+def corpus_file(tests: Path, name: str) -> Path:
+    """The test file ``name`` wherever it sits under ``tests`` (whose folders mirror iomatrix/'s;
+    an older checkout's tests/ holds it at the top)."""
+    return next(iter(sorted(tests.rglob(name))), tests / name)
+
+
 def literal_constants(path: Path, names: Iterable[str]) -> dict[str, object]:
     """Module-level constants of a test file, read without importing it."""
     wanted, found = set(names), {}
@@ -570,8 +576,10 @@ def translate_items(ctx: Context) -> list[Item]:
                 items.append(Item(f"translate/cfg2cmd/{folder.name}/{fixture.stem}@pve{version}",
                                   ["translate", str(conf), "--storage-cfg", str(storage_cfg),
                                    "--pve-version", version]))
-    consts = literal_constants(ctx.inputs / "test_translate.py", ("PVE_CONF", "LIBVIRT_XML"))
-    domains = literal_constants(ctx.inputs / "test_libvirt.py", ("DOMAINS",)).get("DOMAINS", {})
+    consts = literal_constants(corpus_file(ctx.inputs, "test_translate.py"),
+                               ("PVE_CONF", "LIBVIRT_XML"))
+    domains = literal_constants(corpus_file(ctx.inputs, "test_libvirt.py"),
+                                ("DOMAINS",)).get("DOMAINS", {})
     if isinstance(consts.get("PVE_CONF"), str):
         conf = inp / "translate" / "100.conf"
         write(conf, consts["PVE_CONF"])  # type: ignore[arg-type]

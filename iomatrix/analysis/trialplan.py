@@ -41,7 +41,7 @@ independent of it. Stopping the first time a CI is narrow enough (what ``target_
 before: after each round, until every gain was within the target) does not: a CI is narrow by
 chance when its variance estimate is small, which is when a difference looks largest; the
 mean at the stop is unbiased, but its t statistic's denominator is selected small
-(``tests/test_trialplan.py`` measures both).
+(``tests/analysis/test_trialplan.py`` measures both).
 """
 
 from __future__ import annotations

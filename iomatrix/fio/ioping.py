@@ -43,7 +43,7 @@ fio's equivalent (``ioping_job_text``), line by line:
 iomatrix runs ioping as ``ioping -q -p 1 -a 0 -c COUNT -i INTERVAL -s BS -S 1m FILE``: each
 request's raw statistics on a line of its own (``-p 1``, the format of 1.0 to 1.3: ten numbers,
 times in ns), none a warm-up (``-a 0``, from 1.2; before, there was none), on the image itself,
-not a new file in its directory. tests/test_ioping.py runs both on the same file and checks that
+not a new file in its directory. tests/fio/test_ioping.py runs both on the same file and checks that
 they agree (``iomatrix.analysis.agreement``), and that a job at queue depth 16 does not.
 """
 

@@ -2,7 +2,7 @@
 
 With ``--status-interval=1`` and ``--output-format=json`` (or ``json+``) fio appends one complete
 JSON object per interval to its ``--output`` file, and the final result when it ends. What fio 3.33
-writes (checked with real fio, see tests/test_steady.py):
+writes (checked with real fio, see tests/telemetry/test_steady.py):
 
 - one object per interval, then the final object: a 6 s ``time_based`` job gives 6 + 1 = 7.
   All objects have the same keys, ``"disk_util"`` included: the final result is the **last

@@ -146,7 +146,7 @@ _SIZE_PROPERTY = {"virtio-blk": "queue-size", "virtio-scsi": "virtqueue_size",
 
 def _queue_reason(config: Configuration) -> str | None:
     """QEMU 7.2's limits on queue count and size per controller, as QEMU states them (checked
-    against QEMU itself in tests/test_qemu_args.py)."""
+    against QEMU itself in tests/qemu/test_qemu_args.py)."""
     kind = disk_kind(config)
     device = _QEMU_DEVICE.get(kind, f"{kind}-pci")
     queues, size = config.num_queues, config.queue_size

@@ -85,7 +85,7 @@ def _sector_multiple(value: int) -> int:
 
 MIN_GUEST_MEMORY_MIB = 320
 """Guest memory the appliance needs to boot: iomatrix.appliance.build.MIN_MEMORY_MIB, which this
-layer cannot import (tests/test_hardening.py checks they agree)."""
+layer cannot import (tests/attacks/test_hardening.py checks they agree)."""
 
 
 def _guest_memory(value: Any) -> int:

@@ -12,7 +12,7 @@ import re
 # here, is refused until someone has checked that it is safe. The list was made from fio 3.33's
 # ``fio --cmdhelp=all`` (every job option, with its type, range and valid values) and
 # ``fio --enghelp=libaio`` / ``--enghelp=io_uring`` (the only engines whose options can apply:
-# iomatrix alone chooses the engine); tests/test_hardening.py checks every name and choice here
+# iomatrix alone chooses the engine); tests/attacks/test_hardening.py checks every name and choice here
 # against the installed fio. An option is listed only if, whatever its value, it names no file,
 # directory, device, cgroup or sysfs entry, runs no command and touches no file but the one
 # iomatrix points the job at; where one spelling of a value could still name a file

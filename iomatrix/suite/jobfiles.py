@@ -8,7 +8,7 @@ merges them, becomes one workload (rw, bs, iodepth, numjobs, rate_iops and the e
 device, the run time, the engine, buffered I/O) is replaced and noted in the run's notes and in
 ``iomatrix run --plan``; what iomatrix cannot honour is refused when the suite loads, in one
 line naming the job file, its line, the option and the reason. A refusal that says what fio
-does is true of fio 3.33 and 3.39 (tests/test_jobfile_workloads.py loads every job file of
+does is true of fio 3.33 and 3.39 (tests/fio/test_jobfile_workloads.py loads every job file of
 fio's examples/ and asks ``fio --parse-only`` about each such refusal).
 
 **Where the file may be.** Its name is relative to the suite file's directory and must stay
@@ -118,7 +118,7 @@ BARE_FLAGS = frozenset({"bs_unaligned", "blocksize_unaligned", "norandommap", "t
                         "group_reporting", "zero_buffers", "refill_buffers", "verify_only",
                         "exitall", "exitall_on_error"})
 """fio's options of type "empty or boolean value" (FIO_OPT_STR_SET; ``fio --cmdhelp=NAME``)
-that iomatrix takes without ``=value`` (tests/test_jobfile_workloads.py asks fio)."""
+that iomatrix takes without ``=value`` (tests/fio/test_jobfile_workloads.py asks fio)."""
 
 ENGINES: tuple[str, ...] = get_args(Method.model_fields["engine"].annotation)
 """[method] engine's choices."""

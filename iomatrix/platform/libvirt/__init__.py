@@ -3,7 +3,7 @@
 The ``-blockdev`` era (libvirt 5.10 on), as libvirt's qemu driver builds it (qemu_block.c,
 qemu_command.c, qemu_domain.c, qemu_alias.c, conf/domain_conf.c), checked argument by argument
 against ``virsh domxml-to-native qemu-argv`` of libvirtd 9.0 (Debian 12, QEMU 7.2) and 11.3
-(Debian 13, QEMU 10.0) in tests/test_libvirt.py; PCI placement (``bus``/``addr``) is left out:
+(Debian 13, QEMU 10.0) in tests/scenarios/test_libvirt.py; PCI placement (``bus``/``addr``) is left out:
 
 * **Disk order.** Each disk joins the disks of its bus, ordered by the index of its target
   name; a disk of a bus not seen yet goes last (virDomainDiskInsert).
