@@ -16,6 +16,9 @@ class DiskValues(Frozen):
     iothread: bool
     cache: str
     format: str
+    discard: str | None = None
+    """ignore or unmap as the platform's file sets it; None where it sets nothing (each
+    platform's default: QEMU's ignore)."""
     num_queues: int | None = None
     queue_size: int | None = None
     notes: tuple[str, ...] = ()

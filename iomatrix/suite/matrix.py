@@ -60,6 +60,9 @@ class Reference(Frozen):
     """The disk's cache mode."""
     format: Format
     """The disk's image format."""
+    discard: Discard | None = None
+    """The disk's discard mode (ignore or unmap); None: the file sets none (the platform's
+    default, QEMU's ignore), measured as a configuration that names none."""
     num_queues: int = Field(default=0, ge=0, le=65535)
     """The disk's queues; 0: QEMU's default."""
     queue_size: int = Field(default=0, ge=0, le=65535)

@@ -134,5 +134,6 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
         written=disk.written, storage=disk.storage,
         controller=controller if controller in CONTROLLERS else None, aio=values.get("aio"),
         iothread=bool(values.get("iothread")), cache=values["cache"], format=values["format"],
+        discard=values.get("discard"),
         num_queues=values.get("num_queues") or 0, queue_size=values.get("queue_size") or 0,
         notes=disk.notes)

@@ -26,9 +26,10 @@ class DiskTranslation(Frozen):
     written: str
     """The disk as the platform's file states it."""
     values: DiskValues | None
-    """iomatrix configuration values (controller, aio, iothread, cache, format, num_queues,
-    queue_size), each None where the platform sets nothing iomatrix can name; None for a drive
-    that is not a disk iomatrix reads (a CD-ROM, the TPM state, one it could not place)."""
+    """iomatrix configuration values (controller, aio, iothread, cache, format, discard,
+    num_queues, queue_size), each None where the platform sets nothing iomatrix can name; None
+    for a drive that is not a disk iomatrix reads (a CD-ROM, the TPM state, one it could not
+    place)."""
     config: Configuration | None
     """The guest-mode configuration, when every value is one iomatrix can measure."""
     argv: tuple[str, ...]
@@ -135,6 +136,9 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                                     controller=where is None or where[1] not in controllers,
                                     bootindex=boot.get(drive.key))
                 controllers |= {where[1]} if where else set()
+                if kind == "disk":      # qemu-server's parse_drive refuses a value it lacks
+                    assert volume is not None
+                    found = pve.configuration_of(drive, vm.scsihw, volume)
         except ValueError as exc:
             translated = DiskTranslation(name=drive.key, written=written, values=None, config=None,
                                          argv=(), notes=(str(exc),), kind=kind)
@@ -151,7 +155,6 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                                           storage=storage, kind=kind))
             continue
         assert volume is not None
-        found = pve.configuration_of(drive, vm.scsihw, volume)
         values, disk_notes = found, [*found.notes, *out.notes]
         if vm.template:
             disk_notes.append(f"{drive.key}: a template's disk: qemu-server opens it read-only "

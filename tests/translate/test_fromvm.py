@@ -6,6 +6,7 @@ measured is refused in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import pytest
 
 from iomatrix.analysis.yourvm import your_vm
 from iomatrix.cli.status import ExitStatus
+from iomatrix.platform import libvirt as lv
+from iomatrix.platform import proxmox as pve
+from iomatrix.platform.settings import DiskImage
 from iomatrix.translate.fromvm import resolve_vm
 from iomatrix.measure.runner import SilentProgress, run_suite
 from iomatrix.recommend.decide import recommend
@@ -20,7 +24,9 @@ from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
 from iomatrix.suite import expand, load_suite, load_suite_text
 from iomatrix.suite.fields import YOUR_VM
+from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.spec import RunSpec
+from iomatrix.translate.vm import translate
 from tests.conftest import write_suite
 from tests.cli.test_cli_inprocess import invoke
 from tests.translate.test_translate import LIBVIRT_XML, PVE_CONF
@@ -92,6 +98,45 @@ def test_libvirt_disk_in_the_matrix_is_marked_not_added(tmp_path: Path) -> None:
     # the suite chose another platform than the VM's: said, not silently changed
     assert suite.method.platform == "qemu"
     assert any(n.startswith("warning: your VM is a libvirt VM") for n in expansion.notes)
+
+
+@pytest.mark.parametrize("file, disk, discard", [("100.conf", "scsi0", "unmap"),
+                                                  ("db.xml", "sda", "unmap"),
+                                                  ("100.conf", "virtio0", None),
+                                                  ("db.xml", "vdb", None)])
+def test_the_vms_discard_is_the_references(tmp_path: Path, file: str, disk: str,
+                                           discard: str | None) -> None:
+    """scsi0 (``discard=on``) and sda (``<driver discard='unmap'/>``) are measured with
+    discard=unmap, on the VM's own platform with the arguments the VM gets; a disk that sets
+    none is measured as before the axis (no discard in its key or label)."""
+    suite = resolve_vm(load_suite(suite_file(tmp_path, file, disk)))
+    ref = suite.matrix.reference
+    assert ref is not None and ref.discard == discard
+    assert (f"discard={discard}" in ref.settings()) == (discard is not None)
+    (yours,) = [c for c in expand(suite).configurations if c.yours]
+    assert yours.discard == discard and ("discard" in yours.key) == (discard is not None)
+    again = RunSpec.from_json(RunSpec.of(suite).to_json()).suite(text=suite.source_text,
+                                                                 source=suite.source_path)
+    assert again.matrix.reference == ref
+    yours = Configuration(mode="guest", controller=ref.controller, aio=ref.aio, cache=ref.cache,
+                          format=ref.format, discard=yours.discard)
+    if ref.platform == "proxmox":   # PVE 8's -drive: the VM's and the measured one's
+        vm_argv = next(d.argv for d in translate(PVE_CONF, pve_version=8).disks if d.name == disk)
+        ours = pve.guest_disk_argv(yours, DiskImage(path="/dev/pve/vm-100-disk-0",
+                                                    is_device=True), 8)
+        for argv in (vm_argv, ours):
+            drive = next(a for a in argv if a.startswith("file="))
+            assert [p for p in drive.split(",") if p.startswith("discard=")] == (
+                ["discard=on"] if discard else [])
+            assert drive.endswith(",detect-zeroes=unmap" if discard else ",detect-zeroes=on")
+    else:                           # the node the device sits on, libvirt's and ours
+        versions = lv.Versions(libvirt=(11, 3, 0), qemu=(10, 0, 0))
+        vm_argv = next(d.argv for d in translate(LIBVIRT_XML, libvirt=versions).disks
+                       if d.name == disk)
+        ours = lv.guest_disk_argv(yours, DiskImage(path="/srv/disk.img"), versions)
+        for argv in (vm_argv, ours):
+            top = json.loads([argv[i + 1] for i, a in enumerate(argv) if a == "-blockdev"][-1])
+            assert top.get("discard") == discard
 
 
 def _one_line_error(*args: str) -> str:

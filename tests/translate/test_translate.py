@@ -89,7 +89,7 @@ def test_pve_config_round_trips_to_qemu_servers_arguments() -> None:
     scsi0 = by_name["scsi0"]
     assert scsi0.config == Configuration(mode="guest", controller="virtio-scsi-single",
                                          aio="io_uring", iothread=True, cache="none",
-                                         format="raw", preallocation="off")
+                                         format="raw", preallocation="off", discard="unmap")
     argv = list(scsi0.argv)
     assert argv[:4] == ["-object", "iothread,id=iothread-virtioscsi0", "-object",
                         '{"id":"throttle-drive-scsi0","limits":{},"qom-type":"throttle-group"}']
@@ -214,7 +214,7 @@ def test_libvirt_domain_round_trips_to_libvirts_arguments() -> None:
     sda, vdb, hdc = by_name["sda"], by_name["vdb"], by_name["hdc"]
     assert sda.config == Configuration(mode="guest", controller="virtio-scsi", aio="native",
                                        iothread=True, cache="none", format="qcow2",
-                                       preallocation="off", num_queues=2)
+                                       preallocation="off", num_queues=2, discard="unmap")
     assert list(result.argv) == [
         "-object", '{"qom-type":"iothread","id":"iothread1"}',
         "-device", '{"driver":"virtio-scsi-pci","iothread":"iothread1","id":"scsi0",'
@@ -300,3 +300,56 @@ def test_proxmox_effective_aio_on_each_storage() -> None:
              ("cifs", "none"): "native", ("cifs", "writethrough"): "threads",
              ("lvmthin", "writeback"): "io_uring", ("rbd", "writeback"): None}
     assert {k: pve.aio_default(*k) for k in cases} == cases
+
+
+# -- discard as each platform writes it -------------------------------------------------------
+
+@pytest.mark.parametrize("option, level", [("discard=on,", "unmap"), ("discard=ignore,", "ignore"),
+                                           ("", None)])
+def test_pve_discard_is_read(option: str, level: str | None) -> None:
+    """Drive.pm's discard (``ignore|on``): on is unmap, ignore ignore; none: no value (the
+    configuration names none, as before the axis), and the arguments are qemu-server's."""
+    (disk,) = translate(f"scsi0: local-lvm:vm-100-disk-0,{option}size=8G\n", pve_version=8).disks
+    assert disk.values is not None and disk.values.discard == level
+    assert disk.config is not None and disk.config.discard == level
+    drive = next(a for a in disk.argv if a.startswith("file="))
+    assert (",discard=" in drive) == bool(option) and drive.endswith(
+        ",detect-zeroes=unmap" if level == "unmap" else ",detect-zeroes=on")
+
+
+def test_pve_discard_qemu_server_refuses() -> None:
+    (disk,) = translate("virtio0: local-lvm:vm-100-disk-0,discard=unmap,size=8G\n").disks
+    assert disk.values is None and disk.config is None
+    assert disk.notes == ("virtio0: discard=unmap: Proxmox VE takes discard=on or discard=ignore",)
+
+
+@pytest.mark.parametrize("attribute, level", [(" discard='unmap'", "unmap"),
+                                              (" discard='ignore'", "ignore"),
+                                              (" discard='default'", None), ("", None)])
+def test_libvirt_discard_is_read(attribute: str, level: str | None) -> None:
+    """virDomainDiskDiscard: default (or none), unmap, ignore; the format node the device sits
+    on carries the given one, libvirt's storage node always unmap."""
+    xml = LIBVIRT_ONE.format(attribute=attribute)
+    (disk,) = translate(xml, libvirt=lv.Versions(libvirt=(11, 3, 0), qemu=(10, 0, 0))).disks
+    assert disk.values is not None and disk.values.discard == level
+    assert disk.config is not None and disk.config.discard == level
+    nodes = [json.loads(disk.argv[i + 1]) for i, a in enumerate(disk.argv) if a == "-blockdev"]
+    assert nodes[0]["discard"] == "unmap" and nodes[-1].get("discard") == level
+
+
+def test_libvirt_discard_libvirt_refuses() -> None:
+    with pytest.raises(ValueError, match="vda: <driver discard='on'>: libvirt takes unmap"):
+        translate(LIBVIRT_ONE.format(attribute=" discard='on'"))
+
+
+LIBVIRT_ONE = """<domain type='kvm'>
+  <name>one</name>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='none' io='native'{attribute}/>
+      <source file='/var/lib/libvirt/images/one.qcow2'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+  </devices>
+</domain>
+"""

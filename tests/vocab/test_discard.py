@@ -199,9 +199,53 @@ def test_proxmox_rendering_is_qemu_servers(fixture: Any) -> None:
     version = 8 if fixture.folder.endswith("8.3.13") else 9
     result = translate(fixture.config, pve_version=version,  # type: ignore[arg-type]
                        storages=STORAGES, vmid=VMID)
+    (read,) = [d for d in result.disks if d.name == "scsi0"]
+    assert read.config is not None and read.config.discard == "unmap"
+    again, _ = pve.drive_for("virtio-scsi", volume=volume, aio=None, cache=None, iothread=False,
+                             discard=read.config.discard)
+    assert again == drive
     argv = next(d.argv for d in result.drives if d.name == "scsi0")
     assert [(argv[i], argv[i + 1]) for i in range(0, len(argv), 2)] == fixture.drives["scsi0"]
     assert "detect-zeroes" in " ".join(argv) and "unmap" in " ".join(argv)
+
+
+def test_translate_reads_it_from_every_cfg2cmd_fixture() -> None:
+    """Every disk of qemu-server's fixtures: ``discard=on`` is read as unmap, ``ignore`` as
+    ignore, none as none; and where qemu-server's own expected -drive (PVE 8) or -blockdev
+    (PVE 9) holds the disk, its discard and detect-zeroes are what that level gives."""
+    seen, checked = {"unmap": 0, None: 0}, 0
+    for fixture in CFG2CMD:
+        if fixture.error is not None:
+            continue
+        version = 8 if fixture.folder.endswith("8.3.13") else 9
+        result = translate(fixture.config, pve_version=version,  # type: ignore[arg-type]
+                           storages=STORAGES, vmid=VMID)
+        lines = dict(ln.split(": ", 1) for ln in fixture.config.splitlines() if ": " in ln)
+        for disk in result.disks:
+            if disk.values is None:
+                continue
+            given = dict(o.split("=", 1) for o in lines[disk.name].split(",")[1:] if "=" in o)
+            level = {"on": "unmap", "ignore": "ignore", None: None}[given.get("discard")]
+            assert disk.values.discard == level, (fixture.name, disk.name)
+            seen[level] = seen.get(level, 0) + 1
+            if disk.config is not None:
+                assert disk.config.discard == level
+            args = fixture.drives.get(disk.name, [])
+            drives = [v for f, v in args if f == "-drive"]
+            nodes = [v for f, v in args if f == "-blockdev"]
+            for drive in drives:                    # PVE 8: the option as the user wrote it
+                assert (",discard=on," in drive) == (level == "unmap")
+                assert ("detect-zeroes=unmap" in drive) == (level == "unmap")
+            for node in nodes:                      # PVE 9: on every node of the disk
+                shown = "unmap" if level == "unmap" else "ignore"
+                assert f'"discard":"{shown}"' in node and f'"discard":"{_other(shown)}"' not in node
+                checked += 1
+            checked += len(drives)
+    assert seen["unmap"] > 100 and seen[None] > 10 and checked > 100
+
+
+def _other(level: str) -> str:
+    return "ignore" if level == "unmap" else "unmap"
 
 
 # -- a real qemu-storage-daemon, both levels, every platform's graph --------------------------

@@ -138,6 +138,8 @@ def _nodes(disk: Disk, versions: Versions, number: int, size: int | None) -> lis
                                         "no-flush": CACHE_FLAGS[cache][1]}
     fmt = disk.get("type") or "raw"
     discard = disk.get("discard")
+    if discard == "default":
+        discard = None       # VIR_DOMAIN_DISK_DISCARD_DEFAULT: libvirt passes no discard
     zeroes = disk.get("detect_zeroes")
     if zeroes == "unmap" and discard != "unmap":
         zeroes = "on"        # virDomainDiskGetDetectZeroesMode

@@ -15,8 +15,15 @@ from iomatrix.platform.values import DiskValues
 
 
 def configuration_of(disk: Disk) -> DiskValues:
-    """A libvirt disk as iomatrix configuration values, with notes."""
+    """A libvirt disk as iomatrix configuration values, with notes. ``<driver discard=>``:
+    unmap or ignore as given; ``default`` or none is libvirt's default (no discard on the
+    disk's top node: QEMU's ignore). ValueError for another value, which libvirt refuses
+    (virDomainDiskDiscard)."""
     notes: list[str] = []
+    discard = disk.get("discard")
+    if discard not in (None, "default", "unmap", "ignore"):
+        raise ValueError(f"{disk.dev}: <driver discard='{discard}'>: libvirt takes unmap, "
+                         "ignore or default")
     if disk.bus == "scsi":
         controller = MODEL_CONTROLLER.get(disk.controller_model or "lsilogic")
         if controller is None:
@@ -38,6 +45,7 @@ def configuration_of(disk: Disk) -> DiskValues:
     queues = disk.get("queues") if disk.bus == "virtio" else cdrv.get("queues")
     return DiskValues(controller=controller, aio=aio or "threads", iothread=iothread,
                       cache=cache or "writeback", format=disk.get("type") or "raw",
+                      discard=None if discard == "default" else discard,
                       num_queues=int(queues) if queues else None,
                       queue_size=int(disk.get("queue_size") or 0) or None, notes=tuple(notes))
 

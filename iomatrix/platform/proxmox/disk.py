@@ -42,7 +42,9 @@ def drive_for(controller: str, *, volume: str, aio: str | None, cache: str | Non
 
 def configuration_of(drive: Drive, scsihw: str | None, volume: Volume) -> DiskValues:
     """What qemu-server makes of a drive, as iomatrix configuration values (controller, aio,
-    iothread, cache, format, num_queues), with notes on what the values cannot say."""
+    iothread, cache, format, discard, num_queues), with notes on what the values cannot say.
+    ValueError for a discard= qemu-server does not take (Drive.pm: ``ignore|on``)."""
+    discard = _discard_of(drive)
     notes: list[str] = []
     hw = scsihw or SCSIHW_DEFAULT
     if drive.bus == "scsi":
@@ -72,9 +74,22 @@ def configuration_of(drive: Drive, scsihw: str | None, volume: Volume) -> DiskVa
         drive.bus == "virtio" or (drive.bus == "scsi" and scsihw == "virtio-scsi-single"))
     queues = drive.get("queues")
     return DiskValues(controller=controller, aio=aio, iothread=iothread, cache=cache,
-                      format=volume.format,
+                      format=volume.format, discard=discard,
                       num_queues=int(queues) if queues and drive.bus == "scsi"
                       and scsihw == "virtio-scsi-single" else None, notes=tuple(notes))
+
+
+def _discard_of(drive: Drive) -> str | None:
+    """The drive's discard as the axis's level: ``on`` is unmap, ``ignore`` ignore; None when
+    the drive sets none (qemu-server then passes no discard: QEMU's ignore)."""
+    given = drive.get("discard")
+    if given is None:
+        return None
+    level = next((axis for axis, option in DISCARD_OPTION.items() if option == given), None)
+    if level is None:
+        raise ValueError(f"{drive.key}: discard={given}: Proxmox VE takes discard=on or "
+                         "discard=ignore")
+    return level
 
 
 # -- a disk's settings as qemu-server gives them to a guest and a storage daemon ---------------
