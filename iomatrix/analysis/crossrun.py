@@ -26,7 +26,7 @@ from iomatrix.analysis.metrics import LATENCY_KEY, LATENCY_NAMES, METRICS, run_l
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, compare_many, confidence_interval
 from iomatrix.core.errors import AnalysisError
-from iomatrix.store.records import ConfigRecord, StoredRun
+from iomatrix.store.records import ConfigRecord, Part, StoredRun
 from iomatrix.suite.model import Method
 from iomatrix.core.units import format_bytes
 from iomatrix.core.model import Frozen, on_off
@@ -247,7 +247,7 @@ def _by_workload(a: StoredRun, b: StoredRun, pairing: Any) -> tuple[Pairing, ...
 
 
 def _method(run: StoredRun) -> Method | None:
-    if run.suite.method_problem is not None:
+    if run.suite.unloaded(Part.METHOD) is not None:
         return None   # a suite text an older iomatrix accepted: nothing to compare it by
     return run.suite.method
 

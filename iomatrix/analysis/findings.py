@@ -54,7 +54,7 @@ from iomatrix.analysis.stats import Comparison, adjust, percent_text
 from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_size
-from iomatrix.store.records import ConfigRecord, StoredRun, WorkloadRecord
+from iomatrix.store.records import ConfigRecord, Part, StoredRun, WorkloadRecord
 from iomatrix.suite.findings import Finding
 from iomatrix.vocab.words import Accelerator, Mode
 
@@ -145,9 +145,9 @@ class RunFindings(Frozen):
 def claims_of(run: StoredRun) -> tuple[tuple[Finding, ...], str]:
     """The run's claims and where they came from: its suite text's [[finding]] tables, else (a
     run of a built-in suite stored without them) the built-in suite's; none for other runs."""
-    if run.suite.findings_problem is not None:
+    if (problem := run.suite.unloaded(Part.FINDINGS)) is not None:
         raise AnalysisError(f"run {run.id}: a [[finding]] table of its suite is invalid: "
-                            f"{run.suite.findings_problem}")
+                            f"{problem}")
     if run.suite.findings:
         return run.suite.findings, "the run's suite"
     name = run.suite.builtin

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from enum import StrEnum
 from typing import Any
 
 from pydantic import (Field, SerializerFunctionWrapHandler, ValidationError, computed_field,
@@ -190,6 +191,36 @@ raised when a key is renamed or removed or changes meaning; a key added leaves i
 (docs/reference/results.md)."""
 
 
+class Part(StrEnum):
+    """A part of a stored suite that loads, or does not (``LoadProblem``)."""
+
+    SUITE = "suite"
+    """The suite as a whole (what ``--resume`` measures)."""
+    METHOD = "method"
+    """Its [method] table, read on its own (what ``compare`` compares runs by)."""
+    FINDINGS = "findings"
+    """Its [[finding]] tables, read on its own (the claims ``findings`` checks)."""
+
+
+class LoadProblem(Frozen):
+    """What of a stored suite did not load, and why (``StoredSuite.problem``): the suite,
+    always (else there is no problem); its method and its findings, each where it did not
+    load either when read on its own (an imported or synthetic run's text, one an older
+    iomatrix stored). Ask it with ``why``."""
+
+    suite: str
+    """The error loading the spec (or the text) gave."""
+    method: str | None = None
+    """Why the [method] table cannot be read; the defaults stand in for it."""
+    findings: str | None = None
+    """Why the [[finding]] tables cannot be read (the first error); there are then none."""
+
+    def why(self, part: Part) -> str | None:
+        """Why ``part`` did not load; None when it did."""
+        return {Part.SUITE: self.suite, Part.METHOD: self.method,
+                Part.FINDINGS: self.findings}[part]
+
+
 class StoredSuite(Frozen):
     """The suite a run was made from, as the store keeps it: its name, where it came from, its
     TOML text byte for byte as the user wrote it, and its spec (``iomatrix.suite.spec``: the
@@ -217,22 +248,21 @@ class StoredSuite(Frozen):
     suite: Suite | None = None
     """The suite ``spec`` loads into (what ``--resume`` measures); None where it does not load
     (``problem`` says why)."""
-    problem: str | None = None
-    """Why ``suite`` is None: the error loading the spec (or the text) gave."""
+    problem: LoadProblem | None = None
+    """What did not load, and why (``unloaded``): None when ``suite`` loaded, and with it
+    every part."""
     description: str = ""
     written_method: TomlTable = {}
     """The [method] table as written: values as in the TOML, no defaults filled in; platform
     and pve_version as a suite made from a VM follows them (``suite.model.method_of_vm``)."""
     method: Method = Method()
     """The [method] table as this iomatrix reads it; the defaults where it cannot be read
-    (``method_problem`` says why)."""
-    method_problem: str | None = None
+    (``unloaded(Part.METHOD)`` says why)."""
     working_set: str = "size"
     """[target] working_set as written ("size" when the text does not say)."""
     findings: tuple[Finding, ...] = ()
-    """The [[finding]] tables: the claims the run can check."""
-    findings_problem: str | None = None
-    """Why the [[finding]] tables cannot be read (the first error); ``findings`` is then empty."""
+    """The [[finding]] tables: the claims the run can check; empty where they cannot be read
+    (``unloaded(Part.FINDINGS)`` says why)."""
     author: int | None = Field(default=None, ge=ANYONE)
     """Who could have written the suite when the run was made (schema 11, ``suite_author``):
     the uid of the user who ran it when nobody but root or that user could have, another user's
@@ -279,6 +309,10 @@ class StoredSuite(Frozen):
             return Author(ANYONE, where)
         return suite_author(self.author, store, where)
 
+    def unloaded(self, part: Part) -> str | None:
+        """Why ``part`` of the suite did not load (``problem``); None when it did."""
+        return None if self.problem is None else self.problem.why(part)
+
     @property
     def imported(self) -> bool:
         """Results ``iomatrix import`` read, not a run iomatrix measured."""
@@ -299,7 +333,7 @@ class StoredSuite(Frozen):
             raise SuiteError(f"{printable(self.source)[:200]}: imported results, not a suite "
                              "iomatrix can run")
         if self.suite is None:
-            raise SuiteError(self.problem or f"{self.source}: not a suite")
+            raise SuiteError(self.unloaded(Part.SUITE) or f"{self.source}: not a suite")
         return self.suite
 
 
@@ -355,27 +389,29 @@ def _parts(text: str, source: str, spec: RunSpec | None, problem: str) -> dict[s
     try:
         tables = spec.tables if spec is not None else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError):
-        return {"spec": spec, "suite": None, "problem": problem, "method_problem": problem}
+        return {"spec": spec, "suite": None,
+                "problem": LoadProblem(suite=problem, method=problem)}
 
     def table(name: str) -> dict[str, Any]:
         value = tables.get(name, {})
         return dict(value) if isinstance(value, dict) else {}
 
     written = method_of_vm(table("method"), tables.get("matrix"))
-    parts: dict[str, Any] = {"spec": spec, "suite": None, "problem": problem,
-                             "written_method": written,
+    parts: dict[str, Any] = {"spec": spec, "suite": None, "written_method": written,
                              "description": str(table("suite").get("description", "")),
                              "working_set": str(table("target").get("working_set", "size"))}
+    method = findings = None
     try:
         parts["method"] = Method.model_validate(written)
     except ValidationError as exc:
-        parts["method_problem"] = f"{source}: [method]: {exc.errors()[0]['msg']}"
+        method = f"{source}: [method]: {exc.errors()[0]['msg']}"
     found = tables.get("finding", [])
     try:
         parts["findings"] = tuple(Finding.model_validate(f) for f in found if isinstance(f, dict)
                                   ) if isinstance(found, list) else ()
     except ValidationError as exc:
-        parts["findings_problem"] = exc.errors()[0]["msg"]
+        findings = exc.errors()[0]["msg"]
+    parts["problem"] = LoadProblem(suite=problem, method=method, findings=findings)
     return parts
 
 

@@ -13,7 +13,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.measure.prepare import PreparedRun, for_command_line, prepare, resumed_suite
 from iomatrix.store import Store
-from iomatrix.store.records import StoredSuite
+from iomatrix.store.records import Part, StoredSuite
 from iomatrix.store.rows import PlanChoice
 from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite import load_suite
@@ -122,7 +122,7 @@ def test_a_stored_spec_cannot_set_what_only_load_sets(key: str, tmp_path: Path) 
     with pytest.raises(SuiteError, match=f"{key}: unknown key"):
         suite_of_tables(tables, text="", source="s.toml")
     stored = StoredSuite(name="t", source="s.toml", text="", spec=RunSpec(tables=tables))
-    assert stored.suite is None and f"{key}: unknown key" in (stored.problem or "")
+    assert stored.suite is None and f"{key}: unknown key" in (stored.unloaded(Part.SUITE) or "")
 
 
 def test_a_stored_spec_is_anyones_until_its_store_says_whose(tmp_path: Path) -> None:
@@ -173,3 +173,15 @@ def test_a_copied_run_keeps_its_spec(backend: Backend, tmp_path: Path) -> None:
     assert copied is not None
     assert again.suite.spec == prepared.spec and again.suite.text == prepared.suite.source_text
     assert again.suite.runnable().method == prepared.suite.method
+
+
+def test_a_stored_suite_that_does_not_load_says_which_part_did_not() -> None:
+    """A text that is no runnable suite (an imported run's) has one problem record: the suite
+    always, its [method] or its [[finding]] tables only where each fails on its own."""
+    bad_method = StoredSuite(name="t", source="import:x", text='[method]\nrepeats = "x"\n')
+    assert bad_method.suite is None and bad_method.unloaded(Part.SUITE)
+    assert "[method]" in (bad_method.unloaded(Part.METHOD) or "")
+    assert bad_method.unloaded(Part.FINDINGS) is None
+    bad_finding = StoredSuite(name="t", source="import:x", text="[[finding]]\nid = 1\n")
+    assert bad_finding.unloaded(Part.METHOD) is None and bad_finding.unloaded(Part.FINDINGS)
+    assert bad_finding.findings == ()
