@@ -137,9 +137,10 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
             pve: PveHost | None = None) -> PreparedRun:
     """``suite`` prepared to run on this host; ``accel`` and ``seed`` override its [method]
     accel and seed; on ``pve`` (a Proxmox VE host) a suite that chooses no platform measures
-    Proxmox's graph. Reads the VM file a suite names and asks which targets this host can
+    Proxmox's graph. Reads the VM file a suite names unless it is read (``Matrix.vm_unread``:
+    ``for_command_line`` and a stored run have read it) and asks which targets this host can
     provide; creates nothing."""
-    suite, host_notes = on_host(resolve_vm(suite), pve)
+    suite, host_notes = on_host(resolve_vm(suite) if suite.matrix.vm_unread else suite, pve)
     targets = plan_targets(suite)
     full = expand(suite, qemu=qemu_version()).without_targets({t.name: str(t.problem) for t in targets
                                           if t.problem is not None and not t.required})
@@ -155,7 +156,7 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
 def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = None,
                      target: Path | None = None) -> Suite:
     """``suite`` as the command line changes it: the VM its [matrix] from_vm names read
-    (``resolve_vm``; ``prepare`` then finds it read), its [target] storage = "ID" resolved from
+    (``resolve_vm``; ``prepare`` then finds it read, ``Matrix.vm_unread``), its [target] storage = "ID" resolved from
     ``storage_cfg`` (Proxmox VE's storage.cfg: its text and its directory, /etc/pve), then
     ``target`` (``--target``) as its one directory target; SuiteError for what cannot be."""
     suite = resolve_vm(suite)

@@ -143,6 +143,13 @@ class Matrix(Frozen):
                 raise ValueError(f"{given[0]} goes with from_vm (the VM definition it reads)")
         return self
 
+    @property
+    def vm_unread(self) -> bool:
+        """``from_vm`` names a VM whose disk is not yet read into ``reference``
+        (``translate.fromvm.resolve_vm`` reads it, once: a suite the command line changed,
+        or a stored one, has it read)."""
+        return self.from_vm is not None and self.reference is None
+
 
 class Part(Matrix):
     """An extra part of a suite: its own mode and matrix, the suite's target and workloads."""

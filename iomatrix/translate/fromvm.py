@@ -38,7 +38,7 @@ def resolve_vm(suite: Suite) -> Suite:
     """``suite`` with ``[matrix] from_vm`` read and its disk as ``[matrix] reference``;
     unchanged when it names no VM or its reference is already resolved (a stored suite)."""
     matrix = suite.matrix
-    if matrix.from_vm is None or matrix.reference is not None:
+    if not matrix.vm_unread:
         return suite
     where = f"{suite.source_path}: [matrix] from_vm = {matrix.from_vm!r}"
     text = _read_vm_file(suite, matrix.from_vm, "from_vm")
