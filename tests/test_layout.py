@@ -129,6 +129,7 @@ def test_no_module_over_its_size():
     assert big == {}
 
 
+@pytest.mark.slow
 def test_no_function_over_its_size():
     long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
             for name, (_, tree) in _trees().items() for node in ast.walk(tree)
@@ -157,6 +158,7 @@ def _loose_names(tree: ast.Module) -> set[str]:
     return {name for name in loose if not name.startswith("_")}
 
 
+@pytest.mark.slow
 def test_no_loose_dict_crosses_a_package():
     """A function or class another package imports takes and gives typed records, not a
     ``dict[str, Any]`` (issue 32): data crossing a boundary says what it holds."""
@@ -171,6 +173,7 @@ def test_no_loose_dict_crosses_a_package():
     assert crossing == []
 
 
+@pytest.mark.slow
 def test_target_kinds_are_asked_not_typed():
     """Outside ``targets/`` nothing asks which kind a target is (``isinstance`` on a class of
     ``targets/``): the registry and the kind's interface answer (issue 32)."""
