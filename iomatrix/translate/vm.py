@@ -16,7 +16,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform.values import DiskValues
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
-from iomatrix.vocab.axes import CONTROLLERS
+from iomatrix.vocab.axes import AXIS_VALUES, CONTROLLERS
 from iomatrix.vocab.words import Mode
 
 
@@ -93,8 +93,10 @@ def _config(values: DiskValues, notes: list[str], *,
     no aio (a [target] rbd pool measures it: ``iomatrix.targets.rbd``)."""
     if values.controller not in CONTROLLERS or (values.aio is None and not librbd):
         return None
-    config = Configuration(mode=Mode.GUEST, preallocation="off",
-                           **{k: v for k, v in values.as_dict().items() if v is not None})
+    given = {k: v for k, v in values.as_dict().items() if v is not None}
+    if any(isinstance(v, str) and v not in AXIS_VALUES.get(k, (v,)) for k, v in given.items()):
+        return None          # a level iomatrix does not model: the platform's notes say which
+    config = Configuration(mode=Mode.GUEST, preallocation="off", **given)
     reason = invalid_reason(config)
     if reason is not None:
         notes.append(f"refused by QEMU 7.2 or iomatrix, so not measurable as is: {reason}")

@@ -24,6 +24,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.report.data import build_report_data
 from iomatrix.store import Store
 from iomatrix.suite import Workload, expand, load_suite, load_suite_text
+from iomatrix.suite.spec import RunSpec
 from iomatrix.targets import loops
 from iomatrix.targets.targets import plan_targets
 from iomatrix.testing.synthetic import write_run
@@ -107,7 +108,9 @@ def test_every_configuration_is_measured_on_every_target_each_with_its_baseline(
                     f'directory = "{tmp_path}"\nfilesystem = "btrfs"\n[scale.q.target]\n'
                     f'size = "4MiB"\n')
     scaled = load_suite(text, scale="q")
-    again = load_suite_text(scaled.source_text)
+    assert scaled.source_text == text.read_text()         # the user's text, as written
+    stored = RunSpec.from_json(RunSpec.of(scaled).to_json())
+    again = stored.suite(text=scaled.source_text, source="stored")
     assert [(t.name, t.filesystem, t.size) for t in again.named_targets] == [("b", "btrfs", 4 << 20)]
 
 
