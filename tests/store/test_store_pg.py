@@ -31,6 +31,7 @@ WRITER = """
 import os, socket, sys, time
 from pathlib import Path
 host = sys.argv[3]
+Path(sys.argv[2] + "." + str(os.getpid()) + ".started").write_text("")
 if host:                                # another host, as far as iomatrix can tell
     socket.gethostname = lambda: host
 sys.path.insert(0, {root!r})
@@ -65,9 +66,17 @@ def writer(tmp_path: Path, url: str, name: str, host: str, trials: int,
            hold: bool = False) -> subprocess.Popen[str]:
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(root=str(ROOT)))
-    return subprocess.Popen([sys.executable, str(script), url, str(tmp_path / name), host,
-                             str(trials), "hold" if hold else "end"], text=True,
-                            stdout=subprocess.PIPE)
+    # stderr in a file of its own, named in start()'s message: a writer reaped by someone else
+    # reads as exit 0 to Popen (ECHILD), which hid why one ended early once in Debian 13
+    with open(tmp_path / f"{name}.{host or 'here'}.{time.monotonic_ns()}.err", "w") as err:
+        return subprocess.Popen([sys.executable, str(script), url, str(tmp_path / name), host,
+                                 str(trials), "hold" if hold else "end"], text=True,
+                                stdout=subprocess.PIPE, stderr=err)
+
+
+def _what_writers_said(directory: Path) -> dict[str, str]:
+    """The end of each writer's stderr."""
+    return {f.name: f.read_text(errors="replace")[-800:] for f in sorted(directory.glob("*.err"))}
 
 
 def start(flag: Path, procs: list[subprocess.Popen[str]], timeout: float = 60) -> None:
@@ -78,7 +87,8 @@ def start(flag: Path, procs: list[subprocess.Popen[str]], timeout: float = 60) -
         # (Popen reads returncode 0 when waitpid says ECHILD); seen once in Debian 13
         assert all(p.poll() is None for p in procs), (
             f"a writer died early: exit {[p.returncode for p in procs]}, pids "
-            f"{[p.pid for p in procs]}, files {sorted(f.name for f in flag.parent.iterdir())}")
+            f"{[p.pid for p in procs]}, files {sorted(f.name for f in flag.parent.iterdir())}, "
+            f"stderr {_what_writers_said(flag.parent)}")
         assert time.monotonic() < deadline, "the writers never got ready"
         time.sleep(0.02)
     flag.write_text("")
