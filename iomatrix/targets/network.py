@@ -7,13 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from iomatrix.core.proc import which
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.target import KIND_KEYS, Target
 from iomatrix.targets.registry import KINDS
 
 
+def on_proxmox_host() -> bool:
+    """This host is a Proxmox VE node: ``pvesm`` (Proxmox's storage layer) is on PATH."""
+    return which("pvesm") is not None
+
+
 def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: Path, *,
-                    mounted: Callable[[Path], bool] | None = None) -> Target:
+                    mounted: Callable[[Path], bool] | None = None,
+                    pve_host: bool | None = None) -> Target:
     """A ``[target] storage = "ID"`` (``"ID:lunN"`` for a LUN) as the [target] it names in
     ``storages`` (a parsed storage.cfg in ``pve_dir``, /etc/pve on Proxmox VE), where Proxmox VE
     itself would put a VM's disks: by the kind whose ``TargetKind.storage_types`` has the
@@ -22,7 +29,8 @@ def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: P
     and the LUN named as Proxmox VE names its volumes (LUN 0 when none is:
     ``iscsi.lun_of_storage``); dir/nfs/cifs → ``directory``, the storage's images directory
     (``workspace.directory_of_storage``). Any other target is returned as it is. ``ValueError``
-    says what cannot be measured."""
+    says what cannot be measured. ``pve_host``: this host is a Proxmox VE node (None: asked,
+    ``on_proxmox_host``)."""
     if target.storage is None:
         return target
     ident, _, volume = target.storage.partition(":")

@@ -25,7 +25,16 @@ class Storage(Frozen):
     type: str
     path: str | None = None
     vgname: str | None = None
+    thinpool: str | None = None
+    """lvmthin: the thin pool LV in ``vgname`` (LvmThinPlugin.pm; the installer's is "data")."""
     pool: str | None = None
+    blocksize: str | None = None
+    """zfspool: the zvols' volblocksize (ZFSPoolPlugin.pm ``zfs create -b``); None: ZFS's own
+    default (16k since OpenZFS 2.2)."""
+    sparse: bool = False
+    """zfspool: thin-provisioned zvols (``zfs create -s``)."""
+    disable: bool = False
+    """``disable 1``: Proxmox VE neither activates nor allocates on it."""
     krbd: bool = False
     nocow: bool = False
     monhost: str | None = None
@@ -62,14 +71,15 @@ class Storage(Frozen):
 
 DEFAULT_STORAGES = {
     "local": Storage(id="local", type="dir", path="/var/lib/vz"),
-    "local-lvm": Storage(id="local-lvm", type="lvmthin", vgname="pve"),
+    "local-lvm": Storage(id="local-lvm", type="lvmthin", vgname="pve", thinpool="data"),
     "local-zfs": Storage(id="local-zfs", type="zfspool", pool="rpool/data"),
 }
 """What a fresh Proxmox VE installation's storage.cfg defines (ext4/xfs: local + local-lvm;
 ZFS: local + local-zfs)."""
-_CFG_TEXT = ("path", "vgname", "pool", "monhost", "username", "namespace", "fsid", "portal",
+_CFG_TEXT = ("path", "vgname", "thinpool", "pool", "blocksize", "monhost", "username", "namespace", "fsid", "portal",
              "target")
-_CFG_FLAGS = {"krbd": "krbd", "nocow": "nocow", "snapshot-as-volume-chain": "volume_chain"}
+_CFG_FLAGS = {"krbd": "krbd", "nocow": "nocow", "snapshot-as-volume-chain": "volume_chain",
+              "sparse": "sparse", "disable": "disable"}
 
 
 def parse_storage_cfg(text: str) -> dict[str, Storage]:
