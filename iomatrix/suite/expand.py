@@ -361,7 +361,8 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
         axis_values[CONFIG_AXES.index("vms")] = matrix.vms or (suite.method.vms,)
         axis_values[CONFIG_AXES.index("guest")] = (
             matrix.guest or ((suite.guest.label,) if suite.guest is not None else (None,)))
-    if suite.target.network is not None and "aio" in used:
+    table = suite.target.network
+    if table is not None and not table.local_volumes and "aio" in used:
         # QEMU's rbd driver has no aio option: one configuration, not one per aio value
         axis_values[CONFIG_AXES.index("aio")] = (None,)
         note = (f"{where} aio is not evaluated on {suite.target.kind}: QEMU's {suite.target.kind} "

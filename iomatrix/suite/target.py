@@ -17,38 +17,12 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import TARGET_NAME, Size, WorkingSet, as_tuple
+from iomatrix.suite.kindtable import KindTable
+from iomatrix.suite.volumes import LvmTarget, LvmThinTarget
 
 _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 """What a target path may not hold: fio reads its job file line by line and expands ``$``
 (``${VAR}``, ``$ncpus``); ``\\`` is its escape character (iomatrix escapes ``:`` as ``\\:``)."""
-
-
-class KindTable(Frozen):
-    """The table of a [target] key that names a kind of storage with keys of its own (``rbd``,
-    ``iscsi``): what ``Target`` checks of every such table alike."""
-
-    needs_size: ClassVar[bool] = False
-    """iomatrix makes images of [target] size there (a LUN's size is its own)."""
-    destroys: ClassVar[bool] = False
-    """What is there is written to and destroyed: ``allow_destroy`` must say so."""
-    whole_device: ClassVar[bool] = False
-    """Measured as one whole device (as ``[target] device`` is), not as images made there."""
-
-    @property
-    def location(self) -> str:
-        """Where the storage is, as the user would name it."""
-        return type(self).__name__
-
-    @property
-    def named(self) -> str:
-        """The storage as a refusal names it."""
-        return self.location
-
-    @property
-    def storage_kind(self) -> str | None:
-        """What Proxmox VE's rules for aio see it as (``platform.proxmox.Storage.kind``:
-        ``iomatrix recommend``); None: other storage."""
-        return None
 
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -225,7 +199,8 @@ def split_portal(value: str) -> tuple[str, int]:
     return host, port
 
 
-TABLES: dict[str, type[KindTable]] = {"rbd": RbdTarget, "iscsi": IscsiTarget}
+TABLES: dict[str, type[KindTable]] = {"rbd": RbdTarget, "iscsi": IscsiTarget, "lvm": LvmTarget,
+                                      "lvmthin": LvmThinTarget}
 """[target] key → the table of a kind of storage with keys of its own, each a ``Target`` field
 of that name (the kind itself, what a run does with it: ``iomatrix.targets.registry``)."""
 NETWORK_KINDS = tuple(TABLES)
@@ -289,6 +264,12 @@ class Target(Frozen):
     iscsi: IscsiTarget | None = None
     """[target.iscsi]: an iSCSI LUN, written to and destroyed like a device
     (``iomatrix.targets.iscsi``)."""
+    lvm: LvmTarget | None = None
+    """An LVM volume group (``[target] lvm = { vg = "pve" }``): iomatrix makes thick volumes
+    of its own there and removes them (``LvmTarget``)."""
+    lvmthin: LvmThinTarget | None = None
+    """An LVM-thin pool (``[target] lvmthin = { vg = "pve", pool = "data" }``): iomatrix makes
+    thin volumes of its own there and removes them (``LvmThinTarget``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""

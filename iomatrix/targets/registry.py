@@ -11,6 +11,7 @@ from iomatrix.core.trust import Author
 from iomatrix.suite.target import Target
 from iomatrix.targets.iscsi import IscsiKind
 from iomatrix.targets.kind import HostCheck, OpenTarget, Probe, Resource, TargetKind
+from iomatrix.targets.lvm import LvmKind
 from iomatrix.targets.rbd import RbdKind
 from iomatrix.targets.targets import TargetPlan, TargetSet
 from iomatrix.targets.workspace import LocalKind
@@ -19,6 +20,7 @@ KINDS: dict[str, TargetKind] = {key: kind for kind in (
     LocalKind(),
     RbdKind(),
     IscsiKind(),
+    LvmKind(),
 ) for key in kind.keys}
 """[target] key → its kind. ``storage`` (a Proxmox VE storage id) is none: it is resolved into
 one of these before a run (``iomatrix.targets.network.resolve_storage``)."""

@@ -16,6 +16,7 @@ from iomatrix.suite.target import IscsiTarget
 from iomatrix.targets import iscsi
 from iomatrix.targets.iscsi import IscsiLun
 from iomatrix.targets.kind import NetworkVolume, Probe
+from iomatrix.targets.lvm import KIND as LVM_VOLUME
 from iomatrix.targets.rbd import KIND as RBD_IMAGE, RbdPool
 from iomatrix.targets.targets import TargetSet, plan_targets
 from iomatrix.targets.workspace import Workspace
@@ -72,8 +73,9 @@ def test_host_fields_name_the_storage_as_given() -> None:
 
 
 def test_what_a_kind_records_is_reclaimed_by_its_name() -> None:
-    assert set(registry.RESOURCES) == {RBD_IMAGE}
+    assert set(registry.RESOURCES) == {RBD_IMAGE, LVM_VOLUME}
     assert RECLAIM_NAMES[RBD_IMAGE] == "RBD image"
+    assert RECLAIM_NAMES[LVM_VOLUME] == "LVM volume"
 
 
 def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
@@ -89,8 +91,8 @@ def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
     checks = registry.host_checks(Probe(which=which, run=run, sysfs=tmp_path))
     assert [c.name for c in checks] == [
         "fio rbd engine", "rbd command", "kernel rbd (krbd)",
-        "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)"]
-    assert asked == ["fio", "rbd", "tgtd"]
+        "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)", "LVM tools (lvm, lvmthin)"]
+    assert asked == ["fio", "rbd", "tgtd", "lvcreate", "lvremove", "lvs", "vgs"]
     assert not any(c.ok for c in checks)
 
 

@@ -1,0 +1,90 @@
+"""[target] tables of storage where iomatrix makes block volumes of its own on this host (each a
+key of ``iomatrix.suite.target.TABLES``; what a run does with them: ``iomatrix.targets.volumes``
+and a module per kind): an LVM volume group (``lvm``), an LVM-thin pool (``lvmthin``). Only what
+the user writes, checked: every name here reaches a root program (``lvcreate``), so it is held
+to the tool's own rules and nothing it could read as an option or syntax."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar
+
+from pydantic import AfterValidator
+
+from iomatrix.suite.kindtable import KindTable
+
+_LVM_NAME = re.compile(r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$")
+"""A volume group or logical volume name as LVM accepts it (lvm(8) "VALID NAMES"): letters,
+digits and ``+ _ . -``, at most 127 characters, never a leading ``-``."""
+_LV_RESERVED = ("_cdata", "_cmeta", "_corig", "_iorig", "_mimage", "_mlog", "_pmspare",
+                "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_vorigin", "_wcorig")
+"""Parts LVM keeps for its own hidden volumes: not in a logical volume's name (lvm(8))."""
+
+
+def _vg_name(value: str) -> str:
+    if not _LVM_NAME.match(value) or value in (".", ".."):
+        raise ValueError(f"{value[:60]!r} is not an LVM volume group name (letters, digits, "
+                         "+ _ . -, at most 127, not beginning with '-')")
+    return value
+
+
+def _lv_name(value: str) -> str:
+    _vg_name(value)
+    if value.startswith(("snapshot", "pvmove")) or any(r in value for r in _LV_RESERVED):
+        raise ValueError(f"{value[:60]!r} is a name LVM keeps for its own volumes")
+    return value
+
+
+VgName = Annotated[str, AfterValidator(_vg_name)]
+"""An LVM volume group name (``_vg_name``)."""
+LvName = Annotated[str, AfterValidator(_lv_name)]
+"""An LVM logical volume name (``_lv_name``): a thin pool's."""
+
+
+class LvmTarget(KindTable):
+    """``[target] lvm = { vg = "pve" }``: a volume group where iomatrix makes a thick logical
+    volume of [target] size per image (``iomatrix-<run>-…``), as Proxmox VE's ``lvm`` storage
+    puts a VM's disk, and removes it at the end (``iomatrix.targets.lvm``). Raw only."""
+
+    needs_size: ClassVar[bool] = True
+    """iomatrix makes volumes there: [target] size says how big."""
+    local_volumes: ClassVar[bool] = True
+
+    vg: VgName
+    """The volume group the volumes are made in (Proxmox VE's ``vgname``)."""
+
+    @property
+    def location(self) -> str:
+        return f"LVM volume group {self.vg}"
+
+    @property
+    def storage_kind(self) -> str:
+        """Proxmox VE's ``lvm`` storage type."""
+        return "lvm"
+
+
+class LvmThinTarget(KindTable):
+    """``[target] lvmthin = { vg = "pve", pool = "data" }``: an LVM-thin pool where iomatrix
+    makes a thin volume of [target] size per image (``iomatrix-<run>-…``), as Proxmox VE's
+    ``lvmthin`` storage (``local-lvm``) puts a VM's disk, and removes it at the end. The run is
+    refused when the pool's data or metadata use would pass a safe bound with its volumes
+    written fully (``iomatrix.targets.lvm``)."""
+
+    needs_size: ClassVar[bool] = True
+    """iomatrix makes volumes there: [target] size says how big."""
+    local_volumes: ClassVar[bool] = True
+
+    vg: VgName
+    """The volume group holding the thin pool (Proxmox VE's ``vgname``)."""
+    pool: LvName
+    """The thin pool's logical volume (Proxmox VE's ``thinpool``: ``data`` for a fresh
+    install's ``local-lvm``)."""
+
+    @property
+    def location(self) -> str:
+        return f"LVM-thin pool {self.vg}/{self.pool}"
+
+    @property
+    def storage_kind(self) -> str:
+        """Proxmox VE's ``lvmthin`` storage type."""
+        return "lvmthin"
