@@ -55,7 +55,7 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
     top = daemon_graph(config, image.path, is_device=image.is_device,
                        size=image.size if image.is_device else None, platform=platform,
                        pve_version=pve_version, libvirt=libvirt,
-                       network=image.network).export_node
+                       network=image.network, backing=image.backing).export_node
     common = f"id=exp0,node-name={top},writable=on,writethrough={export_writethrough(config)}"
     if config.iothread:
         mountpoint = qemu_escape(str(workdir / "fuse.img"))
@@ -200,7 +200,8 @@ class BlocklayerDriver(Driver):
                                                  pve_version=self.method.pve_version,
                                                  libvirt=self.libvirt,
                                                  is_device=image.is_device,
-                                                 network=image.network and image.network.protocol)
+                                                 network=image.network and image.network.protocol,
+                                                 backing=len(image.backing))
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
                                         self.method.engine, expected, qemu=from_qmp(version))
         finally:

@@ -44,8 +44,8 @@ from typing import Any, NamedTuple
 
 from iomatrix.core.model import Frozen, on_off
 from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
-                                        PlatformDefault, StorageGraph, default, disk_kind,
-                                        image_notes)
+                                        PlatformDefault, StorageGraph, backing_node, default,
+                                        disk_kind, image_notes)
 
 TITLE = "QEMU 7.2"
 PLACEHOLDER_IMAGE = "disk"
@@ -167,7 +167,8 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
     storage its driver, rbd, with no aio) and the format node above it, with explicit node
     names. Both carry the cache flags: QEMU reports them per node, and an explicitly defined
     child does not inherit them; likewise a discard mode, when the configuration names one (each
-    node drops or passes down discard requests by its own)."""
+    node drops or passes down discard requests by its own). A qcow2 image's backing chain comes
+    first (:func:`_backing_nodes`), the format node's ``backing`` naming its top."""
     flags = cache_flags(settings)
     cache = {"direct": flags.direct, "no-flush": flags.no_flush}
     file_node: dict[str, Any] = {
@@ -190,7 +191,28 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
         format_node["size"] = image.size
     if settings.discard is not None:
         file_node["discard"] = format_node["discard"] = settings.discard
-    return [file_node, format_node]
+    chain = _backing_nodes(file_node, format_node, image)
+    if chain:
+        format_node["backing"] = backing_node(1)[0]
+    return [*chain, file_node, format_node]
+
+
+def _backing_nodes(file_node: dict[str, Any], format_node: dict[str, Any],
+                   image: DiskImage) -> list[dict[str, Any]]:
+    """The image's backing chain (``DiskImage.backing``), deepest first so each is defined
+    before the node above names it: per image a protocol node like the top's (aio, cache,
+    discard) and a qcow2 node over it, both read-only, as QEMU opens a backing file itself;
+    the deepest has ``backing: null`` (whatever its header says is never opened)."""
+    nodes: list[dict[str, Any]] = []
+    for depth in range(len(image.backing), 0, -1):
+        fmt_name, file_name = backing_node(depth)
+        below = backing_node(depth + 1)[0] if depth < len(image.backing) else None
+        nodes += [file_node | {"filename": image.backing[depth - 1], "node-name": file_name,
+                               "read-only": True},
+                  {k: v for k, v in format_node.items() if k != "size"} | {
+                      "driver": "qcow2", "file": file_name, "node-name": fmt_name,
+                      "read-only": True, "backing": below}]
+    return nodes
 
 
 def _blockdevs(settings: DiskSettings, image: DiskImage) -> list[str]:

@@ -45,6 +45,16 @@ class DiskImage(Frozen):
     is_device: bool = False
     size: int | None = None
     network: NetworkNode | None = None
+    backing: tuple[str, ...] = ()
+    """A qcow2 image's backing chain, nearest first (each a qcow2 on a device or file like
+    ``path``: Proxmox VE 9's snapshots as a volume chain on LVM), which the graph opens as
+    nodes of its own (``backing_node``), never by the names the images' headers hold."""
+
+
+def backing_node(depth: int) -> tuple[str, str]:
+    """The (format, protocol) node names of the ``depth``-th backing image of a disk's graph
+    (1: the top image's backing), as iomatrix names them and reads them back by role."""
+    return f"backing{depth}", f"backing{depth}-file"
 
 
 class StorageGraph(Frozen):

@@ -143,7 +143,8 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
             "--monitor", "chardev=qmp0"]
     graph = daemon_graph(config, image.path, is_device=image.is_device,
                          size=image.size if image.is_device else None, platform=platform,
-                         pve_version=pve_version, libvirt=libvirt, network=image.network)
+                         pve_version=pve_version, libvirt=libvirt, network=image.network,
+                         backing=image.backing)
     for obj in graph.objects:
         argv += ["--object", obj]
     for node in graph.blockdevs:
@@ -166,18 +167,21 @@ def vhost_num_queues(config: Configuration, vcpus: int) -> int:
 def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Platform = "qemu",
                             pve_version: PveVersion | None = None,
                             libvirt: lv.Versions | None = None,
-                            is_device: bool = False, network: str | None = None) -> dict[str, str]:
+                            is_device: bool = False, network: str | None = None,
+                            backing: int = 0) -> dict[str, str]:
     """What :func:`read_guest_settings` must report for a guest started from
     :func:`guest_argv` with ``vcpus`` vCPUs (QEMU's default queue count is the vCPU count) on
     ``platform`` (libvirt: at ``libvirt``; ``is_device``: the image is a block device;
-    ``network``: the protocol driver, rbd, that must have opened it)."""
+    ``network``: the protocol driver, rbd, that must have opened it; ``backing``: the length
+    of the image's backing chain)."""
     kind = disk_kind(config)
     flags = cache_flags(config)
     shape = PLATFORMS[platform].graph_shape(config, platform_version(pve_version, libvirt),
                                             is_device=is_device)
     out: dict[str, str] = {}
     if kind != "vhost-user-blk":
-        out.update(expected_node_flags(config, format_node=shape.format_node, network=network))
+        out.update(expected_node_flags(config, format_node=shape.format_node, network=network,
+                                       backing=backing))
         roles = {"protocol": FILE_NODE, "format": FORMAT_NODE, "throttle": THROTTLE_NODE}
         # read_guest_settings reports a node's detect-zeroes only where it is on
         out |= {f"{roles[role]}.detect-zeroes": value
@@ -390,7 +394,8 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
     """The disk's arguments as ``platform`` generates them for the configuration's settings
     (Proxmox VE: the drive line a user would write, with the image as an absolute path)."""
     disk = DiskImage(path=str(image.path), is_device=image.is_device,
-                     size=image.size if image.is_device else None, network=image.network)
+                     size=image.size if image.is_device else None, network=image.network,
+                     backing=tuple(str(path) for path in image.backing))
     try:
         return PLATFORMS[platform].guest_disk_argv(config, disk,
                                                    platform_version(pve_version, libvirt))
@@ -412,11 +417,13 @@ def _system(name: object) -> bool:
 
 def _node_settings(flat: dict[str, str]) -> dict[str, str]:
     """The node keys :func:`iomatrix.qemu.blockdev.expected_node_flags` gives: every node's
-    cache.direct and cache.no-flush, the format node's driver, and the protocol node's where it
-    is network storage's (rbd)."""
+    cache.direct and cache.no-flush, the format node's driver and backing depth, a backing
+    chain's format drivers, and the protocol node's where it is network storage's (rbd)."""
     return {key: value for key, value in flat.items()
             if key.endswith((".cache.direct", ".cache.no-flush"))
-            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver")
+            or key in (f"{FORMAT_NODE}.driver", f"{THROTTLE_NODE}.driver",
+                       f"{FORMAT_NODE}.backing-depth")
+            or (key.startswith("backing") and key.endswith(".driver") and "-file" not in key)
             or (key == f"{FILE_NODE}.driver" and value not in ("file", "host_device"))}
 
 

@@ -86,7 +86,8 @@ async def _connect(client: QMPClient, socket: Path, timeout: float) -> None:
 
 def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """``query-named-block-nodes`` → ``<node>.driver`` / ``<node>.cache.direct`` /
-    ``<node>.cache.no-flush`` / ``<node>.cache.writeback`` strings, per node."""
+    ``<node>.cache.no-flush`` / ``<node>.cache.writeback`` strings, per node, and
+    ``<node>.backing-depth`` where a node has a backing chain."""
     out: dict[str, str] = {}
     for node in nodes:
         name = node.get("node-name")
@@ -95,4 +96,6 @@ def flatten_block_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         out[f"{name}.driver"] = str(node.get("drv"))
         for key, value in (node.get("cache") or {}).items():
             out[f"{name}.cache.{key}"] = qemu_bool(value)
+        if node.get("backing_file_depth"):
+            out[f"{name}.backing-depth"] = str(node["backing_file_depth"])
     return out

@@ -83,6 +83,10 @@ class Image(Frozen):
     is_device: bool = False
     network: NetworkVolume | None = None
     """How QEMU and fio reach a volume on network storage (``iomatrix.targets.remote``)."""
+    backing: tuple[Path, ...] = ()
+    """A qcow2 image's backing chain, nearest first, each a device or file the kind made
+    (Proxmox VE 9's snapshots as a volume chain: ``[target] lvm`` ``volume_chain``); the graph
+    opens each as nodes of its own (``iomatrix.platform.settings.DiskImage.backing``)."""
 
 
 class HostCheck(Frozen):

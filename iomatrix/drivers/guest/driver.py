@@ -240,7 +240,8 @@ class GuestDriver(Driver):
                                            pve_version=self.method.pve_version,
                                            libvirt=self.libvirt,
                                            is_device=image.is_device and self.sliced_devices,
-                                           network=image.network and image.network.protocol)
+                                           network=image.network and image.network.protocol,
+                                           backing=len(image.backing))
             if guest.daemon_qmp is not None:
                 seen |= {f"daemon.{k}": v for k, v in read_daemon_settings(guest.daemon_qmp).items()}
                 want |= {f"daemon.{k}": v for k, v in expected_daemon_settings(config).items()}

@@ -74,6 +74,9 @@ def _local(image: DiskImage) -> None:
     if image.network is not None:
         raise ValueError(f"libvirt's graph for a {image.network.protocol} volume is not "
                          "modelled: measure it with platform qemu or proxmox")
+    if image.backing:
+        raise ValueError("libvirt's graph for a qcow2 backing chain (<backingStore>) is not "
+                         "modelled: measure it with platform qemu or proxmox")
 
 
 def storage_graph(settings: DiskSettings, image: DiskImage,

@@ -16,10 +16,13 @@ from iomatrix.platform.proxmox.rules import (aio_option, detect_zeroes_option, t
 from iomatrix.platform.proxmox.storage import Volume
 
 
-def node_name(kind: Literal["file", "fmt"], drive_id: str, volid: str) -> str:
+def node_name(kind: Literal["file", "fmt"], drive_id: str, volid: str,
+              snap: str | None = None) -> str:
     """Blockdev.pm get_node_name: ``e`` (file) or ``f`` (format) and the first 30 hex digits of
-    sha256("drive=<id>,volid=<volid>")."""
-    digest = hashlib.sha256(f"drive={drive_id},volid={volid}".encode()).hexdigest()[:30]
+    sha256("drive=<id>,volid=<volid>"), with ``snap=<snap>,`` before the volid for a snapshot's
+    node in a backing chain."""
+    info = f"drive={drive_id}," + (f"snap={snap}," if snap is not None else "") + f"volid={volid}"
+    digest = hashlib.sha256(info.encode()).hexdigest()[:30]
     return ("e" if kind == "file" else "f") + digest
 
 
@@ -105,7 +108,24 @@ def drive_blockdev(drive: Drive, volume: Volume, direct: bool, aio: str,
         fmt["size"] = size
     if volume.volume_chain:
         fmt["discard-no-unref"] = True
+    fmt |= _backing(drive, volume, fmt)
     if drive.flag("scsiblock"):
         return fmt | {"node-name": f"drive-{drive.key}"}
     return {"driver": "throttle", "node-name": f"drive-{drive.key}",
             "throttle-group": f"throttle-drive-{drive.key}", "file": fmt} | common
+
+
+def _backing(drive: Drive, volume: Volume, fmt: dict[str, Any]) -> dict[str, Any]:
+    """Blockdev.pm generate_backing_chain_blockdev: each volume of ``volume.chain`` as the top's
+    layers again (its own file and format nodes, the snapshot's name in their node names), the
+    next one as its ``backing``. iomatrix's snapshots are ``snapN``, ``snap1`` the oldest (the
+    chain's base); an empty dict without a chain."""
+    below: dict[str, Any] = {}
+    for depth in range(len(volume.chain), 0, -1):
+        snap = f"snap{len(volume.chain) - depth + 1}"
+        file_node = fmt["file"] | {"filename": volume.chain[depth - 1],
+                                   "node-name": node_name("file", drive.key, volume.volid, snap)}
+        layer = {k: v for k, v in fmt.items() if k != "size"} | {
+            "node-name": node_name("fmt", drive.key, volume.volid, snap), "file": file_node}
+        below = {"backing": layer | below}
+    return below

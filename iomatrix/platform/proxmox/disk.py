@@ -114,7 +114,7 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
     a user would write for ``settings``, with the image as an absolute path. ValueError for
     what it refuses."""
     drive, scsihw = _drive(settings, disk_kind(settings), image.path, guest=True)
-    volume = _volume(drive, image)
+    volume = _volume(drive, image, version)
     objects = [a for obj in (image.network.objects if image.network else ()) for a in
                ("-object", obj)]
     return objects + list(disk_args(drive, volume, scsihw=scsihw,
@@ -122,9 +122,16 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
                                     escape=True).argv)
 
 
-def _volume(drive: Drive, image: DiskImage) -> Volume:
+def _volume(drive: Drive, image: DiskImage, version: PveVersion | None) -> Volume:
     """The drive's volume: the image's path, or a volume on network storage as qemu-server
-    resolves one on its storage (pve-storage's qemu_blockdev_options and path)."""
+    resolves one on its storage (pve-storage's qemu_blockdev_options and path). A qcow2 with a
+    backing chain is a volume of an LVM storage with ``snapshot-as-volume-chain``: its chain
+    nested under it, ``discard-no-unref`` on its format nodes (PVE 9 only: ValueError on 8)."""
+    if image.backing:
+        if (version or DEFAULT_PVE_VERSION) < 9:
+            raise ValueError("qcow2 volume chains (snapshot-as-volume-chain) are Proxmox VE 9's")
+        return resolve_volume(drive, is_device=image.is_device).model_copy(update={
+            "volume_chain": True, "backing": True, "chain": image.backing})
     if image.network is None:
         return resolve_volume(drive, is_device=image.is_device)
     network = image.network
@@ -138,7 +145,7 @@ def storage_graph(settings: DiskSettings, image: DiskImage,
     """qemu-server's layers (:func:`daemon_graph`): detect-zeroes, discard, and on PVE 9 the
     throttle filter over an empty throttle group, the export on the top node."""
     drive, _ = _drive(settings, DAEMON_BUS, image.path, guest=False)
-    volume = _volume(drive, image)
+    volume = _volume(drive, image, version)
     graph = daemon_graph(drive, volume, version=version or DEFAULT_PVE_VERSION, size=image.size)
     needed = image.network.objects if image.network is not None else ()
     return StorageGraph(objects=needed + graph.objects, blockdevs=(graph.blockdev,),

@@ -134,6 +134,10 @@ class Volume(Frozen):
     backing: bool = False
     """qemu-server gives it the qcow2 backing chain the storage reports (snapshot method
     "mixed": qcow2 on LVM, or on a directory storage keeping snapshots as a volume chain)."""
+    chain: tuple[str, ...] = ()
+    """The backing chain's volumes (their paths), nearest first, where it is known (an image
+    iomatrix made with snapshots: ``[target] lvm`` ``volume_chain``); qemu-server reads it from
+    the storage (volume_snapshot_info) and nests each as the ``backing`` of the one above."""
     notes: tuple[str, ...] = ()
     """What was assumed where the storage's definition does not say."""
 
