@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import TARGET_NAME, Size, WorkingSet, as_tuple
 from iomatrix.suite.kindtable import KindTable
-from iomatrix.suite.volumes import LvmTarget, LvmThinTarget
+from iomatrix.suite.volumes import BtrfsTarget, LvmTarget, LvmThinTarget
 
 _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 """What a target path may not hold: fio reads its job file line by line and expands ``$``
@@ -200,7 +200,8 @@ def split_portal(value: str) -> tuple[str, int]:
 
 
 TABLES: dict[str, type[KindTable]] = {"rbd": RbdTarget, "iscsi": IscsiTarget, "lvm": LvmTarget,
-                                      "lvmthin": LvmThinTarget}
+                                      "lvmthin": LvmThinTarget,
+                                      "btrfs": BtrfsTarget}
 """[target] key → the table of a kind of storage with keys of its own, each a ``Target`` field
 of that name (the kind itself, what a run does with it: ``iomatrix.targets.registry``)."""
 NETWORK_KINDS = tuple(TABLES)
@@ -270,6 +271,9 @@ class Target(Frozen):
     lvmthin: LvmThinTarget | None = None
     """An LVM-thin pool (``[target] lvmthin = { vg = "pve", pool = "data" }``): iomatrix makes
     thin volumes of its own there and removes them (``LvmThinTarget``)."""
+    btrfs: BtrfsTarget | None = None
+    """A directory on btrfs (``[target] btrfs = { path = "/mnt/btrfs" }``): iomatrix makes a
+    subvolume of its own there for the run's images and deletes it (``BtrfsTarget``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""

@@ -1,15 +1,17 @@
-"""[target] tables of storage where iomatrix makes block volumes of its own on this host (each a
-key of ``iomatrix.suite.target.TABLES``; what a run does with them: ``iomatrix.targets.volumes``
-and a module per kind): an LVM volume group (``lvm``), an LVM-thin pool (``lvmthin``). Only what
-the user writes, checked: every name here reaches a root program (``lvcreate``), so it is held
-to the tool's own rules and nothing it could read as an option or syntax."""
+"""[target] tables of storage where iomatrix makes volumes of its own on this host (each a key
+of ``iomatrix.suite.target.TABLES``; what a run does with them: ``iomatrix.targets.volumes``
+and a module per kind): an LVM volume group (``lvm``), an LVM-thin pool (``lvmthin``), a
+directory on btrfs for a subvolume (``btrfs``). Only what the user writes, checked: every name
+here reaches a root program (``lvcreate``), so it is held to the tool's own rules and nothing it
+could read as an option or syntax."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, field_validator
 
 from iomatrix.suite.kindtable import KindTable
 
@@ -88,3 +90,51 @@ class LvmThinTarget(KindTable):
     def storage_kind(self) -> str:
         """Proxmox VE's ``lvmthin`` storage type."""
         return "lvmthin"
+
+
+_UNSAFE_BTRFS_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
+"""What a btrfs path may not hold: the images made there are named in fio's job files, which
+read ``$`` as a variable and ``\\`` as an escape."""
+
+
+class BtrfsTarget(KindTable):
+    """``[target] btrfs = { path = "/mnt/btrfs", nocow = false }``: a directory on a btrfs
+    filesystem, where iomatrix makes one subvolume of its own per run (``iomatrix-…``), its
+    images in it, and deletes it at the end (``iomatrix.targets.btrfs``), as Proxmox VE's
+    ``btrfs`` storage puts each raw disk in a subvolume of its own. The path and every directory
+    above it must be root's (or the user's) and writable by nobody else."""
+
+    needs_size: ClassVar[bool] = True
+    """iomatrix makes images there: [target] size (or working_set = "exceed-ram") says how big."""
+    local_volumes: ClassVar[bool] = True
+    """Files on this host's btrfs: QEMU opens them with its file driver, every aio evaluated."""
+
+    path: Path
+    """An existing directory on btrfs (a Proxmox VE btrfs storage's ``path``/images)."""
+    nocow: bool = False
+    """Proxmox VE's ``nocow 1``: the subvolume gets the No_COW attribute (``chattr +C``) before
+    the images are made, which they inherit: no copy-on-write and no data checksums, and
+    qemu-server then gives cache=none as on other storage."""
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        text = str(value)
+        if not value.is_absolute() or text != text.strip() or _UNSAFE_BTRFS_PATH.search(text):
+            raise ValueError("write the directory's full path (e.g. \"/mnt/btrfs\"), without "
+                             "control characters, '$' or '\\'")
+        return value
+
+    @property
+    def location(self) -> str:
+        return f"btrfs {self.path}" + (" (nocow)" if self.nocow else "")
+
+    @property
+    def named(self) -> str:
+        return f"[target] btrfs {self.path}"
+
+    @property
+    def storage_kind(self) -> str:
+        """Proxmox VE's btrfs storage, "btrfs-nocow" with ``nocow`` (``platform.proxmox``:
+        without it qemu-server gives no cache=none)."""
+        return "btrfs-nocow" if self.nocow else "btrfs"

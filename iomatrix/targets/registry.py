@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from iomatrix.core.trust import Author
 from iomatrix.suite.target import Target
+from iomatrix.targets.btrfs import BtrfsKind
 from iomatrix.targets.iscsi import IscsiKind
 from iomatrix.targets.kind import HostCheck, OpenTarget, Probe, Resource, TargetKind
 from iomatrix.targets.lvm import LvmKind
@@ -21,6 +22,7 @@ KINDS: dict[str, TargetKind] = {key: kind for kind in (
     RbdKind(),
     IscsiKind(),
     LvmKind(),
+    BtrfsKind(),
 ) for key in kind.keys}
 """[target] key → its kind. ``storage`` (a Proxmox VE storage id) is none: it is resolved into
 one of these before a run (``iomatrix.targets.network.resolve_storage``)."""

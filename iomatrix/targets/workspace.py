@@ -193,7 +193,7 @@ class Workspace(OpenTarget):
             directory = level / f"{PREFIX}{secrets.token_hex(4)}"
             marker = self._record("workspace", directory)
             try:
-                private, _ = make_private(fd, level, directory.name, reuse=False, marker=marker)
+                private = self._make_private(fd, level, directory.name, marker)
             except FileExistsError:
                 continue
             except FileNotFoundError as exc:
@@ -204,6 +204,17 @@ class Workspace(OpenTarget):
             self.directory = directory
             return private
         raise TargetError(f"[target] directory {parent}: cannot create a private directory")
+
+    def _make_private(self, fd: int, level: Path, name: str, marker: str | None) -> int:
+        """Make the run's private directory ``name`` in ``level`` (open as ``fd``), marked,
+        exclusively (``FileExistsError`` when the name is taken); its descriptor. A kind whose
+        private directory is something else (a btrfs subvolume: ``iomatrix.targets.btrfs``)
+        makes it here."""
+        return make_private(fd, level, name, reuse=False, marker=marker)[0]
+
+    def _remove_private(self, directory: Path) -> None:
+        """Remove the run's private directory and what it holds (``close``)."""
+        shutil.rmtree(directory, ignore_errors=True)
 
     def _record(self, kind: str, path: Path) -> str | None:
         if self.record is None:
@@ -219,7 +230,7 @@ class Workspace(OpenTarget):
         if self.keep:
             return
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self._remove_private(self.directory)
             self.directory = None
         if self.target.directory is not None:
             _remove_up(Path(os.path.realpath(self.target.directory)))

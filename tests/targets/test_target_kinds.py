@@ -100,7 +100,7 @@ def test_a_proxmox_storage_type_names_one_kind() -> None:
     kinds = list(dict.fromkeys(registry.KINDS.values()))
     types = [t for kind in kinds for t in kind.storage_types]
     assert len(types) == len(set(types))
-    assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect"}
+    assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect", "btrfs"}
     assert [k.keys for k in kinds if k.storage_volumes] == [("iscsi",)]
 
 
