@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import TARGET_NAME, Size, WorkingSet, as_tuple
 from iomatrix.suite.kindtable import KindTable
-from iomatrix.suite.volumes import BtrfsTarget, LvmTarget, LvmThinTarget
+from iomatrix.suite.volumes import BtrfsTarget, LvmTarget, LvmThinTarget, PvesmTarget
 
 _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 """What a target path may not hold: fio reads its job file line by line and expands ``$``
@@ -201,7 +201,7 @@ def split_portal(value: str) -> tuple[str, int]:
 
 TABLES: dict[str, type[KindTable]] = {"rbd": RbdTarget, "iscsi": IscsiTarget, "lvm": LvmTarget,
                                       "lvmthin": LvmThinTarget,
-                                      "btrfs": BtrfsTarget}
+                                      "btrfs": BtrfsTarget, "pvesm": PvesmTarget}
 """[target] key → the table of a kind of storage with keys of its own, each a ``Target`` field
 of that name (the kind itself, what a run does with it: ``iomatrix.targets.registry``)."""
 NETWORK_KINDS = tuple(TABLES)
@@ -274,6 +274,10 @@ class Target(Frozen):
     btrfs: BtrfsTarget | None = None
     """A directory on btrfs (``[target] btrfs = { path = "/mnt/btrfs" }``): iomatrix makes a
     subvolume of its own there for the run's images and deletes it (``BtrfsTarget``)."""
+    pvesm: PvesmTarget | None = None
+    """A Proxmox VE storage through pvesm on a Proxmox VE host (``[target] pvesm = { storage =
+    "local-lvm" }``): iomatrix allocates volumes of its own there and frees them
+    (``PvesmTarget``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""

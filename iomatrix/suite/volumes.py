@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from iomatrix.suite.kindtable import KindTable
 
@@ -138,3 +138,38 @@ class BtrfsTarget(KindTable):
         """Proxmox VE's btrfs storage, "btrfs-nocow" with ``nocow`` (``platform.proxmox``:
         without it qemu-server gives no cache=none)."""
         return "btrfs-nocow" if self.nocow else "btrfs"
+
+
+_STORAGE_ID = r"^[A-Za-z][A-Za-z0-9\-_.]{0,99}$"
+"""A Proxmox VE storage id (pve-storage's ``pve-storage-id`` format): it reaches pvesm's command
+line, so nothing it could read as an option."""
+_STORAGE_TYPE = r"^[a-z][a-z0-9]{0,39}$"
+"""A storage.cfg type (a section header's ``TYPE:``)."""
+
+
+class PvesmTarget(KindTable):
+    """``[target] pvesm = { storage = "local-lvm" }``: a Proxmox VE storage on a Proxmox VE host,
+    where iomatrix allocates a volume of [target] size per image through Proxmox's own storage
+    layer (``pvesm alloc``, ``pvesm path``, ``pvesm free``: a third-party plugin's storage
+    too), owned by a VM id iomatrix reserves (``iomatrix.targets.pvesm``), and frees it at the
+    end. ``[target] storage = "ID"`` resolves to it on a Proxmox VE host."""
+
+    needs_size: ClassVar[bool] = True
+    """iomatrix makes volumes there: [target] size says how big."""
+    local_volumes: ClassVar[bool] = True
+
+    storage: Annotated[str, Field(pattern=_STORAGE_ID)]
+    """The storage's id (``local-lvm``)."""
+    type: Annotated[str | None, Field(pattern=_STORAGE_TYPE)] = None
+    """Its type as storage.cfg says it (``lvmthin``): the rules qemu-server applies to a VM's
+    disks there (aio, cache). Filled in when ``storage = "ID"`` resolves; the run checks it
+    against ``pvesm status``. None: pvesm's answer, other storage to the rules."""
+
+    @property
+    def location(self) -> str:
+        return f"Proxmox VE storage {self.storage}"
+
+    @property
+    def storage_kind(self) -> str | None:
+        """The storage's type as storage.cfg says it."""
+        return self.type

@@ -26,11 +26,12 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
+from iomatrix.platform import proxmox as pve
 from iomatrix.suite.target import Target
 from iomatrix.suite.volumes import LvmTarget, LvmThinTarget
 from iomatrix.targets.kind import HostCheck, Probe
@@ -248,6 +249,21 @@ class LvmKind(VolumeKind):
     keys = ("lvm", "lvmthin")
     tools = ("lvcreate", "lvremove", "lvs", "vgs")
     resource = resource(KIND, "LVM volume", from_connection, ("vg", "pool"))
+    storage_types = ("lvm", "lvmthin")
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        """vgname (and thinpool, "data" when none is named) as LVMPlugin.pm and
+        LvmThinPlugin.pm make a VM's volumes; snapshot-as-volume-chain: ``volume_chain``."""
+        if not storage.vgname:
+            raise ValueError(f"storage {storage.id} ({storage.type}) names no vgname")
+        if storage.type == "lvmthin":
+            return {"lvmthin": {"vg": storage.vgname, "pool": storage.thinpool or "data"}}
+        if storage.volume_chain and "volume_chain" not in LvmTarget.model_fields:
+            raise ValueError(f"storage {storage.id} keeps snapshots as a volume chain (qcow2 on "
+                             "its LVs): not measured by this iomatrix")
+        return {"lvm": {"vg": storage.vgname, **({"volume_chain": True}
+                                                 if storage.volume_chain else {})}}
 
     def backend(self, target: Target) -> Backend:
         if target.lvmthin is not None:

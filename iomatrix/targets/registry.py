@@ -13,6 +13,7 @@ from iomatrix.targets.btrfs import BtrfsKind
 from iomatrix.targets.iscsi import IscsiKind
 from iomatrix.targets.kind import HostCheck, OpenTarget, Probe, Resource, TargetKind
 from iomatrix.targets.lvm import LvmKind
+from iomatrix.targets.pvesm import PvesmKind
 from iomatrix.targets.rbd import RbdKind
 from iomatrix.targets.targets import TargetPlan, TargetSet
 from iomatrix.targets.workspace import LocalKind
@@ -23,6 +24,7 @@ KINDS: dict[str, TargetKind] = {key: kind for kind in (
     IscsiKind(),
     LvmKind(),
     BtrfsKind(),
+    PvesmKind(),
 ) for key in kind.keys}
 """[target] key → its kind. ``storage`` (a Proxmox VE storage id) is none: it is resolved into
 one of these before a run (``iomatrix.targets.network.resolve_storage``)."""

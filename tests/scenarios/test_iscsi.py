@@ -253,8 +253,9 @@ iscsi: lun-kernel
 	portal 192.0.2.30
 	target iqn.2003-01.org.example:kernel
 
-lvm: vg
-	vgname pve
+pbs: vg
+	datastore backups
+	server 192.0.2.40
 """
 
 
@@ -280,7 +281,7 @@ def test_storage_ids_name_targets_as_proxmox_does() -> None:
     assert resolved(cfg, "lun-direct:lun3") == {"iscsi": {
         "portal": "127.0.0.1:3260", "target": "iqn.2026-11.org.iomatrix:test", "lun": 3}}
     assert resolved(cfg, "lun-kernel")["iscsi"]["lun"] == 0   # type: ignore[index]
-    with pytest.raises(ValueError, match="type lvm"):
+    with pytest.raises(ValueError, match="type pbs"):
         resolved(cfg, "vg")
     with pytest.raises(ValueError, match="not in the storage.cfg"):
         resolved(cfg, "nope")
@@ -304,7 +305,7 @@ def test_run_on_an_iscsidirect_storage_id(tmp_path: Path, tgt: Tgt, no_leftovers
     assert run.host["target"] == f"iscsi://{tgt.portal}/{tgt.iqn}/{tgt.lun}"
     path.write_text(path.read_text().replace(f'"lun-direct:lun{tgt.lun}"', '"vg"'))
     bad = cli_result("run", str(path), "--db", "r.db", "--storage-cfg", str(cfg), cwd=tmp_path)
-    assert bad.returncode == ExitStatus.SUITE_INVALID and "type lvm" in bad.stderr
+    assert bad.returncode == ExitStatus.SUITE_INVALID and "type pbs" in bad.stderr
 
 
 def test_the_howto_suite_plans_against_a_real_lun(tmp_path: Path, tgt: Tgt) -> None:

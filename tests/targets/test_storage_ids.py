@@ -4,7 +4,13 @@ LvmThinPlugin.pm, ZFSPoolPlugin.pm, BTRFSPlugin.pm) read, and where it is measur
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from iomatrix.platform import proxmox as pve
+from iomatrix.suite.target import Target
+from iomatrix.targets.network import resolve_storage
 
 CFG = """\
 lvmthin: local-lvm
@@ -55,3 +61,57 @@ def test_storage_cfg_keys_of_lvm_zfs_btrfs() -> None:
     assert not got["local-zfs"].disable
     assert got["butter"].nocow and got["butter"].kind == "btrfs-nocow"
     assert pve.DEFAULT_STORAGES["local-lvm"].thinpool == "data"
+
+
+def resolved(storage: str, cfg: str = CFG, *, pve_host: bool = False) -> dict[str, object]:
+    """``[target] storage = "ID"`` resolved (size kept) → its kind's table as the suite would
+    write it."""
+    target = Target(storage=storage, size="16MiB")
+    out = resolve_storage(target, pve.parse_storage_cfg(cfg), Path("/etc/pve"),
+                          pve_host=pve_host)
+    assert out.size == target.size
+    return out.model_dump(mode="json", exclude_none=True, exclude_defaults=True,
+                          exclude={"size"})
+
+
+def test_lvm_storages_resolve_as_proxmox_allocates_there() -> None:
+    """Elsewhere than a Proxmox VE host: lvmthin → [target] lvmthin (vgname, thinpool; "data"
+    where none is named), lvm → [target] lvm (vgname)."""
+    assert resolved("local-lvm") == {"lvmthin": {"vg": "pve", "pool": "data"}}
+    assert resolved("thin2") == {"lvmthin": {"vg": "vg2", "pool": "data"}}
+    assert resolved("thick") == {"lvm": {"vg": "vg0"}}
+
+
+def test_storages_proxmox_allocates_nothing_on_are_refused() -> None:
+    """A disabled storage and one whose content has no images are refused in one line, on a
+    Proxmox VE host or not, as Proxmox VE would put no VM disk there."""
+    cfg = CFG + "\nlvm: ct\n\tvgname vg9\n\tcontent rootdir\n"
+    for host in (False, True):
+        with pytest.raises(ValueError, match="storage ct does not hold VM disk images"):
+            resolved("ct", cfg, pve_host=host)
+        with pytest.raises(ValueError, match="storage tank is disabled"):
+            resolved("tank", pve_host=host)
+
+
+def test_on_a_proxmox_host_block_storages_go_through_pvesm() -> None:
+    """On a Proxmox VE host lvm, lvmthin, zfspool and a third-party plugin's type resolve to
+    [target] pvesm with the storage's type (qemu-server's rules for it); rbd, iSCSI and
+    directory storages keep their own kinds."""
+    cfg = CFG + ("\ndir: local\n\tpath /var/lib/vz\n\tcontent images\n"
+                 "\nrbd: ceph\n\tmonhost 192.0.2.1\n\tpool vm\n\tcontent images\n"
+                 "\nblockbridge: bb\n\tapi_url https://bb.example\n")
+    assert resolved("local-lvm", cfg, pve_host=True) == {
+        "pvesm": {"storage": "local-lvm", "type": "lvmthin"}}
+    assert resolved("thick", cfg, pve_host=True)["pvesm"] == {"storage": "thick", "type": "lvm"}
+    assert resolved("local-zfs", cfg, pve_host=True)["pvesm"] == {"storage": "local-zfs",
+                                                                  "type": "zfspool"}
+    assert resolved("bb", cfg, pve_host=True)["pvesm"] == {"storage": "bb",
+                                                           "type": "blockbridge"}
+    assert resolved("local", cfg, pve_host=True) == {"directory": "/var/lib/vz/images"}
+    assert "rbd" in resolved("ceph", cfg, pve_host=True)
+    with pytest.raises(ValueError, match="type blockbridge: iomatrix measures"):
+        resolved("bb", cfg)
+    assert Target.model_validate({"pvesm": {"storage": "local-lvm", "type": "lvmthin"},
+                                  "size": "16MiB"}).network.storage_kind == "lvmthin"
+    with pytest.raises(ValueError):
+        Target.model_validate({"pvesm": {"storage": "-rf"}, "size": "16MiB"})

@@ -17,6 +17,7 @@ from iomatrix.targets import iscsi
 from iomatrix.targets.iscsi import IscsiLun
 from iomatrix.targets.kind import NetworkVolume, Probe
 from iomatrix.targets.lvm import KIND as LVM_VOLUME
+from iomatrix.targets.pvesm import KIND as PVESM_VOLUME
 from iomatrix.targets.rbd import KIND as RBD_IMAGE, RbdPool
 from iomatrix.targets.targets import TargetSet, plan_targets
 from iomatrix.targets.workspace import Workspace
@@ -73,9 +74,10 @@ def test_host_fields_name_the_storage_as_given() -> None:
 
 
 def test_what_a_kind_records_is_reclaimed_by_its_name() -> None:
-    assert set(registry.RESOURCES) == {RBD_IMAGE, LVM_VOLUME}
+    assert set(registry.RESOURCES) == {RBD_IMAGE, LVM_VOLUME, PVESM_VOLUME}
     assert RECLAIM_NAMES[RBD_IMAGE] == "RBD image"
     assert RECLAIM_NAMES[LVM_VOLUME] == "LVM volume"
+    assert RECLAIM_NAMES[PVESM_VOLUME] == "Proxmox VE volume"
 
 
 def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
@@ -100,7 +102,8 @@ def test_a_proxmox_storage_type_names_one_kind() -> None:
     kinds = list(dict.fromkeys(registry.KINDS.values()))
     types = [t for kind in kinds for t in kind.storage_types]
     assert len(types) == len(set(types))
-    assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect", "btrfs"}
+    assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect", "btrfs", "lvm",
+                          "lvmthin"}
     assert [k.keys for k in kinds if k.storage_volumes] == [("iscsi",)]
 
 

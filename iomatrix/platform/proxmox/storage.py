@@ -68,6 +68,16 @@ class Storage(Frozen):
             return "btrfs-nocow"
         return self.type
 
+    def allocation_problem(self) -> str | None:
+        """Why Proxmox VE would allocate no VM disk here (disabled; content without
+        ``images``); None: it would."""
+        if self.disable:
+            return f"storage {self.id} is disabled (disable 1): Proxmox VE allocates nothing there"
+        if self.content is not None and "images" not in self.content:
+            return (f"storage {self.id} does not hold VM disk images (content "
+                    f"{','.join(self.content) or 'none'}): Proxmox VE puts no VM disk there")
+        return None
+
 
 DEFAULT_STORAGES = {
     "local": Storage(id="local", type="dir", path="/var/lib/vz"),
