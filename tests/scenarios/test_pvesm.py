@@ -27,10 +27,6 @@ from tests.conftest import PVEVERSION, cli_result, our_processes, standin
 
 STANDINS = Path(__file__).parents[1] / "fixtures" / "standins"
 STORAGE_CFG = """\
-dir: local
-\tpath /var/lib/vz
-\tcontent iso,vztmpl,backup
-
 lvmthin: local-lvm
 \tthinpool data
 \tvgname pve
