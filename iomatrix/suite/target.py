@@ -18,7 +18,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from iomatrix.core.model import Frozen
 from iomatrix.suite.fields import TARGET_NAME, Size, WorkingSet, as_tuple
 from iomatrix.suite.kindtable import KindTable
-from iomatrix.suite.volumes import BtrfsTarget, LvmTarget, LvmThinTarget, PvesmTarget
+from iomatrix.suite.volumes import (BtrfsTarget, LvmTarget, LvmThinTarget, PvesmTarget,
+                                    ZfsTarget)
 
 _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f$\\]")
 """What a target path may not hold: fio reads its job file line by line and expands ``$``
@@ -201,7 +202,8 @@ def split_portal(value: str) -> tuple[str, int]:
 
 TABLES: dict[str, type[KindTable]] = {"rbd": RbdTarget, "iscsi": IscsiTarget, "lvm": LvmTarget,
                                       "lvmthin": LvmThinTarget,
-                                      "btrfs": BtrfsTarget, "pvesm": PvesmTarget}
+                                      "btrfs": BtrfsTarget, "pvesm": PvesmTarget,
+                                      "zfs": ZfsTarget}
 """[target] key → the table of a kind of storage with keys of its own, each a ``Target`` field
 of that name (the kind itself, what a run does with it: ``iomatrix.targets.registry``)."""
 NETWORK_KINDS = tuple(TABLES)
@@ -278,6 +280,9 @@ class Target(Frozen):
     """A Proxmox VE storage through pvesm on a Proxmox VE host (``[target] pvesm = { storage =
     "local-lvm" }``): iomatrix allocates volumes of its own there and frees them
     (``PvesmTarget``)."""
+    zfs: ZfsTarget | None = None
+    """A ZFS dataset (``[target] zfs = { pool = "rpool/data" }``): iomatrix makes zvols of its
+    own there and destroys them (``ZfsTarget``)."""
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""

@@ -1,9 +1,9 @@
 """[target] tables of storage where iomatrix makes volumes of its own on this host (each a key
 of ``iomatrix.suite.target.TABLES``; what a run does with them: ``iomatrix.targets.volumes``
 and a module per kind): an LVM volume group (``lvm``), an LVM-thin pool (``lvmthin``), a
-directory on btrfs for a subvolume (``btrfs``). Only what the user writes, checked: every name
-here reaches a root program (``lvcreate``), so it is held to the tool's own rules and nothing it
-could read as an option or syntax."""
+directory on btrfs for a subvolume (``btrfs``), a ZFS dataset (``zfs``). Only what the user
+writes, checked: every name here reaches a root program (``lvcreate``, ``zfs create``), so it
+is held to the tool's own rules and nothing it could read as an option or syntax."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from iomatrix.suite.kindtable import KindTable
 
@@ -173,3 +173,105 @@ class PvesmTarget(KindTable):
     def storage_kind(self) -> str | None:
         """The storage's type as storage.cfg says it."""
         return self.type
+
+
+_ZFS_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
+_ZFS_DATASET = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,99}}(?:/{_ZFS_COMPONENT}){{0,15}}")
+"""A dataset name as iomatrix accepts it: ZFS's own rules (zfs_namecheck.c) narrowed to
+nothing a tool or QEMU's option syntax reads (no ``@`` snapshot, ``#`` bookmark, ``%``, ``:``
+or blank)."""
+_ZPOOL_RESERVED = re.compile(r"mirror|raidz\d?|draid\d?|spare|log|c\d.*")
+"""Names zpool keeps for vdev types (and Solaris disk names): never a pool's."""
+_VOLBLOCKSIZE = re.compile(r"([1-9][0-9]{0,7})([kKmM]?)")
+VOLBLOCKSIZE_MIN = 512
+VOLBLOCKSIZE_MAX = 1 << 20
+"""The volblocksizes iomatrix gives: ZFS takes 512 to 16M (above 128k with large_blocks), but
+blocks past 1M only make every small write a read-modify-write of the whole block."""
+
+
+def dataset_name(value: str) -> str:
+    """``value`` as a ZFS dataset name iomatrix hands to zfs (``pool`` or ``pool/a/b``), or
+    ValueError: letters, digits, ``_ . -``, components joined by ``/``, the pool's starting with
+    a letter and no other's with ``-`` or ``.``, the pool not a name zpool reserves."""
+    if not isinstance(value, str) or len(value) > 200 or not _ZFS_DATASET.fullmatch(value):
+        raise ValueError(f"{str(value)[:60]!r} is not a ZFS dataset name iomatrix accepts: "
+                         "write pool or pool/dataset (letters, digits, _ . -, the pool "
+                         "starting with a letter), e.g. \"rpool/data\"")
+    if _ZPOOL_RESERVED.fullmatch(value.split("/")[0]):
+        raise ValueError(f"{value[:60]!r} is not a ZFS dataset name iomatrix accepts: "
+                         f"{value.split('/')[0]!r} is a name zpool reserves")
+    return value
+
+
+def volblocksize_bytes(value: str | int) -> int:
+    """The bytes of a volblocksize as a suite writes it (``"16k"``, ``"1M"``, ``"512"``, or a
+    number of bytes): a power of two from 512 bytes to 1 MiB, else ValueError."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    found = _VOLBLOCKSIZE.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        raise ValueError(f"volblocksize {str(value)[:30]!r}: write a power of two with an "
+                         "optional k or M, e.g. \"16k\"")
+    n = int(found.group(1)) << {"": 0, "k": 10, "m": 20}[found.group(2).lower()]
+    if not VOLBLOCKSIZE_MIN <= n <= VOLBLOCKSIZE_MAX or n & (n - 1):
+        raise ValueError(f"volblocksize {value!r}: a power of two from 512 to 1M "
+                         "(4k, 8k, 16k, 64k, 128k...)")
+    return n
+
+
+def volblocksize_text(n: int) -> str:
+    """``16384`` → ``16K``, as zfs prints it and is given it."""
+    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K" if n >= 1024 else str(n)
+
+
+def _volblocksize(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str):
+        volblocksize_bytes(value)
+    return value
+
+
+ZfsDataset = Annotated[str, AfterValidator(dataset_name)]
+"""A ZFS dataset name (``dataset_name``)."""
+Volblocksize = Annotated[str, BeforeValidator(_volblocksize)]
+"""A zvol's volblocksize as written (``"16k"``; a number of bytes is taken too), checked
+(``volblocksize_bytes``)."""
+DEFAULT_VOLBLOCKSIZE = "16k"
+"""Proxmox VE 8's and OpenZFS 2.2's default for a new zvol."""
+
+
+class ZfsTarget(KindTable):
+    """``[target] zfs = { pool = "rpool/data", volblocksize = "16k" }``: a ZFS dataset where
+    iomatrix makes a zvol of [target] size per image (``iomatrix-<run>-…``), as Proxmox VE's
+    ``zfspool`` storage (``local-zfs``) puts a VM's disk (``zfs create -b VOLBLOCKSIZE -V
+    SIZE``, ``-s`` when sparse), measures it as the block device /dev/zvol/POOL/NAME and
+    destroys it at the end (``iomatrix.targets.zfs``). The run records the dataset's
+    compression, sync and primarycache and the ZFS version. Raw only."""
+
+    needs_size: ClassVar[bool] = True
+    """iomatrix makes zvols there: [target] size says how big."""
+    local_volumes: ClassVar[bool] = True
+
+    pool: ZfsDataset
+    """The dataset the zvols are made in (Proxmox VE's ``pool``: ``rpool/data`` for a fresh
+    ZFS install's ``local-zfs``)."""
+    volblocksize: Volblocksize = DEFAULT_VOLBLOCKSIZE
+    """Each zvol's block size (``zfs create -b``; Proxmox VE's ``blocksize``): a power of two
+    from 512 to 1M. 16k is Proxmox VE 8's and OpenZFS 2.2's default."""
+    sparse: bool = False
+    """Thin zvols (``zfs create -s``, Proxmox VE's ``sparse 1``): no reservation; the pool's
+    available space must still hold them written fully."""
+
+    @property
+    def volblocksize_bytes(self) -> int:
+        """``volblocksize`` in bytes."""
+        return volblocksize_bytes(self.volblocksize)
+
+    @property
+    def location(self) -> str:
+        return f"ZFS dataset {self.pool}"
+
+    @property
+    def storage_kind(self) -> str:
+        """Proxmox VE's ``zfspool`` storage type."""
+        return "zfspool"

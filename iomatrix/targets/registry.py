@@ -17,6 +17,7 @@ from iomatrix.targets.pvesm import PvesmKind
 from iomatrix.targets.rbd import RbdKind
 from iomatrix.targets.targets import TargetPlan, TargetSet
 from iomatrix.targets.workspace import LocalKind
+from iomatrix.targets.zfs import ZfsKind
 
 KINDS: dict[str, TargetKind] = {key: kind for kind in (
     LocalKind(),
@@ -25,6 +26,7 @@ KINDS: dict[str, TargetKind] = {key: kind for kind in (
     LvmKind(),
     BtrfsKind(),
     PvesmKind(),
+    ZfsKind(),
 ) for key in kind.keys}
 """[target] key → its kind. ``storage`` (a Proxmox VE storage id) is none: it is resolved into
 one of these before a run (``iomatrix.targets.network.resolve_storage``)."""

@@ -1,26 +1,28 @@
-"""A ZFS zvol as a run's volume (``[target] zfs``), as Proxmox VE's zfspool storage makes its
-VM disks (pve-storage's ZFSPoolPlugin): ``zfs create [-s] -b VOLBLOCKSIZE -V SIZE
+"""ZFS zvols as a run's target (``[target] zfs``), as Proxmox VE's zfspool storage makes a
+VM's disks (pve-storage's ZFSPoolPlugin): ``zfs create [-s] -b VOLBLOCKSIZE -V SIZE
 POOL/NAME``, reached as the block device ``/dev/zvol/POOL/NAME`` (the link udev makes to
-/dev/zdN), removed with ``zfs destroy``. This module is the ZFS tool layer: the commands, what
-they print and what iomatrix reads from it.
+/dev/zdN), destroyed with ``zfs destroy``. ``Zfs`` is the tool layer (the commands, what they
+print and what iomatrix reads of it); ``ZfsBackend`` is the dataset as a volume kind's backend
+(what every volume kind shares: ``iomatrix.targets.volumes``).
 
 - **Names.** The dataset a suite names (``pool = "rpool/data"``) and the volblocksize reach a
-  root program: both are checked strictly (``dataset_name``, ``volblocksize_bytes``) before
-  any command runs, and again on a name a store recorded before ``clean`` destroys it. A zvol
-  iomatrix makes is named ``iomatrix-…`` (``PREFIX``) and carries the user property
-  ``iomatrix:owner`` (``OWNER_PROPERTY``) with the marker of the record that made it;
-  ``destroy`` refuses any other name, and a recorded zvol whose property is another record's
-  is left where it is. ``zfs destroy`` is never given ``-r``.
-- **Space.** A zvol is thick unless ``sparse`` (``-s``): ZFS reserves its size and some room
+  root program: both are checked strictly (``suite.volumes.dataset_name``,
+  ``volblocksize_bytes``) before any command runs, and the dataset again when a store's record
+  names it (``from_connection``). A zvol iomatrix makes is named ``iomatrix-…`` and carries
+  the user property ``iomatrix:owner`` (``OWNER_PROPERTY``) holding the record's tag
+  (``volumes.owner_tag``); ``destroy`` is only ever given such a name (never ``-r``), and
+  ``clean`` leaves a recorded zvol whose property is not the record's.
+- **Space first.** A zvol is thick unless ``sparse`` (``-s``): ZFS reserves its size and room
   for its metadata (``reservation``) when it is made. ``check_space`` compares what the run's
   zvols need with the dataset's ``available`` before anything is made (one line); a sparse
   zvol grows as the run writes it, so its size counts too.
 - **What is recorded.** ``facts`` reads the dataset's ``compression``, ``sync`` and
   ``primarycache``, its ``available`` bytes, its pool's line of ``zpool list`` and the ZFS
-  version (``zfs version``; else /sys/module/zfs/version): the run's host record and notes.
+  version (``zfs version``; else /sys/module/zfs/version): the run's host record (``zfs.*``)
+  and notes, with the volblocksize each zvol was made with (read back).
 
-This host has no ZFS module and Debian has no zfsutils-linux in the archives iomatrix reaches:
-the tests run this module against a stand-in of ``zfs`` and ``zpool``
+This host has no ZFS module and the archives iomatrix reaches have no zfsutils-linux: the
+tests run this module against a stand-in of ``zfs`` and ``zpool``
 (tests/fixtures/standins/zfs) that hands out loop devices. Nothing here has run against real
 ZFS."""
 
@@ -30,18 +32,26 @@ import os
 import re
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from iomatrix.core.errors import NotEnoughSpace, TargetError, ToolFailed
+from iomatrix.core.errors import (EnvironmentProblem, NotEnoughSpace, TargetError,
+                                  TargetUnreachable, ToolFailed)
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
+from iomatrix.platform import proxmox as pve
+from iomatrix.suite.target import Target
+from iomatrix.suite.volumes import (DEFAULT_VOLBLOCKSIZE, ZfsTarget, dataset_name,
+                                    volblocksize_bytes, volblocksize_text)
+from iomatrix.targets.kind import HostCheck, Probe
+from iomatrix.targets.volumes import PREFIX, Backend, VolumeKind, resource
 
-PREFIX = "iomatrix-"
-"""The start of every zvol name iomatrix gives."""
+KIND = "zfs-zvol"
+"""The store's resource kind of a zvol iomatrix created."""
 OWNER_PROPERTY = "iomatrix:owner"
-"""The ZFS user property holding the marker of the record that made a zvol."""
+"""The ZFS user property holding the tag of the record that made a zvol."""
 ZVOL_ROOT = Path("/dev/zvol")
 """Where udev links each zvol's device (/dev/zdN) by its name."""
 PROPERTIES = ("available", "compression", "sync", "primarycache", "volblocksize")
@@ -50,56 +60,15 @@ TIMEOUT = 120.0
 """Seconds a zfs or zpool command may take."""
 LINK_TIMEOUT = 10.0
 """Seconds to wait for a new zvol's /dev/zvol link (pve-storage waits 10 s outside a task)."""
-VOLBLOCKSIZE_MIN = 512
-VOLBLOCKSIZE_MAX = 1 << 20
 ALIGN = 1 << 20
 """A zvol's size is rounded up to a MiB (as pve-storage does) and to its volblocksize."""
 HINT = ("install ZFS (Debian: zfsutils-linux from contrib, with the zfs-dkms module; Proxmox "
         "VE ships it)")
 SYS_VERSION = Path("/sys/module/zfs/version")
 
-_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
-_DATASET = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,99}}(?:/{_COMPONENT}){{0,15}}$")
-_RESERVED_POOLS = re.compile(r"^(?:mirror|raidz\d?|draid\d?|spare|log|c\d.*)$")
-_ZVOL = re.compile(rf"^{PREFIX}[A-Za-z0-9_.-]{{1,150}}$")
-_VOLBLOCKSIZE = re.compile(r"^([1-9][0-9]{0,7})([kKmM]?)$")
-
-
-def dataset_name(value: str) -> str:
-    """``value`` as a ZFS dataset name iomatrix hands to zfs (``pool`` or ``pool/a/b``), or
-    ValueError: letters, digits, ``_ . -``, components joined by ``/``, the pool's starting with
-    a letter and no other's with ``-`` or ``.``, none a name zpool reserves; nothing ZFS or a
-    shell reads as syntax (``@`` snapshots, ``#`` bookmarks, ``%``, blanks, ``:``)."""
-    if not isinstance(value, str) or len(value) > 200 or not _DATASET.fullmatch(value):
-        raise ValueError(f"{str(value)[:60]!r} is not a ZFS dataset name iomatrix accepts: "
-                         "write pool or pool/dataset (letters, digits, _ . -, the pool "
-                         "starting with a letter), e.g. \"rpool/data\"")
-    parts = value.split("/")
-    if _RESERVED_POOLS.match(parts[0]) or any(p in (".", "..") or p.startswith(".")
-                                              for p in parts):
-        raise ValueError(f"{value[:60]!r} is not a ZFS dataset name iomatrix accepts: "
-                         f"{parts[0]!r} is a name zpool reserves, or a component starts with '.'")
-    return value
-
-
-def volblocksize_bytes(value: str | int) -> int:
-    """The bytes of a volblocksize as a suite writes it (``"16k"``, ``"1M"``, ``"512"``, or a
-    number of bytes): a power of two from 512 bytes to 1 MiB, else ValueError."""
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    found = _VOLBLOCKSIZE.fullmatch(text) if isinstance(text, str) else None
-    if found is None:
-        raise ValueError(f"volblocksize {str(value)[:30]!r}: write a power of two with an "
-                         "optional k or M, e.g. \"16k\"")
-    n = int(found.group(1)) << {"": 0, "k": 10, "m": 20}[found.group(2).lower()]
-    if not VOLBLOCKSIZE_MIN <= n <= VOLBLOCKSIZE_MAX or n & (n - 1):
-        raise ValueError(f"volblocksize {value!r}: a power of two from 512 to 1M "
-                         "(4k, 8k, 16k, 64k, 128k...)")
-    return n
-
-
-def volblocksize_text(n: int) -> str:
-    """``16384`` → ``16K``, as zfs prints it and is given it."""
-    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K" if n >= 1024 else str(n)
+_ZVOL = re.compile(rf"{PREFIX}[A-Za-z0-9_.-]{{1,150}}")
+_OWNER = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+"""A value of ``iomatrix:owner`` (``volumes.owner_tag``)."""
 
 
 def volume_size(size: int, volblocksize: int) -> int:
@@ -148,11 +117,15 @@ class ZfsFacts(Frozen):
     pool: PoolLine
     version: str
 
-    def fields(self) -> dict[str, str]:
-        """The run's host record: these keys (``zfs.*``) beside the host's own."""
-        return {"zfs.dataset": self.dataset, "zfs.compression": self.compression,
-                "zfs.sync": self.sync, "zfs.primarycache": self.primarycache,
-                "zfs.version": self.version, "zfs.pool_health": self.pool.health}
+    def fields(self, volblocksize: int, sparse: bool) -> dict[str, str]:
+        """The run's host record of the dataset: ``zfs_*`` beside the host's own keys, and
+        ``target_fs`` saying it in one phrase (``iomatrix show``'s heading)."""
+        return {"target_fs": f"zvols, volblocksize {volblocksize_text(volblocksize)}, "
+                             f"{'sparse' if sparse else 'thick'}, compression "
+                             f"{self.compression}",
+                "zfs_compression": self.compression, "zfs_sync": self.sync,
+                "zfs_primarycache": self.primarycache,
+                "zfs_volblocksize": volblocksize_text(volblocksize), "zfs_version": self.version}
 
     def note(self, volblocksize: int, sparse: bool) -> str:
         """The run's note on the dataset, in one line."""
@@ -248,22 +221,19 @@ class Zfs:
                         primarycache=values["primarycache"], pool=line,
                         version=self.version())
 
-    def ours(self, dataset: str) -> list[str]:
-        """The names of the zvols directly in ``dataset`` that iomatrix names (``PREFIX``)."""
+    def listed(self, dataset: str) -> dict[str, str | None]:
+        """Every zvol directly in ``dataset`` → its ``iomatrix:owner`` property (None: it has
+        none): ``zfs list -H -o name,iomatrix:owner -t volume -d 1 DATASET``."""
         dataset_name(dataset)
-        _, out, _ = self._run(self.zfs, "list", "-H", "-o", "name", "-t", "volume", "-d", "1",
-                              "--", dataset)
-        return [line.rsplit("/", 1)[1] for line in out.splitlines()
-                if line.startswith(dataset + "/") and
-                _ZVOL.fullmatch(line.rsplit("/", 1)[1] if "/" in line else "")]
-
-    def owner(self, dataset: str, name: str) -> str | None:
-        """The zvol's ``iomatrix:owner`` property; None when it has none (``-``), or when
-        no such zvol exists (``exists`` tells the two apart)."""
-        code, out, _ = self._run(self.zfs, "get", "-H", "-o", "value", "--", OWNER_PROPERTY,
-                                 zvol_name(dataset, name), check=False)
-        value = out.strip()
-        return None if code != 0 or value in ("-", "") else value
+        _, out, _ = self._run(self.zfs, "list", "-H", "-o", f"name,{OWNER_PROPERTY}", "-t",
+                              "volume", "-d", "1", "--", dataset)
+        found: dict[str, str | None] = {}
+        for line in out.splitlines():
+            name, _, owner = line.partition("\t")
+            parent, _, leaf = name.rpartition("/")
+            if parent == dataset and leaf:
+                found[leaf] = None if owner in ("-", "") else owner
+        return found
 
     def exists(self, dataset: str, name: str) -> bool:
         """Whether ``dataset/name`` exists and is a zvol."""
@@ -281,16 +251,17 @@ class Zfs:
     # -- making and removing ---------------------------------------------------------------
     def create(self, dataset: str, name: str, size: int, *, volblocksize: int, sparse: bool,
                owner: str = "") -> Path:
-        """``zfs create [-s] -b VOLBLOCKSIZE -V SIZE [-o iomatrix:owner=MARKER] DATASET/NAME``;
+        """``zfs create [-s] -b VOLBLOCKSIZE -V SIZE [-o iomatrix:owner=TAG] DATASET/NAME``;
         the zvol's block device once udev has linked it (``device``). ``size`` is
-        ``volume_size``'s."""
+        ``volume_size``'s; ``owner``: the record's tag (``volumes.owner_tag``)."""
         full = zvol_name(dataset, name)
         volblocksize_bytes(volblocksize)
         assert size > 0 and size % volblocksize == 0, size
         argv = ["create", *(["-s"] if sparse else []), "-b", volblocksize_text(volblocksize),
                 "-V", str(size)]
         if owner:
-            argv += ["-o", f"{OWNER_PROPERTY}={owner_value(owner)}"]
+            assert _OWNER.fullmatch(owner), owner
+            argv += ["-o", f"{OWNER_PROPERTY}={owner}"]
         code, out, err = self._run(self.zfs, *argv, "--", full, check=False)
         if code != 0:
             raise TargetError(f"zfs create {full}: {_last(err or out)}")
@@ -332,12 +303,6 @@ class Zfs:
         raise AssertionError("unreachable")
 
 
-def owner_value(marker: str) -> str:
-    """A record's marker as one ZFS user property value (one line, printable, at most 500)."""
-    return "".join(c if c.isprintable() and c not in "\t" else " " for c in
-                   " ".join(marker.split()))[:500]
-
-
 def check_space(facts: ZfsFacts, sizes: list[int], *, volblocksize: int, sparse: bool) -> None:
     """NotEnoughSpace, in one line, unless the dataset's available bytes hold the zvols of
     ``sizes`` (each ``volume_size``'s): their reservations, or for sparse zvols their sizes,
@@ -355,3 +320,126 @@ def check_space(facts: ZfsFacts, sizes: list[int], *, volblocksize: int, sparse:
 def _last(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no message"
+
+
+class ZfsBackend(Backend):
+    """Zvols in a dataset (``[target] zfs``), made with ``Zfs`` (the module's docstring)."""
+
+    resource_kind = KIND
+    noun = "ZFS zvol"
+
+    def __init__(self, pool: str, *, volblocksize: str | int = DEFAULT_VOLBLOCKSIZE,
+                 sparse: bool = False, env: Mapping[str, str] | None = None) -> None:
+        table = ZfsTarget(pool=pool, volblocksize=volblocksize, sparse=sparse)  # checked
+        self.dataset = table.pool
+        self.volblocksize = table.volblocksize_bytes
+        self.sparse = table.sparse
+        self._env = env
+        self._tools: Zfs | None = None
+        self.facts: ZfsFacts | None = None
+        """What ``check`` read of the dataset (the run's host record and notes)."""
+
+    @property
+    def tools(self) -> Zfs:
+        if self._tools is None:
+            self._tools = Zfs(self._env)
+        return self._tools
+
+    @property
+    def where(self) -> str:
+        return f"ZFS dataset {self.dataset}"
+
+    @property
+    def spec(self) -> str:
+        return self.dataset
+
+    def connection(self) -> dict[str, Any]:
+        return {"pool": self.dataset}
+
+    def check(self, count: int, size: int) -> list[str]:
+        self.facts = self.tools.facts(self.dataset)
+        check_space(self.facts, [volume_size(size, self.volblocksize)] * count,
+                    volblocksize=self.volblocksize, sparse=self.sparse)
+        return [self.facts.note(self.volblocksize, self.sparse)]
+
+    def create(self, name: str, size: int, tag: str) -> Path:
+        device = self.tools.create(self.dataset, name, volume_size(size, self.volblocksize),
+                                   volblocksize=self.volblocksize, sparse=self.sparse,
+                                   owner=tag)
+        made = self.tools.volblocksize_of(self.dataset, name)
+        if made != self.volblocksize:
+            raise TargetError(f"{self.where}: zfs made {name} with volblocksize "
+                              f"{volblocksize_text(made)}, not the "
+                              f"{volblocksize_text(self.volblocksize)} asked")
+        return device
+
+    def remove(self, name: str) -> None:
+        try:
+            self.tools.destroy(self.dataset, name)
+        except ToolFailed as exc:
+            raise TargetError(f"{self.where}: {exc}") from exc
+
+    def listed(self) -> dict[str, set[str]]:
+        try:
+            found = self.tools.listed(self.dataset)
+        except (EnvironmentProblem, ToolFailed) as exc:
+            raise TargetUnreachable(f"{self.where}: {exc}") from exc
+        return {name: {owner} if owner else set() for name, owner in found.items()}
+
+    def host_fields(self) -> dict[str, str]:
+        """The dataset, and what ``check`` read of it (nothing more before)."""
+        if self.facts is None:
+            return {"target": self.where}
+        return {"target": self.where, **self.facts.fields(self.volblocksize, self.sparse)}
+
+
+def from_connection(data: dict[str, Any]) -> ZfsBackend:
+    """The backend a store's record of a zvol names (``connection``), its dataset checked to
+    the rules a suite's is; ``ValueError`` for one iomatrix does not write."""
+    if set(data) != {"pool"} or not isinstance(data["pool"], str):
+        raise ValueError("not a ZFS dataset's connection")
+    return ZfsBackend(data["pool"])
+
+
+def zfs_of_storage(storage: pve.Storage) -> dict[str, Any]:
+    """A Proxmox VE zfspool storage as ``[target] zfs`` keys, as ZFSPoolPlugin makes a VM's
+    zvols there: its ``pool``, ``blocksize`` (none: ZFS's own default, 16k since OpenZFS 2.2,
+    which iomatrix gives explicitly) and ``sparse``."""
+    if not storage.pool:
+        raise ValueError(f"storage {storage.id} (zfspool) names no pool")
+    table: dict[str, Any] = {"pool": storage.pool, "sparse": storage.sparse}
+    if storage.blocksize:
+        table["volblocksize"] = storage.blocksize
+    return {"zfs": table}
+
+
+class ZfsKind(VolumeKind):
+    """``[target] zfs``: ZFS zvols (the module's docstring)."""
+
+    keys = ("zfs",)
+    tools = ("zfs", "zpool")
+    resource = resource(KIND, "ZFS zvol", from_connection, ("pool",))
+    storage_types = ("zfspool",)
+
+    def of_storage(self, storage: pve.Storage, volume: str, pve_dir: Path, *,
+                   mounted: Callable[[Path], bool] | None = None) -> dict[str, Any]:
+        return zfs_of_storage(storage)
+
+    def backend(self, target: Target) -> Backend:
+        assert target.zfs is not None
+        return ZfsBackend(target.zfs.pool, volblocksize=target.zfs.volblocksize,
+                          sparse=target.zfs.sparse)
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """zfs and zpool on PATH, and the kernel's zfs module."""
+        missing = [t for t in self.tools if probe.which(t) is None]
+        module = (probe.sysfs / "module" / "zfs").exists()
+        if missing:
+            detail = f"{', '.join(missing)} not found on PATH: zfs targets cannot be measured"
+        elif not module:
+            detail = ("zfs and zpool are here, but the kernel has no zfs module "
+                      "(/sys/module/zfs): no zvol can be made")
+        else:
+            detail = "zfs, zpool and the zfs module: zfs targets (zvols)"
+        return [HostCheck(name="ZFS tools (zfs)", ok=not missing and module, detail=detail,
+                          hint=HINT if missing or not module else None)]

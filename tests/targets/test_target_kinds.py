@@ -18,6 +18,7 @@ from iomatrix.targets.iscsi import IscsiLun
 from iomatrix.targets.kind import NetworkVolume, Probe
 from iomatrix.targets.lvm import KIND as LVM_VOLUME
 from iomatrix.targets.pvesm import KIND as PVESM_VOLUME
+from iomatrix.targets.zfs import KIND as ZFS_ZVOL
 from iomatrix.targets.rbd import KIND as RBD_IMAGE, RbdPool
 from iomatrix.targets.targets import TargetSet, plan_targets
 from iomatrix.targets.workspace import Workspace
@@ -74,10 +75,11 @@ def test_host_fields_name_the_storage_as_given() -> None:
 
 
 def test_what_a_kind_records_is_reclaimed_by_its_name() -> None:
-    assert set(registry.RESOURCES) == {RBD_IMAGE, LVM_VOLUME, PVESM_VOLUME}
+    assert set(registry.RESOURCES) == {RBD_IMAGE, LVM_VOLUME, PVESM_VOLUME, ZFS_ZVOL}
     assert RECLAIM_NAMES[RBD_IMAGE] == "RBD image"
     assert RECLAIM_NAMES[LVM_VOLUME] == "LVM volume"
     assert RECLAIM_NAMES[PVESM_VOLUME] == "Proxmox VE volume"
+    assert RECLAIM_NAMES[ZFS_ZVOL] == "ZFS zvol"
 
 
 def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
@@ -93,8 +95,9 @@ def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
     checks = registry.host_checks(Probe(which=which, run=run, sysfs=tmp_path))
     assert [c.name for c in checks] == [
         "fio rbd engine", "rbd command", "kernel rbd (krbd)",
-        "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)", "LVM tools (lvm, lvmthin)"]
-    assert asked == ["fio", "rbd", "tgtd", "lvcreate", "lvremove", "lvs", "vgs"]
+        "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)", "LVM tools (lvm, lvmthin)",
+        "ZFS tools (zfs)"]
+    assert asked == ["fio", "rbd", "tgtd", "lvcreate", "lvremove", "lvs", "vgs", "zfs", "zpool"]
     assert not any(c.ok for c in checks)
 
 
@@ -103,7 +106,7 @@ def test_a_proxmox_storage_type_names_one_kind() -> None:
     types = [t for kind in kinds for t in kind.storage_types]
     assert len(types) == len(set(types))
     assert set(types) == {"dir", "nfs", "cifs", "rbd", "iscsi", "iscsidirect", "btrfs", "lvm",
-                          "lvmthin"}
+                          "lvmthin", "zfspool"}
     assert [k.keys for k in kinds if k.storage_volumes] == [("iscsi",)]
 
 

@@ -11,15 +11,24 @@ import json
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import NotEnoughSpace, TargetError
+from iomatrix.platform.proxmox.storage import Storage
+from iomatrix.store import Store
+from iomatrix.suite.model import Target
+from iomatrix.suite.volumes import ZfsTarget, dataset_name, volblocksize_bytes, volblocksize_text
 from iomatrix.targets import zfs
-from tests.needs import lacking
+from iomatrix.targets.network import resolve_storage
+from iomatrix.targets.volumes import owner_tag
+from tests.conftest import IOMATRIX, cli_result
+from tests.needs import lacking, needs
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "standins" / "zfs"
 
@@ -96,7 +105,7 @@ def zfs_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Zfs
 
 @pytest.mark.parametrize("name", ["rpool", "rpool/data", "tank/vm_disks.1", "a/b-c/d"])
 def test_dataset_names_iomatrix_accepts(name: str) -> None:
-    assert zfs.dataset_name(name) == name
+    assert dataset_name(name) == name
 
 
 @pytest.mark.parametrize("name", [
@@ -106,22 +115,22 @@ def test_dataset_names_iomatrix_accepts(name: str) -> None:
     "rpool/$HOME", "", "r" * 201])
 def test_dataset_names_iomatrix_refuses(name: str) -> None:
     with pytest.raises(ValueError, match="not a ZFS dataset name iomatrix accepts"):
-        zfs.dataset_name(name)
+        dataset_name(name)
 
 
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("4k", 4096), ("16k", 16384),
                                              ("16K", 16384), ("128k", 131072), ("1M", 1 << 20),
                                              (8192, 8192)])
 def test_volblocksizes(text: str | int, size: int) -> None:
-    assert zfs.volblocksize_bytes(text) == size
-    assert zfs.volblocksize_bytes(zfs.volblocksize_text(size)) == size
+    assert volblocksize_bytes(text) == size
+    assert volblocksize_bytes(volblocksize_text(size)) == size
 
 
 @pytest.mark.parametrize("text", ["256", "12k", "2M", "0", "016k", "16kb", "-16k", "16 k",
                                   "1.5k", "", "k", True, 3 << 20])
 def test_volblocksizes_refused(text: str | int) -> None:
     with pytest.raises(ValueError, match="volblocksize"):
-        zfs.volblocksize_bytes(text)
+        volblocksize_bytes(text)
 
 
 @pytest.mark.parametrize(("size", "block", "made"), [
@@ -144,12 +153,12 @@ def test_only_iomatrix_names_reach_destroy(zfs_standin: ZfsStandin) -> None:
             tools.destroy(zfs_standin.dataset, name)
     assert len(zfs_standin.commands()) == before
     size = zfs.volume_size(3 << 20, 16384)
+    tag = owner_tag("made by iomatrix: record 1")
     device = tools.create(zfs_standin.dataset, "iomatrix-1-t-raw", size, volblocksize=16384,
-                          sparse=False, owner="made by iomatrix:\nrecord 1")
+                          sparse=False, owner=tag)
     assert device == zfs.ZVOL_ROOT / zfs_standin.dataset / "iomatrix-1-t-raw"
     assert os.path.realpath(device).startswith("/dev/loop")
-    assert tools.ours(zfs_standin.dataset) == ["iomatrix-1-t-raw"]
-    assert tools.owner(zfs_standin.dataset, "iomatrix-1-t-raw") == "made by iomatrix: record 1"
+    assert tools.listed(zfs_standin.dataset) == {"iomatrix-1-t-raw": tag, "vm-100-disk-0": None}
     assert tools.volblocksize_of(zfs_standin.dataset, "iomatrix-1-t-raw") == 16384
     assert tools.destroy(zfs_standin.dataset, "iomatrix-1-t-raw") == "removed"
     assert tools.destroy(zfs_standin.dataset, "iomatrix-1-t-raw") == "gone"
@@ -173,8 +182,9 @@ def test_facts_and_the_space_check(zfs_standin: ZfsStandin) -> None:
     version = zfs_standin.run("zfs", "version").stdout.split()
     assert facts.version == ", ".join(version)
     assert facts.pool.name == zfs_standin.pool and facts.pool.health == "ONLINE"
-    fields = facts.fields()
-    assert fields["zfs.compression"] == "lz4" and fields["zfs.version"] == facts.version
+    fields = facts.fields(8192, False)
+    assert (fields["zfs_compression"], fields["zfs_volblocksize"]) == ("lz4", "8K")
+    assert fields["zfs_version"] == facts.version
     fits = facts.available // 2 // (1 << 20) * (1 << 20)
     zfs.check_space(facts, [fits], volblocksize=16384, sparse=False)
     with pytest.raises(NotEnoughSpace) as refused:
@@ -189,3 +199,168 @@ def test_facts_and_the_space_check(zfs_standin: ZfsStandin) -> None:
                      volblocksize=16384, sparse=False)
     with pytest.raises(TargetError, match="dataset does not exist"):
         tools.facts(f"{zfs_standin.pool}/nothing")
+
+
+def test_a_zfspool_storage_id_is_a_zfs_target(tmp_path: Path) -> None:
+    """``storage = "local-zfs"``: the zfspool storage's pool, blocksize and sparse, as
+    ZFSPoolPlugin makes a VM's zvols there; without a blocksize, the table's 16k."""
+    storages = {"local-zfs": Storage(id="local-zfs", type="zfspool", pool="rpool/data"),
+                "tank": Storage(id="tank", type="zfspool", pool="tank/vm", blocksize="64k",
+                                sparse=True)}
+    plain = resolve_storage(Target(storage="local-zfs", size="1GiB"), storages, tmp_path,
+                            pve_host=False)
+    assert plain.zfs == ZfsTarget(pool="rpool/data") and plain.zfs.volblocksize_bytes == 16384
+    assert plain.zfs.storage_kind == "zfspool" and plain.size == 1 << 30
+    tank = resolve_storage(Target(storage="tank", size="1GiB"), storages, tmp_path,
+                           pve_host=False)
+    assert tank.zfs == ZfsTarget(pool="tank/vm", volblocksize="64k", sparse=True)
+    bad = {"x": Storage(id="x", type="zfspool", pool="rpool/data", blocksize="3k")}
+    with pytest.raises(ValueError, match="volblocksize"):
+        resolve_storage(Target(storage="x", size="1GiB"), bad, tmp_path, pve_host=False)
+
+
+def zfs_suite(directory: Path, pool: str, *, size: str = "16MiB", volblocksize: str = '"8k"',
+              mode: str = "guest", runtime: str = "1s") -> Path:
+    """A tiny suite on a zvol of ``pool``: guest mode (TCG) with its host baseline and a
+    blocklayer part, so that one run covers the three modes."""
+    path = directory / "zfs.toml"
+    path.write_text(f"""[suite]
+name = "zfs-standin"
+[target]
+size = "{size}"
+zfs = {{ pool = "{pool}", volblocksize = {volblocksize} }}
+[matrix]
+controller = "virtio-blk"
+iothread = false
+cache = "none"
+[[part]]
+mode = "blocklayer"
+aio = "native"
+iothread = false
+[workloads]
+rw = "randread"
+bs = "4k"
+iodepth = 4
+[method]
+mode = "{mode}"
+baseline = true
+ramp = 0
+runtime = "{runtime}"
+samples = 1
+accel = "tcg"
+vcpus = 1
+memory = "384MiB"
+boot_timeout = "90s"
+""")
+    return path
+
+
+def test_refusals_are_one_line_before_any_zvol(tmp_path: Path,
+                                               zfs_standin: ZfsStandin) -> None:
+    """A dataset name or volblocksize iomatrix does not accept ends the run before zfs is
+    asked anything (exit 3); a pool too small for the run's thick zvols ends it after zfs get
+    and zpool list, before zfs create (exit 5); each in one line, nothing stored."""
+    db = tmp_path / "r.db"
+    made = len(zfs_standin.commands())           # the fixture's own
+    for pool, block, word in (("-rpool/data", '"8k"', "not a ZFS dataset name"),
+                              (f"{zfs_standin.pool}/data@snap", '"8k"', "not a ZFS dataset"),
+                              (zfs_standin.dataset, '"12k"', "a power of two")):
+        done = cli_result("run", str(zfs_suite(tmp_path, pool, volblocksize=block)), "--db",
+                          str(db), cwd=tmp_path)
+        assert done.returncode == ExitStatus.SUITE_INVALID, done.stdout + done.stderr
+        assert word in done.stderr and len(zfs_standin.commands()) == made
+    available = zfs.Zfs().facts(zfs_standin.dataset).available
+    asked = f"{available // (1 << 20) + 1}MiB"
+    before = len(zfs_standin.commands())
+    done = cli_result("run", str(zfs_suite(tmp_path, zfs_standin.dataset, size=asked,
+                                           mode="host")), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == ExitStatus.TARGET, done.stdout + done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if "hint:" not in line]
+    assert len(lines) == 1 and "thick zvols reserve their size" in lines[0], done.stderr
+    asked_of_zfs = [c[:2] for c in zfs_standin.commands()[before:]]
+    assert ["zfs", "get"] in asked_of_zfs and ["zfs", "create"] not in asked_of_zfs
+    assert zfs_standin.zvols() == []
+    if db.exists():
+        with Store(db, readonly=True) as store:
+            assert store.list_runs() == []
+
+
+@pytest.mark.slow
+@needs("fio", "qemu")
+def test_a_run_in_every_mode_on_a_standin_zvol(tmp_path: Path, zfs_standin: ZfsStandin,
+                                               no_leftovers: None) -> None:
+    """One run on stand-in zvols, in host, blocklayer and guest (TCG) modes: every trial
+    measured on the zvol's block device (QEMU opens it as a host_device), the zvols made with
+    the volblocksize asked and gone at the end, and the dataset's compression, sync,
+    primarycache, the volblocksize and the ZFS version in the stored run's host record (shown
+    by ``iomatrix show``), its notes and the report."""
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(zfs_suite(tmp_path, zfs_standin.dataset)), "--db", str(db),
+                      cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(db, readonly=True) as store:
+        stored = store.load_run(1)
+    assert {t.config_key.split("/")[0] for t in stored.trials} == {"host", "blocklayer",
+                                                                   "guest"}
+    assert all(t.status == "ok" and t.samples[0].iops > 0 for t in stored.trials), [
+        t.reason for t in stored.trials]
+    device = f'"driver":"host_device","filename":"/dev/zvol/{zfs_standin.dataset}/iomatrix-1-'
+    for trial in stored.trials:
+        if not trial.config_key.startswith("host"):
+            assert device in trial.command, trial.command
+        if trial.config_key.startswith("blocklayer"):
+            assert trial.applied["file0.driver"] == "host_device", trial.applied
+    made = [c for c in zfs_standin.commands() if c[:2] == ["zfs", "create"] and "-V" in c]
+    assert made and all(c[c.index("-b") + 1] == "8K" and "-s" not in c for c in made)
+    assert all(c[-1].startswith(f"{zfs_standin.dataset}/iomatrix-1-") for c in made)
+    assert zfs_standin.zvols() == []
+    version = ", ".join(zfs_standin.run("zfs", "version").stdout.split())
+    host = stored.host
+    assert host["target"] == f"ZFS dataset {zfs_standin.dataset}"
+    assert (host["zfs_compression"], host["zfs_sync"], host["zfs_primarycache"],
+            host["zfs_volblocksize"], host["zfs_version"]) == ("lz4", "standard", "metadata",
+                                                                "8K", version)
+    note = next(n for n in stored.notes if n.startswith("zfs: zvols in"))
+    assert "volblocksize 8K" in note and "compression=lz4" in note and version in note
+    shown = cli_result("show", "1", "--db", str(db), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert (f"target ZFS dataset {zfs_standin.dataset} (zvols, volblocksize 8K, thick, "
+            "compression lz4)") in shown.stdout
+    report = tmp_path / "report"
+    assert cli_result("report", "1", "--db", str(db), "--out", str(report),
+                      cwd=tmp_path).returncode == 0
+    assert version in (report / "index.html").read_text()
+
+
+@pytest.mark.slow
+@needs("fio")
+def test_a_killed_run_leaves_zvols_that_clean_alone_removes(tmp_path: Path,
+                                                            zfs_standin: ZfsStandin) -> None:
+    """kill -9 in the middle of a run leaves its zvol, recorded and marked; ``clean`` removes
+    it and nothing else in the dataset: a Proxmox VE disk and a zvol named like iomatrix's
+    that no record made stay."""
+    others = [f"{zfs_standin.dataset}/vm-100-disk-0", f"{zfs_standin.dataset}/iomatrix-9-x-raw"]
+    for other in others:
+        zfs_standin.run("zfs", "create", "-V", "1M", other)
+    suite = zfs_suite(tmp_path, zfs_standin.dataset, mode="host", runtime="60s")
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)], cwd=tmp_path,
+                            env=zfs_standin.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(zfs_standin.zvols()) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(2)            # marked, and fio started
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    left = sorted(set(zfs_standin.zvols()) - set(others))
+    assert len(left) == 1 and left[0].startswith(f"{zfs_standin.dataset}/iomatrix-1-")
+    dry = cli_result("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and left[0] in dry.stdout, dry.stdout + dry.stderr
+    assert left[0] in zfs_standin.zvols()
+    done = cli_result("clean", "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(zfs_standin.zvols()) == sorted(others)
