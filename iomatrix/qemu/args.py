@@ -326,9 +326,11 @@ def read_daemon_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str
 
 def _check(config: Configuration, image: Image, *, platform: Platform = "qemu") -> None:
     """InvalidCombination for what QEMU (or iomatrix, or the platform) refuses, judged as in
-    guest mode."""
+    guest mode. A qcow2 on a block device (a volume a target kind made for it: Proxmox VE 9's
+    volume chain on an LV) is not a block-device target's one raw image."""
     reason = invalid_reason(config.model_copy(update={"mode": Mode.GUEST}),
-                            device_target=image.is_device, platform=platform)
+                            device_target=image.is_device and image.format == "raw",
+                            platform=platform)
     if reason is None and config.data_path != "vhost-user-blk" and config.controller is None:
         reason = "no controller given (every emulated disk needs one)"
     if reason is None and (config.format or "raw") != image.format:

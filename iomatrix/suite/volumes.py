@@ -11,13 +11,16 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic import (AfterValidator, BeforeValidator, Field, field_validator,
+                      model_validator)
 
 from iomatrix.suite.kindtable import KindTable
 
 _LVM_NAME = re.compile(r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$")
 """A volume group or logical volume name as LVM accepts it (lvm(8) "VALID NAMES"): letters,
 digits and ``+ _ . -``, at most 127 characters, never a leading ``-``."""
+MAX_SNAPSHOTS = 16
+"""The most snapshots ``[target] lvm`` takes before a run (each one LV and one layer more)."""
 _LV_RESERVED = ("_cdata", "_cmeta", "_corig", "_iorig", "_mimage", "_mlog", "_pmspare",
                 "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_vorigin", "_wcorig")
 """Parts LVM keeps for its own hidden volumes: not in a logical volume's name (lvm(8))."""
@@ -46,7 +49,9 @@ LvName = Annotated[str, AfterValidator(_lv_name)]
 class LvmTarget(KindTable):
     """``[target] lvm = { vg = "pve" }``: a volume group where iomatrix makes a thick logical
     volume of [target] size per image (``iomatrix-<run>-…``), as Proxmox VE's ``lvm`` storage
-    puts a VM's disk, and removes it at the end (``iomatrix.targets.lvm``). Raw only."""
+    puts a VM's disk, and removes it at the end (``iomatrix.targets.lvm``). Raw, and with
+    ``volume_chain`` qcow2 too: Proxmox VE 9's snapshots as a volume chain
+    (``iomatrix.targets.lvmchain``)."""
 
     needs_size: ClassVar[bool] = True
     """iomatrix makes volumes there: [target] size says how big."""
@@ -54,10 +59,30 @@ class LvmTarget(KindTable):
 
     vg: VgName
     """The volume group the volumes are made in (Proxmox VE's ``vgname``)."""
+    volume_chain: bool = False
+    """Proxmox VE 9's ``snapshot-as-volume-chain 1`` (a technology preview): an image of
+    format qcow2 is a qcow2 written onto its LV, as pve-storage makes one; raw images stay the
+    LV itself. Blockbridge reported data-integrity failures with cache=none after the first
+    snapshot: results on it say so."""
+    snapshots: int = Field(default=0, ge=0, le=MAX_SNAPSHOTS)
+    """With ``volume_chain``: this many snapshots taken of each qcow2 image before it is
+    measured, so that it sits on a chain of as many backing LVs (each snapshot: the image
+    becomes a backing LV and a new LV with a qcow2 over it is the image, as pve-storage's
+    volume_snapshot does)."""
+
+    @model_validator(mode="after")
+    def _chain(self) -> "LvmTarget":
+        if self.snapshots and not self.volume_chain:
+            raise ValueError("snapshots needs volume_chain = true (only qcow2 volume chains "
+                             "keep snapshots on thick LVM)")
+        return self
 
     @property
     def location(self) -> str:
-        return f"LVM volume group {self.vg}"
+        chain = ""
+        if self.volume_chain:
+            chain = f" (qcow2 volume chain, {self.snapshots} snapshot(s))"
+        return f"LVM volume group {self.vg}{chain}"
 
     @property
     def storage_kind(self) -> str:

@@ -15,8 +15,8 @@ target: a logical volume per image that iomatrix makes with LVM's own tools, as 
   (``volumes.owner_tag``) as it is made; ``lvremove -f VG/NAME`` is only ever run for a name
   that begins ``iomatrix-``.
 - **Formats.** A volume is raw (the device itself). qcow2 on a thick LV is Proxmox VE 9's
-  "snapshot as volume chain" (``volume_chain``): refused here until that kind is built on
-  ``LvmBackend`` (``format_problem``).
+  "snapshot as volume chain": with ``volume_chain`` (``iomatrix.targets.lvmchain``), else
+  refused (``format_problem``).
 
 The names a suite gives (volume group, pool) are checked by ``iomatrix.suite.volumes`` to LVM's
 own rules before they reach a tool, and a record's are checked again (``from_connection``)."""
@@ -30,11 +30,13 @@ from typing import Any, Callable
 
 from iomatrix.core.errors import NotEnoughSpace, TargetError, TargetUnreachable, ToolFailed
 from iomatrix.core.proc import require, run
+from iomatrix.core.trust import Author
 from iomatrix.core.units import format_bytes
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.target import Target
 from iomatrix.suite.volumes import LvmTarget, LvmThinTarget
-from iomatrix.targets.kind import HostCheck, Probe
+from iomatrix.targets.kind import HostCheck, OpenTarget, Probe
+from iomatrix.targets.lvmchain import ChainTarget
 from iomatrix.targets.volumes import PREFIX, Backend, VolumeKind, resource
 
 KIND = "lvm-volume"
@@ -96,8 +98,12 @@ class LvmBackend(Backend):
     resource_kind = KIND
     noun = "LVM volume"
 
-    def __init__(self, vg: str) -> None:
+    qcow2 = False
+    """qcow2 images on its LVs (``volume_chain``: ``iomatrix.targets.lvmchain``)."""
+
+    def __init__(self, vg: str, *, qcow2: bool = False) -> None:
         self.vg = LvmTarget(vg=vg).vg              # checked to LVM's rules, whoever gave it
+        self.qcow2 = qcow2
 
     @property
     def where(self) -> str:
@@ -111,12 +117,12 @@ class LvmBackend(Backend):
         return {"vg": self.vg}
 
     def format_problem(self, fmt: str) -> str | None:
-        if fmt == "raw":
+        if fmt == "raw" or (fmt == "qcow2" and self.qcow2):
             return None
         if fmt == "qcow2":
-            return ("qcow2 on a thick LV is Proxmox VE 9's snapshot-as-volume-chain "
-                    "(volume_chain), not measured by this kind; drop format qcow2 from the "
-                    "matrix (LVM volumes are raw)")
+            return ("qcow2 on a thick LV is Proxmox VE 9's snapshot-as-volume-chain: set "
+                    "volume_chain = true in [target] lvm, or drop format qcow2 from the matrix "
+                    "(LVM volumes are raw)")
         return f"LVM volumes are raw; drop format {fmt} from the matrix"
 
     def _group(self) -> tuple[int, int, int]:
@@ -269,7 +275,14 @@ class LvmKind(VolumeKind):
         if target.lvmthin is not None:
             return LvmThinBackend(target.lvmthin.vg, target.lvmthin.pool)
         assert target.lvm is not None
-        return LvmBackend(target.lvm.vg)
+        return LvmBackend(target.lvm.vg, qcow2=target.lvm.volume_chain)
+
+    def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
+        """With ``volume_chain``: qcow2 images as Proxmox VE 9's volume chains."""
+        if target.lvm is not None and target.lvm.volume_chain:
+            return ChainTarget(target, self.backend(target), snapshots=target.lvm.snapshots,
+                               keep=keep)
+        return super().open(target, keep=keep, author=author)
 
     def host_checks(self, probe: Probe) -> list[HostCheck]:
         """LVM's tools, and the kernel's device-mapper they make volumes with."""

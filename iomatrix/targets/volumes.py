@@ -202,23 +202,32 @@ class VolumeTarget(OpenTarget):
         key = (fmt, prealloc, index)
         if key in self._images:
             return self._images[key]
-        name = self.name_of(*key)
-        marker = ""
-        if self.record is not None:
-            within = json.dumps(self.backend.connection(), sort_keys=True)
-            marker = self.record(self.backend.resource_kind,
-                                 Path(f"{self.backend.spec}/{name}"), Path(within))
-        device = self.backend.create(name, self.size, owner_tag(marker))
-        self._made[name] = device
-        self._devices[device] = self._check_made(device)
+        device = self.make(self.name_of(*key), self.volume_size(fmt))
         image = self.prepare(Image(path=device, format=fmt, preallocation=prealloc,
                                    size=self.size, is_device=True))
         self._images[key] = image
         return image
 
+    def volume_size(self, fmt: str) -> int:
+        """The size of the volume an image of ``fmt`` is made on: the image's own (raw)."""
+        return self.size
+
+    def make(self, name: str, size: int) -> Path:
+        """Volume ``name`` of ``size`` bytes: recorded, created, its device checked."""
+        marker = ""
+        if self.record is not None:
+            within = json.dumps(self.backend.connection(), sort_keys=True)
+            marker = self.record(self.backend.resource_kind,
+                                 Path(f"{self.backend.spec}/{name}"), Path(within))
+        device = self.backend.create(name, size, owner_tag(marker))
+        self._made[name] = device
+        self._devices[device] = self._check_made(device)
+        return device
+
     def prepare(self, image: Image) -> Image:
         """The image on a new volume: the device itself (raw). A kind whose volumes hold
-        another format (qcow2 on an LV: a volume chain) writes it here."""
+        another format (qcow2 on an LV: a volume chain, ``iomatrix.targets.lvmchain``) writes
+        it here (``make`` makes more volumes)."""
         return image
 
     def _check_made(self, device: Path) -> int:
