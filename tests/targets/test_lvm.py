@@ -253,6 +253,38 @@ def test_stand_in_run_in_every_mode(tmp_path: Path, standin: LvmStandin, kind: s
     assert removed and all(r.startswith("pve/iomatrix-") for r in removed)
 
 
+def measuring(tmp_path: Path, table: str, db: Path) -> subprocess.Popen[str]:
+    """``iomatrix run`` of a long host-mode run on ``table``, once its fio has started."""
+    path = suite(tmp_path, table, mode="host", runtime="60s", guest=False)
+    proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(path), "--db",
+                             str(db)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("fio" in p for p in our_processes(str(tmp_path))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.3)
+    except BaseException:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
+    return proc
+
+
+@pytest.mark.slow
+@needs("fio")
+def test_stand_in_ctrl_c_removes_the_volume(tmp_path: Path, standin: LvmStandin,
+                                            no_leftovers: None) -> None:
+    """SIGINT in the middle of a run on thick LVM: the run is interrupted and its volume
+    removed."""
+    proc = measuring(tmp_path, TABLES["lvm"], tmp_path / "r.db")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert standin.ours("pve") == [] and sorted(standin.volumes("pve")) == ["data"]
+    assert [c[0] for c in standin.commands()].count("lvremove") == 1
+
+
 @pytest.mark.slow
 @needs("fio")
 def test_stand_in_killed_run_is_cleaned(tmp_path: Path, standin: LvmStandin,
@@ -263,18 +295,9 @@ def test_stand_in_killed_run_is_cleaned(tmp_path: Path, standin: LvmStandin,
     standin.run("lvcreate", "-L", "8m", "-n", "vm-100-disk-0", "pve")
     standin.run("lvcreate", "-V", "8m", "-T", "pve/data", "-n", "iomatrix-0-feed-raw-off")
     db = tmp_path / "r.db"
-    path = suite(tmp_path, TABLES["lvmthin"], mode="host", runtime="60s", guest=False)
-    proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(path), "--db",
-                             str(db)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not any("fio" in p for p in our_processes(str(tmp_path))):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.3)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    proc = measuring(tmp_path, TABLES["lvmthin"], db)
+    proc.kill()
+    proc.wait(timeout=30)
     deadline = time.monotonic() + 30
     while our_processes(str(tmp_path)):          # fio got SIGTERM as its run died
         assert time.monotonic() < deadline, our_processes(str(tmp_path))
