@@ -265,9 +265,6 @@ class LvmKind(VolumeKind):
             raise ValueError(f"storage {storage.id} ({storage.type}) names no vgname")
         if storage.type == "lvmthin":
             return {"lvmthin": {"vg": storage.vgname, "pool": storage.thinpool or "data"}}
-        if storage.volume_chain and "volume_chain" not in LvmTarget.model_fields:
-            raise ValueError(f"storage {storage.id} keeps snapshots as a volume chain (qcow2 on "
-                             "its LVs): not measured by this iomatrix")
         return {"lvm": {"vg": storage.vgname, **({"volume_chain": True}
                                                  if storage.volume_chain else {})}}
 

@@ -8,14 +8,27 @@ loop devices handed out as logical volumes), since this kernel has no device-map
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from iomatrix.cli.status import ExitStatus
+from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import backing_node
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
+from iomatrix.store.repo import Store
 from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Target
+from iomatrix.targets.lvm import LvmKind
+from tests.conftest import cli_result, our_processes
+from tests.lvm import LvmStandin, lvm_standin as _lvm_standin
+from tests.needs import needs
 
 
 def _config(**kw: Any) -> Configuration:
@@ -93,3 +106,153 @@ def test_nodes_by_role_reads_a_nested_chain_by_depth() -> None:
     want = expected_daemon_graph(_config(), platform="proxmox", pve_version=9, is_device=True,
                                  backing=1)
     assert want["disk0.backing-depth"] == "1" and want["backing1.driver"] == "qcow2"
+
+
+def test_a_volume_chain_storage_id_and_the_table() -> None:
+    """storage.cfg's ``snapshot-as-volume-chain 1`` on an lvm storage is ``volume_chain``;
+    snapshots without it are refused; the table is Proxmox VE's lvm type either way."""
+    cfg = pve.parse_storage_cfg("lvm: chain\n\tvgname pve\n\tsnapshot-as-volume-chain 1\n\n"
+                                "lvm: plain\n\tvgname pve\n")
+    tables = [LvmKind().of_storage(cfg[name], "", Path("/etc/pve")) for name in ("chain", "plain")]
+    assert tables == [{"lvm": {"vg": "pve", "volume_chain": True}}, {"lvm": {"vg": "pve"}}]
+    chain = Target(**tables[0], size="64MiB")
+    assert chain.lvm is not None and chain.lvm.volume_chain and chain.lvm.storage_kind == "lvm"
+    with pytest.raises(ValidationError, match="snapshots needs volume_chain"):
+        Target(lvm={"vg": "pve", "snapshots": 1}, size="64MiB")
+    with pytest.raises(ValidationError):
+        Target(lvm={"vg": "pve", "volume_chain": True, "snapshots": -1}, size="64MiB")
+
+
+# -- on the LVM stand-in (loop devices handed out as LVs) -------------------------------------
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LvmStandin]:
+    """The LVM stand-in: volume group pve (512 MiB), thin pool pve/data (256 MiB)."""
+    yield from _lvm_standin(tmp_path, monkeypatch)
+
+
+def _suite(tmp_path: Path, *, size: str = "32MiB", mode: str = "blocklayer",
+           snapshots: int = 1, runtime: str = "1s", guest: bool = True,
+           baseline: bool = True) -> Path:
+    """A tiny suite on a qcow2 volume chain: ``mode`` and, with ``guest``, a TCG guest."""
+    settings = ('cache = "none"\naio = "native"\nformat = "qcow2"\npreallocation = "metadata"\n'
+                'iothread = false\n')
+    part = f'[[part]]\nmode = "guest"\ncontroller = "virtio-blk"\n{settings}' if guest else ""
+    path = tmp_path / "suite.toml"
+    path.write_text(f"""[suite]
+name = "lvm-chain-test"
+[target]
+size = "{size}"
+lvm = {{ vg = "pve", volume_chain = true, snapshots = {snapshots} }}
+[matrix]
+{settings}{part}[[workloads]]
+rw = "randwrite"
+bs = "4k"
+iodepth = 4
+[method]
+mode = "{mode}"
+baseline = {str(baseline).lower()}
+precondition = false
+runtime = "{runtime}"
+ramp = "0s"
+samples = 1
+accel = "tcg"
+vcpus = 1
+memory = "384MiB"
+boot_timeout = "90s"
+""")
+    return path
+
+
+def _made(standin: LvmStandin) -> list[str]:
+    """The names of the volumes iomatrix asked the stand-in for (lvcreate with a tag)."""
+    return [c[c.index("-n") + 1] for c in standin.commands()
+            if c[0] == "lvcreate" and "--addtag" in c]
+
+
+def test_stand_in_space_check_covers_the_chain(tmp_path: Path, standin: LvmStandin) -> None:
+    """A volume group with room for each image's own LV but not for its chain of backing LVs
+    is refused in one line before any volume is made; so is a preallocation qemu-img cannot
+    do on an LV."""
+    free = int(standin.run("vgs", "--noheadings", "--units", "b", "--nosuffix", "-o",
+                           "vg_free", "pve").stdout.strip())
+    size = (free // 2) >> 20
+    assert 2 * size << 20 <= free            # the images alone fit; the chain of three not
+    path = _suite(tmp_path, size=f"{size}MiB", snapshots=2, guest=False, baseline=False)
+    done = cli_result("run", str(path), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == ExitStatus.TARGET, done.stdout + done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if "hint:" not in line]
+    assert len(lines) == 1 and "3 volume(s)" in lines[0], done.stderr
+    path.write_text(path.read_text().replace('"metadata"', '"full"')
+                    .replace(f'"{size}MiB"', '"8MiB"'))
+    done = cli_result("run", str(path), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == ExitStatus.TARGET, done.stdout + done.stderr
+    assert "preallocation off or metadata, not full" in done.stderr
+    assert _made(standin) == [] and standin.ours("pve") == []
+
+
+@pytest.mark.slow
+@needs("fio", "qemu")
+def test_stand_in_chain_in_blocklayer_and_guest(tmp_path: Path, standin: LvmStandin,
+                                                no_leftovers: None) -> None:
+    """``iomatrix run`` on a qcow2 volume chain with one snapshot: the host baseline on a raw
+    LV, blocklayer and a TCG guest on the qcow2 LV over its backing LV, both graphs as QEMU
+    reports them carrying the chain (query-named-block-nodes); every LV gone at the end; the
+    stored run says what it measured (the target's keys, the caveat)."""
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(_suite(tmp_path)), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 trials ok, 0 failed" in done.stdout, done.stdout
+    with Store(db, readonly=True) as store:
+        run = store.load_run(1)
+    by_mode = {t.config_key.split("/")[0]: t for t in run.trials}
+    assert sorted(by_mode) == ["blocklayer", "guest", "host"]
+    for mode in ("blocklayer", "guest"):
+        applied = by_mode[mode].applied
+        assert applied["disk0.driver"] == "qcow2", applied
+        assert applied["disk0.backing-depth"] == "1" and applied["backing1.driver"] == "qcow2"
+        assert applied["backing1.cache.direct"] == "true", applied
+    made = _made(standin)
+    qcow2 = sorted(n for n in made if "-qcow2-" in n)
+    assert len(made) == 3 and len(qcow2) == 2 and qcow2[1] == qcow2[0] + "-snap1", made
+    assert standin.ours("pve") == [] and sorted(standin.volumes("pve")) == ["data"]
+    assert sorted(c[-1] for c in standin.commands() if c[0] == "lvremove") == sorted(
+        f"pve/{n}" for n in made)
+    target = run.suite.suite.target if run.suite.suite else None
+    assert target is not None and target.lvm is not None
+    assert target.lvm.volume_chain and target.lvm.snapshots == 1
+    assert target.network is target.lvm and target.lvm.storage_kind == "lvm"
+    assert any("Blockbridge" in note for note in run.notes), run.notes
+
+
+@pytest.mark.slow
+@needs("fio", "qemu")
+def test_stand_in_killed_chain_is_cleaned(tmp_path: Path, standin: LvmStandin,
+                                          no_leftovers: None) -> None:
+    """kill -9 while fio runs on a chain of two snapshots leaves its three LVs, each recorded
+    before it was made; ``iomatrix clean`` removes every one of them and nothing else."""
+    standin.run("lvcreate", "-L", "8m", "-n", "vm-100-disk-0.qcow2", "pve")
+    db = tmp_path / "r.db"
+    path = _suite(tmp_path, snapshots=2, runtime="60s", guest=False, baseline=False)
+    proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(path), "--db",
+                             str(db)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("fio" in p for p in our_processes(str(tmp_path))):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.3)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while our_processes(str(tmp_path)):          # fio and the daemon end as the run died
+        assert time.monotonic() < deadline, our_processes(str(tmp_path))
+        time.sleep(0.2)
+    left = standin.ours("pve")
+    assert len(left) == 3 and sorted(left) == sorted(_made(standin)), left
+    done = cli_result("clean", "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(standin.volumes("pve")) == ["data", "vm-100-disk-0.qcow2"]
+    assert sorted(c[-1] for c in standin.commands() if c[0] == "lvremove") == sorted(
+        f"pve/{n}" for n in left)
