@@ -236,6 +236,7 @@ def test_stand_in_run_in_every_mode(tmp_path: Path, standin: LvmStandin, kind: s
     assert "aio is not evaluated" not in done.stderr
     with Store(db, readonly=True) as store:
         run = store.load_run(1)
+        assert [r.path for r in store.open_resources()] == []     # each volume's record settled
     modes = sorted(t.config_key.split("/")[0] for t in run.trials)
     assert modes == ["blocklayer", "blocklayer", "guest", "host"]
     daemon = [t.applied for t in run.trials if t.config_key.startswith("blocklayer/")]
