@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -102,30 +103,35 @@ def _kill_group(proc: subprocess.Popen[str]) -> tuple[str, str]:
 _PARENT_CHECK = 'test "$PPID" = "$0" || exit 143; exec "$@"'
 
 
-def orphan_guard(argv: Sequence[str]) -> list[str]:
-    """``argv`` wrapped so that the process gets SIGTERM if iomatrix dies without stopping it
-    (kill -9, a crash): util-linux's setpriv sets the parent-death signal, which survives exec.
+def orphan_guard(argv: Sequence[str], *, deathsig: str = "TERM") -> list[str]:
+    """``argv`` wrapped so that the process gets SIGTERM (``deathsig``) if iomatrix dies without
+    stopping it (kill -9, a crash): util-linux's setpriv sets the parent-death signal, which
+    survives exec. The kernel sends it when the thread that started the process ends: with
+    iomatrix killed outright, every thread does. Only that process gets it, not the processes
+    it started itself (fio's jobs: fio stops them when it gets SIGTERM).
     The kernel sends it only if the parent dies after it is set; a parent killed while setpriv
     was starting is caught by a check of the parent's pid before ``argv`` runs (CI once found
     an fio that outlived a kill -9 that way). Without setpriv, ``argv`` unchanged."""
     setpriv = which("setpriv")
     if not setpriv:
         return list(argv)
-    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", _PARENT_CHECK,
+    return [setpriv, "--pdeathsig", deathsig, "--", "/bin/sh", "-c", _PARENT_CHECK,
             str(os.getpid()), *argv]
 
 
 @contextlib.contextmanager
 def managed(argv: Sequence[str], *, log: Path, stop_timeout: float = 5.0,
-            env: Mapping[str, str] | None = None,
-            pass_fds: Sequence[int] = ()) -> Iterator[subprocess.Popen[bytes]]:
+            env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (),
+            deathsig: str = "TERM") -> Iterator[subprocess.Popen[bytes]]:
     """Start a long-running process in its own session, logging to ``log``; on leaving the
     block, SIGTERM it, then SIGKILL after ``stop_timeout``, and always reap it. If iomatrix is
-    killed outright, the process gets SIGTERM from the kernel (see ``orphan_guard``).
-    ``pass_fds``: descriptors it inherits. ToolFailed when it cannot be started."""
+    killed outright, the process gets SIGTERM (``deathsig``) from the kernel (see
+    ``orphan_guard``). ``pass_fds``: descriptors it inherits. ToolFailed when it cannot be
+    started."""
     with open(log, "ab") as out:
         try:
-            proc = subprocess.Popen(orphan_guard(argv), stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(orphan_guard(argv, deathsig=deathsig), stdout=out,
+                                    stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env=dict(env) if env is not None else None,
                                     pass_fds=tuple(pass_fds))
@@ -136,6 +142,27 @@ def managed(argv: Sequence[str], *, log: Path, stop_timeout: float = 5.0,
         yield proc
     finally:
         stop(proc, timeout=stop_timeout)
+
+
+REAPER_GRACE = 5.0
+"""How long a daemon has to end on its parent-death SIGTERM before :func:`reaper` kills it."""
+
+
+@contextlib.contextmanager
+def reaper(daemon: subprocess.Popen[bytes], *, log: Path, unmount: Path | None = None,
+           grace: float = REAPER_GRACE) -> Iterator[None]:
+    """For the block, a watchdog over ``daemon`` (started by :func:`managed`) in case iomatrix
+    is killed outright: it gives the daemon ``grace`` seconds to end on its SIGTERM, then
+    SIGKILLs it and lazily unmounts its FUSE export at ``unmount`` (see
+    :mod:`iomatrix.core.reaper`, which says why: a FUSE export with I/O in flight can keep
+    both the daemon and fio alive). Leaving the block stops the watchdog, which then does
+    nothing; enter it inside the daemon's ``managed`` block, so it ends first."""
+    from iomatrix.core import reaper as script
+
+    argv = [sys.executable, "-I", script.__file__, str(os.getpid()), str(daemon.pid),
+            str(grace), *([os.fspath(unmount)] if unmount is not None else [])]
+    with managed(argv, log=log, deathsig=script.ORPHANED.name.removeprefix("SIG")):
+        yield
 
 
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:

@@ -26,7 +26,7 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.versions import method_versions
 from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.mounts import force_unmount, is_mounted
-from iomatrix.core.proc import log_tail, managed, require, wait_for
+from iomatrix.core.proc import log_tail, managed, reaper, require, wait_for
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
@@ -185,7 +185,9 @@ class BlocklayerDriver(Driver):
         log = workdir / "daemon.log"
         log.write_text("")
         try:
-            with managed(reveal(argv, image.network), log=log, stop_timeout=10) as proc:
+            with (managed(reveal(argv, image.network), log=log, stop_timeout=10) as proc,
+                  reaper(proc, log=workdir / "reaper.log",
+                         unmount=mountpoint if config.iothread else None)):
                 ready = wait_for(lambda: proc.poll() is not None or _ready(config, workdir),
                                  timeout=START_TIMEOUT)
                 if proc.poll() is not None or not ready:
