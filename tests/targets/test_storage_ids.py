@@ -115,3 +115,30 @@ def test_on_a_proxmox_host_block_storages_go_through_pvesm() -> None:
                                   "size": "16MiB"}).network.storage_kind == "lvmthin"
     with pytest.raises(ValueError):
         Target.model_validate({"pvesm": {"storage": "-rf"}, "size": "16MiB"})
+
+
+@pytest.mark.parametrize("pve_version", [8, 9])
+def test_translate_on_lvmthin_and_zfspool_stays_exact(pve_version: int) -> None:
+    """``translate`` of a VM on an lvmthin and a zfspool storage: the keys storage.cfg now gives
+    (thinpool, blocksize, sparse) change nothing in the drives' arguments, which open the
+    volume where pve-storage's path puts it (/dev/VG/NAME, /dev/zvol/POOL/NAME) as a
+    host device with qemu-server's default aio there (io_uring; native on thick LVM). The
+    qemu-server fixtures on lvm and lvmthin storages are tests/platform/test_cfg2cmd.py's."""
+    from iomatrix.translate.vm import translate
+
+    conf = ("scsi0: local-lvm:vm-100-disk-0,discard=on,iothread=1,size=32G\n"
+            "scsi1: local-zfs:vm-100-disk-1,cache=writeback,size=16G\n"
+            "scsi2: thick:vm-100-disk-2,size=8G\n"
+            "scsihw: virtio-scsi-single\n")
+    bare = pve.parse_storage_cfg("lvmthin: local-lvm\n\tvgname pve\n\n"
+                                 "zfspool: local-zfs\n\tpool rpool/data\n\nlvm: thick\n\tvgname vg0\n")
+    full = pve.parse_storage_cfg(CFG)
+    plain = translate(conf, pve_version=pve_version, storages=bare, vmid="100").disks
+    keyed = translate(conf, pve_version=pve_version, storages=full, vmid="100").disks
+    assert [d.argv for d in plain] == [d.argv for d in keyed]
+    joined = {d.name: " ".join(d.argv) for d in keyed}
+    assert "/dev/pve/vm-100-disk-0" in joined["scsi0"]
+    assert "/dev/zvol/rpool/data/vm-100-disk-1" in joined["scsi1"]
+    assert "/dev/vg0/vm-100-disk-2" in joined["scsi2"]
+    assert pve_version == 8 or all('"driver":"host_device"' in j for j in joined.values())
+    assert [d.config.aio for d in keyed if d.config] == ["io_uring", "io_uring", "native"]
