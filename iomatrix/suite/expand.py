@@ -335,6 +335,26 @@ def _add_reference(suite: Suite, configs: list[Configuration],
     notes += reference_lines(suite)
 
 
+def _storage_aio(suite: Suite, matrix: Matrix, used: tuple[str, ...], where: str,
+                 notes: list[str]) -> str | None:
+    """The Proxmox VE storage type whose default aio a matrix that sets none measures: where
+    the suite measures Proxmox's graph on a storage of a type whose disks qemu-server gives no
+    io_uring by default (thick LVM: native with a direct cache, threads without;
+    ``pve.aio_default``), as a VM's disk there gets it; None elsewhere (the axis's own default,
+    io_uring, is qemu-server's there too)."""
+    table = suite.target.network
+    storage = table.storage_kind if table is not None and table.local_volumes else None
+    if (storage not in pve.NON_IO_URING_STORAGES or suite.method.platform != "proxmox"
+            or "aio" not in used or "aio" in matrix.model_fields_set):
+        return None
+    note = (f"{where} aio: as qemu-server gives a disk without aio= on {storage} storage "
+            f"({pve.NON_IO_URING_STORAGES[storage]}): native with cache=none or directsync, "
+            "threads otherwise; set aio in the matrix to measure others")
+    if note not in notes:
+        notes.append(note)
+    return storage
+
+
 def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
                  targets: list[tuple[str | None, bool]], configs: list[Configuration],
                  skipped: list[Skipped], notes: list[str],
@@ -369,11 +389,14 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
                 "driver has no aio option (librbd completes requests on its own threads)")
         if note not in notes:
             notes.append(note)
+    storage = _storage_aio(suite, matrix, used, where, notes)
     seen = {c.key for c in configs}
     for (target, device_target), combo in itertools.product(targets,
                                                             itertools.product(*axis_values)):
-        config = _normalize(Configuration(mode=mode, target=target,
-                                          **dict(zip(CONFIG_AXES, combo))))
+        values = dict(zip(CONFIG_AXES, combo))
+        if storage is not None:
+            values["aio"] = pve.aio_default(storage, values.get("cache"))
+        config = _normalize(Configuration(mode=mode, target=target, **values))
         if config.key in seen:
             continue
         seen.add(config.key)

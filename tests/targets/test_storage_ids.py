@@ -142,3 +142,30 @@ def test_translate_on_lvmthin_and_zfspool_stays_exact(pve_version: int) -> None:
     assert "/dev/vg0/vm-100-disk-2" in joined["scsi2"]
     assert pve_version == 8 or all('"driver":"host_device"' in j for j in joined.values())
     assert [d.config.aio for d in keyed if d.config] == ["io_uring", "io_uring", "native"]
+
+
+def test_a_matrix_without_aio_measures_qemu_servers_aio_on_the_storage() -> None:
+    """On thick LVM (through pvesm or [target] lvm) a Proxmox VE suite that sets no aio measures
+    what qemu-server gives a disk there without aio= (native with cache=none, threads with
+    writeback), and says so; one that sets aio, another platform, and lvmthin keep the matrix."""
+    from iomatrix.suite.expand import expand
+    from iomatrix.suite.load import load_suite_text
+
+    def aios(table: str, method: str = 'platform = "proxmox"\n',
+             matrix: str = "") -> tuple[set[tuple[str | None, str | None]], tuple[str, ...]]:
+        text = (f'[suite]\nname = "t"\n[target]\nsize = "16MiB"\n{table}\n[matrix]\n'
+                f'cache = ["none", "writeback"]\n{matrix}[[workloads]]\nrw = "randread"\n'
+                f'[method]\nmode = "blocklayer"\nbaseline = false\n{method}')
+        done = expand(load_suite_text(text))
+        return {(c.cache, c.aio) for c in done.configurations}, done.notes
+
+    thick, notes = aios('pvesm = { storage = "thick", type = "lvm" }')
+    assert thick == {("none", "native"), ("writeback", "threads")}
+    assert any("as qemu-server gives a disk without aio= on lvm storage" in n for n in notes)
+    assert aios('lvm = { vg = "vg0" }')[0] == thick
+    assert aios('pvesm = { storage = "local-lvm", type = "lvmthin" }')[0] == {
+        ("none", "io_uring"), ("writeback", "io_uring")}
+    assert aios('pvesm = { storage = "thick", type = "lvm" }', "")[0] == {
+        ("none", "io_uring"), ("writeback", "io_uring")}
+    assert aios('pvesm = { storage = "thick", type = "lvm" }',
+                matrix='aio = ["threads"]\n')[0] == {("none", "threads"), ("writeback", "threads")}
