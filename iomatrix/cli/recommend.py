@@ -20,23 +20,24 @@ MAX_WIDTH = 100
 
 
 def _storage_of(stored: "StoredRun") -> str:
-    """The Proxmox storage type a run measured, as its target's table says
-    (``KindTable.storage_kind``): an rbd pool is librbd (krbd with krbd = true), whose disks get
-    the aio qemu-server really gives them; anything else "other"."""
+    """The Proxmox storage type a run measured (``Target.storage_kind``): its target's table's
+    (an rbd pool is librbd, krbd with krbd = true), else the type of the Proxmox VE storage it
+    was resolved from, whose disks get the aio qemu-server really gives them; anything else
+    "other"."""
     from iomatrix.core.errors import IomatrixError
 
     try:
-        table = stored.suite.runnable().target.network
+        kind = stored.suite.runnable().target.storage_kind
     except IomatrixError:            # a suite iomatrix cannot run again (an imported one)
         return "other"
-    return (table.storage_kind if table is not None else None) or "other"
+    return kind if kind in PROXMOX_STORAGES else "other"
 
 
 def recommend(
     run_ref: RunRef,
     platform: Annotated[Optional[str], typer.Option("--for", help="proxmox (a qm set line), libvirt (domain XML) or qemu (-blockdev/-device arguments). Default: what the run was made for: Proxmox VE for a run measured with its block graph ([method] platform = \"proxmox\") or on a Proxmox VE host, libvirt for one measured with libvirt's, else QEMU.")] = None,
     db: Db = DEFAULT_DB,
-    storage_type: Annotated[Optional[str], typer.Option("--storage-type", help="Proxmox storage type, for its default aio: " + ", ".join(PROXMOX_STORAGES) + ". Default: rbd (krbd with krbd = true) for a run measured on a Ceph pool, else other.")] = None,
+    storage_type: Annotated[Optional[str], typer.Option("--storage-type", help="Proxmox storage type, for its default aio: " + ", ".join(PROXMOX_STORAGES) + ". Default: the type of the storage the run measured (rbd, krbd with krbd = true, for a Ceph pool; a Proxmox VE storage's own type when the run measured one by its id: lvmthin, dir, ...), else other.")] = None,
     vmid: Annotated[str, typer.Option(help="Proxmox VM id for the qm line.")] = PLACEHOLDER_VMID,
     volume: Annotated[str, typer.Option(help="Proxmox volume (storage:volume) for the qm line.")] = PLACEHOLDER_VOLUME,
     image: Annotated[Optional[str], typer.Option(help="Image path for the libvirt XML and the QEMU arguments.")] = None,

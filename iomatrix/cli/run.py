@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
-                   scale: str | None, seed: int | None) -> None:
+                   scale: str | None, seed: int | None, storage: str | None,
+                   target: Path | None) -> None:
     """BadParameter for options that cannot go together or have no meaning."""
     if accel not in (None, *Accel):
         raise typer.BadParameter(f"{accel!r}: choose kvm, tcg or auto", param_hint="--accel")
@@ -41,6 +42,10 @@ def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
     if seed is not None and resume is not None:
         raise typer.BadParameter("a resumed run keeps the trial order it was started with",
                                  param_hint="--seed")
+    if storage is not None and (target is not None or resume is not None):
+        raise typer.BadParameter("a resumed run keeps its target" if resume is not None else
+                                 "--target names the directory to measure; --storage a "
+                                 "storage: give one", param_hint="--storage")
     if seed is not None and not -(2**63) <= seed < 2**63:
         raise typer.BadParameter(f"{seed}: a seed is a 64-bit integer", param_hint="--seed")
 
@@ -60,19 +65,26 @@ def _to_resume(db: str, resume: str, *, retry_failed: bool) -> StoredRun | None:
 
 
 def _suite(suite: str, db: str, *, scale: str | None, stored: StoredRun | None,
-           storage_cfg: Path | None, target: Path | None) -> Suite:
+           storage_cfg: Path | None, target: Path | None, storage: str | None,
+           targeted: bool) -> Suite:
     """The suite the command line names (``--resume``: the stored run's), as the command line
-    changes it (``measure.prepare.for_command_line``)."""
+    changes it (``measure.prepare.for_command_line``); ``targeted``: --target was given (a
+    new run on a Proxmox VE host then keeps its directory)."""
     from iomatrix.measure.prepare import for_command_line, resumed_suite
+    from iomatrix.measure.pvestorage import host_dir
     from iomatrix.suite import load_suite
 
     loaded = load_suite(suite, scale=scale) if stored is None else resumed_suite(stored, db)
-    if storage_cfg is not None and loaded.target.storage is None:
-        raise typer.BadParameter("goes with a suite whose [target] names a storage "
-                                 "(storage = \"ID\")", param_hint="--storage-cfg")
+    if storage_cfg is not None and loaded.target.storage is None and storage is None:
+        raise typer.BadParameter("goes with --storage ID or a suite whose [target] names a "
+                                 "storage (storage = \"ID\")", param_hint="--storage-cfg")
     cfg = None if storage_cfg is None else (read_option(storage_cfg, "--storage-cfg"),
                                             storage_cfg.absolute().parent)
-    return for_command_line(loaded, storage_cfg=cfg, target=target)
+    err = environment().stderr
+    return for_command_line(loaded, storage_cfg=cfg, target=target, storage=storage,
+                            pve_dir=None if stored is not None or targeted else host_dir(),
+                            note=lambda said: err.print(f"iomatrix: {said}", markup=False,
+                                                        soft_wrap=True))
 
 
 def _show_plan(loaded: Suite, suite: str, *, accel: str | None, seed: int | None,
@@ -157,7 +169,8 @@ def run(
     suite: Annotated[str, typer.Argument(help="Suite file (TOML) or built-in suite name (see `iomatrix suites`).")] = "quick",
     db: Db = DEFAULT_DB,
     target: Annotated[Optional[Path], typer.Option(help="Use this directory as the target instead of the suite's [target] directory (with [target] filesystems: the directory the filesystems are measured in).")] = None,
-    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's storage.cfg (/etc/pve/storage.cfg), for a [target] storage = \"ID\": an rbd storage is measured as [target] rbd (monhost, username, pool, namespace, krbd; the keyring priv/ceph/ID.keyring and priv/ceph/ID.conf beside the file, as Proxmox VE keeps them), iscsi/iscsidirect (storage = \"ID:lunN\", LUN 0 without :lunN) as [target] iscsi, dir/nfs/cifs as their images directory (nfs/cifs mounted at their path or /mnt/pve/ID).")] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="Measure this Proxmox VE storage (its id in storage.cfg) in place of the suite's [target] directory: images are made where the storage makes VM disks (a dir storage's images directory, a volume of an LVM-thin pool, ...). On a Proxmox VE host from its /etc/pve/storage.cfg, elsewhere from --storage-cfg. Without it, a built-in suite on a Proxmox VE host measures the storage holding most of the host's VM disks (--plan says which and why); elsewhere /var/tmp/iomatrix. A storage where no volume can be made (no images content, disabled, a type iomatrix cannot measure) is refused.")] = None,
+    storage_cfg: Annotated[Optional[Path], typer.Option("--storage-cfg", help="Proxmox VE's storage.cfg (/etc/pve/storage.cfg), for --storage or a [target] storage = \"ID\": an rbd storage is measured as [target] rbd (monhost, username, pool, namespace, krbd; the keyring priv/ceph/ID.keyring and priv/ceph/ID.conf beside the file, as Proxmox VE keeps them), iscsi/iscsidirect (storage = \"ID:lunN\", LUN 0 without :lunN) as [target] iscsi, dir/nfs/cifs as their images directory (nfs/cifs mounted at their path or /mnt/pve/ID).")] = None,
     keep: Annotated[bool, typer.Option(help="Keep the images and the run's scratch directory.")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the HTML report into this directory when the run ends.")] = None,
     accel: Annotated[Optional[str], typer.Option(help="How guests run: kvm, tcg, or auto (KVM when a probe boot works, else TCG). Overrides [method] accel.")] = None,
@@ -170,7 +183,7 @@ def run(
 ) -> None:
     """Run a suite: every configuration × workload, stored as one run."""
     _check_options(accel=accel, retry_failed=retry_failed, resume=resume, scale=scale,
-                   seed=seed)
+                   seed=seed, storage=storage, target=target)
     if report is not None and not show_plan:
         output_directory(report)      # refused now rather than after the run
     # SIGTERM and SIGHUP stop a run as Ctrl-C does: daemons and fio stopped, images removed.
@@ -183,7 +196,8 @@ def run(
     if resume is not None and stored is None:
         return
     loaded = _suite(suite, db, scale=scale, stored=stored, storage_cfg=storage_cfg,
-                    target=None if show_plan else target)
+                    target=None if show_plan else target, storage=storage,
+                    targeted=target is not None)
     cluster = _cluster_nodes(loaded, nodes, stored)     # refused as a run refuses them
     if show_plan:
         _show_plan(loaded, suite, accel=accel, seed=seed, stored=stored, scale=scale,

@@ -49,7 +49,8 @@ def plan_lines(prepared: PreparedRun) -> list[Line]:
         f", drawn for this plan: `--seed {seed}` measures in this order (a run without a seed "
         "draws its own)" if prepared.drawn else "")))
     lines.append(Line(text=_stopping(prepared)))
-    texts = [*prepared.host_notes, *reference_lines(suite)]   # the user's VM disk (from_vm)
+    texts = [*([] if prepared.targets else [f"target: {suite.target.described}"]),
+             *prepared.host_notes, *reference_lines(suite)]   # the user's VM disk (from_vm)
     twin = next((c for c in expansion.configurations if c.aa), None) if suite.method.aa else None
     if twin is not None:
         texts.append(f"A/A calibration: {twin.label.removesuffix(' (A/A twin)')} is measured "

@@ -18,6 +18,7 @@ spec the run stores (``PreparedRun.spec``)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -29,7 +30,9 @@ from iomatrix.core.trust import Author
 from iomatrix.core.model import Frozen
 from iomatrix.fio.ioping import IopingTool, find_ioping, tool_note
 from iomatrix.translate.fromvm import resolve_vm
+from iomatrix.measure import pvestorage
 from iomatrix.measure.pvehost import PveHost, on_host
+from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import parse_storage_cfg
 from iomatrix.qemu.version import installed as qemu_version
 from iomatrix.store.location import location_author, parse_location
@@ -39,7 +42,7 @@ from iomatrix.suite.expand import Expansion, expand
 from iomatrix.suite.load import with_author, with_tables
 from iomatrix.suite.model import Suite
 from iomatrix.suite.plan import Block, plan
-from iomatrix.suite.target import KIND_KEYS
+from iomatrix.suite.target import KIND_KEYS, StorageOrigin, Target
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.targets import TargetPlan, plan_targets
@@ -68,7 +71,8 @@ class PreparedRun(Frozen):
     ioping: IopingTool | None = None
     """The ioping that measures host-mode ioping workloads; None: fio's equivalent job does."""
     host_notes: tuple[str, ...] = ()
-    """What the host chose for the suite: Proxmox's graph on a PVE host (``measure.pvehost``)."""
+    """What the host chose for the suite: the storage measured (``measure.pvestorage``) and
+    Proxmox's graph on a PVE host (``measure.pvehost``)."""
 
     @property
     def blocks(self) -> list[Block]:
@@ -141,6 +145,9 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
     ``for_command_line`` and a stored run have read it) and asks which targets this host can
     provide; creates nothing."""
     suite, host_notes = on_host(resolve_vm(suite) if suite.matrix.vm_unread else suite, pve)
+    origin = suite.target.from_storage
+    if origin is not None and origin.chosen:    # which storage, and why (``for_command_line``)
+        host_notes = (origin.chosen, *host_notes)
     targets = plan_targets(suite)
     full = expand(suite, qemu=qemu_version()).without_targets({t.name: str(t.problem) for t in targets
                                           if t.problem is not None and not t.required})
@@ -154,18 +161,31 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
 
 
 def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = None,
-                     target: Path | None = None) -> Suite:
+                     target: Path | None = None, storage: str | None = None,
+                     pve_dir: Path | None = None,
+                     note: Callable[[str], None] | None = None) -> Suite:
     """``suite`` as the command line changes it: the VM its [matrix] from_vm names read
     (``resolve_vm``; ``prepare`` then finds it read, ``Matrix.vm_unread``), its [target] storage = "ID" resolved from
     ``storage_cfg`` (Proxmox VE's storage.cfg: its text and its directory, /etc/pve), then
-    ``target`` (``--target``) as its one directory target; SuiteError for what cannot be."""
+    ``target`` (``--target``) as its one directory target; SuiteError for what cannot be.
+    ``storage`` (``--storage ID``) replaces its one directory target by that storage of
+    ``storage_cfg`` or of the Proxmox VE host's ``pve_dir``; without it, on a Proxmox VE host
+    (``pve_dir``: ``pvestorage.host_dir``, given for a new run without --target) a built-in
+    suite's directory is replaced by the storage where the host's VMs live
+    (the first of ``pvestorage.ranked`` that resolves), or kept, and
+    ``note`` told why."""
     suite = resolve_vm(suite)
-    if storage_cfg is not None and suite.target.storage is not None:
-        suite = _on_storage(suite, *storage_cfg)
+    if storage is not None:
+        suite = _named_storage(suite, storage, storage_cfg, pve_dir)
+    elif storage_cfg is not None and suite.target.storage is not None:
+        storages = parse_storage_cfg(storage_cfg[0])
+        suite = _on_storage(suite, suite.target, storages, storage_cfg[1])
     elif suite.target.storage is not None:
         raise SuiteError(f"{suite.source_path}: [target] storage = {suite.target.storage!r} "
                          "names a Proxmox VE storage",
                          hint="give --storage-cfg /etc/pve/storage.cfg")
+    elif pve_dir is not None and target is None and _builtin_directory(suite):
+        suite = _where_vms_live(suite, pve_dir, note or (lambda said: None))
     if target is None:
         return suite
     if suite.target.directory is None:
@@ -179,24 +199,91 @@ def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = Non
     return with_tables(suite, "target", {"directory": str(target)})
 
 
-def _on_storage(suite: Suite, text: str, pve_dir: Path) -> Suite:
-    """``suite`` with its [target] storage = "ID" as the [target] storage.cfg's ``text``
-    says (``targets.network.resolve_storage``)."""
+def _builtin_directory(suite: Suite) -> bool:
+    """``suite`` is a built-in one measuring its own directory (the main job's choice replaces
+    it; a built-in suite comparing filesystems there keeps it)."""
+    return (suite.source_path.startswith("builtin:") and not suite.targets
+            and suite.target.directory == pvestorage.BUILTIN_DIRECTORY
+            and not suite.target.filesystems)
+
+
+def _where_vms_live(suite: Suite, pve_dir: Path, note: Callable[[str], None]) -> Suite:
+    """``suite`` on the storage where this Proxmox VE host's VMs live: the first of
+    ``pvestorage.ranked`` that resolves; as it is when there is none (``note`` says why)."""
     try:
-        resolved = resolve_storage(suite.target, parse_storage_cfg(text), pve_dir,
-                                   mounted=is_mounted)
+        host = pvestorage.read_host(pve_dir)
+    except SuiteError as exc:
+        note(f"{exc}: measuring {pvestorage.BUILTIN_DIRECTORY} (--storage ID names a storage)")
+        return suite
+    skipped: list[tuple[pve.Storage, str]] = []
+    for storage in pvestorage.ranked(host):
+        given = suite.target.model_copy(update={"directory": None, "storage": storage.id})
+        try:
+            resolved = resolve_storage(given, host.storages, pve_dir, mounted=is_mounted)
+        except ValueError as exc:
+            skipped.append((storage, str(exc)))
+            continue
+        return _resolved(suite, resolved, storage, pvestorage.chosen(host, storage, skipped))
+    note(pvestorage.none_chosen(host, skipped))
+    return suite
+
+
+def _named_storage(suite: Suite, ident: str, storage_cfg: tuple[str, Path] | None,
+                   pve_dir: Path | None) -> Suite:
+    """``suite`` on the storage ``--storage ID`` names (``pvestorage.named``)."""
+    if suite.target.directory is None or suite.targets:
+        raise SuiteError(f"{suite.source_path}: --storage replaces a directory target, but "
+                         f"this suite names " + (f"{len(suite.targets)} in [[targets]]"
+                                                 if suite.targets else
+                                                 f"a {suite.target.kind} target"))
+    if storage_cfg is not None:
+        host = pvestorage.read_host(storage_cfg[1], storage_cfg[0])
+    elif pve_dir is not None:
+        host = pvestorage.read_host(pve_dir)
+    else:
+        raise SuiteError(f"--storage {ident}: this is not a Proxmox VE host (no pveversion on "
+                         f"the PATH, or no {pvestorage.PVE_DIR})",
+                         hint="give --storage-cfg with a copy of its storage.cfg")
+    why = pvestorage.named(host, ident)
+    kind = host.storages[ident].type
+    if suite.target.filesystems and kind not in pve.FILE_STORAGES:
+        raise SuiteError(f"--storage {ident} ({kind}): this suite compares filesystems made in "
+                         "a directory ([target] filesystems): name a dir, nfs or cifs storage")
+    return _on_storage(suite, suite.target.model_copy(update={"directory": None,
+                                                              "storage": ident}),
+                       host.storages, host.directory, chosen=why)
+
+
+def _on_storage(suite: Suite, given: Target, storages: dict[str, pve.Storage], pve_dir: Path,
+                *, chosen: str = "") -> Suite:
+    """``suite`` with ``given``, its [target] with storage = "ID", as the [target] the
+    parsed storage.cfg ``storages`` says (``targets.network.resolve_storage``; ``chosen``
+    says why it is measured)."""
+    assert given.storage is not None
+    try:
+        resolved = resolve_storage(given, storages, pve_dir, mounted=is_mounted)
     except ValueError as exc:
         raise SuiteError(f"{suite.source_path}: [target] storage: {exc}") from None
-    given = suite.tables.get("target")
-    replaced = set(KIND_KEYS)
-    table = {k: v for k, v in (given if isinstance(given, dict) else {}).items()
-             if k not in replaced}
-    for key in replaced - {"storage"}:
+    return _resolved(suite, resolved, storages[given.storage.partition(":")[0]], chosen,
+                     given.storage)
+
+
+def _resolved(suite: Suite, resolved: Target, storage: pve.Storage, chosen: str,
+              ident: str | None = None) -> Suite:
+    """``suite`` with its [target] replaced by ``resolved``, which remembers ``storage``
+    (``StorageOrigin``, as ``ident``: ``ID:lunN`` for a LUN) and ``chosen``."""
+    origin = StorageOrigin(id=ident or storage.id, type=storage.type,
+                           volume_chain=storage.volume_chain, chosen=chosen)
+    written = suite.tables.get("target")
+    table = {k: v for k, v in (written if isinstance(written, dict) else {}).items()
+             if k not in (*KIND_KEYS, "from_storage")}
+    for key in set(KIND_KEYS) - {"storage"}:
         value = getattr(resolved, key)
         if isinstance(value, BaseModel):
             table[key] = value.model_dump(mode="json", exclude_defaults=True)
         elif value is not None:
             table[key] = str(value)
+    table["from_storage"] = origin.model_dump(mode="json", exclude_defaults=True)
     return with_tables(suite, "target", table, replace=True)
 
 

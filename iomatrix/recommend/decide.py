@@ -89,6 +89,11 @@ CACHE_CAVEATS = {
 }
 NEVER = {("cache", "unsafe")}
 """Levels never recommended, whatever they measure."""
+VOLUME_CHAIN_CAVEAT = (
+    "evidence measured on qcow2 over thick LVM as Proxmox VE 9's snapshot-as-volume-chain (a "
+    "technology preview): Blockbridge reported data-integrity failures with cache=none right "
+    "after the first snapshot; check the storage's state before trusting data to it")
+"""The warning of a run measuring qcow2 on a volume chain (``Target.volume_chain``)."""
 
 Status = Literal["change", "keep", "choose", "not measured", "not evaluated"]
 
@@ -184,6 +189,9 @@ class Recommendation(Frozen):
     suite_name: str
     emulated: bool
     storage: str
+    measured_on: str = ""
+    """The storage the evidence comes from (``Target.described``: "lvmthin local-lvm"); ""
+    where the run's suite does not load (imported results)."""
     decisions: tuple[Decision, ...]
     config: Configuration
     """The whole recommended disk setup, valid for QEMU 7.2 (guest mode)."""
@@ -253,8 +261,14 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     if not parts:
         warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
                         "a recommendation on; every parameter keeps the platform's default")
+    target = run.suite.suite.target if run.suite.suite is not None else None
+    if target is not None and target.volume_chain and any(
+            c.params.get("format") == "qcow2" for c in run.configs):
+        warnings.append(VOLUME_CHAIN_CAVEAT)
     return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite.name,
-                          emulated=run.emulated, storage=storage, decisions=tuple(decisions),
+                          emulated=run.emulated, storage=storage,
+                          measured_on=target.described if target is not None else "",
+                          decisions=tuple(decisions),
                           config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes),
                           yours=_yours(run, config, decisions))
 

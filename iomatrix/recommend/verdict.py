@@ -58,6 +58,8 @@ def header(rec: Recommendation, width: int, why: str | None = None) -> list[str]
     storage = f" (storage type {rec.storage})" if rec.platform == "proxmox" else ""
     lines = [f"run {rec.run_id} · suite {printable(rec.suite_name)} · recommendation for "
              f"{TITLES[rec.platform]}{storage}"]
+    if rec.measured_on:
+        lines += _wrap(f"evidence measured on {rec.measured_on}", width)
     if why:
         others = " or ".join(p for p in TITLES if p != rec.platform)
         lines += _wrap(f"({why}; --for {others} for another)", width)

@@ -246,6 +246,8 @@ class RecommendationView(Frozen):
     platform: str
     title: str
     storage: str
+    measured_on: str = ""
+    """The storage the evidence comes from (``Recommendation.measured_on``)."""
     decisions: tuple[DecisionView, ...]
     text: str
     """Ready to paste (``qm set`` line, domain XML, QEMU arguments); "" when it could not be
@@ -762,6 +764,7 @@ def _recommendations(run: "StoredRun") -> tuple[tuple[RecommendationView, ...], 
             text, text_notes = "", (f"cannot be rendered: {exc}",)
         out.append(RecommendationView(
             platform=platform, title=TITLES[platform], storage=rec.storage,
+            measured_on=rec.measured_on,
             decisions=tuple(DecisionView(
                 name=d.name, what=d.what,
                 default=d.default.shown + (f" ({d.default.note})" if d.default.note else ""),

@@ -117,6 +117,10 @@ class RbdTarget(KindTable):
         return "krbd" if self.krbd else "rbd"
 
     @property
+    def location(self) -> str:
+        return f"pool {self.spec}"
+
+    @property
     def spec(self) -> str:
         """``pool`` or ``pool/namespace``, as the rbd command names where images are."""
         return "/".join(p for p in (self.pool, self.namespace) if p)
@@ -242,6 +246,23 @@ STORAGE_ID = r"^[A-Za-z][A-Za-z0-9\-_.]*(?::[A-Za-z0-9\-_.]{1,100})?$"
 with the LUN as Proxmox VE names its volumes (``ID:lunN``, checked by ``resolve_storage``)."""
 
 
+class StorageOrigin(Frozen):
+    """The Proxmox VE storage a [target] was resolved from (``[target] storage = "ID"``,
+    ``iomatrix run --storage ID``, or the main job's choice on a Proxmox VE host:
+    ``iomatrix.measure.pvestorage``). iomatrix writes it into the spec the run stores, so that
+    recommend and the report name the storage after it was resolved into a directory or a
+    volume; a suite file need not write it."""
+
+    id: str = Field(max_length=100, pattern=STORAGE_ID)
+    """The storage id (``local-lvm``)."""
+    type: str = Field(max_length=40, pattern=r"^[a-z][a-z0-9]*$")
+    """Its type in storage.cfg (``lvmthin``, ``dir``, ``rbd``, …)."""
+    volume_chain: bool = False
+    """storage.cfg's ``snapshot-as-volume-chain 1``."""
+    chosen: str = Field(default="", max_length=400)
+    """Why this storage was measured (the main job's choice), as the run's notes say it."""
+
+
 class Target(Frozen):
     """Where the images live: a directory (files are created there), a whole block device, or
     network storage (``network``: a Ceph RBD pool, or an iSCSI LUN, a whole device), or a Proxmox VE storage named by its id
@@ -286,6 +307,9 @@ class Target(Frozen):
     storage: str | None = Field(default=None, max_length=100, pattern=STORAGE_ID)
     """A Proxmox VE storage id (``ID:lunN`` for a LUN of an iSCSI storage); ``iomatrix run
     --storage-cfg`` says where its definition is."""
+    from_storage: StorageOrigin | None = None
+    """The Proxmox VE storage the target was resolved from (``StorageOrigin``): written by
+    iomatrix as it resolves a storage id, kept with the run."""
     allow_tmpfs: bool = False
     """The directory is on tmpfs (RAM) on purpose: no warning that figures measure memory."""
     working_set: WorkingSet = "size"
@@ -369,6 +393,38 @@ class Target(Frozen):
     def kind(self) -> str:
         """directory, device, storage, or the network kind (rbd, iscsi)."""
         return next(k for k in KIND_KEYS if getattr(self, k) is not None)
+
+    @property
+    def described(self) -> str:
+        """The storage measured, as recommend and the report name it: the Proxmox VE storage
+        it was resolved from (``lvmthin local-lvm``; a directory with its path), else its
+        kind and where (``directory /var/tmp/iomatrix``, ``rbd pool rbd``)."""
+        origin, table = self.from_storage, self.network
+        where = self.directory or self.device
+        if origin is not None:
+            return f"{origin.type} {origin.id}" + (f" ({where})" if where is not None else "")
+        shown = table.location if table is not None else where or self.storage
+        fs = f" ({', '.join(self.filesystems)})" if self.filesystems else ""
+        return f"{self.kind} {shown}{fs}"
+
+    @property
+    def storage_kind(self) -> str | None:
+        """What Proxmox VE's aio and cache rules see the target as: its table's
+        (``KindTable.storage_kind``), else the type of the Proxmox VE storage it was resolved
+        from (a dir, nfs or cifs storage's directory); None: other storage."""
+        table = self.network
+        kind = table.storage_kind if table is not None else None
+        return kind or (self.from_storage.type if self.from_storage is not None else None)
+
+    @property
+    def volume_chain(self) -> bool:
+        """qcow2 images here are Proxmox VE 9's snapshot-as-volume-chain on thick LVM: the
+        lvm kind with volume_chain, or a storage.cfg lvm storage with
+        ``snapshot-as-volume-chain 1``."""
+        origin = self.from_storage
+        chain = (bool(getattr(self.network, "volume_chain", False))
+                 or bool(origin and origin.volume_chain))
+        return self.storage_kind == "lvm" and chain
 
 
 

@@ -43,11 +43,14 @@ def configurations(mode: str, axes: Mapping[str, Iterable[object]]) -> list[Conf
 def write_run(store: Store, configs: list[Configuration], workloads: list[Workload],
               figures: Generator, *, samples: int = 3, accelerator: str = "none",
               host: Mapping[str, str] | None = None, name: str = "synthetic",
-              method: Mapping[str, str | int] | None = None) -> int:
+              method: Mapping[str, str | int] | None = None,
+              target: Mapping[str, object] | None = None) -> int:
     """A finished run in ``store`` whose trials carry ``figures``; returns its id. Each trial's
     one direction is the workload's (read for reads and mixed workloads, write for writes).
-    ``method`` goes into the stored suite text's [method] table (e.g. platform = "proxmox")."""
+    ``method`` goes into the stored suite text's [method] table (e.g. platform = "proxmox"),
+    ``target`` into its [target] table (the suite then loads: recommend names its storage)."""
     text = toml_table("suite", {"name": name}) + (toml_table("method", method) if method else "")
+    text += toml_table("target", target) if target else ""
     run_id = store.create_run(
         suite=StoredSuite(name=name, source="synthetic", text=text),
         host=dict(host or {"hostname": "synthetic", "target": "synthetic", "target_fs": "none"}),
@@ -78,7 +81,8 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
 
 def stored_run(db: str | os.PathLike[str], configs: list[Configuration],
                workloads: list[Workload], figures: Generator, **how: object) -> StoredRun:
-    """A synthetic run (``write_run`` with ``how``: samples, accelerator, host, name, method)
+    """A synthetic run (``write_run`` with ``how``: samples, accelerator, host, name, method,
+    target)
     written into the store at ``db`` (made if need be), as ``load_run`` reads it back."""
     with Store(db) as store:
         return store.load_run(write_run(store, configs, workloads, figures,

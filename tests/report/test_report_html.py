@@ -33,6 +33,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 BLOCK_SIZES = (4096, 16384, 65536)
 DEPTHS = (1, 4, 16)
 NOISY = "host"
+STORAGE = {"directory": "/var/lib/vz/images", "size": "4GiB",
+           "from_storage": {"id": "local", "type": "dir"}}
+"""The seed 000 run's [target]: a Proxmox VE dir storage's images directory, as iomatrix
+resolves ``--storage local`` (``measure.pvestorage``)."""
 
 
 # --- synthetic runs -------------------------------------------------------------------------------
@@ -102,7 +106,8 @@ def seed000_run(tmp: Path, *, accelerator: str = "tcg") -> StoredRun:
         "controller": ["virtio-scsi-single"], "aio": ["native", "io_uring"],
         "iothread": [True, False]})]
     workloads = [Workload(rw="randread", bs=bs, iodepth=qd) for bs in BLOCK_SIZES for qd in DEPTHS]
-    return telemetry(make_run(tmp, configs, workloads, seed000_figures, accelerator=accelerator))
+    return telemetry(make_run(tmp, configs, workloads, seed000_figures, accelerator=accelerator,
+                              target=STORAGE))
 
 
 def scaling_run(tmp: Path) -> StoredRun:
@@ -536,8 +541,11 @@ def _csv_download_and_recommendation(page, run, tmp_path) -> None:
     target = tmp_path / "samples.csv"
     download.save_as(target)
     assert target.read_text() == samples_csv(run)
-    # recommendation tabs: one platform at a time, each with text to paste
+    # recommendation tabs: one platform at a time, each with text to paste and the storage the
+    # evidence comes from
     assert p.get_by_test_id("rec-proxmox").is_visible() and not p.get_by_test_id("rec-libvirt").is_visible()
+    assert p.get_by_test_id("rec-storage-proxmox").inner_text() == (
+        "Evidence measured on dir local (/var/lib/vz/images).")
     p.get_by_test_id("rec-tab-libvirt").click()
     assert p.get_by_test_id("rec-libvirt").is_visible() and not p.get_by_test_id("rec-proxmox").is_visible()
     assert "<disk" in p.get_by_test_id("paste-libvirt").inner_text()

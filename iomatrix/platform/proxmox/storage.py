@@ -57,6 +57,8 @@ class Storage(Frozen):
     added): cephx as ``username``. False: no auth (``auth-client-required`` none)."""
     ceph_conf: bool = True
     """rbd with monhost: /etc/pve/priv/ceph/ID.conf exists (written when the storage is added)."""
+    nodes: tuple[str, ...] | None = None
+    """``nodes a,b``: the cluster nodes it is available on; None: every node."""
 
     @property
     def kind(self) -> str:
@@ -115,8 +117,8 @@ def parse_storage_cfg(text: str) -> dict[str, Storage]:
             current[key] = value
         elif key in _CFG_FLAGS:
             current[_CFG_FLAGS[key]] = value not in ("0", "")
-        elif key == "content":
-            current["content"] = tuple(c for c in value.split(",") if c)
+        elif key in ("content", "nodes"):
+            current[key] = tuple(c.strip() for c in value.split(",") if c.strip())
         elif key == "content-dirs":
             current["content_dirs"] = tuple(tuple(p.split("=", 1)) for p in value.split(",")
                                             if "=" in p)
