@@ -52,6 +52,12 @@ TIMEOUT = 120.0
 LVM_ENV = {"LVM_SUPPRESS_FD_WARNINGS": "1"}
 """LVM's tools warn on stderr of every descriptor they inherit; iomatrix's are its own."""
 HINT = "check [target] lvm / lvmthin: vgs and lvs list what this host has"
+VG_FIELDS = "vg_name,vg_size,vg_free,vg_extent_size"
+"""What ``vgs`` reports of a volume group (thick volumes' space check)."""
+POOL_FIELDS = "lv_name,lv_attr,lv_size,data_percent,metadata_percent,lv_metadata_size,chunk_size"
+"""What ``lvs`` reports of a thin pool (thin volumes' space check)."""
+LIST_FIELDS = "lv_name,lv_tags"
+"""What ``lvs`` reports of each volume for reclaim."""
 
 
 def _lvm(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
@@ -68,7 +74,7 @@ def _lvm(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[st
 def _why(done: subprocess.CompletedProcess[str]) -> str:
     """The one line a failed LVM command amounts to: its last message."""
     lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines()
-             if line.strip() and "leaked on" not in line]
+             if line.strip() and "leaked on" not in line and not line.strip().startswith("Run `")]
     missing = [line for line in lines if "not found" in line]
     return (missing or lines or [f"exit status {done.returncode}"])[-1][:300]
 
@@ -127,8 +133,7 @@ class LvmBackend(Backend):
 
     def _group(self) -> tuple[int, int, int]:
         """The volume group's (size, free, extent size) in bytes."""
-        rows = _report(self.where, "vgs", "-o", "vg_name,vg_size,vg_free,vg_extent_size",
-                       self.vg)
+        rows = _report(self.where, "vgs", "-o", VG_FIELDS, self.vg)
         row = next((r for r in rows if r and r[0] == self.vg), None)
         if row is None or len(row) < 4:
             raise TargetError(f"{self.where}: vgs does not report it", hint=HINT)
@@ -150,10 +155,13 @@ class LvmBackend(Backend):
         """``lvcreate``'s arguments for volume ``name`` of ``size`` bytes (a MiB multiple)."""
         return ["-L", f"{size >> 20}m", "-n", name, self.vg]
 
+    def create_argv(self, name: str, size: int, tag: str) -> list[str]:
+        """The whole ``lvcreate`` command (without the program's path) for volume ``name``."""
+        return ["lvcreate", "--yes", "-aly", "--addtag", tag, *self.create_args(name, size)]
+
     def create(self, name: str, size: int, tag: str) -> Path:
         assert name.startswith(PREFIX)
-        done = _lvm("lvcreate", "--yes", "-aly", "--addtag", tag,
-                    *self.create_args(name, size))
+        done = _lvm(*self.create_argv(name, size, tag))
         if done.returncode != 0:
             raise TargetError(f"{self.where}: lvcreate {name}: {_why(done)}")
         rows = _report(self.where, "lvs", "-o", "lv_path", f"{self.vg}/{name}")
@@ -169,7 +177,7 @@ class LvmBackend(Backend):
             raise TargetError(f"{self.where}: lvremove {name}: {_why(done)}")
 
     def listed(self) -> dict[str, set[str]]:
-        done = _lvm("lvs", "--noheadings", "--separator", "|", "-o", "lv_name,lv_tags", self.vg)
+        done = _lvm("lvs", "--noheadings", "--separator", "|", "-o", LIST_FIELDS, self.vg)
         if done.returncode != 0:
             raise TargetUnreachable(f"{self.where}: lvs: {_why(done)}")
         out: dict[str, set[str]] = {}
@@ -198,8 +206,7 @@ class LvmThinBackend(LvmBackend):
         return {"vg": self.vg, "pool": self.pool}
 
     def check(self, count: int, size: int) -> list[str]:
-        rows = _report(self.where, "lvs", "-o", "lv_name,lv_attr,lv_size,data_percent,"
-                       "metadata_percent,lv_metadata_size,chunk_size", f"{self.vg}/{self.pool}")
+        rows = _report(self.where, "lvs", "-o", POOL_FIELDS, f"{self.vg}/{self.pool}")
         row = next((r for r in rows if r and r[0] == self.pool), None)
         if row is None or len(row) < 7:
             raise TargetError(f"{self.where}: lvs does not report it", hint=HINT)

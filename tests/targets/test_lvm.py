@@ -124,6 +124,34 @@ def test_real_lvm_tools_refuse_a_missing_group_in_one_line(tmp_path: Path, kind:
     assert not db.exists() or b"lvm-test" not in db.read_bytes()
 
 
+@pytest.mark.skipif(shutil.which("lvcreate") is None, reason="lvm2 is not installed")
+def test_real_lvm_tools_accept_iomatrix_command_lines() -> None:
+    """The real lvm2 tools parse every command line iomatrix gives them: the report fields
+    are fields lvs and vgs know (an unknown one is an error), and lvcreate takes the thick and
+    thin command lines and the owner tag, getting as far as this kernel's missing device-mapper
+    (a line it does not parse, or a tag it does not accept, is refused before that)."""
+    for tool, fields in (("vgs", lvm.VG_FIELDS), ("lvs", lvm.POOL_FIELDS),
+                         ("lvs", lvm.LIST_FIELDS), ("lvs", "lv_path")):
+        done = lvm._lvm(tool, "--noheadings", "--units", "b", "--nosuffix", "--separator", "|",
+                        "-o", fields)
+        assert done.returncode == 0, (tool, fields, done.stderr)
+    assert lvm._lvm("lvs", "-o", "no_such_field").returncode != 0
+    tag = volumes.owner_tag("made by iomatrix: lvm-volume pve/x\nfor pid 1 as uid 0\n")
+    for backend in (lvm.LvmBackend("iomatrix-test-none"),
+                    lvm.LvmThinBackend("iomatrix-test-none", "data")):
+        argv = backend.create_argv("iomatrix-1-abc-raw-off", 64 << 20, tag)
+        done = lvm._lvm(*argv)
+        assert done.returncode != 0 and "Error during parsing" not in done.stderr, done.stderr
+        assert "device-mapper" in done.stderr or "not found" in done.stderr, done.stderr
+        with pytest.raises(TargetError, match="device-mapper|not found"):
+            backend.create("iomatrix-1-abc-raw-off", 64 << 20, tag)
+    refused = lvm._lvm(*lvm.LvmBackend("iomatrix-test-none").create_argv(
+        "iomatrix-1-abc-raw-off", 64 << 20, "a tag"))
+    assert "Error during parsing" in refused.stderr         # the check above can fail
+    gone = lvm._lvm("lvremove", "-f", "iomatrix-test-none/iomatrix-1-abc-raw-off")
+    assert gone.returncode == 5 and 'Volume group "iomatrix-test-none" not found' in gone.stderr
+
+
 def test_doctor_says_whether_lvm_volumes_can_be_made(tmp_path: Path) -> None:
     """Tools on PATH and the kernel's device-mapper: each missing is said, never required."""
     run = lambda argv: (0, "", "")              # noqa: E731
