@@ -28,6 +28,7 @@ ZFS."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -36,8 +37,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from iomatrix.core.errors import (EnvironmentProblem, NotEnoughSpace, TargetError,
-                                  TargetUnreachable, ToolFailed)
+from iomatrix.core.errors import (EnvironmentProblem, IomatrixError, NotEnoughSpace,
+                                  TargetError, TargetUnreachable, ToolFailed)
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
@@ -129,11 +130,14 @@ class ZfsFacts(Frozen):
 
     def note(self, volblocksize: int, sparse: bool) -> str:
         """The run's note on the dataset, in one line."""
+        arc = ("; primarycache=all: reads can come from the ARC (ZFS's cache in RAM) whatever "
+               "the cache mode, so a working set that fits in it measures memory"
+               if self.primarycache == "all" else "")
         return (f"zfs: zvols in {self.dataset} (pool {self.pool.name}, {self.pool.health}), "
                 f"volblocksize {volblocksize_text(volblocksize)}, "
                 f"{'sparse' if sparse else 'thick (refreservation = size)'}; dataset "
                 f"compression={self.compression}, sync={self.sync}, primarycache="
-                f"{self.primarycache}; {self.version}")
+                f"{self.primarycache}; {self.version}{arc}")
 
 
 class Zfs:
@@ -250,10 +254,10 @@ class Zfs:
 
     # -- making and removing ---------------------------------------------------------------
     def create(self, dataset: str, name: str, size: int, *, volblocksize: int, sparse: bool,
-               owner: str = "") -> Path:
-        """``zfs create [-s] -b VOLBLOCKSIZE -V SIZE [-o iomatrix:owner=TAG] DATASET/NAME``;
-        the zvol's block device once udev has linked it (``device``). ``size`` is
-        ``volume_size``'s; ``owner``: the record's tag (``volumes.owner_tag``)."""
+               owner: str = "") -> None:
+        """``zfs create [-s] -b VOLBLOCKSIZE -V SIZE [-o iomatrix:owner=TAG] DATASET/NAME``
+        (its block device: ``device``). ``size`` is ``volume_size``'s; ``owner``: the record's
+        tag (``volumes.owner_tag``)."""
         full = zvol_name(dataset, name)
         volblocksize_bytes(volblocksize)
         assert size > 0 and size % volblocksize == 0, size
@@ -265,12 +269,12 @@ class Zfs:
         code, out, err = self._run(self.zfs, *argv, "--", full, check=False)
         if code != 0:
             raise TargetError(f"zfs create {full}: {_last(err or out)}")
-        return self.device(dataset, name)
 
-    def device(self, dataset: str, name: str, *, timeout: float = LINK_TIMEOUT) -> Path:
+    def device(self, dataset: str, name: str) -> Path:
         """``/dev/zvol/DATASET/NAME`` once it is a block device (udev links it after
-        ``zfs create``), else TargetError after ``timeout`` seconds."""
+        ``zfs create``), else TargetError after ``LINK_TIMEOUT`` seconds."""
         path = ZVOL_ROOT / zvol_name(dataset, name)
+        timeout = LINK_TIMEOUT
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -363,15 +367,21 @@ class ZfsBackend(Backend):
         return [self.facts.note(self.volblocksize, self.sparse)]
 
     def create(self, name: str, size: int, tag: str) -> Path:
-        device = self.tools.create(self.dataset, name, volume_size(size, self.volblocksize),
-                                   volblocksize=self.volblocksize, sparse=self.sparse,
-                                   owner=tag)
-        made = self.tools.volblocksize_of(self.dataset, name)
-        if made != self.volblocksize:
-            raise TargetError(f"{self.where}: zfs made {name} with volblocksize "
-                              f"{volblocksize_text(made)}, not the "
-                              f"{volblocksize_text(self.volblocksize)} asked")
-        return device
+        """``zfs create``, then the zvol's device once udev links it and its volblocksize read
+        back; a zvol made but not usable so is destroyed again before the error is raised."""
+        self.tools.create(self.dataset, name, volume_size(size, self.volblocksize),
+                          volblocksize=self.volblocksize, sparse=self.sparse, owner=tag)
+        try:
+            made = self.tools.volblocksize_of(self.dataset, name)
+            if made != self.volblocksize:
+                raise TargetError(f"{self.where}: zfs made {name} with volblocksize "
+                                  f"{volblocksize_text(made)}, not the "
+                                  f"{volblocksize_text(self.volblocksize)} asked")
+            return self.tools.device(self.dataset, name)
+        except BaseException:
+            with contextlib.suppress(IomatrixError):
+                self.tools.destroy(self.dataset, name)
+            raise
 
     def remove(self, name: str) -> None:
         try:

@@ -154,8 +154,9 @@ def test_only_iomatrix_names_reach_destroy(zfs_standin: ZfsStandin) -> None:
     assert len(zfs_standin.commands()) == before
     size = zfs.volume_size(3 << 20, 16384)
     tag = owner_tag("made by iomatrix: record 1")
-    device = tools.create(zfs_standin.dataset, "iomatrix-1-t-raw", size, volblocksize=16384,
-                          sparse=False, owner=tag)
+    tools.create(zfs_standin.dataset, "iomatrix-1-t-raw", size, volblocksize=16384,
+                 sparse=False, owner=tag)
+    device = tools.device(zfs_standin.dataset, "iomatrix-1-t-raw")
     assert device == zfs.ZVOL_ROOT / zfs_standin.dataset / "iomatrix-1-t-raw"
     assert os.path.realpath(device).startswith("/dev/loop")
     assert tools.listed(zfs_standin.dataset) == {"iomatrix-1-t-raw": tag, "vm-100-disk-0": None}
@@ -167,10 +168,12 @@ def test_only_iomatrix_names_reach_destroy(zfs_standin: ZfsStandin) -> None:
 
 
 @pytest.mark.slow
-def test_facts_and_the_space_check(zfs_standin: ZfsStandin) -> None:
+def test_facts_and_the_space_check(tmp_path: Path, zfs_standin: ZfsStandin,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """What a run records of the dataset is what zfs and zpool say of it (the stand-in's
     answers), and the space check holds thick zvols to their reservations, sparse ones to their
-    sizes, against the available bytes zfs reports."""
+    sizes, against the available bytes zfs reports. A zvol made whose device never appears is
+    destroyed again."""
     tools = zfs.Zfs()
     facts = tools.facts(zfs_standin.dataset)
     got = dict(line.split("\t") for line in zfs_standin.run(
@@ -182,6 +185,8 @@ def test_facts_and_the_space_check(zfs_standin: ZfsStandin) -> None:
     version = zfs_standin.run("zfs", "version").stdout.split()
     assert facts.version == ", ".join(version)
     assert facts.pool.name == zfs_standin.pool and facts.pool.health == "ONLINE"
+    assert "ARC" not in facts.note(16384, False)                      # primarycache=metadata
+    assert "reads can come from the ARC" in tools.facts(zfs_standin.pool).note(16384, False)
     fields = facts.fields(8192, False)
     assert (fields["zfs_compression"], fields["zfs_volblocksize"]) == ("lz4", "8K")
     assert fields["zfs_version"] == facts.version
@@ -199,6 +204,15 @@ def test_facts_and_the_space_check(zfs_standin: ZfsStandin) -> None:
                      volblocksize=16384, sparse=False)
     with pytest.raises(TargetError, match="dataset does not exist"):
         tools.facts(f"{zfs_standin.pool}/nothing")
+    monkeypatch.setattr(zfs, "ZVOL_ROOT", tmp_path / "no-udev")
+    monkeypatch.setattr(zfs, "LINK_TIMEOUT", 0.5)
+    backend = zfs.ZfsBackend(zfs_standin.dataset)
+    assert backend.check(1, 1 << 20) == [facts.note(16384, False)]
+    with pytest.raises(TargetError, match="udev did not link"):
+        backend.create("iomatrix-1-t-raw-off", 1 << 20, owner_tag("made by iomatrix"))
+    assert ["zfs", "destroy", "--", f"{zfs_standin.dataset}/iomatrix-1-t-raw-off"] in \
+        zfs_standin.commands()
+    assert zfs_standin.zvols() == []
 
 
 def test_a_zfspool_storage_id_is_a_zfs_target(tmp_path: Path) -> None:
@@ -220,7 +234,7 @@ def test_a_zfspool_storage_id_is_a_zfs_target(tmp_path: Path) -> None:
 
 
 def zfs_suite(directory: Path, pool: str, *, size: str = "16MiB", volblocksize: str = '"8k"',
-              mode: str = "guest", runtime: str = "1s") -> Path:
+              mode: str = "guest", runtime: str = "1s", sparse: bool = False) -> Path:
     """A tiny suite on a zvol of ``pool``: guest mode (TCG) with its host baseline and a
     blocklayer part, so that one run covers the three modes."""
     path = directory / "zfs.toml"
@@ -228,7 +242,7 @@ def zfs_suite(directory: Path, pool: str, *, size: str = "16MiB", volblocksize: 
 name = "zfs-standin"
 [target]
 size = "{size}"
-zfs = {{ pool = "{pool}", volblocksize = {volblocksize} }}
+zfs = {{ pool = "{pool}", volblocksize = {volblocksize}, sparse = {str(sparse).lower()} }}
 [matrix]
 controller = "virtio-blk"
 iothread = false
@@ -255,6 +269,7 @@ boot_timeout = "90s"
     return path
 
 
+@pytest.mark.slow
 def test_refusals_are_one_line_before_any_zvol(tmp_path: Path,
                                                zfs_standin: ZfsStandin) -> None:
     """A dataset name or volblocksize iomatrix does not accept ends the run before zfs is
@@ -336,13 +351,13 @@ def test_a_run_in_every_mode_on_a_standin_zvol(tmp_path: Path, zfs_standin: ZfsS
 @needs("fio")
 def test_a_killed_run_leaves_zvols_that_clean_alone_removes(tmp_path: Path,
                                                             zfs_standin: ZfsStandin) -> None:
-    """kill -9 in the middle of a run leaves its zvol, recorded and marked; ``clean`` removes
-    it and nothing else in the dataset: a Proxmox VE disk and a zvol named like iomatrix's
-    that no record made stay."""
+    """kill -9 in the middle of a run leaves its (sparse) zvol, recorded and marked; ``clean``
+    removes it and nothing else in the dataset: a Proxmox VE disk and a zvol named like
+    iomatrix's that no record made stay."""
     others = [f"{zfs_standin.dataset}/vm-100-disk-0", f"{zfs_standin.dataset}/iomatrix-9-x-raw"]
     for other in others:
         zfs_standin.run("zfs", "create", "-V", "1M", other)
-    suite = zfs_suite(tmp_path, zfs_standin.dataset, mode="host", runtime="60s")
+    suite = zfs_suite(tmp_path, zfs_standin.dataset, mode="host", runtime="60s", sparse=True)
     db = tmp_path / "r.db"
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)], cwd=tmp_path,
                             env=zfs_standin.env, stdout=subprocess.DEVNULL,
@@ -358,6 +373,8 @@ def test_a_killed_run_leaves_zvols_that_clean_alone_removes(tmp_path: Path,
         proc.wait(timeout=30)
     left = sorted(set(zfs_standin.zvols()) - set(others))
     assert len(left) == 1 and left[0].startswith(f"{zfs_standin.dataset}/iomatrix-1-")
+    made = [c for c in zfs_standin.commands() if c[:2] == ["zfs", "create"] and c[-1] == left[0]]
+    assert len(made) == 1 and "-s" in made[0]
     dry = cli_result("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and left[0] in dry.stdout, dry.stdout + dry.stderr
     assert left[0] in zfs_standin.zvols()
