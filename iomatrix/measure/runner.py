@@ -310,8 +310,8 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
     """What a run reclaims when it starts: scratch directories, the image directories of the
     run it resumes or of its target directories, and target directories made for it that are
     left empty (``iomatrix clean`` reclaims everything)."""
-    targets = {os.path.realpath(t.directory) for t in (suite.target, *suite.named_targets)
-               if t.directory is not None}
+    targets = {os.path.realpath(d) for t in (suite.target, *suite.named_targets)
+               for d in (t.directory, t.network and t.network.image_directory) if d}
     above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:

@@ -5,6 +5,7 @@ the tables themselves are in ``iomatrix.suite.target`` (network storage) and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from iomatrix.core.model import Frozen
@@ -35,6 +36,13 @@ class KindTable(Frozen):
     def named(self) -> str:
         """The storage as a refusal names it."""
         return self.location
+
+    @property
+    def image_directory(self) -> Path | None:
+        """The directory of this host where a run makes its image directory (a btrfs
+        subvolume's ``path``): the next run over it reclaims what a killed run left there, as
+        for a [target] directory; None: none."""
+        return None
 
     @property
     def storage_kind(self) -> str | None:

@@ -159,6 +159,10 @@ class BtrfsTarget(KindTable):
         return f"[target] btrfs {self.path}"
 
     @property
+    def image_directory(self) -> Path:
+        return self.path
+
+    @property
     def storage_kind(self) -> str:
         """Proxmox VE's btrfs storage, "btrfs-nocow" with ``nocow`` (``platform.proxmox``:
         without it qemu-server gives no cache=none)."""

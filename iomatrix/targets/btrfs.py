@@ -14,7 +14,8 @@ images are made in it as in any private directory (``O_EXCL``, ``O_NOFOLLOW``, q
 ``/proc/self/fd``). At the end the subvolume is deleted (``btrfs subvolume delete``, relative to
 its parent held open, once it is proved to be the one made), unless ``--keep``.
 
-After ``kill -9`` the record is reclaimed as any image directory (``iomatrix.measure.reclaim``:
+After ``kill -9`` the record is reclaimed, by ``iomatrix clean`` or the next run over ``path``
+(``KindTable.image_directory``), as any image directory (``iomatrix.measure.reclaim``:
 its marker, its owner, nothing mounted or open in it), which removes the emptied subvolume with
 ``rmdir`` (Linux 4.18 and later delete an empty subvolume so)."""
 

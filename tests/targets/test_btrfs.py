@@ -201,10 +201,13 @@ def test_too_little_space_is_refused_in_one_line(tmp_path: Path, btrfs: Path) ->
 
 
 @pytest.mark.slow
-def test_kill_9_then_clean_deletes_the_subvolume_and_nothing_else(tmp_path: Path,
-                                                                  btrfs: Path) -> None:
+@pytest.mark.parametrize("reclaimer", ["clean", "next run"])
+def test_kill_9_leaves_a_subvolume_that_is_reclaimed_and_nothing_else(tmp_path: Path,
+                                                                      btrfs: Path,
+                                                                      reclaimer: str) -> None:
     """kill -9 while fio runs leaves the subvolume, recorded; `clean --dry-run` names it and
-    keeps it; `clean` deletes it, and a subvolume and a directory of someone else stay."""
+    keeps it; `clean`, or the next run over the same path, deletes it, and a subvolume and a
+    directory of someone else stay."""
     assert _run("btrfs", "subvolume", "create", str(btrfs / "someone-elses")).returncode == 0
     (btrfs / "iomatrix-notours").mkdir()
     suite = btrfs_suite(tmp_path, btrfs, body=HOST.format(runtime="60s"))
@@ -225,7 +228,11 @@ def test_kill_9_then_clean_deletes_the_subvolume_and_nothing_else(tmp_path: Path
     dry = cli_result("clean", "--db", str(db), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and f"{btrfs / ours[0]}" in dry.stdout, dry.stdout + dry.stderr
     assert ours[0] in subvolumes(btrfs)
-    done = cli_result("clean", "--db", str(db), cwd=tmp_path)
+    if reclaimer == "clean":
+        done = cli_result("clean", "--db", str(db), cwd=tmp_path)
+    else:
+        short = btrfs_suite(tmp_path, btrfs, name="again", body=HOST.format(runtime="500ms"))
+        done = cli_result("run", str(short), "--db", str(db), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert subvolumes(btrfs) == ["someone-elses"]
     assert sorted(os.listdir(btrfs)) == ["iomatrix-notours", "someone-elses"]
