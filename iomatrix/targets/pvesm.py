@@ -202,8 +202,12 @@ class PvesmBackend(Backend):
         cluster has the id already)."""
         if self._reserved:
             return
-        _tool("pvesh", "create", "/nodes/localhost/qemu", "--vmid", str(self.vmid), "--name",
-              VM_NAME, "--description", VM_DESCRIPTION)
+        try:
+            _tool("pvesh", "create", "/nodes/localhost/qemu", "--vmid", str(self.vmid),
+                  "--name", VM_NAME, "--description", VM_DESCRIPTION)
+        except TargetError:
+            if reserved_vmid()[0] != self.vmid:     # another run made it meanwhile: ours too
+                raise
         self._reserved = True
 
     def create(self, name: str, size: int, tag: str) -> Path:

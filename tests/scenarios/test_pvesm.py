@@ -209,3 +209,30 @@ def test_refusals_are_one_line(tmp_path: Path, pve_host: PveHost, case: str) -> 
             "space": "need 1.0 GiB, it has",
             "disabled": "storage thick is disabled"}[case] in lines[0]
     assert pve_host.volumes() == {} and pve_host.vms() == []
+
+
+def test_the_vm_id_is_reserved_once_and_never_another_vms(pve_host: PveHost) -> None:
+    """Two runs that chose the same free id: the first makes the VM iomatrix-volumes, the
+    second finds it made and uses it; an id another VM takes meanwhile is refused, and a VM
+    named iomatrix-volumes outside iomatrix's range is not taken for its own (pvesh STAND-IN)."""
+    from iomatrix.core.errors import TargetError
+    from iomatrix.targets.pvesm import VMIDS, PvesmBackend
+
+    (pve_host.state / "vms.json").write_text(json.dumps([
+        {"vmid": 100, "name": "iomatrix-volumes", "type": "qemu", "node": "pve"},
+        {"vmid": VMIDS.start, "name": "web", "type": "qemu", "node": "pve"}]))
+    first, second = PvesmBackend("local-lvm"), PvesmBackend("local-lvm")
+    first.check(1, 1 << 20)
+    second.check(1, 1 << 20)
+    assert first.vmid == second.vmid == VMIDS.start + 1
+    first.reserve()
+    second.reserve()
+    assert [vm["vmid"] for vm in pve_host.vms() if vm["name"] == "iomatrix-volumes"] == [
+        100, VMIDS.start + 1]
+    late = PvesmBackend("local-lvm")
+    late.check(1, 1 << 20)
+    assert late.vmid == VMIDS.start + 1 and late.prefix == f"vm-{VMIDS.start + 1}-"
+    taken = PvesmBackend("local-lvm", vmid=None)
+    taken.vmid = VMIDS.start          # as if chosen before "web" took it
+    with pytest.raises(TargetError, match="already exists"):
+        taken.reserve()

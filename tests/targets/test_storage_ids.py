@@ -169,3 +169,17 @@ def test_a_matrix_without_aio_measures_qemu_servers_aio_on_the_storage() -> None
         ("none", "io_uring"), ("writeback", "io_uring")}
     assert aios('pvesm = { storage = "thick", type = "lvm" }',
                 matrix='aio = ["threads"]\n')[0] == {("none", "threads"), ("writeback", "threads")}
+
+
+def test_zfspool_and_btrfs_storages_resolve_to_their_kinds() -> None:
+    """Elsewhere than a Proxmox VE host: zfspool → [target] zfs (pool, blocksize as
+    volblocksize, ZFS's own 16k where none is given, sparse), btrfs → [target] btrfs (its
+    images directory, nocow)."""
+    zfs = resolved("local-zfs")["zfs"]
+    assert zfs["pool"] == "rpool/data" and zfs["sparse"] is True    # type: ignore[index]
+    assert zfs.get("volblocksize", "16k") == "16k"                   # type: ignore[union-attr]
+    tank = pve.parse_storage_cfg(CFG.replace("\tdisable 1\n", ""))
+    out = resolve_storage(Target(storage="tank", size="16MiB"), tank, Path("/etc/pve"),
+                          pve_host=False)
+    assert out.zfs is not None and (out.zfs.pool, out.zfs.volblocksize) == ("tank/vms", "64k")
+    assert resolved("butter") == {"btrfs": {"path": "/mnt/butter/images", "nocow": True}}
