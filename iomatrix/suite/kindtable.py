@@ -37,6 +37,11 @@ class KindTable(Frozen):
         """The storage as a refusal names it."""
         return self.location
 
+    def caveat(self, fmt: str | None) -> str | None:
+        """What evidence measured on images of format ``fmt`` (None: raw) here must carry
+        with it (recommend, the report); None: nothing."""
+        return None
+
     @property
     def image_directory(self) -> Path | None:
         """The directory of this host where a run makes its image directory (a btrfs

@@ -19,6 +19,10 @@ from iomatrix.suite.kindtable import KindTable
 _LVM_NAME = re.compile(r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$")
 """A volume group or logical volume name as LVM accepts it (lvm(8) "VALID NAMES"): letters,
 digits and ``+ _ . -``, at most 127 characters, never a leading ``-``."""
+CHAIN_CAVEAT = ("qcow2 volume chains on LVM are a technology preview in Proxmox VE 9; "
+                "Blockbridge reported data-integrity failures with cache=none right after the "
+                "first snapshot: results here measure speed, not whether data survives")
+"""What evidence on a qcow2 volume chain carries (``LvmTarget.caveat``, the run's notes)."""
 MAX_SNAPSHOTS = 16
 """The most snapshots ``[target] lvm`` takes before a run (each one LV and one layer more)."""
 _LV_RESERVED = ("_cdata", "_cmeta", "_corig", "_iorig", "_mimage", "_mlog", "_pmspare",
@@ -76,6 +80,10 @@ class LvmTarget(KindTable):
             raise ValueError("snapshots needs volume_chain = true (only qcow2 volume chains "
                              "keep snapshots on thick LVM)")
         return self
+
+    def caveat(self, fmt: str | None) -> str | None:
+        """A qcow2 image here is a volume chain: Blockbridge's integrity caveat."""
+        return CHAIN_CAVEAT if self.volume_chain and fmt == "qcow2" else None
 
     @property
     def location(self) -> str:

@@ -36,6 +36,7 @@ from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import Target
+from iomatrix.suite.volumes import CHAIN_CAVEAT
 from iomatrix.targets.kind import Image
 from iomatrix.targets.volumes import MIB, Backend, VolumeTarget
 from iomatrix.targets.workspace import image_specs
@@ -47,10 +48,6 @@ PREALLOCATIONS = ("off", "metadata")
 """What qemu-img can preallocate a qcow2 on a block device with (falloc and full would grow
 the file under it)."""
 TIMEOUT = 600.0
-CAVEAT = ("qcow2 volume chains on LVM are a technology preview in Proxmox VE 9; Blockbridge "
-          "reported data-integrity failures with cache=none right after the first snapshot: "
-          "results here measure speed, not whether data survives")
-"""The integrity caveat every run on a volume chain notes."""
 
 
 def lv_size(size: int, *, snapshot: bool) -> int:
@@ -88,13 +85,17 @@ class ChainTarget(VolumeTarget):
         super().check(configs)
         specs = image_specs(configs)
         chains = sum(fmt == "qcow2" for fmt, _, _ in specs)
+        if not chains:
+            self.notes.append("volume_chain: no configuration has format qcow2, so no image is "
+                              "a volume chain (raw images are the LV itself)")
+            return self
         count = len(specs) - chains + chains * (self.snapshots + 1)
         each = lv_size(self.size, snapshot=True)
         found = self.backend.check(count, each)
         self.notes += [f"volume chain: each qcow2 image is a qcow2 on an LV of "
                        f"{format_bytes(each)} on {self.snapshots} backing LV(s) (pve-storage's "
                        f"snapshots; {count} LV(s) in all, space checked for that many); raw "
-                       "images (host mode's baseline) are the LV itself", *found, CAVEAT]
+                       "images (host mode's baseline) are the LV itself", *found, CHAIN_CAVEAT]
         return self
 
     def volume_size(self, fmt: str) -> int:

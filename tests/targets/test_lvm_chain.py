@@ -117,6 +117,10 @@ def test_a_volume_chain_storage_id_and_the_table() -> None:
     assert tables == [{"lvm": {"vg": "pve", "volume_chain": True}}, {"lvm": {"vg": "pve"}}]
     chain = Target(**tables[0], size="64MiB")
     assert chain.lvm is not None and chain.lvm.volume_chain and chain.lvm.storage_kind == "lvm"
+    assert chain.lvm.caveat("qcow2") is not None and "Blockbridge" in chain.lvm.caveat("qcow2")
+    assert chain.lvm.caveat("raw") is None and chain.lvm.caveat(None) is None
+    plain = Target(**tables[1], size="64MiB")
+    assert plain.lvm is not None and plain.lvm.caveat("qcow2") is None
     with pytest.raises(ValidationError, match="snapshots needs volume_chain"):
         Target(lvm={"vg": "pve", "snapshots": 1}, size="64MiB")
     with pytest.raises(ValidationError):
@@ -223,6 +227,7 @@ def test_stand_in_chain_in_blocklayer_and_guest(tmp_path: Path, standin: LvmStan
     assert target.lvm.volume_chain and target.lvm.snapshots == 1
     assert target.network is target.lvm and target.lvm.storage_kind == "lvm"
     assert any("Blockbridge" in note for note in run.notes), run.notes
+    assert target.network is not None and target.network.caveat("qcow2") in run.notes
 
 
 @pytest.mark.slow
