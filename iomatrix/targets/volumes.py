@@ -221,7 +221,7 @@ class VolumeTarget(OpenTarget):
                                  Path(f"{self.backend.spec}/{name}"), Path(within))
         device = self.backend.create(name, size, owner_tag(marker))
         self._made[name] = device
-        self._devices[device] = self._check_made(device)
+        self._devices[device] = self._check_made(device, size)
         return device
 
     def prepare(self, image: Image) -> Image:
@@ -230,17 +230,17 @@ class VolumeTarget(OpenTarget):
         it here (``make`` makes more volumes)."""
         return image
 
-    def _check_made(self, device: Path) -> int:
-        """``device`` as the tool named it: a block device of at least the volume's size, not
+    def _check_made(self, device: Path, wanted: int) -> int:
+        """``device`` as the tool named it: a block device of at least ``wanted`` bytes, not
         mounted, without holders, that can be opened exclusively; its device number."""
         try:
             size = check_device(device, proc_root=self._proc)
         except TargetError as exc:
             raise TargetError(f"{self.backend.where}: the new volume's device "
                               f"{str(exc).removeprefix('[target] device ')}") from exc
-        if size < self.size:
+        if size < wanted:
             raise TargetError(f"{self.backend.where}: the new volume's device {device} holds "
-                              f"{format_bytes(size)}, not the {format_bytes(self.size)} asked")
+                              f"{format_bytes(size)}, not the {format_bytes(wanted)} asked")
         return os.stat(device).st_rdev
 
     def verify(self, images: Iterable[Image]) -> None:

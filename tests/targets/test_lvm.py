@@ -243,6 +243,11 @@ def test_stand_in_volume_must_be_a_free_block_device(tmp_path: Path, standin: Lv
             opened.image(Configuration(mode="host", preallocation="full"))
     finally:
         os.close(fd)
+    standin.run("lvcreate", "-L", "4m", "-n", "small", "pve")
+    small = standin.volumes("pve")["small"]["loop"]
+    opened.backend.create = lambda name, size, tag: Path(small)     # type: ignore[method-assign]
+    with pytest.raises(TargetError, match=f"{small} holds 4.0 MiB, not the 8.0 MiB asked"):
+        opened.image(Configuration(mode="host", preallocation="falloc"))
     opened.close()
     assert standin.ours("pve") == []
     with pytest.raises(TargetError, match="LVM volumes are raw"):
