@@ -308,7 +308,7 @@ def test_a_run_in_every_mode_on_a_standin_zvol(tmp_path: Path, zfs_standin: ZfsS
     measured on the zvol's block device (QEMU opens it as a host_device), the zvols made with
     the volblocksize asked and gone at the end, and the dataset's compression, sync,
     primarycache, the volblocksize and the ZFS version in the stored run's host record (shown
-    by ``iomatrix show``), its notes and the report."""
+    by ``iomatrix show``), its notes and the report; ``recommend`` answers for zfspool."""
     db = tmp_path / "r.db"
     done = cli_result("run", str(zfs_suite(tmp_path, zfs_standin.dataset)), "--db", str(db),
                       cwd=tmp_path)
@@ -341,6 +341,8 @@ def test_a_run_in_every_mode_on_a_standin_zvol(tmp_path: Path, zfs_standin: ZfsS
     assert shown.returncode == 0, shown.stderr
     assert (f"target ZFS dataset {zfs_standin.dataset} (zvols, volblocksize 8K, thick, "
             "compression lz4)") in shown.stdout
+    advice = cli_result("recommend", "1", "--for", "proxmox", "--db", str(db), cwd=tmp_path)
+    assert advice.returncode == 0 and "(storage type zfspool)" in advice.stdout, advice.stderr
     report = tmp_path / "report"
     assert cli_result("report", "1", "--db", str(db), "--out", str(report),
                       cwd=tmp_path).returncode == 0
