@@ -168,6 +168,7 @@ def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = Non
     (``resolve_vm``; ``prepare`` then finds it read, ``Matrix.vm_unread``), its [target] storage = "ID" resolved from
     ``storage_cfg`` (Proxmox VE's storage.cfg: its text and its directory, /etc/pve), then
     ``target`` (``--target``) as its one directory target; SuiteError for what cannot be.
+    Without ``storage_cfg``, a [target] storage = "ID" is the Proxmox VE host's (``pve_dir``).
     ``storage`` (``--storage ID``) replaces its one directory target by that storage of
     ``storage_cfg`` or of the Proxmox VE host's ``pve_dir``; without it, on a Proxmox VE host
     (``pve_dir``: ``pvestorage.host_dir``, given for a new run without --target) a built-in
@@ -180,6 +181,9 @@ def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = Non
     elif storage_cfg is not None and suite.target.storage is not None:
         storages = parse_storage_cfg(storage_cfg[0])
         suite = _on_storage(suite, suite.target, storages, storage_cfg[1])
+    elif suite.target.storage is not None and pve_dir is not None:   # the host's storage.cfg
+        host = pvestorage.read_host(pve_dir)
+        suite = _on_storage(suite, suite.target, host.storages, host.directory)
     elif suite.target.storage is not None:
         raise SuiteError(f"{suite.source_path}: [target] storage = {suite.target.storage!r} "
                          "names a Proxmox VE storage",

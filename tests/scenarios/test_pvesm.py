@@ -236,3 +236,23 @@ def test_the_vm_id_is_reserved_once_and_never_another_vms(pve_host: PveHost) -> 
     taken.vmid = VMIDS.start          # as if chosen before "web" took it
     with pytest.raises(TargetError, match="already exists"):
         taken.reserve()
+
+
+def test_on_a_proxmox_host_the_storage_id_is_the_hosts(tmp_path: Path, pve_host: PveHost,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --storage-cfg a storage id is read from the host's own storage.cfg (its
+    Proxmox VE directory: $IOMATRIX_PVE_DIR here, /etc/pve on a host); on thick LVM a matrix
+    without aio plans qemu-server's aio there: native with cache=none, threads with
+    writeback."""
+    path = suite(tmp_path, "thick").read_text().replace('cache = "none"',
+                                                         'cache = ["none", "writeback"]')
+    (tmp_path / "thick.toml").write_text(path.replace('mode = "host"', 'mode = "blocklayer"'))
+    refused = cli_result("run", str(tmp_path / "thick.toml"), "--plan", cwd=tmp_path)
+    assert refused.returncode != 0 and "give --storage-cfg" in refused.stderr
+    monkeypatch.setenv("IOMATRIX_PVE_DIR", str(pve_host.cfg.parent))
+    plan = cli_result("run", str(tmp_path / "thick.toml"), "--plan", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert "blocklayer native/none/raw" in plan.stdout
+    assert "blocklayer threads/writeback/raw" in plan.stdout
+    assert "io_uring" not in plan.stdout
+    assert pve_host.volumes() == {} and pve_host.vms() == []
