@@ -19,6 +19,8 @@ import pytest
 from pydantic import ValidationError
 
 from iomatrix.cli.status import ExitStatus
+from iomatrix.core.errors import TargetError
+from iomatrix.core.trust import US
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import backing_node
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
@@ -26,6 +28,7 @@ from iomatrix.store.repo import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Target
 from iomatrix.targets.lvm import LvmKind
+from iomatrix.targets.lvmchain import ChainTarget
 from tests.conftest import cli_result, our_processes
 from tests.lvm import LvmStandin, lvm_standin as _lvm_standin
 from tests.needs import needs
@@ -193,6 +196,35 @@ def test_stand_in_space_check_covers_the_chain(tmp_path: Path, standin: LvmStand
     assert done.returncode == ExitStatus.TARGET, done.stdout + done.stderr
     assert "preallocation off or metadata, not full" in done.stderr
     assert _made(standin) == [] and standin.ours("pve") == []
+
+
+def test_stand_in_chain_is_written_as_pve_storage_does(standin: LvmStandin) -> None:
+    """``ChainTarget`` on the stand-in: two snapshots make three LVs, the base a qcow2 of
+    QEMU's cluster size, each overlay extended_l2 with 128k clusters over the LV below (as
+    qemu-img reads them back); ``verify`` covers every LV of the chain; ``close`` removes all."""
+    target = Target(lvm={"vg": "pve", "volume_chain": True, "snapshots": 2}, size="16MiB")
+    opened = LvmKind().open(target, keep=False, author=US)
+    assert isinstance(opened, ChainTarget)
+    config = _config(mode="blocklayer")
+    opened.check([config])
+    image = opened.image(config)
+    assert image.format == "qcow2" and image.is_device and len(image.backing) == 2
+    info = json.loads(subprocess.run(
+        ["qemu-img", "info", "--output=json", "--backing-chain", "-U", str(image.path)],
+        capture_output=True, text=True, check=True, timeout=60).stdout)
+    assert [i["filename"] for i in info] == [str(p) for p in (image.path, *image.backing)]
+    assert [i["cluster-size"] for i in info] == [128 << 10, 128 << 10, 64 << 10]
+    assert [i["format-specific"]["data"]["extended-l2"] for i in info] == [True, True, False]
+    assert [i.get("backing-filename") for i in info] == [*map(str, image.backing), None]
+    assert all(i["virtual-size"] == image.size for i in info)
+    opened.verify([image])
+    base = image.backing[-1]
+    opened._devices[base] += 1                       # as if the base were another device now
+    with pytest.raises(TargetError, match="no longer the volume iomatrix made"):
+        opened.verify([image])
+    assert len(standin.ours("pve")) == 3
+    opened.close()
+    assert standin.ours("pve") == []
 
 
 @pytest.mark.slow
