@@ -339,11 +339,12 @@ def _storage_aio(suite: Suite, matrix: Matrix, used: tuple[str, ...], where: str
                  notes: list[str]) -> str | None:
     """The Proxmox VE storage type whose default aio a matrix that sets none measures: where
     the suite measures Proxmox's graph on a storage of a type whose disks qemu-server gives no
-    io_uring by default (thick LVM: native with a direct cache, threads without;
+    io_uring by default (thick LVM, a CIFS storage's directory: native with a direct cache,
+    threads without;
     ``pve.aio_default``), as a VM's disk there gets it; None elsewhere (the axis's own default,
     io_uring, is qemu-server's there too)."""
     table = suite.target.network
-    storage = table.storage_kind if table is not None and table.local_volumes else None
+    storage = suite.target.storage_kind if table is None or table.local_volumes else None
     if (storage not in pve.NON_IO_URING_STORAGES or suite.method.platform != "proxmox"
             or "aio" not in used or "aio" in matrix.model_fields_set):
         return None

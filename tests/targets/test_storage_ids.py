@@ -145,9 +145,10 @@ def test_translate_on_lvmthin_and_zfspool_stays_exact(pve_version: int) -> None:
 
 
 def test_a_matrix_without_aio_measures_qemu_servers_aio_on_the_storage() -> None:
-    """On thick LVM (through pvesm or [target] lvm) a Proxmox VE suite that sets no aio measures
-    what qemu-server gives a disk there without aio= (native with cache=none, threads with
-    writeback), and says so; one that sets aio, another platform, and lvmthin keep the matrix."""
+    """On thick LVM (through pvesm or [target] lvm) and a CIFS storage's directory a Proxmox VE
+    suite that sets no aio measures what qemu-server gives a disk there without aio= (native
+    with cache=none, threads with writeback), and says so; one that sets aio, another platform,
+    lvmthin and nfs keep the matrix."""
     from iomatrix.suite.expand import expand
     from iomatrix.suite.load import load_suite_text
 
@@ -169,6 +170,9 @@ def test_a_matrix_without_aio_measures_qemu_servers_aio_on_the_storage() -> None
         ("none", "io_uring"), ("writeback", "io_uring")}
     assert aios('pvesm = { storage = "thick", type = "lvm" }',
                 matrix='aio = ["threads"]\n')[0] == {("none", "threads"), ("writeback", "threads")}
+    smb = 'directory = "/mnt/pve/smb/images"\nfrom_storage = { id = "smb", type = "cifs" }'
+    assert aios(smb)[0] == thick
+    assert aios(smb.replace("cifs", "nfs"))[0] == {("none", "io_uring"), ("writeback", "io_uring")}
 
 
 def test_zfspool_and_btrfs_storages_resolve_to_their_kinds() -> None:
