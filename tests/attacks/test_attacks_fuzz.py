@@ -70,7 +70,9 @@ TABLES = {"Suite": "", "SuiteInfo": "[suite]", "Target": "[target]", "RbdTarget"
           "WorkloadGroup": "[[workloads]]", "Ioping": "[workloads.ioping]", "Method": "[method]",
           "Part": "[[part]]", "Finding": "[[finding]]", "FindingWorkloads": "[finding.workloads]",
           "NamedTarget": "[[targets]]", "OwnGuest": "[guest]", "Nodes": "[nodes]",
-          "Scale": "[scale.big]"}
+          "Scale": "[scale.big]", "LvmTarget": "[target.lvm]", "LvmThinTarget": "[target.lvmthin]",
+          "ZfsTarget": "[target.zfs]", "BtrfsTarget": "[target.btrfs]",
+          "PvesmTarget": "[target.pvesm]", "StorageOrigin": "[target.from_storage]"}
 """The table of a suite file each model reads (by class name); a model the walk finds that is
 not here fails the test: a new table must be fuzzed too."""
 
@@ -107,11 +109,18 @@ def base_tables(header: str, where: Path) -> dict[str, dict[str, str]]:
         "": {}, "[suite]": {"name": '"fuzz"'}, "[target]": target,
         "[method]": {"mode": '"host"', "runtime": '"1s"', "ramp": '"0s"'}, "[matrix]": {},
         "[[workloads]]": {"rw": '"randread"'}}
-    if header in ("[target.rbd]", "[target.iscsi]", "[[targets]]"):
+    if header in ("[target.rbd]", "[target.iscsi]", "[[targets]]", "[target.lvm]",
+                  "[target.lvmthin]", "[target.zfs]", "[target.btrfs]", "[target.pvesm]"):
         del target["directory"]
     extra: dict[str, dict[str, str]] = {
         "[target.rbd]": {"pool": '"rbd"', "monitors": '["192.0.2.1"]'},
         "[target.iscsi]": {"portal": '"192.0.2.1"', "target": '"iqn.2003-01.org.example:t"'},
+        "[target.lvm]": {"vg": '"pve"'},
+        "[target.lvmthin]": {"vg": '"pve"', "pool": '"data"'},
+        "[target.zfs]": {"pool": '"rpool/data"'},
+        "[target.btrfs]": {"path": f'"{where / "btrfs"}"'},
+        "[target.pvesm]": {"storage": '"local-lvm"'},
+        "[target.from_storage]": {"id": '"local"', "type": '"dir"'},
         "[matrix.reference]": {"platform": '"proxmox"', "disk": '"scsi0"', "cache": '"none"',
                                "format": '"raw"'},
         "[workloads.ioping]": {},
