@@ -7,14 +7,17 @@ QD32, in host mode (fio on the image itself, direct I/O: the layers' native spee
 
 Only the layer differs: each target sits on a loop device of its own (direct I/O) over a file of
 this benchmark's, all files on the same filesystem (``--dir``, /var/tmp by default), each file
-written fully first so that no write below the layer allocates space; ext4 and btrfs are made
-as ``[target] filesystems`` makes them (``iomatrix.targets.targets.MKFS``: no discard, no lazy
-initialisation). One suite of ``[[targets]]``, one run: the runner interleaves the targets round
-by round (``--rounds``, each round every target and workload once, in a shuffled order), every
-image preconditioned (written fully once) before it is measured, so each round gives a paired
-ratio per workload; printed as geometric means of the per-round ratios with 95 % CIs
-(``iomatrix.analysis.stats.log_ratio_test``), against ext4 and against the raw device. The load
-average before and after is printed: other work on the host widens the intervals.
+written fully first so that no write below the layer allocates space; ext4 and btrfs are made as
+``[target] filesystems`` makes them (``iomatrix.targets.targets.MKFS``: no discard, no lazy
+initialisation). The btrfs targets are subvolumes this benchmark makes as pve-storage's
+BTRFSPlugin makes a raw disk's (``vm-100-disk-0``; ``vm-101-disk-0`` with No_COW), measured as
+directories (``[[targets]]`` takes directories and devices; ``[target] btrfs`` makes such a
+subvolume for a run of its own). One suite of ``[[targets]]``, one run: the runner interleaves
+the targets round by round (``--rounds``, each round every target and workload once, in a
+shuffled order), every image preconditioned (written fully once) before it is measured, so each
+round gives a paired ratio per workload; printed as geometric means of the per-round ratios with
+95 % CIs (``iomatrix.analysis.stats.log_ratio_test``), against ext4 and against the raw device.
+The load average before and after is printed: other work on the host widens the intervals.
 
     sudo .venv/bin/python bench/filesystems.py               # 5 rounds of 4 s + 1 s: ~6 min
     sudo .venv/bin/python bench/filesystems.py --quick       # 3 rounds of 2 s, 128 MiB: ~2 min

@@ -147,8 +147,9 @@ class BtrfsWorkspace(Workspace):
                     or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino)):
                 return
             btrfs = require("btrfs", hint=HINT)
-            done = run([btrfs, "subvolume", "delete", f"/proc/self/fd/{walked.fd}/{directory.name}"],
-                       timeout=120, check=False, pass_fds=(walked.fd,))
+            held = f"/proc/self/fd/{walked.fd}/{directory.name}"
+            done = run([btrfs, "subvolume", "delete", held], timeout=120, check=False,
+                       pass_fds=(walked.fd,))
             if done.returncode != 0:
                 super()._remove_private(Path(f"/proc/self/fd/{walked.fd}") / directory.name)
         except (OSError, TargetError):

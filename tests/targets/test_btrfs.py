@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.cli.status import ExitStatus
 from iomatrix.core.mounts import mount_of
 from iomatrix.platform.proxmox import parse_storage_cfg
 from iomatrix.store import Store
@@ -236,6 +237,24 @@ def test_kill_9_leaves_a_subvolume_that_is_reclaimed_and_nothing_else(tmp_path: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert subvolumes(btrfs) == ["someone-elses"]
     assert sorted(os.listdir(btrfs)) == ["iomatrix-notours", "someone-elses"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_deletes_the_subvolume(tmp_path: Path, btrfs: Path) -> None:
+    """SIGINT while fio runs: the run ends interrupted and its subvolume is gone."""
+    suite = btrfs_suite(tmp_path, btrfs, body=HOST.format(runtime="60s"))
+    with subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db",
+                           str(tmp_path / "r.db")], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        for _ in range(600):
+            if list(btrfs.glob("iomatrix-*/disk-*")) or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitStatus.INTERRUPTED, err
+    assert subvolumes(btrfs) == [] and os.listdir(btrfs) == []
 
 
 def test_a_proxmox_btrfs_storage_resolves_to_its_images_directory(tmp_path: Path) -> None:
