@@ -189,6 +189,22 @@ def test_a_path_not_on_btrfs_is_refused_in_one_line(tmp_path: Path) -> None:
     assert not db.exists() or b"btrfs-test" not in db.read_bytes()
 
 
+def test_a_path_another_user_controls_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A directory above ``path`` that every user may write to (another user could swap
+    ``path`` for a symlink meanwhile): refused as a [target] directory is, nothing made."""
+    shared = tmp_path / "shared"
+    (shared / "b").mkdir(parents=True)
+    shared.chmod(0o777)
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(btrfs_suite(tmp_path, shared / "b")), "--db", str(db),
+                      cwd=tmp_path)
+    lines = [line for line in done.stderr.strip().splitlines() if "hint:" not in line]
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"iomatrix: [target] btrfs {shared / 'b'}: {shared} is writable "
+                               "by every user"), lines
+    assert os.listdir(shared / "b") == []
+
+
 def test_too_little_space_is_refused_in_one_line(tmp_path: Path, btrfs: Path) -> None:
     """Images larger than the filesystem's free space: one line before anything is made."""
     db = tmp_path / "r.db"
