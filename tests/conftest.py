@@ -30,6 +30,14 @@ from tests.needs import lacking, need, needs, required
 
 REPO = Path(__file__).resolve().parents[1]
 
+BOOT_SECONDS = 240
+"""What a test gives a guest to boot (``[method] boot_timeout``, a probe's wait): a TCG guest on
+this 2-core host under the suite's load once took over the 120 s default. Still below
+pytest's 300 s per test, so a guest that really hangs fails as "did not boot", with its
+console, before pytest-timeout kills the test."""
+BOOT_TIMEOUT = f'boot_timeout = "{BOOT_SECONDS}s"\n'
+"""``BOOT_SECONDS`` as a ``[method]`` line."""
+
 
 def accepts_direct_io(directory: str | os.PathLike[str]) -> bool:
     """Whether a file in ``directory`` can be written with O_DIRECT (fio's direct=1, QEMU's

@@ -40,7 +40,7 @@ from iomatrix.drivers.guest.iocheck import (MARGINS, after_ramp, client_result, 
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats
 from iomatrix.diagnose import doctor
 from iomatrix.suite.workloads import Workload
-from tests.conftest import REPO, as_nobody, our_processes, run_guests, write_suite
+from tests.conftest import BOOT_TIMEOUT, REPO, as_nobody, our_processes, run_guests, write_suite
 from tests.needs import needs
 
 ROOT = os.geteuid() == 0
@@ -58,8 +58,7 @@ runtime = "3s"
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-"""
+""" + BOOT_TIMEOUT
 NO_RAMP = METHOD.replace('ramp = "1s"', "ramp = 0")
 """For tests not about the foreign-I/O check across a ramp (QEMU counts the ramp, fio does not);
 half-way through the 3 s runtime, when a trial is observed, the ~1 s fio's client takes to start

@@ -24,7 +24,7 @@ from iomatrix.cluster.ssh import CONNECT_TIMEOUT
 from iomatrix.measure.cluster import PREFLIGHT_TIMEOUT
 from iomatrix.store import Store
 from iomatrix.testing.pgserver import USER
-from tests.conftest import REPO, cli_result
+from tests.conftest import BOOT_TIMEOUT, REPO, cli_result
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401 (a fixture)
 
 IOMATRIX = str(REPO / ".venv" / "bin" / "iomatrix")
@@ -475,7 +475,7 @@ def test_three_nodes_one_guest_each(ssh_nodes, tmp_path: Path,  # type: ignore[n
     cluster: SshCluster = ssh_nodes(3)
     suite = _suite(tmp_path, cluster)
     suite.write_text(suite.read_text().replace('mode = "host"\n', (
-        'mode = "guest"\naccel = "tcg"\nvcpus = 1\nmemory = "384MiB"\nboot_timeout = "120s"\n'
+        'mode = "guest"\naccel = "tcg"\nvcpus = 1\nmemory = "384MiB"\n' + BOOT_TIMEOUT
     )).replace("[workloads]", '[matrix]\ncontroller = "virtio-blk"\n[workloads]'))
     db = str(tmp_path / "r.db")
     done = _iomatrix(cluster, "run", str(suite), "--db", db, timeout=900)

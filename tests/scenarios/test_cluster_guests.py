@@ -31,7 +31,7 @@ from iomatrix.store.location import parse_location
 from iomatrix.store.records import StoredRun, TrialRecord
 from iomatrix.suite import load_suite
 from iomatrix.targets.workspace import Image
-from tests.conftest import REPO, cli_result, write_suite
+from tests.conftest import BOOT_TIMEOUT, REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 from tests.scenarios.test_cluster_load import FIXTURES, IOMATRIX, run_controller
 
@@ -47,8 +47,7 @@ mode = "guest"
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "180s"
-ramp = 0
+""" + BOOT_TIMEOUT + """ramp = 0
 runtime = "1s"
 samples = 1
 seed = 5

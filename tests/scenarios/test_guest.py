@@ -19,7 +19,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.qemu.args import disk_backend
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import declared_kvm, our_processes, run_guests, write_suite
+from tests.conftest import BOOT_TIMEOUT, declared_kvm, our_processes, run_guests, write_suite
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +34,7 @@ runtime = "1s"
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-"""
+""" + BOOT_TIMEOUT
 
 
 run = run_guests
@@ -131,7 +130,7 @@ def test_guest_that_never_gets_ready_fails_its_trials_and_the_run_goes_on(
         tmp_path: Path, no_leftovers: None) -> None:
     body = ("[matrix]\ncontroller = 'virtio-blk'\niothread = false\n"
             "[[part]]\nmode = 'blocklayer'\naio = 'threads'\niothread = false\n"
-            + METHOD.replace('boot_timeout = "90s"', 'boot_timeout = "1s"'))
+            + METHOD.replace(BOOT_TIMEOUT, 'boot_timeout = "1s"\n'))
     outcome, stored = run(tmp_path, body)
     guest = [t for t in stored.trials if t.config_key.startswith("guest")]
     other = [t for t in stored.trials if t.config_key.startswith("blocklayer")]

@@ -17,7 +17,7 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
-from tests.conftest import IOMATRIX, cli_result, our_processes
+from tests.conftest import BOOT_TIMEOUT, IOMATRIX, cli_result, our_processes
 from tests.needs import needs
 from tests.tgt import Tgt, tgtd
 
@@ -194,7 +194,7 @@ baseline = false
 precondition = false
 ramp = 0
 runtime = "1s"
-{platform}
+{BOOT_TIMEOUT}{platform}
 """
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(load_suite(suite(tmp_path, tgt, body)), store)

@@ -31,7 +31,7 @@ from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from iomatrix.suite.configuration import Configuration
 from iomatrix.targets.workspace import Image
-from tests.conftest import write_suite
+from tests.conftest import BOOT_SECONDS, write_suite
 from tests.needs import needs
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ runtime = "{runtime}"
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
+boot_timeout = "{boot}s"
 platform = "libvirt"
 libvirt_uri = "qemu:///system"
 """
@@ -79,7 +79,7 @@ SLOW_LIBVIRT = pytest.mark.timeout(4 * lvd.PROBE_TIMEOUT)
 @SLOW_LIBVIRT
 def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None,
                                              versions: lv.Versions) -> None:
-    suite = load_suite(write_suite(tmp_path, BODY.format(runtime="500ms"), size="16MiB"))
+    suite = load_suite(write_suite(tmp_path, BODY.format(runtime="500ms", boot=BOOT_SECONDS), size="16MiB"))
     with Store(tmp_path / "r.db") as store:
         outcome = run_suite(suite, store)
         stored = store.load_run(outcome.run_id)
@@ -102,7 +102,7 @@ def test_two_configurations_through_libvirtd(tmp_path: Path, no_leftovers: None,
 @needs_libvirtd
 @SLOW_LIBVIRT
 def test_kill_9_leaves_a_domain_that_clean_destroys(tmp_path: Path) -> None:
-    suite = write_suite(tmp_path, BODY.format(runtime="60s"), size="16MiB")
+    suite = write_suite(tmp_path, BODY.format(runtime="60s", boot=BOOT_SECONDS), size="16MiB")
     env = os.environ | {"TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db",
                              str(tmp_path / "r.db")], env=env, stdout=subprocess.DEVNULL,

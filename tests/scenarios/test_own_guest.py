@@ -32,7 +32,7 @@ from iomatrix.qemu.args import disk_backend
 from iomatrix.suite.expand import expand
 from iomatrix.suite.load import load_suite_text
 from iomatrix.store import Store
-from tests.conftest import REPO, cli, cli_result, our_processes, write_suite
+from tests.conftest import BOOT_TIMEOUT, REPO, cli, cli_result, our_processes, write_suite
 from tests.needs import lacking, need, needs
 
 
@@ -339,7 +339,7 @@ def _own_body(image, *, kernel: bool, controller: str, iodepth: str,
     return (f"[matrix]\ncontroller = '{controller}'\niothread = false\n"
             "guest = ['appliance', 'debian12']\n"
             f'[workloads]\nrw = ["randread"]\nbs = ["4k"]\niodepth = {iodepth}\n'
-            f'[method]\nmode = "guest"\nramp = "0.5s"\nruntime = "1s"\naccel = "tcg"\nvms = {vms}\n'
+            f'[method]\nmode = "guest"\nramp = "0.5s"\nruntime = "1s"\naccel = "tcg"\nvms = {vms}\n' + BOOT_TIMEOUT +
             f'[guest]\nname = "debian12"\nimage = "{image.image}"\n' + boot)
 
 

@@ -17,7 +17,7 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.drivers.guest import free_port
 from iomatrix.store.repo import Store
 from tests import ceph
-from tests.conftest import cli_result
+from tests.conftest import BOOT_TIMEOUT, cli_result
 from tests.needs import needs
 
 pytestmark = [pytest.mark.slow, needs("ceph")]
@@ -65,7 +65,7 @@ baseline = true
 runtime = "{runtime}"
 ramp = "0s"
 samples = 1
-""")
+{BOOT_TIMEOUT}""")
     return path
 
 
