@@ -45,8 +45,13 @@ from iomatrix.suite.plan import Block, plan
 from iomatrix.suite.target import KIND_KEYS, StorageOrigin, Target
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
+from iomatrix.targets.registry import kind_of
 from iomatrix.targets.targets import TargetPlan, plan_targets
 from iomatrix.vocab.words import RunStatus, TrialStatus
+
+MAX_CHOSEN = 2000
+"""The note of a storage chosen is kept to this many characters (``StorageOrigin.chosen``)."""
+
 
 class PreparedRun(Frozen):
     """A suite as it will be measured, decided before anything runs."""
@@ -276,8 +281,10 @@ def _resolved(suite: Suite, resolved: Target, storage: pve.Storage, chosen: str,
               ident: str | None = None) -> Suite:
     """``suite`` with its [target] replaced by ``resolved``, which remembers ``storage``
     (``StorageOrigin``, as ``ident``: ``ID:lunN`` for a LUN) and ``chosen``."""
+    formats, held = _formats_held(suite, resolved)
     origin = StorageOrigin(id=ident or storage.id, type=storage.type,
-                           volume_chain=storage.volume_chain, chosen=chosen)
+                           volume_chain=storage.volume_chain,
+                           chosen=(chosen + held if chosen else "")[:MAX_CHOSEN])
     written = suite.tables.get("target")
     table = {k: v for k, v in (written if isinstance(written, dict) else {}).items()
              if k not in (*KIND_KEYS, "from_storage")}
@@ -288,7 +295,32 @@ def _resolved(suite: Suite, resolved: Target, storage: pve.Storage, chosen: str,
         elif value is not None:
             table[key] = str(value)
     table["from_storage"] = origin.model_dump(mode="json", exclude_defaults=True)
-    return with_tables(suite, "target", table, replace=True)
+    suite = with_tables(suite, "target", table, replace=True)
+    return suite if formats is None else with_tables(suite, "matrix", {"format": formats})
+
+
+def _formats_held(suite: Suite, resolved: Target) -> tuple[list[str] | None, str]:
+    """A built-in suite's [matrix] formats on ``resolved`` without those its kind cannot make
+    there (``TargetKind.format_problem``: an LV or a zvol holds raw, as Proxmox VE's VM disks
+    there are), and the note's words saying so; (None, "") when it keeps them all, or is the
+    user's own (their matrix is theirs: a format the storage cannot hold is refused as the run
+    checks its target). SuiteError when none is left, or a [[part]] names one left out."""
+    kind = kind_of(resolved)
+    if kind is None or not suite.source_path.startswith("builtin:"):
+        return None, ""
+    dropped = {fmt: why for fmt in suite.matrix.format
+               if (why := kind.format_problem(resolved, fmt)) is not None}
+    if not dropped:
+        return None, ""
+    kept = [fmt for fmt in suite.matrix.format if fmt not in dropped]
+    parts = [fmt for part in suite.part for fmt in part.format if fmt in dropped]
+    if not kept or parts:
+        fmt = (parts or list(dropped))[0]
+        raise SuiteError(f"{suite.source_path}: {resolved.described}: format {fmt} cannot be "
+                         f"measured there: {dropped[fmt]}",
+                         hint="--storage names a file storage (dir, nfs, cifs) for it")
+    why = next(iter(dropped.values())).split(";")[0]
+    return kept, f"; format {', '.join(dropped)} left out ({why})"
 
 
 def resumed_author(stored: StoredRun, db: str) -> Author:

@@ -12,7 +12,7 @@ Which storage (``ranked``, ``chosen``), from ``storage.cfg`` and this node's VM 
 1. The storages where a volume can be made (``why_not``): storage.cfg gives them ``images``
    content (or their type does by default: every type but cephfs, pbs and esxi; a plugin's
    type must say so), they are not disabled (``disable 1``), they are available on this node
-   (``nodes``).
+   (``nodes``), and ``pvesm status`` (where pvesm runs) says they are active.
 2. Each one's count of this node's VM disks: the drives of every VM configuration (virtioN,
    scsiN, sataN, ideN, efidisk0, tpmstate0; no CD-ROM, no cloud-init drive, no unused disk)
    whose volume is on it (``ID:…``).
@@ -40,10 +40,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from iomatrix.core.errors import SuiteError
+from iomatrix.core.errors import SuiteError, ToolFailed
 from iomatrix.core.files import read_beside
-from iomatrix.core.proc import which
+from iomatrix.core.proc import run, which
 from iomatrix.platform import proxmox as pve
+from iomatrix.targets.pvesm import parse_status
 
 PVE_DIR_ENV = "IOMATRIX_PVE_DIR"
 """The environment variable naming the Proxmox VE directory in place of /etc/pve."""
@@ -53,6 +54,7 @@ BUILTIN_DIRECTORY = Path("/var/tmp/iomatrix")
 MAX_CONFIG_BYTES = 1 << 20
 """storage.cfg and a VM configuration are read up to this many bytes (larger: not read)."""
 MAX_VMS = 10_000
+PVESM_TIMEOUT = 60.0
 NO_IMAGES = ("cephfs", "pbs", "esxi")
 """Storage types whose default content holds no VM images (pve-storage's plugins)."""
 DISK_BUSES = ("virtio", "scsi", "sata", "ide", "efidisk", "tpmstate")
@@ -79,6 +81,9 @@ class HostStorages:
     node: str
     disks: Counter[str]
     """Storage id → this node's VM disks on it."""
+    status: dict[str, str]
+    """Storage id → its status as ``pvesm status`` says it (active, inactive, disabled); empty
+    where there is no pvesm (``statuses``)."""
 
     @property
     def total(self) -> int:
@@ -116,7 +121,20 @@ def read_host(directory: Path, text: str | None = None) -> HostStorages:
                     and ":" in drive.volume and ident in storages):
                 disks[ident] += 1
     return HostStorages(directory=directory, text=text, storages=storages,
-                        node=_node(directory), disks=disks)
+                        node=_node(directory), disks=disks, status=statuses())
+
+
+def statuses(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each storage's status as ``pvesm status`` on the PATH says it; empty where there is no
+    pvesm (not a Proxmox VE host: storage.cfg alone is read) or it fails."""
+    tool = which("pvesm", env)
+    if tool is None:
+        return {}
+    try:
+        out = run([tool, "status"], timeout=PVESM_TIMEOUT, env=env).stdout
+    except ToolFailed:
+        return {}
+    return {ident: found.status for ident, found in parse_status(out).items()}
 
 
 def _node(directory: Path) -> str:
@@ -127,11 +145,14 @@ def _node(directory: Path) -> str:
         return socket.gethostname().split(".")[0]
 
 
-def why_not(storage: pve.Storage, node: str) -> str | None:
-    """Why no volume can be made on ``storage`` from ``node``, as far as storage.cfg says (its
-    type is for ``resolve_storage`` to judge); None when one can."""
+def why_not(storage: pve.Storage, node: str, status: str = "active") -> str | None:
+    """Why no volume can be made on ``storage`` from ``node``, as far as storage.cfg and its
+    ``status`` (``pvesm status``) say (its type is for ``resolve_storage`` to judge); None when
+    one can."""
     if storage.disable:
         return "it is disabled (disable 1 in storage.cfg)"
+    if status != "active":
+        return f"it is {status} (pvesm status)"
     if storage.nodes is not None and node not in storage.nodes:
         return f"it is not available on this node, {node} (nodes {','.join(storage.nodes)})"
     images = ("images" in storage.content if storage.content is not None
@@ -155,7 +176,7 @@ def named(host: HostStorages, ident: str) -> str:
         known = ", ".join(sorted(host.storages)) or "none"
         raise SuiteError(f"--storage {ident}: no such storage in {host.directory / 'storage.cfg'}"
                          f" (it defines: {known})")
-    why = why_not(storage, host.node)
+    why = why_not(storage, host.node, host.status.get(ident, "active"))
     if why is not None:
         raise SuiteError(f"--storage {ident} ({storage.type}): no volume can be made there: {why}")
     held = f"; it holds {_disks(host, ident)}" if host.total else ""
@@ -167,7 +188,8 @@ def ranked(host: HostStorages) -> list[pve.Storage]:
     (the first that ``resolve_storage`` resolves is measured): those holding this node's VM
     disks, most first (storage.cfg's order on a tie); then, in storage.cfg's order, those
     that are not file storages; then the rest."""
-    usable = [s for s in host.storages.values() if why_not(s, host.node) is None]
+    usable = [s for s in host.storages.values()
+              if why_not(s, host.node, host.status.get(s.id, "active")) is None]
     return sorted(usable, key=lambda s: (-host.disks[s.id], host.disks[s.id] == 0
                                          and s.type in pve.FILE_STORAGES))
 

@@ -89,11 +89,6 @@ CACHE_CAVEATS = {
 }
 NEVER = {("cache", "unsafe")}
 """Levels never recommended, whatever they measure."""
-VOLUME_CHAIN_CAVEAT = (
-    "evidence measured on qcow2 over thick LVM as Proxmox VE 9's snapshot-as-volume-chain (a "
-    "technology preview): Blockbridge reported data-integrity failures with cache=none right "
-    "after the first snapshot; check the storage's state before trusting data to it")
-"""The warning of a run measuring qcow2 on a volume chain (``Target.volume_chain``)."""
 
 Status = Literal["change", "keep", "choose", "not measured", "not evaluated"]
 
@@ -264,7 +259,9 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     target = run.suite.suite.target if run.suite.suite is not None else None
     if target is not None and target.volume_chain and any(
             c.params.get("format") == "qcow2" for c in run.configs):
-        warnings.append(VOLUME_CHAIN_CAVEAT)
+        from iomatrix.targets.lvmchain import CAVEAT   # the integrity caveat's one home
+
+        warnings.append(CAVEAT)
     return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite.name,
                           emulated=run.emulated, storage=storage,
                           measured_on=target.described if target is not None else "",

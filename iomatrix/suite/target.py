@@ -118,7 +118,7 @@ class RbdTarget(KindTable):
 
     @property
     def location(self) -> str:
-        return f"pool {self.spec}"
+        return f"rbd pool {self.spec}"
 
     @property
     def spec(self) -> str:
@@ -259,7 +259,7 @@ class StorageOrigin(Frozen):
     """Its type in storage.cfg (``lvmthin``, ``dir``, ``rbd``, …)."""
     volume_chain: bool = False
     """storage.cfg's ``snapshot-as-volume-chain 1``."""
-    chosen: str = Field(default="", max_length=400)
+    chosen: str = Field(default="", max_length=2000)
     """Why this storage was measured (the main job's choice), as the run's notes say it."""
 
 
@@ -397,15 +397,17 @@ class Target(Frozen):
     @property
     def described(self) -> str:
         """The storage measured, as recommend and the report name it: the Proxmox VE storage
-        it was resolved from (``lvmthin local-lvm``; a directory with its path), else its
-        kind and where (``directory /var/tmp/iomatrix``, ``rbd pool rbd``)."""
+        it was resolved from (``lvmthin local-lvm``; a directory with its path), else where
+        it is (``directory /var/tmp/iomatrix``, its table's ``location``: ``rbd pool rbd``,
+        ``LVM-thin pool pve/data``)."""
         origin, table = self.from_storage, self.network
         where = self.directory or self.device
         if origin is not None:
             return f"{origin.type} {origin.id}" + (f" ({where})" if where is not None else "")
-        shown = table.location if table is not None else where or self.storage
+        if table is not None:
+            return table.location
         fs = f" ({', '.join(self.filesystems)})" if self.filesystems else ""
-        return f"{self.kind} {shown}{fs}"
+        return f"{self.kind} {where or self.storage}{fs}"
 
     @property
     def storage_kind(self) -> str | None:

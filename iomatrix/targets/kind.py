@@ -199,6 +199,11 @@ class TargetKind:
         measured."""
         raise NotImplementedError
 
+    def format_problem(self, target: Target, fmt: str) -> str | None:
+        """Why images of format ``fmt`` cannot be made on ``target`` (a volume holds raw: an
+        LV, a zvol); None when they can."""
+        return None
+
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         raise NotImplementedError
 

@@ -268,6 +268,9 @@ class VolumeKind(TargetKind):
         """The backend of ``target``'s table."""
         raise NotImplementedError
 
+    def format_problem(self, target: Target, fmt: str) -> str | None:
+        return self.backend(target).format_problem(fmt)
+
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         return VolumeTarget(target, self.backend(target), keep=keep)
 

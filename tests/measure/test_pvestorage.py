@@ -3,10 +3,11 @@ pvestorage), or the storage ``--storage ID`` names; --plan and the run's notes s
 why, recommend names it, and a storage where no volume can be made is refused in one line.
 
 Proxmox VE cannot be installed here: a "Proxmox VE host" is this host with a stand-in
-``pveversion`` (a script printing what PVE 9's prints) first on PATH and a Proxmox VE directory
+``pveversion`` (a script printing what PVE 9's prints) first on PATH, with the pvesm STAND-IN
+(tests/fixtures/standins, loop devices) where volumes are made, and a Proxmox VE directory
 made in the test's tmp directory (storage.cfg, ``local`` → nodes/<node>, ``qemu-server`` →
 nodes/<node>/qemu-server, VM configurations), which IOMATRIX_PVE_DIR names in place of
-/etc/pve. What never ran: a real /etc/pve (pmxcfs) and a real pveversion."""
+/etc/pve. What never ran: a real /etc/pve (pmxcfs), a real pveversion and a real pvesm."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from iomatrix.platform.proxmox import parse_storage_cfg
 from iomatrix.suite.target import Target
 from iomatrix.targets.network import resolve_storage
 from tests.conftest import PVEVERSION, cli, cli_result, pve_host, write_suite
+from tests.scenarios.test_pvesm import PveHost as PvesmHost
+from tests.scenarios.test_pvesm import pve_host as pvesm  # noqa: F401 (the stand-ins' fixture)
 
 NODE = "pve1"
 
@@ -254,25 +257,72 @@ def test_storage_local_measures_the_dir_storage(pve: Path, tmp_path: Path) -> No
 @pytest.mark.parametrize("formats, caveat", [(("raw", "qcow2"), True), (("raw",), False)])
 def test_recommend_names_the_storage_and_the_volume_chain_caveat(
         tmp_path: Path, formats: tuple[str, ...], caveat: bool) -> None:
-    """Evidence measured with qcow2 on a storage keeping snapshots as volume chains on thick
-    LVM carries the integrity caveat; raw alone does not need it."""
-    from iomatrix.recommend.decide import VOLUME_CHAIN_CAVEAT, recommend
+    """Evidence measured with qcow2 on thick LVM keeping snapshots as volume chains (the lvm
+    kind's volume_chain, or a storage.cfg lvm storage's snapshot-as-volume-chain) carries the
+    integrity caveat; raw alone does not need it, nor plain thick LVM."""
+    from iomatrix.recommend.decide import recommend
     from iomatrix.suite.workloads import Workload
+    from iomatrix.targets.lvmchain import CAVEAT
     from iomatrix.testing.synthetic import Figures, configurations, stored_run
 
     configs = configurations("blocklayer", {"aio": ["native", "threads"], "cache": ["none"],
                                             "format": list(formats)})
-    target = {"directory": str(tmp_path), "size": "1GiB",
-              "from_storage": {"id": "san", "type": "lvm", "volume_chain": True}}
-    run = stored_run(tmp_path / "r.db", configs, [Workload(rw="randread", bs=4096, iodepth=1)],
-                     lambda c, w, i: Figures(iops=1000.0 + i, bw_bytes=4096e3, lat_mean_ns=1e6,
-                                             p99_ns=2e6), target=target)
-    rec = recommend(run, "proxmox", storage="lvm")
-    assert rec.measured_on == f"lvm san ({tmp_path})"
-    assert (VOLUME_CHAIN_CAVEAT in rec.warnings) == caveat
-    # the storage's flag is what says so: the same run on plain thick LVM has no caveat
-    plain = stored_run(tmp_path / "p.db", configs, [Workload(rw="randread", bs=4096, iodepth=1)],
-                       lambda c, w, i: Figures(iops=1000.0 + i, bw_bytes=4096e3,
-                                               lat_mean_ns=1e6, p99_ns=2e6),
-                       target={**target, "from_storage": {"id": "san", "type": "lvm"}})
-    assert VOLUME_CHAIN_CAVEAT not in recommend(plain, "proxmox", storage="lvm").warnings
+
+    def run_on(name: str, target: dict[str, object]):  # type: ignore[no-untyped-def]
+        return stored_run(tmp_path / f"{name}.db", configs,
+                          [Workload(rw="randread", bs=4096, iodepth=1)],
+                          lambda c, w, i: Figures(iops=1000.0 + i, bw_bytes=4096e3,
+                                                  lat_mean_ns=1e6, p99_ns=2e6),
+                          target={"size": "1GiB", **target})
+
+    chain = recommend(run_on("chain", {"lvm": {"vg": "pve", "volume_chain": True}}), "proxmox",
+                      storage="lvm")
+    assert chain.measured_on == "LVM volume group pve (qcow2 volume chain, 0 snapshot(s))"
+    assert (CAVEAT in chain.warnings) == caveat
+    pvesm = {"pvesm": {"storage": "san", "type": "lvm"},
+             "from_storage": {"id": "san", "type": "lvm", "volume_chain": True}}
+    through = recommend(run_on("pvesm", pvesm), "proxmox", storage="lvm")
+    assert through.measured_on == "lvm san"
+    assert (CAVEAT in through.warnings) == caveat
+    plain = recommend(run_on("plain", {"lvm": {"vg": "pve"}}), "proxmox", storage="lvm")
+    assert plain.measured_on == "LVM volume group pve" and CAVEAT not in plain.warnings
+
+
+@pytest.mark.slow
+def test_the_main_job_on_local_lvm_through_pvesm(pvesm: PvesmHost, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the pvesm STAND-IN (loop devices for local-lvm's volumes): the built-in quick suite
+    plans local-lvm through pvesm, qcow2 left out (an LVM-thin volume is raw, as Proxmox VE's
+    VM disks there are); a storage pvesm says is inactive is passed over; and --storage
+    local-lvm measures a volume pvesm allocated, for real, freed at the end."""
+    pve = pve_dir(tmp_path, storage_cfg(tmp_path), VMS)
+    monkeypatch.setenv(PVE_DIR_ENV, str(pve))
+    plan = cli_result("run", "quick", "--plan", check=ExitStatus.OK).stdout
+    assert "target: lvmthin local-lvm\n" in plan
+    assert ("measuring local-lvm (lvmthin): it holds 4 of this host's 8 VM disks (--storage ID "
+            "measures another); format qcow2 left out (volumes are raw here)") in plan
+    assert "/qcow2" not in plan and "blocklayer io_uring/none/raw" in plan
+    monkeypatch.setenv("PVESM_STANDIN_INACTIVE", "local-lvm")
+    plan = cli_result("run", "quick", "--plan", check=ExitStatus.OK).stdout
+    assert "measuring fast (dir): it holds 3 of this host's 8 VM disks" in plan
+    code, output = cli("run", "quick", "--plan", "--storage", "local-lvm")
+    assert code != ExitStatus.OK and output.strip() == (
+        "iomatrix: --storage local-lvm (lvmthin): no volume can be made there: it is inactive "
+        "(pvesm status)")
+    monkeypatch.delenv("PVESM_STANDIN_INACTIVE")
+    suite = write_suite(tmp_path, '[[workloads]]\nrw = "randwrite"\nbs = "4k"\niodepth = 4\n'
+                        '[method]\nmode = "host"\nramp = "0s"\nruntime = "500ms"\n'
+                        'samples = 1\n', size="16MiB")
+    db = str(tmp_path / "r.db")
+    done = cli_result("run", str(suite), "--storage", "local-lvm", "--db", db,
+                      check=ExitStatus.OK)
+    assert "1 trials ok, 0 failed" in done.stdout
+    assert "Proxmox VE storage local-lvm (lvmthin)" in done.stderr      # through pvesm
+    from iomatrix.cli.common import load_run
+    run = load_run(db, "last")
+    assert run.host["target"] == "Proxmox VE storage local-lvm (lvmthin)"
+    assert run.suite.runnable().target.described == "lvmthin local-lvm"
+    assert pvesm.volumes() == {}
+    said = " ".join(cli_result("recommend", "last", "--db", db, "--for", "proxmox",
+                               check=ExitStatus.OK).stdout.split())
+    assert "(storage type lvmthin)" in said and "evidence measured on lvmthin local-lvm" in said
