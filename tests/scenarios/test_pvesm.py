@@ -256,3 +256,22 @@ def test_on_a_proxmox_host_the_storage_id_is_the_hosts(tmp_path: Path, pve_host:
     assert "blocklayer threads/writeback/raw" in plan.stdout
     assert "io_uring" not in plan.stdout
     assert pve_host.volumes() == {} and pve_host.vms() == []
+
+
+def test_what_pvesm_refuses_ends_the_run_in_one_line(tmp_path: Path, pve_host: PveHost) -> None:
+    """A volume pvesm will not allocate (a dir storage wants a file name with its format's
+    extension: Plugin.pm alloc_image) ends the run in one line with pvesm's own words, and
+    nothing is left allocated (pvesm STAND-IN)."""
+    pve_host.cfg.write_text(STORAGE_CFG + "\ndir: local\n\tpath " + str(tmp_path / "vz")
+                            + "\n\tcontent images\n")
+    text = suite(tmp_path).read_text().replace('storage = "local-lvm"',
+                                               'pvesm = { storage = "local", type = "dir" }')
+    (tmp_path / "dir.toml").write_text(text)
+    done = cli_result("run", str(tmp_path / "dir.toml"), "--db", str(tmp_path / "r.db"),
+                      cwd=tmp_path)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.strip().splitlines()
+             if line.startswith("iomatrix:") and "hint:" not in line]
+    assert len(lines) == 1 and "pvesm alloc local" in lines[0], done.stderr
+    assert "wrong extension" in lines[0]
+    assert pve_host.volumes() == {}
