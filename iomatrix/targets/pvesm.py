@@ -39,6 +39,7 @@ from iomatrix.core.units import format_bytes
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.target import Target
 from iomatrix.suite.volumes import PvesmTarget
+from iomatrix.targets.kind import HostCheck, Probe
 from iomatrix.targets.volumes import Backend, VolumeKind, resource
 
 KIND = "pvesm-volume"
@@ -281,3 +282,15 @@ class PvesmKind(VolumeKind):
         table = target.pvesm
         assert isinstance(table, PvesmTarget)
         return PvesmBackend(table.storage, table.type)
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """pvesm and pvesh: a Proxmox VE host's own storage layer."""
+        missing = [t for t in self.tools if probe.which(t) is None]
+        return [HostCheck(
+            name="Proxmox VE storage layer (pvesm)", ok=not missing,
+            detail=(f"{', '.join(missing)} not found on PATH: not a Proxmox VE host; a storage "
+                    "id is measured with the LVM, ZFS and btrfs tools" if missing else
+                    "pvesm and pvesh: storage ids are measured through Proxmox VE's own "
+                    "storage layer (pvesm alloc, path, free)"),
+            hint="a Proxmox VE host has both (libpve-storage-perl, pve-manager)" if missing
+            else None)]
