@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from iomatrix.core.errors import NotEnoughSpace, TargetError, TargetUnreachable, ToolFailed
+from iomatrix.core.errors import NotEnoughSpace, TargetError, ToolFailed
 from iomatrix.core.proc import require, run
 from iomatrix.core.units import format_bytes
 from iomatrix.platform import proxmox as pve

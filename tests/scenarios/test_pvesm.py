@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.cli.status import ExitStatus
 from iomatrix.store.repo import Store
 from tests.conftest import PVEVERSION, cli_result, our_processes, standin
 
