@@ -65,9 +65,15 @@ Path(flag + "." + str(os.getpid()) + ".done").write_text("")
 def writer(tmp_path: Path, url: str, name: str, host: str, trials: int,
            hold: bool = False) -> subprocess.Popen[str]:
     script = tmp_path / "writer.py"
-    script.write_text(WRITER.format(root=str(ROOT)))
-    # stderr in a file of its own, named in start()'s message: a writer reaped by someone else
-    # reads as exit 0 to Popen (ECHILD), which hid why one ended early once in Debian 13
+    # written once, before the first writer starts: each call used to write it again, and a
+    # writer whose Python opened it just then, truncated, ran an empty script and ended with
+    # exit 0 before its "started" mark ("a writer died early: exit [0, None, None]", twice in
+    # Debian 13; 1 in 200 starts here when the file is written again at once)
+    if not script.exists():
+        partial = script.with_suffix(".partial")
+        partial.write_text(WRITER.format(root=str(ROOT)))
+        partial.replace(script)
+    # stderr in a file of its own, named in start()'s message
     with open(tmp_path / f"{name}.{host or 'here'}.{time.monotonic_ns()}.err", "w") as err:
         return subprocess.Popen([sys.executable, str(script), url, str(tmp_path / name), host,
                                  str(trials), "hold" if hold else "end"], text=True,
@@ -83,8 +89,7 @@ def start(flag: Path, procs: list[subprocess.Popen[str]], timeout: float = 60) -
     """Once every writer has made its run, let them all write."""
     deadline = time.monotonic() + timeout
     while len(list(flag.parent.glob(f"{flag.name}.*.ready"))) < len(procs):
-        # what each writer got to, to tell a writer that failed from one reaped elsewhere
-        # (Popen reads returncode 0 when waitpid says ECHILD); seen once in Debian 13
+        # what each writer got to: its "started" mark, its stderr
         assert all(p.poll() is None for p in procs), (
             f"a writer died early: exit {[p.returncode for p in procs]}, pids "
             f"{[p.pid for p in procs]}, files {sorted(f.name for f in flag.parent.iterdir())}, "
