@@ -40,6 +40,7 @@ from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets.remote import reveal
 from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Mode
 
 START_TIMEOUT = 15.0
 
@@ -152,7 +153,7 @@ class BlocklayerSession(Session):
 
 
 class BlocklayerDriver(Driver):
-    mode = "blocklayer"
+    mode = Mode.BLOCKLAYER
 
     def __init__(self, method: Method, workdir: Path) -> None:
         super().__init__(method, workdir)

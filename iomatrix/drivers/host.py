@@ -14,6 +14,7 @@ from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.blocklayer import BlocklayerDriver
 from iomatrix.suite.configuration import Configuration
 from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Mode
 
 
 class HostSession(Session):
@@ -35,7 +36,7 @@ class HostSession(Session):
 
 
 class HostDriver(Driver):
-    mode = "host"
+    mode = Mode.HOST
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:

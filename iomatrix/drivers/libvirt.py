@@ -60,6 +60,7 @@ from iomatrix.platform.qemu import cache_flags
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
 from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Accelerator
 
 DEFAULT_URI = "qemu:///system"
 DOMAIN_PREFIX = "iomatrix-"
@@ -146,7 +147,7 @@ def domain_xml(spec: DomainSpec) -> str:
                                     discard=spec.config.discard)
     except ValueError as exc:
         raise TrialFailed(f"{spec.config.key}: {exc}") from None
-    root = ET.Element("domain", {"type": "kvm" if spec.accel == "kvm" else "qemu"})
+    root = ET.Element("domain", {"type": "kvm" if spec.accel == Accelerator.KVM else "qemu"})
     ET.SubElement(root, "name").text = spec.name
     meta = ET.SubElement(root, "metadata")
     o = spec.owner
@@ -162,7 +163,8 @@ def domain_xml(spec: DomainSpec) -> str:
     ET.SubElement(os_el, "kernel").text = str(spec.kernel)
     ET.SubElement(os_el, "initrd").text = str(spec.initrd)
     ET.SubElement(os_el, "cmdline").text = spec.cmdline
-    ET.SubElement(root, "cpu", {"mode": "host-passthrough" if spec.accel == "kvm" else "maximum"})
+    ET.SubElement(root, "cpu", {"mode": "host-passthrough" if spec.accel == Accelerator.KVM
+                                  else "maximum"})
     ET.SubElement(root, "on_poweroff").text = "destroy"
     ET.SubElement(root, "on_reboot").text = "destroy"
     ET.SubElement(root, "on_crash").text = "destroy"

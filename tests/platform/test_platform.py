@@ -552,6 +552,19 @@ def test_libvirt_graph() -> None:
                                  cache="writeback", iothread=False)[0], lv.Versions())
 
 
+@pytest.mark.parametrize("zeroes", ["default", "off", "on"])
+def test_libvirt_detect_zeroes_default_passes_none(zeroes: str) -> None:
+    """libvirt gives QEMU a disk's detect_zeroes only when it is not the default
+    (VIR_DOMAIN_DISK_DETECT_ZEROES_DEFAULT, as for discard), on the node the device sits on."""
+    disk, _ = lv.disk_for("virtio-blk", source="/x.raw", block=False, aio="threads",
+                          cache="none", iothread=False, fmt="raw")
+    disk = disk.model_copy(update={"driver": (*disk.driver, ("detect_zeroes", zeroes))})
+    nodes = [json.loads(n) for n in _split(lv.disk_args(
+        disk, lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0))).argv)["-blockdev"]]
+    assert [n.get("detect-zeroes") for n in nodes] == \
+        [None, None if zeroes == "default" else zeroes]
+
+
 # -- guests that boot -------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -141,6 +141,8 @@ def _nodes(disk: Disk, versions: Versions, number: int, size: int | None) -> lis
     if discard == "default":
         discard = None       # VIR_DOMAIN_DISK_DISCARD_DEFAULT: libvirt passes no discard
     zeroes = disk.get("detect_zeroes")
+    if zeroes == "default":
+        zeroes = None        # VIR_DOMAIN_DISK_DETECT_ZEROES_DEFAULT: libvirt passes none either
     if zeroes == "unmap" and discard != "unmap":
         zeroes = "on"        # virDomainDiskGetDetectZeroesMode
     storage_name = f"libvirt-{number}-storage"
