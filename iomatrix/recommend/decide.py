@@ -257,11 +257,10 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
         warnings.append(f"run {run.id} has no guest or blocklayer configurations: nothing to base "
                         "a recommendation on; every parameter keeps the platform's default")
     target = run.suite.suite.target if run.suite.suite is not None else None
-    if target is not None and target.volume_chain and any(
-            c.params.get("format") == "qcow2" for c in run.configs):
-        from iomatrix.targets.lvmchain import CAVEAT   # the integrity caveat's one home
-
-        warnings.append(CAVEAT)
+    table = target.network if target is not None else None
+    if table is not None:       # what evidence on its images must carry (a volume chain's)
+        warnings += dict.fromkeys(c for c in (table.caveat(config.params.get("format"))
+                                              for config in run.configs) if c)
     return Recommendation(platform=platform, run_id=run.id, suite_name=run.suite.name,
                           emulated=run.emulated, storage=storage,
                           measured_on=target.described if target is not None else "",

@@ -418,16 +418,6 @@ class Target(Frozen):
         kind = table.storage_kind if table is not None else None
         return kind or (self.from_storage.type if self.from_storage is not None else None)
 
-    @property
-    def volume_chain(self) -> bool:
-        """qcow2 images here are Proxmox VE 9's snapshot-as-volume-chain on thick LVM: the
-        lvm kind with volume_chain, or a storage.cfg lvm storage with
-        ``snapshot-as-volume-chain 1``."""
-        origin = self.from_storage
-        chain = (bool(getattr(self.network, "volume_chain", False))
-                 or bool(origin and origin.volume_chain))
-        return self.storage_kind == "lvm" and chain
-
 
 
 class NamedTarget(Target):

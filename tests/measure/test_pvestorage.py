@@ -257,12 +257,11 @@ def test_storage_local_measures_the_dir_storage(pve: Path, tmp_path: Path) -> No
 @pytest.mark.parametrize("formats, caveat", [(("raw", "qcow2"), True), (("raw",), False)])
 def test_recommend_names_the_storage_and_the_volume_chain_caveat(
         tmp_path: Path, formats: tuple[str, ...], caveat: bool) -> None:
-    """Evidence measured with qcow2 on thick LVM keeping snapshots as volume chains (the lvm
-    kind's volume_chain, or a storage.cfg lvm storage's snapshot-as-volume-chain) carries the
-    integrity caveat; raw alone does not need it, nor plain thick LVM."""
+    """Evidence measured with qcow2 on thick LVM keeping snapshots as volume chains carries the
+    integrity caveat (``KindTable.caveat``); raw alone does not need it, nor plain thick LVM."""
     from iomatrix.recommend.decide import recommend
+    from iomatrix.suite.volumes import CHAIN_CAVEAT
     from iomatrix.suite.workloads import Workload
-    from iomatrix.targets.lvmchain import CAVEAT
     from iomatrix.testing.synthetic import Figures, configurations, stored_run
 
     configs = configurations("blocklayer", {"aio": ["native", "threads"], "cache": ["none"],
@@ -275,17 +274,14 @@ def test_recommend_names_the_storage_and_the_volume_chain_caveat(
                                                   lat_mean_ns=1e6, p99_ns=2e6),
                           target={"size": "1GiB", **target})
 
-    chain = recommend(run_on("chain", {"lvm": {"vg": "pve", "volume_chain": True}}), "proxmox",
-                      storage="lvm")
-    assert chain.measured_on == "LVM volume group pve (qcow2 volume chain, 0 snapshot(s))"
-    assert (CAVEAT in chain.warnings) == caveat
-    pvesm = {"pvesm": {"storage": "san", "type": "lvm"},
-             "from_storage": {"id": "san", "type": "lvm", "volume_chain": True}}
-    through = recommend(run_on("pvesm", pvesm), "proxmox", storage="lvm")
-    assert through.measured_on == "lvm san"
-    assert (CAVEAT in through.warnings) == caveat
+    chain = recommend(run_on("chain", {"lvm": {"vg": "pve", "volume_chain": True},
+                                       "from_storage": {"id": "san", "type": "lvm",
+                                                        "volume_chain": True}}),
+                      "proxmox", storage="lvm")
+    assert chain.measured_on == "lvm san"
+    assert chain.warnings.count(CHAIN_CAVEAT) == (1 if caveat else 0)
     plain = recommend(run_on("plain", {"lvm": {"vg": "pve"}}), "proxmox", storage="lvm")
-    assert plain.measured_on == "LVM volume group pve" and CAVEAT not in plain.warnings
+    assert plain.measured_on == "LVM volume group pve" and CHAIN_CAVEAT not in plain.warnings
 
 
 @pytest.mark.slow
