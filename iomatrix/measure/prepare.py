@@ -232,7 +232,8 @@ def _where_vms_live(suite: Suite, pve_dir: Path, note: Callable[[str], None]) ->
         except ValueError as exc:
             skipped.append((storage, str(exc)))
             continue
-        return _resolved(suite, resolved, storage, pvestorage.chosen(host, storage, skipped))
+        return _resolved(suite, resolved, storage, pvestorage.chosen(host, storage, skipped),
+                         hint="; --storage ID measures another")
     note(pvestorage.none_chosen(host, skipped))
     return suite
 
@@ -278,13 +279,14 @@ def _on_storage(suite: Suite, given: Target, storages: dict[str, pve.Storage], p
 
 
 def _resolved(suite: Suite, resolved: Target, storage: pve.Storage, chosen: str,
-              ident: str | None = None) -> Suite:
+              ident: str | None = None, *, hint: str = "") -> Suite:
     """``suite`` with its [target] replaced by ``resolved``, which remembers ``storage``
-    (``StorageOrigin``, as ``ident``: ``ID:lunN`` for a LUN) and ``chosen``."""
+    (``StorageOrigin``, as ``ident``: ``ID:lunN`` for a LUN) and ``chosen`` (followed by the
+    formats left out, and ``hint``)."""
     formats, held = _formats_held(suite, resolved)
     origin = StorageOrigin(id=ident or storage.id, type=storage.type,
                            volume_chain=storage.volume_chain,
-                           chosen=(chosen + held if chosen else "")[:MAX_CHOSEN])
+                           chosen=(chosen + held + hint if chosen else "")[:MAX_CHOSEN])
     written = suite.tables.get("target")
     table = {k: v for k, v in (written if isinstance(written, dict) else {}).items()
              if k not in (*KIND_KEYS, "from_storage")}

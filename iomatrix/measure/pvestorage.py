@@ -75,8 +75,6 @@ class HostStorages:
     """What a Proxmox VE directory says about where this node's VMs live."""
 
     directory: Path
-    text: str
-    """storage.cfg as read."""
     storages: dict[str, pve.Storage]
     node: str
     disks: Counter[str]
@@ -120,7 +118,7 @@ def read_host(directory: Path, text: str | None = None) -> HostStorages:
             if (drive.bus in DISK_BUSES and not drive.is_cdrom and not drive.is_cloudinit
                     and ":" in drive.volume and ident in storages):
                 disks[ident] += 1
-    return HostStorages(directory=directory, text=text, storages=storages,
+    return HostStorages(directory=directory, storages=storages,
                         node=_node(directory), disks=disks, status=statuses())
 
 
@@ -212,7 +210,7 @@ def chosen(host: HostStorages, best: pve.Storage,
             else "; the first storage for VM images in storage.cfg")
     said = "".join(f"; not {s.id} ({s.type}, {host.disks[s.id]} disks): {reason}"
                    for s, reason in skipped if host.disks[s.id])
-    return f"measuring {best.id} ({best.type}): {why}{said} (--storage ID measures another)"
+    return f"measuring {best.id} ({best.type}): {why}{said}"
 
 
 def none_chosen(host: HostStorages, skipped: list[tuple[pve.Storage, str]]) -> str:

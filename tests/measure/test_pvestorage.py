@@ -295,8 +295,8 @@ def test_the_main_job_on_local_lvm_through_pvesm(pvesm: PvesmHost, tmp_path: Pat
     monkeypatch.setenv(PVE_DIR_ENV, str(pve))
     plan = cli_result("run", "quick", "--plan", check=ExitStatus.OK).stdout
     assert "target: lvmthin local-lvm\n" in plan
-    assert ("measuring local-lvm (lvmthin): it holds 4 of this host's 8 VM disks (--storage ID "
-            "measures another); format qcow2 left out (volumes are raw here)") in plan
+    assert ("measuring local-lvm (lvmthin): it holds 4 of this host's 8 VM disks; format qcow2 "
+            "left out (volumes are raw here); --storage ID measures another\n") in plan
     assert "/qcow2" not in plan and "blocklayer io_uring/none/raw" in plan
     monkeypatch.setenv("PVESM_STANDIN_INACTIVE", "local-lvm")
     plan = cli_result("run", "quick", "--plan", check=ExitStatus.OK).stdout
