@@ -34,6 +34,7 @@ they give: the choice replaces only a built-in suite's directory, and ``--target
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections import Counter
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ from iomatrix.core.errors import SuiteError, ToolFailed
 from iomatrix.core.files import read_beside
 from iomatrix.core.proc import run, which
 from iomatrix.platform import proxmox as pve
+from iomatrix.suite.target import STORAGE_ID
 from iomatrix.targets.pvesm import parse_status
 
 PVE_DIR_ENV = "IOMATRIX_PVE_DIR"
@@ -147,6 +149,8 @@ def why_not(storage: pve.Storage, node: str, status: str = "active") -> str | No
     """Why no volume can be made on ``storage`` from ``node``, as far as storage.cfg and its
     ``status`` (``pvesm status``) say (its type is for ``resolve_storage`` to judge); None when
     one can."""
+    if not re.fullmatch(STORAGE_ID, storage.id) or ":" in storage.id:
+        return "its id is not a Proxmox VE storage id (a letter, then letters, digits, - _ .)"
     if storage.disable:
         return "it is disabled (disable 1 in storage.cfg)"
     if status != "active":

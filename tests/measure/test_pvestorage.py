@@ -128,6 +128,9 @@ def test_the_rule(tmp_path: Path) -> None:
     assert [s.id for s in ranked(empty)] == ["local-lvm", "local", "fast"]
     assert "this host has no VM disks; a fresh Proxmox VE install puts them there" in chosen(
         empty, empty.storages["local-lvm"], [])
+    # an id storage.cfg may hold but Proxmox VE would not write is never measured
+    odd = parse_storage_cfg("dir: -rf\n\tpath /x\n\ndir: a;b\n\tpath /x\n")
+    assert all("not a Proxmox VE storage id" in str(why_not(s, NODE)) for s in odd.values())
     # a plugin's type holds images only where storage.cfg says so
     plugin = parse_storage_cfg("acme: a\n\tpool x\n\nacme: b\n\tcontent images\n")
     assert why_not(plugin["a"], NODE) is not None and why_not(plugin["b"], NODE) is None
