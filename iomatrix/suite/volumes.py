@@ -221,9 +221,11 @@ _ZPOOL_RESERVED = re.compile(r"mirror|raidz\d?|draid\d?|spare|log|c\d.*")
 """Names zpool keeps for vdev types (and Solaris disk names): never a pool's."""
 _VOLBLOCKSIZE = re.compile(r"([1-9][0-9]{0,7})([kKmM]?)")
 VOLBLOCKSIZE_MIN = 512
-VOLBLOCKSIZE_MAX = 1 << 20
-"""The volblocksizes iomatrix gives: ZFS takes 512 to 16M (above 128k with large_blocks), but
-blocks past 1M only make every small write a read-modify-write of the whole block."""
+VOLBLOCKSIZE_MAX = 16 << 20
+"""The volblocksizes iomatrix gives: what OpenZFS takes (SPA_MINBLOCKSIZE to SPA_MAXBLOCKSIZE,
+above 128k with the pool's large_blocks feature) and Proxmox VE's zfspool ``blocksize``
+accepts. Blocks past 1M make every small write a read-modify-write of the whole block: a
+storage.cfg may still say so, and is measured as it is."""
 
 
 def dataset_name(value: str) -> str:
@@ -242,7 +244,7 @@ def dataset_name(value: str) -> str:
 
 def volblocksize_bytes(value: str | int) -> int:
     """The bytes of a volblocksize as a suite writes it (``"16k"``, ``"1M"``, ``"512"``, or a
-    number of bytes): a power of two from 512 bytes to 1 MiB, else ValueError."""
+    number of bytes): a power of two from 512 bytes to 16 MiB, else ValueError."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     found = _VOLBLOCKSIZE.fullmatch(text) if isinstance(text, str) else None
     if found is None:
@@ -250,7 +252,7 @@ def volblocksize_bytes(value: str | int) -> int:
                          "optional k or M, e.g. \"16k\"")
     n = int(found.group(1)) << {"": 0, "k": 10, "m": 20}[found.group(2).lower()]
     if not VOLBLOCKSIZE_MIN <= n <= VOLBLOCKSIZE_MAX or n & (n - 1):
-        raise ValueError(f"volblocksize {value!r}: a power of two from 512 to 1M "
+        raise ValueError(f"volblocksize {value!r}: a power of two from 512 to 16M "
                          "(4k, 8k, 16k, 64k, 128k...)")
     return n
 
@@ -294,7 +296,7 @@ class ZfsTarget(KindTable):
     ZFS install's ``local-zfs``)."""
     volblocksize: Volblocksize = DEFAULT_VOLBLOCKSIZE
     """Each zvol's block size (``zfs create -b``; Proxmox VE's ``blocksize``): a power of two
-    from 512 to 1M. 16k is Proxmox VE 8's and OpenZFS 2.2's default."""
+    from 512 to 16M (OpenZFS's limits; above 128k the pool needs large_blocks). 16k is Proxmox VE 8's and OpenZFS 2.2's default."""
     sparse: bool = False
     """Thin zvols (``zfs create -s``, Proxmox VE's ``sparse 1``): no reservation; the pool's
     available space must still hold them written fully."""

@@ -186,4 +186,9 @@ def test_zfspool_and_btrfs_storages_resolve_to_their_kinds() -> None:
     out = resolve_storage(Target(storage="tank", size="16MiB"), tank, Path("/etc/pve"),
                           pve_host=False)
     assert out.zfs is not None and (out.zfs.pool, out.zfs.volblocksize) == ("tank/vms", "64k")
+    # Proxmox VE's zfspool blocksize goes up to OpenZFS's 16M: a 4M one resolves as written
+    big = pve.parse_storage_cfg(CFG.replace("\tdisable 1\n", "").replace("64k", "4M"))
+    out = resolve_storage(Target(storage="tank", size="16MiB"), big, Path("/etc/pve"),
+                          pve_host=False)
+    assert out.zfs is not None and out.zfs.volblocksize_bytes == 4 << 20
     assert resolved("butter") == {"btrfs": {"path": "/mnt/butter/images", "nocow": True}}

@@ -120,13 +120,14 @@ def test_dataset_names_iomatrix_refuses(name: str) -> None:
 
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("4k", 4096), ("16k", 16384),
                                              ("16K", 16384), ("128k", 131072), ("1M", 1 << 20),
+                                             ("4M", 4 << 20), ("16M", 16 << 20),
                                              (8192, 8192)])
 def test_volblocksizes(text: str | int, size: int) -> None:
     assert volblocksize_bytes(text) == size
     assert volblocksize_bytes(volblocksize_text(size)) == size
 
 
-@pytest.mark.parametrize("text", ["256", "12k", "2M", "0", "016k", "16kb", "-16k", "16 k",
+@pytest.mark.parametrize("text", ["256", "12k", "3M", "32M", "0", "016k", "16kb", "-16k", "16 k",
                                   "1.5k", "", "k", True, 3 << 20])
 def test_volblocksizes_refused(text: str | int) -> None:
     with pytest.raises(ValueError, match="volblocksize"):
