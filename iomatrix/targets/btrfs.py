@@ -38,7 +38,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.target import KIND_KEYS, Target
 from iomatrix.suite.volumes import BtrfsTarget
-from iomatrix.targets.kind import OpenTarget, TargetKind
+from iomatrix.targets.kind import HostCheck, OpenTarget, Probe, TargetKind
 from iomatrix.targets.workspace import Workspace
 
 SUBVOLUME_INODE = 256
@@ -200,6 +200,25 @@ class BtrfsKind(TargetKind):
             raise ValueError(f"storage {storage.id} (btrfs) has no path in the storage.cfg given")
         images = Path(storage.path) / dict(storage.content_dirs).get("images", "images")
         return {"btrfs": {"path": str(images), "nocow": storage.nocow}}
+
+    def host_checks(self, probe: Probe) -> list[HostCheck]:
+        """btrfs-progs on PATH, and a kernel with btrfs: loaded or built in (/sys/fs/btrfs), or
+        a module a mount would load (``modprobe -n``)."""
+        tool = probe.which("btrfs")
+        kernel = (probe.sysfs / "fs" / "btrfs").is_dir() or probe.run(
+            ["modprobe", "-n", "-q", "btrfs"])[0] == 0
+        if tool is None:
+            detail = "btrfs not found on PATH: btrfs targets cannot be measured"
+        elif not kernel:
+            detail = ("btrfs-progs is here, but the kernel has no btrfs (no /sys/fs/btrfs, no "
+                      "module): no subvolume can be made")
+        else:
+            version = probe.run([tool, "--version"])[1].strip()
+            detail = f"{version or 'btrfs'} and the kernel's btrfs: btrfs targets (subvolumes)"
+        return [HostCheck(name="btrfs tools (btrfs)", ok=tool is not None and kernel,
+                          detail=detail,
+                          hint="apt-get install btrfs-progs" if tool is None else
+                          None if kernel else "a kernel with btrfs (CONFIG_BTRFS_FS)")]
 
     def open(self, target: Target, *, keep: bool, author: Author) -> OpenTarget:
         assert target.btrfs is not None

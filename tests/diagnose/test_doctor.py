@@ -27,15 +27,16 @@ NAMES = ("qemu-system-x86_64", "qemu-storage-daemon", "qemu-img", "fio", "fio nb
          "libaio", "io_uring", "FUSE export", "KVM", "guest channel", "guest fio",
          "guest appliance", "QEMU network block drivers", "fio rbd engine", "rbd command",
          "kernel rbd (krbd)", "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)",
-         "LVM tools (lvm, lvmthin)", "Proxmox VE storage layer (pvesm)", "ZFS tools (zfs)")
+         "LVM tools (lvm, lvmthin)", "btrfs tools (btrfs)", "Proxmox VE storage layer (pvesm)",
+         "ZFS tools (zfs)")
 HOST_DEPENDENT = ("KVM", "guest channel", "guest fio", "QEMU network block drivers",
                   "fio rbd engine", "rbd command", "kernel rbd (krbd)",
                   "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)",
-                  "LVM tools (lvm, lvmthin)", "Proxmox VE storage layer (pvesm)",
-                  "ZFS tools (zfs)")
+                  "LVM tools (lvm, lvmthin)", "btrfs tools (btrfs)",
+                  "Proxmox VE storage layer (pvesm)", "ZFS tools (zfs)")
 """Checks whose outcome depends on the host (KVM; root for the guests' private network; a
 compiler and fio's Debian source for the guests' fio; network storage clients, which only rbd
-targets need; LVM's and ZFS's tools and Proxmox VE's pvesm, which only their targets need), not required: tests/drivers/test_guest_channel.py covers the channel's,
+targets need; LVM's, btrfs's and ZFS's tools and Proxmox VE's pvesm, which only their targets need), not required: tests/drivers/test_guest_channel.py covers the channel's,
 tests/appliance/test_guestfio.py the guests' fio, tests/scenarios/test_rbd.py the storage clients'."""
 KVM_TIMEOUT = 10.0
 OTHER_CHECKS = 35.0

@@ -23,7 +23,8 @@ from iomatrix.platform.proxmox import parse_storage_cfg
 from iomatrix.store import Store
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.target import Target
-from iomatrix.targets.btrfs import BtrfsWorkspace, nocow
+from iomatrix.targets.btrfs import BtrfsKind, BtrfsWorkspace, nocow
+from iomatrix.targets.kind import Probe
 from iomatrix.targets.network import resolve_storage
 from tests.conftest import cli_result
 from tests.needs import lacking
@@ -290,3 +291,25 @@ def test_a_proxmox_btrfs_storage_resolves_to_its_images_directory(tmp_path: Path
 def test_a_path_fio_or_a_tool_would_misread_is_refused(path: str) -> None:
     with pytest.raises(ValueError, match="full path"):
         Target.model_validate({"btrfs": {"path": path}, "size": "16MiB"})
+
+
+def test_doctor_says_whether_btrfs_subvolumes_can_be_made(tmp_path: Path) -> None:
+    """This host's btrfs-progs and kernel (real ``btrfs --version``, real /sys): the line is
+    ok with the version; a kernel without btrfs (a sysfs without fs/btrfs, no module) and a
+    missing btrfs are each said with a hint, never required."""
+    if shutil.which("btrfs") is None or not Path("/sys/fs/btrfs").is_dir():
+        lacking("loop", "btrfs-progs or the kernel's btrfs is missing here")
+
+    def run(argv: list[str]) -> tuple[int | None, str, str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return done.returncode, done.stdout, done.stderr
+
+    kind = BtrfsKind()
+    here = kind.host_checks(Probe(which=shutil.which, run=run, sysfs=Path("/sys")))
+    assert [c.ok for c in here] == [True] and here[0].hint is None
+    assert _run("btrfs", "--version").stdout.split()[-1] in here[0].detail
+    no_fs = kind.host_checks(Probe(which=shutil.which, run=lambda argv: (1, "", ""),
+                                   sysfs=tmp_path))
+    assert not no_fs[0].ok and "no btrfs" in no_fs[0].detail and no_fs[0].hint
+    gone = kind.host_checks(Probe(which=lambda t: None, run=run, sysfs=Path("/sys")))
+    assert not gone[0].ok and gone[0].hint == "apt-get install btrfs-progs"
