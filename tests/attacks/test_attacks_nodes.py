@@ -194,15 +194,16 @@ def _crafted(user: User, db: Path, theirs: Path, into: Path, node_json: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["ssh_config", "command", "identity", "known_hosts"])
 def test_a_database_row_naming_ssh_s_files_or_the_command_is_refused_on_resume(
         arena: Path, ssh_nodes, tmp_path: Path, attacker: User, attack: Attack,  # noqa: F811
-        key: str) -> None:
+        ) -> None:
     """F4: a database the user crafted (a run to resume, its node's row naming their
-    ssh_config, program, identity or known_hosts), copied by root into its own directory and
-    resumed: refused in one line before ssh starts, for --plan and run; nothing logs in, the
-    ProxyCommand and the program never run."""
-    attack(f"F4: run_nodes.node_json naming {key} (run --resume)", "refused")
+    ssh_config, program, identity or known_hosts: one database each, all made from one real
+    cluster run), copied by root into its own directory and resumed: refused in one line
+    before ssh starts, for --plan and run; nothing logs in, the ProxyCommand and the program
+    never run."""
+    attack("F4: run_nodes.node_json naming ssh_config, command, identity or known_hosts "
+           "(run --resume)", "refused")
     cluster: SshCluster = ssh_nodes(1)
     made_db, _ = _cluster_run(cluster, tmp_path)
     logins = _logins(cluster)
@@ -212,41 +213,42 @@ def test_a_database_row_naming_ssh_s_files_or_the_command_is_refused_on_resume(
                                       cluster.known_hosts.read_text()),
              "identity": _write_as(attacker, theirs / "id", cluster.identity.read_text(), 0o600)}
     node = cluster.nodes[0]
-    fields = {"host": node.address, "name": node.name, "user": "root", "port": node.port,
-              "identity": str(cluster.identity), "known_hosts": str(cluster.known_hosts),
-              "ssh_config": None, "command": "iomatrix", key: str(files[key])}
-    db = _crafted(attacker, made_db, theirs, tmp_path / "r.db", json.dumps(fields))
-    for plan in (["--plan"], []):
-        done = _iomatrix(cluster, "run", "--resume", "1", *plan, "--db", str(db))
-        line = one_line(done, ExitStatus.SUITE_INVALID)
-        where = f"the run's node '{node.name}'"
-        assert line.startswith(f"iomatrix: {where}: {key} '{files[key]}': " if key in (
-            "ssh_config", "command") else f"iomatrix: [nodes] {key} (node {node.name}): "
-            f"{theirs} is owned by {attacker.name}"), line
+    for key in ("ssh_config", "command", "identity", "known_hosts"):
+        fields = {"host": node.address, "name": node.name, "user": "root", "port": node.port,
+                  "identity": str(cluster.identity), "known_hosts": str(cluster.known_hosts),
+                  "ssh_config": None, "command": "iomatrix", key: str(files[key])}
+        db = _crafted(attacker, made_db, theirs, tmp_path / f"r-{key}.db", json.dumps(fields))
+        for plan in (["--plan"], []):
+            done = _iomatrix(cluster, "run", "--resume", "1", *plan, "--db", str(db))
+            line = one_line(done, ExitStatus.SUITE_INVALID)
+            where = f"the run's node '{node.name}'"
+            assert line.startswith(f"iomatrix: {where}: {key} '{files[key]}': " if key in (
+                "ssh_config", "command") else f"iomatrix: [nodes] {key} (node {node.name}): "
+                f"{theirs} is owned by {attacker.name}"), line
     assert not made.exists() and _logins(cluster) == logins
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("node_json", ['{"host": ', '["node1"]', '{"host": 7}',
-                                       '{"host": "a", "pasword": 1}',
-                                       '{"host": "-oProxyCommand=x", "name": "node1"}',
-                                       '{"host": "a\\u0000b", "name": "node1"}'])
 def test_a_database_row_that_is_no_node_is_one_line_on_resume(
         arena: Path, ssh_nodes, tmp_path: Path, attacker: User, attack: Attack,  # noqa: F811
-        node_json: str) -> None:
+        ) -> None:
     """F4/F10: a run_nodes row that is not a node's fields (not JSON, not a table, a wrong
-    type, an unknown key, an option for a host, a NUL): one line, no traceback, nothing logs
-    in."""
+    type, an unknown key, an option for a host, a NUL; one database each, all made from one
+    real cluster run): one line, no traceback, nothing logs in."""
     attack("F10: run_nodes.node_json that is no node's fields (run --resume)", "refused")
     cluster: SshCluster = ssh_nodes(1)
     made_db, _ = _cluster_run(cluster, tmp_path)
     logins = _logins(cluster)
     theirs = their_directory(arena, attacker, "theirs")
-    db = _crafted(attacker, made_db, theirs, tmp_path / "r.db", node_json)
-    done = _iomatrix(cluster, "run", "--resume", "1", "--db", str(db))
-    line = one_line(done, ExitStatus(done.returncode))
-    assert done.returncode in (ExitStatus.NODES, ExitStatus.STORE), line
-    assert "node" in line, line
+    for n, node_json in enumerate(['{"host": ', '["node1"]', '{"host": 7}',
+                                   '{"host": "a", "pasword": 1}',
+                                   '{"host": "-oProxyCommand=x", "name": "node1"}',
+                                   '{"host": "a\\u0000b", "name": "node1"}']):
+        db = _crafted(attacker, made_db, theirs, tmp_path / f"r{n}.db", node_json)
+        done = _iomatrix(cluster, "run", "--resume", "1", "--db", str(db))
+        line = one_line(done, ExitStatus(done.returncode))
+        assert done.returncode in (ExitStatus.NODES, ExitStatus.STORE), (node_json, line)
+        assert "node" in line, (node_json, line)
     assert _logins(cluster) == logins
 
 
