@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from iomatrix.cluster.ssh import Node
-from iomatrix.core.errors import SuiteError, UntrustedFile
+from iomatrix.core.errors import EnvironmentProblem, SuiteError, UntrustedFile
 from iomatrix.core.proc import require
 from iomatrix.drivers.cluster import on_every_node
 from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.drivers.guest.kinds import check_kinds, cluster_refusal, opened_kinds
 from iomatrix.measure.prepare import PreparedRun
+from iomatrix.platform import proxmox as pve
+from iomatrix.qemu import version as qemu_version
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Suite
 from iomatrix.targets import registry
@@ -50,6 +52,7 @@ def check_run(prepared: PreparedRun, keep: bool,
     if suite.method.concurrent_nodes:
         check_cluster_load(suite, prepared.full)
     check_author(suite)
+    check_chain_qemu(suite, prepared.full)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
@@ -70,6 +73,35 @@ def check_author(suite: Suite) -> None:
                                           "(or you) can write, in a directory likewise")
     check_kinds(suite)
     registry.check_author((suite.target, *suite.targets), suite.author)
+
+
+BINARY = {Mode.BLOCKLAYER: "qemu-storage-daemon", Mode.GUEST: "qemu-system-x86_64"}
+"""The QEMU program each mode runs the graph in."""
+
+
+def check_chain_qemu(suite: Suite, expansion: Expansion) -> None:
+    """A qcow2 volume chain (``[target] lvm`` ``volume_chain``) under Proxmox VE 9's graph, which
+    sets ``discard-no-unref`` on its qcow2 nodes, needs a QEMU that has the option
+    (``qemu.version.DISCARD_NO_UNREF``): refused in one line before anything is created, rather
+    than every trial failing in QEMU's words. The QEMU asked is each mode's own (blocklayer:
+    qemu-storage-daemon, guest: qemu-system-x86_64)."""
+    lvm = suite.target.lvm
+    method = suite.method
+    if (lvm is None or not lvm.volume_chain or method.platform != "proxmox"
+            or (method.pve_version or pve.DEFAULT_PVE_VERSION) < 9):
+        return
+    binaries = {BINARY[c.mode] for c in expansion.configurations
+                if c.format == "qcow2" and c.mode in BINARY}
+    for binary in sorted(binaries):
+        found = qemu_version.installed(binary)
+        if found is not None and found < qemu_version.DISCARD_NO_UNREF:
+            raise EnvironmentProblem(
+                f"[target] lvm volume_chain under platform = \"proxmox\" (PVE 9's graph sets "
+                f"discard-no-unref on the chain's qcow2 nodes) needs QEMU "
+                f"{qemu_version.shown(qemu_version.DISCARD_NO_UNREF)} or later; {binary} here is "
+                f"{qemu_version.shown(found)}",
+                hint="run on a host with QEMU 8.1+ (Proxmox VE 9 ships 10.0), or measure the "
+                     "chain with [method] platform = \"qemu\"")
 
 
 def check_cluster_load(suite: Suite, expansion: Expansion) -> None:

@@ -18,6 +18,11 @@ AIO_SET_UP_AT_FIRST_IO: QemuVersion = (9, 0, 0)
 """From QEMU 9.0 on, file-posix sets up Linux AIO and io_uring at the first request it submits
 that way, not when it opens the file: see :mod:`iomatrix.qemu.procinspect`."""
 
+DISCARD_NO_UNREF: QemuVersion = (8, 1, 0)
+"""qcow2's ``discard-no-unref`` option came in QEMU 8.1; Proxmox VE 9's graph of a qcow2 volume
+chain sets it on every qcow2 node (``iomatrix.platform.proxmox.blockdev``): an older QEMU
+refuses the graph (``'file.backing.discard-no-unref' is unexpected``)."""
+
 _VERSION = re.compile(r"version (\d+)\.(\d+)(?:\.(\d+))?")
 
 

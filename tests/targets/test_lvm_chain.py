@@ -23,6 +23,7 @@ from iomatrix.core.errors import TargetError
 from iomatrix.core.trust import US
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.settings import backing_node
+from iomatrix.qemu import version as qemu_version
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.store.repo import Store
 from iomatrix.suite.configuration import Configuration
@@ -140,8 +141,9 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LvmStan
 
 def _suite(tmp_path: Path, *, size: str = "32MiB", mode: str = "blocklayer",
            snapshots: int = 1, runtime: str = "1s", guest: bool = True,
-           baseline: bool = True) -> Path:
-    """A tiny suite on a qcow2 volume chain: ``mode`` and, with ``guest``, a TCG guest."""
+           baseline: bool = True, platform: str = "qemu") -> Path:
+    """A tiny suite on a qcow2 volume chain: ``mode`` and, with ``guest``, a TCG guest; the
+    graph ``platform``'s."""
     settings = ('cache = "none"\naio = "native"\nformat = "qcow2"\npreallocation = "metadata"\n'
                 'iothread = false\n')
     part = f'[[part]]\nmode = "guest"\ncontroller = "virtio-blk"\n{settings}' if guest else ""
@@ -158,6 +160,7 @@ bs = "4k"
 iodepth = 4
 [method]
 mode = "{mode}"
+platform = "{platform}"
 baseline = {str(baseline).lower()}
 precondition = false
 runtime = "{runtime}"
@@ -260,6 +263,60 @@ def test_stand_in_chain_in_blocklayer_and_guest(tmp_path: Path, standin: LvmStan
     assert target.network is target.lvm and target.lvm.storage_kind == "lvm"
     assert any("Blockbridge" in note for note in run.notes), run.notes
     assert target.network is not None and target.network.caveat("qcow2") in run.notes
+
+
+def _daemon_version() -> qemu_version.QemuVersion:
+    found = qemu_version.installed("qemu-storage-daemon")
+    assert found is not None, "qemu-storage-daemon --version says no version"
+    return found
+
+
+@needs("fio", "qemu")
+def test_stand_in_chain_under_proxmox_on_an_old_qemu_is_refused_first(
+        tmp_path: Path, standin: LvmStandin) -> None:
+    """Proxmox VE 9's graph sets discard-no-unref on the chain's qcow2 nodes, which QEMU has
+    from 8.1 on: with an older QEMU (this host's real one) the run is refused in one line,
+    with a hint, before any volume is made, not failed trial by trial in QEMU's words."""
+    found = _daemon_version()
+    if found >= qemu_version.DISCARD_NO_UNREF:
+        pytest.skip(f"QEMU {qemu_version.shown(found)} has discard-no-unref: "
+                    "test_stand_in_chain_under_proxmox_runs_on_qemu_8_1 runs the chain instead")
+    path = _suite(tmp_path, guest=False, baseline=False, platform="proxmox")
+    done = cli_result("run", str(path), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == ExitStatus.ENVIRONMENT, done.stdout + done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if "hint:" not in line]
+    assert len(lines) == 1 and "discard-no-unref" in lines[0], done.stderr
+    assert qemu_version.shown(found) in lines[0] and "8.1" in lines[0]
+    assert 'platform = "qemu"' in done.stderr           # the hint
+    assert _made(standin) == [] and standin.ours("pve") == []
+    path.write_text(path.read_text().replace('platform = "proxmox"', 'platform = "qemu"'))
+    done = cli_result("run", str(path), "--db", str(tmp_path / "r.db"), "--plan", cwd=tmp_path)
+    assert "discard-no-unref" not in done.stderr, done.stderr   # the graph that has none
+
+
+@pytest.mark.slow
+@needs("fio", "qemu")
+def test_stand_in_chain_under_proxmox_runs_on_qemu_8_1(tmp_path: Path, standin: LvmStandin,
+                                                       no_leftovers: None) -> None:
+    """Where QEMU has discard-no-unref (8.1+: Debian 13's 10.0, `.ci/debian13`), the chain
+    under Proxmox VE 9's graph runs in blocklayer mode: QEMU reports the qcow2 over its backing
+    LV; every LV is gone at the end."""
+    found = _daemon_version()
+    if found < qemu_version.DISCARD_NO_UNREF:
+        pytest.skip(f"QEMU {qemu_version.shown(found)} lacks discard-no-unref (8.1+), which "
+                    "Proxmox VE 9's graph of a chain sets: such a run is refused first")
+    db = tmp_path / "r.db"
+    path = _suite(tmp_path, guest=False, baseline=False, platform="proxmox")
+    done = cli_result("run", str(path), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 trials ok, 0 failed" in done.stdout, done.stdout
+    with Store(db, readonly=True) as store:
+        trial, = store.load_run(1).trials
+    assert trial.applied["disk0.driver"] == "qcow2", trial.applied
+    assert trial.applied["disk0.backing-depth"] == "1", trial.applied
+    assert trial.applied["backing1.driver"] == "qcow2", trial.applied
+    made = _made(standin)
+    assert len(made) == 2 and standin.ours("pve") == [], made
 
 
 @pytest.mark.slow
