@@ -355,7 +355,7 @@ class _Runner:
         self.n = 0
         self.device: str | None = None
         """The block device of the target measured now, for the host's disk telemetry."""
-        self._devices: dict[str | None, str | None] = {}
+        self._devices: dict[Path | None, str | None] = {}
         self.perf = perf_problem()
         self.ioping = prepared.ioping
         """ioping, where installed: host-mode ioping workloads run it (fio's equivalent if not)."""
@@ -494,10 +494,6 @@ class _Runner:
     def _block(self, block: Block, workspace: OpenTarget, workdir: Path,
                drivers: dict[str, Driver], each: "_Each | None" = None) -> None:
         config = block.config
-        if config.target not in self._devices:
-            storage = workspace.storage_of(config)
-            self._devices[config.target] = device_of(storage) if storage else None
-        self.device = self._devices[config.target]
         driver = drivers[config.mode]
         self.accelerator = driver.accelerator
         trials = list(block.workloads)
@@ -505,6 +501,7 @@ class _Runner:
         try:
             images = workspace.images(driver.images_of(config))
             workspace.verify(images)     # fio and QEMU open them by path: still iomatrix's?
+            self.device = self._device(workspace, config)
             while trials:
                 with driver.session(config, images) as session:
                     fresh = [i.path for i in images if i.path not in workspace.preconditioned]
@@ -529,6 +526,14 @@ class _Runner:
             for workload in trials:
                 self._begin(config, workload, block.sample)
                 self._failed(config, workload, block.sample, str(exc), started=now())
+
+    def _device(self, workspace: OpenTarget, config: Configuration) -> str | None:
+        """The /proc/diskstats name of what holds the configuration's images (``storage_of``,
+        asked once its images are made: a volume target's device is its volume's), or None."""
+        storage = workspace.storage_of(config)
+        if storage not in self._devices:
+            self._devices[storage] = device_of(storage) if storage else None
+        return self._devices[storage]
 
     def _stopped(self, config: Configuration, trials: list[Workload], k: int,
                  retried: dict[str, int], *, pilot: bool) -> None:

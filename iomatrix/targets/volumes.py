@@ -179,6 +179,13 @@ class VolumeTarget(OpenTarget):
     def host_fields(self) -> dict[str, str]:
         return self.backend.host_fields()
 
+    def storage_of(self, config: Configuration) -> Path | None:
+        """The block device of the configuration's volume (its first guest's), for the host's
+        disk telemetry (``/dev/pve/vm-…`` is read as its ``dm-N``; the stand-ins' a loop
+        device); None before the volume is made."""
+        image = self._images.get((config.format or "raw", config.preallocation or "off", 0))
+        return image.path if image is not None else None
+
     # -- images ----------------------------------------------------------------------------
     @property
     def size(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -270,6 +271,10 @@ def test_stand_in_run_in_every_mode(tmp_path: Path, standin: LvmStandin, kind: s
     with Store(db, readonly=True) as store:
         run = store.load_run(1)
         assert [r.path for r in store.open_resources()] == []     # each volume's record settled
+        seen = {t.config_key.split("/")[0]: store.telemetry(t.id) for t in run.trials}
+    # the host's disk telemetry follows the volume's own device (the stand-in's loop device)
+    (loop,) = {m.group(1) for t in run.trials if (m := re.search(r"/dev/(loop\d+)", t.command))}
+    assert {s.target_device if s else None for s in seen.values()} == {loop}, seen
     modes = sorted(t.config_key.split("/")[0] for t in run.trials)
     assert modes == ["blocklayer", "blocklayer", "guest", "host"]
     daemon = [t.applied for t in run.trials if t.config_key.startswith("blocklayer/")]
