@@ -38,7 +38,8 @@ def resolve_storage(target: Target, storages: dict[str, pve.Storage], pve_dir: P
     refused where Proxmox VE would allocate nothing (disabled, no ``images`` content). On a
     Proxmox VE host (``pve_host``; None: ``pvesm`` on PATH, ``on_proxmox_host``) a storage
     pvesm allocates block volumes on (lvm, lvmthin, zfspool, a third-party plugin's:
-    ``pvesm.through_pvesm``) → ``pvesm``, through Proxmox's own storage layer. Any other target
+    ``pvesm.through_pvesm``) → ``pvesm``, through Proxmox's own storage layer, but a local lvm
+    storage with snapshot-as-volume-chain → ``lvm`` with ``volume_chain`` (its qcow2 chains). Any other target
     is returned as it is. ``ValueError`` says what cannot be measured."""
     if target.storage is None:
         return target

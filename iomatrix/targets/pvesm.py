@@ -19,7 +19,8 @@ before creation, removal at close, reclaim after kill -9, the device checks) is
   VM images, is active, and has the space the run's volumes need written fully (a one-line
   refusal otherwise); ``pvesm list ID --vmid VMID`` names volumes earlier runs left there.
 - **Which storages.** Those whose volumes are block devices of this host (``PVESM_TYPES``:
-  lvm, lvmthin, zfspool) and every type pve-storage's own plugins do not define (a third-party
+  lvm, lvmthin, zfspool; a local lvm storage with snapshot-as-volume-chain excepted:
+  ``through_pvesm``) and every type pve-storage's own plugins do not define (a third-party
   plugin: its ``pvesm path`` must be a block device, else the run stops in one line and frees
   the volume). rbd, iSCSI and directory storages keep their own kinds (``resolve_storage``)."""
 
@@ -267,7 +268,14 @@ def pvesm_of_storage(storage: pve.Storage) -> dict[str, Any]:
 
 def through_pvesm(storage: pve.Storage) -> bool:
     """On a Proxmox VE host, ``storage`` is measured through pvesm (``PVESM_TYPES``, and
-    every type pve-storage's own plugins do not define)."""
+    every type pve-storage's own plugins do not define), but for a local (not ``shared``) lvm
+    storage with ``snapshot-as-volume-chain``: a VM's qcow2 disk there is a qcow2 on an LV over
+    its snapshots' LVs, which iomatrix makes as pve-storage does with LVM's own tools
+    (``[target] lvm`` ``volume_chain``, ``iomatrix.targets.lvmchain``), where ``pvesm alloc``
+    would make the qcow2 without its chain. A shared one stays with pvesm, whose cluster-wide
+    lock alone keeps another node's allocation off its volume group: raw volumes only there."""
+    if storage.type == "lvm" and storage.volume_chain and not storage.shared:
+        return False
     return storage.type in PVESM_TYPES or storage.type not in pve.STORAGE_TYPES
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from iomatrix.platform import proxmox as pve
 from iomatrix.suite.target import Target
+from iomatrix.targets import registry
 from iomatrix.targets.network import resolve_storage
 
 CFG = """\
@@ -113,6 +114,25 @@ def test_on_a_proxmox_host_block_storages_go_through_pvesm() -> None:
         resolved("bb", cfg)
     assert Target.model_validate({"pvesm": {"storage": "local-lvm", "type": "lvmthin"},
                                   "size": "16MiB"}).network.storage_kind == "lvmthin"
+
+
+def test_on_a_proxmox_host_a_volume_chain_storage_keeps_its_chain() -> None:
+    """A local lvm storage with snapshot-as-volume-chain resolves on a Proxmox VE host to
+    [target] lvm with volume_chain (pvesm would allocate raw volumes only: the chain lost); a
+    shared one stays with pvesm (its cluster lock), whose volumes refuse qcow2 in one line."""
+    assert pve.parse_storage_cfg(CFG)["chain"].shared is False
+    assert resolved("chain", pve_host=True) == {"lvm": {"vg": "vg1", "volume_chain": True}}
+    shared = CFG.replace("\tsnapshot-as-volume-chain 1\n", "\tsnapshot-as-volume-chain 1\n"
+                         "\tshared 1\n")
+    assert pve.parse_storage_cfg(shared)["chain"].shared
+    assert resolved("chain", shared, pve_host=True) == {"pvesm": {"storage": "chain",
+                                                                  "type": "lvm"}}
+    assert resolved("chain", shared) == {"lvm": {"vg": "vg1", "volume_chain": True}}
+    target = resolve_storage(Target(storage="chain", size="16MiB"),
+                             pve.parse_storage_cfg(shared), Path("/etc/pve"), pve_host=True)
+    problem = registry.kind_of(target).format_problem(target, "qcow2")     # type: ignore[union-attr]
+    assert problem is not None and "drop format qcow2" in problem and "\n" not in problem
+    assert registry.kind_of(target).format_problem(target, "raw") is None  # type: ignore[union-attr]
     with pytest.raises(ValueError):
         Target.model_validate({"pvesm": {"storage": "-rf"}, "size": "16MiB"})
 

@@ -52,6 +52,9 @@ class Storage(Frozen):
     content_dirs: tuple[tuple[str, str], ...] = ()
     volume_chain: bool = False
     """``snapshot-as-volume-chain 1``: snapshots as qcow2 backing files."""
+    shared: bool = False
+    """``shared 1``: every node of the cluster sees the storage (a SAN's LVM), and pve-storage
+    allocates there under a cluster-wide lock."""
     keyring: bool = True
     """rbd: /etc/pve/priv/ceph/ID.keyring exists (Proxmox VE writes it when the storage is
     added): cephx as ``username``. False: no auth (``auth-client-required`` none)."""
@@ -91,7 +94,7 @@ ZFS: local + local-zfs)."""
 _CFG_TEXT = ("path", "vgname", "thinpool", "pool", "blocksize", "monhost", "username", "namespace", "fsid", "portal",
              "target")
 _CFG_FLAGS = {"krbd": "krbd", "nocow": "nocow", "snapshot-as-volume-chain": "volume_chain",
-              "sparse": "sparse", "disable": "disable"}
+              "sparse": "sparse", "disable": "disable", "shared": "shared"}
 
 
 def parse_storage_cfg(text: str) -> dict[str, Storage]:
