@@ -17,6 +17,10 @@ target: a logical volume per image that iomatrix makes with LVM's own tools, as 
 - **Formats.** A volume is raw (the device itself). qcow2 on a thick LV is Proxmox VE 9's
   "snapshot as volume chain": with ``volume_chain`` (``iomatrix.targets.lvmchain``), else
   refused (``format_problem``).
+- **Storage ids.** ``[target] storage = "ID"`` of an lvm or lvmthin storage resolves here off a
+  Proxmox VE host; on one it goes through pvesm (``iomatrix.targets.pvesm``), but for a local
+  lvm storage with snapshot-as-volume-chain (``pvesm.through_pvesm``). Never aim a table at a
+  volume group a cluster shares: only Proxmox VE's cluster lock serialises changes to it.
 
 The names a suite gives (volume group, pool) are checked by ``iomatrix.suite.volumes`` to LVM's
 own rules before they reach a tool, and a record's are checked again (``from_connection``)."""
