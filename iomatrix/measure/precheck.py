@@ -80,19 +80,30 @@ BINARY = {Mode.BLOCKLAYER: "qemu-storage-daemon", Mode.GUEST: "qemu-system-x86_6
 
 
 def check_chain_qemu(suite: Suite, expansion: Expansion) -> None:
-    """A qcow2 volume chain (``[target] lvm`` ``volume_chain``) under Proxmox VE 9's graph, which
-    sets ``discard-no-unref`` on its qcow2 nodes, needs a QEMU that has the option
-    (``qemu.version.DISCARD_NO_UNREF``): refused in one line before anything is created, rather
-    than every trial failing in QEMU's words. The QEMU asked is each mode's own (blocklayer:
+    """A qcow2 volume chain (``[target] lvm`` ``volume_chain``) is refused in one line before
+    anything is created, rather than every trial failing in the graph builder's or QEMU's
+    words: with ``snapshots`` under a graph that has no backing chain (libvirt's, Proxmox VE
+    8's: a chain is Proxmox VE 9's); and under Proxmox VE 9's graph, which sets
+    ``discard-no-unref`` on its qcow2 nodes, on a QEMU without the option
+    (``qemu.version.DISCARD_NO_UNREF``), the QEMU asked being each mode's own (blocklayer:
     qemu-storage-daemon, guest: qemu-system-x86_64)."""
     lvm = suite.target.lvm
     method = suite.method
-    if (lvm is None or not lvm.volume_chain or method.platform != "proxmox"
-            or (method.pve_version or pve.DEFAULT_PVE_VERSION) < 9):
+    qcow2 = [c for c in expansion.configurations if c.format == "qcow2" and c.mode in BINARY]
+    if lvm is None or not lvm.volume_chain or not qcow2:
         return
-    binaries = {BINARY[c.mode] for c in expansion.configurations
-                if c.format == "qcow2" and c.mode in BINARY}
-    for binary in sorted(binaries):
+    pve_version = method.pve_version or pve.DEFAULT_PVE_VERSION
+    if lvm.snapshots and (method.platform == "libvirt"
+                          or (method.platform == "proxmox" and pve_version < 9)):
+        graph = "libvirt's" if method.platform == "libvirt" else f"Proxmox VE {pve_version}'s"
+        raise SuiteError(
+            f"[target] lvm snapshots = {lvm.snapshots}: {graph} graph has no qcow2 backing "
+            "chain (snapshot-as-volume-chain is Proxmox VE 9's)",
+            hint="set [method] pve_version = 9 with platform = \"proxmox\", use platform = "
+                 "\"qemu\", or drop snapshots")
+    if method.platform != "proxmox" or pve_version < 9:
+        return
+    for binary in sorted({BINARY[c.mode] for c in qcow2}):
         found = qemu_version.installed(binary)
         if found is not None and found < qemu_version.DISCARD_NO_UNREF:
             raise EnvironmentProblem(

@@ -293,6 +293,23 @@ def test_stand_in_chain_under_proxmox_on_an_old_qemu_is_refused_first(
     # runs the same chain on this QEMU
 
 
+@needs("fio", "qemu")
+@pytest.mark.parametrize("platform,extra", [("libvirt", ""), ("proxmox", "pve_version = 8\n")])
+def test_stand_in_chain_under_a_graph_without_one_is_refused_first(
+        tmp_path: Path, standin: LvmStandin, platform: str, extra: str) -> None:
+    """libvirt's graph and Proxmox VE 8's have no qcow2 backing chain: a suite asking for
+    snapshots under them is refused in one line, with a hint, before any volume is made (the
+    graph builder would refuse each trial)."""
+    path = _suite(tmp_path, guest=False, baseline=False, platform=platform)
+    path.write_text(path.read_text().replace(f'platform = "{platform}"\n',
+                                             f'platform = "{platform}"\n{extra}'))
+    done = cli_result("run", str(path), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
+    assert done.returncode == ExitStatus.SUITE_INVALID, done.stdout + done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if "hint:" not in line]
+    assert len(lines) == 1 and "has no qcow2 backing chain" in lines[0], done.stderr
+    assert _made(standin) == [] and standin.ours("pve") == []
+
+
 @pytest.mark.slow
 @needs("fio", "qemu")
 def test_stand_in_chain_under_proxmox_runs_on_qemu_8_1(tmp_path: Path, standin: LvmStandin,
