@@ -535,8 +535,11 @@ precondition = false
 
     proc = start_and_wait(["run", str(suite), "--db", str(db)], tmp_path,
                           lambda: bool(fuse_mounts()))
+    # the daemon's reaper (core/reaper.py) would unmount the export once iomatrix is gone:
+    # killed with it, as by an OOM killer, nobody unmounts
     daemons = [int(p.split()[0]) for p in our_processes(str(tmp_path))
-               if "qemu-storage-daemon" in p]
+               if "qemu-storage-daemon" in p or "reaper.py" in p]
+    assert len(daemons) == 2, our_processes(str(tmp_path))
     proc.send_signal(signal.SIGSTOP)                   # iomatrix cannot unmount it either
     for pid in daemons:                                # the daemon dies first: nobody unmounts
         os.kill(pid, signal.SIGKILL)
