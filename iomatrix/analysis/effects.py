@@ -304,7 +304,7 @@ def _columns(run: StoredRun, metric: str) -> _Columns:
     return out
 
 
-def _twins(run: StoredRun, axis: str, level: str, reference: str
+def twins(run: StoredRun, axis: str, level: str, reference: str
            ) -> list[tuple[ConfigRecord, ConfigRecord]]:
     """(reference configuration, level configuration): two configurations of the same mode
     identical but for ``axis`` (host-mode ones only for the node axis)."""
@@ -538,7 +538,7 @@ def _gains(run: StoredRun, axis: str, *, metric: str, reference: str | None,
     for level in levels:
         if level == reference:
             continue
-        for ref, config in _twins(run, axis, level, reference):
+        for ref, config in twins(run, axis, level, reference):
             held = tuple(config.mode if a == "mode" else config.params.get(a, "n/a")
                          for a in hold)
             r, o = columns.row[ref.key], columns.row[config.key]

@@ -39,6 +39,11 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
     decided on taken from the recommendation, against the VM's own, over every workload,
     paired by round (``analysis.yourvm``); a setting the run did not measure stays the VM's,
     and a combination the run did not measure as a whole is said to have no direct comparison.
+13. Beside every gain, the level's host CPU per I/O against the reference's over the same pairs
+    (``analysis.cpucost``, seed 002's efficiency): what the gain costs the host, never a reason.
+    An IOThread count is decided on the configurations with an IOThread, N against one
+    (``recommend.threads``); for Proxmox VE, what ``qm set`` can express of IOThreads, queues
+    and affinity and what only ``args:`` can is said with the parameter.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from __future__ import annotations
 from typing import Literal
 
 
+from iomatrix.analysis.cpucost import CpuPerIo, cpu_per_io
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
 from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, working_set
 from iomatrix.analysis.points import only_configs
@@ -56,6 +62,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import NO_AIO_STORAGES
 from iomatrix.recommend.defaults import (FALLBACK, NAMES, NOT_SETTINGS, TITLES, UNEXPRESSIBLE,
                                          Platform, defaults)
+from iomatrix.recommend.threads import THREADS, axis_default, platform_text, thread_count
 from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
@@ -74,7 +81,8 @@ RULE = (
     "strongest first, and one that would form a combination QEMU 7.2 refuses is dropped. "
     "A cache level measured mostly from the host page cache ([RAM]: less than half of fio's "
     "bytes reached the device) is not recommended unless the suite set [target] working_set = "
-    "\"in-ram\"; evidence holding such points carries a caveat.")
+    "\"in-ram\"; evidence holding such points carries a caveat. Each gain is shown with the "
+    "host CPU per I/O it costs; several IOThreads per disk are compared with one IOThread.")
 
 IOPS = "iops"
 LATENCY = "lat_mean_ns"
@@ -101,6 +109,9 @@ class Evidence(Frozen):
     iops: Gain
     latency: Gain
     barred: str = ""
+    cpu: CpuPerIo | None = None
+    """The level's host CPU per I/O against the reference's, over the same pairs: shown beside
+    the gain, never a reason (seed 002's efficiency)."""
 
     @property
     def qualifies(self) -> bool:
@@ -109,8 +120,9 @@ class Evidence(Frozen):
 
     def text(self) -> str:
         """The IOPS verdict in full, and the latency in short."""
+        cpu = f"; {self.cpu.text()}" if self.cpu is not None and self.cpu.pairs else ""
         return (f"{self.level} vs {self.iops.reference}: IOPS {self.iops.verdict}; "
-                f"mean latency {_short(self.latency)}")
+                f"mean latency {_short(self.latency)}{cpu}")
 
 
 def _short(gain: Gain) -> str:
@@ -228,8 +240,8 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
     axes = {mode: axes_of(part) for mode, part in parts.items()}
     fixed = {mode: _fixed(part) for mode, part in parts.items()}
     notes: list[str] = []
-    decisions = [_decide(platform, axis, base[axis], parts, axes, fixed)
-                 for axis in _parameters(run)]
+    decisions = [_decide(platform, axis, axis_default(base, axis), *_seen_as(axis, parts, axes),
+                         fixed) for axis in _parameters(run)]
     if platform == "proxmox" and storage in NO_AIO_STORAGES:
         decisions = [d.model_copy(update={
             "status": "not evaluated", "value": FALLBACK["aio"], "gain": None,
@@ -375,6 +387,18 @@ def _graph(run: StoredRun, platform: Platform, parts: dict[str, StoredRun]
             "for findings that transfer"], []
 
 
+def _seen_as(axis: str, parts: dict[str, StoredRun], axes: dict[str, dict[str, list[str]]]
+             ) -> tuple[dict[str, StoredRun], dict[str, dict[str, list[str]]]]:
+    """The run's parts and axes as ``axis`` is decided on them: the IOThread count on the guest
+    configurations with an IOThread, each with its count (``recommend.threads``)."""
+    if axis != THREADS:
+        return parts, axes
+    view = thread_count(parts[Mode.GUEST]) if Mode.GUEST in parts else None
+    if view is None:
+        return {}, {}
+    return {Mode.GUEST: view}, {Mode.GUEST: axes_of(view)}
+
+
 def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | None:
     if axis in axes.get(Mode.GUEST, {}):
         return Mode.GUEST
@@ -385,7 +409,8 @@ def _evidence_mode(axis: str, axes: dict[str, dict[str, list[str]]]) -> str | No
 
 def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict[str, StoredRun],
             axes: dict[str, dict[str, list[str]]], fixed: dict[str, dict[str, str]]) -> Decision:
-    common = dict(axis=axis, name=NAMES[platform][axis], what=WHAT[axis], default=default)
+    common = dict(axis=axis, name=NAMES[platform].get(axis, axis), what=WHAT[axis],
+                  default=default)
     mode = _evidence_mode(axis, axes)
     unpaired = _unpaired(axis, parts)
     if mode is None and unpaired:
@@ -421,7 +446,8 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
     evidence = tuple(
         Evidence(level=level, iops=overall(run, axis, level, metric=IOPS, reference=reference),
                  latency=overall(run, axis, level, metric=LATENCY, reference=reference),
-                 barred=_barred(platform, axis, level))
+                 barred=_barred(platform, axis, level),
+                 cpu=cpu_per_io(run, axis, level, reference))
         for level in levels if level != reference)
     ram, ram_caveat = _from_ram(run, axis, levels)
     if axis == "cache" and working_set(run) != "in-ram":   # rule 11
@@ -431,13 +457,14 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
     qualified = [e for e in evidence if e.qualifies]
     eligible = [e for e in qualified if not e.barred]
     caveats = [CACHE_CAVEATS[e.level] for e in qualified if e.barred and e.level in CACHE_CAVEATS]
-    caveats.append(ram_caveat)
+    caveats += [ram_caveat, platform_text(platform, axis)]
     if eligible:
         best = max(eligible, key=lambda e: e.iops.relative or 0.0)
+        cost = f"; {best.cpu.text()}" if best.cpu is not None and best.cpu.pairs else ""
         return Decision(**common, status="change" if default.level else "choose",
                         value=best.level, gain=best.iops.relative,
                         reason=f"use {best.level}: significantly more IOPS than {reference}, "
-                               "mean latency not significantly higher",
+                               f"mean latency not significantly higher{cost}",
                         caveat=_join([CACHE_CAVEATS.get(best.level, ""), *caveats]))
     what = "the default" if default.level else f"{reference} (no platform default)"
     if qualified:

@@ -85,7 +85,8 @@ def _evidence(d: Decision) -> tuple[str, str]:
     verb = VERBS[d.status]
     if verb == "set" and d.gain is not None:
         chosen = next(e for e in d.evidence if e.level == d.value)
-        return f"{_figure(chosen.iops, 'IOPS')} over {chosen.iops.reference}", d.caveat
+        cost = f", {chosen.cpu.short()}" if chosen.cpu is not None and chosen.cpu.pairs else ""
+        return f"{_figure(chosen.iops, 'IOPS')} over {chosen.iops.reference}{cost}", d.caveat
     if d.status in ("not measured", "not evaluated"):
         text = d.reason.removeprefix(f"{d.status}: ").replace("; keep the default", "")
         for lead in (f"{d.value} (", "keep the default ("):

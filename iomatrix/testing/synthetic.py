@@ -15,18 +15,21 @@ from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
 from iomatrix.suite.load import toml_table
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
+from iomatrix.telemetry.probe import CpuRecord
 from iomatrix.vocab.words import RunStatus, TrialStatus
 
 NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not measured"
 
 
 class Figures(NamedTuple):
-    """One sample of one point: IOPS, bandwidth (bytes/s), mean and p99 latency (ns)."""
+    """One sample of one point: IOPS, bandwidth (bytes/s), mean and p99 latency (ns), and
+    optionally the host CPU per I/O (µs), stored as the trial's CPU record (one role)."""
 
     iops: float
     bw_bytes: float
     lat_mean_ns: float
     p99_ns: float
+    cpu_us_per_io: float | None = None
 
 
 Generator = Callable[[Configuration, Workload, int], Figures | None]
@@ -74,9 +77,20 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                 store.record_trial(run_id, TrialResult(
                     config_key=config.key, workload_key=workload.key, sample_index=index,
                     status=TrialStatus.OK, started_at="2026-01-01T00:00:00", samples=(sample,),
-                    wall_seconds=10.0, accelerator=accelerator))
+                    wall_seconds=10.0, accelerator=accelerator, cpu=_cpu(f, sample)))
     store.finish_run(run_id, RunStatus.COMPLETE)
     return run_id
+
+
+def _cpu(f: Figures, sample: DirectionSample) -> CpuRecord | None:
+    """The CPU record of a synthetic trial that states its CPU per I/O (one role, "synthetic")."""
+    if f.cpu_us_per_io is None:
+        return None
+    cpu_s = f.cpu_us_per_io * sample.total_ios / 1e6
+    return CpuRecord(window_s=10.0, cpu_s_by_role={"synthetic": cpu_s}, exited_cpu_s=0.0,
+                     cpu_s=cpu_s, voluntary_csw=0, involuntary_csw=0, ios=sample.total_ios,
+                     bytes=sample.io_bytes, cpu_us_per_io=f.cpu_us_per_io,
+                     cpu_ms_per_mib=None, csw_per_io=None, perf="synthetic")
 
 
 def stored_run(db: str | os.PathLike[str], configs: list[Configuration],

@@ -1,0 +1,85 @@
+"""recommend on IOThreads, queues and affinity: a level only on significant evidence, with its
+host CPU per I/O beside the gain (``analysis.cpucost``), and for Proxmox VE what ``qm set`` can
+say and what only ``args:`` can (``recommend.threads``). Synthetic runs written to a real store;
+the real run is tests/scenarios/test_iothreads_suite.py."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from iomatrix.analysis.cpucost import cpu_per_io
+from iomatrix.recommend.decide import recommend
+from iomatrix.recommend.threads import PVE_TEXT
+from iomatrix.recommend.verdict import verdict
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.workloads import Workload
+from iomatrix.testing.synthetic import Figures, configurations, stored_run
+from iomatrix.vocab.axes import BY_NAME
+
+WORKLOADS = [Workload(rw="randread", bs=4096, iodepth=qd) for qd in (1, 8, 32)]
+
+
+def _run(tmp_path: Path, axes: dict[str, list[object]], iops: dict[str, float],
+         cpu: dict[str, float], axis: str, *, noise: float = 0.01):
+    """A guest run of ``axes`` whose IOPS and CPU per I/O are scaled per level of ``axis``."""
+    configs = configurations("guest", axes)
+
+    def figures(config: Configuration, workload: Workload, index: int) -> Figures:
+        rng = random.Random(f"{config.key}|{workload.key}|{index}")
+        level = str(getattr(config, axis) or "")
+        value = 10000 * (1 + workload.iodepth / 8) * iops.get(level, 1.0) * (1 + rng.gauss(0, noise))
+        lat = workload.iodepth / value * 1e9
+        return Figures(value, value * 4096, lat, 2 * lat,
+                       cpu_us_per_io=20.0 * cpu.get(level, 1.0) * (1 + rng.gauss(0, noise)))
+    return stored_run(tmp_path / "r.sqlite", configs, WORKLOADS, figures, samples=4,
+                      accelerator="tcg")
+
+
+AXES = {"controller": ["virtio-scsi-single"], "aio": ["io_uring"], "iothread": [True],
+        "cache": ["none"], "format": ["raw"]}
+
+
+def test_queues_recommended_on_significant_gain_with_cpu_cost(tmp_path: Path) -> None:
+    """4 queues with 1.5× the IOPS of 1 and 1.3× the CPU per I/O: set, the CPU cost beside the
+    gain as the run's data give it, and Proxmox VE told how qm set writes queues."""
+    run = _run(tmp_path, AXES | {"num_queues": [1, 4]}, {"4": 1.5}, {"4": 1.3}, "num_queues")
+    cost = cpu_per_io(run, "num_queues", "4", "1")
+    assert cost.pairs == len(WORKLOADS)
+    assert cost.relative == pytest.approx(1.3 - 1, abs=0.03)
+    assert cost.low is not None and cost.high is not None and cost.low < cost.relative < cost.high
+    rec = recommend(run, "proxmox")
+    queues = next(d for d in rec.decisions if d.axis == "num_queues")
+    assert queues.value == "4" and queues.status in ("change", "choose")
+    assert cost.short() in queues.reason
+    assert PVE_TEXT["num_queues"] in queues.caveat
+    line = next(x for x in verdict(rec, 200) if "num_queues=4" in x)
+    assert cost.short() in line
+    qemu = next(d for d in recommend(run, "qemu").decisions if d.axis == "num_queues")
+    assert "qm set" not in qemu.caveat
+
+
+def test_queues_kept_without_significant_gain_cpu_still_shown(tmp_path: Path) -> None:
+    """Equal IOPS, double the CPU: no recommendation, and the evidence says what 4 queues cost."""
+    run = _run(tmp_path, AXES | {"num_queues": [1, 4]}, {}, {"4": 2.0}, "num_queues")
+    rec = recommend(run, "qemu")
+    queues = next(d for d in rec.decisions if d.axis == "num_queues")
+    assert queues.value == "1" and queues.status in ("keep", "choose")
+    evidence = next(e for e in queues.evidence if e.level == "4")
+    assert evidence.cpu is not None and evidence.cpu.relative is not None
+    assert math.isclose(evidence.cpu.relative, 1.0, abs_tol=0.05)
+    assert "CPU per I/O" in evidence.text()
+
+
+def test_synthetic_run_without_cpu_shows_none(tmp_path: Path) -> None:
+    """A run that measured no CPU gives no pairs, and the evidence says nothing of CPU."""
+    configs = configurations("guest", AXES | {"num_queues": [1, 4]})
+    run = stored_run(tmp_path / "n.sqlite", configs, WORKLOADS,
+                     lambda c, w, i: Figures(1000.0 + i, 4096e3, 1e6, 2e6), samples=3)
+    assert cpu_per_io(run, "num_queues", "4", "1").pairs == 0
+    rec = recommend(run, "qemu")
+    queues = next(d for d in rec.decisions if d.axis == "num_queues")
+    assert all("CPU" not in e.text() for e in queues.evidence)
