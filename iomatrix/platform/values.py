@@ -21,6 +21,16 @@ class DiskValues(Frozen):
     platform's default: QEMU's ignore)."""
     num_queues: int | None = None
     queue_size: int | None = None
+    iothreads: int | None = None
+    """IOThreads serving the disk's queues, where there are two or more (None: one or none)."""
+    vq_mapping: str | None = None
+    """Their explicit queue mapping (``"0,2:1,3"``); None: round-robin."""
+    vcpu_affinity: str | None = None
+    """Host CPUs the VM's vCPUs are pinned to (a CPU list); None: not pinned."""
+    iothread_affinity: str | None = None
+    """Host CPUs the disk's IOThreads are pinned to."""
+    main_affinity: str | None = None
+    """Host CPUs QEMU's main loop (and its other threads) is pinned to."""
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, str | int | bool | None]:

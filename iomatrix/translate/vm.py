@@ -16,7 +16,7 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform.values import DiskValues
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
-from iomatrix.vocab.axes import AXIS_VALUES, CONTROLLERS
+from iomatrix.vocab.axes import AXIS_VALUES, CONFIG_AXES, CONTROLLERS
 from iomatrix.vocab.words import Mode
 
 
@@ -93,7 +93,7 @@ def _config(values: DiskValues, notes: list[str], *,
     no aio (a [target] rbd pool measures it: ``iomatrix.targets.rbd``)."""
     if values.controller not in CONTROLLERS or (values.aio is None and not librbd):
         return None
-    given = {k: v for k, v in values.as_dict().items() if v is not None}
+    given = {k: v for k, v in values.as_dict().items() if v is not None and k in CONFIG_AXES}
     if any(isinstance(v, str) and v not in AXIS_VALUES.get(k, (v,)) for k, v in given.items()):
         return None          # a level iomatrix does not model: the platform's notes say which
     config = Configuration(mode=Mode.GUEST, preallocation="off", **given)
@@ -252,7 +252,7 @@ def _libvirt(text: str, versions: lv.Versions) -> Translation:
         if cdrom:
             disk_notes = ["a CD-ROM: read-only, not a disk iomatrix measures"]
         else:
-            values = lv.configuration_of(disk)
+            values = lv.configuration_of(disk, domain.cputune)
             disk_notes = list(values.notes)
         disk_notes += args.notes
         config = None if values is None else _config(values, disk_notes)

@@ -45,13 +45,14 @@ from iomatrix.platform.libvirt.args import (CACHE_FLAGS, SCSI_MODELS, DiskArgs, 
                                             disk_args, domain_args)
 from iomatrix.platform.libvirt.defaults import (BUS_OF, CONTROLLER_MODEL, GRAPH_DIFFERENCE,
                                                 MODEL_CONTROLLER, NAMES, PLACEHOLDER_IMAGE, TITLE,
-                                                UNEXPRESSIBLE, defaults, disk_for, disk_xml, pasted,
-                                                refusal)
+                                                UNEXPRESSIBLE, cputune_xml, defaults, disk_for,
+                                                disk_xml, pasted, refusal)
 from iomatrix.platform.libvirt.disk import (DAEMON_BUS, configuration_of, graph_shape,
                                             guest_disk_argv, storage_graph)
 from iomatrix.platform.libvirt.domain import (CONTROLLER_DRIVER_ATTRS, DRIVER_ATTRS, MAX_IOTHREADS,
-                                              UNMODELLED_CHILDREN, Controller, Disk, Domain,
-                                              disk_index, one_disk_domain, parse_domain)
+                                              UNMODELLED_CHILDREN, Controller, CpuTune, Disk,
+                                              Domain, disk_index, one_disk_domain, parse_domain)
 from iomatrix.platform.libvirt.versions import (BACKING_MASK_QEMU, DEFAULT_LIBVIRT, DEFAULT_QEMU,
-                                                PROPS_REORDERED, RAW_LAYER_DROPPED, Version,
-                                                Versions, has_format_node, parse_version, shown)
+                                                IOTHREAD_MAPPING, PROPS_REORDERED,
+                                                RAW_LAYER_DROPPED, Version, Versions,
+                                                has_format_node, parse_version, shown)

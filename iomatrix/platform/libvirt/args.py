@@ -118,8 +118,10 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
                          "mode, QEMU will fallback to aio=threads")
     if cache is not None and cache not in CACHE_FLAGS:
         raise ValueError(f"{disk.dev}: cache mode {cache!r} is not modelled")
-    if disk.bus != "virtio" and disk.get("iothread"):
+    if disk.bus != "virtio" and (disk.get("iothread") or disk.iothread_map):
         raise ValueError(f"{disk.dev}: IOThreads only available for virtio pci and virtio ccw disk")
+    if disk.iothread_map:
+        _check_mapping(disk, domain, versions)
     argv: list[str] = []
     top = None
     if disk.source:
@@ -129,6 +131,31 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
             argv += ["-blockdev", node]
     argv += ["-device", _json(_device(disk, domain, scsi, drive=top, bootindex=bootindex))]
     return DiskArgs(argv=tuple(argv), notes=tuple(notes))
+
+
+def _check_mapping(disk: Disk, domain: Domain, versions: Versions) -> None:
+    """What libvirt refuses in a disk's ``<driver><iothreads>`` (domain_validate.c): another
+    version's lack of it, ``iothread=`` beside it, an IOThread the domain lacks or named twice,
+    a queue mapped twice, left unmapped or beyond ``queues=``."""
+    refused = versions.mapping_refusal()
+    if refused is not None:
+        raise ValueError(f"{disk.dev}: {refused}")
+    if disk.get("iothread"):
+        raise ValueError(f"{disk.dev}: <driver iothread=> and <driver><iothreads> are mutually "
+                         "exclusive")
+    ids = [ident for ident, _ in disk.iothread_map]
+    if len(set(ids)) != len(ids) or max(ids) > domain.iothreads:
+        raise ValueError(f"{disk.dev}: <driver><iothreads> names IOThreads {ids}: each once, "
+                         f"from the domain's {domain.iothreads}")
+    queues = [q for _, qs in disk.iothread_map for q in qs]
+    if not queues:
+        return
+    count = int(disk.get("queues") or 0)
+    if not count or sorted(queues) != list(range(count)) or not all(
+            qs for _, qs in disk.iothread_map):
+        raise ValueError(f"{disk.dev}: an explicit <iothreads> mapping must give each of the "
+                         f"disk's queues= ({count or 'unset'}) to exactly one IOThread, and each "
+                         "IOThread at least one queue")
 
 
 def _nodes(disk: Disk, versions: Versions, number: int, size: int | None) -> list[str]:
@@ -193,6 +220,10 @@ def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: s
             props["num-queues"] = int(disk.get("queues") or 0)
         if disk.get("queue_size"):
             props["queue-size"] = int(disk.get("queue_size") or 0)
+        if disk.iothread_map:
+            props["iothread-vq-mapping"] = [
+                {"iothread": f"iothread{ident}"} | ({"vqs": list(queues)} if queues else {})
+                for ident, queues in disk.iothread_map]
     elif disk.bus == "scsi":
         model = scsi[controller].model if controller in scsi else "lsilogic"
         if model not in SCSI_MODELS:

@@ -57,13 +57,21 @@ def refusal(settings: DiskSettings) -> str | None:
 
 def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cache: str | None,
              iothread: bool, fmt: str = "raw", num_queues: int | None = None,
-             queue_size: int | None = None, discard: str | None = None) -> tuple[Disk, int]:
+             queue_size: int | None = None, discard: str | None = None,
+             iothreads: int | None = None,
+             vq_groups: tuple[tuple[int, ...], ...] | None = None) -> tuple[Disk, int]:
     """The ``<disk>`` (and ``<iothreads>`` count) a libvirt user writes for an iomatrix
     configuration (:func:`disk_xml` writes it out); ``discard`` is ``<driver discard=>``, whose
-    levels are iomatrix's (ignore, unmap)."""
+    levels are iomatrix's (ignore, unmap). ``iothreads`` (2 or more, with ``iothread``): the
+    disk's ``<driver><iothreads>``, IOThreads 1 to N, each with its ``<queue>``s where
+    ``vq_groups`` maps them explicitly (virtio-blk only: ValueError on another bus)."""
     if controller not in BUS_OF:
         raise ValueError(f"iomatrix does not model libvirt's {controller} disks")
     bus = BUS_OF[controller]
+    several = bool(iothread and iothreads and iothreads > 1)
+    if several and bus != "virtio":
+        raise ValueError(f"iomatrix does not model libvirt's IOThread mapping for {controller} "
+                         "(<driver><iothreads> is a virtio disk's)")
     driver = {"name": "qemu", "type": fmt}
     if cache:
         driver["cache"] = cache
@@ -72,8 +80,13 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
     if discard:
         driver["discard"] = discard
     cdrv: dict[str, str] = {}
+    mapping: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    if several:
+        assert iothreads is not None
+        mapping = tuple((i + 1, tuple(vq_groups[i]) if vq_groups else ())
+                        for i in range(iothreads))
     if bus == "virtio":
-        if iothread:
+        if iothread and not several:
             driver["iothread"] = "1"
         if num_queues:
             driver["queues"] = str(num_queues)
@@ -87,7 +100,25 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
     dev = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}[bus]
     return Disk(kind="block" if block else "file", source=source, bus=bus, dev=dev,
                 driver=tuple(driver.items()), controller_model=CONTROLLER_MODEL.get(controller),
-                controller_driver=tuple(sorted(cdrv.items()))), 1 if iothread else 0
+                controller_driver=tuple(sorted(cdrv.items())), iothread_map=mapping), (
+        len(mapping) or (1 if iothread else 0))
+
+
+def cputune_xml(*, vcpus: int, iothreads: int, vcpu: str | None = None,
+                iothread: str | None = None, main: str | None = None) -> ET.Element | None:
+    """The ``<cputune>`` (in ``<domain>``) pinning each vCPU to ``vcpu``, each IOThread to
+    ``iothread`` and QEMU's main loop (and its other threads) to ``main``: host CPU lists as
+    libvirt's cpuset takes them ("0-3,8"); None where nothing is pinned."""
+    if not (vcpu or (iothread and iothreads) or main):
+        return None
+    tune = ET.Element("cputune")
+    for index in range(vcpus if vcpu else 0):
+        ET.SubElement(tune, "vcpupin", {"vcpu": str(index), "cpuset": str(vcpu)})
+    if main:
+        ET.SubElement(tune, "emulatorpin", {"cpuset": main})
+    for ident in range(1, iothreads + 1 if iothread else 1):
+        ET.SubElement(tune, "iothreadpin", {"iothread": str(ident), "cpuset": str(iothread)})
+    return tune
 
 
 def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
@@ -109,7 +140,13 @@ def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
     elif disk.bus == "sata":
         out.append(("<devices>", ET.Element("controller", {"type": "sata", "index": "0"})))
     element = ET.Element("disk", {"type": disk.kind, "device": disk.device})
-    ET.SubElement(element, "driver", dict(disk.driver))
+    driver = ET.SubElement(element, "driver", dict(disk.driver))
+    if disk.iothread_map:
+        threads = ET.SubElement(driver, "iothreads")
+        for ident, queues in disk.iothread_map:
+            thread = ET.SubElement(threads, "iothread", {"id": str(ident)})
+            for queue in queues:
+                ET.SubElement(thread, "queue", {"id": str(queue)})
     ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
     ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
     out.append(("<devices>", element))

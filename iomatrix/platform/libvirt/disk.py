@@ -5,20 +5,23 @@ iomatrix values."""
 from __future__ import annotations
 
 import json
+import re
 
 from iomatrix.platform.libvirt.args import disk_args
 from iomatrix.platform.libvirt.defaults import MODEL_CONTROLLER, disk_for
-from iomatrix.platform.libvirt.domain import Disk
+from iomatrix.platform.libvirt.domain import CpuTune, Disk
 from iomatrix.platform.libvirt.versions import Versions, has_format_node
 from iomatrix.platform.settings import DiskImage, DiskSettings, GraphShape, StorageGraph, disk_kind
 from iomatrix.platform.values import DiskValues
 
 
-def configuration_of(disk: Disk) -> DiskValues:
+def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
     """A libvirt disk as iomatrix configuration values, with notes. ``<driver discard=>``:
     unmap or ignore as given; ``default`` or none is libvirt's default (no discard on the
     disk's top node: QEMU's ignore). ValueError for another value, which libvirt refuses
-    (virDomainDiskDiscard)."""
+    (virDomainDiskDiscard). ``<driver><iothreads>`` of two or more IOThreads is ``iothreads``
+    (and ``vq_mapping`` where it maps queues); the domain's ``<cputune>`` gives the
+    affinities (:func:`affinities`)."""
     notes: list[str] = []
     discard = disk.get("discard")
     if discard not in (None, "default", "unmap", "ignore"):
@@ -41,13 +44,55 @@ def configuration_of(disk: Disk) -> DiskValues:
     if aio is None:
         notes.append(f"{disk.dev}: no io=: QEMU's default, threads")
     cdrv = dict(disk.controller_driver)
-    iothread = bool(disk.get("iothread")) if disk.bus == "virtio" else bool(cdrv.get("iothread"))
+    thread = disk.get("iothread") if disk.bus == "virtio" else cdrv.get("iothread")
+    ids = [ident for ident, _ in disk.iothread_map] or ([int(thread)] if thread else [])
     queues = disk.get("queues") if disk.bus == "virtio" else cdrv.get("queues")
-    return DiskValues(controller=controller, aio=aio or "threads", iothread=iothread,
+    mapping = None
+    if len(disk.iothread_map) > 1 and any(q for _, q in disk.iothread_map):
+        mapping = ":".join(",".join(map(str, q)) for _, q in disk.iothread_map)
+    pins = affinities(cputune or CpuTune(), ids, disk.dev)
+    return DiskValues(controller=controller, aio=aio or "threads", iothread=bool(ids),
                       cache=cache or "writeback", format=disk.get("type") or "raw",
                       discard=None if discard == "default" else discard,
                       num_queues=int(queues) if queues else None,
-                      queue_size=int(disk.get("queue_size") or 0) or None, notes=tuple(notes))
+                      queue_size=int(disk.get("queue_size") or 0) or None,
+                      iothreads=len(ids) if len(ids) > 1 else None, vq_mapping=mapping,
+                      vcpu_affinity=pins[0], iothread_affinity=pins[1], main_affinity=pins[2],
+                      notes=tuple(notes + list(pins[3])))
+
+
+_CPU_LIST = re.compile(r"^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$")
+
+
+def affinities(tune: CpuTune, iothreads: list[int],
+               dev: str) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
+    """The vCPU, IOThread (of the disk's ``iothreads``) and main-loop CPU sets of a
+    ``<cputune>`` (``<vcpu cpuset=>`` for a thread no pin names), each the one set all its
+    threads share, and notes: a set given differently
+    for some threads, for some but not all, or not as a plain CPU list ("0-3,8": libvirt's
+    ``^N`` exclusions are not read) is None with a note saying so."""
+    notes: list[str] = []
+
+    def one(what: str, sets: list[str | None]) -> str | None:
+        given = {s for s in sets if s is not None}
+        if not given:
+            return None
+        if len(given) > 1 or None in sets:
+            notes.append(f"{dev}: {what} pinned unevenly ({', '.join(sorted(given))}, or not "
+                         "all of them): not one CPU set iomatrix can measure")
+            return None
+        found = given.pop()
+        if not _CPU_LIST.match(found):
+            notes.append(f"{dev}: {what} cpuset {found!r} is not a plain CPU list")
+            return None
+        return found
+
+    by_vcpu, by_thread = dict(tune.vcpupin), dict(tune.iothreadpin)
+    vcpus = one("the vCPUs are", [by_vcpu.get(i, tune.default) for i in range(tune.vcpus)])
+    threads = one("its IOThreads are", [by_thread.get(i, tune.default)
+                                        for i in iothreads]) if iothreads else None
+    main = one("QEMU's main loop (emulatorpin) is", [tune.emulatorpin or tune.default])
+    return vcpus, threads, main, tuple(notes)
 
 
 # -- a disk's settings as libvirt gives them to a guest and a storage daemon -------------------

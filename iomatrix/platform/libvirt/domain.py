@@ -67,14 +67,34 @@ class Disk(Frozen):
     controller_model: str | None = None
     controller_driver: tuple[tuple[str, str], ...] = ()
     unmodelled: tuple[str, ...] = ()
+    iothread_map: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """``<driver><iothreads>``: each ``<iothread id=>`` with the ``<queue id=>`` it serves
+    (none: round-robin), in the XML's order (libvirt 10.0, virtio disks only)."""
 
     def get(self, name: str) -> str | None:
         return dict(self.driver).get(name)
 
 
+class CpuTune(Frozen):
+    """``<cputune>``: the host CPU sets libvirt pins a domain's threads to (sched_setaffinity
+    and cgroups, not QEMU arguments)."""
+
+    vcpupin: tuple[tuple[int, str], ...] = ()
+    """(vCPU, cpuset) of each ``<vcpupin>``."""
+    iothreadpin: tuple[tuple[int, str], ...] = ()
+    """(IOThread id, cpuset) of each ``<iothreadpin>``."""
+    emulatorpin: str | None = None
+    """``<emulatorpin cpuset=>``: QEMU's main loop and its other threads."""
+    vcpus: int = 1
+    """``<vcpu>``: how many vCPUs there are."""
+    default: str | None = None
+    """``<vcpu cpuset=>``: where every thread goes that no pin names."""
+
+
 class Domain(Frozen):
     name: str = ""
     iothreads: int = 0
+    cputune: CpuTune = CpuTune()
     disks: tuple[Disk, ...]
     """In libvirt's order."""
     controllers: tuple[Controller, ...] = ()
@@ -120,7 +140,7 @@ def parse_domain(text: str) -> Domain:
         raise ValueError(f"<iothreads>{iothreads}</iothreads>: iomatrix reads 0 to "
                          f"{MAX_IOTHREADS}")
     return Domain(name=root.findtext("name", ""), disks=tuple(disks), skipped=tuple(skipped),
-                  iothreads=iothreads,
+                  iothreads=iothreads, cputune=_cputune(root.find("cputune"), root.find("vcpu")),
                   controllers=tuple(c for c in controllers if not _builtin(c, machine_name)),
                   machine=machine_name, boot=boot)
 
@@ -152,14 +172,49 @@ def _disk(element: ET.Element, skipped: list[str]) -> Disk | None:
     attrs = dict(driver.attrib) if driver is not None else {}
     unmodelled = [f"<driver {k}='{v}'>" for k, v in attrs.items() if k not in DRIVER_ATTRS]
     unmodelled += [f"<{child.tag}>" for child in element if child.tag in UNMODELLED_CHILDREN]
-    if driver is not None and driver.find("iothreads") is not None:
-        unmodelled.append("<driver><iothreads>")
+    mapping = _iothread_map(driver.find("iothreads") if driver is not None else None, dev)
     boot = element.find("boot")
     return Disk(kind=kind, source=path, bus=bus, dev=dev, device=device,
                 driver=tuple(attrs.items()), address=_address(bus, dev, address),
                 readonly=device == "cdrom" or element.find("readonly") is not None,
                 serial=element.findtext("serial"), unmodelled=tuple(unmodelled),
+                iothread_map=mapping,
                 boot=int(boot.get("order", "0")) if boot is not None else None)
+
+
+def _number(text: str | None, what: str, low: int = 0) -> int:
+    """A non-negative id of the XML (ValueError otherwise: a domain is untrusted input)."""
+    if text is None or not text.strip().isdigit() or int(text) < low or int(text) > MAX_IOTHREADS:
+        raise ValueError(f"{what}: {text!r} is not a number iomatrix reads ({low} to "
+                         f"{MAX_IOTHREADS})")
+    return int(text)
+
+
+def _iothread_map(element: ET.Element | None,
+                  dev: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """``<driver><iothreads><iothread id='N'><queue id='Q'/>…`` as (N, (Q, …)) pairs."""
+    if element is None:
+        return ()
+    out = []
+    for thread in element.iterfind("iothread"):
+        ident = _number(thread.get("id"), f"{dev}: <iothread id=>", 1)
+        out.append((ident, tuple(_number(q.get("id"), f"{dev}: <queue id=>")
+                                 for q in thread.iterfind("queue"))))
+    return tuple(out)
+
+
+def _cputune(element: ET.Element | None, vcpu: ET.Element | None) -> CpuTune:
+    count = _number(vcpu.text, "<vcpu>", 1) if vcpu is not None else 1
+    default = vcpu.get("cpuset") if vcpu is not None else None
+    if element is None:
+        return CpuTune(vcpus=count, default=default)
+    vcpus = tuple((_number(e.get("vcpu"), "<vcpupin vcpu=>"), e.get("cpuset", ""))
+                  for e in element.iterfind("vcpupin"))
+    threads = tuple((_number(e.get("iothread"), "<iothreadpin iothread=>", 1),
+                     e.get("cpuset", "")) for e in element.iterfind("iothreadpin"))
+    emulator = element.find("emulatorpin")
+    return CpuTune(vcpupin=vcpus, iothreadpin=threads, vcpus=count, default=default,
+                   emulatorpin=emulator.get("cpuset") if emulator is not None else None)
 
 
 def _address(bus: str, dev: str, element: ET.Element | None) -> tuple[int, int, int, int]:

@@ -21,6 +21,12 @@ BACKING_MASK_QEMU: Version = (9, 0, 0)
 PROPS_REORDERED: Version = (10, 0, 0)
 """The storage node's keys in the new order: 10.0.0's source has it, 9.0.0 does not (versions
 in between are modelled as 9.0)."""
+IOTHREAD_MAPPING: Version = (10, 0, 0)
+"""The first libvirt with a disk's ``<driver><iothreads>`` (several IOThreads serving its
+virtqueues: formatdomain "Since 10.0.0 (QEMU 9.0, virtio disks only)"); 9.0's schema refuses
+the element (verified against the real daemon)."""
+MAPPING_QEMU: Version = (9, 0, 0)
+"""virtio-blk's ``iothread-vq-mapping`` (QEMU 9.0)."""
 DEFAULT_LIBVIRT: Version = (11, 3, 0)
 """The libvirt modelled where none is named or installed: Debian 13's."""
 DEFAULT_QEMU: Version = (10, 0, 0)
@@ -50,6 +56,16 @@ class Versions(Frozen):
     def raw_format_node(self) -> bool:
         """Whether a raw disk gets a format node over its storage node."""
         return self.libvirt < RAW_LAYER_DROPPED or self.qemu < BACKING_MASK_QEMU
+
+    def mapping_refusal(self) -> str | None:
+        """Why this libvirt with this QEMU cannot give a disk several IOThreads, or None."""
+        if self.libvirt < IOTHREAD_MAPPING:
+            return (f"libvirt {shown(self.libvirt)} has no <driver><iothreads> (several "
+                    f"IOThreads per disk): libvirt {shown(IOTHREAD_MAPPING)} or later needed")
+        if self.qemu < MAPPING_QEMU:
+            return (f"QEMU {shown(self.qemu)} has no iothread-vq-mapping (several IOThreads per "
+                    f"disk): QEMU {shown(MAPPING_QEMU)} or later needed")
+        return None
 
     @property
     def label(self) -> str:

@@ -1,0 +1,116 @@
+"""Several IOThreads per disk and CPU pinning in libvirt's domain XML: a disk's ``<driver>
+<iothreads>`` (round-robin and an explicit queue mapping) and ``<cputune>`` (vcpupin,
+iothreadpin, emulatorpin) as iomatrix writes them validate on the installed libvirtd and give
+libvirt's own arguments (``virsh domxml-to-native``) from libvirt 10.0 on (11.3 in the Debian 13
+pass); libvirt 9.0's schema refuses the mapping, its domxml-to-native drops it without a word,
+and iomatrix refuses it in one line. And the XML read back: the same IOThreads, mapping and CPU
+sets as configuration values."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from iomatrix.drivers import libvirt as lvd
+from iomatrix.platform import libvirt as lv
+from iomatrix.platform.libvirt.defaults import _text
+from iomatrix.translate.vm import translate
+from tests.needs import needs
+from tests.scenarios.test_libvirt import SLOW_LIBVIRT, URI, _disk_arguments
+
+from xml.etree import ElementTree as ET
+
+
+def _domain(tmp_path: Path, *, vcpus: int = 2, mapped: bool = True) -> str:
+    """Three virtio disks: one IOThread, two round-robin, two with queues mapped (``mapped``;
+    else the first alone); pinned."""
+    root = ET.Element("domain", {"type": "qemu"})
+    ET.SubElement(root, "name").text = "iothreads"
+    ET.SubElement(root, "memory", {"unit": "MiB"}).text = "256"
+    ET.SubElement(root, "vcpu").text = str(vcpus)
+    disks = [
+        lv.disk_for("virtio-blk", source=str(tmp_path / "a.raw"), block=False, aio="io_uring",
+                    cache="none", iothread=True),
+        lv.disk_for("virtio-blk", source=str(tmp_path / "b.raw"), block=False, aio="threads",
+                    cache="none", iothread=True, iothreads=2, num_queues=2),
+        lv.disk_for("virtio-blk", source=str(tmp_path / "c.raw"), block=False, aio="native",
+                    cache="none", iothread=True, iothreads=2, num_queues=4, queue_size=128,
+                    vq_groups=((0, 3), (1, 2)))][:3 if mapped else 1]
+    threads = max(n for _, n in disks)
+    ET.SubElement(root, "iothreads").text = str(threads)
+    tune = lv.cputune_xml(vcpus=vcpus, iothreads=threads, vcpu="0", iothread="0", main="0")
+    assert tune is not None
+    root.append(tune)
+    os_el = ET.SubElement(root, "os")
+    ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": "pc"}).text = "hvm"
+    devices = ET.SubElement(root, "devices")
+    for i, (disk, _) in enumerate(disks):
+        disk = disk.model_copy(update={"dev": f"vd{'abc'[i]}"})
+        devices.extend(e for where, e in lv.disk_xml(disk) if where == "<devices>")
+    return _text(root)
+
+
+def test_read_back_as_configuration_values(tmp_path: Path) -> None:
+    result = translate(_domain(tmp_path), libvirt=lv.Versions())
+    values = {d.name: d.values for d in result.disks}
+    assert [(v.iothread, v.iothreads, v.vq_mapping, v.num_queues) for v in values.values()
+            if v is not None] == [(True, None, None, None), (True, 2, None, 2),
+                                  (True, 2, "0,3:1,2", 4)]
+    assert {(v.vcpu_affinity, v.iothread_affinity, v.main_affinity)
+            for v in values.values() if v is not None} == {("0", "0", "0")}
+    device = next(a for a in result.disks[2].argv if "iothread-vq-mapping" in a)
+    assert '"iothread-vq-mapping":[{"iothread":"iothread1","vqs":[0,3]},' in device
+    old = translate(_domain(tmp_path), libvirt=lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)))
+    assert old.disks[1].argv == () and old.disks[1].notes[-1] == (
+        "vdb: libvirt 9.0.0 has no <driver><iothreads> (several IOThreads per disk): libvirt "
+        "10.0.0 or later needed")
+
+
+def test_uneven_pins_and_foreign_cpusets_are_named() -> None:
+    text = """<domain type='qemu'><name>x</name><vcpu cpuset='2-3'>2</vcpu><iothreads>2</iothreads>
+      <cputune><vcpupin vcpu='0' cpuset='1'/><iothreadpin iothread='1' cpuset='0-3,^2'/>
+      </cputune><os><type arch='x86_64' machine='pc'>hvm</type></os><devices>
+      <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='native'>
+      <iothreads><iothread id='1'/><iothread id='2'/></iothreads></driver>
+      <source file='/x.raw'/><target dev='vda' bus='virtio'/></disk></devices></domain>"""
+    values = translate(text).disks[0].values
+    assert values is not None
+    assert (values.vcpu_affinity, values.iothread_affinity, values.main_affinity) == (
+        None, None, "2-3")       # vCPU 1 and emulator take <vcpu cpuset=>
+    assert any("vCPUs are pinned unevenly (1, 2-3" in n for n in values.notes)
+    assert any("IOThreads are pinned unevenly" in n for n in values.notes)
+
+
+@needs("libvirt")
+@SLOW_LIBVIRT
+@pytest.mark.slow
+def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
+    versions = lvd.daemon_versions(URI)
+    xml = tmp_path / "domain.xml"
+    xml.write_text(_domain(tmp_path))
+    for name in "abc":
+        (tmp_path / f"{name}.raw").write_bytes(b"\0" * 65536)
+    valid = subprocess.run(["virt-xml-validate", str(xml), "domain"], capture_output=True,
+                           text=True, timeout=60)
+    real = shlex.split(lvd.virsh(URI, "domxml-to-native", "qemu-argv", str(xml),
+                                 timeout=lvd.PROBE_TIMEOUT))
+    result = translate(xml.read_text(), libvirt=versions)
+    if versions.mapping_refusal() is None:
+        assert valid.returncode == 0, valid.stdout + valid.stderr
+        ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
+        assert ours == _disk_arguments(real), versions.label
+        assert sum("iothread-vq-mapping" in a for a in ours) == 2
+        return
+    # libvirt 9.0: its schema refuses <driver><iothreads> (the cputune alone it takes);
+    # domxml-to-native drops the mapping silently
+    assert valid.returncode != 0, valid.stdout
+    xml.write_text(_domain(tmp_path, mapped=False))
+    alone = subprocess.run(["virt-xml-validate", str(xml), "domain"], capture_output=True,
+                           text=True, timeout=60)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert not any("iothread-vq-mapping" in a for a in real)
+    assert [d.argv == () for d in result.disks] == [False, True, True]
+    assert "libvirt 10.0.0 or later needed" in result.disks[1].notes[-1]
