@@ -55,7 +55,9 @@ NAMES = {"controller": "-device", "aio": "\"aio\" (file node)",
          "cache": "\"cache\" {direct, no-flush} + write-cache=", "format": "format node driver",
          "preallocation": "qemu-img create -o preallocation=",
          "num_queues": "num-queues / num_queues", "queue_size": "queue-size / virtqueue_size",
-         "discard": "\"discard\" (both nodes)"}
+         "discard": "\"discard\" (both nodes)",
+         "iothreads": "-object iothread ×N + iothread-vq-mapping (QEMU >= 9.0)",
+         "vq_mapping": "iothread-vq-mapping's vqs"}
 """Each parameter as QEMU names it."""
 UNEXPRESSIBLE: dict[tuple[str, str], str] = {}
 """(axis, level) QEMU cannot be told to use: none."""
@@ -157,6 +159,10 @@ def defaults(*, storage: str = "other", settings: dict[str, str] | None = None,
         "preallocation": default(None, "none (chosen at image creation)"),
         "discard": default("ignore", note="discard not given: QEMU's default, ignore (the "
                                           "guest's discard requests are dropped)"),
+        "iothreads": default(None, "one (with iothread)",
+                             "not set: one IOThread serves the disk with iothread on, none without"),
+        "vq_mapping": default("round-robin", note="iothread-vq-mapping without vqs: QEMU deals "
+                                                  "the queues to the IOThreads in turn"),
         **queue_defaults()}
 
 

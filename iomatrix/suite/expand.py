@@ -17,7 +17,8 @@ from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.matrix import REFERENCE_AXES, Matrix
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
-from iomatrix.vocab.axes import AXES, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, MODE_AXES
+from iomatrix.vocab.axes import (AXES, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, MODE_AXES,
+                                 vq_groups)
 from iomatrix.vocab.words import Accelerator, Mode
 
 MAX_TRIALS = 1_000_000
@@ -128,7 +129,7 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
         return (f"Property '{device}.iothread' not found "
                 "(only virtio-blk and virtio-scsi controllers accept an iothread)")
     if config.mode == Mode.GUEST:
-        reason = _queue_reason(config)
+        reason = _queue_reason(config) or iothreads_reason(config)
         if reason:
             return reason
     if device_target and (config.format not in (None, "raw") or config.preallocation not in (None, "off")
@@ -174,6 +175,44 @@ def _queue_reason(config: Configuration) -> str | None:
                 return "virtio-scsi virtqueue_size above 1024: QEMU 7.2 aborts (exit 134)"
         if kind == "vhost-user-blk" and size > 1024:
             return "queue size must not exceed 1024"
+    return None
+
+
+def iothreads_reason(config: Configuration) -> str | None:
+    """Why iomatrix (or QEMU's iothread-vq-mapping, by its own rules: every queue once, each
+    below num-queues) refuses a configuration's iothreads and vq_mapping, or None. Which QEMU
+    has the mapping at all is the precheck's (``iomatrix.measure.precheck``)."""
+    threads, mapping = config.iothreads, config.vq_mapping
+    if threads is None:
+        return ("vq_mapping needs iothreads (2 or more IOThreads to map the queues to)"
+                if mapping is not None else None)
+    if not config.iothread:
+        return f"iothreads = {threads} needs iothread = true (the IOThreads serve the disk's queues)"
+    if disk_kind(config) not in IOTHREAD_CONTROLLERS:   # vhost-user-blk: the daemon's queues
+        return ("Property 'vhost-user-blk-pci.iothread-vq-mapping' not found (the "
+                "qemu-storage-daemon serves vhost-user-blk's queues, with one IOThread)")
+    groups = vq_groups(mapping)
+    if groups is None:
+        return None
+    if len(groups) != threads:
+        return (f"vq_mapping {mapping} names {len(groups)} IOThread(s) but iothreads = {threads}: "
+                "give each thread its queues, threads apart by ':'")
+    if not config.num_queues:
+        return (f"vq_mapping {mapping} needs num_queues (QEMU requires every queue mapped, and "
+                "its default count is the guest's vCPUs)")
+    seen: set[int] = set()
+    for thread, queues in enumerate(groups):
+        for queue in queues:
+            if queue >= config.num_queues:
+                return (f"vq index {queue} for IOThread {thread} must be less than num_queues "
+                        f"{config.num_queues} in iothread-vq-mapping")
+            if queue in seen:
+                return (f"cannot assign vq {queue} to IOThread {thread} because it is already "
+                        "assigned")
+            seen.add(queue)
+    missing = min(set(range(config.num_queues)) - seen, default=None)
+    if missing is not None:
+        return f"missing vq {missing} IOThread assignment in iothread-vq-mapping"
     return None
 
 

@@ -10,8 +10,8 @@ from pydantic import AfterValidator, Field, StrictBool, model_validator
 
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
-from iomatrix.vocab.axes import (AXES, BY_NAME, Aio, Cache, Controller, DataPath, Discard, Format,
-                                 Preallocation)
+from iomatrix.vocab.axes import (AXES, BY_NAME, VQ_MAPPING_PATTERN, Aio, Cache, Controller,
+                                 DataPath, Discard, Format, Preallocation)
 from iomatrix.vocab.words import Mode
 
 
@@ -93,6 +93,16 @@ class Matrix(Frozen):
     iothread: axis_of(StrictBool) = (True,)
     """A dedicated event-loop thread for the disk, off QEMU's main loop (guest mode; in
     blocklayer mode it picks a FUSE export with an iothread over an NBD export)."""
+    iothreads: axis_of(Annotated[int, Field(ge=1, le=64)]) | None = None
+    """IOThreads serving each disk's queues, with iothread = true (guest mode): 2 or more spread
+    the device's virtqueues over that many IOThreads (QEMU's iothread-vq-mapping: virtio-blk
+    from QEMU 9.0, virtio-scsi from 10.0); 1 is the single IOThread iothread = true gives.
+    Absent: not set, as before the axis existed (one IOThread, or none)."""
+    vq_mapping: axis_of(Annotated[str, Field(max_length=200, pattern=VQ_MAPPING_PATTERN)]) | None = None
+    """Which IOThread serves which queue, with iothreads: "round-robin" (QEMU's default: queue i
+    to thread i mod iothreads) or each thread's queues, threads apart by ":" ("0,1:2,3": queues 0
+    and 1 to the first thread, 2 and 3 to the second; needs num_queues, every queue once).
+    Absent: round-robin."""
     cache: axis_of(Cache) = ("none",)
     """QEMU's cache mode: none, directsync, writethrough, writeback or unsafe (writethrough,
     writeback and unsafe go through the host page cache)."""

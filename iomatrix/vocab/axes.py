@@ -33,6 +33,9 @@ Platform = Literal["qemu", "proxmox", "libvirt"]
 
 PLATFORMS_ALL: tuple[Platform, ...] = ("qemu", "proxmox", "libvirt")
 QEMU_MODES = (Mode.BLOCKLAYER, Mode.GUEST)
+VQ_ROUND_ROBIN = "round-robin"
+"""``vq_mapping``'s default: QEMU deals the queues to the IOThreads in turn (queue i to thread
+i mod N), what ``iothread-vq-mapping`` listing only the threads gives."""
 CORE = "core"
 """``Axis.label``: the level is one of the ``/``-joined words of a label (``native/none/raw``)."""
 
@@ -113,6 +116,14 @@ AXES: tuple[Axis, ...] = (
          blocklayer="the export: on = FUSE export with an iothread, off = NBD export (not a "
                     "guest device's iothread)",
          what="a dedicated event-loop thread for the disk, off QEMU's main loop"),
+    Axis("iothreads", int, (Mode.GUEST,), PLATFORMS_ALL, label=_named("×{}", (None, 1)),
+         unset=1, optional=True,
+         what="IOThreads serving the disk's queues (QEMU's iothread-vq-mapping; with iothread "
+              "on): queues spread over several event loops"),
+    Axis("vq_mapping", str, (Mode.GUEST,), PLATFORMS_ALL, label=_named(" vq={}"),
+         unset=VQ_ROUND_ROBIN, optional=True,
+         what="which of the disk's IOThreads serves which queue: round-robin, or an explicit "
+              "mapping (\"0,1:2,3\": queues 0 and 1 to the first thread, 2 and 3 to the second)"),
     Axis("cache", Cache, QEMU_MODES, PLATFORMS_ALL, label=CORE, faithful_in_blocklayer=True,
          blocklayer="the daemon's cache mode, as a guest's QEMU has it",
          what="host page cache use and whether the guest sees a volatile write cache"),
@@ -157,8 +168,20 @@ WHAT: dict[str, str] = {a.name: a.what for a in AXES if a.what}
 """Each parameter in words, as recommend shows it."""
 NOT_SETTINGS: dict[str, str] = {a.name: a.not_setting for a in AXES if a.not_setting}
 """Run axes that a recommendation reports but does not turn into a setting, and why."""
-DEFAULT_UNSET: tuple[str, ...] = tuple(a.name for a in AXES if isinstance(a.unset, int))
+DEFAULT_UNSET: tuple[str, ...] = tuple(a.name for a in AXES if a.type is int and a.unset == 0)
 """Counting axes whose 0 is QEMU's default, stored as no level."""
+VQ_MAPPING_PATTERN = r"^(round-robin|[0-9]{1,5}(,[0-9]{1,5})*(:[0-9]{1,5}(,[0-9]{1,5})*)*)$"
+"""``vq_mapping``'s text: round-robin, or each IOThread's queues, threads apart by ``:``."""
+
+
+def vq_groups(mapping: str | None) -> tuple[tuple[int, ...], ...] | None:
+    """An explicit ``vq_mapping`` as each IOThread's queues in thread order (``"0,1:2,3"`` →
+    ((0, 1), (2, 3))); None for round-robin or no mapping."""
+    if mapping is None or mapping == VQ_ROUND_ROBIN:
+        return None
+    return tuple(tuple(int(q) for q in group.split(",")) for group in mapping.split(":"))
+
+
 CONTROLLERS: tuple[str, ...] = Controller.__args__  # type: ignore[attr-defined]
 IOTHREAD_CONTROLLERS = ("virtio-blk", "virtio-scsi", "virtio-scsi-single")
 DIRECT_CACHES = ("none", "directsync")
