@@ -90,13 +90,17 @@ class Configuration(AxisLevels):
         where = "" if self.target is None else f" on {self.target}"
         if self.node is not None:
             where += f" @{self.node}"
+        # outside a guest, fio itself runs where vcpu_affinity says (its cpus_allowed)
+        fio = "" if self.mode == Mode.GUEST or self.vcpu_affinity is None else (
+            f" fio@{self.vcpu_affinity}")
         if self.mode == Mode.HOST:
-            return "host (bare metal)" + where
+            return "host (bare metal)" + fio + where
         device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller
         core = [device, *(getattr(self, a.name) for a in AXES
                           if a.label == CORE and a.name not in ("controller", "data_path"))]
         text = f"{self.mode} " + "/".join(v for v in core if v is not None)
-        text += "".join(a.shown_in_label(getattr(self, a.name)) for a in AXES)
+        text += "".join(a.shown_in_label(getattr(self, a.name)) for a in AXES
+                        if fio == "" or a.name != "vcpu_affinity") + fio
         text += where
         if self.aa:
             text += " (A/A twin)"

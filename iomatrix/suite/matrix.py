@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
+from iomatrix.core import cpuset
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
 from iomatrix.vocab.axes import (AXES, BY_NAME, VQ_MAPPING_PATTERN, Aio, Cache, Controller,
@@ -30,6 +31,9 @@ def _vm_file(value: str | None) -> str | None:
 
 
 VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
+CpuSet = Annotated[str, Field(max_length=200), AfterValidator(cpuset.level)]
+"""A host CPU set ("0-1,3", canonical as Linux writes it) or "numa"; whether the host has those
+CPUs is checked before the run (``measure.precheck``)."""
 
 
 class Reference(Frozen):
@@ -128,6 +132,21 @@ class Matrix(Frozen):
     """Which guest measures each configuration (guest mode): "appliance" and/or the [guest]
     image's name. Absent: the [guest] image when there is one, else the appliance (and then
     the configurations' keys name no guest, as before the axis existed)."""
+    vcpu_affinity: axis_of(CpuSet) | None = None
+    """The host CPUs the workload runs on: a CPU set such as "0-1,3", or "numa" (the CPUs of the
+    target device's NUMA node; every online CPU, with a note, where the device has none, such as
+    a loop device). Guest mode: each vCPU thread of QEMU is pinned to them after QEMU starts (as
+    libvirt's vcpupin does); blocklayer and host modes: fio runs there itself (fio's
+    cpus_allowed, with cpus_allowed_policy=shared). Absent: nothing pinned, as before the axis
+    existed. Checked against the host's online CPUs before the run."""
+    iothread_affinity: axis_of(CpuSet) | None = None
+    """The host CPUs QEMU's IOThreads run on (guest mode: the guest's; blocklayer mode:
+    qemu-storage-daemon's), pinned after start as libvirt's iothreadpin does: a CPU set or
+    "numa", as vcpu_affinity. Absent: not pinned."""
+    main_affinity: axis_of(CpuSet) | None = None
+    """The host CPUs QEMU's main loop (its main thread: the guest's QEMU, or the daemon in
+    blocklayer mode) runs on, as libvirt's emulatorpin does for the main thread: a CPU set or
+    "numa", as vcpu_affinity. Absent: not pinned."""
     skip_invalid: bool = False
     """Drop the combinations QEMU refuses (aio=native without a direct cache, raw with
     preallocation=metadata, an iothread on a controller that has none), listing them, instead of

@@ -36,6 +36,13 @@ QEMU_MODES = (Mode.BLOCKLAYER, Mode.GUEST)
 VQ_ROUND_ROBIN = "round-robin"
 """``vq_mapping``'s default: QEMU deals the queues to the IOThreads in turn (queue i to thread
 i mod N), what ``iothread-vq-mapping`` listing only the threads gives."""
+AFFINITY_AXES = ("vcpu_affinity", "iothread_affinity", "main_affinity")
+"""Host CPU sets ("0-1,3", or "numa": the target device's NUMA node's CPUs; unset: not pinned)
+for the threads that run the workload (a guest's vCPUs; fio itself where it runs on the host),
+QEMU's IOThreads and QEMU's main loop (its main thread), pinned after QEMU starts as libvirt
+pins them (``iomatrix.qemu.affinity``)."""
+AFFINITY_NOT_SETTING = ("CPU placement of QEMU's threads on this host's CPUs, not a disk "
+                        "setting: libvirt's <cputune>, Proxmox VE's affinity")
 CORE = "core"
 """``Axis.label``: the level is one of the ``/``-joined words of a label (``native/none/raw``)."""
 
@@ -56,7 +63,8 @@ class Axis:
     type: Any
     """The level's type: a Literal of its levels, bool or int (str: a name, such as a guest's)."""
     modes: tuple[Mode, ...]
-    """The modes that honour it (host mode honours none: fio runs on the target itself)."""
+    """The modes that honour it (host mode honours only where fio runs, vcpu_affinity: fio runs
+    on the target itself)."""
     platforms: tuple[Platform, ...] = ()
     """The platforms that render it as a disk setting (empty: not a disk setting)."""
     label: Callable[[Any], str] | str = ""
@@ -146,6 +154,14 @@ AXES: tuple[Axis, ...] = (
     Axis("vms", int, (Mode.GUEST,), label=lambda v: f" ×{v} VMs" if v and v > 1 else "",
          not_setting="the number of guests measured at once, not a disk setting"),
     Axis("guest", str, (Mode.GUEST,), label=_named(" in {}"), claimed=False),
+    Axis("vcpu_affinity", str, (Mode.GUEST, Mode.BLOCKLAYER, Mode.HOST),
+         label=_named(" vcpu@{}"),
+         blocklayer="fio's cpus_allowed: fio runs on the host, where a guest's vCPUs would",
+         not_setting=AFFINITY_NOT_SETTING),
+    Axis("iothread_affinity", str, QEMU_MODES, label=_named(" iothread@{}"),
+         blocklayer="the daemon's IOThreads' CPUs", not_setting=AFFINITY_NOT_SETTING),
+    Axis("main_affinity", str, QEMU_MODES, label=_named(" main@{}"),
+         blocklayer="the daemon's main loop's CPUs", not_setting=AFFINITY_NOT_SETTING),
 )
 """Every axis, in the order a configuration's key names them."""
 
@@ -154,7 +170,8 @@ CONFIG_AXES: tuple[str, ...] = tuple(BY_NAME)
 """The axes a configuration may set (``Configuration.params`` names them in this order)."""
 MODE_AXES: dict[str, tuple[str, ...]] = {
     str(mode): tuple(a.name for a in AXES if mode in a.modes) for mode in Mode}
-"""The axes each mode uses; host runs fio on the target itself: no QEMU setting applies."""
+"""The axes each mode uses; host runs fio on the target itself: no QEMU setting applies (only
+the CPUs fio runs on, vcpu_affinity)."""
 BLOCKLAYER_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.faithful_in_blocklayer)
 """Axes QEMU's block layer has as a guest does: a claim about one of them is checked in
 blocklayer mode too (measured natively where guests are emulated)."""
