@@ -22,7 +22,6 @@ THREADS_DEFAULT = default(ONE, "1 (one IOThread per disk, with iothread on)",
                           note="several IOThreads per disk need QEMU's iothread-vq-mapping: "
                                "virtio-blk from QEMU 9.0, virtio-scsi from QEMU 10.0")
 
-AFFINITY_AXES = ("vcpu_affinity", "iothread_affinity", "main_affinity")
 PVE_TEXT = {
     THREADS: "qm set cannot express several IOThreads per disk: qemu-server (9.2) has a boolean "
              "iothread (iothread=1: one IOThread per disk, on virtio disks and "
