@@ -17,9 +17,8 @@ from contextlib import contextmanager
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import ValidationError
-
 from iomatrix.core.units import format_size
+from iomatrix.report.levers import LeverView, family_label, levers_of
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Ioping, block_sizes
@@ -62,6 +61,9 @@ class ConfigView(Frozen):
     family: str | None = None
     """With a vms axis: the label of this configuration without its VM count (one scaling
     curve per family)."""
+    levers: dict[str, LeverView] = {}
+    """Lever (``LEVERS``) → where this configuration sits on its chart, for the levers the run
+    varies; absent where it takes no part (host mode, no IOThread count)."""
 
 
 class GroupView(Frozen):
@@ -464,25 +466,17 @@ def _configs(run: "StoredRun") -> tuple[ConfigView, ...]:
         if trial.accelerator != "none":
             accel[trial.config_key] = trial.accelerator
     scaling = len({c.params.get("vms") for c in run.configs if "vms" in c.params}) >= 2
+    on_levers = levers_of(run.configs)
     out = []
     for c in run.configs:
         tcg = TCG_TAG if accel.get(c.key) == Accelerator.TCG else ""
-        family = _family(c.mode, c.params) + tcg if scaling and "vms" in c.params else None
+        family = family_label(c.mode, c.params) + tcg if scaling and "vms" in c.params else None
+        levers = {lever: view.model_copy(update={"family": view.family + tcg})
+                  for lever, view in on_levers.get(c.key, {}).items()}
         out.append(ConfigView(key=c.key, label=c.label + tcg, mode=c.mode, params=c.params,
                               applied=applied.get(c.key, {}), accelerator=accel.get(c.key, "none"),
-                              family=family))
+                              family=family, levers=levers))
     return tuple(out)
-
-
-def _family(mode: str, params: dict[str, str]) -> str:
-    """The label a configuration would have with its VM count left out."""
-    from iomatrix.suite.configuration import Configuration
-
-    rest = {k: v for k, v in params.items() if k != "vms"}
-    try:
-        return Configuration.model_validate({"mode": mode, **rest}).label
-    except ValidationError:   # an axis an older iomatrix stored: name it by its key
-        return "/".join([mode, *(f"{k}={v}" for k, v in rest.items())])
 
 
 def _axes(configs: Sequence[ConfigView]) -> dict[str, tuple[str, ...]]:

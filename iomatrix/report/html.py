@@ -28,6 +28,7 @@ from markupsafe import Markup
 from iomatrix.analysis.metrics import METRICS, MISSING, RunLatency
 from iomatrix.core.files import output_directory, write_file_atomically
 from iomatrix.report.data import PointView, ReportData
+from iomatrix.report.levers import LEVERS
 
 TEMPLATE = "report.html.j2"
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -253,6 +254,8 @@ def render_html(data: ReportData) -> str:
         has_cpu=any(p.cpu_us_per_io is not None for p in data.points),
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),
+        levers={lever: title for lever, title in LEVERS.items()
+                if any(lever in c.levers for c in data.configs)},
         csv_rows=csv_rows,
         csv_blob=Markup(packed(data.samples_csv)) if csv_rows else "",
         data_json=Markup(packed(data_json(data))),

@@ -337,8 +337,8 @@ def test_write_report(data, tmp_path):
     assert csv_text == data.samples_csv
     # every section the data calls for, each listed in the table of contents
     assert set(sections) == {"summary", "notes", "recommendation", "quality", "performance",
-                             "gains", "scores", "cpu", "bare-metal", "points", "failures",
-                             "configurations"}
+                             "gains", "scores", "cpu", "bare-metal", "levers", "points",
+                             "failures", "configurations"}
     toc = re.findall(r'<a href="#([^"]+)">', html.split('<nav class="toc"', 1)[1].split("</nav>", 1)[0])
     assert toc == sections
     assert {"run-facts", "recommendation", "quality", "scores", "configs-table"} <= set(s.testids)
@@ -412,6 +412,8 @@ def expected_charts(data: ReportData) -> set[str]:
         ids |= {f"chart-{m}-{g.slug}" for m in (*(f.stem for f in METRICS.values()), "cpu",
                                                   "bare_iops", "bare_lat")}
     ids |= {f"chart-gain-{s.axis}" + (f"-by-{'-'.join(s.hold)}" if s.hold else "") for s in data.gains}
+    ids |= {f"chart-lever-{lever}-{m}" for c in data.configs for lever in c.levers
+            for m in ("iops", "cpu")}
     return ids | {"chart-roles"}
 
 

@@ -339,26 +339,32 @@
     return Plotly.react(el, traces, layout, PLOT_CONFIG);
   }
 
-  // One line per configuration family against the number of VMs, for one workload.
+  // One line per configuration family against the number of VMs (or, with data-axis, against a
+  // lever: IOThreads or queues per disk, ReportData's LEVERS), for one workload.
+  const LEVER_TITLES = {iothreads: ["IOThreads per disk", "IOThreads per disk (0: none)"],
+                        num_queues: ["queues per disk", "queues (num_queues)"]};
   function drawScale(el) {
     const m = METRICS[el.dataset.metric];
-    const wi = selected("scaling");
+    const lever = el.dataset.axis;
+    const wi = selected(lever ? "levers" : "scaling");
+    const placeOf = lever ? (c) => c.levers?.[lever] ?? null
+      : (c) => (c.family ? {family: c.family, level: Number(c.params.vms)} : null);
     const families = new Map();
     for (const p of byWorkload[wi]) {
-      const c = configs[p.config];
-      if (!c.family || !shownMask[p.config] || fin(m.y(p)) === null) continue;
-      if (!families.has(c.family)) families.set(c.family, []);
-      families.get(c.family).push(p);
+      const at = placeOf(configs[p.config]);
+      if (!at || !shownMask[p.config] || fin(m.y(p)) === null) continue;
+      if (!families.has(at.family)) families.set(at.family, []);
+      families.get(at.family).push(p);
     }
-    const vmsOf = (p) => Number(configs[p.config].params.vms);
-    const allVms = new Set();
+    const xOf = (p) => placeOf(configs[p.config]).level;
+    const allX = new Set();
     const traces = [...families.entries()].map(([family, pts], i) => {
-      pts.sort((a, b) => vmsOf(a) - vmsOf(b));
+      pts.sort((a, b) => xOf(a) - xOf(b));
       const st = styleOf(i);
       const y = pts.map((p) => m.y(p));
       const lo = pts.map((p) => (m.lo ? fin(m.lo(p)) : null)), hi = pts.map((p) => (m.hi ? fin(m.hi(p)) : null));
-      pts.forEach((p) => allVms.add(vmsOf(p)));
-      const trace = {type: "scatter", mode: "lines+markers", name: family, x: pts.map(vmsOf), y,
+      pts.forEach((p) => allX.add(xOf(p)));
+      const trace = {type: "scatter", mode: "lines+markers", name: family, x: pts.map(xOf), y,
                      line: {color: st.color, width: 2, dash: st.dash},
                      marker: {color: st.color, size: pts.map((p) => ((p.flags ?? []).length ? 10 : 6)),
                               symbol: pts.map((p) => ((p.flags ?? []).length ? "x" : "circle"))},
@@ -376,11 +382,13 @@
       }
       return trace;
     });
-    const vms = [...allVms].sort((a, b) => a - b);
-    const layout = baseLayout(el, `${m.title} vs number of VMs · ${workloads[wi]?.label ?? ""}`, traces.map((t) => t.name));
-    layout.xaxis = {title: {text: "VMs at once"}, tickvals: vms, ticktext: vms.map(String), automargin: true};
+    const xs = [...allX].sort((a, b) => a - b);
+    const [what, xTitle] = lever ? LEVER_TITLES[lever] ?? [lever, lever] : ["number of VMs", "VMs at once"];
+    const layout = baseLayout(el, `${m.title} vs ${what} · ${workloads[wi]?.label ?? ""}`, traces.map((t) => t.name));
+    layout.xaxis = {title: {text: xTitle}, tickvals: xs, ticktext: xs.map(String), automargin: true};
     layout.yaxis = {title: {text: m.axis}, rangemode: "tozero", separatethousands: true, automargin: true};
-    if (!traces.length) note(layout, "no configuration of this workload has a VM count");
+    if (!traces.length) note(layout, lever ? `no configuration of this workload has a level of ${lever}` + (m === METRICS.cpu ? " with its CPU measured" : "")
+      : "no configuration of this workload has a VM count");
     tcgNote(layout, traces.some((t) => t.name.includes("[emulated: TCG]")));
     return Plotly.react(el, traces, layout, PLOT_CONFIG);
   }
@@ -569,7 +577,8 @@
   if (gainMetric) gainMetric.addEventListener("change", () => redraw('.chart[data-kind="gain"]'));
   for (const select of document.querySelectorAll("select.workload-select")) {
     select.addEventListener("change", () => redraw(select.dataset.target === "scaling"
-      ? '.chart[data-kind="scale"]' : "#" + select.dataset.target));
+      ? '.chart[data-kind="scale"]:not([data-axis])' : select.dataset.target === "levers"
+      ? '.chart[data-kind="scale"][data-axis]' : "#" + select.dataset.target));
   }
   for (const tab of document.querySelectorAll('[role="tab"]')) {
     tab.addEventListener("click", () => {
