@@ -83,3 +83,42 @@ def test_synthetic_run_without_cpu_shows_none(tmp_path: Path) -> None:
     rec = recommend(run, "qemu")
     queues = next(d for d in rec.decisions if d.axis == "num_queues")
     assert all("CPU" not in e.text() for e in queues.evidence)
+
+
+def test_iothreads_compared_with_one_iothread(tmp_path: Path) -> None:
+    """iothread off/on and iothreads 2, 4 on the same disk: the count is decided N against one
+    IOThread (the configurations without an IOThread stay the iothread parameter's); 4 has the
+    largest significant gain and is set, with its CPU per I/O; for Proxmox VE the line says it
+    takes args:, and the pasted qm set cannot carry it."""
+    axes = AXES | {"controller": ["virtio-blk"], "iothread": [True]}
+    configs = (configurations("guest", axes | {"iothread": [False]})
+               + configurations("guest", axes)
+               + configurations("guest", axes | {"iothreads": [2, 4]}))
+    gain = {0: 0.8, 1: 1.0, 2: 1.5, 4: 1.7}
+    cost = {0: 0.9, 1: 1.0, 2: 1.2, 4: 1.4}
+
+    def count(config: Configuration) -> int:
+        return 0 if not config.iothread else (config.iothreads or 1)
+
+    def figures(config: Configuration, workload: Workload, index: int) -> Figures:
+        rng = random.Random(f"{config.key}|{workload.key}|{index}")
+        value = 10000 * (1 + workload.iodepth / 8) * gain[count(config)] * (1 + rng.gauss(0, 0.01))
+        lat = workload.iodepth / value * 1e9
+        return Figures(value, value * 4096, lat, 2 * lat,
+                       cpu_us_per_io=20.0 * cost[count(config)] * (1 + rng.gauss(0, 0.01)))
+    run = stored_run(tmp_path / "t.sqlite", configs, WORKLOADS, figures, samples=4)
+    for platform in ("qemu", "proxmox"):
+        rec = recommend(run, platform)
+        threads = next(d for d in rec.decisions if d.axis == "iothreads")
+        assert threads.levels and set(threads.levels) == {"1", "2", "4"}
+        assert {e.level for e in threads.evidence} == {"2", "4"}
+        assert all(e.iops.reference == "1" for e in threads.evidence)
+        assert threads.value == "4" and threads.status == "change"
+        four = next(e for e in threads.evidence if e.level == "4")
+        assert four.cpu is not None and four.cpu.pairs == len(WORKLOADS)
+        assert four.cpu.relative == pytest.approx(0.4, abs=0.03)
+        assert four.cpu.short() in threads.reason
+        assert rec.config.iothreads == 4 and rec.config.iothread is True
+        iothread = next(d for d in rec.decisions if d.axis == "iothread")
+        assert iothread.value == "on"
+        assert ("args:" in threads.caveat) == (platform == "proxmox")
