@@ -4,7 +4,18 @@ values cannot say."""
 
 from __future__ import annotations
 
+from iomatrix.core import cpuset
 from iomatrix.core.model import Frozen
+
+
+def cpu_list(text: str) -> str | None:
+    """A host CPU list as a platform's file gives one ("0,5,8-11": Proxmox VE's pve-cpuset,
+    libvirt's cpuset without its ``^N`` exclusions), canonical as the affinity axes hold it;
+    None for another text (untrusted: never passed on as written)."""
+    try:
+        return cpuset.shown(cpuset.parse(text))
+    except ValueError:
+        return None
 
 
 class DiskValues(Frozen):

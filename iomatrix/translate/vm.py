@@ -13,7 +13,8 @@ from typing import Literal
 from iomatrix.core.model import Frozen
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform import proxmox as pve
-from iomatrix.platform.values import DiskValues
+from iomatrix.platform.qemu import CACHE_MODES
+from iomatrix.platform.values import DiskValues, cpu_list
 from iomatrix.suite.expand import invalid_reason
 from iomatrix.suite.configuration import Configuration
 from iomatrix.vocab.axes import AXIS_VALUES, CONFIG_AXES, CONTROLLERS
@@ -157,7 +158,7 @@ def _proxmox(text: str, version: pve.PveVersion | None,
                                           storage=storage, kind=kind))
             continue
         assert volume is not None
-        values, disk_notes = found, [*found.notes, *out.notes]
+        values, disk_notes = _pinned(found, vm), [*found.notes, *out.notes]
         if vm.template:
             disk_notes.append(f"{drive.key}: a template's disk: qemu-server opens it read-only "
                               "(for backups); a clone of the template gets these settings")
@@ -169,6 +170,7 @@ def _proxmox(text: str, version: pve.PveVersion | None,
         disks.append(DiskTranslation(name=drive.key, written=written, values=values,
                                      config=config, argv=out.argv, notes=tuple(disk_notes),
                                      storage=storage))
+    disks += _args_disks(vm, notes)
     if gen >= 9:
         label = "PVE 9 (-blockdev under a throttle filter)"
     else:
@@ -177,6 +179,50 @@ def _proxmox(text: str, version: pve.PveVersion | None,
     return Translation(platform="proxmox", generation=label, disks=tuple(disks),
                        others=tuple(others), order=tuple(d.key for d in drives),
                        notes=tuple(notes), pve_version=gen)
+
+
+def _pinned(values: DiskValues, vm: pve.VmConfig) -> DiskValues:
+    """A Proxmox VE disk's values with the VM's ``affinity``: every thread of the VM on it
+    (taskset --all-tasks), so all three CPU sets are it."""
+    if not vm.affinity:
+        return values
+    cpus = cpu_list(vm.affinity)
+    if cpus is None:
+        return values.model_copy(update={"notes": (*values.notes, f"affinity: {vm.affinity!r} "
+                                                   "is not a CPU list iomatrix reads")})
+    return values.model_copy(update={"vcpu_affinity": cpus, "iothread_affinity": cpus,
+                                     "main_affinity": cpus})
+
+
+def _args_disks(vm: pve.VmConfig, notes: list[str]) -> list[DiskTranslation]:
+    """The disks the VM's ``args:`` attaches with several IOThreads (``iothread-vq-mapping``),
+    as iomatrix's ``qm set`` writes them; the rest of ``args:`` is named, not read."""
+    if not vm.args:
+        return []
+    try:
+        found, args_notes = pve.parse_args(vm.args)
+    except ValueError as exc:
+        notes.append(str(exc))
+        return []
+    notes += [*args_notes, "args: QEMU arguments qemu-server appends as given: only its disks "
+              "with iothread-vq-mapping are read" + (f" ({len(found)})" if found else " (none)")]
+    out = []
+    for disk in found:
+        cache = next((name for name, f in CACHE_MODES.items()
+                      if (f.direct, f.no_flush, f.writeback)
+                      == (disk.cache_direct, disk.cache_no_flush, disk.write_cache)), None)
+        disk_notes = [f"args:{disk.name}: attached in args:, not a drive: "
+                      + pve.ARGS_WARNING.removeprefix("warning: ")]
+        values = _pinned(DiskValues(
+            controller=disk.controller, aio=disk.aio, iothread=True, cache=cache or "writeback",
+            format=disk.format, num_queues=disk.num_queues, queue_size=disk.queue_size,
+            iothreads=disk.iothreads if disk.iothreads > 1 else None,
+            vq_mapping=disk.vq_mapping, notes=tuple(disk_notes)), vm)
+        out.append(DiskTranslation(name=f"args:{disk.name}", written=f"args: … {disk.name} …",
+                                   values=values, config=_config(values, disk_notes), argv=(),
+                                   notes=tuple(disk_notes),
+                                   storage=f"a path, {disk.path}" if disk.path else ""))
+    return out
 
 
 def _vm_notes(vm: pve.VmConfig, gen: pve.PveVersion, vmid: str | None) -> list[str]:

@@ -5,14 +5,13 @@ iomatrix values."""
 from __future__ import annotations
 
 import json
-import re
 
 from iomatrix.platform.libvirt.args import disk_args
 from iomatrix.platform.libvirt.defaults import MODEL_CONTROLLER, disk_for
 from iomatrix.platform.libvirt.domain import CpuTune, Disk
 from iomatrix.platform.libvirt.versions import Versions, has_format_node
 from iomatrix.platform.settings import DiskImage, DiskSettings, GraphShape, StorageGraph, disk_kind
-from iomatrix.platform.values import DiskValues
+from iomatrix.platform.values import DiskValues, cpu_list
 
 
 def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
@@ -61,9 +60,6 @@ def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
                       notes=tuple(notes + list(pins[3])))
 
 
-_CPU_LIST = re.compile(r"^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$")
-
-
 def affinities(tune: CpuTune, iothreads: list[int],
                dev: str) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
     """The vCPU, IOThread (of the disk's ``iothreads``) and main-loop CPU sets of a
@@ -82,10 +78,10 @@ def affinities(tune: CpuTune, iothreads: list[int],
                          "all of them): not one CPU set iomatrix can measure")
             return None
         found = given.pop()
-        if not _CPU_LIST.match(found):
+        cpus = cpu_list(found)
+        if cpus is None:
             notes.append(f"{dev}: {what} cpuset {found!r} is not a plain CPU list")
-            return None
-        return found
+        return cpus
 
     by_vcpu, by_thread = dict(tune.vcpupin), dict(tune.iothreadpin)
     vcpus = one("the vCPUs are", [by_vcpu.get(i, tune.default) for i in range(tune.vcpus)])

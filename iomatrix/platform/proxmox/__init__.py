@@ -55,3 +55,5 @@ from iomatrix.platform.proxmox.rules import (aio_option, allows_io_uring_default
 from iomatrix.platform.proxmox.storage import (BLOCK_STORAGES, CDROM_PATH, CEPH_PRIV,
                                                DEFAULT_STORAGES, FILE_STORAGES, STORAGE_TYPES,
                                                Storage, Volume, parse_storage_cfg, resolve_volume)
+from iomatrix.platform.proxmox.args import (ARGS_WARNING, ArgsDisk, affinity_of, args_line,
+                                            parse_args)

@@ -126,6 +126,10 @@ class VmConfig(Frozen):
     boot: str | None = None
     """``boot:`` as written (None: not given; "" given empty)."""
     bootdisk: str | None = None
+    affinity: str | None = None
+    """``affinity:``: the host CPUs every thread of the VM runs on (taskset --all-tasks)."""
+    args: str | None = None
+    """``args:``: QEMU arguments qemu-server appends as given."""
 
     @property
     def windows(self) -> bool:
@@ -151,7 +155,8 @@ def parse_config(text: str) -> VmConfig:
         if not sep:
             raise ValueError(f"not a configuration line: {raw!r}")
         key, value = key.strip(), value.strip()
-        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch", "boot", "bootdisk"):
+        if key in ("scsihw", "machine", "bios", "ostype", "meta", "arch", "boot", "bootdisk",
+                   "affinity", "args"):
             values[key] = value
         elif key == "template":
             values["template"] = value in ("1", "on", "yes", "true")

@@ -4,6 +4,9 @@ refuses, and the ``qm set`` line a user pastes for a disk's settings (pure)."""
 from __future__ import annotations
 
 from iomatrix.core.model import on_off
+from iomatrix.platform.proxmox.args import (ARGS_WARNING, affinity_of, affinity_refusal,
+                                            args_line, several_iothreads)
+from iomatrix.platform.proxmox.args import disk_args as args_disk_argv
 from iomatrix.platform.proxmox.rules import aio_option, uses_cache_direct
 from iomatrix.platform.qemu import queue_defaults
 from iomatrix.platform.settings import DiskSettings, Pasted, PlatformDefault, default, disk_kind
@@ -34,6 +37,10 @@ def refusal(settings: DiskSettings) -> str | None:
         return UNEXPRESSIBLE[("controller", kind)]
     if kind == "vhost-user-blk":
         return "qemu-server does not attach vhost-user-blk disks"
+    if several_iothreads(settings):
+        return ("several IOThreads per disk are not qemu-server's (its iothread is one per disk): "
+                "only an args: line gives them, whose disk is plain QEMU's: measure it with "
+                "platform = \"qemu\"")
     if settings.iothread and kind not in ("virtio-blk", "virtio-scsi-single"):
         # QemuServer.pm config_to_command: "iothread is only valid with virtio disk or
         # virtio-scsi-single controller, ignoring"; sata/ide drives have no iothread option.
@@ -44,7 +51,7 @@ def refusal(settings: DiskSettings) -> str | None:
                 "from 2 up (Drive.pm %queues_fmt minimum 2; config_to_command)")
     if settings.queue_size:
         return "qemu-server has no virtqueue-size option"
-    return None
+    return affinity_refusal(settings)
 
 
 PLACEHOLDER_VMID = "<vmid>"
@@ -156,6 +163,17 @@ def qm_set(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
     if controller not in CONTROLLER_BUS:
         raise ValueError(f"Proxmox VE has no drive bus for {controller}")
     notes: list[str] = []
+    affinity, why = affinity_of(settings)
+    notes += [why] if why else []
+    pinned = ["--affinity", affinity] if affinity else []
+    if several_iothreads(settings):
+        path = volume if volume.startswith("/") else f"<path of {volume}: pvesm path {volume}>"
+        notes.append(f"{settings.iothreads} IOThreads on one disk: qemu-server 9.2's iothread is "
+                     "one per disk, so the disk goes in args: as plain QEMU arguments "
+                     "(iothread-vq-mapping), not as a drive")
+        notes.append(ARGS_WARNING)
+        line = args_line(args_disk_argv(settings, path))
+        return ["qm", "set", vmid, *pinned, "--args", line], notes
     bus, scsihw = CONTROLLER_BUS[controller]
     if controller == "virtio-scsi" and settings.iothread:
         scsihw = "virtio-scsi-single"
@@ -183,7 +201,7 @@ def qm_set(settings: DiskSettings, *, vmid: str = PLACEHOLDER_VMID,
     if (settings.format or "raw") != "raw" or (settings.preallocation or "off") != "off":
         notes.append(f"the volume must be {settings.format or 'raw'}: format and preallocation "
                      "are chosen when the volume is allocated (by the storage), not by qm set")
-    argv = ["qm", "set", vmid]
+    argv = ["qm", "set", vmid, *pinned]
     if scsihw is not None:
         argv += ["--scsihw", scsihw]
     argv += [f"--{bus}0", ",".join([volume, *options])]
