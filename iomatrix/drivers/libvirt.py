@@ -7,8 +7,10 @@ iomatrix writes one transient domain per guest (``virsh create``) with
   .kind_for``, ``GuestKind.boot``: ``<os><kernel/><initrd/><cmdline/>``), ``<on_reboot>
   destroy`` (QEMU's ``-no-reboot``), no USB controller, no balloon, no graphics;
 * the disk under test as a libvirt user writes it for the configuration (its ``<controller>``,
-  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>``, ``<iothreads>``):
-  :func:`iomatrix.platform.libvirt.disk_xml`, the XML ``recommend --for libvirt`` prints;
+  ``<disk>`` with ``<driver cache= io= [iothread= queues= queue_size=]>`` or several IOThreads'
+  ``<driver><iothreads>``, ``<iothreads>``): :func:`iomatrix.platform.libvirt.disk_xml`, the
+  XML ``recommend --for libvirt`` prints; the configuration's CPU sets as ``<cputune>``
+  (vcpupin, iothreadpin, emulatorpin: :func:`iomatrix.platform.libvirt.cputune_xml`);
 * the serial console to a file in the run's scratch directory;
 * QEMU as root (``<seclabel type='static' model='dac' relabel='no'>``): the appliance, the
   scratch directory and the images are root's, in 0700 directories libvirt's ``libvirt-qemu``
@@ -49,6 +51,7 @@ from typing import Any, NamedTuple
 from xml.etree import ElementTree as ET
 
 from iomatrix.appliance.build import GUEST_FIO_PORT
+from iomatrix.core import cpuset
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
 from iomatrix.core.owner import Identity, liveness, start_ticks, this_process
 from iomatrix.core.proc import read_text, require, run, wait_for
@@ -58,6 +61,7 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import MACHINE, disk_backend
 from iomatrix.platform.qemu import cache_flags
 from iomatrix.suite.configuration import Configuration
+from iomatrix.vocab.axes import AFFINITY_AXES, vq_groups
 from iomatrix.suite.method import Method
 from iomatrix.targets.workspace import Image
 from iomatrix.vocab.words import Accelerator
@@ -144,7 +148,10 @@ def domain_xml(spec: DomainSpec) -> str:
                                     fmt=spec.config.format or "raw",
                                     num_queues=spec.config.num_queues,
                                     queue_size=spec.config.queue_size,
-                                    discard=spec.config.discard)
+                                    discard=spec.config.discard,
+                                    iothreads=spec.config.iothreads,
+                                    vq_groups=vq_groups(spec.config.vq_mapping))
+        tune = lv.cputune_xml(vcpus=spec.vcpus, iothreads=threads, **_pins(spec))
     except ValueError as exc:
         raise TrialFailed(f"{spec.config.key}: {exc}") from None
     root = ET.Element("domain", {"type": "kvm" if spec.accel == Accelerator.KVM else "qemu"})
@@ -158,6 +165,8 @@ def domain_xml(spec: DomainSpec) -> str:
     ET.SubElement(root, "vcpu").text = str(spec.vcpus)
     parts = lv.disk_xml(disk, threads)
     root.extend(element for where, element in parts if where == "<domain>")
+    if tune is not None:
+        root.append(tune)
     os_el = ET.SubElement(root, "os")
     ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": MACHINE}).text = "hvm"
     ET.SubElement(os_el, "kernel").text = str(spec.kernel)
@@ -188,6 +197,17 @@ def domain_xml(spec: DomainSpec) -> str:
         ET.SubElement(cmd, f"{{{QEMU_NS}}}arg", {"value": arg})
     ET.indent(root, space="  ")
     return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _pins(spec: DomainSpec) -> dict[str, str | None]:
+    """The configuration's CPU sets as ``<cputune>`` takes them, resolved on this host ("numa":
+    the CPUs of the image's block device's NUMA node; ValueError for CPUs it lacks)."""
+    device = str(spec.image.path) if spec.image.is_device else None
+    out: dict[str, str | None] = {}
+    for axis, key in zip(AFFINITY_AXES, ("vcpu", "iothread", "main")):
+        level = getattr(spec.config, axis)
+        out[key] = cpuset.shown(cpuset.resolve(level, device)[0]) if level else None
+    return out
 
 
 # --- a domain as the guest code sees a process ---------------------------------------------------

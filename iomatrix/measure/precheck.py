@@ -53,6 +53,7 @@ def check_run(prepared: PreparedRun, keep: bool,
         check_cluster_load(suite, prepared.full)
     check_author(suite)
     check_chain_qemu(suite, prepared.full)
+    check_libvirt_mapping(suite, prepared.full)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
@@ -113,6 +114,30 @@ def check_chain_qemu(suite: Suite, expansion: Expansion) -> None:
                 f"{qemu_version.shown(found)}",
                 hint="run on a host with QEMU 8.1+ (Proxmox VE 9 ships 10.0), or measure the "
                      "chain with [method] platform = \"qemu\"")
+
+
+def check_libvirt_mapping(suite: Suite, expansion: Expansion) -> None:
+    """Several IOThreads per disk under ``platform = "libvirt"`` are refused in one line before
+    the run where the libvirtd asked (``virsh version --daemon``) or its QEMU lacks them
+    (``platform.libvirt.Versions.mapping_refusal``): libvirt 9.0's domxml-to-native drops a
+    disk's ``<driver><iothreads>`` without a word. A libvirtd that does not answer is the
+    driver's to report."""
+    method = suite.method
+    several = [c for c in expansion.configurations
+               if c.mode == Mode.GUEST and c.iothread and (c.iothreads or 0) > 1]
+    if method.platform != "libvirt" or not several:
+        return
+    from iomatrix.drivers import libvirt as lvd
+    uri = method.libvirt_uri or lvd.DEFAULT_URI
+    if lvd.libvirt_problem(uri) is not None:
+        return
+    refused = lvd.daemon_versions(uri).mapping_refusal()
+    if refused is not None:
+        raise EnvironmentProblem(
+            f"iothreads = {several[0].iothreads} under platform = \"libvirt\": {refused} "
+            f"(libvirtd at {uri})",
+            hint="run on a host with libvirt 10.0+ and QEMU 9.0+ (Debian 13: 11.3 with 10.0), "
+                 "or measure several IOThreads with [method] platform = \"qemu\"")
 
 
 def check_cluster_load(suite: Suite, expansion: Expansion) -> None:

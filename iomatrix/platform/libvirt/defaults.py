@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
+from iomatrix.core.cpuset import NUMA
 from iomatrix.platform.libvirt.domain import Disk
 from iomatrix.platform.qemu import defaults as qemu_defaults
 from iomatrix.platform.settings import (DiskSettings, Pasted, PlatformDefault, disk_kind,
                                         image_notes)
+from iomatrix.vocab.axes import AFFINITY_AXES, vq_groups
 
 
 MODEL_CONTROLLER = {"virtio-scsi": "virtio-scsi", "lsilogic": "lsi", "lsisas1078": "megasas",
@@ -19,6 +21,9 @@ BUS_OF = {"virtio-blk": "virtio", "virtio-scsi": "scsi", "virtio-scsi-single": "
           "lsi": "scsi", "megasas": "scsi", "pvscsi": "scsi", "sata": "sata", "ide": "ide"}
 
 
+NUMA_CPUS = "NUMA-NODE-CPUS"
+"""What a pasted ``cpuset`` shows for the level ``numa`` (a placeholder: the disk's node's CPUs
+are the host's to read)."""
 TITLE = "libvirt"
 PLACEHOLDER_IMAGE = "/var/lib/libvirt/images/disk"
 """The image path recommend shows without ``--image`` (plus ``.raw``/``.qcow2``)."""
@@ -52,6 +57,9 @@ def refusal(settings: DiskSettings) -> str | None:
         return f"iomatrix does not model libvirt's {kind} disks"
     if settings.queue_size and kind != "virtio-blk":
         return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
+    if settings.iothread and (settings.iothreads or 0) > 1 and kind != "virtio-blk":
+        return ("iomatrix models libvirt's <driver><iothreads> (several IOThreads per disk) "
+                "for virtio-blk disks only")
     return None
 
 
@@ -174,8 +182,23 @@ def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pas
                              aio=settings.aio or "threads", cache=settings.cache or "writeback",
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
                              num_queues=settings.num_queues, queue_size=settings.queue_size,
-                             discard=settings.discard)
-    fragments = [(where, _text(element)) for where, element in disk_xml(disk, threads)]
+                             discard=settings.discard, iothreads=settings.iothreads,
+                             vq_groups=vq_groups(settings.vq_mapping))
+    parts = disk_xml(disk, threads)
+    pins = {key: getattr(settings, axis, None) for key, axis in
+            zip(("vcpu", "iothread", "main"), AFFINITY_AXES)}
+    tune = cputune_xml(vcpus=1, iothreads=threads,
+                       **{k: NUMA_CPUS if v == NUMA else v for k, v in pins.items()})
+    if tune is not None:
+        parts.insert(1 if threads else 0, ("<domain>", tune))
+        notes.append("<cputune>: libvirt pins the threads (sched_setaffinity, cgroups); "
+                     + ("one <vcpupin> per vCPU: write one for each of the VM's"
+                        if pins["vcpu"] else "unpinned threads stay where the host puts them"))
+    if NUMA in pins.values():
+        notes.append(f"{NUMA_CPUS}: the CPU list of the disk's NUMA node "
+                     "(/sys/block/DEV/device/numa_node, then "
+                     "/sys/devices/system/node/nodeN/cpulist)")
+    fragments = [(where, _text(element)) for where, element in parts]
     notes += image_notes(settings, "qemu-img or a storage pool volume")
     text = "\n".join(f"<!-- in {where} -->\n{xml}" for where, xml in fragments)
     return Pasted(text=text, notes=tuple(notes), fragments=tuple(fragments))
