@@ -53,6 +53,7 @@ def check_run(prepared: PreparedRun, keep: bool,
         check_cluster_load(suite, prepared.full)
     check_author(suite)
     check_chain_qemu(suite, prepared.full)
+    check_iothreads_qemu(prepared.full)
     check_libvirt_mapping(suite, prepared.full)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
@@ -138,6 +139,27 @@ def check_libvirt_mapping(suite: Suite, expansion: Expansion) -> None:
             f"(libvirtd at {uri})",
             hint="run on a host with libvirt 10.0+ and QEMU 9.0+ (Debian 13: 11.3 with 10.0), "
                  "or measure several IOThreads with [method] platform = \"qemu\"")
+
+
+def check_iothreads_qemu(expansion: Expansion,
+                         found: qemu_version.QemuVersion | None = None) -> None:
+    """Several IOThreads per disk (``iothreads``) refused in one line before anything runs
+    where this host's qemu-system-x86_64 (or ``found``) predates its controller's
+    ``iothread-vq-mapping`` (``qemu.version.IOTHREAD_VQ_MAPPING``: virtio-blk 9.0,
+    virtio-scsi 10.0), rather than every trial failing in QEMU's words."""
+    wanted = [c for c in expansion.configurations if c.mode == Mode.GUEST and c.iothreads]
+    if not wanted:
+        return
+    found = found or qemu_version.installed(BINARY[Mode.GUEST])
+    for config in wanted:
+        need = qemu_version.IOTHREAD_VQ_MAPPING.get(str(config.controller))
+        if found is not None and need is not None and found < need:
+            raise EnvironmentProblem(
+                f"iothreads = {config.iothreads} on {config.controller} needs QEMU "
+                f"{qemu_version.shown(need)} or later (its iothread-vq-mapping); "
+                f"{BINARY[Mode.GUEST]} here is {qemu_version.shown(found)}",
+                hint="run on a host with a newer QEMU (Debian 13 and Proxmox VE 9 ship 10.0), "
+                     "or leave iothreads out (one IOThread per disk)")
 
 
 def check_cluster_load(suite: Suite, expansion: Expansion) -> None:

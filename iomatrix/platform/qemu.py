@@ -43,6 +43,7 @@ import shlex
 from typing import Any, NamedTuple
 
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.vocab.axes import VQ_ROUND_ROBIN, vq_groups
 from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
                                         PlatformDefault, StorageGraph, backing_node, default,
                                         disk_kind, image_notes)
@@ -128,8 +129,51 @@ def iothread_id(holder: str) -> str:
     return f"iothread-{holder}"
 
 
+def iothread_ids(settings: DiskSettings, holder: str) -> list[str]:
+    """The IOThread objects a disk's device gets: none, one (``iothread-HOLDER``), or with
+    ``iothreads`` that many (``iothread-HOLDER-0``, ``-1``, ...)."""
+    if not settings.iothread:
+        return []
+    if (settings.iothreads or 1) == 1:
+        return [iothread_id(holder)]
+    return [f"{iothread_id(holder)}-{i}" for i in range(settings.iothreads)]
+
+
+def vq_mapping(settings: DiskSettings, ids: list[str]) -> list[dict[str, Any]] | None:
+    """QEMU's ``iothread-vq-mapping`` for a disk served by several IOThreads (``ids``): the
+    threads alone (QEMU deals the queues round-robin), or each with its queues (``vqs``);
+    None for one IOThread or none."""
+    if len(ids) < 2:
+        return None
+    groups = vq_groups(settings.vq_mapping)
+    if groups is None:
+        return [{"iothread": ident} for ident in ids]
+    return [{"iothread": ident, "vqs": list(queues)} for ident, queues in zip(ids, groups)]
+
+
+def mapping_text(mapping: Any) -> str:
+    """An ``iothread-vq-mapping`` (as given, or as QOM reads it back) in the words iomatrix
+    compares, whatever the threads are named: ``round-robin×N`` or the queues per thread
+    (``0,1:2,3``, the ``vq_mapping`` axis's form); "" for none."""
+    if not isinstance(mapping, list) or not mapping:
+        return ""
+    if not any(entry.get("vqs") for entry in mapping):
+        return f"{VQ_ROUND_ROBIN}×{len(mapping)}"
+    return ":".join(",".join(map(str, entry.get("vqs") or ())) for entry in mapping)
+
+
 def device(driver: str, ident: str, props: dict[str, str]) -> str:
     return ",".join([driver, f"id={ident}", *(f"{k}={v}" for k, v in props.items())])
+
+
+def json_device(driver: str, ident: str, props: dict[str, str],
+                mapping: list[dict[str, Any]] | None = None) -> str:
+    """A ``-device`` in JSON, the only syntax that can give ``iothread-vq-mapping`` (a list);
+    JSON is typed, so numbers go as numbers."""
+    typed: dict[str, Any] = {k: int(v) if v.isdigit() else v for k, v in props.items()}
+    if mapping is not None:
+        typed["iothread-vq-mapping"] = mapping
+    return json.dumps({"driver": driver, "id": ident, **typed}, separators=(",", ":"))
 
 
 def refusal(settings: DiskSettings) -> str | None:
@@ -232,8 +276,8 @@ def hub_options(settings: DiskSettings, layout: Layout) -> dict[str, str]:
     its caller's."""
     hub_type, hub_id = layout.hub
     hub: dict[str, str] = {}
-    if settings.iothread and hub_type != "vhost-user-blk-pci":
-        hub["iothread"] = iothread_id(hub_id)
+    if settings.iothread and hub_type != "vhost-user-blk-pci" and (settings.iothreads or 1) == 1:
+        hub["iothread"] = iothread_id(hub_id)   # several: iothread-vq-mapping (_hub_device)
     count, size = QUEUE_PROPERTIES.get(hub_type, ("num-queues", "queue-size"))
     if settings.num_queues:
         hub[count] = str(settings.num_queues)
@@ -255,16 +299,19 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage, version: object = 
     layout = LAYOUTS[kind]
     hub = hub_options(settings, layout)
     argv = [a for obj in _objects(image) for a in ("-object", obj)]
-    if settings.iothread:
-        argv += ["-object", f"iothread,id={iothread_id(layout.hub[1])}"]
+    for ident in iothread_ids(settings, layout.hub[1]):
+        argv += ["-object", f"iothread,id={ident}"]
     for node in _blockdevs(settings, image):
         argv += ["-blockdev", node]
     disk = {"drive": FORMAT_NODE, "write-cache": on_off(cache_flags(settings).writeback)}
     if layout.disk == "scsi-hd":
         disk = {"bus": f"{layout.controller_id}.0", "channel": "0", "scsi-id": "0",
                 "lun": "0"} | disk
-        return argv + ["-device", device(layout.controller, layout.controller_id, hub),
-                       "-device", device(layout.disk, layout.disk_id, disk)]
+        controller = _hub_device(settings, layout.controller, layout.controller_id, hub)
+        scsi = device(layout.disk, layout.disk_id, disk)
+        if controller.startswith("{"):   # QEMU 7.2 makes JSON devices after the others: one
+            scsi = json_device(layout.disk, layout.disk_id, disk)   # syntax keeps their order
+        return argv + ["-device", controller, "-device", scsi]
     if kind == "sata":
         argv += ["-device", f"ahci,id={layout.controller_id}"]
         disk = {"bus": f"{layout.controller_id}.0"} | disk
@@ -272,7 +319,16 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage, version: object = 
         disk = {"bus": "ide.0", "unit": "0"} | disk   # the PIIX controller of machine pc
     elif kind == "nvme":
         disk = {"serial": NVME_SERIAL} | disk
-    return argv + ["-device", device(layout.disk, layout.disk_id, disk | hub)]
+    return argv + ["-device", _hub_device(settings, layout.disk, layout.disk_id, disk | hub)]
+
+
+def _hub_device(settings: DiskSettings, driver: str, ident: str, props: dict[str, str]) -> str:
+    """The device holding the disk's IOThreads: with several, in JSON with its
+    ``iothread-vq-mapping``; otherwise as every other ``-device`` line."""
+    mapping = vq_mapping(settings, iothread_ids(settings, ident))
+    if mapping is None:
+        return device(driver, ident, props)
+    return json_device(driver, ident, props, mapping)
 
 
 def storage_graph(settings: DiskSettings, image: DiskImage, version: object = None) -> StorageGraph:

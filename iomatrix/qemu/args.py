@@ -33,7 +33,8 @@ from iomatrix.core.errors import InvalidCombination
 from iomatrix.platform import PLATFORMS, platform_version
 from iomatrix.platform import libvirt as lv
 from iomatrix.platform.qemu import (FILE_NODE, FORMAT_NODE, LAYOUTS, QUEUE_PROPERTIES,
-                                    cache_flags, device, hub_options, iothread_id)
+                                    cache_flags, device, hub_options, iothread_id, iothread_ids,
+                                    mapping_text, vq_mapping)
 from iomatrix.platform.settings import DiskImage, disk_kind
 from iomatrix.qemu.blockdev import (THROTTLE_NODE, daemon_graph, expected_node_flags,
                                    nodes_by_role, throttle_flags)
@@ -199,8 +200,11 @@ def expected_guest_settings(config: Configuration, *, vcpus: int, platform: Plat
     out["device.type"] = layout.disk
     out["controller.type"] = layout.controller
     in_guest = bool(config.iothread) and hub_type in _IOTHREAD_HOLDERS
-    out["device.iothread"] = (shape.iothread or iothread_id(hub_id)) if in_guest else ""
-    out["iothreads"] = "1" if in_guest else "0"
+    several = vq_mapping(config, iothread_ids(config, hub_id)) if in_guest else None
+    out["device.iothread"] = (shape.iothread or iothread_id(hub_id)) if in_guest and not several else ""
+    out["iothreads"] = str(len(several)) if several else "1" if in_guest else "0"
+    if several:
+        out["device.iothread-vq-mapping"] = mapping_text(several)
     count, size = QUEUE_PROPERTIES.get(hub_type, ("", ""))
     if count:
         default = NVME_DEFAULT_IOQPAIRS if hub_type == "nvme" else vcpus
@@ -243,6 +247,8 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
         gets = [("memory.share", f"/objects/{MEMORY_BACKEND}", "share")]
     if types.get(hub) in _IOTHREAD_HOLDERS:
         gets.append(("device.iothread", hub, "iothread"))
+        if len(iothreads) > 1:   # the property is QEMU 9.0's (virtio-scsi: 10.0's)
+            gets.append(("device.iothread-vq-mapping", hub, "iothread-vq-mapping"))
     for key, prop in zip(("device.num-queues", "device.queue-size"),
                          QUEUE_PROPERTIES.get(types.get(hub, ""), ("", ""))):
         if prop:
@@ -250,8 +256,16 @@ def read_guest_settings(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str,
     values = qmp_execute(qmp_socket, [
         ("qom-get", {"path": obj if obj.startswith("/") else f"/machine/peripheral/{obj}",
                      "property": prop}) for _, obj, prop in gets], timeout=timeout)
-    out.update((key, _qom_text(value)) for (key, _, _), value in zip(gets, values))
+    out.update((key, mapping_text(value) if prop == "iothread-vq-mapping" else _qom_text(value))
+               for (key, _, prop), value in zip(gets, values))
     return out
+
+
+def read_iothread_ids(qmp_socket: Path, *, timeout: float = 10.0) -> dict[str, int]:
+    """The guest's IOThreads (``query-iothreads``): id → host thread id, for what reads their
+    threads in /proc (their CPU affinity, where they ran)."""
+    iothreads, = qmp_execute(qmp_socket, [("query-iothreads", None)], timeout=timeout)
+    return {str(t["id"]): int(t["thread-id"]) for t in iothreads}
 
 
 BLOCKSTATS = ("rd_operations", "wr_operations", "rd_bytes", "wr_bytes", "flush_operations")

@@ -23,6 +23,12 @@ DISCARD_NO_UNREF: QemuVersion = (8, 1, 0)
 chain sets it on every qcow2 node (``iomatrix.platform.proxmox.blockdev``): an older QEMU
 refuses the graph (``'file.backing.discard-no-unref' is unexpected``)."""
 
+IOTHREAD_VQ_MAPPING: dict[str, QemuVersion] = {
+    "virtio-blk": (9, 0, 0), "virtio-scsi": (10, 0, 0), "virtio-scsi-single": (10, 0, 0)}
+"""The QEMU whose device first took ``iothread-vq-mapping`` (several IOThreads serving one
+disk's queues), by controller: virtio-blk-pci from 9.0, virtio-scsi-pci from 10.0; an older
+QEMU refuses the property (``Property 'virtio-blk-pci.iothread-vq-mapping' not found``)."""
+
 _VERSION = re.compile(r"version (\d+)\.(\d+)(?:\.(\d+))?")
 
 

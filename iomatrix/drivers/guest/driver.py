@@ -43,7 +43,7 @@ from iomatrix.drivers.versions import method_versions
 from iomatrix.platform import libvirt as lv
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
-                                vhost_daemon_argv, vhost_num_queues)
+                                read_iothread_ids, vhost_daemon_argv, vhost_num_queues)
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.method import Method
@@ -235,6 +235,7 @@ class GuestDriver(Driver):
         """What QEMU applied (query-block, query-iothreads, qom-get) and the guest sees."""
         try:
             seen = read_guest_settings(guest.qmp_socket)
+            threads = read_iothread_ids(guest.qmp_socket)
             want = expected_guest_settings(config, vcpus=self.method.vcpus,
                                            platform=self.method.platform,
                                            pve_version=self.method.pve_version,
@@ -251,6 +252,8 @@ class GuestDriver(Driver):
                  for key, value in want.items() if seen.get(key) != value]
         if self.libvirt is not None:
             seen["libvirt.version"] = self.libvirt.label
+        if threads:
+            seen["iothreads.thread-ids"] = ",".join(f"{k}={v}" for k, v in threads.items())
         applied = seen | {"accel": self.accelerator, "guest.disk": disk.name,
                           "guest.queues": str(disk.queues), "guest.scheduler": disk.scheduler,
                           "guest.rotational": "1" if disk.rotational else "0",
