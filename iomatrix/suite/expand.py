@@ -17,8 +17,8 @@ from iomatrix.suite.jobfiles import workload_groups
 from iomatrix.suite.matrix import REFERENCE_AXES, Matrix
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
-from iomatrix.vocab.axes import (AXES, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS, MODE_AXES,
-                                 vq_groups)
+from iomatrix.vocab.axes import (AXES, BY_NAME, CONFIG_AXES, DIRECT_CACHES, IOTHREAD_CONTROLLERS,
+                                 MODE_AXES, vq_groups)
 from iomatrix.vocab.words import Accelerator, Mode
 
 MAX_TRIALS = 1_000_000
@@ -406,8 +406,10 @@ def _expand_part(suite: Suite, mode: str, matrix: Matrix, where: str,
         values = getattr(matrix, axis)
         default = Matrix.model_fields[axis].default
         if axis not in used and values != default and values is not None:
+            why = BY_NAME[axis].blocklayer if mode == Mode.BLOCKLAYER else ""
             notes.append(f"{where} {axis} is ignored in {mode} mode "
-                         f"(values {', '.join(map(shown, values))} not used)")
+                         f"(values {', '.join(map(shown, values))} not used)"
+                         + (f": {why}" if why else ""))
     if mode == Mode.BLOCKLAYER:
         why = ""
         if qemu is not None and qemu < NBD_IOTHREAD_SURVIVES_FROM:

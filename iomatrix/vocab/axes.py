@@ -71,7 +71,8 @@ class Axis:
     """How a configuration's label shows a level: CORE (one of its ``/``-joined words), or a
     function of the level giving the words appended (empty where nothing shows)."""
     blocklayer: str = ""
-    """Its meaning in blocklayer mode (qemu-storage-daemon, no guest); empty where it has none."""
+    """Its meaning in blocklayer mode (qemu-storage-daemon, no guest), or for an axis that mode
+    does not honour, why (the note that it is ignored says so); empty where it has none."""
     faithful_in_blocklayer: bool = False
     """Blocklayer mode measures it as a guest has it: a claim on it is checked there too."""
     what: str = ""
@@ -126,6 +127,9 @@ AXES: tuple[Axis, ...] = (
          what="a dedicated event-loop thread for the disk, off QEMU's main loop"),
     Axis("iothreads", int, (Mode.GUEST,), PLATFORMS_ALL, label=_named("×{}", (None, 1)),
          unset=1, optional=True,
+         blocklayer="qemu-storage-daemon's exports take one IOThread each before QEMU 10.1 "
+                    "(block-export-add's list of IOThreads, which NBD and vhost-user-blk exports "
+                    "refuse): iomatrix gives each export one",
          what="IOThreads serving the disk's queues (QEMU's iothread-vq-mapping; with iothread "
               "on): queues spread over several event loops"),
     Axis("vq_mapping", str, (Mode.GUEST,), PLATFORMS_ALL, label=_named(" vq={}"),
