@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.store.repo import Store
-from tests.conftest import PVEVERSION, cli_result, our_processes, standin
+from tests.conftest import BOOT_TIMEOUT, PVEVERSION, cli_result, our_processes, standin
 
 STANDINS = Path(__file__).parents[1] / "fixtures" / "standins"
 STORAGE_CFG = """\
@@ -121,8 +121,7 @@ samples = 1
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-{body}""")
+{BOOT_TIMEOUT}{body}""")
     return path
 
 

@@ -26,7 +26,7 @@ from iomatrix.suite.target import Target
 from iomatrix.targets.btrfs import BtrfsKind, BtrfsWorkspace, nocow
 from iomatrix.targets.kind import Probe
 from iomatrix.targets.network import resolve_storage
-from tests.conftest import cli_result
+from tests.conftest import BOOT_TIMEOUT, cli_result
 from tests.needs import lacking
 
 
@@ -116,8 +116,7 @@ samples = 1
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-"""
+""" + BOOT_TIMEOUT
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from iomatrix.suite.model import Target
 from iomatrix.targets import lvm, volumes
 from iomatrix.targets.kind import Probe
 from iomatrix.targets.registry import RESOURCES
-from tests.conftest import cli_result, our_processes
+from tests.conftest import BOOT_TIMEOUT, cli_result, our_processes
 from tests.lvm import LvmStandin, lvm_standin as _lvm_standin
 from tests.needs import needs
 
@@ -75,8 +75,7 @@ samples = 1
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-""")
+{BOOT_TIMEOUT}""")
     return path
 
 

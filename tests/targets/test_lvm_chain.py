@@ -30,7 +30,7 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Target
 from iomatrix.targets.lvm import LvmKind
 from iomatrix.targets.lvmchain import ChainTarget
-from tests.conftest import cli_result, our_processes
+from tests.conftest import BOOT_TIMEOUT, cli_result, our_processes
 from tests.lvm import LvmStandin, lvm_standin as _lvm_standin
 from tests.needs import needs
 
@@ -169,8 +169,7 @@ samples = 1
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-""")
+{BOOT_TIMEOUT}""")
     return path
 
 

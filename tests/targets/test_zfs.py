@@ -27,7 +27,7 @@ from iomatrix.suite.volumes import ZfsTarget, dataset_name, volblocksize_bytes, 
 from iomatrix.targets import zfs
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.volumes import owner_tag
-from tests.conftest import IOMATRIX, cli_result
+from tests.conftest import BOOT_TIMEOUT, IOMATRIX, cli_result
 from tests.needs import lacking, needs
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "standins" / "zfs"
@@ -265,8 +265,7 @@ samples = 1
 accel = "tcg"
 vcpus = 1
 memory = "384MiB"
-boot_timeout = "90s"
-""")
+{BOOT_TIMEOUT}""")
     return path
 
 
