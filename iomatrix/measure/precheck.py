@@ -146,18 +146,18 @@ def check_iothreads_qemu(expansion: Expansion,
     """Several IOThreads per disk (``iothreads``) refused in one line before anything runs
     where this host's qemu-system-x86_64 (or ``found``) predates its controller's
     ``iothread-vq-mapping`` (``qemu.version.IOTHREAD_VQ_MAPPING``: virtio-blk 9.0,
-    virtio-scsi 10.0), rather than every trial failing in QEMU's words."""
+    virtio-scsi 10.0), rather than every trial failing in QEMU's words. A suite that sets
+    skip_invalid has them skipped with that reason instead (``measure.prepare``)."""
     wanted = [c for c in expansion.configurations if c.mode == Mode.GUEST and c.iothreads]
     if not wanted:
         return
     found = found or qemu_version.installed(BINARY[Mode.GUEST])
     for config in wanted:
-        need = qemu_version.IOTHREAD_VQ_MAPPING.get(str(config.controller))
-        if found is not None and need is not None and found < need:
+        refused = qemu_version.mapping_refusal(str(config.controller), config.iothreads, found,
+                                               BINARY[Mode.GUEST])
+        if refused is not None:
             raise EnvironmentProblem(
-                f"iothreads = {config.iothreads} on {config.controller} needs QEMU "
-                f"{qemu_version.shown(need)} or later (its iothread-vq-mapping); "
-                f"{BINARY[Mode.GUEST]} here is {qemu_version.shown(found)}",
+                refused,
                 hint="run on a host with a newer QEMU (Debian 13 and Proxmox VE 9 ship 10.0), "
                      "or leave iothreads out (one IOThread per disk)")
 

@@ -34,6 +34,8 @@ from iomatrix.measure import pvestorage
 from iomatrix.measure.pvehost import PveHost, on_host
 from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import parse_storage_cfg
+from iomatrix.appliance.probe import QEMU_BINARY
+from iomatrix.qemu import version as qemu_version_of
 from iomatrix.qemu.version import installed as qemu_version
 from iomatrix.store.location import location_author, parse_location
 from iomatrix.store.records import StoredRun
@@ -47,7 +49,7 @@ from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.registry import kind_of
 from iomatrix.targets.targets import TargetPlan, plan_targets
-from iomatrix.vocab.words import RunStatus, TrialStatus
+from iomatrix.vocab.words import Mode, RunStatus, TrialStatus
 
 MAX_CHOSEN = 2000
 """The note of a storage chosen is kept to this many characters (``StorageOrigin.chosen``)."""
@@ -156,6 +158,7 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
     targets = plan_targets(suite)
     full = expand(suite, qemu=qemu_version()).without_targets({t.name: str(t.problem) for t in targets
                                           if t.problem is not None and not t.required})
+    full = full.without_configurations(_beyond_this_qemu(suite, full))
     given = seed if seed is not None else suite.method.seed
     asked = accel or suite.method.accel
     ioping = find_ioping() if any(w.ioping for w in full.workloads) else None
@@ -163,6 +166,23 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
                        expansion=full.for_accel(asked),
                        seed=secrets.randbelow(2**31) if given is None else given,
                        drawn=given is None, ioping=ioping, host_notes=host_notes)
+
+
+def _beyond_this_qemu(suite: Suite, expansion: Expansion) -> dict[str, str]:
+    """Configuration key → why this host's QEMU cannot run it, for a suite that sets
+    skip_invalid (in [matrix] or a part): several IOThreads per disk before the controller's
+    iothread-vq-mapping (``qemu.version.mapping_refusal``). Such a suite measures the rest, each
+    skipped configuration named in the notes; without skip_invalid the precheck refuses the
+    run in one line."""
+    if not any(m.skip_invalid for m in (suite.matrix, *suite.part)):
+        return {}
+    wanted = [c for c in expansion.configurations if c.mode == Mode.GUEST and c.iothreads]
+    if not wanted:
+        return {}
+    found = qemu_version(QEMU_BINARY)
+    refused = {c.key: qemu_version_of.mapping_refusal(str(c.controller), c.iothreads, found,
+                                                      QEMU_BINARY) for c in wanted}
+    return {key: f"{why}: not measured here" for key, why in refused.items() if why}
 
 
 def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = None,

@@ -29,6 +29,20 @@ IOTHREAD_VQ_MAPPING: dict[str, QemuVersion] = {
 disk's queues), by controller: virtio-blk-pci from 9.0, virtio-scsi-pci from 10.0; an older
 QEMU refuses the property (``Property 'virtio-blk-pci.iothread-vq-mapping' not found``)."""
 
+
+
+def mapping_refusal(controller: str, iothreads: int, found: QemuVersion | None,
+                    binary: str = "qemu-system-x86_64") -> str | None:
+    """Why QEMU ``found`` cannot give a ``controller`` disk ``iothreads`` IOThreads (its
+    ``iothread-vq-mapping`` came later: ``IOTHREAD_VQ_MAPPING``), or None when it can or its
+    version is unknown."""
+    need = IOTHREAD_VQ_MAPPING.get(controller)
+    if found is None or need is None or found >= need:
+        return None
+    return (f"iothreads = {iothreads} on {controller} needs QEMU {shown(need)} or later (its "
+            f"iothread-vq-mapping); {binary} here is {shown(found)}")
+
+
 _VERSION = re.compile(r"version (\d+)\.(\d+)(?:\.(\d+))?")
 
 

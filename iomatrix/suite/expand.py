@@ -75,6 +75,22 @@ class Expansion(Frozen):
             "notes": (*self.notes, *(f"target {name} is not measured: {why}"
                                      for name, why in dropped.items()))})
 
+    def without_configurations(self, dropped: dict[str, str]) -> "Expansion":
+        """The expansion without the configurations ``dropped`` (key → why), each skipped with
+        its reason as ``skip_invalid`` skips a combination QEMU refuses: those this host's
+        QEMU cannot run (``measure.prepare``: several IOThreads per disk before 9.0/10.0)."""
+        if not dropped:
+            return self
+        gone = [c for c in self.configurations if c.key in dropped]
+        return self.model_copy(update={
+            "configurations": tuple(c for c in self.configurations if c.key not in dropped),
+            "only": None if self.only is None else tuple(p for p in self.only
+                                                         if p[0] not in dropped),
+            "under_tcg": tuple(r for r in self.under_tcg if r[0] not in dropped),
+            "skipped": (*self.skipped, *(Skipped(configuration=c, reason=dropped[c.key])
+                                         for c in gone)),
+            "notes": (*self.notes, *(f"skipped {c.key}: {dropped[c.key]}" for c in gone))})
+
     def on_node(self, node: str) -> "Expansion":
         """The expansion as ``node`` measures it in a cluster run: every configuration keyed
         with its node (``Configuration.node``), so that the nodes' trials are told apart."""

@@ -32,7 +32,7 @@ def full(name: str):  # type: ignore[no-untyped-def]
 # -- every suite, every scale -------------------------------------------------------------------
 
 def test_the_five_studies_are_built_in_with_quick_and_full_scales() -> None:
-    assert set(STUDIES) | {"quick"} == set(builtin_suites())
+    assert set(STUDIES) | {"quick", "iothreads"} == set(builtin_suites())
     for name, seed in STUDIES.items():
         suite = load_suite(name)
         assert [s.name for s in suite.scales] == ["full", "quick"], name
