@@ -71,6 +71,17 @@ class Reference(Frozen):
     """The disk's queues; 0: QEMU's default."""
     queue_size: int = Field(default=0, ge=0, le=65535)
     """The disk's virtqueue size; 0: QEMU's default."""
+    iothreads: int | None = Field(default=None, ge=2, le=64)
+    """IOThreads serving the disk's queues, where the file gives it two or more (libvirt's
+    ``<driver><iothreads>``, a Proxmox VE ``args:`` disk); None: one or none."""
+    vq_mapping: Annotated[str, Field(max_length=200, pattern=VQ_MAPPING_PATTERN)] | None = None
+    """Their explicit queue mapping; None: round-robin."""
+    vcpu_affinity: CpuSet | None = None
+    """The host CPUs the VM's vCPUs are pinned to (``<cputune>``, Proxmox VE's ``affinity``)."""
+    iothread_affinity: CpuSet | None = None
+    """The host CPUs the disk's IOThreads are pinned to."""
+    main_affinity: CpuSet | None = None
+    """The host CPUs QEMU's main loop is pinned to."""
     notes: tuple[Printable, ...] = ()
     """What the file sets that iomatrix does not reproduce, or reads as a default."""
 

@@ -24,7 +24,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.platform import proxmox as pve
 from iomatrix.translate.vm import NOT_A_DISK, DiskTranslation, Translation, translate
 from iomatrix.suite.load import suite_file, with_tables
-from iomatrix.vocab.axes import CONTROLLERS, Aio, Cache, Format
+from iomatrix.vocab.axes import AFFINITY_AXES, CONTROLLERS, Aio, Cache, Format
 from iomatrix.suite.matrix import Reference
 from iomatrix.suite.model import Suite
 from iomatrix.vocab.words import Mode
@@ -136,4 +136,5 @@ def _reference(result: Translation, disk: DiskTranslation, mode: str, where: str
         iothread=bool(values.get("iothread")), cache=values["cache"], format=values["format"],
         discard=values.get("discard"),
         num_queues=values.get("num_queues") or 0, queue_size=values.get("queue_size") or 0,
+        **{k: values.get(k) for k in ("iothreads", "vq_mapping", *AFFINITY_AXES)},
         notes=disk.notes)

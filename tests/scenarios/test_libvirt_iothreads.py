@@ -8,6 +8,7 @@ sets as configuration values."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -19,8 +20,12 @@ from iomatrix.platform import libvirt as lv
 from iomatrix.platform.libvirt.defaults import NUMA_CPUS, _text
 from iomatrix.suite.configuration import Configuration
 from iomatrix.store import Store
+from iomatrix.targets.workspace import Image
 from iomatrix.translate.vm import translate
 from iomatrix.cli.status import ExitStatus
+from iomatrix.core import cpuset
+from iomatrix.core.owner import this_process
+from iomatrix.drivers.guest import free_port
 from tests.conftest import cli_result, write_suite
 from tests.needs import needs
 from tests.scenarios.test_libvirt import SLOW_LIBVIRT, URI, _disk_arguments
@@ -174,3 +179,56 @@ platform = "libvirt"
     if (tmp_path / "r.db").exists():
         with Store(tmp_path / "r.db") as store:
             assert store.list_runs() == []
+
+
+def _allowed(pid: int, tid: int) -> str:
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return next(line.split(":", 1)[1].strip() for line in status.splitlines()
+                if line.startswith("Cpus_allowed_list:"))
+
+
+@needs("libvirt")
+@SLOW_LIBVIRT
+@pytest.mark.slow
+def test_cputune_pins_the_threads_as_proc_shows(tmp_path: Path) -> None:
+    """The domain iomatrix's libvirt driver writes for a configuration's CPU sets, started
+    paused by the real libvirtd: each vCPU thread, the IOThread and QEMU's main thread allowed
+    on the CPUs asked (/proc's Cpus_allowed_list), none on the others."""
+    online = cpuset.online()
+    if len(online) < 2:
+        pytest.skip("needs two online CPUs to tell the pins apart")
+    first, second = sorted(online)[:2]
+    config = Configuration(mode="guest", controller="virtio-blk", aio="threads", cache="none",
+                           format="raw", preallocation="off", iothread=True,
+                           vcpu_affinity=str(first), iothread_affinity=str(second),
+                           main_affinity=str(second))
+    image = tmp_path / "d.raw"
+    image.write_bytes(b"\0" * (1 << 20))
+    name = f"iomatrix-t-p{os.getpid()}-b1-vm7"
+    text = lvd.domain_xml(lvd.DomainSpec(
+        name=name, config=config,
+        image=Image(path=image, format="raw", preallocation="off", size=1 << 20),
+        kernel=tmp_path / "k", initrd=tmp_path / "i", cmdline="", accel="tcg",
+        vcpus=2, memory_bytes=256 << 20, console=tmp_path / "console.log",
+        qmp_socket=tmp_path / "qmp", host_port=free_port(), owner=this_process(), run="t"))
+    root = ET.fromstring(text)              # started paused: nothing to boot, no kernel needed
+    os_el = root.find("os")
+    assert os_el is not None
+    for tag in ("kernel", "initrd", "cmdline"):
+        os_el.remove(os_el.find(tag))  # type: ignore[arg-type]
+    xml = tmp_path / "domain.xml"
+    xml.write_text(ET.tostring(root, encoding="unicode"))
+    try:
+        lvd.virsh(URI, "create", str(xml), "--paused", timeout=lvd.PROBE_TIMEOUT)
+        pid = int((lvd.RUN_DIR / f"{name}.pid").read_text().strip())
+        names = {int(t.name): (t / "comm").read_text().strip()
+                 for t in Path(f"/proc/{pid}/task").iterdir()}
+        vcpus = [tid for tid, comm in names.items() if comm.startswith("CPU ")]
+        threads = [tid for tid, comm in names.items() if comm == "IO iothread1"]
+        assert len(vcpus) == 2 and len(threads) == 1, names
+        assert {_allowed(pid, t) for t in vcpus} == {str(first)}
+        assert _allowed(pid, threads[0]) == str(second)
+        assert _allowed(pid, pid) == str(second)        # the main loop: <emulatorpin>
+    finally:
+        lvd.destroy(URI, name)
+    assert name not in lvd.leftover_domains(URI)

@@ -267,3 +267,46 @@ def test_run_resume_show_recommend_without_the_file(tmp_path: Path, no_leftovers
     data = build_report_data(run)
     assert any(c.label.endswith(YOUR_VM) for c in data.configs)
     assert all(r.yours.startswith("your VM (100.conf virtio0)") for r in data.recommendations)
+
+
+def test_iothreads_mapping_and_pins_become_the_reference(tmp_path: Path) -> None:
+    """A libvirt domain whose disk has two IOThreads with its queues mapped and whose threads
+    are pinned (<cputune>), and a Proxmox VE VM with affinity: the reference carries them, and
+    so does the configuration that measures it."""
+    from iomatrix.suite.expand import reference_configuration
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "db.xml").write_text("""<domain type='kvm'><name>db</name>
+      <vcpu placement='static'>4</vcpu><iothreads>2</iothreads>
+      <cputune><vcpupin vcpu='0' cpuset='2'/><vcpupin vcpu='1' cpuset='3'/>
+        <vcpupin vcpu='2' cpuset='2-3'/><vcpupin vcpu='3' cpuset='2,3'/>
+        <emulatorpin cpuset='0'/>
+        <iothreadpin iothread='1' cpuset='1'/><iothreadpin iothread='2' cpuset='1'/></cputune>
+      <os><type arch='x86_64' machine='q35'>hvm</type></os><devices>
+      <disk type='block' device='disk'>
+        <driver name='qemu' type='raw' cache='none' io='native' queues='4'>
+          <iothreads><iothread id='1'><queue id='0'/><queue id='2'/></iothread>
+            <iothread id='2'><queue id='1'/><queue id='3'/></iothread></iothreads></driver>
+        <source dev='/dev/vg/db'/><target dev='vda' bus='virtio'/></disk></devices></domain>""")
+    (folder / "100.conf").write_text("affinity: 4-5,7\nscsihw: virtio-scsi-single\n"
+                                     "scsi0: local-lvm:vm-100-disk-0,iothread=1,queues=2\n")
+    body = MATRIX.format(file="db.xml", disk="", method="").replace(
+        'mode = "blocklayer"', 'mode = "guest"')
+    suite = resolve_vm(load_suite(write_suite(folder, body, size="16MiB",
+                                              target=tmp_path / "target")))
+    ref = suite.matrix.reference
+    assert ref is not None
+    # the vCPUs' pins differ: not one set, named; the IOThreads' and the main loop's are one
+    assert (ref.iothreads, ref.vq_mapping, ref.num_queues) == (2, "0,2:1,3", 4)
+    assert (ref.vcpu_affinity, ref.iothread_affinity, ref.main_affinity) == (None, "1", "0")
+    assert any("vCPUs are pinned unevenly" in n for n in ref.notes)
+    config = reference_configuration(suite)
+    assert config is not None
+    assert (config.iothreads, config.vq_mapping, config.iothread_affinity,
+            config.main_affinity) == (2, "0,2:1,3", "1", "0")
+    pve_body = MATRIX.format(file="100.conf", disk="", method="")
+    pve_suite = resolve_vm(load_suite(write_suite(folder, pve_body, name="p", size="16MiB",
+                                                  target=tmp_path / "target")))
+    pref = pve_suite.matrix.reference
+    assert pref is not None and pref.num_queues == 2
+    assert {pref.vcpu_affinity, pref.iothread_affinity, pref.main_affinity} == {"4-5,7"}
