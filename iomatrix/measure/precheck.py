@@ -53,8 +53,8 @@ def check_run(prepared: PreparedRun, keep: bool,
         check_cluster_load(suite, prepared.full)
     check_author(suite)
     check_chain_qemu(suite, prepared.full)
+    check_libvirt_mapping(suite, prepared.full)   # libvirtd's own answer first: its QEMU runs
     check_iothreads_qemu(prepared.full)
-    check_libvirt_mapping(suite, prepared.full)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
