@@ -356,6 +356,9 @@ def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pas
     argv = guest_disk_argv(settings, DiskImage(path=path))
     lines = [" ".join(shlex.quote(a) for a in argv[i:i + 2]) for i in range(0, len(argv), 2)]
     notes = image_notes(settings, "qemu-img create")
+    if (settings.iothreads or 1) > 1:
+        notes.append("iothread-vq-mapping (several IOThreads) needs QEMU 9.0 for virtio-blk, "
+                     "10.0 for virtio-scsi")
     if path.startswith("/dev/"):
         notes.append('for a block device, write "driver":"host_device" instead of "file"')
     return Pasted(text=" \\\n".join(lines), notes=tuple(notes), argv=tuple(argv))
