@@ -207,10 +207,6 @@ def iothreads_reason(config: Configuration) -> str | None:
     if disk_kind(config) not in IOTHREAD_CONTROLLERS:   # vhost-user-blk: the daemon's queues
         return ("Property 'vhost-user-blk-pci.iothread-vq-mapping' not found (the "
                 "qemu-storage-daemon serves vhost-user-blk's queues, with one IOThread)")
-    if config.num_queues and config.num_queues < threads:
-        return (f"iothreads = {threads} with num_queues = {config.num_queues}: "
-                f"{threads - config.num_queues} IOThread(s) would serve no queue (QEMU accepts "
-                "it; the configuration measures fewer threads than it names)")
     groups = vq_groups(mapping)
     if groups is None:
         return None

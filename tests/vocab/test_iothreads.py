@@ -76,8 +76,6 @@ def test_one_thread_and_round_robin_are_the_unset_levels() -> None:
     ('iothreads = 2\ndata_path = "vhost-user-blk"', "virtio-blk",
      "Property 'vhost-user-blk-pci.iothread-vq-mapping' not found"),
     ('vq_mapping = "0:1"\nnum_queues = 2', "virtio-blk", "vq_mapping needs iothreads"),
-    ("iothreads = 4\nnum_queues = 2", "virtio-scsi", "iothreads = 4 with num_queues = 2: 2 "
-                                                     "IOThread(s) would serve no queue"),
 ])
 def test_refused_in_one_line(matrix: str, controller: str, reason: str) -> None:
     text = matrix if "iothread =" in matrix else "iothread = true\n" + matrix
