@@ -7,6 +7,7 @@ kernel as a set of integers (``os.sched_setaffinity``) or as text this module wr
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -66,19 +67,49 @@ def online(root: Path = SYS) -> frozenset[int]:
 
 def device_node(device: str, root: Path = SYS) -> int | None:
     """The NUMA node of block device ``device`` (a name such as ``sda`` or ``nvme0n1``, or a
-    partition's: its disk's node), or None when it has none (a loop device, a virtual disk
-    without NUMA, a node of -1)."""
+    partition's: its disk's node; a device-mapper or md device's: its first component's), as
+    the nearest of its device's ancestors states it, or None when none does (a loop device, a
+    virtual disk without NUMA, a node of -1)."""
+    block = disk_dir(device, root)
+    for _ in range(4):          # dm over dm over a partition: deep enough
+        if block is None:
+            return None
+        node = _nearest(block / "device", "numa_node")
+        if node is not None:
+            with contextlib.suppress(OSError, ValueError):
+                value = int(node.read_text().strip())
+                return value if value >= 0 else None
+            return None
+        slaves = sorted((block / "slaves").iterdir()) if (block / "slaves").is_dir() else []
+        block = disk_dir(slaves[0].name, root) if slaves else None
+    return None
+
+
+def disk_dir(device: str, root: Path = SYS) -> Path | None:
+    """/sys/class/block/NAME resolved, a partition's disk for a partition; None when ``device``
+    (a name or a /dev path) is not a block device's."""
     name = Path(device).name
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+    if not re.fullmatch(r"[A-Za-z0-9._:-]+", name):
         return None
     block = root / "class/block" / name
-    if (block / "partition").exists():
-        block = block.resolve().parent
-    try:
-        node = int((block / "device/numa_node").read_text().strip())
-    except (OSError, ValueError):
+    if not block.exists():
         return None
-    return node if node >= 0 else None
+    block = block.resolve()
+    return block.parent if (block / "partition").exists() else block
+
+
+def _nearest(start: Path, name: str) -> Path | None:
+    """``name`` in ``start`` (a device directory, resolved) or its nearest ancestor that has it,
+    below /sys/devices."""
+    try:
+        here = start.resolve(strict=True)
+    except OSError:
+        return None
+    while here.name and here.name != "devices":
+        if (here / name).exists():
+            return here / name
+        here = here.parent
+    return None
 
 
 def node_cpus(node: int, root: Path = SYS) -> frozenset[int]:

@@ -28,6 +28,7 @@ from iomatrix.core.errors import ToolFailed, TrialFailed
 from iomatrix.core.mounts import force_unmount, is_mounted
 from iomatrix.core.proc import log_tail, managed, reaper, require, wait_for
 from iomatrix.platform import libvirt as lv
+from iomatrix.qemu.affinity import Pinning
 from iomatrix.qemu.args import export_writethrough, storage_daemon_argv
 from iomatrix.qemu.blockdev import daemon_graph, expected_daemon_graph, nodes_by_role
 from iomatrix.qemu.escape import qemu_escape
@@ -70,8 +71,11 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
 class BlocklayerSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
                  argv: list[str], pid: int, nodes: dict[str, str], engine: str,
-                 expected: dict[str, str] | None = None, qemu: QemuVersion | None = None) -> None:
+                 expected: dict[str, str] | None = None, qemu: QemuVersion | None = None,
+                 pinning: Pinning | None = None) -> None:
         super().__init__(config, images)
+        self.pinning = pinning or Pinning.start(config, None)
+        """The daemon's main loop and IOThreads pinned, and fio's CPUs (``vcpu_affinity``)."""
         self.workdir = workdir
         self.argv = argv
         self.pid = pid
@@ -86,14 +90,18 @@ class BlocklayerSession(Session):
     def fio_target(self) -> dict[str, str]:
         if self.config.iothread:
             return {"ioengine": self.engine, "direct": "1",
-                    "filename": str(self.workdir / "fuse.img"), "size": str(self.image.size)}
-        return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={self.workdir / 'nbd.sock'}"}
+                    "filename": str(self.workdir / "fuse.img"), "size": str(self.image.size),
+                    **self.pinning.fio_options()}
+        return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={self.workdir / 'nbd.sock'}",
+                **self.pinning.fio_options()}
 
     def new_trial(self) -> None:
         self.seen = None
+        self.pinning.new_trial()
 
     def observe(self, fio_pid: int) -> None:
         self._look()
+        self.pinning.observe_fio(fio_pid)
 
     def check_trial(self, result: FioResult, workload: Workload) -> None:
         """Look at the daemon again now that fio's I/O is done: from QEMU 9.0 on the aio ring
@@ -129,12 +137,13 @@ class BlocklayerSession(Session):
         if seen is not None:
             out["aio"] = seen.aio
             out["aio.evidence"] = seen.evidence
-        return out
+        return out | self.pinning.applied()
 
     def mismatches(self) -> list[str]:
         wrong = [f"{key}: asked {want}, QEMU reports {self.nodes.get(key, 'nothing')}"
                  for key, want in self.expected.items()
                  if self.nodes.get(key) != want]
+        wrong += self.pinning.mismatches()
         if self.image.network is not None:     # no aio on network storage (librbd, libiscsi)
             return wrong
         seen = self.aio()
@@ -205,8 +214,12 @@ class BlocklayerDriver(Driver):
                                                  is_device=image.is_device,
                                                  network=image.network and image.network.protocol,
                                                  backing=len(image.backing))
+                pinning = Pinning.start(config, None if image.network else image.path,
+                                        qmp_socket=workdir / "qmp.sock", pid=proc.pid,
+                                        vcpus=False)
                 yield BlocklayerSession(config, images, workdir, argv, proc.pid, nodes,
-                                        self.method.engine, expected, qemu=from_qmp(version))
+                                        self.method.engine, expected, qemu=from_qmp(version),
+                                        pinning=pinning)
         finally:
             if config.iothread:
                 force_unmount(mountpoint)   # only if the daemon died before unmounting

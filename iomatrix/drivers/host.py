@@ -12,6 +12,7 @@ from pathlib import Path
 
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.blocklayer import BlocklayerDriver
+from iomatrix.qemu.affinity import Pinning
 from iomatrix.suite.configuration import Configuration
 from iomatrix.targets.workspace import Image
 from iomatrix.vocab.words import Mode
@@ -21,12 +22,27 @@ class HostSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], engine: str) -> None:
         super().__init__(config, images)
         self.engine = engine
+        self.pinning = Pinning.start(config, None if self.image.network else self.image.path)
+        """fio's CPUs (``vcpu_affinity``: its cpus_allowed), as asked and as seen."""
 
     def fio_target(self) -> dict[str, str]:
         if self.image.network is not None:       # fio's own client of the storage (librbd)
-            return {**self.image.network.fio, "size": str(self.image.size)}
+            return {**self.image.network.fio, "size": str(self.image.size),
+                    **self.pinning.fio_options()}
         return {"ioengine": self.engine, "direct": "1", "filename": str(self.image.path),
-                "size": str(self.image.size)}
+                "size": str(self.image.size), **self.pinning.fio_options()}
+
+    def new_trial(self) -> None:
+        self.pinning.new_trial()
+
+    def observe(self, fio_pid: int) -> None:
+        self.pinning.observe_fio(fio_pid)
+
+    def applied(self) -> dict[str, str]:
+        return self.pinning.applied()
+
+    def mismatches(self) -> list[str]:
+        return self.pinning.mismatches()
 
     def fio_env(self) -> dict[str, str]:
         return dict(self.image.network.env) if self.image.network is not None else {}
@@ -71,6 +87,12 @@ class UserspaceSession(Session):
 
     def fio_target(self) -> dict[str, str]:
         return self.inner.fio_target()
+
+    def new_trial(self) -> None:
+        self.inner.new_trial()
+
+    def observe(self, fio_pid: int) -> None:
+        self.inner.observe(fio_pid)
 
     def applied(self) -> dict[str, str]:
         return {"host.path": self.path, **self.inner.applied()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from iomatrix.cluster.ssh import Node
+from iomatrix.core import cpuset
 from iomatrix.core.errors import EnvironmentProblem, SuiteError, UntrustedFile
 from iomatrix.core.proc import require
 from iomatrix.drivers.cluster import on_every_node
@@ -20,6 +21,7 @@ from iomatrix.suite.expand import Expansion
 from iomatrix.suite.model import Suite
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
+from iomatrix.vocab.axes import AFFINITY_AXES
 from iomatrix.vocab.words import Mode
 
 
@@ -55,6 +57,7 @@ def check_run(prepared: PreparedRun, keep: bool,
     check_chain_qemu(suite, prepared.full)
     check_libvirt_mapping(suite, prepared.full)   # libvirtd's own answer first: its QEMU runs
     check_iothreads_qemu(prepared.full)
+    check_affinity(prepared.full)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
@@ -160,6 +163,24 @@ def check_iothreads_qemu(expansion: Expansion,
                 refused,
                 hint="run on a host with a newer QEMU (Debian 13 and Proxmox VE 9 ship 10.0), "
                      "or leave iothreads out (one IOThread per disk)")
+
+
+def check_affinity(expansion: Expansion) -> None:
+    """A CPU set ([matrix] vcpu_affinity, iothread_affinity, main_affinity) naming CPUs this
+    host does not have online is refused in one line before anything starts ("numa" is
+    resolved per session, for the device holding its image)."""
+    online = cpuset.online()
+    for config in expansion.configurations:
+        for axis in AFFINITY_AXES:
+            level = getattr(config, axis)
+            if level is None or level == cpuset.NUMA:
+                continue
+            missing = cpuset.parse(level) - online
+            if missing:
+                raise EnvironmentProblem(
+                    f"[matrix] {axis} = \"{level}\": CPU {cpuset.shown(missing)} is not an "
+                    f"online CPU of this host (online: {cpuset.shown(online)})",
+                    hint="name CPUs of /sys/devices/system/cpu/online, or \"numa\"")
 
 
 def check_cluster_load(suite: Suite, expansion: Expansion) -> None:

@@ -144,6 +144,10 @@ def invalid_reason(config: Configuration, *, device_target: bool = False,
         device = _QEMU_DEVICE.get(str(config.controller), str(config.controller))
         return (f"Property '{device}.iothread' not found "
                 "(only virtio-blk and virtio-scsi controllers accept an iothread)")
+    if config.iothread_affinity is not None and (not config.iothread
+                                                 or config.data_path == "vhost-user-blk"):
+        return ("iothread_affinity pins QEMU's IOThreads: it needs iothread = true (and QEMU's "
+                "own device: a vhost-user-blk daemon's IOThreads are not pinned)")
     if config.mode == Mode.GUEST:
         reason = _queue_reason(config) or iothreads_reason(config)
         if reason:

@@ -41,6 +41,7 @@ from iomatrix.drivers.guest.kinds import DEFAULT_KIND, kind_for
 from iomatrix.drivers.guest.session import PRIVATE, SHARED, Guest, GuestSession, free_port
 from iomatrix.drivers.versions import method_versions
 from iomatrix.platform import libvirt as lv
+from iomatrix.qemu.affinity import Pinning
 from iomatrix.qemu.args import (GuestSpec, expected_daemon_settings, expected_guest_settings,
                                 guest_argv, read_daemon_settings, read_guest_settings,
                                 read_iothread_ids, vhost_daemon_argv, vhost_num_queues)
@@ -140,9 +141,12 @@ class GuestDriver(Driver):
             hosts.write_text("".join(f"ip:127.0.0.1,{g.port}\n" for g in guests))
             applied, wrong = self._verify(config, images[0], guests[0], disk)
             stack.callback(self._quit, guests, procs)
+            pinnings = [Pinning.start(config, None if image.network else image.path,
+                                      qmp_socket=guest.qmp_socket, pid=guest.pid)
+                        for guest, image in zip(guests, images)]    # before any workload
             session = GuestSession(config, images, guests, procs, disk, hosts,
                                    applied | seen, wrong, ramp=self.method.ramp, kind=kind,
-                                   channel=channel)
+                                   channel=channel, pinnings=pinnings)
             stack.callback(session.close)
             yield session
 

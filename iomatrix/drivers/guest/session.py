@@ -26,6 +26,7 @@ from iomatrix.drivers.guest.iocheck import (GUEST_SLACK_BYTES, RampSampler, afte
                                             unchecked_reason)
 from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.fio.models import FioResult
+from iomatrix.qemu.affinity import Pinning
 from iomatrix.qemu.args import BLOCKSTATS_TIMEOUT, completed_requests, read_blockstats
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
@@ -65,8 +66,12 @@ class GuestSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], guests: list[Guest],
                  procs: list, disk: GuestDisk, hosts_file: Path, applied: dict[str, str],
                  wrong: list[str], *, ramp: float = 0.0,
-                 kind: GuestKind, channel: str = PRIVATE) -> None:  # type: ignore[type-arg]
+                 kind: GuestKind, channel: str = PRIVATE,
+                 pinnings: Sequence[Pinning] = ()) -> None:  # type: ignore[type-arg]
         super().__init__(config, images)
+        self.pinnings = list(pinnings)
+        """Each guest's QEMU threads pinned as the affinity axes ask (``iomatrix.qemu.affinity``),
+        read back from /proc after every trial."""
         self.guests = guests
         self.procs = procs
         self.disk = disk
@@ -241,7 +246,9 @@ class GuestSession(Session):
         counted = {f"blockstats.{k}": str(after[k] - before[k])
                    for k in after if k in before}
         check = {"io_check": self._io_check} if self._io_check else {}
-        return self._applied | counted | check
+        pinned = {(k if i == 0 else f"vm{i}.{k}"): v
+                  for i, p in enumerate(self.pinnings) for k, v in p.applied().items()}
+        return self._applied | counted | check | pinned
 
     def completed_ios(self) -> int | None:
         """Reads and writes QEMU's devices completed, summed over the guests: fio's client
@@ -268,7 +275,8 @@ class GuestSession(Session):
         return out
 
     def mismatches(self) -> list[str]:
-        return list(self._wrong)
+        return list(self._wrong) + [(w if i == 0 else f"vm{i}: {w}")
+                                    for i, p in enumerate(self.pinnings) for w in p.mismatches()]
 
     def command(self) -> str:
         lines = []
