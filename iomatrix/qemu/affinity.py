@@ -35,8 +35,9 @@ from iomatrix.telemetry.host import device_of
 ROLES = {"vcpu": "vcpu_affinity", "iothread": "iothread_affinity", "main": "main_affinity"}
 """Each thread role and the axis that pins it."""
 PROC = Path("/proc")
-FIO_LOOKS = 20
-"""How many times a job of fio seen on other CPUs than asked is looked at (0.1 s apart)."""
+FIO_WAIT = 10.0
+"""How long fio's jobs are looked for, and looked at again while they show other CPUs than
+asked (``Pinning.observe_fio``)."""
 
 
 class Thread(BaseModel):
@@ -230,6 +231,15 @@ def fio_options(where: Placement) -> dict[str, str]:
     return {"cpus_allowed": cpuset.shown(cpus), "cpus_allowed_policy": "shared"}
 
 
+def _running(pid: int, proc: Path = PROC) -> bool:
+    """The process is there and not a zombie (fio that ended, not yet reaped)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
+
+
 def fio_threads(fio_pid: int, proc: Path = PROC) -> list[Thread]:
     """fio's job processes under ``fio_pid`` (a wrapper's or fio's own pid): the processes an
     fio forked (fio forks one per job, which sets its own affinity; fio's main process keeps
@@ -290,25 +300,27 @@ class Pinning:
     def new_trial(self) -> None:
         self._fio_seen = None
 
-    def observe_fio(self, fio_pid: int, looks: int = FIO_LOOKS) -> None:
-        """fio's job processes' allowed CPUs, read while fio runs. A job sets its own affinity
-        once forked, after setting up its engine and buffers: on a loaded host a look can come
-        first, so a job seen with another set is looked at again (``looks`` times, 0.1 s
-        apart) before the difference stands."""
+    def observe_fio(self, fio_pid: int, wait: float = FIO_WAIT) -> None:
+        """fio's job processes' allowed CPUs, read while fio runs. fio forks its jobs once it
+        has started, and each job sets its own affinity after setting up its engine and
+        buffers: on a loaded host a look can come before either, so fio is looked at again
+        (0.05 s apart, while it runs, for ``wait`` seconds at most) until its jobs are seen
+        with the CPUs asked; a difference that lasts that long stands."""
         if not self.fio:
             return
         only = Placement(cpus={"vcpu": self.where.cpus["vcpu"]})
-        for look in range(looks):
+        deadline = time.monotonic() + wait
+        while _running(fio_pid):
             seen = fio_threads(fio_pid)
-            if not seen:
+            if seen:
+                applied, wrong = readback(seen, only)
+                self._fio_seen = ({k: v for k, v in applied.items()
+                                   if k.startswith("affinity.fio")}, wrong)
+                if not wrong:
+                    return
+            if time.monotonic() >= deadline:
                 return
-            applied, wrong = readback(seen, only)
-            self._fio_seen = ({k: v for k, v in applied.items() if k.startswith("affinity.fio")},
-                              wrong)
-            if not wrong:
-                return
-            if look + 1 < looks:
-                time.sleep(0.1)
+            time.sleep(0.05)
 
     def applied(self) -> dict[str, str]:
         """What was asked and what /proc shows of each pinned thread now (and of fio's)."""
