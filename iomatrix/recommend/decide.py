@@ -42,7 +42,8 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
 13. Beside every gain, the level's host CPU per I/O against the reference's over the same pairs
     (``analysis.cpucost``, seed 002's efficiency): what the gain costs the host, never a reason.
     An IOThread count is decided on the configurations with an IOThread, N against one
-    (``recommend.threads``); for Proxmox VE, what ``qm set`` can express of IOThreads, queues
+    (``recommend.threads``); an IOThread count, queue count, queue mapping or CPU affinity
+    measured only in guests under TCG is not evaluated (their evidence measures the emulator); for Proxmox VE, what ``qm set`` can express of IOThreads, queues
     and affinity and what only ``args:`` can is said with the parameter.
 """
 
@@ -62,7 +63,8 @@ from iomatrix.platform import proxmox as pve
 from iomatrix.platform.proxmox import NO_AIO_STORAGES
 from iomatrix.recommend.defaults import (FALLBACK, NAMES, NOT_SETTINGS, TITLES, UNEXPRESSIBLE,
                                          Platform, defaults)
-from iomatrix.recommend.threads import THREADS, axis_default, platform_text, thread_count
+from iomatrix.recommend.threads import (EMULATED, LEVERS, THREADS, axis_default, platform_text,
+                                       thread_count)
 from iomatrix.platform.settings import PlatformDefault
 from iomatrix.store.records import StoredRun
 from iomatrix.suite.expand import invalid_reason
@@ -82,7 +84,9 @@ RULE = (
     "A cache level measured mostly from the host page cache ([RAM]: less than half of fio's "
     "bytes reached the device) is not recommended unless the suite set [target] working_set = "
     "\"in-ram\"; evidence holding such points carries a caveat. Each gain is shown with the "
-    "host CPU per I/O it costs; several IOThreads per disk are compared with one IOThread.")
+    "host CPU per I/O it costs; several IOThreads per disk are compared with one IOThread. An "
+    "IOThread count, queue count or CPU affinity measured only in guests under TCG is not "
+    "recommended.")
 
 IOPS = "iops"
 LATENCY = "lat_mean_ns"
@@ -454,6 +458,10 @@ def _decide(platform: Platform, axis: str, default: PlatformDefault, parts: dict
         evidence = tuple(e.model_copy(update={"barred": _join([e.barred, ram[e.level]])})
                          if ram.get(e.level) else e for e in evidence)
     common.update(mode=mode, levels=tuple(levels), evidence=evidence)
+    if axis in LEVERS and mode == Mode.GUEST and run.emulated:
+        return Decision(**common, status="not evaluated", value=default.level,
+                        reason=EMULATED.format(axis=axis),
+                        caveat=_join([ram_caveat, platform_text(platform, axis)]))
     qualified = [e for e in evidence if e.qualifies]
     eligible = [e for e in qualified if not e.barred]
     caveats = [CACHE_CAVEATS[e.level] for e in qualified if e.barred and e.level in CACHE_CAVEATS]

@@ -22,6 +22,16 @@ THREADS_DEFAULT = default(ONE, "1 (one IOThread per disk, with iothread on)",
                           note="several IOThreads per disk need QEMU's iothread-vq-mapping: "
                                "virtio-blk from QEMU 9.0, virtio-scsi from QEMU 10.0")
 
+LEVERS = (THREADS, "vq_mapping", "num_queues", "vcpu_affinity", "iothread_affinity",
+          "main_affinity")
+"""The parameters that decide how a disk's I/O uses the host's CPUs (issue 35's levers): from
+guests under TCG, whose vCPUs are QEMU's emulator competing for the same host CPUs, their
+evidence measures the emulator and is shown, never recommended."""
+EMULATED = ("not evaluated: measured only in guests under TCG, whose emulated vCPUs compete "
+            "with QEMU's threads for the host's CPUs, so how {axis} spreads the disk's work "
+            "measures the emulator, not this hardware (the evidence is shown); measure under "
+            "KVM for a recommendation; keep the default")
+
 PVE_TEXT = {
     THREADS: "qm set cannot express several IOThreads per disk: qemu-server (9.2) has a boolean "
              "iothread (iothread=1: one IOThread per disk, on virtio disks and "

@@ -24,7 +24,7 @@ WORKLOADS = [Workload(rw="randread", bs=4096, iodepth=qd) for qd in (1, 8, 32)]
 
 
 def _run(tmp_path: Path, axes: dict[str, list[object]], iops: dict[str, float],
-         cpu: dict[str, float], axis: str, *, noise: float = 0.01):
+         cpu: dict[str, float], axis: str, *, noise: float = 0.01, accelerator: str = "kvm"):
     """A guest run of ``axes`` whose IOPS and CPU per I/O are scaled per level of ``axis``."""
     configs = configurations("guest", axes)
 
@@ -36,7 +36,7 @@ def _run(tmp_path: Path, axes: dict[str, list[object]], iops: dict[str, float],
         return Figures(value, value * 4096, lat, 2 * lat,
                        cpu_us_per_io=20.0 * cpu.get(level, 1.0) * (1 + rng.gauss(0, noise)))
     return stored_run(tmp_path / "r.sqlite", configs, WORKLOADS, figures, samples=4,
-                      accelerator="tcg")
+                      accelerator=accelerator)
 
 
 AXES = {"controller": ["virtio-scsi-single"], "aio": ["io_uring"], "iothread": [True],
@@ -122,3 +122,19 @@ def test_iothreads_compared_with_one_iothread(tmp_path: Path) -> None:
         iothread = next(d for d in rec.decisions if d.axis == "iothread")
         assert iothread.value == "on"
         assert ("args:" in threads.caveat) == (platform == "proxmox")
+
+
+def test_levers_measured_under_tcg_are_not_recommended(tmp_path: Path) -> None:
+    """The same significant queue gain measured in TCG guests: not evaluated, its evidence (and
+    CPU per I/O) still shown, the default kept; the boolean iothread is not such a lever."""
+    run = _run(tmp_path, AXES | {"num_queues": [1, 4]}, {"4": 1.5}, {"4": 1.3}, "num_queues",
+               accelerator="tcg")
+    assert run.emulated
+    rec = recommend(run, "proxmox")
+    queues = next(d for d in rec.decisions if d.axis == "num_queues")
+    assert queues.status == "not evaluated" and queues.value is None    # QEMU's default
+    assert "under TCG" in queues.reason and "KVM" in queues.reason
+    four = next(e for e in queues.evidence if e.level == "4")
+    assert four.iops.better is True and four.cpu is not None and four.cpu.pairs
+    assert rec.config.num_queues is None
+    assert PVE_TEXT["num_queues"] in queues.caveat

@@ -11,6 +11,7 @@ import pytest
 from iomatrix.report.data import build_report_data
 from iomatrix.report.html import write_report
 from iomatrix.measure.runner import run_suite
+from iomatrix.recommend.decide import recommend
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
 from tests.browser import open_page
@@ -55,6 +56,11 @@ def test_report_of_a_real_run(tmp_path: Path, no_leftovers: None) -> None:
     proxmox = data.recommendations[0]
     aio = next(d for d in proxmox.decisions if d.name.startswith("Async IO"))
     assert aio.mode == "blocklayer" and aio.evidence
+    # the CPU per I/O beside each gain comes from the trials' real probes, over the same pairs
+    decided = next(d for d in recommend(run, "qemu").decisions if d.axis == "aio")
+    for e in decided.evidence:
+        assert e.cpu is not None and e.cpu.pairs == len(run.workloads), e
+        assert e.cpu.level_us and e.cpu.reference_us and e.cpu.short() in e.text()
     path = write_report(data, tmp_path / "report")
     with open_page(path, block_network=True) as page:
         assert page.problems == [] and page.external_requests == []
