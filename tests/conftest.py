@@ -349,6 +349,12 @@ def our_processes(marker: str) -> list[str]:
     return found
 
 
+def fio_runs(marker: str | os.PathLike[str]) -> bool:
+    """Whether a fio whose command line mentions ``marker`` runs (a run's, once its scratch
+    directory, where fio's job file is, is under ``marker``: TMPDIR)."""
+    return any(p.split(" ", 2)[1] == "fio:" for p in our_processes(str(marker)))
+
+
 @pytest.fixture
 def no_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Scratch directories (ours and our subprocesses') go under tmp_path; the test fails if a

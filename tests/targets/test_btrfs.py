@@ -26,8 +26,13 @@ from iomatrix.suite.target import Target
 from iomatrix.targets.btrfs import BtrfsKind, BtrfsWorkspace, nocow
 from iomatrix.targets.kind import Probe
 from iomatrix.targets.network import resolve_storage
-from tests.conftest import BOOT_TIMEOUT, cli_result
+from tests.conftest import BOOT_TIMEOUT, cli_result, fio_runs
 from tests.needs import lacking
+
+
+def _scratch_in(tmp_path: Path) -> dict[str, str]:
+    """A run's environment with its scratch directory (fio's job file) under ``tmp_path``."""
+    return dict(os.environ, TMPDIR=str(tmp_path))
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -231,12 +236,12 @@ def test_kill_9_leaves_a_subvolume_that_is_reclaimed_and_nothing_else(tmp_path: 
     db = tmp_path / "r.db"
     with subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db",
                            str(db)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL) as proc:
-        for _ in range(600):                 # its image made, then a second for fio to start
-            if list(btrfs.glob("iomatrix-*/disk-*")) or proc.poll() is not None:
+                          stderr=subprocess.DEVNULL, env=_scratch_in(tmp_path)) as proc:
+        for _ in range(600):                 # its image made, and fio started on it
+            if (list(btrfs.glob("iomatrix-*/disk-*")) and fio_runs(tmp_path)
+                    or proc.poll() is not None):
                 break
             time.sleep(0.2)
-        time.sleep(1)
         running = proc.poll() is None
         proc.send_signal(signal.SIGKILL)
     assert running, "the run ended before it was killed"
@@ -261,12 +266,12 @@ def test_ctrl_c_deletes_the_subvolume(tmp_path: Path, btrfs: Path) -> None:
     suite = btrfs_suite(tmp_path, btrfs, body=HOST.format(runtime="60s"))
     with subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(suite), "--db",
                            str(tmp_path / "r.db")], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True) as proc:
+                          stderr=subprocess.PIPE, text=True, env=_scratch_in(tmp_path)) as proc:
         for _ in range(600):
-            if list(btrfs.glob("iomatrix-*/disk-*")) or proc.poll() is not None:
+            if (list(btrfs.glob("iomatrix-*/disk-*")) and fio_runs(tmp_path)
+                    or proc.poll() is not None):
                 break
             time.sleep(0.2)
-        time.sleep(1)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitStatus.INTERRUPTED, err

@@ -27,7 +27,7 @@ from iomatrix.suite.volumes import ZfsTarget, dataset_name, volblocksize_bytes, 
 from iomatrix.targets import zfs
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.volumes import owner_tag
-from tests.conftest import BOOT_TIMEOUT, IOMATRIX, cli_result
+from tests.conftest import BOOT_TIMEOUT, IOMATRIX, cli_result, fio_runs as _fio_runs
 from tests.needs import lacking, needs
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "standins" / "zfs"
@@ -362,14 +362,13 @@ def test_a_killed_run_leaves_zvols_that_clean_alone_removes(tmp_path: Path,
     suite = zfs_suite(tmp_path, zfs_standin.dataset, mode="host", runtime="60s", sparse=True)
     db = tmp_path / "r.db"
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", str(db)], cwd=tmp_path,
-                            env=zfs_standin.env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
+                            env=dict(zfs_standin.env, TMPDIR=str(tmp_path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:        # its zvol made and marked, and fio started on it (its job file in the scratch)
         deadline = time.monotonic() + 120
-        while len(zfs_standin.zvols()) < 3:
+        while len(zfs_standin.zvols()) < 3 or not _fio_runs(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.5)
-        time.sleep(2)            # marked, and fio started
+            time.sleep(0.2)
     finally:
         proc.kill()
         proc.wait(timeout=30)
