@@ -31,6 +31,9 @@ def _vm_file(value: str | None) -> str | None:
 
 
 VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
+DISK_NAME = r"^(args:)?[a-z]+[0-9a-z-]*$"
+"""A VM's disk: ``scsi0``, ``vda``, or a Proxmox VE ``args:`` disk by its device's id
+(``args:iomatrix-virtio0``, ``iomatrix.translate.vm``)."""
 CpuSet = Annotated[str, Field(max_length=200), AfterValidator(cpuset.level)]
 """A host CPU set ("0-1,3", canonical as Linux writes it) or "numa"; whether the host has those
 CPUs is checked before the run (``measure.precheck``)."""
@@ -47,7 +50,7 @@ class Reference(Frozen):
     """Whose definition the VM's is: proxmox (``ID.conf``) or libvirt (domain XML)."""
     pve_version: PveVersion | None = None
     """Proxmox VE: the generation whose command line the VM gets (its machine version)."""
-    disk: str = Field(max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    disk: str = Field(max_length=32, pattern=DISK_NAME)
     """The disk's name in the definition: ``scsi0``, ``virtio0`` (Proxmox VE) or ``vda``
     (libvirt)."""
     written: Printable = ""
@@ -166,7 +169,7 @@ class Matrix(Frozen):
     """A VM definition beside the suite (a Proxmox VE ``ID.conf`` or ``qm config`` output, or
     ``virsh dumpxml`` output): its disk's settings are measured in the same rounds as the
     reference configuration (``Reference``), whether or not the matrix holds them."""
-    disk: str | None = Field(default=None, max_length=32, pattern=r"^[a-z]+[0-9a-z]*$")
+    disk: str | None = Field(default=None, max_length=32, pattern=DISK_NAME)
     """Which disk of ``from_vm``: ``scsi0`` (Proxmox VE) or the target dev, ``vda`` (libvirt);
     may be left out when the VM has one disk."""
     storage_cfg: VmFile = None

@@ -310,3 +310,24 @@ def test_iothreads_mapping_and_pins_become_the_reference(tmp_path: Path) -> None
     pref = pve_suite.matrix.reference
     assert pref is not None and pref.num_queues == 2
     assert {pref.vcpu_affinity, pref.iothread_affinity, pref.main_affinity} == {"4-5,7"}
+
+
+def test_an_args_disk_becomes_the_reference(tmp_path: Path) -> None:
+    """A Proxmox VE VM whose disk iomatrix's qm set put in args: (several IOThreads): from_vm
+    names it args:<device id> and measures it with its IOThreads and queues."""
+    settings = Configuration(mode="guest", controller="virtio-blk", aio="native", cache="none",
+                             format="raw", preallocation="off", iothread=True, iothreads=2,
+                             num_queues=4)
+    argv, _ = pve.qm_set(settings, volume="/dev/pve/vm-100-disk-1")
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "100.conf").write_text(f"affinity: 1\nargs: {argv[-1]}\n")
+    body = MATRIX.format(file="100.conf", disk='disk = "args:iomatrix-virtio0"', method="")
+    suite = resolve_vm(load_suite(write_suite(folder, body.replace('mode = "blocklayer"',
+                                                                   'mode = "guest"'),
+                                              size="16MiB", target=tmp_path / "target")))
+    ref = suite.matrix.reference
+    assert ref is not None and ref.disk == "args:iomatrix-virtio0"
+    assert (ref.controller, ref.iothreads, ref.num_queues, ref.main_affinity) == (
+        "virtio-blk", 2, 4, "1")
+    assert any("qemu-server does not manage" in n for n in ref.notes)
