@@ -257,7 +257,8 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
         # data_path's QEMU default (emulated) is stored as no value: any set one means it varied
         if any(axis in found for found in axes.values()) or (axis == "data_path" and any(
                 "data_path" in c.params for part in parts.values() for c in part.configs)):
-            notes.append(f"{axis} (set in this run) is not turned into a setting: {why}")
+            notes.append(f"{axis} (set in this run) is not turned into a setting: {why}"
+                         + (f"; {how}" if (how := platform_text(platform, axis)) else ""))
     config, decisions, dropped = _assemble(platform, storage, decisions)
     notes += dropped
     warnings = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from iomatrix.analysis.points import only_configs
 from iomatrix.platform.settings import PlatformDefault, default
 from iomatrix.store.records import StoredRun
-from iomatrix.vocab.axes import Platform
+from iomatrix.vocab.axes import CPU_LEVERS, Platform
 
 THREADS = "iothreads"
 ONE = "1"
@@ -22,8 +22,7 @@ THREADS_DEFAULT = default(ONE, "1 (one IOThread per disk, with iothread on)",
                           note="several IOThreads per disk need QEMU's iothread-vq-mapping: "
                                "virtio-blk from QEMU 9.0, virtio-scsi from QEMU 10.0")
 
-LEVERS = (THREADS, "vq_mapping", "num_queues", "vcpu_affinity", "iothread_affinity",
-          "main_affinity")
+LEVERS = CPU_LEVERS
 """The parameters that decide how a disk's I/O uses the host's CPUs (issue 35's levers): from
 guests under TCG, whose vCPUs are QEMU's emulator competing for the same host CPUs, their
 evidence measures the emulator and is shown, never recommended."""

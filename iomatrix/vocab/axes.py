@@ -41,6 +41,9 @@ AFFINITY_AXES = ("vcpu_affinity", "iothread_affinity", "main_affinity")
 for the threads that run the workload (a guest's vCPUs; fio itself where it runs on the host),
 QEMU's IOThreads and QEMU's main loop (its main thread), pinned after QEMU starts as libvirt
 pins them (``iomatrix.qemu.affinity``)."""
+CPU_LEVERS = ("iothreads", "vq_mapping", "num_queues", *AFFINITY_AXES)
+"""The axes that decide how a disk's work is spread over the host's CPUs (issue 35): evidence on
+them from guests under TCG measures QEMU's emulator (``recommend.threads``)."""
 AFFINITY_NOT_SETTING = ("CPU placement of QEMU's threads on this host's CPUs, not a disk "
                         "setting: libvirt's <cputune>, Proxmox VE's affinity")
 CORE = "core"

@@ -138,3 +138,15 @@ def test_levers_measured_under_tcg_are_not_recommended(tmp_path: Path) -> None:
     assert four.iops.better is True and four.cpu is not None and four.cpu.pairs
     assert rec.config.num_queues is None
     assert PVE_TEXT["num_queues"] in queues.caveat
+
+
+def test_affinity_is_reported_with_what_qm_set_can_say(tmp_path: Path) -> None:
+    """CPU affinity is no disk setting: a run that varies it gets a note, and for Proxmox VE
+    the note says what qm set --affinity can express."""
+    configs = configurations("guest", AXES | {"vcpu_affinity": ["0", "1"]})
+    run = stored_run(tmp_path / "a.sqlite", configs, WORKLOADS,
+                     lambda c, w, i: Figures(1000.0 + i, 4096e3, 1e6, 2e6), samples=2)
+    notes = {p: next(n for n in recommend(run, p).notes if n.startswith("vcpu_affinity"))
+             for p in ("qemu", "proxmox")}
+    assert PVE_TEXT["vcpu_affinity"] in notes["proxmox"]
+    assert "qm set" not in notes["qemu"]
