@@ -70,16 +70,27 @@ def device_node(device: str, root: Path = SYS) -> int | None:
     partition's: its disk's node; a device-mapper or md device's: its first component's), as
     the nearest of its device's ancestors states it, or None when none does (a loop device, a
     virtual disk without NUMA, a node of -1)."""
+    found = device_attribute(device, "numa_node", root)
+    if found is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        value = int(found.read_text().strip())
+        return value if value >= 0 else None
+    return None
+
+
+def device_attribute(device: str, name: str, root: Path = SYS) -> Path | None:
+    """The sysfs attribute ``name`` (``numa_node``, ``msi_irqs``) of the hardware behind block
+    device ``device``: its device's or the nearest ancestor's that has it, for a partition its
+    disk's, for a device-mapper or md device its first component's (a few levels deep); None
+    where none has it (a loop device has no device at all)."""
     block = disk_dir(device, root)
     for _ in range(4):          # dm over dm over a partition: deep enough
         if block is None:
             return None
-        node = _nearest(block / "device", "numa_node")
-        if node is not None:
-            with contextlib.suppress(OSError, ValueError):
-                value = int(node.read_text().strip())
-                return value if value >= 0 else None
-            return None
+        found = nearest(block / "device", name)
+        if found is not None:
+            return found
         slaves = sorted((block / "slaves").iterdir()) if (block / "slaves").is_dir() else []
         block = disk_dir(slaves[0].name, root) if slaves else None
     return None
@@ -98,7 +109,7 @@ def disk_dir(device: str, root: Path = SYS) -> Path | None:
     return block.parent if (block / "partition").exists() else block
 
 
-def _nearest(start: Path, name: str) -> Path | None:
+def nearest(start: Path, name: str) -> Path | None:
     """``name`` in ``start`` (a device directory, resolved) or its nearest ancestor that has it,
     below /sys/devices."""
     try:

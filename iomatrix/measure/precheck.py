@@ -5,6 +5,7 @@ cluster's controller (``iomatrix.measure.cluster``) ask here alike."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from iomatrix.cluster.ssh import Node
@@ -57,7 +58,7 @@ def check_run(prepared: PreparedRun, keep: bool,
     check_chain_qemu(suite, prepared.full)
     check_libvirt_mapping(suite, prepared.full)   # libvirtd's own answer first: its QEMU runs
     check_iothreads_qemu(prepared.full)
-    check_affinity(prepared.full)
+    check_affinity(prepared.full, suite.method.irq_affinity)
     guests = opened_kinds(suite)            # their files checked just above
     workspace = workspace_of(prepared, keep)
     # under cluster load, each node's guests get disks of their own on the shared target
@@ -165,22 +166,28 @@ def check_iothreads_qemu(expansion: Expansion,
                      "or leave iothreads out (one IOThread per disk)")
 
 
-def check_affinity(expansion: Expansion) -> None:
-    """A CPU set ([matrix] vcpu_affinity, iothread_affinity, main_affinity) naming CPUs this
-    host does not have online is refused in one line before anything starts ("numa" is
-    resolved per session, for the device holding its image)."""
+def check_affinity(expansion: Expansion, irq_affinity: str | None = None) -> None:
+    """A CPU set ([matrix] vcpu_affinity, iothread_affinity, main_affinity; [method]
+    irq_affinity) naming CPUs this host does not have online is refused in one line before
+    anything starts ("numa" is resolved per session, for the device holding its image), and
+    irq_affinity without root (only root writes /proc/irq)."""
     online = cpuset.online()
-    for config in expansion.configurations:
-        for axis in AFFINITY_AXES:
-            level = getattr(config, axis)
-            if level is None or level == cpuset.NUMA:
-                continue
-            missing = cpuset.parse(level) - online
-            if missing:
-                raise EnvironmentProblem(
-                    f"[matrix] {axis} = \"{level}\": CPU {cpuset.shown(missing)} is not an "
-                    f"online CPU of this host (online: {cpuset.shown(online)})",
-                    hint="name CPUs of /sys/devices/system/cpu/online, or \"numa\"")
+    levels = [(f"[matrix] {axis}", getattr(config, axis))
+              for config in expansion.configurations for axis in AFFINITY_AXES]
+    for where, level in [*levels, ("[method] irq_affinity", irq_affinity)]:
+        if level is None or level == cpuset.NUMA:
+            continue
+        missing = cpuset.parse(level) - online
+        if missing:
+            raise EnvironmentProblem(
+                f"{where} = \"{level}\": CPU {cpuset.shown(missing)} is not an online CPU of "
+                f"this host (online: {cpuset.shown(online)})",
+                hint="name CPUs of /sys/devices/system/cpu/online, or \"numa\"")
+    if irq_affinity is not None and os.geteuid() != 0:
+        raise EnvironmentProblem("[method] irq_affinity steers the target device's IRQs "
+                                 "(/proc/irq): only root may",
+                                 hint="run as root, or leave irq_affinity out (the IRQs' "
+                                      "affinity is reported as found)")
 
 
 def check_cluster_load(suite: Suite, expansion: Expansion) -> None:

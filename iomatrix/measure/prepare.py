@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from iomatrix.core import cpuset
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.mounts import is_mounted
 from iomatrix.core.text import printable
@@ -47,6 +48,8 @@ from iomatrix.suite.plan import Block, plan
 from iomatrix.suite.target import KIND_KEYS, StorageOrigin, Target
 from iomatrix.suite.spec import RunSpec
 from iomatrix.targets.network import resolve_storage
+from iomatrix.telemetry.irq import target_device
+from iomatrix.vocab.axes import AFFINITY_AXES
 from iomatrix.targets.registry import kind_of
 from iomatrix.targets.targets import TargetPlan, plan_targets
 from iomatrix.vocab.words import Mode, RunStatus, TrialStatus
@@ -162,6 +165,7 @@ def prepare(suite: Suite, *, accel: str | None = None, seed: int | None = None,
     given = seed if seed is not None else suite.method.seed
     asked = accel or suite.method.accel
     ioping = find_ioping() if any(w.ioping for w in full.workloads) else None
+    host_notes = (*host_notes, *numa_notes(suite, full))
     return PreparedRun(suite=suite, targets=targets, full=full, accelerator=asked,
                        expansion=full.for_accel(asked),
                        seed=secrets.randbelow(2**31) if given is None else given,
@@ -183,6 +187,20 @@ def _beyond_this_qemu(suite: Suite, expansion: Expansion) -> dict[str, str]:
     refused = {c.key: qemu_version_of.mapping_refusal(str(c.controller), c.iothreads, found,
                                                       QEMU_BINARY) for c in wanted}
     return {key: f"{why}: not measured here" for key, why in refused.items() if why}
+
+
+def numa_notes(suite: Suite, expansion: Expansion) -> tuple[str, ...]:
+    """What "numa" means on this host for the suite's target, where a CPU set names it
+    ([matrix] vcpu_affinity, iothread_affinity, main_affinity; [method] irq_affinity) and the
+    target's device has no NUMA node: every online CPU (``core.cpuset.resolve``)."""
+    named = suite.method.irq_affinity == cpuset.NUMA or any(
+        getattr(c, axis) == cpuset.NUMA for c in expansion.configurations
+        for axis in AFFINITY_AXES)
+    if not named:
+        return ()
+    device = target_device(suite.target.directory or suite.target.device)
+    _, note = cpuset.resolve(cpuset.NUMA, device)
+    return (f"CPU affinity: {note}",) if note else ()
 
 
 def for_command_line(suite: Suite, *, storage_cfg: tuple[str, Path] | None = None,

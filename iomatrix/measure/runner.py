@@ -4,6 +4,7 @@ a callback object; never prints."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shlex
@@ -44,6 +45,7 @@ from iomatrix.suite.workloads import Workload
 from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
 from iomatrix.measure.precheck import check_run
+from iomatrix.telemetry import irq
 from iomatrix.telemetry.host import device_of
 from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
@@ -233,7 +235,7 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
     try:
         runner = _Runner(started.prepared, store, started.run_id, progress, started.done,
                          started.retry)
-        with workspace:
+        with workspace, _steered_irqs(started, store, progress):
             workspace.create()
             _late_notes(store, started.run_id, progress, started.notes, workspace.notes)
             if started.prepared.suite.method.plans_rounds:
@@ -254,7 +256,25 @@ def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[
     host = host_metadata(suite.target.directory or suite.target.device,
                          accelerator=accelerator).stored()
     host.update(workspace.host_fields())
+    host["target_irqs"] = irq.report(irq.target_device(suite.target.directory
+                                                       or suite.target.device))
     return host
+
+
+def _steered_irqs(started: _Started, store: Store,
+                  progress: Progress) -> contextlib.AbstractContextManager[list[int]]:
+    """``[method] irq_affinity``: the target device's IRQs steered for the run and put back
+    after it (``telemetry.irq.steered``), what was done in the run's notes; else nothing."""
+    suite = started.prepared.suite
+    level = suite.method.irq_affinity
+    if level is None:
+        return contextlib.nullcontext([])
+
+    def note(text: str) -> None:
+        store.add_notes(started.run_id, [text])
+        progress.note(text)
+    return irq.steered(irq.target_device(suite.target.directory or suite.target.device),
+                       level, note)
 
 
 def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],

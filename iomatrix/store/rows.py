@@ -63,8 +63,9 @@ HOST_KEYS = frozenset({
     "target_model",
     # targets.zfs: the dataset a run's zvols were made in, and the ZFS that made them
     "zfs_compression", "zfs_sync", "zfs_primarycache", "zfs_volblocksize", "zfs_version",
-    # measure.runner, measure.cluster: several targets, a cluster's nodes
-    "targets", "nodes",
+    # measure.runner, measure.cluster: several targets, a cluster's nodes; the target
+    # device's IRQs and their affinity (telemetry.irq.report)
+    "targets", "nodes", "target_irqs",
     # store.ingest: imported results
     "imported_from", "first_result", "last_result", "latency", "disks",
     # testing.synthetic: the trial order of a run made up for the tests

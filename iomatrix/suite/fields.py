@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from iomatrix.core import cpuset
 from iomatrix.core.units import format_bytes, parse_duration, parse_size
 from iomatrix.vocab.axes import DIRECT_CACHES
 from iomatrix.vocab.words import Mode
@@ -108,6 +109,11 @@ GuestMemory = Annotated[int, BeforeValidator(_guest_memory)]
 BlockSize = Annotated[int, BeforeValidator(_size), AfterValidator(_sector_multiple)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 Fraction = Annotated[float, BeforeValidator(fraction), Field(gt=0, lt=1)]
+
+
+CpuSet = Annotated[str, Field(max_length=200), AfterValidator(cpuset.level)]
+"""A host CPU set ("0-1,3", canonical as Linux writes it) or "numa"; whether the host has those
+CPUs is checked before the run (``measure.precheck``)."""
 
 
 def axis_of(item_type: Any) -> Any:

@@ -8,9 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
-from iomatrix.core import cpuset
 from iomatrix.core.model import Frozen, shown
-from iomatrix.suite.fields import CONTROL, TARGET_NAME, Printable, PveVersion, axis_of
+from iomatrix.suite.fields import CONTROL, TARGET_NAME, CpuSet, Printable, PveVersion, axis_of
 from iomatrix.vocab.axes import (AXES, BY_NAME, VQ_MAPPING_PATTERN, Aio, Cache, Controller,
                                  DataPath, Discard, Format, Preallocation)
 from iomatrix.vocab.words import Mode
@@ -34,9 +33,6 @@ VmFile = Annotated[str | None, AfterValidator(_vm_file), Field(max_length=255)]
 DISK_NAME = r"^(args:)?[a-z]+[0-9a-z-]*$"
 """A VM's disk: ``scsi0``, ``vda``, or a Proxmox VE ``args:`` disk by its device's id
 (``args:iomatrix-virtio0``, ``iomatrix.translate.vm``)."""
-CpuSet = Annotated[str, Field(max_length=200), AfterValidator(cpuset.level)]
-"""A host CPU set ("0-1,3", canonical as Linux writes it) or "numa"; whether the host has those
-CPUs is checked before the run (``measure.precheck``)."""
 
 
 class Reference(Frozen):

@@ -12,8 +12,8 @@ from pydantic import Field, field_validator, model_validator
 
 from iomatrix.core.model import Frozen
 from iomatrix.suite.configuration import Configuration
-from iomatrix.suite.fields import (CONTROL, TARGET_NAME, Duration, Fraction, GuestMemory, Printable,
-                                   PveVersion)
+from iomatrix.suite.fields import (CONTROL, TARGET_NAME, CpuSet, Duration, Fraction, GuestMemory,
+                                   Printable, PveVersion)
 from iomatrix.vocab.axes import Platform
 from iomatrix.vocab.words import Accel, Mode
 
@@ -156,6 +156,13 @@ class Method(Frozen):
     ("11.3"), with the QEMU that runs them (libvirt 10.1 and later give a raw disk no format
     node on QEMU 9.0 and later). Absent: the libvirt installed here, else 11.3. Through a
     libvirtd (libvirt_uri) the daemon's own version is used."""
+    irq_affinity: CpuSet | None = None
+    """The CPUs the target device's interrupts are steered to for the run (its IRQs'
+    ``/proc/irq/N/smp_affinity_list``): a CPU set such as "0-1" or "numa" (the device's NUMA
+    node's CPUs). Needs root; each IRQ's previous set is put back when the run ends, also on
+    Ctrl-C; an IRQ the kernel manages itself (NVMe, multi-queue virtio) keeps its own, noted.
+    Absent: nothing is written; the IRQs' sets are reported as found (the run's host record,
+    ``target_irqs``)."""
     aa: bool = False
     """A/A calibration: measure the first configuration of the matrix twice (as itself and as
     its twin, key ``.../aa=twin``) in the same rounds; the run then reports how often its own
