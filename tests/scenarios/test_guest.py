@@ -18,6 +18,7 @@ from iomatrix.drivers.guest import GuestSession
 from iomatrix.measure.runner import run_suite
 from iomatrix.qemu.args import disk_backend
 from iomatrix.store import Store
+from iomatrix.store.records import TrialResult
 from iomatrix.suite import load_suite
 from tests.conftest import BOOT_TIMEOUT, declared_kvm, our_processes, run_guests, write_suite
 
@@ -271,9 +272,11 @@ def _stop_the_first_trial(monkeypatch: pytest.MonkeyPatch,
     return boots, stopped
 
 
-@pytest.mark.parametrize("how", ["paused", "sigstopped", "throttled"])
-def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None, how: str) -> None:
+STOPS = ("paused", "sigstopped", "throttled")
+
+
+def test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None) -> None:
     """A guest that stops in a trial fails that trial with what its disk did: paused through
     QMP, its fio never finishes and its disk sits idle; its QEMU stopped whole (SIGSTOP), its
     monitor does not answer either; its disk throttled (QMP) to 2 requests a second under 32
@@ -281,7 +284,10 @@ def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
     CI went on completing 4 a second at QD4). The trial is then measured again after the guest
     is booted afresh: the run keeps the new result, the failed attempt goes whole to the trial
     history, and a run note says so. A trial is measured again at most runner.STOP_RETRIES
-    times (test_a_trial_that_outlasts_its_time...: a busy disk is not a stop at all)."""
+    times (test_a_trial_that_outlasts_its_time...: a busy disk is not a stop at all).
+
+    One run of three trials (three block sizes), the first attempt of each stopped one of the
+    three ways, in turn: each way fails its own attempt, and each trial is measured again."""
     import os
 
     from iomatrix.drivers.guest import session as guest
@@ -291,7 +297,7 @@ def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
     monkeypatch.setattr(runner, "FIO_GRACE", 10.0)
     monkeypatch.setattr(guest, "BLOCKSTATS_TIMEOUT", 2.0)
 
-    def stop(session: GuestSession) -> None:
+    def stop(session: GuestSession, how: str) -> None:
         socket = session.guests[0].qmp_socket
         if how == "paused":
             qmp_execute(socket, [("stop", None)])
@@ -304,32 +310,61 @@ def test_a_trial_whose_guest_stops_is_measured_again_in_a_fresh_boot(
         else:
             os.kill(session.guests[0].pid, signal.SIGSTOP)
 
-    boots, paused = _stop_the_first_trial(monkeypatch, stop)
+    # each attempt as it starts: (its trial's workload, its QEMU's pid); the attempts stopped
+    attempts: list[tuple[str, int]] = []
+    stopped: dict[str, tuple[str, int]] = {}          # workload → (how, the stopped QEMU's pid)
+    trial, observe, start = runner._Runner._trial, GuestSession.observe, GuestSession.new_trial
+    current: list[str] = []
+
+    def each_trial(self, session, workdir, config, workload, k):  # type: ignore[no-untyped-def]
+        current[:] = [workload.key]
+        return trial(self, session, workdir, config, workload, k)
+
+    def new_trial(self: GuestSession) -> None:
+        attempts.append((current[0], self.guests[0].pid))
+        start(self)
+
+    def stop_first_attempts(self: GuestSession, fio_pid: int) -> None:
+        observe(self, fio_pid)
+        if current[0] not in stopped:              # the first attempt of this trial
+            how = STOPS[len(stopped)]
+            stop(self, how)
+            stopped[current[0]] = (how, self.guests[0].pid)
+
+    monkeypatch.setattr(runner._Runner, "_trial", each_trial)
+    monkeypatch.setattr(GuestSession, "new_trial", new_trial)
+    monkeypatch.setattr(GuestSession, "observe", stop_first_attempts)
     # the tests' helper keeps every such stop in sight of CI's summary
     with pytest.warns(UserWarning, match="the guests stopped"):
-        outcome, stored = run(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n'
-                              + METHOD.replace('runtime = "1s"', 'runtime = "2s"').replace(
-                                  "iodepth = 4", f"iodepth = {32 if how == 'throttled' else 4}"))
-    assert (outcome.trials_ok, outcome.trials_failed) == (1, 0), [t.reason for t in stored.trials]
-    (trial,) = stored.trials
-    assert trial.status == "ok" and trial.samples[0].iops > 0
-    # the second attempt ran in another QEMU than the stopped one (a third, if a real stop
-    # struck the second: the helper warned of it)
-    assert len(boots) >= 2 and boots[0] == paused[0] and paused[0] not in boots[1:], (boots, paused)
+        outcome, stored = run(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n' + METHOD.replace(
+            'runtime = "1s"', 'runtime = "2s"').replace(
+            "iodepth = 4", 'iodepth = 32\nbs = ["4k", "8k", "16k"]'))
+    assert (outcome.trials_ok, outcome.trials_failed) == (3, 0), [t.reason for t in stored.trials]
+    assert [how for how, _ in stopped.values()] == list(STOPS), stopped
+    assert all(t.status == "ok" and t.samples[0].iops > 0 for t in stored.trials)
     with Store(tmp_path / "r.db") as store:
         retired = store.trial_history(outcome.run_id)
-    assert len(retired) == len(boots) - 1 and all(r.trial.status == "failed" for r in retired)
-    import re
+    # every attempt after a trial's first ran in another QEMU than the one stopped (a third
+    # attempt, if a real stop struck the second: the helper warned of it); each failed attempt
+    # is in the history, and nothing else is
+    for workload, (how, pid) in stopped.items():
+        pids = [p for w, p in attempts if w == workload]
+        assert len(pids) >= 2 and pids[0] == pid and pid not in pids[1:], (how, attempts)
+    assert len(retired) == len(attempts) - 3 and all(r.trial.status == "failed" for r in retired)
     said = {"paused": r"guest vm0's disk completed [\d,]+ in the trial, 0 in a second past "
                       r"its time",
             "throttled": r"guest vm0's disk completed [\d,]+ in the trial, \d in a second past "
                          r"its time",
-            "sigstopped": r"guest vm0: QEMU did not answer its monitor within 2 s"}[how]
-    assert re.fullmatch(r"fio did not finish within 12 s; " + said, retired[0].trial.reason or ""), \
-        retired[0].trial.reason
-    assert any("the guests stopped" in n and "measured again after booting them afresh "
-               f"(attempt 2 of at most {runner.STOP_RETRIES + 1};" in n
-               for n in stored.notes), stored.notes
+            "sigstopped": r"guest vm0: QEMU did not answer its monitor within 2 s"}
+    first: dict[str, TrialResult] = {}
+    for r in retired:                                       # oldest first
+        first.setdefault(r.trial.workload_key, r.trial)
+    for workload, (how, _) in stopped.items():
+        reason = first[workload].reason or ""
+        assert re.fullmatch(r"fio did not finish within 12 s; " + said[how], reason), (how, reason)
+    again = [n for n in stored.notes if "the guests stopped" in n and "measured again after "
+             f"booting them afresh (attempt 2 of at most {runner.STOP_RETRIES + 1};" in n]
+    assert len(again) == 3, stored.notes
 
 
 @pytest.mark.parametrize("case", ["last-attempt", "pilot"])
