@@ -17,6 +17,7 @@ from iomatrix.core.errors import EnvironmentProblem
 from iomatrix.core.proc import managed, read_text, run, wait_for
 from iomatrix.drivers.guest import free_port
 from iomatrix.measure.precheck import check_iothreads_qemu
+from iomatrix.platform import libvirt as lv
 from iomatrix.qemu import version as qemu_version
 from iomatrix.qemu.args import (GuestSpec, expected_guest_settings, guest_argv,
                                 read_guest_settings, read_iothread_ids)
@@ -105,19 +106,25 @@ def _installed() -> tuple[int, int, int]:
     return found
 
 
+LIBVIRT = lv.Versions(libvirt=(11, 3, 0), qemu=(10, 0, 0))
+
+
 @needs("qemu")
 @pytest.mark.slow
 def test_qemu_takes_the_mapping_or_refuses_it_by_version(tmp_path: Path,
                                                          no_leftovers: None) -> None:
-    """QEMU started paused with each controller's mapping: from the version
-    IOTHREAD_VQ_MAPPING names it applies it (QMP: query-iothreads, qom-get of the device's
-    iothread-vq-mapping) as expected_guest_settings says; below it, it refuses the property."""
+    """QEMU started paused with each controller's mapping (and libvirt 11.3's arguments for a
+    mapped virtio-blk disk): from the version IOTHREAD_VQ_MAPPING names it applies it (QMP:
+    query-iothreads, qom-get of the device's iothread-vq-mapping) as expected_guest_settings
+    says; below it, it refuses the property."""
     found = _installed()
-    cases = [("virtio-blk", None, None), ("virtio-blk", "1:0,2", 3),
-             ("virtio-scsi-single", "0:1", 2)]
-    for n, (controller, mapping, queues) in enumerate(cases):
+    cases = [("virtio-blk", None, None, "qemu"), ("virtio-blk", "1:0,2", 3, "qemu"),
+             ("virtio-scsi-single", "0:1", 2, "qemu"), ("virtio-blk", "1:0", 2, "libvirt")]
+    for n, (controller, mapping, queues, platform) in enumerate(cases):
         config = _config(controller, mapping, queues)
-        spec = _spec(tmp_path, config).model_copy(update={"qmp_socket": tmp_path / f"q{n}.sock"})
+        libvirt = LIBVIRT if platform == "libvirt" else None
+        spec = _spec(tmp_path, config).model_copy(update={
+            "qmp_socket": tmp_path / f"q{n}.sock", "platform": platform, "libvirt": libvirt})
         log = tmp_path / f"qemu{n}.log"
         with managed(guest_argv(spec) + ["-S"], log=log) as proc:
             assert wait_for(lambda: proc.poll() is not None or spec.qmp_socket.exists(),
@@ -129,9 +136,12 @@ def test_qemu_takes_the_mapping_or_refuses_it_by_version(tmp_path: Path,
             assert proc.poll() is None, read_text(log)
             seen = read_guest_settings(spec.qmp_socket)
             threads = read_iothread_ids(spec.qmp_socket)
-        assert seen == expected_guest_settings(config, vcpus=2), controller
-        prefix = "iothread-virtio0-" if controller == "virtio-blk" else "iothread-virtioscsi0-"
-        assert sorted(threads) == [f"{prefix}0", f"{prefix}1"]
+        assert seen == expected_guest_settings(config, vcpus=2, platform=platform,  # type: ignore[arg-type]
+                                               libvirt=libvirt), (controller, platform)
+        names = {"virtio-blk": "iothread-virtio0-", "virtio-scsi-single": "iothread-virtioscsi0-"}
+        want = (["iothread1", "iothread2"] if libvirt else
+                [f"{names[controller]}0", f"{names[controller]}1"])
+        assert sorted(threads) == want
         assert len(set(threads.values())) == 2 and all(t > 0 for t in threads.values())
 
 

@@ -12,6 +12,7 @@ from iomatrix.platform.libvirt.domain import CpuTune, Disk
 from iomatrix.platform.libvirt.versions import Versions, has_format_node
 from iomatrix.platform.settings import DiskImage, DiskSettings, GraphShape, StorageGraph, disk_kind
 from iomatrix.platform.values import DiskValues, cpu_list
+from iomatrix.vocab.axes import vq_groups
 
 
 def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
@@ -107,7 +108,8 @@ def guest_disk_argv(settings: DiskSettings, image: DiskImage,
                              aio=settings.aio, cache=settings.cache,
                              iothread=bool(settings.iothread), fmt=settings.format or "raw",
                              num_queues=settings.num_queues, queue_size=settings.queue_size,
-                             discard=settings.discard)
+                             discard=settings.discard, iothreads=settings.iothreads,
+                             vq_groups=vq_groups(settings.vq_mapping))
     return list(disk_args(disk, version or Versions(), iothreads=threads, size=image.size).argv)
 
 
