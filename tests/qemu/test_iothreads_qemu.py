@@ -145,6 +145,23 @@ def test_qemu_takes_the_mapping_or_refuses_it_by_version(tmp_path: Path,
         assert len(set(threads.values())) == 2 and all(t > 0 for t in threads.values())
 
 
+@needs("qemu")
+def test_a_qemu_that_gave_one_iothread_is_told_apart(tmp_path: Path, no_leftovers: None) -> None:
+    """What a platform that dropped the mapping gives (one IOThread on the device, as any QEMU
+    takes it) read back against what two IOThreads must show: the check names each difference
+    (a trial fails with them), in keys that need no QEMU 9.0 to read."""
+    spec = _spec(tmp_path, _config(threads=1))
+    log = tmp_path / "qemu.log"
+    with managed(guest_argv(spec) + ["-S"], log=log) as proc:
+        assert wait_for(lambda: proc.poll() is not None or spec.qmp_socket.exists(),
+                        timeout=15.0) and proc.poll() is None, read_text(log)
+        seen = read_guest_settings(spec.qmp_socket)
+    want = expected_guest_settings(_config(), vcpus=2)
+    wrong = {key: (value, seen.get(key)) for key, value in want.items() if seen.get(key) != value}
+    assert wrong == {"iothreads": ("2", "1"), "device.iothread": ("", "iothread-virtio0"),
+                     "device.iothread-vq-mapping": ("round-robin×2", None)}
+
+
 @needs("qemu", "fio")
 @pytest.mark.slow
 def test_a_run_on_an_older_qemu_is_refused_in_one_line(tmp_path: Path) -> None:
