@@ -304,6 +304,7 @@ class LibvirtDriver(GuestDriver):
     """:class:`GuestDriver` whose guests libvirtd starts (see the module docstring)."""
 
     sliced_devices = False    # the domain's <disk> is the whole device
+    pins_threads = False      # libvirtd pins them from <cputune>: iomatrix reads them back
 
     def __init__(self, method: Method, workdir: Path, **kw: Any) -> None:
         super().__init__(method, workdir, **kw)

@@ -199,6 +199,11 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
     if any(c.mode == Mode.BLOCKLAYER for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
                          "only: a blocklayer part would run on this host alone")
+    pinned = sorted({axis for c in expansion.configurations for axis in AFFINITY_AXES
+                     if getattr(c, axis) is not None})
+    if pinned:
+        raise SuiteError(f"[method] concurrent_nodes: {pinned[0]} is not applied on the nodes "
+                         "(iomatrix pins threads on this host only, so far)")
     if (refused := cluster_refusal(suite)) is not None:
         raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
                          f"{refused}")

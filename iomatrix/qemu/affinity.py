@@ -158,7 +158,7 @@ def daemon_iothreads(qmp_socket: Path, pid: int, proc: Path = PROC,
                       f"its other threads: {len(found)} threads wait in an event loop")
 
 
-def pin(threads: Iterable[Thread], where: Placement) -> None:
+def pin_threads(threads: Iterable[Thread], where: Placement) -> None:
     """Each thread whose role ``where`` pins, pinned to its CPUs (TrialFailed naming the thread
     where the kernel refuses: a CPU outside this process's cgroup cpuset)."""
     for thread in threads:
@@ -279,9 +279,11 @@ class Pinning:
     @classmethod
     def start(cls, config: Configuration, image_path: Path | None, *,
               qmp_socket: Path | None = None, pid: int | None = None,
-              vcpus: bool = True) -> "Pinning":
+              vcpus: bool = True, pin: bool = True) -> "Pinning":
         """Resolve what ``config`` asks and pin the QEMU ``pid`` (over ``qmp_socket``) as it
-        says: vCPUs where QEMU has them (``vcpus``), else the vcpu role is fio's."""
+        says: vCPUs where QEMU has them (``vcpus``), else the vcpu role is fio's. Without
+        ``pin``, only the threads to read back are found: whoever started QEMU pinned them
+        (libvirtd, from ``<cputune>``)."""
         where = placement(config, image_path)
         qemu_roles = {r for r in where.cpus if vcpus or r != "vcpu"}
         threads: list[Thread] = []
@@ -290,7 +292,8 @@ class Pinning:
                       [Thread(role="main", name="main", pid=pid, tid=pid),
                        *(daemon_iothreads(qmp_socket, pid) if "iothread" in qemu_roles else [])])
             threads = [t for t in listed if t.role in qemu_roles]
-            pin(threads, where)
+            if pin:
+                pin_threads(threads, where)
         return cls(where, threads, fio=not vcpus or pid is None)
 
     def fio_options(self) -> dict[str, str]:

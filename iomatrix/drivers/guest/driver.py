@@ -59,6 +59,9 @@ class GuestDriver(Driver):
     mode = Mode.GUEST
     sliced_devices = True
     """A block device's test area reaches QEMU as a raw slice node ([target] size)."""
+    pins_threads = True
+    """iomatrix pins QEMU's threads as the affinity axes ask (``iomatrix.qemu.affinity``);
+    False where the platform pins them itself (libvirtd, from ``<cputune>``): only read back."""
 
     def __init__(self, method: Method, workdir: Path, *, appliance: Appliance, accel: str,
                  shared_reason: str | None = None) -> None:
@@ -142,7 +145,8 @@ class GuestDriver(Driver):
             applied, wrong = self._verify(config, images[0], guests[0], disk)
             stack.callback(self._quit, guests, procs)
             pinnings = [Pinning.start(config, None if image.network else image.path,
-                                      qmp_socket=guest.qmp_socket, pid=guest.pid)
+                                      qmp_socket=guest.qmp_socket, pid=guest.pid,
+                                      pin=self.pins_threads)
                         for guest, image in zip(guests, images)]    # before any workload
             session = GuestSession(config, images, guests, procs, disk, hosts,
                                    applied | seen, wrong, ramp=self.method.ramp, kind=kind,
