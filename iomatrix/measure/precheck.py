@@ -136,7 +136,8 @@ def check_libvirt_mapping(suite: Suite, expansion: Expansion) -> None:
     uri = method.libvirt_uri or lvd.DEFAULT_URI
     if lvd.libvirt_problem(uri) is not None:
         return
-    refused = lvd.daemon_versions(uri).mapping_refusal()
+    scsi = any(c.controller in ("virtio-scsi", "virtio-scsi-single") for c in several)
+    refused = lvd.daemon_versions(uri).mapping_refusal(scsi=scsi)
     if refused is not None:
         raise EnvironmentProblem(
             f"iothreads = {several[0].iothreads} under platform = \"libvirt\": {refused} "

@@ -47,7 +47,10 @@ def _domain(tmp_path: Path, *, vcpus: int = 2, mapped: bool = True) -> str:
                     cache="none", iothread=True, iothreads=2, num_queues=2),
         lv.disk_for("virtio-blk", source=str(tmp_path / "c.raw"), block=False, aio="native",
                     cache="none", iothread=True, iothreads=2, num_queues=4, queue_size=128,
-                    vq_groups=((0, 3), (1, 2)))][:3 if mapped else 1]
+                    vq_groups=((0, 3), (1, 2))),
+        lv.disk_for("virtio-scsi-single", source=str(tmp_path / "d.raw"), block=False,
+                    aio="io_uring", cache="none", iothread=True, iothreads=2,
+                    num_queues=2)][:4 if mapped else 1]
     threads = max(n for _, n in disks)
     ET.SubElement(root, "iothreads").text = str(threads)
     tune = lv.cputune_xml(vcpus=vcpus, iothreads=threads, vcpu="0", iothread="0", main="0")
@@ -57,7 +60,8 @@ def _domain(tmp_path: Path, *, vcpus: int = 2, mapped: bool = True) -> str:
     ET.SubElement(os_el, "type", {"arch": "x86_64", "machine": "pc"}).text = "hvm"
     devices = ET.SubElement(root, "devices")
     for i, (disk, _) in enumerate(disks):
-        disk = disk.model_copy(update={"dev": f"vd{'abc'[i]}"})
+        if disk.bus == "virtio":
+            disk = disk.model_copy(update={"dev": f"vd{'abc'[i]}"})
         devices.extend(e for where, e in lv.disk_xml(disk) if where == "<devices>")
     return _text(root)
 
@@ -67,14 +71,17 @@ def test_read_back_as_configuration_values(tmp_path: Path) -> None:
     values = {d.name: d.values for d in result.disks}
     assert [(v.iothread, v.iothreads, v.vq_mapping, v.num_queues) for v in values.values()
             if v is not None] == [(True, None, None, None), (True, 2, None, 2),
-                                  (True, 2, "0,3:1,2", 4)]
+                                  (True, 2, "0,3:1,2", 4), (True, 2, None, 2)]
     assert {(v.vcpu_affinity, v.iothread_affinity, v.main_affinity)
             for v in values.values() if v is not None} == {("0", "0", "0")}
     device = next(a for a in result.disks[2].argv if "iothread-vq-mapping" in a)
     assert '"iothread-vq-mapping":[{"iothread":"iothread1","vqs":[0,3]},' in device
     old = translate(_domain(tmp_path), libvirt=lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)))
+    assert [d.argv == () for d in old.disks] == [False, True, True, True]
+    assert "libvirt 11.2.0 or later needed" in old.disks[3].notes[-1]
     assert old.disks[1].argv == () and old.disks[1].notes[-1] == (
-        "vdb: libvirt 9.0.0 has no <driver><iothreads> (several IOThreads per disk): libvirt "
+        "vdb: libvirt 9.0.0 has no <driver><iothreads> on a disk (several IOThreads per disk): "
+        "libvirt "
         "10.0.0 or later needed")
 
 
@@ -100,7 +107,7 @@ def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
     versions = lvd.daemon_versions(URI)
     xml = tmp_path / "domain.xml"
     xml.write_text(_domain(tmp_path))
-    for name in "abc":
+    for name in "abcd":
         (tmp_path / f"{name}.raw").write_bytes(b"\0" * 65536)
     valid = subprocess.run(["virt-xml-validate", str(xml), "domain"], capture_output=True,
                            text=True, timeout=60)
@@ -111,7 +118,7 @@ def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
         assert valid.returncode == 0, valid.stdout + valid.stderr
         ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
         assert ours == _disk_arguments(real), versions.label
-        assert sum("iothread-vq-mapping" in a for a in ours) == 2
+        assert sum("iothread-vq-mapping" in a for a in ours) == 3     # 2 disks, 1 controller
         return
     # libvirt 9.0: its schema refuses <driver><iothreads> (the cputune alone it takes);
     # domxml-to-native drops the mapping silently
@@ -121,7 +128,7 @@ def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
                            text=True, timeout=60)
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert not any("iothread-vq-mapping" in a for a in real)
-    assert [d.argv == () for d in result.disks] == [False, True, True]
+    assert [d.argv == () for d in result.disks] == [False, True, True, True]
     assert "libvirt 10.0.0 or later needed" in result.disks[1].notes[-1]
 
 
@@ -135,9 +142,12 @@ def test_pasted_and_refused() -> None:
     assert "<iothreadpin iothread='2' cpuset='1'/>" in pasted.text
     assert f"<emulatorpin cpuset='{NUMA_CPUS}'/>" in pasted.text
     assert "<queue id='1'/>" in pasted.text and "vcpupin" not in pasted.text
-    scsi = config.model_copy(update={"controller": "virtio-scsi-single"})
-    assert "virtio-blk disks only" in str(lv.refusal(scsi))
+    scsi = lv.pasted(config.model_copy(update={"controller": "virtio-scsi-single"})).text
+    assert "<controller type='scsi' index='0' model='virtio-scsi'>" in scsi
+    assert "<driver queues='2'>" in scsi and "<iothread id='2'>" in scsi
     assert lv.refusal(config) is None
+    assert "no IOThread mapping for sata" in str(lv.refusal(config.model_copy(
+        update={"controller": "sata"})))
 
 
 @needs("libvirt", "fio", "qemu")

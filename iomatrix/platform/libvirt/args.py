@@ -55,7 +55,7 @@ def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) 
     controllers: list[str] = []
     notes: list[str] = []
     for controller in domain.controllers:
-        argv, note = _controller_args(controller)
+        argv, note = _controller_args(controller, versions)
         controllers += argv
         notes += note
     boot = _boot_indexes(domain)
@@ -64,6 +64,10 @@ def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) 
     disks = []
     for i, disk in enumerate(domain.disks):
         try:
+            if disk.bus == "scsi" and disk.controller_iothread_map:
+                refused = versions.mapping_refusal(scsi=True)
+                if refused is not None:
+                    raise ValueError(f"{disk.dev}: its controller's {refused}")
             disks.append(_disk_args(disk, domain, versions, number=numbers[i],
                                     bootindex=boot[i], scsi=scsi, size=size))
         except ValueError as exc:
@@ -72,8 +76,14 @@ def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) 
                       notes=tuple(notes))
 
 
-def _controller_args(controller: Controller) -> tuple[list[str], list[str]]:
+def _controller_args(controller: Controller,
+                     versions: Versions) -> tuple[list[str], list[str]]:
     ident = f"{controller.type}{controller.index}"
+    if controller.iothread_map:
+        refused = (versions.mapping_refusal(scsi=True) if controller.model == "virtio-scsi"
+                   else f"<driver><iothreads> on a {controller.model} controller")
+        if refused is not None:
+            return [], [f"{ident}: {refused}"]
     if controller.type == "sata":
         return ["-device", _json({"driver": "ahci", "id": ident})], []
     if controller.type != "scsi" or controller.model not in SCSI_MODELS:
@@ -88,11 +98,20 @@ def _controller_args(controller: Controller) -> tuple[list[str], list[str]]:
         props["id"] = ident
         if cdrv.get("queues"):
             props["num_queues"] = int(cdrv["queues"])
+        if controller.iothread_map:
+            props["iothread-vq-mapping"] = _mapping(controller.iothread_map)
     else:
         props["id"] = ident
         notes += [f"{ident}: <controller><driver {k}=…> on {controller.model} is not reproduced"
                   for k in cdrv if k in CONTROLLER_DRIVER_ATTRS]
     return ["-device", _json(props)], notes
+
+
+def _mapping(threads: tuple[tuple[int, tuple[int, ...]], ...]) -> list[dict[str, Any]]:
+    """``<iothreads>`` as QEMU's ``iothread-vq-mapping`` (libvirt names IOThread N
+    ``iothreadN``)."""
+    return [{"iothread": f"iothread{ident}"} | ({"vqs": list(queues)} if queues else {})
+            for ident, queues in threads]
 
 
 def _boot_indexes(domain: Domain) -> list[int | None]:
@@ -221,9 +240,7 @@ def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: s
         if disk.get("queue_size"):
             props["queue-size"] = int(disk.get("queue_size") or 0)
         if disk.iothread_map:
-            props["iothread-vq-mapping"] = [
-                {"iothread": f"iothread{ident}"} | ({"vqs": list(queues)} if queues else {})
-                for ident, queues in disk.iothread_map]
+            props["iothread-vq-mapping"] = _mapping(disk.iothread_map)
     elif disk.bus == "scsi":
         model = scsi[controller].model if controller in scsi else "lsilogic"
         if model not in SCSI_MODELS:

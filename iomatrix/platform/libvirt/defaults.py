@@ -57,9 +57,10 @@ def refusal(settings: DiskSettings) -> str | None:
         return f"iomatrix does not model libvirt's {kind} disks"
     if settings.queue_size and kind != "virtio-blk":
         return "libvirt has a queue_size only for virtio-blk disks (<driver queue_size=>)"
-    if settings.iothread and (settings.iothreads or 0) > 1 and kind != "virtio-blk":
-        return ("iomatrix models libvirt's <driver><iothreads> (several IOThreads per disk) "
-                "for virtio-blk disks only")
+    if settings.iothread and (settings.iothreads or 0) > 1 and kind not in (
+            "virtio-blk", "virtio-scsi", "virtio-scsi-single"):
+        return (f"libvirt has no IOThread mapping for {kind} (<driver><iothreads> is a virtio "
+                "disk's or a virtio-scsi controller's)")
     return None
 
 
@@ -77,9 +78,10 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
         raise ValueError(f"iomatrix does not model libvirt's {controller} disks")
     bus = BUS_OF[controller]
     several = bool(iothread and iothreads and iothreads > 1)
-    if several and bus != "virtio":
-        raise ValueError(f"iomatrix does not model libvirt's IOThread mapping for {controller} "
-                         "(<driver><iothreads> is a virtio disk's)")
+    scsi = controller in ("virtio-scsi", "virtio-scsi-single")
+    if several and bus != "virtio" and not scsi:
+        raise ValueError(f"libvirt has no IOThread mapping for {controller} (<driver><iothreads> "
+                         "is a virtio disk's or a virtio-scsi controller's)")
     driver = {"name": "qemu", "type": fmt}
     if cache:
         driver["cache"] = cache
@@ -100,15 +102,17 @@ def disk_for(controller: str, *, source: str, block: bool, aio: str | None, cach
             driver["queues"] = str(num_queues)
         if queue_size:
             driver["queue_size"] = str(queue_size)
-    elif controller in ("virtio-scsi", "virtio-scsi-single"):
-        if iothread:
+    elif scsi:
+        if iothread and not several:
             cdrv["iothread"] = "1"
         if num_queues:
             cdrv["queues"] = str(num_queues)
     dev = {"virtio": "vda", "scsi": "sda", "sata": "sda", "ide": "hda"}[bus]
     return Disk(kind="block" if block else "file", source=source, bus=bus, dev=dev,
                 driver=tuple(driver.items()), controller_model=CONTROLLER_MODEL.get(controller),
-                controller_driver=tuple(sorted(cdrv.items())), iothread_map=mapping), (
+                controller_driver=tuple(sorted(cdrv.items())),
+                iothread_map=mapping if bus == "virtio" else (),
+                controller_iothread_map=mapping if bus == "scsi" else ()), (
         len(mapping) or (1 if iothread else 0))
 
 
@@ -142,23 +146,30 @@ def disk_xml(disk: Disk, iothreads: int = 0) -> list[tuple[str, ET.Element]]:
     if disk.bus == "scsi":
         controller = ET.Element("controller", {"type": "scsi", "index": "0",
                                                "model": disk.controller_model or "lsilogic"})
-        if disk.controller_driver:
-            ET.SubElement(controller, "driver", dict(disk.controller_driver))
+        if disk.controller_driver or disk.controller_iothread_map:
+            cdriver = ET.SubElement(controller, "driver", dict(disk.controller_driver))
+            _iothreads_xml(cdriver, disk.controller_iothread_map)
         out.append(("<devices>", controller))
     elif disk.bus == "sata":
         out.append(("<devices>", ET.Element("controller", {"type": "sata", "index": "0"})))
     element = ET.Element("disk", {"type": disk.kind, "device": disk.device})
-    driver = ET.SubElement(element, "driver", dict(disk.driver))
-    if disk.iothread_map:
-        threads = ET.SubElement(driver, "iothreads")
-        for ident, queues in disk.iothread_map:
-            thread = ET.SubElement(threads, "iothread", {"id": str(ident)})
-            for queue in queues:
-                ET.SubElement(thread, "queue", {"id": str(queue)})
+    _iothreads_xml(ET.SubElement(element, "driver", dict(disk.driver)), disk.iothread_map)
     ET.SubElement(element, "source", {"dev" if disk.kind == "block" else "file": disk.source})
     ET.SubElement(element, "target", {"dev": disk.dev, "bus": disk.bus})
     out.append(("<devices>", element))
     return out
+
+
+def _iothreads_xml(driver: ET.Element,
+                   mapping: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+    """A ``<driver>``'s ``<iothreads>``: each ``<iothread id=>`` with its ``<queue id=>``s."""
+    if not mapping:
+        return
+    threads = ET.SubElement(driver, "iothreads")
+    for ident, queues in mapping:
+        thread = ET.SubElement(threads, "iothread", {"id": str(ident)})
+        for queue in queues:
+            ET.SubElement(thread, "queue", {"id": str(queue)})
 
 
 def pasted(settings: DiskSettings, *, image: str | None = None, **_: str) -> Pasted:

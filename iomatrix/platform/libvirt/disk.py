@@ -45,11 +45,12 @@ def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
         notes.append(f"{disk.dev}: no io=: QEMU's default, threads")
     cdrv = dict(disk.controller_driver)
     thread = disk.get("iothread") if disk.bus == "virtio" else cdrv.get("iothread")
-    ids = [ident for ident, _ in disk.iothread_map] or ([int(thread)] if thread else [])
+    threads = disk.iothread_map if disk.bus == "virtio" else disk.controller_iothread_map
+    ids = [ident for ident, _ in threads] or ([int(thread)] if thread else [])
     queues = disk.get("queues") if disk.bus == "virtio" else cdrv.get("queues")
     mapping = None
-    if len(disk.iothread_map) > 1 and any(q for _, q in disk.iothread_map):
-        mapping = ":".join(",".join(map(str, q)) for _, q in disk.iothread_map)
+    if len(threads) > 1 and any(q for _, q in threads):
+        mapping = ":".join(",".join(map(str, q)) for _, q in threads)
     pins = affinities(cputune or CpuTune(), ids, disk.dev)
     return DiskValues(controller=controller, aio=aio or "threads", iothread=bool(ids),
                       cache=cache or "writeback", format=disk.get("type") or "raw",

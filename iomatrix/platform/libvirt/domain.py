@@ -44,6 +44,8 @@ class Controller(Frozen):
     model: str | None = None
     """SCSI: libvirt's model name (lsilogic, virtio-scsi, ...)."""
     driver: tuple[tuple[str, str], ...] = ()
+    iothread_map: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """virtio-scsi: ``<driver><iothreads>`` (libvirt 11.2, QEMU 10.0), as a disk's."""
 
 
 class Disk(Frozen):
@@ -66,6 +68,7 @@ class Disk(Frozen):
     """``<boot order=…>``."""
     controller_model: str | None = None
     controller_driver: tuple[tuple[str, str], ...] = ()
+    controller_iothread_map: tuple[tuple[int, tuple[int, ...]], ...] = ()
     unmodelled: tuple[str, ...] = ()
     iothread_map: tuple[tuple[int, tuple[int, ...]], ...] = ()
     """``<driver><iothreads>``: each ``<iothread id=>`` with the ``<queue id=>`` it serves
@@ -129,7 +132,8 @@ def parse_domain(text: str) -> Domain:
     controllers = _controllers(disks, written)
     models = {c.index: c for c in controllers if c.type == "scsi"}
     disks = [d.model_copy(update={"controller_model": models[d.address[0]].model,
-                                  "controller_driver": models[d.address[0]].driver})
+                                  "controller_driver": models[d.address[0]].driver,
+                                  "controller_iothread_map": models[d.address[0]].iothread_map})
              if d.bus == "scsi" else d for d in disks]
     boot = tuple(b.get("dev", "") for b in root.iterfind("./os/boot"))
     if not boot and all(d.boot is None for d in disks):
@@ -254,12 +258,16 @@ def _controllers(disks: list[Disk],
     for bus, index in wanted:
         element = written.get((bus, index))
         model = driver = None
+        mapping: tuple[tuple[int, tuple[int, ...]], ...] = ()
         if bus == "scsi":
             model = element.get("model") if element is not None else None
             model = model or "lsilogic"
             cdrv = element.find("driver") if element is not None else None
             driver = tuple(sorted(cdrv.attrib.items())) if cdrv is not None else ()
-        out.append(Controller(type=bus, index=index, model=model, driver=driver or ()))
+            mapping = _iothread_map(cdrv.find("iothreads") if cdrv is not None else None,
+                                    f"scsi{index}")
+        out.append(Controller(type=bus, index=index, model=model, driver=driver or (),
+                              iothread_map=mapping))
     return out
 
 
@@ -274,7 +282,8 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
     controllers = []
     if disk.bus == "scsi":
         controllers.append(Controller(type="scsi", model=disk.controller_model or "lsilogic",
-                                      driver=disk.controller_driver))
+                                      driver=disk.controller_driver,
+                                      iothread_map=disk.controller_iothread_map))
     elif disk.bus == "sata":
         controllers.append(Controller(type="sata"))
     return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)

@@ -27,6 +27,11 @@ virtqueues: formatdomain "Since 10.0.0 (QEMU 9.0, virtio disks only)"); 9.0's sc
 the element (verified against the real daemon)."""
 MAPPING_QEMU: Version = (9, 0, 0)
 """virtio-blk's ``iothread-vq-mapping`` (QEMU 9.0)."""
+SCSI_MAPPING: Version = (11, 2, 0)
+"""The first libvirt with a virtio-scsi controller's ``<driver><iothreads>`` (QEMU 10.0's
+virtio-scsi ``iothread-vq-mapping``): KubeVirt's VEP 342 names it; 11.3's domxml-to-native
+checked in the Debian 13 pass."""
+SCSI_MAPPING_QEMU: Version = (10, 0, 0)
 DEFAULT_LIBVIRT: Version = (11, 3, 0)
 """The libvirt modelled where none is named or installed: Debian 13's."""
 DEFAULT_QEMU: Version = (10, 0, 0)
@@ -57,14 +62,18 @@ class Versions(Frozen):
         """Whether a raw disk gets a format node over its storage node."""
         return self.libvirt < RAW_LAYER_DROPPED or self.qemu < BACKING_MASK_QEMU
 
-    def mapping_refusal(self) -> str | None:
-        """Why this libvirt with this QEMU cannot give a disk several IOThreads, or None."""
-        if self.libvirt < IOTHREAD_MAPPING:
-            return (f"libvirt {shown(self.libvirt)} has no <driver><iothreads> (several "
-                    f"IOThreads per disk): libvirt {shown(IOTHREAD_MAPPING)} or later needed")
-        if self.qemu < MAPPING_QEMU:
-            return (f"QEMU {shown(self.qemu)} has no iothread-vq-mapping (several IOThreads per "
-                    f"disk): QEMU {shown(MAPPING_QEMU)} or later needed")
+    def mapping_refusal(self, scsi: bool = False) -> str | None:
+        """Why this libvirt with this QEMU cannot give a disk (``scsi``: a virtio-scsi
+        controller) several IOThreads, or None."""
+        libvirt, qemu = (SCSI_MAPPING, SCSI_MAPPING_QEMU) if scsi else (IOTHREAD_MAPPING,
+                                                                         MAPPING_QEMU)
+        what = "a virtio-scsi controller" if scsi else "a disk"
+        if self.libvirt < libvirt:
+            return (f"libvirt {shown(self.libvirt)} has no <driver><iothreads> on {what} "
+                    f"(several IOThreads per disk): libvirt {shown(libvirt)} or later needed")
+        if self.qemu < qemu:
+            return (f"QEMU {shown(self.qemu)} has no iothread-vq-mapping on {what} (several "
+                    f"IOThreads per disk): QEMU {shown(qemu)} or later needed")
         return None
 
     @property
