@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -249,29 +248,6 @@ def test_a_trial_that_outlasts_its_time_says_what_the_guests_disk_did(
     assert not any("the guests stopped" in n for n in stored.notes), stored.notes
 
 
-def _stop_the_first_trial(monkeypatch: pytest.MonkeyPatch,
-                          stop: Callable[[GuestSession], object]) -> tuple[list[int], list[int]]:
-    """GuestSession patched so that ``stop`` stops the first trial's guest while its fio runs:
-    (each trial's QEMU pid, as trials start; the stopped QEMU's pid, once stopped)."""
-    observe, start = GuestSession.observe, GuestSession.new_trial
-    boots: list[int] = []
-    stopped: list[int] = []
-
-    def new_trial(self: GuestSession) -> None:
-        boots.append(self.guests[0].pid)
-        start(self)
-
-    def stop_once(self: GuestSession, fio_pid: int) -> None:
-        observe(self, fio_pid)
-        if not stopped:
-            stop(self)
-            stopped.append(self.guests[0].pid)
-
-    monkeypatch.setattr(GuestSession, "new_trial", new_trial)
-    monkeypatch.setattr(GuestSession, "observe", stop_once)
-    return boots, stopped
-
-
 STOPS = ("paused", "sigstopped", "throttled")
 
 
@@ -367,42 +343,65 @@ def test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot(
     assert len(again) == 3, stored.notes
 
 
-@pytest.mark.parametrize("case", ["last-attempt", "pilot"])
 def test_after_a_stop_not_measured_again_the_next_trial_boots_afresh(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None, case: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None) -> None:
     """A stopped trial that is not measured again (its last attempt; a pilot's trial, one
     measurement of many) fails alone: the next trial of its configuration runs in a fresh boot,
     not on the stopped guest (where it could only wait out its time and fail too), and a run
     note says so. What is asserted is the next trial's QEMU, so a real stop of its own (rare)
-    cannot make the test pass or fail."""
+    cannot make the test pass or fail.
+
+    One run serves both: one pilot block (pilot = true, one round) whose first trial is
+    stopped, then the run's block, whose first trial is stopped on its last attempt (no trial
+    is measured again here: STOP_RETRIES 0)."""
     from iomatrix.analysis import trialplan as tp
     from iomatrix.measure import runner
     from iomatrix.qemu.qmp import qmp_execute
     monkeypatch.setattr(runner, "FIO_GRACE", 10.0)
-    if case == "last-attempt":
-        monkeypatch.setattr(runner, "STOP_RETRIES", 0)
-    else:
-        monkeypatch.setattr(tp, "PILOT_ROUNDS", 1)      # one pilot block, then the run's round
-    boots, paused = _stop_the_first_trial(
-        monkeypatch, lambda session: qmp_execute(session.guests[0].qmp_socket, [("stop", None)]))
+    monkeypatch.setattr(runner, "STOP_RETRIES", 0)
+    monkeypatch.setattr(tp, "PILOT_ROUNDS", 1)          # one pilot block, then the run's round
+    block, observe, start = runner._Runner._block, GuestSession.observe, GuestSession.new_trial
+    pilot: list[bool] = []
+    attempts: list[tuple[bool, int]] = []          # each attempt: (a pilot's?, its QEMU's pid)
+    stopped: dict[bool, int] = {}                  # a pilot's? → the stopped QEMU's pid
+
+    def each_block(self, *args, each=None):  # type: ignore[no-untyped-def]
+        pilot[:] = [each is not None]
+        return block(self, *args, each=each)
+
+    def new_trial(self: GuestSession) -> None:
+        attempts.append((pilot[0], self.guests[0].pid))
+        start(self)
+
+    def stop_first(self: GuestSession, fio_pid: int) -> None:
+        observe(self, fio_pid)
+        if pilot[0] not in stopped:          # the first trial of the pilot, and of the run
+            qmp_execute(self.guests[0].qmp_socket, [("stop", None)])
+            stopped[pilot[0]] = self.guests[0].pid
+
+    monkeypatch.setattr(runner._Runner, "_block", each_block)
+    monkeypatch.setattr(GuestSession, "new_trial", new_trial)
+    monkeypatch.setattr(GuestSession, "observe", stop_first)
     body = ('[matrix]\ncontroller = "virtio-blk"\n'
             + METHOD.replace('rw = "randread"', 'rw = ["randread", "randwrite"]')
-                    .replace('runtime = "1s"', 'runtime = "2s"')
-            + ("pilot = true\n" if case == "pilot" else ""))
+                    .replace('runtime = "1s"', 'runtime = "2s"') + "pilot = true\n")
     with pytest.warns(UserWarning, match="the guests stopped"):
         outcome, stored = run(tmp_path, body)
-    assert len(boots) >= 2 and boots[0] == paused[0] and boots[1] != paused[0], (boots, paused)
-    said = ("in a pilot trial, which is not measured again" if case == "pilot"
-            else "(attempt 1 of at most 1); the trial failed")
-    assert any(f"the guests stopped {said}; the 1 trial(s) after it in this configuration are "
-               "measured after booting them afresh" in n for n in stored.notes), stored.notes
-    if case == "pilot":
-        with Store(tmp_path / "r.db") as store:
-            pilot, _ = store.load_pilot(outcome.run_id)
-        assert len(pilot) == 2 and pilot[0].iops is None, pilot
-    else:
-        first = min(stored.trials, key=lambda t: t.started_at)
-        assert first.status == "failed" and "fio did not finish within 12 s" in (first.reason or "")
+    assert sorted(stopped) == [False, True], (stopped, attempts)
+    for case in (True, False):                  # the pilot's, then the run's
+        pids = [pid for p, pid in attempts if p is case]
+        assert len(pids) >= 2 and pids[0] == stopped[case] and pids[1] != stopped[case], (
+            case, attempts)
+    for said in ("in a pilot trial, which is not measured again",
+                 "(attempt 1 of at most 1); the trial failed"):
+        assert any(f"the guests stopped {said}; the 1 trial(s) after it in this configuration "
+                   "are measured after booting them afresh" in n for n in stored.notes), (
+            said, stored.notes)
+    with Store(tmp_path / "r.db") as store:
+        measured, _ = store.load_pilot(outcome.run_id)
+    assert len(measured) == 2 and measured[0].iops is None, measured
+    first = min(stored.trials, key=lambda t: t.started_at)
+    assert first.status == "failed" and "fio did not finish within 12 s" in (first.reason or "")
 
 
 def test_a_job_that_paces_itself_is_held_to_an_idle_disk() -> None:
