@@ -115,7 +115,7 @@ iodepth = 4
 [method]
 mode = "host"
 baseline = false
-runtime = "1s"
+runtime = "500ms"
 ramp = "0s"
 samples = 1
 accel = "tcg"
@@ -161,7 +161,7 @@ def test_kill_9_then_clean_frees_the_volume(tmp_path: Path, pve_host: PveHost) -
     storage stays."""
     subprocess.run(["pvesm", "alloc", "local-lvm", "100", "vm-100-disk-0", "16M"], check=True,
                    capture_output=True)
-    path = suite(tmp_path, body="").read_text().replace('runtime = "1s"', 'runtime = "60s"')
+    path = suite(tmp_path, body="").read_text().replace('runtime = "500ms"', 'runtime = "60s"')
     (tmp_path / "long.toml").write_text(path)
     db = tmp_path / "r.db"
     proc = subprocess.Popen([sys.executable, "-m", "iomatrix", "run", str(tmp_path / "long.toml"),

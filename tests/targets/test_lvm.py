@@ -45,7 +45,7 @@ TABLES = {"lvmthin": 'lvmthin = { vg = "pve", pool = "data" }', "lvm": 'lvm = { 
 
 
 def suite(tmp_path: Path, table: str, *, size: str = "32MiB", mode: str = "blocklayer",
-          runtime: str = "1s", guest: bool = True) -> Path:
+          runtime: str = "500ms", guest: bool = True) -> Path:
     """A tiny suite on ``table``: host (the baseline), ``mode`` and, with ``guest``, a guest
     (TCG) part, one workload each."""
     part = ('[[part]]\nmode = "guest"\ncontroller = "virtio-blk"\naio = "io_uring"\n'

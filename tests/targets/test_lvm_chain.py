@@ -140,7 +140,7 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LvmStan
 
 
 def _suite(tmp_path: Path, *, size: str = "32MiB", mode: str = "blocklayer",
-           snapshots: int = 1, runtime: str = "1s", guest: bool = True,
+           snapshots: int = 1, runtime: str = "500ms", guest: bool = True,
            baseline: bool = True, platform: str = "qemu") -> Path:
     """A tiny suite on a qcow2 volume chain: ``mode`` and, with ``guest``, a TCG guest; the
     graph ``platform``'s."""

@@ -235,7 +235,7 @@ def test_a_zfspool_storage_id_is_a_zfs_target(tmp_path: Path) -> None:
 
 
 def zfs_suite(directory: Path, pool: str, *, size: str = "16MiB", volblocksize: str = '"8k"',
-              mode: str = "guest", runtime: str = "1s", sparse: bool = False) -> Path:
+              mode: str = "guest", runtime: str = "500ms", sparse: bool = False) -> Path:
     """A tiny suite on a zvol of ``pool``: guest mode (TCG) with its host baseline and a
     blocklayer part, so that one run covers the three modes."""
     path = directory / "zfs.toml"
