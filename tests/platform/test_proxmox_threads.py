@@ -58,6 +58,14 @@ def test_several_iothreads_go_in_args_with_a_warning(controller: str) -> None:
     assert pve.ARGS_WARNING in notes and pve.ARGS_WARNING.startswith("warning: qemu-server does "
                                                                      "not manage")
     assert refusal(settings) is not None and "platform = \"qemu\"" in str(refusal(settings))
+    # qemu-server splits args: with PVE::Tools::split_args, Text::ParseWords::shellwords
+    split = subprocess.run(["perl", "-MText::ParseWords", "-e",
+                            'print join("\\0", shellwords($ARGV[0]))', "--", argv[6]],
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    assert split.split("\0") == shlex.split(argv[6])
+    # two -blockdev nodes and the device (virtio-scsi: the controller and its disk)
+    assert sum(a.startswith("{") for a in split.split("\0")) == (4 if "scsi" in controller
+                                                                  else 3)
     (disk,), _ = pve.parse_args(argv[6])
     assert (disk.controller, disk.iothreads, disk.vq_mapping, disk.num_queues, disk.aio,
             disk.path) == (controller, 2, "0,2:1,3", 4, "io_uring", "/dev/pve/vm-100-disk-1")
