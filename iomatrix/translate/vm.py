@@ -239,6 +239,10 @@ def _vm_notes(vm: pve.VmConfig, gen: pve.PveVersion, vmid: str | None) -> list[s
                      f"VM to {pinned[0]}.{pinned[1]} → PVE {gen}'s command line")
     elif vm.machine:
         notes.append(f"machine: {vm.machine} → PVE {gen}'s command line")
+    if vm.affinity and cpu_list(vm.affinity):
+        notes.append(f"affinity: {cpu_list(vm.affinity)}: qemu-server starts QEMU under taskset "
+                     "--cpu-list --all-tasks: every thread of the VM (vCPUs, IOThreads, main "
+                     "loop) on these CPUs")
     if vm.arch and vm.arch != "x86_64":
         notes.append(f"arch: {vm.arch}: iomatrix models x86_64's devices and firmware")
     if vm.bios == "ovmf" and not any(d.bus == "efidisk" for d in vm.drives):

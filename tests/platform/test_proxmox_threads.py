@@ -87,7 +87,10 @@ def test_qemu_server_vm_configuration_read_back() -> None:
             "scsihw: virtio-scsi-single\n"
             "scsi0: local-lvm:vm-8006-disk-0,aio=native,cache=none,iothread=1,queues=4,size=8G\n"
             "virtio1: local-lvm:vm-8006-disk-1,iothread=1,size=8G\n")
-    scsi, virtio = translate(conf).disks
+    result = translate(conf)
+    assert any(n.startswith("affinity: 0,2-3: qemu-server starts QEMU under taskset")
+               for n in result.notes)
+    scsi, virtio = result.disks
     assert scsi.values is not None and virtio.values is not None
     assert (scsi.values.num_queues, scsi.values.iothread, scsi.values.iothread_affinity) == (
         4, True, "0,2-3")
