@@ -18,7 +18,6 @@ a virtual disk)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -50,6 +49,8 @@ class Thread(BaseModel):
     """How the applied record names it: ``vcpu0``, ``iothread.iot0``, ``main``."""
     pid: int
     tid: int
+    lasting: bool = True
+    """Missed when it is gone (False: a daemon thread that may end, such as a pool worker)."""
 
 
 class Placement(BaseModel):
@@ -121,41 +122,16 @@ def qemu_threads(qmp_socket: Path, pid: int) -> list[Thread]:
     return threads
 
 
-EVENT_LOOP_SYSCALLS = frozenset({271, 232, 281, 441, 426})
-"""x86_64 system calls an idle QEMU event loop waits in: ppoll (QEMU's own aio_poll), epoll_wait,
-epoll_pwait, epoll_pwait2 (fdmon-epoll) and io_uring_enter (fdmon-io_uring). A daemon's other
-idle threads wait elsewhere: RCU's and the thread pool's in futex, the monitor's GLib loop in
-poll (checked on 7.2 here)."""
-
-
-def daemon_iothreads(qmp_socket: Path, pid: int, proc: Path = PROC,
-                     tries: int = 20) -> list[Thread]:
-    """qemu-storage-daemon's IOThreads, which its QMP does not list (``query-iothreads`` is
-    the system emulator's): its threads other than the main one that wait in an event loop's
-    system call (``EVENT_LOOP_SYSCALLS``), accepted only when they are exactly as many as its
-    ``iothread`` objects (else TrialFailed: which thread is which cannot be told)."""
-    try:
-        objects, = qmp_execute(qmp_socket, [("qom-list", {"path": "/objects"})])
-    except ToolFailed as exc:
-        raise TrialFailed(f"the daemon's objects could not be listed over QMP: {exc}") from exc
-    ids = sorted(o["name"] for o in objects if o.get("type") == "child<iothread>")
-    if not ids:
-        return []
-    found: list[int] = []
-    for _ in range(tries):
-        found = []
-        for task in sorted((proc / str(pid) / "task").iterdir(), key=lambda t: int(t.name)):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                call = (task / "syscall").read_text().split()[0]
-                if int(task.name) != pid and call.isdigit() and int(call) in EVENT_LOOP_SYSCALLS:
-                    found.append(int(task.name))
-        if len(found) == len(ids):
-            # created in the order of the command line's --object options
-            return [Thread(role="iothread", name=f"iothread.{i}", pid=pid, tid=tid)
-                    for i, tid in zip(ids, found)]
-        time.sleep(0.05)
-    raise TrialFailed(f"qemu-storage-daemon's IOThreads ({', '.join(ids)}) cannot be told from "
-                      f"its other threads: {len(found)} threads wait in an event loop")
+def daemon_threads(pid: int, proc: Path = PROC) -> list[Thread]:
+    """qemu-storage-daemon's threads other than its main one, which its QMP does not tell apart
+    (``query-iothreads`` is the system emulator's; QEMU 10's monitor thread waits in an event
+    loop as its IOThreads do): its IOThreads, RCU and monitor threads, all pinned to the
+    iothread_affinity CPUs and read back as ``daemon.TID``; threads it starts later (thread-pool
+    workers, started by the IOThread serving the export) inherit their creator's set. A thread
+    that ends (a pool worker of the start) is not missed."""
+    tasks = sorted(int(t.name) for t in (proc / str(pid) / "task").iterdir())
+    return [Thread(role="iothread", name=f"daemon.{tid}", pid=pid, tid=tid, lasting=False)
+            for tid in tasks if tid != pid]
 
 
 def pin_threads(threads: Iterable[Thread], where: Placement) -> None:
@@ -206,6 +182,8 @@ def readback(threads: Iterable[Thread], where: Placement,
             allowed, ran = read_thread(thread.pid, thread.tid, proc)
         except (OSError, StopIteration, ValueError):
             applied[key] = "gone"
+            if not thread.lasting:
+                continue
             wrong.append(f"{key} (thread {thread.tid}): asked {cpuset.shown(cpus)}, the thread "
                          "is gone")
             continue
@@ -290,7 +268,7 @@ class Pinning:
         if qemu_roles and qmp_socket is not None and pid is not None:
             listed = (qemu_threads(qmp_socket, pid) if vcpus else
                       [Thread(role="main", name="main", pid=pid, tid=pid),
-                       *(daemon_iothreads(qmp_socket, pid) if "iothread" in qemu_roles else [])])
+                       *(daemon_threads(pid) if "iothread" in qemu_roles else [])])
             threads = [t for t in listed if t.role in qemu_roles]
             if pin:
                 pin_threads(threads, where)

@@ -150,9 +150,10 @@ class Matrix(Frozen):
     cpus_allowed, with cpus_allowed_policy=shared). Absent: nothing pinned, as before the axis
     existed. Checked against the host's online CPUs before the run."""
     iothread_affinity: axis_of(CpuSet) | None = None
-    """The host CPUs QEMU's IOThreads run on (guest mode: the guest's; blocklayer mode:
-    qemu-storage-daemon's), pinned after start as libvirt's iothreadpin does: a CPU set or
-    "numa", as vcpu_affinity. Absent: not pinned."""
+    """The host CPUs QEMU's IOThreads run on, pinned after start as libvirt's iothreadpin does
+    (guest mode: the IOThreads QMP lists; blocklayer mode: every qemu-storage-daemon thread but
+    its main loop, its IOThreads, RCU and monitor threads, which its QMP does not tell apart):
+    a CPU set or "numa", as vcpu_affinity. Needs iothread = true. Absent: not pinned."""
     main_affinity: axis_of(CpuSet) | None = None
     """The host CPUs QEMU's main loop (its main thread: the guest's QEMU, or the daemon in
     blocklayer mode) runs on, as libvirt's emulatorpin does for the main thread: a CPU set or

@@ -166,7 +166,8 @@ AXES: tuple[Axis, ...] = (
          blocklayer="fio's cpus_allowed: fio runs on the host, where a guest's vCPUs would",
          not_setting=AFFINITY_NOT_SETTING),
     Axis("iothread_affinity", str, QEMU_MODES, label=_named(" iothread@{}"),
-         blocklayer="the daemon's IOThreads' CPUs", not_setting=AFFINITY_NOT_SETTING),
+         blocklayer="the CPUs of the daemon's threads but its main loop (its IOThreads, RCU "
+                    "and monitor threads)", not_setting=AFFINITY_NOT_SETTING),
     Axis("main_affinity", str, QEMU_MODES, label=_named(" main@{}"),
          blocklayer="the daemon's main loop's CPUs", not_setting=AFFINITY_NOT_SETTING),
 )
