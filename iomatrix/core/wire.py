@@ -17,7 +17,9 @@ BlockdevOptions: TypeAlias = dict[str, Any]
 
 QmpObject: TypeAlias = dict[str, Any]
 """One object of a QMP answer (``query-block``, ``query-blockstats``,
-``query-named-block-nodes``), as QEMU's QAPI schema defines it."""
+``query-named-block-nodes``), or one iomatrix hands QEMU in a QAPI type's shape (an
+``IOThreadVirtQueueMapping`` of a device's ``iothread-vq-mapping``), as QEMU's QAPI schema
+defines it."""
 
 TomlTable: TypeAlias = dict[str, Any]
 """A suite's table as written (TOML's values, nothing validated or filled in yet)."""

@@ -43,6 +43,7 @@ import shlex
 from typing import Any, NamedTuple
 
 from iomatrix.core.model import Frozen, on_off
+from iomatrix.core.wire import QmpObject
 from iomatrix.vocab.axes import VQ_ROUND_ROBIN, vq_groups
 from iomatrix.platform.settings import (DiskImage, DiskSettings, GraphShape, Pasted,
                                         PlatformDefault, StorageGraph, backing_node, default,
@@ -139,9 +140,9 @@ def iothread_ids(settings: DiskSettings, holder: str) -> list[str]:
     return [f"{iothread_id(holder)}-{i}" for i in range(settings.iothreads)]
 
 
-def vq_mapping(settings: DiskSettings, ids: list[str]) -> list[dict[str, Any]] | None:
-    """QEMU's ``iothread-vq-mapping`` for a disk served by several IOThreads (``ids``): the
-    threads alone (QEMU deals the queues round-robin), or each with its queues (``vqs``);
+def vq_mapping(settings: DiskSettings, ids: list[str]) -> list[QmpObject] | None:
+    """QEMU's ``iothread-vq-mapping`` (QAPI ``IOThreadVirtQueueMapping`` objects) for a disk
+    served by several IOThreads (``ids``): the threads alone (QEMU deals the queues round-robin), or each with its queues (``vqs``);
     None for one IOThread or none."""
     if len(ids) < 2:
         return None
