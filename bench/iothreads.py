@@ -131,7 +131,7 @@ def report(run, args: argparse.Namespace, wall: float, load: tuple[float, ...], 
              "load average " + "; ".join(f"{when}: " + " ".join(f"{v:.2f}" for v in values)
                                          for when, values in loads.items()),
              *(f"  failed: {t.config_key}: {(t.reason or '')[:200]}" for t in failed[:3]),
-             *(f"  note: {n[:300]}" for n in run.notes if "skipped" in n or "TCG" in n),
+             *(f"  note: {n[:300]}" for n in run.notes if "needs QEMU" in n or "TCG" in n),
              BLOCKLAYER, *([why] if why else [])]
     print("\n".join(lines))
     print(f"guest ({CONTROLLER}){tag}:")

@@ -539,8 +539,12 @@ def _barred(platform: Platform, axis: str, level: str) -> str:
 
 
 def _config(values: dict[str, str | None]) -> Configuration:
-    return Configuration(mode=Mode.GUEST, **{axis: BY_NAME[axis].level_of(value)
-                                             for axis, value in values.items()})
+    """The guest configuration of ``values``; an axis at its unset level (one IOThread,
+    round-robin) as no level, as a run stores it."""
+    levels = {axis: BY_NAME[axis].level_of(value) for axis, value in values.items()}
+    return Configuration(mode=Mode.GUEST, **{
+        axis: None if BY_NAME[axis].unset is not None and level == BY_NAME[axis].unset
+        and BY_NAME[axis].type is not bool else level for axis, level in levels.items()})
 
 
 def _assemble(platform: Platform, storage: str, decisions: list[Decision]
