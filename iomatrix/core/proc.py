@@ -166,21 +166,59 @@ def reaper(daemon: subprocess.Popen[bytes], *, log: Path, unmount: Path | None =
 
 
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:
-    """Terminate a process we started (TERM, then KILL) and reap it; idempotent."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    """Terminate a process we started in a session of its own (TERM, then KILL to its whole
+    process group) and reap it; then wait until nothing of its group is left (fio's job
+    processes, which may still be ending their I/O after fio itself is reaped or killed), so
+    that what they used can be removed safely; idempotent."""
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired as exc:   # stuck in the kernel (a dead FUSE mount?)
-            raise ToolFailed(f"{Path(str(proc.args[0])).name} (pid {proc.pid}) did not die on SIGKILL",
-                             argv=[str(a) for a in proc.args], returncode=None) from exc
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired as exc:   # stuck in the kernel (a dead FUSE mount?)
+                raise ToolFailed(f"{Path(str(proc.args[0])).name} (pid {proc.pid}) did not die "
+                                 "on SIGKILL", argv=[str(a) for a in proc.args],
+                                 returncode=None) from exc
+    _group_gone(proc.pid, timeout=timeout)
+
+
+def _group_gone(pgid: int, *, timeout: float) -> None:
+    """Wait until process group ``pgid`` (a session leader's, now reaped) has no live process
+    left: ``timeout`` seconds for its members to end by themselves, SIGKILL to those left, then
+    as long again for them to go (a process in the kernel's I/O ends when the I/O does). A
+    zombie is gone: its parent may be an init that never reaps it."""
+    for phase in range(2):
+        deadline = time.monotonic() + timeout
+        while group_members(pgid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return
+        if phase == 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+
+
+def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    found = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()   # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
