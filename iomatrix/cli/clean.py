@@ -16,7 +16,8 @@ def clean(
     db: Db = DEFAULT_DB,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing and leave the database as it is.")] = False,
 ) -> None:
-    """Remove the scratch directories and images that killed runs left behind."""
+    """Remove the scratch directories and images that killed runs left behind, and put back
+    the IRQs they steered."""
     from iomatrix.measure.reclaim import describe, reclaim
 
     open_store(db).close()                  # a missing or foreign file is refused, unchanged

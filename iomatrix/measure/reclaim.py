@@ -52,8 +52,8 @@ from iomatrix.core.proc import read_text, signals_deferred
 from iomatrix.core.trust import US, Author
 from iomatrix.store.records import ResourceRecord
 from iomatrix.store.repo import Store, identity
+from iomatrix.store.rows import RESOURCES
 from iomatrix.targets import loops
-from iomatrix.targets.registry import RESOURCES
 from iomatrix.targets.targets import release_loops
 from iomatrix.targets.workspace import PREFIX
 

@@ -26,7 +26,7 @@ from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
-from iomatrix.measure.reclaim import RunProcess, describe, reclaim, run_process
+from iomatrix.measure.reclaim import RESOURCES, RunProcess, describe, reclaim, run_process
 from iomatrix.measure.trialkey import TrialKey
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
@@ -42,7 +42,6 @@ from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.fields import NODE_AXIS
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
-from iomatrix.targets import registry
 from iomatrix.targets.kind import OpenTarget
 from iomatrix.measure.precheck import check_run
 from iomatrix.telemetry import irq
@@ -165,7 +164,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             progress.note(text)
         workspace.for_run(record=me.record, scratch=workdir, run_id=started.run_id)
         runner = _measure(started, store, progress, workspace, workdir, drivers,
-                          owned=share is None or not share.shared)
+                          owned=share is None or not share.shared, process=me.id)
     return RunOutcome(run_id=started.run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
 
@@ -227,7 +226,8 @@ def _start(store: Store, me: RunProcess, prepared: PreparedRun, workspace: OpenT
 
 
 def _measure(started: _Started, store: Store, progress: Progress, workspace: OpenTarget,
-             workdir: Path, drivers: dict[str, Driver], *, owned: bool) -> "_Runner":
+             workdir: Path, drivers: dict[str, Driver], *, owned: bool,
+             process: int) -> "_Runner":
     """Make the target and measure the run's trials (the pilot's first, when it plans its
     rounds); the run ends complete, failed or interrupted (unless ``owned`` is False: a
     cluster's controller ends it)."""
@@ -235,7 +235,7 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
     try:
         runner = _Runner(started.prepared, store, started.run_id, progress, started.done,
                          started.retry)
-        with workspace, _steered_irqs(started, store, progress):
+        with workspace, _steered_irqs(started, store, progress, process):
             workspace.create()
             _late_notes(store, started.run_id, progress, started.notes, workspace.notes)
             if started.prepared.suite.method.plans_rounds:
@@ -261,10 +261,11 @@ def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[
     return host
 
 
-def _steered_irqs(started: _Started, store: Store,
-                  progress: Progress) -> contextlib.AbstractContextManager[list[int]]:
+def _steered_irqs(started: _Started, store: Store, progress: Progress,
+                  process: int) -> contextlib.AbstractContextManager[list[int]]:
     """``[method] irq_affinity``: the target device's IRQs steered for the run and put back
-    after it (``telemetry.irq.steered``), what was done in the run's notes; else nothing."""
+    after it (``telemetry.irq.steered``), each recorded first as ``process``'s (what a killed
+    run left steered, ``reclaim`` puts back), what was done in the run's notes; else nothing."""
     suite = started.prepared.suite
     level = suite.method.irq_affinity
     if level is None:
@@ -273,8 +274,13 @@ def _steered_irqs(started: _Started, store: Store,
     def note(text: str) -> None:
         store.add_notes(started.run_id, [text])
         progress.note(text)
+
+    def record(number: int, previous: str, steered_to: str) -> Callable[[str], None]:
+        rid = store.add_resource(process, irq.KIND, str(number),
+                                 irq.recorded_within(previous, steered_to), run_id=started.run_id)
+        return lambda outcome: store.settle_resource(rid, outcome)
     return irq.steered(irq.target_device(suite.target.directory or suite.target.device),
-                       level, note)
+                       level, note, record=record)
 
 
 def _reopen(store: Store, run_id: int, prepared: PreparedRun, target_notes: list[str],
@@ -335,7 +341,7 @@ def _scope(suite: Suite, resume: int | None) -> Callable[[ResourceRecord], bool]
     above = {str(p) for t in targets for p in (Path(t), *Path(t).parents)}
 
     def wanted(r: ResourceRecord) -> bool:
-        return (r.kind == "scratch" or r.kind in registry.RESOURCES
+        return (r.kind == "scratch" or r.kind in RESOURCES
                 or (r.kind == "parent" and r.path in above)
                 or (r.kind == "workspace" and (r.within in targets
                                                or (resume is not None and r.run_id == resume))))

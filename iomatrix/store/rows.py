@@ -30,7 +30,9 @@ from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
 from iomatrix.vocab.axes import CONFIG_AXES
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
-from iomatrix.targets.registry import RESOURCES
+from iomatrix.targets import registry
+from iomatrix.targets.kind import Resource
+from iomatrix.telemetry import irq
 from iomatrix.suite.spec import RunSpec
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.steady import SteadyState
@@ -206,9 +208,12 @@ def decode(table: str, column: str, row: object, text: Any) -> Any:
         raise damaged(table, column, row, "nested too deeply") from None
 
 
+RESOURCES: dict[str, Resource] = {**registry.RESOURCES, irq.KIND: irq.RESOURCE}
+"""Record kind → how ``iomatrix.measure.reclaim`` removes, or puts back, what a killed run left
+besides directories: what a target kind makes on its storage (``iomatrix.targets.registry``),
+and an IRQ a run steered (``iomatrix.telemetry.irq``)."""
 KINDS = ("scratch", "workspace", "parent", *RESOURCES)
-"""What a process records making (``iomatrix.measure.reclaim``; what a target kind makes on
-its storage: ``iomatrix.targets.registry.RESOURCES``)."""
+"""What a process records making or changing (``iomatrix.measure.reclaim``)."""
 
 _WITHIN = {kind: TypeAdapter(Annotated[dict[str, str | float | bool | list[str] | None],
                                        AfterValidator(_allowed(resource.within_keys))])

@@ -7,20 +7,36 @@ back afterwards (``steered``).
 
 Only integers reach /proc/irq: IRQ numbers read from sysfs, and a CPU set this module writes
 itself from a validated set (``iomatrix.core.cpuset``). Each previous set is read before the
-first write and written back when the run ends, on an exception and on Ctrl-C alike (a run
-killed outright leaves the sets as steered: the kernel keeps no undo)."""
+first write and written back when the run ends, on an exception and on Ctrl-C alike. The kernel
+keeps no undo, so each is recorded in the store before it is changed (``record``: a resource of
+kind ``irq-affinity``, ``RESOURCE``): what a run killed outright left steered, ``iomatrix clean``
+or the next run puts back (``put_back``) once that run is dead, as it removes its directories.
+A record is a database row, untrusted input: its IRQ is digits, its sets CPU lists
+(``iomatrix.core.cpuset``) of this host's CPUs, and the file written is this module's own
+``/proc/irq/N/smp_affinity_list``, never a path from the row."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from iomatrix.core import cpuset
 from iomatrix.core.errors import EnvironmentProblem
+from iomatrix.core.owner import boot_id
+from iomatrix.targets.kind import Resource
 from iomatrix.telemetry.host import device_of
 
 PROC_IRQ = Path("/proc/irq")
+KIND = "irq-affinity"
+"""The store's record of an IRQ steered (``resources.kind``): its path the IRQ's number, its
+``within`` the set it had, the set it was steered to and the boot it was steered in (JSON)."""
+Record = Callable[[int, str, str], Callable[[str], None]]
+"""Called with (IRQ, previous set, steered set) before the IRQ is steered; returns what settles
+the record once the previous set is back (or the IRQ was left as found), with the outcome."""
 
 
 def device_irqs(device: str | None, root: Path = cpuset.SYS) -> tuple[list[int], str]:
@@ -91,15 +107,74 @@ def report(device: str | None, root: Path = cpuset.SYS, proc: Path = PROC_IRQ) -
     return f"{Path(str(device)).name}: " + ", ".join(parts)
 
 
+def recorded_within(previous: str, steered_to: str) -> str:
+    """A record's ``within``: the sets before and for the run, and this boot."""
+    return json.dumps({"previous": previous, "steered": steered_to, "boot": boot_id()})
+
+
+def _checked(path: Any, within: Any, root: Path) -> tuple[int, str, str, str]:
+    """A record's IRQ, its previous and steered sets (canonical) and boot, each checked
+    strictly (a database row is untrusted input); ValueError says what is wrong."""
+    if not isinstance(path, str) or re.fullmatch(r"[0-9]{1,7}", path) is None:
+        raise ValueError(f"{path[:40]!r} is not an IRQ number" if isinstance(path, str)
+                         else "no IRQ number")
+    value = json.loads(within) if isinstance(within, str) else None
+    if not isinstance(value, dict) or set(value) != {"previous", "steered", "boot"} or not all(
+            isinstance(v, str) and len(v) <= 200 for v in value.values()):
+        raise ValueError("not a record of an IRQ's sets")
+    previous, steered_to = cpuset.parse(value["previous"]), cpuset.parse(value["steered"])
+    possible = cpuset.parse((root / "devices/system/cpu/possible").read_text())
+    if not previous or not previous <= possible or not steered_to <= possible:
+        raise ValueError(f"CPU set {value['previous'][:40]!r} or {value['steered'][:40]!r} "
+                         f"is not of this host's CPUs ({cpuset.shown(possible)})")
+    return int(path), cpuset.shown(previous), cpuset.shown(steered_to), value["boot"]
+
+
+def put_back(path: str, within: str, marker: str = "", *, dry_run: bool = False,
+             author: object = None, root: Path = cpuset.SYS, proc: Path = PROC_IRQ) -> str:
+    """``Resource.remove`` of an IRQ a run steered: its previous set written back while the IRQ
+    still has the set the run gave it (anyone else's since is left), in the boot it was steered
+    in (a reboot reset it); removed, would remove, gone, or ``left: why``."""
+    try:
+        irq, previous, steered_to, boot = _checked(path, within, root)
+    except (ValueError, OSError) as exc:
+        return f"left: a record iomatrix did not write ({exc}): nothing written"
+    if boot != boot_id():
+        return "gone: the host booted since, which reset the IRQ's affinity"
+    file = proc / str(irq) / "smp_affinity_list"
+    try:
+        now = cpuset.shown(cpuset.parse(file.read_text()))
+    except (OSError, ValueError):
+        return f"gone: IRQ {irq} is no more"
+    if now == previous:
+        return f"gone: IRQ {irq} has CPU {previous} again"
+    if now != steered_to:
+        return f"left: IRQ {irq} has CPU {now} now, not the {steered_to} the run set: left as it is"
+    if dry_run:
+        return f"would remove: CPU {previous} written back to IRQ {irq}"
+    try:
+        file.write_text(previous + "\n")
+    except OSError as exc:
+        return f"left: IRQ {irq} refused CPU {previous}: {exc.strerror}"
+    return f"removed: CPU {previous} written back to IRQ {irq}"
+
+
+RESOURCE = Resource(kind=KIND, name="steering of IRQ", remove=put_back,
+                    within_keys=frozenset({"previous", "steered", "boot"}), within_max=700)
+"""An IRQ a run steered, as ``iomatrix.measure.reclaim`` puts it back (``targets.registry``)."""
+
+
 @contextlib.contextmanager
 def steered(device: str | None, level: str, note: Callable[[str], None],
-            root: Path = cpuset.SYS, proc: Path = PROC_IRQ) -> Iterator[list[int]]:
+            root: Path = cpuset.SYS, proc: Path = PROC_IRQ,
+            record: Record | None = None) -> Iterator[list[int]]:
     """The target device's IRQs steered to ``level`` (a CPU set or "numa") while the block
     runs, each one's previous set put back afterwards; yields the IRQs steered. What could not
     be steered (no IRQs; an IRQ the kernel manages: EIO) is told through ``note`` and left as
     found (the precheck refused a run that is not root's: ``measure.precheck.check_affinity``);
     a CPU set this host does not have online is EnvironmentProblem before anything is
-    written."""
+    written. Each IRQ is recorded through ``record`` before it is steered, and its record
+    settled once it is back."""
     irqs, why = device_irqs(device, root)
     if not irqs:
         note(f"[method] irq_affinity = \"{level}\": {why}; nothing steered")
@@ -113,13 +188,18 @@ def steered(device: str | None, level: str, note: Callable[[str], None],
         note(f"[method] irq_affinity: {fallback}")
     text = cpuset.shown(cpus)
     before: dict[int, str] = {}
+    settle: dict[int, Callable[[str], None]] = {}
     try:
         for irq in irqs:
             path = proc / str(int(irq)) / "smp_affinity_list"
             previous = cpuset.shown(cpuset.parse(path.read_text()))
+            if record is not None:
+                settle[irq] = record(irq, previous, text)
             try:
                 path.write_text(text + "\n")
             except OSError as exc:     # EPERM (as root) or EIO: the kernel manages the IRQ
+                if irq in settle:
+                    settle.pop(irq)("left as found (the kernel refused the set)")
                 note(f"[method] irq_affinity: IRQ {irq} keeps {previous} (the kernel refused "
                      f"{text}: {exc.strerror}; a managed IRQ, whose affinity the kernel sets "
                      "itself, as for a multi-queue device's queues)")
@@ -134,3 +214,5 @@ def steered(device: str | None, level: str, note: Callable[[str], None],
         for irq, previous in before.items():
             with contextlib.suppress(OSError):
                 (proc / str(int(irq)) / "smp_affinity_list").write_text(previous + "\n")
+                if irq in settle:
+                    settle[irq](f"removed (CPU {previous} written back at the end of the run)")
