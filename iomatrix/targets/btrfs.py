@@ -205,8 +205,9 @@ class BtrfsKind(TargetKind):
         """btrfs-progs on PATH, and a kernel with btrfs: loaded or built in (/sys/fs/btrfs), or
         a module a mount would load (``modprobe -n``)."""
         tool = probe.which("btrfs")
-        kernel = (probe.sysfs / "fs" / "btrfs").is_dir() or probe.run(
-            ["modprobe", "-n", "-q", "btrfs"])[0] == 0
+        kernel = (probe.sysfs / "fs" / "btrfs").is_dir()
+        if tool is not None and not kernel and (modprobe := probe.which("modprobe")) is not None:
+            kernel = probe.run([modprobe, "-n", "-q", "btrfs"])[0] == 0
         if tool is None:
             detail = "btrfs not found on PATH: btrfs targets cannot be measured"
         elif not kernel:

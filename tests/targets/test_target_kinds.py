@@ -96,9 +96,9 @@ def test_doctor_asks_each_kind_in_order(tmp_path: Path) -> None:
     assert [c.name for c in checks] == [
         "fio rbd engine", "rbd command", "kernel rbd (krbd)",
         "kernel iSCSI initiator (iscsi_tcp)", "tgtd (iSCSI target)", "LVM tools (lvm, lvmthin)",
-        "Proxmox VE storage layer (pvesm)", "ZFS tools (zfs)"]
-    assert asked == ["fio", "rbd", "tgtd", "lvcreate", "lvremove", "lvs", "vgs", "pvesm", "pvesh",
-                     "zfs", "zpool"]
+        "btrfs tools (btrfs)", "Proxmox VE storage layer (pvesm)", "ZFS tools (zfs)"]
+    assert asked == ["fio", "rbd", "tgtd", "lvcreate", "lvremove", "lvs", "vgs", "btrfs", "pvesm",
+                     "pvesh", "zfs", "zpool"]
     assert not any(c.ok for c in checks)
 
 
