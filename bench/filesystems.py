@@ -70,7 +70,10 @@ def _backing(path: Path, size: int) -> Path:
 def layers(work: Path, size: int, nocow: bool) -> Iterator[dict[str, str]]:
     """The targets, as [[targets]] keys by name: ext4 and btrfs filesystems and a raw device,
     each on a loop device over a file in ``work``; unmounted and detached afterwards."""
-    fs_size = size + size // 4 + (256 << 20)       # the images, metadata, and btrfs' minimum
+    # the image, metadata, btrfs' minimum, and room for copy-on-write: a btrfs image written
+    # fully is rewritten into new extents before the old ones are freed (at the transaction's
+    # commit), so a filesystem barely larger than it fails random writes with ENOSPC
+    fs_size = 2 * size + (512 << 20)
     attached: list[str] = []
     mounted: list[Path] = []
     try:
