@@ -149,6 +149,12 @@ class OpenTarget:
         raise NotImplementedError
 
     def images(self, config: Configuration) -> list[Image]:
+        """One image per guest of the configuration (one for host and blocklayer modes)."""
+        return [self.image(config, index) for index in range(config.vms or 1)]
+
+    def image(self, config: Configuration, index: int = 0) -> Image:
+        """The image of the configuration's guest ``index``, made on first use (a kind whose
+        ``images`` are its own need not say)."""
         raise NotImplementedError
 
     def verify(self, images: Iterable[Image]) -> None:

@@ -474,9 +474,6 @@ class RbdPool(NetworkTarget):
         assert self.image_size is not None, "check() first"
         return self.image_size
 
-    def images(self, config: Configuration) -> list[Image]:
-        return [self.image(config, index) for index in range(config.vms or 1)]
-
     def image(self, config: Configuration, index: int = 0) -> Image:
         """The image for guest ``index`` (one image per guest index, shared by every
         configuration), created on first use."""

@@ -192,10 +192,6 @@ class VolumeTarget(OpenTarget):
         assert self.image_size is not None, "check() first"
         return self.image_size
 
-    def images(self, config: Configuration) -> list[Image]:
-        """One volume per guest of the configuration (one for host and blocklayer modes)."""
-        return [self.image(config, index) for index in range(config.vms or 1)]
-
     def name_of(self, fmt: str, prealloc: str, index: int) -> str:
         """The name of the run's volume for one image."""
         suffix = f"-vm{index}" if index else ""

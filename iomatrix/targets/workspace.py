@@ -256,10 +256,6 @@ class Workspace(OpenTarget):
         assert self.device_size is not None
         return self.device_size
 
-    def images(self, config: Configuration) -> list[Image]:
-        """One image per guest of the configuration (one for host and blocklayer modes)."""
-        return [self.image(config, index) for index in range(config.vms or 1)]
-
     def image(self, config: Configuration, index: int = 0) -> Image:
         """The image for a configuration (guest ``index``), created with qemu-img on first use."""
         spec = (*image_spec(config), index)
