@@ -37,6 +37,9 @@ pytest's 300 s per test, so a guest that really hangs fails as "did not boot", w
 console, before pytest-timeout kills the test."""
 BOOT_TIMEOUT = f'boot_timeout = "{BOOT_SECONDS}s"\n'
 """``BOOT_SECONDS`` as a ``[method]`` line."""
+TCG_GUEST = 'accel = "tcg"\nvcpus = 1\nmemory = "384MiB"\n' + BOOT_TIMEOUT
+"""The ``[method]`` lines of the smallest guest a run on a target kind boots: TCG (whatever the
+host's KVM does), one vCPU, 384 MiB, ``BOOT_TIMEOUT``."""
 
 
 def accepts_direct_io(directory: str | os.PathLike[str]) -> bool:

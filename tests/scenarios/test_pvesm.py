@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.store.repo import Store
-from tests.conftest import BOOT_TIMEOUT, PVEVERSION, cli_result, our_processes, standin
+from tests.conftest import TCG_GUEST, PVEVERSION, cli_result, our_processes, standin
 
 STANDINS = Path(__file__).parents[1] / "fixtures" / "standins"
 STORAGE_CFG = """\
@@ -118,10 +118,7 @@ baseline = false
 runtime = "500ms"
 ramp = "0s"
 samples = 1
-accel = "tcg"
-vcpus = 1
-memory = "384MiB"
-{BOOT_TIMEOUT}{body}""")
+{TCG_GUEST}{body}""")
     return path
 
 

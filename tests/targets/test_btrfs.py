@@ -26,7 +26,7 @@ from iomatrix.suite.target import Target
 from iomatrix.targets.btrfs import BtrfsKind, BtrfsWorkspace, nocow
 from iomatrix.targets.kind import Probe
 from iomatrix.targets.network import resolve_storage
-from tests.conftest import BOOT_TIMEOUT, cli_result, fio_runs
+from tests.conftest import TCG_GUEST, cli_result, fio_runs
 from tests.needs import lacking
 
 
@@ -118,10 +118,7 @@ baseline = true
 runtime = "500ms"
 ramp = 0
 samples = 1
-accel = "tcg"
-vcpus = 1
-memory = "384MiB"
-""" + BOOT_TIMEOUT
+""" + TCG_GUEST
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from iomatrix.suite.model import Target
 from iomatrix.targets import lvm, volumes
 from iomatrix.targets.kind import Probe
 from iomatrix.targets.registry import RESOURCES
-from tests.conftest import BOOT_TIMEOUT, cli_result, our_processes
+from tests.conftest import TCG_GUEST, cli_result, our_processes
 from tests.lvm import LvmStandin, lvm_standin as _lvm_standin
 from tests.needs import needs
 
@@ -72,10 +72,7 @@ precondition = false
 runtime = "{runtime}"
 ramp = "0s"
 samples = 1
-accel = "tcg"
-vcpus = 1
-memory = "384MiB"
-{BOOT_TIMEOUT}""")
+{TCG_GUEST}""")
     return path
 
 

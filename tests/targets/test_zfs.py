@@ -27,7 +27,7 @@ from iomatrix.suite.volumes import ZfsTarget, dataset_name, volblocksize_bytes, 
 from iomatrix.targets import zfs
 from iomatrix.targets.network import resolve_storage
 from iomatrix.targets.volumes import owner_tag
-from tests.conftest import BOOT_TIMEOUT, IOMATRIX, cli_result, fio_runs as _fio_runs
+from tests.conftest import TCG_GUEST, IOMATRIX, cli_result, fio_runs as _fio_runs
 from tests.needs import lacking, needs
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "standins" / "zfs"
@@ -262,10 +262,7 @@ baseline = true
 ramp = 0
 runtime = "{runtime}"
 samples = 1
-accel = "tcg"
-vcpus = 1
-memory = "384MiB"
-{BOOT_TIMEOUT}""")
+{TCG_GUEST}""")
     return path
 
 
