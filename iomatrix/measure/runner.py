@@ -26,6 +26,7 @@ from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
+from iomatrix.measure.stallwatch import StallWatch
 from iomatrix.measure.reclaim import RESOURCES, RunProcess, describe, reclaim, run_process
 from iomatrix.measure.trialkey import TrialKey
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
@@ -631,9 +632,11 @@ class _Runner:
             watch = SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
                                 min_seconds=method.min_runtime)
         probe = TrialProbe(session.pids(), self.device, self.perf)
+        stalls = StallWatch(session, workload, workdir)
+        stalls.start()
         try:
             with probe:
-                fio = run_fio(job, workdir=workdir, timeout=seconds + FIO_GRACE,
+                fio = run_fio(stalls.job(job), workdir=workdir, timeout=seconds + FIO_GRACE,
                               extra_args=session.fio_args(), during=session.observe,
                               during_at=(seconds / 2 if workload.ioping else method.ramp + min(
                                   method.window, method.min_runtime if watch else method.window)
@@ -646,6 +649,7 @@ class _Runner:
             # a client without a result (a node gone as fio ended) fails the trial, naming it
             vm_samples = vm_samples_of(fio.result, session.clients())
         except IomatrixError as exc:
+            stalls.finish()
             self._failed(config, workload, k, session.failure(str(exc)), started=started,
                          applied=session.applied(), command=session.command())
             return
@@ -661,7 +665,8 @@ class _Runner:
             fio_version=fio.result.fio_version, usr_cpu=job_stats.usr_cpu,
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
-            steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series()))
+            steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series(),
+            stall=stalls.finish()))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")

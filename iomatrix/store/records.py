@@ -16,6 +16,7 @@ from iomatrix.core.errors import IomatrixError, SuiteError
 from iomatrix.core.text import printable
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.core.wire import TomlTable
+from iomatrix.fio.persecond import StallCheck
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.load import load_suite_text
 from iomatrix.suite.configuration import ConfigKey
@@ -77,6 +78,7 @@ class TrialResult(Frozen):
     steady: SteadyRecord | None = None
     cpu: CpuRecord | None = None
     telemetry: HostSeries | None = None
+    stall: StallCheck | None = None
 
 
 class TrialRecord(Frozen):
@@ -117,6 +119,9 @@ class TrialRecord(Frozen):
     runs)."""
     cpu: CpuRecord | None = None
     """CPU cost of the trial (None for failed trials, imported and older runs)."""
+    stall: StallCheck | None = None
+    """Whether it stalled: a second or more without a completion while fio kept I/O queued
+    (``iomatrix.fio.persecond``); None for failed trials, imported and older runs."""
     tool: str | None = None
     """What measured it, as it names itself: "fio-3.33", or "ioping 1.3" for an ioping
     workload in host mode (stored in the trial's fio_version); None for a failed trial."""

@@ -26,6 +26,7 @@ from iomatrix.cluster.ssh import Node
 from iomatrix.core.errors import DamagedStore
 from iomatrix.core.model import Frozen
 from iomatrix.core.text import printable
+from iomatrix.fio.persecond import StallCheck
 from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
 from iomatrix.vocab.axes import CONFIG_AXES
@@ -118,6 +119,7 @@ def _none_if_empty(value: Any) -> Any:
 Steady = Annotated[SteadyRecord | None, BeforeValidator(_steady)]
 Cpu = Annotated[CpuRecord | None, BeforeValidator(_none_if_empty)]
 Telemetry = Annotated[HostSeries | None, BeforeValidator(_none_if_empty)]
+Stall = Annotated[StallCheck | None, BeforeValidator(_none_if_empty)]
 
 NODE_KEYS = frozenset(f.name for f in fields(Node))
 _NODE = TypeAdapter(Node)
@@ -175,6 +177,7 @@ COLUMNS: dict[tuple[str, str], Any] = {
     ("trials", "steady_json"): Steady,
     ("trials", "cpu_json"): Cpu,
     ("trials", "telemetry_json"): Telemetry,
+    ("trials", "stall_json"): Stall,
     ("trial_history", "trial_json"): TrialRecord,
     ("trial_history", "telemetry_json"): Telemetry,
     ("trial_plans", "plan_json"): StoredPlan,

@@ -34,6 +34,9 @@ History:
      measured it, resolved once (scale, job files, the VM's disk, the Proxmox host, a storage
      id, --target), as JSON beside its text, which is now the user's, untouched; NULL for the
      runs made before it, whose spec is derived from their text when they are loaded
+  13 per trial: whether it stalled (``trials.stall_json``, ``iomatrix.fio.persecond.StallCheck``:
+     a span of a second or more without a completion while fio kept I/O queued); {} for the
+     trials made before it, which were not checked
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -279,6 +282,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 12
     """
     ALTER TABLE runs ADD COLUMN spec_json TEXT;
+    """,
+    # 13
+    """
+    ALTER TABLE trials ADD COLUMN stall_json TEXT NOT NULL DEFAULT '{}';
     """,
 )
 

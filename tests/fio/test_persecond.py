@@ -1,0 +1,63 @@
+"""Stalls read from completions over time: fio's own averaged IOPS log (real fio) and a counter
+read from outside fio (QEMU's, in guests: tests/scenarios/test_stalls.py runs one for real)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from iomatrix.fio.persecond import (FIO_LOG, STALL_S, check_logs, counter_gaps, log_files,
+                                    log_gaps, log_times, pacing, remove_logs, with_iops_log)
+from tests.needs import needs
+
+
+@pytest.mark.slow
+@needs("fio")
+def test_fio_logs_no_entry_for_a_window_without_completions(tmp_path: Path) -> None:
+    """Two jobs at once with the log iomatrix asks of fio, one idling 1.5 s after its first 400
+    requests: its gap in the log is seen, about the idle time (never more); the other's log
+    shows none. The logs are fio's, one per job in the trial's directory, and removed after."""
+    data = tmp_path / "data"
+    data.write_bytes(b"\0" * (4 << 20))
+    job = (f"[global]\nfilename={data}\nrw=randread\nbs=4k\nioengine=psync\ntime_based=1\n"
+           "runtime=2\n[idle]\nthinktime=1500ms\nthinktime_blocks=400\n[busy]\n")
+    (tmp_path / "job.fio").write_text(with_iops_log(job, tmp_path))
+    subprocess.run(["fio", "--output-format=json", "--output=/dev/null", "job.fio"],
+                   cwd=tmp_path, check=True, timeout=60)
+    idle, busy = log_files(tmp_path)
+    assert (idle.name, busy.name) == ("persecond_iops.1.log", "persecond_iops.2.log")
+    idle_gaps = log_gaps(log_times(idle.read_text()))
+    busy_gaps = log_gaps(log_times(busy.read_text()))
+    assert 1.0 <= max(idle_gaps) <= 1.5, idle_gaps
+    assert max(busy_gaps) < STALL_S, busy_gaps
+    # both logs together: a window in which either job completed something is no stall
+    check = check_logs(tmp_path)
+    assert check.checked and check.source == FIO_LOG and not check.stalled, check
+    remove_logs(tmp_path)
+    assert log_files(tmp_path) == []
+
+
+def test_counter_gaps_are_between_the_first_and_last_completion() -> None:
+    """The span before the first increase (fio connecting) and after the last (fio ended) are
+    no stalls; between, a span is from the first read of a value to the last read of it;
+    an unread counter is skipped."""
+    reads = [(0.0, 10), (0.5, 10), (1.0, 20), (1.25, 30), (1.5, 30), (2.0, None), (2.75, 30),
+             (3.0, 40), (3.25, 40), (9.0, 40)]
+    assert counter_gaps(reads) == [0.0, 1.5]
+    assert counter_gaps([(0.0, 1), (5.0, 1)]) == []
+
+
+def test_a_workload_that_paces_itself_is_not_judged() -> None:
+    assert pacing((), 0) is None
+    assert pacing((("thinktime", "0"), ("direct", "1")), 0) is None
+    assert pacing((("thinktime", "20ms"),), 0) == "the workload paces itself (thinktime)"
+    assert pacing((), 500) == "the workload paces itself (rate_iops)"
+
+
+@pytest.mark.parametrize("job", ["[global]\nioengine=psync\n[a]\nrw=read\n", "[a]\nrw=read\n"])
+def test_the_log_is_asked_of_every_job(job: str, tmp_path: Path) -> None:
+    text = with_iops_log(job, tmp_path)
+    assert text.startswith(f"[global]\nwrite_iops_log={tmp_path / 'persecond'}\n")
+    assert text.endswith(job)

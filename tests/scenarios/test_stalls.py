@@ -1,0 +1,68 @@
+"""Stalls for real: a TCG guest whose disk QEMU holds (QMP throttle) for 3 s in the middle of a
+trial; the trial is measured, and marked stalled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from iomatrix.drivers.guest import GuestSession
+from iomatrix.fio.persecond import QEMU_COUNTERS, STALL_S
+from iomatrix.qemu.args import disk_backend
+from iomatrix.qemu.qmp import qmp_execute
+from tests.conftest import run_guests
+from tests.scenarios.test_guest import METHOD
+
+pytestmark = pytest.mark.slow
+
+PAUSE_S = 3.0
+LIMITS = ("bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr")
+
+
+def _throttle(session: GuestSession, bps: int) -> None:
+    """The guest's disk limited to ``bps`` bytes a second (0: no limit). One byte a second
+    holds every request after the first (a 4 KiB request waits an hour) while the guest's fio
+    keeps its queue full: a paused I/O path with I/O queued. QMP's ``stop`` would not do: it
+    drains the queue and stops the guest's clock, so fio inside sees no gap at all."""
+    socket = session.guests[0].qmp_socket
+    with session._lock:
+        disk = disk_backend(qmp_execute(socket, [("query-block", None)])[0])
+        assert disk is not None
+        limits = dict.fromkeys(LIMITS, 0) | {"bps": bps}
+        qmp_execute(socket, [("block_set_io_throttle", {"id": disk["qdev"], **limits})])
+
+
+def test_a_guest_whose_disk_pauses_mid_trial_is_marked_stalled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None) -> None:
+    """Two trials of one configuration; in the first, QEMU holds the disk's requests for 3 s
+    mid-trial (fio is left running: the trial ends as measured). It is stored ok and stalled,
+    from QEMU's counters, its longest span without a completion about the pause; the second,
+    left alone, is checked and went without completions for less than the pause."""
+    observe = GuestSession.observe
+    paused: list[float] = []
+
+    def pause_once(self: GuestSession, fio_pid: int) -> None:
+        observe(self, fio_pid)
+        if paused:
+            return
+        _throttle(self, 1)
+        start = time.monotonic()
+        time.sleep(PAUSE_S)
+        _throttle(self, 0)
+        paused.append(time.monotonic() - start)
+
+    monkeypatch.setattr(GuestSession, "observe", pause_once)
+    outcome, stored = run_guests(tmp_path, '[matrix]\ncontroller = "virtio-blk"\n' + METHOD.replace(
+        'runtime = "1s"', 'runtime = "6s"\nsamples = 2'))
+    assert outcome.trials_failed == 0, [t.reason for t in stored.trials]
+    first, second = sorted(stored.trials, key=lambda t: t.started_at)
+    assert paused and first.stall is not None and second.stall is not None
+    assert first.stall.checked and first.stall.source == QEMU_COUNTERS
+    assert first.stall.stalled and first.stall.stalls >= 1, first.stall
+    # the span seen is a lower bound: the pause less at most a read interval either side
+    assert PAUSE_S - 1.0 <= (first.stall.longest_s or 0) <= paused[0] + 1.0, first.stall
+    assert second.stall.checked and (second.stall.longest_s or 0) < STALL_S, second.stall
+    assert not [t for t in threading.enumerate() if t.name == "stall-sampler"]
