@@ -64,6 +64,9 @@ packages="$packages xorriso"
 [ "$dev" = 1 ] && packages="$packages tgt"
 # openssh-server: the cluster tests start an sshd of their own per node (a network namespace each)
 [ "$dev" = 1 ] && packages="$packages openssh-server"
+# Windows guests: fio.exe cross-built with mingw-w64 from the host fio's Debian source
+# (iomatrix/appliance/winfio.py), and Wine, under which the tests run it (windowsaio, --server)
+[ "$dev" = 1 ] && packages="$packages gcc-mingw-w64-x86-64-posix binutils-mingw-w64-x86-64 wine"
 
 dpkg_query() {
     if [ -n "$admindir" ]; then dpkg-query --admindir="$admindir" "$@"; else dpkg-query "$@"; fi

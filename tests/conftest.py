@@ -422,6 +422,22 @@ def host_appliance(appliance_kernel: Path) -> Path:
     return build_appliance().kernel.parent
 
 
+@pytest.fixture(scope="session")
+def windows_bundle():  # type: ignore[no-untyped-def]
+    """fio.exe of the host's fio version (``iomatrix.appliance.winfio``), cross-built once in
+    the user's appliance cache like the appliance (a minute or more on 2 cores the first time),
+    or skip where mingw-w64 is missing or the archive serves no source for the host's fio."""
+    from iomatrix.appliance.kernel import default_cache_dir
+    from iomatrix.appliance.winfio import windows_fio
+    from iomatrix.core.errors import FioSourceUnavailable
+
+    need("mingw")
+    try:
+        return windows_fio(default_cache_dir())
+    except FioSourceUnavailable as e:
+        lacking("guest-fio", f"fio.exe cannot be built here: {e}")
+
+
 IOMATRIX = [sys.executable, "-m", "iomatrix"]
 """The command line in a process of its own."""
 

@@ -52,9 +52,10 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 from iomatrix.appliance.elf import elf_interpreter
 from iomatrix.appliance.kernel import trusted_cache
@@ -91,6 +92,7 @@ KEEP_BUILDS = 2
 BUILD_ESTIMATE = "30-60 s"
 """A first build on 2 cores: 33 s idle (source ~2 s, configure ~7 s, make ~23 s), 47 s busy."""
 _NO_APT = "a Debian or Ubuntu host with apt and dpkg"
+_Built = TypeVar("_Built")
 
 
 class GuestFio(Frozen):
@@ -116,7 +118,7 @@ class GuestFioStatus(Frozen):
     cached: bool = False
 
 
-class _Plan(Frozen):
+class SourcePlan(Frozen):
     host_version: str
     package: str
     version: str
@@ -141,9 +143,20 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
     """The static, patched fio for the appliance, from the cache or built now (``fetch``: the
     source may be downloaded; ``retry``: a remembered failure is tried again). Raises
     :class:`GuestFioUnavailable` saying why when there is none."""
-    plan = _plan(cache_dir, env)
+    plan = source_plan(cache_dir, env)
+    return cached_build(plan, _load, lambda work, started: _build(plan, work, started, env),
+                        fetch=fetch, retry=retry, check_tools=lambda: _check_tools(env))
+
+
+def cached_build(plan: SourcePlan, load: Callable[[SourcePlan], _Built | None],
+                 build: Callable[[Path, float], _Built], *, fetch: bool, retry: bool,
+                 check_tools: Callable[[], None]) -> _Built:
+    """``plan``'s build from the cache (``load``), or made now by ``build(work, started)`` in a
+    hidden directory of the cache renamed into ``plan.directory`` (shared by every build of
+    the host fio's source: this one and :mod:`~iomatrix.appliance.winfio`'s); a failure is
+    remembered (see the module docstring)."""
     trusted_cache(plan.directory.parent, create=False)
-    found = _load(plan)
+    found = load(plan)
     if found is not None:
         return found
     failed = _remembered_failure(plan)
@@ -153,14 +166,14 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
     if not fetch:
         raise GuestFioUnavailable(f"not built yet for fio {plan.version}, and fetching its "
                                   "source is not allowed")
-    _check_tools(env)
+    check_tools()
     started = time.monotonic()
     trusted_cache(plan.directory.parent)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=plan.directory.parent))
     try:
-        built = _build(plan, work, started, env)
+        built = build(work, started)
         if plan.directory.exists():
-            found = _load(plan)        # a concurrent build of the same key won: use it
+            found = load(plan)         # a concurrent build of the same key won: use it
             if found is not None:
                 return found
             trash = Path(tempfile.mkdtemp(prefix=".old-", dir=plan.directory.parent))
@@ -169,7 +182,7 @@ def guest_fio(cache_dir: Path, *, fetch: bool = True, retry: bool = False,
         try:
             work.rename(plan.directory)
         except OSError:
-            found = _load(plan)
+            found = load(plan)
             if found is None:
                 raise
             return found
@@ -192,7 +205,7 @@ def guest_fio_status(cache_dir: Path, env: Mapping[str, str] | None = None) -> G
     """Whether guests will get the static, patched fio, without building it (doctor, plan)."""
     hint = f"./setup.sh installs what the build needs (apt-get install {BUILD_PACKAGES})"
     try:
-        plan = _plan(cache_dir, env)
+        plan = source_plan(cache_dir, env)
         trusted_cache(plan.directory.parent, create=False)
         found = _load(plan)
         if found is not None:
@@ -215,7 +228,7 @@ def guest_fio_status(cache_dir: Path, env: Mapping[str, str] | None = None) -> G
 
 # --- what to build -----------------------------------------------------------------------------
 
-def _plan(cache_dir: Path, env: Mapping[str, str] | None) -> _Plan:
+def source_plan(cache_dir: Path, env: Mapping[str, str] | None) -> SourcePlan:
     fio = which("fio", env)
     if fio is None:
         raise GuestFioUnavailable("fio not found on PATH", hint="apt-get install fio")
@@ -240,12 +253,12 @@ def _plan(cache_dir: Path, env: Mapping[str, str] | None) -> _Plan:
                  patch_text(), " ".join(CONFIGURE_FLAGS)):
         digest.update(part.encode() + b"\0")
     key = digest.hexdigest()[:16]
-    return _Plan(host_version=host_version, package=package, version=version,
+    return SourcePlan(host_version=host_version, package=package, version=version,
                  binary_version=binary_version, key=key,
                  directory=cache_dir / "guest-fio" / key)
 
 
-def _load(plan: _Plan) -> GuestFio | None:
+def _load(plan: SourcePlan) -> GuestFio | None:
     """The cached build of ``plan``, or None (none, damaged, another version, or another user
     controls it or its files)."""
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError, UnsafeDirectory):
@@ -262,11 +275,11 @@ def _load(plan: _Plan) -> GuestFio | None:
     return None
 
 
-def _failure_file(plan: _Plan) -> Path:
+def _failure_file(plan: SourcePlan) -> Path:
     return plan.directory.with_name(plan.key + ".failed")
 
 
-def _remembered_failure(plan: _Plan) -> tuple[str, type[GuestFioUnavailable]] | None:
+def _remembered_failure(plan: SourcePlan) -> tuple[str, type[GuestFioUnavailable]] | None:
     """The reason a build of ``plan`` failed less than :data:`RETRY_AFTER` ago, and the kind."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         memo = json.loads(_failure_file(plan).read_text())
@@ -302,7 +315,7 @@ def _prune(keep: Path) -> None:
 
 # --- the source --------------------------------------------------------------------------------
 
-def _apt_entry(plan: _Plan, env: Mapping[str, str] | None) -> tuple[str, str]:
+def _apt_entry(plan: SourcePlan, env: Mapping[str, str] | None) -> tuple[str, str]:
     """(file name, text) of a deb-src entry for the apt source that serves the installed fio:
     the host's own entry (URIs, suites, Signed-By...) with its type changed."""
     madison = run(["apt-cache", "madison", "fio"], timeout=60, env=env).stdout
@@ -349,7 +362,7 @@ def _entry_text(path: Path, number: int) -> str | None:
     return None
 
 
-def _fetch_source(plan: _Plan, work: Path, env: Mapping[str, str] | None) -> Path:
+def fetch_source(plan: SourcePlan, work: Path, env: Mapping[str, str] | None) -> Path:
     """Download and unpack the source (Debian's patches applied) into ``work/src``; returns
     the .dsc file."""
     name, entry = _apt_entry(plan, env)
@@ -389,8 +402,8 @@ def _fetch_source(plan: _Plan, work: Path, env: Mapping[str, str] | None) -> Pat
 
 # --- the build ---------------------------------------------------------------------------------
 
-def _build(plan: _Plan, work: Path, started: float, env: Mapping[str, str] | None) -> GuestFio:
-    dsc = _fetch_source(plan, work, env)
+def _build(plan: SourcePlan, work: Path, started: float, env: Mapping[str, str] | None) -> GuestFio:
+    dsc = fetch_source(plan, work, env)
     src = work / "src"
     patch = work / PATCH
     patch.write_text(patch_text())

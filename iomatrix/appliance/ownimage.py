@@ -28,9 +28,10 @@ gives the NIC the address QEMU's user network forwards to, starts ``fio --server
 inside the session's private network namespace: the guest reaches nothing, and only the
 host's forward reaches its fio. No SSH, no other network.
 
-A Windows guest cannot be given its fio by a seed: the recipe in the README installs fio's
-Windows build of the host's version as a service listening on the same port; the disk under
-test is then ``\\\\.\\PhysicalDriveN`` (:func:`windows_disk`) and the engine ``windowsaio``.
+A Windows guest (:mod:`iomatrix.drivers.guest.windows`) gets a seed CD of its own
+(:mod:`~iomatrix.appliance.winseed`: fio.exe of the host's version and a PowerShell script that a
+scheduled task, registered once, runs at boot); the disk under test is then
+``\\\\.\\PhysicalDriveN`` (:func:`windows_disk`) and the engine ``windowsaio``.
 """
 
 from __future__ import annotations
@@ -226,9 +227,10 @@ def system_blockdevs(base: BaseImage, overlay: Path) -> list[dict[str, object]]:
 
 
 def system_argv(base: BaseImage, overlay: Path, seed: Path | None, *,
-                bootloader: bool, fd: int) -> list[str]:
+                bootloader: bool, fd: int, seed_cd: bool = False) -> list[str]:
     """QEMU arguments of a user's guest's system disk (virtio-blk, first: ``/dev/vda``) and of
-    its seed (a read-only virtio-blk disk). ``bootloader``: the firmware boots the system disk
+    its seed (a read-only virtio-blk disk; ``seed_cd``: an IDE/AHCI CD, which Windows mounts
+    ISO 9660 from). ``bootloader``: the firmware boots the system disk
     (no ``-kernel``). ``fd``: the image's descriptor QEMU inherits
     (:meth:`ImageFile.descriptor`), named with the image's path as the fd set's ``opaque``."""
     argv = ["-add-fd", f"fd={fd},set={IMAGE_FDSET},opaque={qemu_escape(str(base.path))}"]
@@ -243,7 +245,8 @@ def system_argv(base: BaseImage, overlay: Path, seed: Path | None, *,
                  "-blockdev", json.dumps({"driver": "raw", "file": "guestos-seed-file",
                                           "node-name": "guestos-seed", "read-only": True},
                                          separators=(",", ":")),
-                 "-device", "virtio-blk-pci,id=guestos-seed,drive=guestos-seed"]
+                 "-device", ("ide-cd" if seed_cd else "virtio-blk-pci")
+                 + ",id=guestos-seed,drive=guestos-seed"]
     return argv
 
 
@@ -306,7 +309,7 @@ def parse_guest_line(console_text: str) -> dict[str, str]:
     return found | ({"guest.fio": console_line(match[3])} if match[3] else {})
 
 
-# --- Windows (its fio is installed in the image; nothing is booted here to test it) ----------
+# --- Windows (the seed: iomatrix.appliance.winseed; the kind: drivers/guest/windows.py) ----
 
 def windows_disk(name: str) -> str:
     """fio's filename for a Windows guest's disk as its startup script names it

@@ -38,3 +38,25 @@ def build(
     out.print(f"  size    {format_bytes(a.size_bytes)}", markup=False)
     out.print(f"  cached (built in {a.build_seconds:.1f} s)" if a.cached
               else f"  built in {a.build_seconds:.1f} s", markup=False)
+
+
+@app.command("windows-seed")
+def windows_seed(
+    output: Annotated[Path, typer.Argument(help="The ISO to write (a new file).")],
+) -> None:
+    """Write the seed a Windows image is prepared with once: fio.exe of the host's fio version
+    (cross-built with mingw-w64 from its Debian source, cached) and install.ps1, which registers
+    the start-up task (docs/how-to/windows-guest.md)."""
+    from iomatrix.appliance.kernel import default_cache_dir
+    from iomatrix.appliance.winfio import windows_fio
+    from iomatrix.appliance.winseed import INSTALL_SCRIPT, make_windows_seed
+
+    if output.exists() or output.is_symlink():
+        raise typer.BadParameter(f"{output} exists: give a new file", param_hint="OUTPUT")
+    built = windows_fio(default_cache_dir())
+    output = output.absolute()
+    seed = make_windows_seed(output.parent, fio=built, disk_size=None, name=output.name)
+    out.print(f"seed: {seed} (fio.exe {built.version}, from the Debian source {built.source}"
+              f"{', cached' if built.cached else f', built in {built.build_seconds:.0f} s'}); "
+              f"in Windows, as Administrator: D:\\{INSTALL_SCRIPT} (its drive letter)",
+              markup=False, soft_wrap=True)

@@ -71,6 +71,9 @@ class JobStats(Frozen):
     job_start_ms: int | None = None
     """When the job started, ms since 1970 by its host's clock (fio >= 3.36 writes it; None
     before): how far apart the clients of one trial started."""
+    depth_levels: tuple[tuple[int, float], ...] = ()
+    """fio's ``iodepth_level``: (least depth of the bucket, % of I/Os issued at it), buckets 1,
+    2, 4, 8, 16, 32 and 64 (">=64"); empty where fio wrote none (``iomatrix.fio.depth``)."""
 
 
 class FioResult(Frozen):

@@ -38,6 +38,7 @@ from typing import Any
 
 from iomatrix.core.errors import FioParseError
 from iomatrix.core.model import Frozen
+from iomatrix.fio.depth import LEVELS
 from iomatrix.fio.models import DirectionStats, FioResult, JobStats, Latency, Percentiles
 
 __all__ = ["parse_fio_output", "parse_fio_json", "read_fio_output"]
@@ -273,7 +274,17 @@ def _job(entry: dict[str, Any], index: int, global_options: Mapping[str, Any], *
         majf=_int(entry, "majf", where, default=0),
         minf=_int(entry, "minf", where, default=0),
         job_start_ms=(_int(entry, "job_start", where) or None) if "job_start" in entry else None,
+        depth_levels=_depth_levels(entry, where),
     )
+
+
+def _depth_levels(entry: Mapping[str, Any], where: str) -> tuple[tuple[int, float], ...]:
+    """fio's ``iodepth_level`` of a job (``iomatrix.fio.depth``), () when it wrote none."""
+    levels = entry.get("iodepth_level")
+    if not isinstance(levels, dict):
+        return ()
+    return tuple((depth, _float(levels, key, f"{where} iodepth_level"))
+                 for key, depth in LEVELS if key in levels)
 
 
 def _section(entry: dict[str, Any], key: str, where: str) -> dict[str, Any]:

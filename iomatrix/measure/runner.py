@@ -22,6 +22,7 @@ from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.drivers.registry import driver_for
 from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
+from iomatrix.fio.depth import achieved_depth
 from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
@@ -657,6 +658,7 @@ class _Runner:
         job_stats = fio.result.aggregate or fio.result.jobs[0]
         samples = samples_of(fio.result)
         status = TrialStatus.FAILED if wrong else TrialStatus.OK
+        depth = achieved_depth(fio.result, workload.iodepth)
         reason = ("QEMU did not apply the configuration as asked: " + "; ".join(wrong)) if wrong else None
         self._record(TrialResult(
             config_key=config.key, workload_key=workload.key, sample_index=k, status=status,
@@ -666,7 +668,7 @@ class _Runner:
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
             steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series(),
-            stall=stalls.finish()))
+            stall=stalls.finish(), depth=depth))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")
@@ -676,7 +678,7 @@ class _Runner:
         iops = sum(s.iops for s in samples)
         emulated = " (emulated: TCG, measures the emulator)" if self.accelerator == Accelerator.TCG else ""
         figure = (_latency_text(samples, "fio's equivalent of ioping") if workload.ioping
-                  else f"{iops:,.0f} IOPS")
+                  else f"{iops:,.0f} IOPS" + (f", {depth.text}" if depth.short else ""))
         self.progress.trial_finished(self.n, True, figure + emulated)
 
     def _ioping_trial(self, session: Session, tool: IopingTool, file: Path,

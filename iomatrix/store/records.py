@@ -25,13 +25,14 @@ from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite, method_of_vm
 from iomatrix.suite.spec import RunSpec
 from iomatrix.core.model import Frozen
+from iomatrix.fio.depth import DepthRecord
 from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
 from iomatrix.telemetry.probe import CpuRecord
 from iomatrix.telemetry.steady import SteadyState
 from iomatrix.vocab.words import Accelerator
 
-__all__ = ["CpuRecord"]   # stored with its trial; the telemetry that measures it defines it
+__all__ = ["CpuRecord", "DepthRecord"]   # stored with its trial; what measures it defines it
 
 
 class SteadyRecord(Frozen):
@@ -79,6 +80,7 @@ class TrialResult(Frozen):
     cpu: CpuRecord | None = None
     telemetry: HostSeries | None = None
     stall: StallCheck | None = None
+    depth: DepthRecord | None = None
 
 
 class TrialRecord(Frozen):
@@ -122,6 +124,9 @@ class TrialRecord(Frozen):
     stall: StallCheck | None = None
     """Whether it stalled: a second or more without a completion while fio kept I/O queued
     (``iomatrix.fio.persecond``); None for failed trials, imported and older runs."""
+    depth: DepthRecord | None = None
+    """The queue depth fio achieved beside the asked one, flagged when well short of it
+    (``iomatrix.fio.depth``; None for failed trials, imported and older runs)."""
     tool: str | None = None
     """What measured it, as it names itself: "fio-3.33", or "ioping 1.3" for an ioping
     workload in host mode (stored in the trial's fio_version); None for a failed trial."""

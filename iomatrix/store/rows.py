@@ -27,7 +27,7 @@ from iomatrix.core.errors import DamagedStore
 from iomatrix.core.model import Frozen
 from iomatrix.core.text import printable
 from iomatrix.fio.persecond import StallCheck
-from iomatrix.store.records import CpuRecord, SteadyRecord, TrialRecord
+from iomatrix.store.records import CpuRecord, DepthRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
 from iomatrix.vocab.axes import CONFIG_AXES
 from iomatrix.suite.fiooptions import WORKLOAD_FIO_OPTIONS
@@ -118,6 +118,7 @@ def _none_if_empty(value: Any) -> Any:
 
 Steady = Annotated[SteadyRecord | None, BeforeValidator(_steady)]
 Cpu = Annotated[CpuRecord | None, BeforeValidator(_none_if_empty)]
+Depth = Annotated[DepthRecord | None, BeforeValidator(_none_if_empty)]
 Telemetry = Annotated[HostSeries | None, BeforeValidator(_none_if_empty)]
 Stall = Annotated[StallCheck | None, BeforeValidator(_none_if_empty)]
 
@@ -176,6 +177,7 @@ COLUMNS: dict[tuple[str, str], Any] = {
     ("trials", "applied_json"): Applied,
     ("trials", "steady_json"): Steady,
     ("trials", "cpu_json"): Cpu,
+    ("trials", "depth_json"): Depth,
     ("trials", "telemetry_json"): Telemetry,
     ("trials", "stall_json"): Stall,
     ("trial_history", "trial_json"): TrialRecord,

@@ -37,6 +37,9 @@ History:
   13 per trial: whether it stalled (``trials.stall_json``, ``iomatrix.fio.persecond.StallCheck``:
      a span of a second or more without a completion while fio kept I/O queued); {} for the
      trials made before it, which were not checked
+  14 the queue depth each trial achieved beside the one it asked (``trials.depth_json``,
+     ``iomatrix.fio.depth.DepthRecord``; a trial well short of its depth is flagged); {} for
+     failed trials and the trials made before it
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -286,6 +289,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 13
     """
     ALTER TABLE trials ADD COLUMN stall_json TEXT NOT NULL DEFAULT '{}';
+    """,
+    # 14
+    """
+    ALTER TABLE trials ADD COLUMN depth_json TEXT NOT NULL DEFAULT '{}';
     """,
 )
 

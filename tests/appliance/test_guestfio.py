@@ -124,8 +124,8 @@ def test_a_missing_source_falls_back_to_the_hosts_fio(tmp_path: Path,
         kernel = find_kernel(require_modules=True)
     except EnvironmentProblem as e:
         lacking("kernel", f"no kernel with modules: {e}")
-    real_plan = guestfio._plan
-    monkeypatch.setattr(guestfio, "_plan", lambda cache_dir, env: real_plan(cache_dir, env)
+    real_plan = guestfio.source_plan
+    monkeypatch.setattr(guestfio, "source_plan", lambda cache_dir, env: real_plan(cache_dir, env)
                         .model_copy(update={"version": "0.0-0iomatrix.missing"}))
     cache = tmp_path / "cache"
     cache.mkdir()

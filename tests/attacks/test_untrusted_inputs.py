@@ -576,6 +576,33 @@ def test_a_guest_fio_others_control_or_that_changed_is_not_taken(
 
 
 @ATTACKS
+def test_a_windows_fio_others_control_or_that_changed_is_not_taken(
+        windows_bundle, tmp_path: Path, attacker: User, attack: Attack) -> None:  # type: ignore[no-untyped-def]
+    """fio.exe, which every Windows guest's seed carries (copied into a cache of this test's):
+    taken while it is as built; not once a byte changed (same size), and refused once its
+    directory is the user's."""
+    from iomatrix.appliance.winfio import windows_fio
+    from iomatrix.core.errors import EnvironmentProblem, GuestFioUnavailable
+    attack("5. fio.exe changed, or its directory the user's", "refused")
+
+    cache = tmp_path / "cache"
+    shutil.copytree(windows_bundle.directory, cache / "windows-fio" / windows_bundle.directory.name)
+    assert windows_fio(cache, fetch=False).cached
+    exe = cache / "windows-fio" / windows_bundle.directory.name / "fio.exe"
+    data = bytearray(exe.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    exe.write_bytes(bytes(data))
+    with pytest.raises(GuestFioUnavailable, match="not built yet"):   # would be built again
+        windows_fio(cache, fetch=False)
+    data[len(data) // 2] ^= 0xFF
+    exe.write_bytes(bytes(data))
+    assert windows_fio(cache, fetch=False).cached
+    os.chown(cache / "windows-fio", attacker.uid, attacker.gid)
+    with pytest.raises(EnvironmentProblem, match=f"{cache / 'windows-fio'} is owned by {attacker.name}"):
+        windows_fio(cache, fetch=False)
+
+
+@ATTACKS
 def test_a_cache_reached_through_another_users_symlink_is_refused(
         tmp_path: Path, own_cache: Path, attacker: User, attack: Attack) -> None:
     """Root's own directory, named through a symlink the user made in their directory: the

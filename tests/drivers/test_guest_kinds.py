@@ -14,6 +14,7 @@ from iomatrix.drivers.guest import kinds
 from iomatrix.drivers.guest.appliance import ApplianceGuest
 from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.drivers.guest.kinds import cluster_refusal, kind_for, suite_kinds
+from iomatrix.drivers.guest.windows import WindowsGuest
 from iomatrix.suite.load import load_suite_text
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
@@ -51,20 +52,17 @@ def test_a_suite_boots_the_appliance_and_the_kind_its_guest_table_asks_for(
 
 
 def test_a_kind_listed_before_the_image_takes_the_guest_tables_it_claims(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new kind is one module and one line in KINDS: listed before the general image kind, it
-    boots the [guest] tables it takes, and the image kind the rest."""
-
-    class Windows(ImageGuest):
-        @classmethod
-        def from_suite(cls, suite: Suite) -> ImageGuest | None:
-            return cls(suite.guest) if suite.guest and suite.guest.os == "windows" else None
-
-    monkeypatch.setattr(kinds, "KINDS", (ApplianceGuest, Windows, ImageGuest))
+        tmp_path: Path) -> None:
+    """A new kind is one module and one line in KINDS: the Windows kind, listed before the
+    general image kind, boots the [guest] tables with os = "windows", and the image kind the
+    rest."""
+    assert kinds.KINDS.count(WindowsGuest) == 1
+    assert kinds.KINDS.index(WindowsGuest) < kinds.KINDS.index(ImageGuest)
     windows = _suite(tmp_path, '[guest]\nimage = "/srv/win.qcow2"\nos = "windows"\n')
     linux = _suite(tmp_path, '[guest]\nimage = "/srv/deb.qcow2"\n')
-    assert [type(k) for k in suite_kinds(windows)] == [ApplianceGuest, Windows]
+    assert [type(k) for k in suite_kinds(windows)] == [ApplianceGuest, WindowsGuest]
     assert [type(k) for k in suite_kinds(linux)] == [ApplianceGuest, ImageGuest]
+    assert cluster_refusal(windows) == "[guest] (your own Windows image) is not built for it"
 
 
 def test_each_kind_aims_fio_at_the_disk_as_its_guest_names_it(tmp_path: Path) -> None:

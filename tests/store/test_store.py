@@ -18,7 +18,7 @@ import pytest
 from iomatrix.core.errors import RunNotFound, SchemaTooNew, StoreError
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
-from iomatrix.store.records import CpuRecord, SteadyRecord, StoredSuite, TrialResult
+from iomatrix.store.records import CpuRecord, DepthRecord, SteadyRecord, StoredSuite, TrialResult
 from iomatrix.store.schema import SCHEMA_VERSION
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
@@ -229,7 +229,7 @@ def host_series() -> HostSeries:
                                                    write_bytes_s=(0.0,))})
 
 
-def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
+def test_steady_cpu_telemetry_and_depth_round_trip(backend: Backend) -> None:
     verdict = SteadyState(reached=True, at_seconds=6.0, windows=2, range_ratio=0.1,
                           excursion_ratio=0.05, rule="SNIA PTS")
     cpu = CpuRecord(window_s=1.0, cpu_s_by_role={"daemon": 0.2, "fio (host)": 0.1},
@@ -238,10 +238,12 @@ def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
                     perf="perf is not installed")
     series = host_series()
     steady = SteadyRecord(checked=True, source="fio status stream", verdict=verdict)
+    depth = DepthRecord(asked=32, achieved=3.5, short=True)
     with Store(backend.location) as store:
         run_id = new_run(store)
         trial_id = store.record_trial(run_id, trial(0, samples=[sample("read", 1)],
-                                                    steady=steady, cpu=cpu, telemetry=series))
+                                                    steady=steady, cpu=cpu, telemetry=series,
+                                                    depth=depth))
         store.record_trial(run_id, trial(1, samples=[sample("read", 1)], steady=SteadyRecord(
             checked=False, reason="steady_state is off")))
         checked, off = store.load_run(run_id).trials
@@ -249,6 +251,7 @@ def test_steady_cpu_and_telemetry_round_trip(backend: Backend) -> None:
         # stored flat, as every run since schema v4
         stored = store.conn.execute("SELECT steady_json FROM trials ORDER BY id").fetchall()
     assert checked.steady == steady and checked.steady.reached and checked.cpu == cpu
+    assert checked.depth == depth and off.depth is None          # the asked depth beside it
     assert off.steady == SteadyRecord(checked=False, reason="steady_state is off")
     assert not off.steady.reached and off.cpu is None
     assert json.loads(stored[0][0]) == verdict.model_dump() | {"checked": True,

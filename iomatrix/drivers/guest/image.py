@@ -1,6 +1,7 @@
-"""The user's own image as a guest kind ([guest]: ``iomatrix.appliance.ownimage`` says how it
-is checked, opened once, booted through an overlay, and given fio). It boots the
-configurations whose ``guest`` is its name."""
+"""The user's own Linux image as a guest kind ([guest]: ``iomatrix.appliance.ownimage`` says how
+it is checked, opened once, booted through an overlay, and given fio). It boots the
+configurations whose ``guest`` is its name. A Windows image is the kind of
+:mod:`iomatrix.drivers.guest.windows`, which shares this one's checks and overlay."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from iomatrix.appliance.build import GuestDisk
 from iomatrix.appliance.guestfio import guest_fio
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.appliance.ownimage import (BaseImage, ImageFile, check_guest_files,
                                          check_overlay_space, make_overlay, make_seed,
-                                         system_argv, windows_target)
+                                         system_argv)
 from iomatrix.core.errors import (EnvironmentProblem, GuestFioUnavailable, NotEnoughSpace,
                                   TrialFailed)
 from iomatrix.core.trust import Author
@@ -27,7 +27,7 @@ from iomatrix.targets.workspace import Image
 
 
 class ImageGuest(GuestKind):
-    """[guest]: the user's image, Linux or Windows (see the module docstring)."""
+    """[guest]: the user's Linux image (see the module docstring)."""
 
     cluster_refusal = "[guest] (your own image) is not built for it"
 
@@ -65,13 +65,12 @@ class ImageGuest(GuestKind):
         overlays may not fit."""
         check_overlay_space(self.base, self.own.guests_at_once(configurations, run.method.vms),
                             run.workdir)
-        if self.own.os == "linux":
-            try:
-                self.fio = guest_fio(default_cache_dir()).path
-            except GuestFioUnavailable as exc:
-                raise EnvironmentProblem(
-                    f"[guest] image: the guest needs the static fio of the host's version, "
-                    f"which cannot be built here: {exc}") from None
+        try:
+            self.fio = guest_fio(default_cache_dir()).path
+        except GuestFioUnavailable as exc:
+            raise EnvironmentProblem(
+                f"[guest] image: the guest needs the static fio of the host's version, "
+                f"which cannot be built here: {exc}") from None
         note(f"guest {self.own.label}: {self.base.path} ({self.base.format}, read only through "
              f"an overlay per boot), ready within {self.own.ready_seconds(run.accel):.0f} s "
              f"under {run.accel.upper()}")
@@ -94,20 +93,13 @@ class ImageGuest(GuestKind):
         overlay = run_dir / "overlay.qcow2"
         stack.callback(overlay.unlink, missing_ok=True)
         make_overlay(base, overlay)
-        seed = None
-        if own.os == "linux":
-            assert self.fio is not None
-            seed_dir = run_dir / "seed"
-            stack.callback(shutil.rmtree, seed_dir, ignore_errors=True)
-            seed_dir.mkdir(mode=0o700)
-            seed = make_seed(seed_dir, fio=self.fio, disk_size=image.size)
+        assert self.fio is not None
+        seed_dir = run_dir / "seed"
+        stack.callback(shutil.rmtree, seed_dir, ignore_errors=True)
+        seed_dir.mkdir(mode=0o700)
+        seed = make_seed(seed_dir, fio=self.fio, disk_size=image.size)
         system = system_argv(base, overlay, seed, bootloader=own.kernel is None, fd=fd)
         return Boot(own.kernel, own.initrd, f"console=ttyS0 {own.append}", tuple(system), (fd,))
 
     def ready_seconds(self, run: GuestRun) -> float:
         return self.own.ready_seconds(run.accel)
-
-    def fio_target(self, disk: GuestDisk) -> dict[str, str]:
-        if self.own.os == "windows":
-            return windows_target(disk.name)
-        return super().fio_target(disk)

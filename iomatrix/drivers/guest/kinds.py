@@ -10,13 +10,14 @@ from iomatrix.core.errors import TrialFailed
 from iomatrix.drivers.guest.appliance import ApplianceGuest
 from iomatrix.drivers.guest.image import ImageGuest
 from iomatrix.drivers.guest.kind import GuestKind
+from iomatrix.drivers.guest.windows import WindowsGuest
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
 
 DEFAULT_KIND = ApplianceGuest
 """The kind that boots the configurations that name no guest, and every configuration of a
 guest driver given no suite's kinds (a cluster's node)."""
-KINDS: tuple[type[GuestKind], ...] = (DEFAULT_KIND, ImageGuest)
+KINDS: tuple[type[GuestKind], ...] = (DEFAULT_KIND, WindowsGuest, ImageGuest)
 """Every guest kind, :data:`DEFAULT_KIND` first; of the others, the first whose ``from_suite``
 takes a suite's [guest] table boots it (a more particular kind goes before a general one)."""
 
