@@ -42,6 +42,9 @@ import pytest
 from tests.needs import lacking
 
 SSHD = "/usr/sbin/sshd"
+REPO = Path(__file__).resolve().parents[1]
+"""The tree under test: the nodes' iomatrix imports it (PYTHONPATH), as the controller does,
+not whatever tree the virtual environment was installed from (a git worktree shares it)."""
 TOOLS = ("unshare", "nsenter", "ip", "ssh", "ssh-keygen", "setpriv")
 SUBNET = "10.77"
 """Node ``i`` (from 1) is ``10.77.i.2``, its controller end ``10.77.i.1``: private to the
@@ -251,7 +254,7 @@ def _sshd_config(directory: Path, node: SshNode, host_key: Path, authorized: Pat
         # leave behind, and every later session then waits 60 s for it. The guest appliance's
         # cache stays the host's, as on nodes that share a home.
         f"SetEnv HOME={directory / 'home'} XDG_STATE_HOME={directory / 'state'} "
-        f"XDG_CACHE_HOME={_cache_home()}\n"
+        f"XDG_CACHE_HOME={_cache_home()} PYTHONPATH={REPO}\n"
         "ClientAliveInterval 5\nClientAliveCountMax 3\n"
         "LogLevel INFO\n")
     return config

@@ -114,6 +114,7 @@ def show(
         out.print(latency.sentence, markup=False)
     _ioping_table(stored, {k: v + (" [emulated]" if k in emulated else "")
                            for k, v in labels.items()}, workloads)
+    _scaling_table(stored)
     _page_cache_legend(found)
     if any(p.mixed for p in found):
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
@@ -128,7 +129,9 @@ def _heading(stored: Any) -> None:
     out.print(f"run {stored.id} · suite {stored.suite.name} · {stored.status} · "
               f"{stored.created_at} · {stored.host.get('hostname', '?')} · {where}")
     if stored.nodes and stored.suite.method.concurrent_nodes:
-        out.print("nodes, loading the target at once in every trial: "
+        counted = any("node_count" in c.params for c in stored.configs)
+        out.print(("nodes, the first node_count of them loading the target at once in each "
+                   "trial: " if counted else "nodes, loading the target at once in every trial: ")
                   + ", ".join(n.name for n in stored.nodes), markup=False, soft_wrap=True)
     elif stored.nodes:
         out.print("nodes: " + "; ".join(
@@ -272,3 +275,35 @@ def export(
     else:
         write_file_atomically(output, text)
         err.print(f"wrote {output}")
+
+
+def _scaling_table(stored: Any) -> None:
+    """A cluster-load run's scaling against the node count ([matrix] node_count), per family
+    and workload (``analysis.scaling``): aggregate and per-node IOPS, latency, the efficiency
+    aggregate / (N × one node), each node's share of the one-node figure, where adding a node
+    stops adding IOPS."""
+    from iomatrix.analysis.metrics import figure_text
+    from iomatrix.analysis.scaling import SATURATION_RULE, Figure, scaling
+
+    def ci(f: Figure | None, scale: float = 1.0, percent: bool = False) -> str:
+        if f is None:
+            return "—"
+        text = (lambda x: f"{x * 100:.0f}%") if percent else (lambda x: figure_text(x * scale))
+        bounds = "" if f.low is None or f.high is None else f" [{text(f.low)}, {text(f.high)}]"
+        return text(f.mean) + bounds
+
+    curves = scaling(stored)
+    for curve in curves:
+        table = Table("nodes", "aggregate IOPS [95% CI]", "IOPS per node", "mean lat µs",
+                      "aggregate / (N × one node)", "each node's share of one node",
+                      title=f"scaling: {curve.family} · {curve.workload_label}", box=None)
+        for row in curve.rows:
+            shares = "  ".join(f"{name}:{ci(f, percent=True)}"
+                               for name, f in row.node_share.items())
+            table.add_row(str(row.nodes), ci(row.aggregate_iops), ci(row.per_node_iops),
+                          ci(row.latency_us), ci(row.efficiency, percent=True), shares or "—")
+        out.print(table)
+        out.print(f"scaling: {curve.saturation}", markup=False, soft_wrap=True)
+    if curves:
+        out.print(f"scaling rule: {SATURATION_RULE}; shares and gains are paired by round",
+                  markup=False, soft_wrap=True)

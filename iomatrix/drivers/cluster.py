@@ -453,7 +453,7 @@ class ClusterDriver(Driver):
         self.sessions += 1
         with contextlib.ExitStack() as stack:
             servers = []
-            for index, node in enumerate(self.nodes):
+            for index, node in enumerate(taking_part(config, self.nodes)):
                 # short names: Unix socket paths must stay under 108 bytes
                 base = self.workdir / f"n{self.sessions}-{index}"
                 server = NodeServer(node, Path(f"{base}.sock"), Path(f"{base}.log"))
@@ -465,12 +465,24 @@ class ClusterDriver(Driver):
             yield ClusterSession(config, images, self.method.engine, servers)
 
 
+def taking_part(config: Configuration, nodes: Sequence[Node]) -> list[Node]:
+    """The nodes that load the target in ``config``'s trials: the first ``node_count`` of
+    ``nodes`` ([matrix] node_count), or every node where it sets none."""
+    return list(nodes)[:config.node_count] if config.node_count else list(nodes)
+
+
+def node_count(config: Configuration, nodes: int) -> int:
+    """How many of ``nodes`` nodes take part in ``config``'s trials (``taking_part``)."""
+    return min(config.node_count, nodes) if config.node_count else nodes
+
+
 def on_every_node(config: Configuration, nodes: int) -> Configuration:
     """``config`` as the controller makes its images under cluster load: a guest
-    configuration's ``vms`` guests on each of ``nodes`` nodes, each with a disk of its own."""
+    configuration's ``vms`` guests on each of the nodes that take part of ``nodes``
+    (``node_count``), each with a disk of its own."""
     if config.mode != Mode.GUEST:
         return config
-    return config.model_copy(update={"vms": (config.vms or 1) * nodes})
+    return config.model_copy(update={"vms": (config.vms or 1) * node_count(config, nodes)})
 
 
 class ClusterGuestSession(NodesLoad):
@@ -576,14 +588,15 @@ class ClusterGuestDriver(Driver):
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         self.sessions += 1
         vms = config.vms or 1
-        if len(images) != vms * len(self.nodes):
+        part = taking_part(config, self.nodes)
+        if len(images) != vms * len(part):
             raise TrialFailed(f"{len(images)} disks for {vms} guests on each of "
-                              f"{len(self.nodes)} nodes")
+                              f"{len(part)} nodes")
         if self.accelerator not in tuple(Accelerator):
             raise TrialFailed(f"guests cannot run under {self.accelerator!r}")
         with contextlib.ExitStack() as stack:
             nodes = []
-            for index, node in enumerate(self.nodes):
+            for index, node in enumerate(part):
                 request = GuestRequest(
                     suite_text=self.suite.source_text, suite_spec=RunSpec.of(self.suite),
                     suite_source=self.suite.source_path,

@@ -54,6 +54,7 @@ def check_run(prepared: PreparedRun, keep: bool,
         raise SuiteError("[method] concurrent_nodes needs the cluster's nodes: give [nodes] or --nodes")
     if suite.method.concurrent_nodes:
         check_cluster_load(suite, prepared.full)
+        check_node_counts(prepared.full, nodes)
     check_author(suite)
     check_chain_qemu(suite, prepared.full)
     check_libvirt_mapping(suite, prepared.full)   # libvirtd's own answer first: its QEMU runs
@@ -208,6 +209,14 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
     if (refused := cluster_refusal(suite)) is not None:
         raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
                          f"{refused}")
+
+
+def check_node_counts(expansion: Expansion, nodes: Sequence[Node]) -> None:
+    """SuiteError when a configuration's ``node_count`` asks for more nodes than the run has."""
+    most = max((c.node_count or 0 for c in expansion.configurations), default=0)
+    if most > len(nodes):
+        raise SuiteError(f"[matrix] node_count {most}: the run has {len(nodes)} node(s)",
+                         hint="name more nodes in [nodes] or --nodes, or lower node_count")
 
 
 def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from iomatrix.core.model import Frozen, shown
 from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS, YOUR_VM
-from iomatrix.vocab.axes import AXES, CONFIG_AXES, CORE, AxisLevels
+from iomatrix.vocab.axes import AXES, BY_NAME, CONFIG_AXES, CORE, AxisLevels
 from iomatrix.vocab.words import Mode
 
 
@@ -94,7 +94,8 @@ class Configuration(AxisLevels):
         fio = "" if self.mode == Mode.GUEST or self.vcpu_affinity is None else (
             f" fio@{self.vcpu_affinity}")
         if self.mode == Mode.HOST:
-            return "host (bare metal)" + fio + where
+            return "host (bare metal)" + fio + BY_NAME["node_count"].shown_in_label(
+                self.node_count) + where
         device = "vhost-user-blk" if self.data_path == "vhost-user-blk" else self.controller
         core = [device, *(getattr(self, a.name) for a in AXES
                           if a.label == CORE and a.name not in ("controller", "data_path"))]

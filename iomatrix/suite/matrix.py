@@ -138,6 +138,12 @@ class Matrix(Frozen):
     """Entries per virtqueue; 0 = QEMU's default."""
     vms: axis_of(Annotated[int, Field(ge=1, le=64)]) | None = None
     """Guests booted at once per configuration (guest mode); overrides [method] vms."""
+    node_count: axis_of(Annotated[int, Field(ge=1, le=64)]) | None = None
+    """With [method] concurrent_nodes: how many of the cluster's nodes load the shared target
+    at once, each count a configuration of its own measured in the same rounds (interleaved):
+    [1, 2, 3] measures the first node alone, the first two, then the first three ([nodes] or
+    --nodes order). Host and guest modes. Absent: every node in every trial, as before the axis
+    existed."""
     guest: axis_of(Annotated[str, Field(max_length=40, pattern=TARGET_NAME)]) | None = None
     """Which guest measures each configuration (guest mode): "appliance" and/or the [guest]
     image's name. Absent: the [guest] image when there is one, else the appliance (and then

@@ -132,6 +132,14 @@ class Suite(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _node_count_needs_cluster_load(self) -> "Suite":
+        if not self.method.concurrent_nodes and any(
+                m.node_count is not None for m in (self.matrix, *self.part)):
+            raise ValueError("[matrix] node_count is how many nodes load the target at once: it "
+                             "needs [method] concurrent_nodes = true")
+        return self
+
+    @model_validator(mode="after")
     def _guests_named(self) -> "Suite":
         own = None if self.guest is None else self.guest.label
         if own is not None and self.method.libvirt_uri is not None:

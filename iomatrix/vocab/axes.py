@@ -160,6 +160,10 @@ AXES: tuple[Axis, ...] = (
          unset=0, what="entries per virtqueue"),
     Axis("vms", int, (Mode.GUEST,), label=lambda v: f" ×{v} VMs" if v and v > 1 else "",
          not_setting="the number of guests measured at once, not a disk setting"),
+    Axis("node_count", int, (Mode.HOST, Mode.GUEST),
+         label=lambda v: f" on {v} node{'s' if v != 1 else ''}" if v else "", claimed=False,
+         not_setting="how many of the cluster's nodes load the shared target at once "
+                     "([method] concurrent_nodes), not a disk setting"),
     Axis("guest", str, (Mode.GUEST,), label=_named(" in {}"), claimed=False),
     Axis("vcpu_affinity", str, (Mode.GUEST, Mode.BLOCKLAYER, Mode.HOST),
          label=_named(" vcpu@{}"),

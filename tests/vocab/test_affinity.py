@@ -38,7 +38,8 @@ def _suite(mode: str = "blocklayer", matrix: str = "") -> Any:
 
 def test_declared_once_with_their_modes() -> None:
     assert all(axis in CONFIG_AXES for axis in AFFINITY_AXES)
-    assert MODE_AXES["host"] == ("vcpu_affinity",)      # fio's own cpus_allowed
+    # fio's own cpus_allowed; how many cluster nodes load the target at once
+    assert MODE_AXES["host"] == ("node_count", "vcpu_affinity")
     assert all(axis in MODE_AXES["guest"] and axis in MODE_AXES["blocklayer"]
                for axis in AFFINITY_AXES)
     assert not set(AFFINITY_AXES) & set(PARAMETERS)     # not a disk setting recommend decides
