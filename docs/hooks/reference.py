@@ -9,7 +9,9 @@ A page holds a marker line where generated text goes:
   (``iomatrix.suite.model`` and the table modules beside it: ``iomatrix.suite.target``...);
 - ``<!-- generated: exit-status -->``: the exit statuses of ``iomatrix.cli.status.ExitStatus``,
   each described by the comment beside (and under) its member;
-- ``<!-- generated: versions -->``: the store's schema version and the export format's.
+- ``<!-- generated: versions -->``: the store's schema version and the export format's;
+- ``<!-- generated: baseline-changes -->``: the version changes that move a baseline
+  (``iomatrix.analysis.baselines.CHANGES``), each with its source.
 
 And ``changelog.md`` is the repository's CHANGELOG.md. tests/test_site.py builds the site and
 calls these functions.
@@ -276,6 +278,21 @@ def versions_reference() -> str:
             f"| JSON export (`format_version`) | {EXPORT_FORMAT_VERSION} |\n")
 
 
+def _commit(url: str) -> str:
+    found = re.search(r"[0-9a-f]{10,40}", url)
+    return found.group(0)[:10] if found else url
+
+
+def baseline_changes() -> str:
+    from iomatrix.analysis.baselines import CHANGES
+
+    rows = ["| component | from | what changes | where | source |", "|---|---|---|---|---|"]
+    rows += [f"| {c.component} | {'.'.join(map(str, c.boundary[:2]))} | {_cell(c.changes)} | "
+             f"{_cell(c.applies)} | [{_commit(c.source)}]({c.source}) |"
+             for c in CHANGES]
+    return "\n".join(rows) + "\n"
+
+
 def _model_table(model: type[BaseModel], extra: tuple[tuple[str, str, str], ...] = ()) -> str:
     """A table of ``model``'s serialized keys: (key, type, description) rows, ``extra`` first."""
     docs = field_docstrings(model)
@@ -339,6 +356,7 @@ def recommend_rule() -> str:
 
 GENERATORS = {"recommend-rule": recommend_rule, "cli": cli_reference, "suite-keys": suite_reference,
               "exit-status": exit_status_reference, "versions": versions_reference,
+              "baseline-changes": baseline_changes,
               "export-json": export_reference, "schema-history": schema_history}
 
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from iomatrix.analysis.baselines import Straddle, run_versions, straddled
 from iomatrix.analysis.metrics import LATENCY_KEY, LATENCY_NAMES, METRICS, run_latency
 from iomatrix.analysis.points import Point, points
 from iomatrix.analysis.stats import Adjustment, Comparison, Interval, compare_many, confidence_interval
@@ -132,6 +133,8 @@ class RunComparison(Frozen):
     unpaired: tuple[Unpaired, ...]
     host_differences: tuple[Difference, ...]
     method_differences: tuple[Difference, ...]
+    version_changes: tuple[Straddle, ...] = ()
+    """Changes of ``analysis.baselines`` the two runs lie on either side of."""
     latency_difference: Difference | None = None
     """The metric is a latency and the runs measured different fio latencies (lat, clat)."""
     pairings: tuple[Pairing, ...] = ()
@@ -343,6 +346,7 @@ def compare_runs(a: StoredRun, b: StoredRun, *, metric: str = "iops",
         unpaired=tuple(unpaired),
         host_differences=host_differences(a.host, b.host),
         method_differences=method_differences(a, b),
+        version_changes=straddled(run_versions(a), run_versions(b)),
         latency_difference=latency_difference(a, b, metric),
         pairings=pairings,
         emulated_a=a.emulated, emulated_b=b.emulated,

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from iomatrix.analysis.baselines import Straddle, run_versions, straddled
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.pagecache import from_ram_by_level
@@ -123,6 +124,8 @@ class FindingResult(Frozen):
     mode: str | None
     """The mode whose check decided; None when no mode measured the claim."""
     checks: tuple[Check, ...]
+    version_changes: tuple[Straddle, ...] = ()
+    """Changes that move baselines between the study's versions (A) and the run's (B)."""
 
     @property
     def decisive(self) -> Check:
@@ -439,6 +442,7 @@ def evaluate(run: StoredRun, claims: Sequence[Finding] | None = None) -> RunFind
                                 high=head.high, p_value=c.p_value, adjusted_p=c.adjusted_p,
                                 family=c.family)
     results = []
+    versions = run_versions(run)
     for i, (finding, checks) in enumerate(zip(claims, raws, strict=True)):
         out = []
         for j, raw in enumerate(checks):
@@ -451,7 +455,8 @@ def evaluate(run: StoredRun, claims: Sequence[Finding] | None = None) -> RunFind
         first = next((c for c in out if c.measured), None)
         results.append(FindingResult(finding=finding,
                                      verdict=first.verdict if first else NOT_MEASURABLE,
-                                     mode=first.mode if first else None, checks=tuple(out)))
+                                     mode=first.mode if first else None, checks=tuple(out),
+                                     version_changes=straddled(finding.versions, versions)))
     return RunFindings(run_id=run.id, source=source, results=tuple(results), family=len(prelim))
 
 

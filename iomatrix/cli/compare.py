@@ -154,6 +154,8 @@ def compare(
         _warn(f"host {d.key} differs: A {d.a or '(not recorded)'} · B {d.b or '(not recorded)'}")
     for d in result.method_differences:
         _warn(f"method {d.key} differs: A {d.a} · B {d.b}")
+    for v in result.version_changes:
+        _warn(f"the runs straddle a version change that moves baselines: {v.text()}")
     if result.latency_difference is not None:
         d = result.latency_difference
         _warn(f"{d.key} is not the same latency: A {d.a} · B {d.b}")

@@ -30,6 +30,9 @@ def findings(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
         out.print(f"  published: {f.published}", markup=False)
         for check in r.checks:
             out.print(f"  {check_text(f, check)}", markup=False)
+        for v in r.version_changes:
+            out.print(f"  warning: the study and this run straddle a version change that "
+                      f"moves baselines: {v.text('study', 'run')}", markup=False)
         where = f" (in {r.mode} mode)" if r.mode else ""
         out.print(f"  verdict: {r.verdict}{where}", markup=False)
     out.print("", markup=False)

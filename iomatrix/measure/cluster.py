@@ -55,6 +55,7 @@ from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
 from iomatrix.suite.spec import RunSpec
 from iomatrix.suite.plan import estimate_seconds
+from iomatrix.qemu.args import MACHINE
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.vocab.words import Accel, Mode, QueueStatus, RunStatus, TrialStatus
 
@@ -151,7 +152,8 @@ def node_facts(suite: Suite) -> NodeFacts:
         workspace_of(prepared, keep=False).check(prepared.full.configurations)
     except IomatrixError as exc:
         problems.append(first_line(str(exc)))
-    host = host_metadata(suite.target.directory or suite.target.device, accelerator="?")
+    host = host_metadata(suite.target.directory or suite.target.device, accelerator="?",
+                         machine=MACHINE)
     return NodeFacts(hostname=socket.gethostname(), iomatrix=__version__, fio=host.fio,
                      qemu=host.qemu,
                      kvm=("usable" if os.access("/dev/kvm", os.R_OK | os.W_OK) else
@@ -483,7 +485,7 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
             guests = any(c.mode == Mode.GUEST for c in configs)
             accelerator = prepared.accelerator if guests else "none"
             host = host_metadata(suite.target.directory or suite.target.device,
-                                 accelerator=accelerator).stored()
+                                 accelerator=accelerator, machine=MACHINE).stored()
             host["nodes"] = ", ".join(names)
             run_id = store.create_run(
                 suite=StoredSuite.of(suite), host=host, accelerator=accelerator,

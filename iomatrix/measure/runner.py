@@ -32,6 +32,7 @@ from iomatrix.measure.reclaim import RESOURCES, RunProcess, describe, reclaim, r
 from iomatrix.measure.trialkey import TrialKey
 from iomatrix.measure.watch import CounterWatch, SteadyWatch
 from iomatrix.fio.run import output_path, run_fio
+from iomatrix.qemu.args import MACHINE
 from iomatrix.telemetry.hostinfo import host_metadata
 from iomatrix.suite.plan import Block, estimate_seconds, plan_round, trial_seconds
 from iomatrix.fio.samples import DirectionSample, samples_of, vm_samples_of
@@ -256,7 +257,7 @@ def _measure(started: _Started, store: Store, progress: Progress, workspace: Ope
 def _host_record(suite: Suite, workspace: OpenTarget, accelerator: str) -> dict[str, str]:
     """The host's metadata stored with a new run, the target named as the user gave it."""
     host = host_metadata(suite.target.directory or suite.target.device,
-                         accelerator=accelerator).stored()
+                         accelerator=accelerator, machine=MACHINE).stored()
     host.update(workspace.host_fields())
     host["target_irqs"] = irq.report(irq.target_device(suite.target.directory
                                                        or suite.target.device))

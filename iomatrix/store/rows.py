@@ -63,7 +63,7 @@ HOST_KEYS = frozenset({
     # telemetry.hostinfo.host_metadata
     "hostname", "kernel", "os", "cpu", "cores", "memory_bytes", "qemu", "qemu_storage_daemon",
     "fio", "accelerator", "iomatrix", "target", "target_fs", "target_mount", "target_device",
-    "target_model",
+    "target_model", "machine", "zfs", "ceph",
     # targets.zfs: the dataset a run's zvols were made in, and the ZFS that made them
     "zfs_compression", "zfs_sync", "zfs_primarycache", "zfs_volblocksize", "zfs_version",
     # measure.runner, measure.cluster: several targets, a cluster's nodes; the target

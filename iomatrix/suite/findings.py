@@ -16,6 +16,10 @@ FindingKind = Literal["effect", "ranking", "equivalence", "baseline"]
 FindingMetric = Literal["iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"]
 FindingMode = Literal["guest", "blocklayer"]
 FINDING_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+VersionComponent = Literal["qemu", "zfs", "proxmox"]
+"""What a version that moves a baseline is of (``iomatrix.analysis.baselines``): QEMU, the
+ZFS module, the Proxmox VE generation (8, 9)."""
+VersionText = Annotated[str, Field(pattern=r"^[0-9]{1,4}(\.[0-9]{1,4}){0,2}$")]
 
 def _levels(value: Any) -> Any:
     """A level or list of levels as a configuration shows it: true → "on", 8 → "8"."""
@@ -103,6 +107,10 @@ class Finding(Frozen):
     """Which of the run's workloads the claim is about (``FindingWorkloads``); absent: all."""
     modes: tuple[FindingMode, ...] = ()
     """Empty: the default above, guest first (the study's own mode decides where measured)."""
+    versions: dict[VersionComponent, VersionText] = {}
+    """The versions the study measured with (``{ qemu = "8.2", zfs = "2.2" }``): the check
+    warns, naming the change, when the run and the study lie on either side of one that moves
+    baselines (``iomatrix.analysis.baselines``)."""
 
     @field_validator("per", "modes", mode="before")
     @classmethod

@@ -98,6 +98,13 @@ class HostMetadata(Frozen):
     accelerator: str
     iomatrix: str
     target: TargetFacts | None = None
+    machine: str = "unknown"
+    """The versioned machine type QEMU resolves the run's machine alias to (``pc`` →
+    ``pc-i440fx-7.2``): what a guest's devices behave as."""
+    zfs: str = "not loaded"
+    """The ZFS kernel module's version (``/sys/module/zfs/version``), whatever the target."""
+    ceph: str = "not installed"
+    """The Ceph client's version (``rbd --version``): librbd, which fio and QEMU reach RBD by."""
 
     def stored(self) -> dict[str, str]:
         """As a run stores it (``runs.host_json``): each fact as text, the target's as
@@ -106,7 +113,8 @@ class HostMetadata(Frozen):
         meta = {"hostname": self.hostname, "kernel": self.kernel, "os": self.os, "cpu": self.cpu,
                 "cores": str(self.cores), "memory_bytes": str(self.memory_bytes),
                 "qemu": self.qemu, "qemu_storage_daemon": self.qemu_storage_daemon,
-                "fio": self.fio, "accelerator": self.accelerator, "iomatrix": self.iomatrix}
+                "fio": self.fio, "accelerator": self.accelerator, "iomatrix": self.iomatrix,
+                "machine": self.machine, "zfs": self.zfs, "ceph": self.ceph}
         t = self.target
         if t is not None:
             meta.update(target=t.path, target_fs=t.fs)
@@ -116,8 +124,9 @@ class HostMetadata(Frozen):
         return meta
 
 
-def host_metadata(target: Path | None, accelerator: str) -> HostMetadata:
-    """This host's metadata, with the storage of ``target`` (a directory or a device)."""
+def host_metadata(target: Path | None, accelerator: str, *, machine: str) -> HostMetadata:
+    """This host's metadata, with the storage of ``target`` (a directory or a device) and the
+    machine type QEMU resolves the alias ``machine`` to (``qemu.args.MACHINE``)."""
     qemu = _version_line(["qemu-system-x86_64", "--version"])
     qsd = _version_line(["qemu-storage-daemon", "--version"])
     facts = None
@@ -135,7 +144,36 @@ def host_metadata(target: Path | None, accelerator: str) -> HostMetadata:
         cpu=cpu_model(), cores=os.cpu_count() or 0, memory_bytes=memory_bytes(),
         qemu=_version(qemu), qemu_storage_daemon=_version(qsd),
         fio=_version_line(["fio", "--version"]), accelerator=accelerator, iomatrix=__version__,
-        target=facts)
+        target=facts, machine=machine_type("qemu-system-x86_64", machine), zfs=zfs_version(),
+        ceph=_ceph_version())
+
+
+def machine_type(qemu: str, alias: str) -> str:
+    """The versioned machine type ``qemu -machine help`` names as ``alias``'s (``pc`` →
+    ``pc-i440fx-7.2``); the alias itself when QEMU names none, "not installed" without QEMU."""
+    if which(qemu) is None:
+        return "not installed"
+    try:
+        out = run([qemu, "-machine", "help"], timeout=10, check=False).stdout
+    except ToolFailed:
+        return "unknown"
+    found = re.search(rf"^{re.escape(alias)}\s.*\(alias of ([A-Za-z0-9._-]+)\)", out or "",
+                      re.MULTILINE)
+    return found.group(1) if found else alias
+
+
+def zfs_version(sysfs: Path = Path("/sys")) -> str:
+    """The loaded ZFS module's version, "not loaded" without one."""
+    try:
+        return (sysfs / "module/zfs/version").read_text().strip() or "unknown"
+    except OSError:
+        return "not loaded"
+
+
+def _ceph_version() -> str:
+    line = _version_line(["rbd", "--version"])
+    found = re.search(r"ceph version (\S+)", line)
+    return found.group(1) if found else line
 
 
 def _version(line: str) -> str:

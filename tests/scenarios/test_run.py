@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -79,6 +80,12 @@ def test_run_stores_every_trial_and_cleans_up(tmp_path: Path, no_leftovers: None
         assert [s.direction for s in t.samples] == [direction]
         assert t.samples[0].iops > 0 and t.samples[0].p99_ns >= t.samples[0].p50_ns
     assert run.host["fio"].startswith("fio-3") and run.host["target_fs"]
+    # the versions that move a baseline (analysis.baselines), as this host has them
+    qemu = installed("qemu-system-x86_64")
+    assert qemu is not None and run.host["machine"] == f"pc-i440fx-{qemu[0]}.{qemu[1]}"
+    zfs = Path("/sys/module/zfs/version")
+    assert run.host["zfs"] == (zfs.read_text().strip() if zfs.exists() else "not loaded")
+    assert (run.host["ceph"][0].isdigit()) == (shutil.which("rbd") is not None)
     # measured: fio's own runtimes, each at least the 0.5 s asked (more on a loaded host: fio
     # stops at its first check past the runtime), none holding its trial's 200 ms ramp
     runtimes = [max(s.runtime_ms for s in t.samples) / 1000 for t in run.trials]
