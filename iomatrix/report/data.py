@@ -24,6 +24,8 @@ from iomatrix.suite.method import Method
 from iomatrix.suite.workloads import Ioping, block_sizes
 from iomatrix.vocab.words import Accelerator, TrialStatus
 
+from iomatrix.analysis.scaling import ScalingCurve, scaling
+
 if TYPE_CHECKING:
     from iomatrix.analysis.points import Point
     from iomatrix.store.records import StoredRun, TrialRecord, WorkloadRecord
@@ -367,6 +369,9 @@ class ReportData(Frozen):
     """The study's claims checked on this run; empty when its suite states none."""
     findings_rules: str = ""
     """How findings are decided, in words."""
+    node_scaling: tuple["ScalingCurve", ...] = ()
+    """A cluster-load run with node counts: each family's figures against the number of nodes
+    (``analysis.scaling``)."""
     """The raw samples as CSV (``iomatrix.report.export.samples_csv``), offered for download."""
 
 
@@ -436,7 +441,7 @@ def _build(run: "StoredRun") -> ReportData:
         scores_absent=scores_absent, recommendations=recommendations,
         recommendation_rule=recommendation_rule, quality=_quality(run, views, target, source),
         failures=failures, iomatrix_version=__version__, samples_csv=samples_csv(run),
-        findings=findings, findings_rules=findings_rules)
+        findings=findings, findings_rules=findings_rules, node_scaling=tuple(scaling(run)))
 
 
 def _findings(run: "StoredRun") -> tuple[tuple[FindingView, ...], str]:

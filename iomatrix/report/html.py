@@ -26,6 +26,7 @@ import jinja2
 from markupsafe import Markup
 
 from iomatrix.analysis.metrics import METRICS, MISSING, RunLatency
+from iomatrix.analysis.scaling import SATURATION_RULE
 from iomatrix.core.files import output_directory, write_file_atomically
 from iomatrix.report.data import PointView, ReportData
 from iomatrix.report.levers import LEVERS
@@ -254,6 +255,7 @@ def render_html(data: ReportData) -> str:
         has_cpu=any(p.cpu_us_per_io is not None for p in data.points),
         has_bare=any(p.iops_pct is not None for p in data.points),
         has_scaling=any(c.family is not None for c in data.configs),
+        scaling_rule=SATURATION_RULE,
         levers={lever: title for lever, title in LEVERS.items()
                 if any(lever in c.levers for c in data.configs)},
         csv_rows=csv_rows,

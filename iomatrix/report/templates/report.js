@@ -393,7 +393,44 @@
     return Plotly.react(el, traces, layout, PLOT_CONFIG);
   }
 
-  const DRAW = {qd: drawQd, gain: drawGain, roles: drawRoles, scale: drawScale};
+  // A cluster-load run's curve against the number of nodes ([matrix] node_count): aggregate and
+  // per-node IOPS with their 95 % CI, N x the one-node figure (perfect scaling), and where adding
+  // a node stops adding IOPS (iomatrix.analysis.scaling).
+  function drawNodes(el) {
+    const c = (D.node_scaling ?? [])[selected("chart-nodes")];
+    if (!c) return Plotly.react(el, [], baseLayout(el, "no scaling curve", []), PLOT_CONFIG);
+    const xs = c.rows.map((r) => r.nodes);
+    const bars = (fs) => ({type: "data", symmetric: false, visible: true, thickness: 1.2, width: 3,
+                           array: fs.map((f) => (f.high != null ? f.high - f.mean : null)),
+                           arrayminus: fs.map((f) => (f.low != null ? f.mean - f.low : null))});
+    const hover = (fs, what) => fs.map((f, k) => `${plural(xs[k], "node")}: ${fmt(f.mean)} ${what}`
+      + (f.low != null ? ` (95 % CI ${fmt(f.low)} … ${fmt(f.high)})` : " (one round: no CI)")
+      + (c.rows[k].efficiency ? `<br>aggregate / (N × one node): ${fmt(100 * c.rows[k].efficiency.mean)} %` : ""));
+    const line = (name, fs, what, color) => ({type: "scatter", mode: "lines+markers", name, x: xs,
+      y: fs.map((f) => f.mean), error_y: bars(fs), line: {color, width: 2}, marker: {color, size: 7},
+      hovertext: hover(fs, what), hovertemplate: "%{hovertext}<extra></extra>"});
+    const traces = [line("aggregate IOPS (all nodes)", c.rows.map((r) => r.aggregate_iops), "IOPS in all", PALETTE[0]),
+                    line("IOPS per node", c.rows.map((r) => r.per_node_iops), "IOPS per node", PALETTE[1])];
+    const one = c.rows.find((r) => r.nodes === 1);
+    if (one) {
+      traces.push({type: "scatter", mode: "lines", name: "N × one node (perfect scaling)", x: xs,
+                   y: xs.map((n) => n * one.aggregate_iops.mean), line: {color: "#7f7f7f", width: 1.5, dash: "dash"},
+                   hoverinfo: "skip"});
+    }
+    const layout = baseLayout(el, `IOPS vs number of nodes · ${c.family} · ${c.workload_label}`, traces.map((t) => t.name));
+    layout.xaxis = {title: {text: "nodes loading the target at once"}, tickvals: xs, ticktext: xs.map(String), automargin: true};
+    layout.yaxis = {title: {text: "IOPS"}, rangemode: "tozero", separatethousands: true, automargin: true};
+    if (c.saturates_at != null) {
+      layout.shapes = [{type: "line", x0: c.saturates_at, x1: c.saturates_at, yref: "paper", y0: 0, y1: 1,
+                        line: {color: "#cf222e", width: 1, dash: "dot"}}];
+      layout.annotations.push({text: "adding nodes stops adding IOPS", x: c.saturates_at, yref: "paper", y: 1,
+                               showarrow: false, xanchor: "left", font: {color: "#cf222e", size: 11}});
+    }
+    tcgNote(layout, c.family.includes("[emulated: TCG]"));
+    return Plotly.react(el, traces, layout, PLOT_CONFIG);
+  }
+
+  const DRAW = {qd: drawQd, gain: drawGain, roles: drawRoles, scale: drawScale, nodes: drawNodes};
 
   // --- drawing schedule: visible charts first, one per task ---------------------------------------
   const charts = [...document.querySelectorAll(".chart")];
