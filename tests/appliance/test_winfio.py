@@ -158,3 +158,45 @@ def test_the_install_seed_holds_no_start_script(windows_bundle: WindowsFio,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["install.iso"]    # nothing left over
     status, output = cli("appliance", "windows-seed", str(tmp_path / "install.iso"))
     assert status != 0 and "exists" in output
+
+
+@needs("qemu", "xorriso")
+def test_the_windows_kind_boots_its_image_with_a_seed_cd_of_the_disks_size(
+        windows_bundle: WindowsFio, tmp_path: Path) -> None:
+    """The kind a [guest] os = "windows" table gets: the image through an overlay, booted by
+    the firmware, and each boot's seed as an IDE/AHCI CD whose script looks for the disk under
+    test's size; both removed with the session."""
+    import contextlib
+
+    from iomatrix.drivers.guest.kinds import suite_kinds
+    from iomatrix.drivers.guest.windows import WindowsGuest
+    from iomatrix.suite.load import load_suite_text
+    from iomatrix.targets.kind import Image
+
+    image = tmp_path / "win.qcow2"
+    run([require("qemu-img"), "create", "-f", "qcow2", str(image), "64M"], timeout=60)
+    suite = load_suite_text(f'[suite]\nname = "w"\n[target]\ndirectory = "{tmp_path}"\n'
+                            f'size = "64MiB"\n[method]\nmode = "guest"\n[guest]\n'
+                            f'image = "{image}"\nos = "windows"\n', source="w.toml")
+    kind = suite_kinds(suite)[1]
+    assert isinstance(kind, WindowsGuest)
+    kind.open()
+    kind.windows = windows_bundle
+    run_dir = tmp_path / "vm0"
+    run_dir.mkdir()
+    size = 3 << 30
+    with contextlib.ExitStack() as stack:
+        assert kind.image is not None
+        stack.callback(kind.image.close)
+        boot = kind.boot(stack, run_dir, Image(path=tmp_path / "disk.raw", format="raw",
+                                               preallocation="off", size=size), None)  # type: ignore[arg-type]
+        assert (boot.kernel, boot.initrd) == (None, None) and len(boot.fds) == 1
+        argv = " ".join(boot.system)
+        assert "ide-cd,id=guestos-seed,drive=guestos-seed" in argv
+        assert "virtio-blk-pci,id=guestos-root,drive=guestos-root,bootindex=0" in argv
+        script = run([require("xorriso"), "-osirrox", "on", "-indev",
+                      str(run_dir / "seed" / "seed.iso"), "-extract", f"/{START_SCRIPT}",
+                      str(tmp_path / START_SCRIPT)], timeout=60)
+        assert script.returncode == 0
+        assert f"[int64]'{size}'" in (tmp_path / START_SCRIPT).read_text()
+    assert not (run_dir / "seed").exists() and not (run_dir / "overlay.qcow2").exists()
