@@ -8,7 +8,6 @@ whichever libvirt is installed (9.0 on Debian 12, 11.3 on Debian 13)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -26,6 +25,7 @@ from iomatrix.drivers import libvirt as lvd
 from iomatrix.drivers.guest import free_port
 from iomatrix.measure.runner import run_suite
 from iomatrix.platform import libvirt as lv
+from iomatrix.testing.libvirt_oracle import disk_arguments
 from iomatrix.translate.vm import translate
 from iomatrix.store import Store
 from iomatrix.suite import load_suite
@@ -291,28 +291,6 @@ DOMAINS = {
   </devices>
 </domain>""",
 }
-DISK_DEVICES = ("virtio-scsi-pci", "lsi", "megasas", "pvscsi", "mptsas1068", "ahci",
-                "virtio-blk-pci", "scsi-hd", "scsi-cd", "ide-hd", "ide-cd")
-
-
-def _disk_arguments(argv: list[str]) -> list[str]:
-    """The iothread objects, disk controllers, -blockdev nodes and disk devices of a QEMU
-    command line, in order, without PCI placement."""
-    out = []
-    for option, value in zip(argv, argv[1:]):
-        if option == "-object" and '"qom-type":"iothread"' in value or option == "-blockdev":
-            out += [option, value]
-        elif option == "-device" and value.startswith("{"):
-            device = json.loads(value)
-            if device["driver"] not in DISK_DEVICES:
-                continue
-            if str(device.get("bus", "")).startswith("pci"):
-                del device["bus"]
-                device.pop("addr", None)
-            out += [option, json.dumps(device, separators=(",", ":"))]
-    return out
-
-
 @pytest.fixture(scope="module")
 def versions() -> lv.Versions:
     return lvd.daemon_versions(URI)
@@ -329,7 +307,7 @@ def test_translate_gives_libvirts_own_disk_arguments(tmp_path: Path, name: str,
                                  timeout=lvd.PROBE_TIMEOUT))
     result = translate(xml.read_text(), libvirt=versions)
     ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
-    assert ours == _disk_arguments(real), versions.label
+    assert ours == disk_arguments(real), versions.label
     assert any(d.cdrom for d in result.drives)
     left_out = [n for d in result.disks for n in d.notes if "not reproduced" in n]
     assert left_out == [] and result.notes == (
