@@ -34,8 +34,13 @@ try {
         if ($n -gt 600) { throw "fio --server does not listen on port @PORT@" }
         Start-Sleep -Milliseconds 100
     }
-    $nic = (Get-NetIPAddress -IPAddress '@GUEST_IP@' -ErrorAction SilentlyContinue | Select-Object -First 1).InterfaceAlias
-    if (-not $nic) { throw "no interface has @GUEST_IP@ (QEMU's user network gives it by DHCP)" }
+    # QEMU's user network leases @GUEST_IP@ by DHCP (its first address): the one the host forwards to
+    $nic = $null
+    for ($n = 0; $n -lt 600 -and -not $nic; $n++) {
+        $nic = (Get-NetIPAddress -IPAddress '@GUEST_IP@' -ErrorAction SilentlyContinue | Select-Object -First 1).InterfaceAlias
+        if (-not $nic) { Start-Sleep -Milliseconds 100 }
+    }
+    if (-not $nic) { throw "no interface has @GUEST_IP@ (is NetKVM, the virtio-net driver, installed?)" }
     $uptime = ((Get-Date) - $os.LastBootUpTime).TotalSeconds
     Say ('@READY_MARKER@ uptime={0:F1} port=@PORT@ nic={1}' -f $uptime, ($nic -replace '\s', '_'))
 } catch {
