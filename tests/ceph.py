@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from iomatrix.drivers.guest import free_port
@@ -44,7 +45,14 @@ def missing() -> str | None:
 
 
 class Cluster:
-    def __init__(self, directory: Path) -> None:
+    """``address``: where its daemons listen (a cluster-load test's controller namespace has
+    one its nodes reach: ``SshCluster.shared_address``); ``wrap``: what every command of its
+    is run under (``SshCluster.controller``'s nsenter), where it is not this namespace."""
+
+    def __init__(self, directory: Path, address: str = "127.0.0.1",
+                 wrap: Sequence[str] = ()) -> None:
+        self.address = address
+        self.wrap = list(wrap)
         self.dir = directory
         self.conf = directory / "ceph.conf"
         self.admin_keyring = directory / "keyring"
@@ -56,10 +64,10 @@ class Cluster:
 
     @property
     def monitor(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     def _run(self, *argv: str, timeout: float = 60) -> str:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([*self.wrap, *argv], capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: "
                                f"{(done.stderr or done.stdout).strip()[-2000:]}")
@@ -77,7 +85,7 @@ class Cluster:
         self.port = free_port()
         self.conf.write_text(f"""[global]
 fsid = {self.fsid}
-mon host = v2:127.0.0.1:{self.port}
+mon host = v2:{self.address}:{self.port}
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
@@ -100,7 +108,7 @@ mon warn on pool no redundancy = false
 osd crush chooseleaf type = 0
 ms bind ipv6 = false
 ms bind msgr1 = false
-public addr = 127.0.0.1
+public addr = {self.address}
 osd max object name len = 460
 osd max object namespace len = 64
 mon data avail crit = 1
@@ -118,7 +126,7 @@ keyring = {d}/osd.$id/keyring
                   "allow *", "--cap", "osd", "allow *", "--cap", "mgr", "allow *")
         monmap = str(d / "monmap")
         self._run("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
-                  f"[v2:127.0.0.1:{self.port}]", monmap)
+                  f"[v2:{self.address}:{self.port}]", monmap)
         self._run("ceph-mon", "-c", str(self.conf), "--mkfs", "-i", "a", "--monmap", monmap,
                   "--keyring", k)
         self._run("ceph-mon", "-c", str(self.conf), "-i", "a")

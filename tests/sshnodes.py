@@ -142,6 +142,17 @@ class SshCluster:
              "-i", str(self.identity), "-p", str(node.port), "-l", self.user, node.address,
              command]), capture_output=True, text=True, timeout=timeout)
 
+    def shared_address(self) -> str:
+        """An address of the controller's namespace that every node reaches (each through its
+        own link), for shared storage served there (a test Ceph, tgtd): added once."""
+        address = f"{SUBNET}.0.1"
+        if address not in _run(self.controller(["ip", "-4", "addr", "show", "dev", "lo"])):
+            _run(self.controller(["ip", "addr", "add", f"{address}/32", "dev", "lo"]))
+            for i, node in enumerate(self.nodes, 1):
+                _run(node.enter(["ip", "route", "add", f"{address}/32", "via",
+                                 f"{SUBNET}.{i}.1"]))
+        return address
+
     def inventory(self, *, extra: str = "") -> str:
         """A TOML inventory of the nodes (iomatrix's ``[[node]]`` tables)."""
         tables = [f'[[node]]\nname = "{n.name}"\nhost = "{n.address}"\nuser = "{self.user}"\nport = {n.port}\n'

@@ -59,6 +59,17 @@ class Session(abc.ABC):
         a cluster's nodes); empty when ``fio_args`` says where fio runs."""
         return []
 
+    def client_targets(self) -> list[dict[str, str]]:
+        """Per ``fio_clients`` entry, in order, what its job has over ``fio_target`` (a node's
+        own image in a pool); empty: every client gets the same job."""
+        return []
+
+    def job_targets(self) -> list[dict[str, str]]:
+        """The target of each client's job (``client_targets`` over ``fio_target``), or one
+        for all."""
+        target = self.fio_target()
+        return [target | own for own in self.client_targets()] or [target]
+
     def precondition_clients(self) -> list[str]:
         """The fio servers that precondition the session's images: every one that gets the
         trial's job (each guest writes its own disk)."""

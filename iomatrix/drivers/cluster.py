@@ -95,6 +95,7 @@ SERVE = r"""set -u
 d=$1
 umask 077
 mkdir -m 700 "$d" || { echo "cannot make $d: it exists or its parent is not writable"; exit 3; }
+if [ -n "${2:-}" ]; then printf '%s' "$2" >"$d/ceph.conf"; CEPH_CONF=$d/ceph.conf; export CEPH_CONF; fi
 fio --server=sock:"$d/fio.sock" >"$d/server.log" 2>&1 &
 f=$!
 p="^fio --server=sock:$d/fio\.sock\$"
@@ -117,7 +118,8 @@ wait
 rm -rf "$d"
 exit $x
 """
-"""What a node's SSH session runs (POSIX sh; ``$1``: the server's directory): fio's server on a
+"""What a node's SSH session runs (POSIX sh; ``$1``: the server's directory; ``$2``, when
+given, the ceph.conf its fio reads an rbd pool by, written there): fio's server on a
 Unix socket there, until the controller closes the session's standard input (a watcher reading
 it from the start then stops the server) or the server ends (the session then ends, saying so).
 Every fio process of the server (the server, a process per connection, a process per job, which
@@ -242,17 +244,20 @@ class NodeSession:
 class NodeServer(NodeSession):
     """One node's fio server (host mode), run by :data:`SERVE`."""
 
-    def __init__(self, node: Node, local: Path, log: Path) -> None:
+    def __init__(self, node: Node, local: Path, log: Path, ceph_conf: str | None = None) -> None:
         self.remote = Path("/tmp") / f"iomatrix-fio-{secrets.token_hex(8)}"
         """The server's directory on the node."""
         super().__init__(node, [(local, self.remote / "fio.sock")], log)
+        self.ceph_conf = ceph_conf
+        """The ceph.conf (text) the node's fio reads a pool by (``OpenTarget.node_client``)."""
 
     @property
     def local(self) -> Path:
         return self.forwards[0][0]
 
     def command(self) -> list[str]:
-        return ["sh", "-c", SERVE, "iomatrix-fio", str(self.remote)]
+        conf = [self.ceph_conf] if self.ceph_conf else []    # one word, quoted by ssh_argv
+        return ["sh", "-c", SERVE, "iomatrix-fio", str(self.remote), *conf]
 
 
 class GuestRequest(Frozen):
@@ -443,10 +448,17 @@ class ClusterDriver(Driver):
 
     mode = Mode.HOST
 
-    def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node]) -> None:
+    def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node],
+                 ceph_conf: str | None = None) -> None:
         super().__init__(method, workdir)
         self.nodes = list(nodes)
         self.sessions = 0
+        self.ceph_conf = ceph_conf
+        """``OpenTarget.node_client``: the target is a pool, which each node's fio reads."""
+
+    def images_of(self, config: Configuration) -> Configuration:
+        return own_images(config, node_count(config, len(self.nodes)), self.ceph_conf,
+                          self.method)
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
@@ -456,13 +468,40 @@ class ClusterDriver(Driver):
             for index, node in enumerate(taking_part(config, self.nodes)):
                 # short names: Unix socket paths must stay under 108 bytes
                 base = self.workdir / f"n{self.sessions}-{index}"
-                server = NodeServer(node, Path(f"{base}.sock"), Path(f"{base}.log"))
+                server = NodeServer(node, Path(f"{base}.sock"), Path(f"{base}.log"),
+                                    self.ceph_conf)
                 stack.callback(server.close)
                 servers.append(server.start())
             deadline = time.monotonic() + START_TIMEOUT      # the nodes log in side by side
             for server in servers:
                 server.ready(deadline)
-            yield ClusterSession(config, images, self.method.engine, servers)
+            own = self.ceph_conf is not None and not self.method.shared_image
+            kind = PoolSession if own else ClusterSession
+            yield kind(config, images, self.method.engine, servers)
+
+
+def own_images(config: Configuration, nodes: int, ceph_conf: str | None,
+               method: Method) -> Configuration:
+    """``config`` as the controller makes a host-mode configuration's images under cluster
+    load: in a pool (``ceph_conf``), one image of each of the ``nodes`` taking part (``vms`` =
+    ``nodes``: image ``i`` is node ``i``'s, named by the run and ``i``), unless ``[method]
+    shared_image``."""
+    if ceph_conf is None or method.shared_image:
+        return config
+    return config.model_copy(update={"vms": nodes})
+
+
+class PoolSession(ClusterSession):
+    """A host-mode configuration on every node at once, each node's fio on an image of its own
+    in the pool (``own_images``): each node's job names its image, and each node's fio
+    preconditions its own."""
+
+    def client_targets(self) -> list[dict[str, str]]:
+        return [{**image.network.fio, "size": str(image.size)} for image in self.images
+                if image.network is not None]
+
+    def precondition_clients(self) -> list[str]:
+        return self.fio_clients()
 
 
 def taking_part(config: Configuration, nodes: Sequence[Node]) -> list[Node]:

@@ -45,7 +45,8 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
             during_at: float = 0.0, output_format: str = "json",
             stop_when: Callable[[float], bool] | None = None,
             status_stream: bool = True, env: Mapping[str, str] | None = None,
-            clients: Sequence[str] = (), late: Callable[[], None] | None = None) -> FioRun:
+            clients: Sequence[str] = (), late: Callable[[], None] | None = None,
+            client_jobs: Sequence[str] = ()) -> FioRun:
     """Run ``job`` (job-file text) and parse its JSON. ``during(pid)`` is called once,
     ``during_at`` seconds after start, while fio runs (for /proc observation). With
     ``stop_when``, fio writes a status object every second to its output (``output_path``) and
@@ -58,12 +59,15 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     environment for fio. ``clients``: fio servers
     (``sock:PATH``, ``ip:HOST,PORT``) that each run the job at once, fio's own multi-client
     (``--client=A job --client=B job``), their results and "All clients" aggregate in one
-    output."""
+    output. ``client_jobs``: a job of each client's own, in order (else ``job`` for all)."""
     job_path = workdir / "job.fio"
     out_path = output_path(workdir)
     console_path = workdir / "fio.console"
+    paths = [workdir / f"job-{i}.fio" for i in range(len(client_jobs))] or [job_path]
     try:
         job_path.write_text(job)
+        for path, text in zip(paths, client_jobs):
+            path.write_text(text)
         out_path.unlink(missing_ok=True)
     except OSError as exc:
         raise FioFailed(f"cannot write fio's job file {job_path}: {exc.strerror or exc}"
@@ -71,7 +75,8 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
                         returncode=None) from exc
     streaming = stop_when is not None and status_stream
     status = ["--status-interval=1"] if streaming else []
-    jobs = [a for c in clients for a in (f"--client={c}", str(job_path))] or [str(job_path)]
+    jobs = [a for i, c in enumerate(clients)
+            for a in (f"--client={c}", str(paths[i if client_jobs else 0]))] or [str(job_path)]
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
             *extra_args, *jobs)
     t0 = time.monotonic()

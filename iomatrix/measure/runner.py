@@ -157,7 +157,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         accelerator = drivers[Mode.GUEST].accelerator if Mode.GUEST in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
-            drivers[Mode.HOST] = ClusterDriver(suite.method, workdir, nodes)
+            drivers[Mode.HOST] = ClusterDriver(suite.method, workdir, nodes,
+                                               workspace.node_client())
             if Mode.GUEST in drivers:
                 drivers[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
                                                       accelerator=accelerator)
@@ -606,10 +607,11 @@ class _Runner:
     def _precondition(self, session: Session, workdir: Path) -> None:
         target = session.fio_target()
         size = session.image.size if "size" not in target else None
-        job = fill_text(target=target, size=size)
-        run_fio(job, workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
-                extra_args=session.fio_args(), env=session.fio_env(),
-                clients=session.precondition_clients())
+        clients = session.precondition_clients()
+        jobs = [fill_text(target=t, size=size) for t in session.job_targets()[:len(clients) or 1]]
+        run_fio(jobs[0], workdir=workdir, timeout=max(600.0, session.image.size / 5e6),
+                extra_args=session.fio_args(), env=session.fio_env(), clients=clients,
+                client_jobs=jobs if len(jobs) > 1 else ())
 
     def _trial(self, session: Session, workdir: Path, config: Configuration, workload: Workload,
                k: int) -> None:
@@ -620,9 +622,9 @@ class _Runner:
         ioping_file = session.ioping_path() if workload.ioping else None
         if self.ioping and ioping_file:
             return self._ioping_trial(session, self.ioping, ioping_file, config, workload, k)
-        job = (ioping_job_text(workload, target=session.fio_target()) if workload.ioping else
-               job_text(workload, target=session.fio_target(), ramp=method.ramp,
-                        runtime=method.window))
+        jobs = [(ioping_job_text(workload, target=target) if workload.ioping else
+                 job_text(workload, target=target, ramp=method.ramp, runtime=method.window))
+                for target in session.job_targets()]
         seconds = trial_seconds(workload, method)
         guests = bool(session.clients())
         watch: SteadyWatch | CounterWatch | None = None
@@ -638,7 +640,7 @@ class _Runner:
         stalls.start()
         try:
             with probe:
-                fio = run_fio(stalls.job(job), workdir=workdir, timeout=seconds + FIO_GRACE,
+                fio = run_fio(stalls.job(jobs[0]), workdir=workdir, timeout=seconds + FIO_GRACE,
                               extra_args=session.fio_args(), during=session.observe,
                               during_at=(seconds / 2 if workload.ioping else method.ramp + min(
                                   method.window, method.min_runtime if watch else method.window)
@@ -646,7 +648,8 @@ class _Runner:
                               output_format=session.fio_output_format(),
                               stop_when=(lambda _: watch.poll().reached) if watch else None,
                               status_stream=not guests, env=session.fio_env(),
-                              clients=session.fio_clients(), late=session.overdue)
+                              clients=session.fio_clients(), late=session.overdue,
+                              client_jobs=jobs if len(jobs) > 1 else ())
             session.check_trial(fio.result, workload)
             # a client without a result (a node gone as fio ended) fails the trial, naming it
             vm_samples = vm_samples_of(fio.result, session.clients())

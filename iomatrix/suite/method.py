@@ -180,7 +180,12 @@ class Method(Frozen):
     each node's figures are stored as a per-client share of the cluster's aggregate. The
     target must be the same shared storage, at the same path, here and on every node. Host
     mode, or guest mode: each node boots ``vms`` guests, each on a disk of its own there, and
-    every guest of every node gets the job (``iomatrix.drivers.cluster``)."""
+    every guest of every node gets the job (``iomatrix.drivers.cluster``). On an rbd pool
+    each node gets images of its own there (``shared_image``), reached by the fio (host mode)
+    on each node through librbd."""
+    shared_image: bool = False
+    """With concurrent_nodes on an rbd pool: one image that every node loads at once, rather
+    than an image of each node's own."""
 
     @model_validator(mode="after")
     def _pve_version_needs_proxmox(self) -> "Method":
@@ -225,6 +230,9 @@ class Method(Frozen):
             raise ValueError('on_node_failure = "stop" is not built for concurrent_nodes, whose '
                              "trial fails where a node drops and whose next round starts it "
                              "again")
+        if self.shared_image and not self.concurrent_nodes:
+            raise ValueError("shared_image is for concurrent_nodes: one image that every node "
+                             "loads at once")
         if self.concurrent_nodes and self.steady_state:
             raise ValueError("steady_state cannot follow a trial of concurrent_nodes: fio's "
                              "client reports the nodes' I/O only when the trial ends")

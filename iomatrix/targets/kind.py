@@ -160,6 +160,12 @@ class OpenTarget:
     def verify(self, images: Iterable[Image]) -> None:
         """Nothing to check: volumes reached by name."""
 
+    def node_client(self) -> str | None:
+        """Under cluster load (``[method] concurrent_nodes``), the ceph.conf every node's fio
+        reads the pool by (each node then gets images of its own there); None: the nodes
+        reach the target by its path."""
+        return None
+
     def storage_of(self, config: Configuration) -> Path | None:
         """No local device holds the storage: no host disk telemetry."""
         return None

@@ -468,6 +468,13 @@ class RbdPool(NetworkTarget):
     def host_fields(self) -> dict[str, str]:
         return {"target": f"rbd pool {self.rbd.spec}"}
 
+    def node_client(self) -> str | None:
+        """The ceph.conf of this host's fio (the monitors, fsid, keyring's path and timeouts
+        ``check`` checked; librbd's cache off), which each node's fio server reads: the keyring
+        at the same path on every node, as Proxmox VE keeps it (/etc/pve/priv/ceph)."""
+        assert self.location is not None, "check() first"
+        return conf_text(self.location, rbd_cache="false")
+
     # -- images ----------------------------------------------------------------------------
     @property
     def size(self) -> int:
@@ -604,7 +611,6 @@ class RbdKind(TargetKind):
 
     keys = ("rbd",)
     tools = ("rbd",)
-    cluster_load = False
     resource = Resource(kind=KIND, name="RBD image", remove=remove_recorded,
                         within_keys=frozenset({*RbdTarget.model_fields, "fsid"}),
                         within_max=STORED_MAX)
