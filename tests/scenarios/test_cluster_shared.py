@@ -25,7 +25,7 @@ from iomatrix.suite.expand import expand
 from tests import ceph
 from tests.conftest import REPO
 from tests.needs import needs
-from tests.scenarios.test_cluster_load import (alone_with_node_directories,  # noqa: F401
+from tests.scenarios.test_cluster_load import (IOMATRIX, alone_with_node_directories,  # noqa: F401
                                                finished, fio_on)
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 
@@ -75,11 +75,8 @@ def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str,
     started as the controller (in the namespace that reaches them)."""
     path = tmp_path / "t.toml"
     path.write_text(suite)
-    node = tmp_path / "iomatrix-node"       # the nodes run this tree's iomatrix, as here
-    node.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m iomatrix \"$@\"\n")
-    node.chmod(0o700)
     inventory = tmp_path / "nodes.toml"
-    inventory.write_text(cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{node}"\n'))
+    inventory.write_text(cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n'))
     argv = [sys.executable, "-m", "iomatrix", "run", *(args or [str(path)]), "--nodes",
             str(inventory), "--db", db]
     return subprocess.Popen(cluster.controller(argv), cwd=REPO, text=True,
