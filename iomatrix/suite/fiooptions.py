@@ -4,6 +4,9 @@ others are refused."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import Field
 
 
 # -- fio options a workload may set ---------------------------------------------------------------
@@ -73,6 +76,10 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
     "startdelay": _LIST, "loops": _UINT,
     # Jobs as threads of one fio process rather than processes (seed 002's job files).
     "thread": _BOOL,
+    # fio's token-based flow control between the jobs of one fio (weights and ids: numbers).
+    "flow": _UINT, "flow_id": _UINT, "flow_sleep": _UINT,
+    # The NUMA nodes whose CPUs the job runs on (node numbers, as libnuma parses them).
+    "numa_cpu_nodes": (r"\d{1,4}(?:[-,]\d{1,4}){0,63}", "NUMA node numbers: 0, 0-1 or 0,2"),
     # Zones of the target walked in strides (zbd, which resets a zoned device's zones, is not).
     "zonemode": ("none|strided", "none or strided; not zbd, which resets a zoned device's zones"),
     "zonesize": _UINT, "zonerange": _UINT,
@@ -143,7 +150,19 @@ _REFUSED_BECAUSE: tuple[tuple[tuple[str, ...], str], ...] = (
      "it reaches beyond the image iomatrix created, or creates, grows or deletes files"),
     (("allow_mounted_write", "allow_file_create"), "it turns off one of fio's own safety checks"),
 )
+SAFETY = "a safety refusal"
+"""A refusal because the option (or value) could reach beyond the target as root: a file, a
+command, another cgroup, the host's environment."""
+SCOPE = "outside what iomatrix measures"
+"""A refusal because iomatrix does not measure what the option asks for (another engine, buffered
+I/O, a value iomatrix sets itself), or fio would not read it as it is written."""
 FIO_KEY = re.compile(r"[a-z][a-z0-9_]*")
+FIO_VAR = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+"""A name a job file's ``${NAME}`` may take from the suite's [fio_vars] table."""
+FioVarName = Annotated[str, Field(pattern=rf"^{FIO_VAR}$")]
+FioVarValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.%,:/-]{1,200}$")]
+"""A [fio_vars] value: what an option value may hold (``_FIO_VALUE``): no blank, line break,
+'$', '=', ';', '#', quote or backslash, so that it cannot end a line, start another or expand."""
 _FIO_VALUE = re.compile(r"[A-Za-z0-9_.%,:/-]{1,200}")
 
 
@@ -162,6 +181,20 @@ def fio_option_text(value: object) -> str:
         return value
     raise ValueError(f"a {type(value).__name__} is not an option value (write a string, number "
                      "or true/false)")
+
+
+def refusal_kind(key: str, value: str) -> str:
+    """Whether ``fio_option_problem``'s refusal of ``key=value`` is ``SAFETY`` or ``SCOPE``:
+    an option iomatrix sets itself, or a number fio would not read, is out of scope; one that
+    names files, runs commands or is not known to touch nothing but the target is refused for
+    safety, as is a value of another shape than the one that excludes paths."""
+    if isinstance(key, str) and key in SET_BY_IOMATRIX:
+        return SCOPE
+    if isinstance(key, str) and key in _SHAPES and isinstance(value, str) \
+            and _FIO_VALUE.fullmatch(value) and FIO_OPTION_SHAPES[key] in _NUMBERS \
+            and (value[0].isalpha() or value[0] == "/"):
+        return SCOPE
+    return SAFETY
 
 
 def fio_option_problem(key: str, value: str) -> str | None:

@@ -1,5 +1,10 @@
 """fio job files as workloads: ``[[workloads]] jobfile = "read-rand-bs4096-qd32.fio"``.
 
+Every refusal ends by saying whether it is ``SAFETY`` (the line could reach beyond the target as
+root: a file, a command, root's environment, an option not known to be harmless) or ``SCOPE``
+(outside what iomatrix measures: another engine, buffered I/O, jobs run together, a line fio
+would read otherwise than it looks): ``JobFileError.kind``.
+
 Studies publish their workloads as fio job files (seed 000 names its 56 that way, each a
 ``[global]`` section and one job on ``/dev/sdb``). A [[workloads]] table that names a job file
 measures its jobs: each job section, with the ``[global]`` sections before it merged in as fio
@@ -78,13 +83,17 @@ runtime, timeout, ramp_time,       replaced by [method] runtime and ramp (noted)
 time_based                         decides how long every trial runs, repeats, steady state
 name, description,                 not used (noted): iomatrix names its jobs and sets its own
 group_reporting, lat_percentiles,  reporting options (``name=`` still names the job for
-percentile_list                    ``wait_for``, as in fio)
+percentile_list, gtod_reduce       ``wait_for``, as in fio; gtod_reduce would turn off the
+                                   latencies iomatrix reports)
 stonewall, wait_for_previous,      the order of the jobs (above); new_group only groups fio's
 wait_for, new_group                report
 kb_base                            1024 (fio's default) only: the options iomatrix passes on keep
                                    their units and fio reads them with its default
 include                            refused: it makes fio read another file
-any ``$``                          refused: fio expands ``${VAR}``, ``$ncpus``, ``$mb_memory`` ...
+``${NAME}``                        the suite's [fio_vars] ``NAME``, written into the line before
+                                   it is read (fio would read root's environment); a name the
+                                   table lacks is refused
+any other ``$``                    refused: fio expands ``$ncpus``, ``$mb_memory``, ``$jobnum``...
 every other option                 refused with fio_option_problem's reason (exec_* runs a
                                    command, write_*_log and read_iolog name files, cgroup, ...)
 =================================  ===========================================================
@@ -103,7 +112,8 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import read_beside
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import fio_size
-from iomatrix.suite.fiooptions import ENGINE_FIO_OPTIONS, WORKLOAD_FIO_OPTIONS, fio_option_problem
+from iomatrix.suite.fiooptions import (ENGINE_FIO_OPTIONS, FIO_VAR, SAFETY, SCOPE,
+                                      WORKLOAD_FIO_OPTIONS, fio_option_problem, refusal_kind)
 from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload, WorkloadGroup
@@ -138,15 +148,17 @@ REPLACED = {
 }
 """Options whose job is iomatrix's: replaced, and the run's notes say by what."""
 NOT_USED = ("name", "description", "group_reporting", "lat_percentiles", "percentile_list",
-            "new_group")
-"""Options that only name or report jobs: iomatrix names its own and sets its own reporting."""
+            "new_group", "gtod_reduce")
+"""Options that only name or report jobs: iomatrix names its own and sets its own reporting
+(gtod_reduce would turn off the latencies it reports)."""
 ORDER = ("stonewall", "wait_for")
 """Options that order the jobs (checked across the file, not passed on)."""
 TAKES_VALUE = frozenset({*FIELDS, *REPLACED, *NOT_USED, *ORDER, "ioengine", "direct",
                          "buffered", "kb_base", *WORKLOAD_FIO_OPTIONS}
-                        - BARE_FLAGS - ENGINE_FIO_OPTIONS - {"buffer_pattern"})
+                        - BARE_FLAGS - ENGINE_FIO_OPTIONS - {"buffer_pattern", "numa_cpu_nodes"})
 """Options iomatrix reads whose bare name fio refuses (canonical names; fio's engine options
-are known to fio only beside their engine, and fio 3.33 crashes on a bare buffer_pattern)."""
+are known to fio only beside their engine, fio 3.33 crashes on a bare buffer_pattern and takes
+a bare numa_cpu_nodes)."""
 FIO_SAYS = ("direct", "buffered", "bs", "iodepth", "numjobs", "rate_iops")
 """Those whose bare name fio refuses with "Option NAME requires an argument", quoted."""
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
@@ -160,11 +172,14 @@ _BLANKS = " \t\r\v\f"
 
 
 class JobFileError(ValueError):
-    """What is wrong with a job file, at which line (0: the file as a whole)."""
+    """What is wrong with a job file, at which line (0: the file as a whole), and whether it is
+    refused for safety or as outside what iomatrix measures (``kind``: SAFETY or SCOPE), which
+    the message ends with."""
 
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(f"line {line}: {message}" if line else message)
+    def __init__(self, line: int, message: str, kind: str = SCOPE) -> None:
+        super().__init__((f"line {line}: {message}" if line else message) + f" ({kind})")
         self.line = line
+        self.kind = kind
 
 
 class Option(Frozen):
@@ -225,20 +240,21 @@ class JobWorkload(Frozen):
 
 # -- reading ----------------------------------------------------------------------------------
 
-def parse(text: str) -> tuple[Job, ...]:
+def parse(text: str, variables: Mapping[str, str] | None = None) -> tuple[Job, ...]:
     """A job file's jobs, [global] merged in; raises JobFileError for anything fio would read
     otherwise than it looks, or that cannot be a workload."""
-    return read(text).jobs
+    return read(text, variables).jobs
 
 
-def read(text: str) -> JobFile:
-    """A job file's jobs and commented-out settings; raises JobFileError as ``parse``."""
+def read(text: str, variables: Mapping[str, str] | None = None) -> JobFile:
+    """A job file's jobs and commented-out settings, each ``${NAME}`` written as ``variables``
+    (the suite's [fio_vars]) has it; raises JobFileError as ``parse``."""
     sections: list[tuple[str, int, dict[str, Option]]] = []
     commented: list[tuple[int, str]] = []
     for number, raw in enumerate(text.split("\n"), 1):
         if _CONTROL.search(raw):
             raise JobFileError(number, "a control character or line separator (not text fio "
-                                       "reads as it looks)")
+                                       "reads as it looks)", SAFETY)
         line = raw.strip(_BLANKS)
         if not line or line[0] in ";#":
             continue
@@ -258,10 +274,9 @@ def read(text: str) -> JobFile:
             continue
         if line.startswith("include"):
             raise JobFileError(number, f"{line!r}: include makes fio read another file; put its "
-                                       "options in this job file")
+                                       "options in this job file", SAFETY)
         if "$" in line:
-            raise JobFileError(number, f"{line!r}: fio expands '$' ($ncpus, ${{VAR}}, "
-                                       "$mb_memory...) to what this host has; write the value")
+            line = _expanded(line, number, variables or {})
         option = _option(line, number)
         if not sections:
             raise JobFileError(number, f"{option.text!r} comes before any [section] (fio "
@@ -284,6 +299,26 @@ def read(text: str) -> JobFile:
     if not jobs:
         raise JobFileError(0, "no job section (only [global], or nothing at all)")
     return JobFile(jobs=tuple(jobs), commented=tuple(commented))
+
+
+def _expanded(line: str, number: int, variables: Mapping[str, str]) -> str:
+    """``line`` with each ``${NAME}`` written as the suite's [fio_vars] table has it; raises
+    JobFileError for a name the table lacks and for any other ``$``: fio would expand them from
+    root's environment or from this host ($ncpus, $mb_memory, $jobnum...)."""
+    def value(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name not in variables:
+            raise JobFileError(number, f"{line!r}: ${{{name}}} is not in the suite's [fio_vars] "
+                                       "table, and fio would read it from root's environment; "
+                                       f"define it there ({name} = \"VALUE\")", SAFETY)
+        return variables[name]
+    done = re.sub(rf"\$\{{({FIO_VAR})\}}", value, line)
+    if "$" in done:
+        raise JobFileError(number, f"{line!r}: fio expands '$' ($ncpus, $mb_memory, $jobnum...) "
+                                   "to what this host or job has, and ${VAR} from root's "
+                                   "environment; write the value, or ${NAME} with NAME in the "
+                                   "suite's [fio_vars] table", SAFETY)
+    return done
 
 
 def _option(line: str, number: int) -> Option:
@@ -318,7 +353,8 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
         key = ALIASES.get(option.key, option.key)
         value = option.value
         if value is None and key not in BARE_FLAGS:
-            raise JobFileError(option.line, f"[{job.name}] {_bare(option.key)}")
+            raise JobFileError(option.line, f"[{job.name}] {_bare(option.key)}",
+                               _bare_kind(option.key))
         try:
             if key in FIELDS:
                 fields[key] = _field(key, value or "")
@@ -346,9 +382,12 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
             else:
                 problem = fio_option_problem(option.key, "1" if value is None else value)
                 if problem:
-                    raise ValueError(problem)
+                    raise JobFileError(option.line, f"[{job.name}] {option.text}: {problem}",
+                                       refusal_kind(option.key, value or "1"))
                 options[option.key] = "1" if value is None else value
                 where[option.key] = option
+        except JobFileError:
+            raise
         except ValueError as exc:
             raise JobFileError(option.line, f"[{job.name}] {option.text}: {exc}") from None
     try:
@@ -374,6 +413,13 @@ def _bare(key: str) -> str:
     problem = None if key in WORKLOAD_FIO_OPTIONS else fio_option_problem(key, "1")
     return f"{key}: {problem}" if problem else (f"{key} without a value: iomatrix passes it to "
                                                 f"fio only with one; write {key}=VALUE")
+
+
+def _bare_kind(key: str) -> str:
+    """``_bare``'s refusal as SAFETY or SCOPE."""
+    if ALIASES.get(key, key) in TAKES_VALUE or key in WORKLOAD_FIO_OPTIONS:
+        return SCOPE
+    return refusal_kind(key, "1") if fio_option_problem(key, "1") else SCOPE
 
 
 def _field(key: str, value: str) -> str | int:
@@ -474,10 +520,12 @@ def _delayed(job: Job) -> bool:
     return delay is not None and delay.value != "0"
 
 
-def workloads(text: str, *, engine: str) -> tuple[tuple[JobWorkload, ...], tuple[str, ...]]:
-    """Every job of job file ``text`` as a workload, and what the file itself needs said: the
-    settings its comments hold, jobs that are one workload. Raises JobFileError."""
-    jobfile = read(text)
+def workloads(text: str, *, engine: str, variables: Mapping[str, str] | None = None,
+              ) -> tuple[tuple[JobWorkload, ...], tuple[str, ...]]:
+    """Every job of job file ``text`` as a workload (its ``${NAME}`` from ``variables``, the
+    suite's [fio_vars]), and what the file itself needs said: the settings its comments hold,
+    jobs that are one workload. Raises JobFileError."""
+    jobfile = read(text, variables)
     measured = tuple(workload(job, engine=engine) for job in jobfile.jobs)
     _one_at_a_time(jobfile.jobs)
     notes = []
@@ -527,7 +575,7 @@ def workload_groups(suite: Suite, *, where: str = "",
         if text is None:
             raise SuiteError(f"{table}: not in the suite's [{TABLE}] table")
         try:
-            jobs, own = workloads(text, engine=suite.method.engine)
+            jobs, own = workloads(text, engine=suite.method.engine, variables=suite.fio_vars)
         except JobFileError as exc:
             raise SuiteError(f"{table}: {exc}") from None
         for note in own:
@@ -574,7 +622,7 @@ def carry(raw: dict[str, Any], *, source: str, directory: Path | None) -> dict[s
         large = next((n for n, size in sizes.items() if size > MAX_BYTES), None)
         if large is not None:     # as a file read from disk would be
             raise SuiteError(f"{source}: [{TABLE}] {large!r}: {sizes[large]} bytes; job files "
-                             f"may have {MAX_BYTES // 1024} KiB at most")
+                             f"may have {MAX_BYTES // 1024} KiB at most ({SAFETY})")
         missing = next((n for n in names if n not in carried), None)
         if missing is not None:
             raise SuiteError(f"{source}: jobfile = {missing!r} is not in the suite's [{TABLE}] "
@@ -589,7 +637,11 @@ def carry(raw: dict[str, Any], *, source: str, directory: Path | None) -> dict[s
             raise SuiteError(f"{where}: {kind} has no directory to read job files from; put the "
                              f"suite in a file beside the job file, or carry it in a [{TABLE}] "
                              "table")
-        read[name] = read_beside(directory, name, where, max_bytes=MAX_BYTES, what="job files")
+        try:
+            read[name] = read_beside(directory, name, where, max_bytes=MAX_BYTES,
+                                     what="job files")
+        except SuiteError as exc:     # a link out, not a file, too large: never followed
+            raise SuiteError(f"{exc} ({SAFETY})") from None
     return read
 
 
@@ -609,7 +661,7 @@ def _named(raw: Mapping[str, Any], source: str) -> list[str]:
                 continue
             problem = name_problem(name)
             if problem:
-                raise SuiteError(f"{source}: jobfile = {name!r}: {problem}")
+                raise SuiteError(f"{source}: jobfile = {name!r}: {problem} ({SAFETY})")
             if name not in names:
                 names.append(name)
     return names

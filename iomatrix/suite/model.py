@@ -14,6 +14,7 @@ from iomatrix.core.model import Frozen
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.core.wire import TomlTable
 from iomatrix.suite.fields import APPLIANCE, SCALE_NAME, Printable
+from iomatrix.suite.fiooptions import FioVarName, FioVarValue
 from iomatrix.suite.findings import Finding
 from iomatrix.suite.matrix import Matrix, Part
 from iomatrix.suite.method import Method, OwnGuest
@@ -164,6 +165,12 @@ class Suite(Frozen):
     jobfiles: dict[str, str] = {}
     """The [jobfiles] table: job file name → its text, as the suite carried it or ``load`` read
     it (iomatrix.suite.jobfiles); stored with the run's suite text."""
+    fio_vars: dict[FioVarName, FioVarValue] = {}
+    """The [fio_vars] table: the values of the ``${NAME}`` a job file names (``SIZE = "4k"``).
+    iomatrix writes each into the job file's line itself before reading it, so fio never expands
+    a variable from root's environment; a ``${NAME}`` the table lacks is refused. Names: letters,
+    digits and _; values: letters, digits and _ . % , : / - (no blanks, '$', '=', ';',
+    '#'), 1 to 200 of them."""
     source_text: str = ""
     """The suite's text as its file (or the store) gave it, never edited: what a run stores
     beside its spec (``iomatrix.suite.spec``)."""

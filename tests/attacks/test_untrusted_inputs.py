@@ -296,7 +296,7 @@ def test_a_job_file_line_that_breaks_is_refused_on_one_line(tmp_path: Path, line
     suite = write_suite(tmp_path, '[[workloads]]\njobfile = "j.fio"\n')
     refusal = one_line(cli_result("run", str(suite), "--plan"), ExitStatus.SUITE_INVALID)
     assert refusal.endswith("jobfile = 'j.fio': line 2: a control character or line separator "
-                            "(not text fio reads as it looks)"), refusal
+                            "(not text fio reads as it looks) (a safety refusal)"), refusal
 
 
 def test_crlf_job_files_are_still_read(tmp_path: Path) -> None:

@@ -30,6 +30,9 @@ from iomatrix.store.ingest import import_results
 from iomatrix.suite.jobfiles import (BARE_FLAGS, TAKES_VALUE, JobFileError, fio_size, parse,
                                      workloads)
 from iomatrix.suite.workloads import block_sizes
+from bench import fio_examples
+from iomatrix.fio.jobfile import job_text
+from iomatrix.suite.fiooptions import SAFETY, SCOPE
 from tests.conftest import cli, write_suite
 
 SEED_000 = """[global]
@@ -104,7 +107,8 @@ def test_a_job_files_engine_must_be_the_runs(tmp_path: Path) -> None:
     message = refusal(tmp_path, SEED_000, method='engine = "io_uring"\n')
     assert message.endswith("[[workloads]] #1 jobfile = 'j.fio': line 4: [sdb] ioengine=libaio: "
                             "the run's engine is [method] engine = \"io_uring\", one for every "
-                            "workload; set [method] engine = \"libaio\"")
+                            "workload; set [method] engine = \"libaio\" (outside what iomatrix "
+                            "measures)")
     message = refusal(tmp_path, SEED_000.replace("libaio", "sync"))
     assert "ioengine=sync" in message and "offers libaio, io_uring, psync" in message
 
@@ -178,7 +182,9 @@ def test_sizes_and_bare_flags_are_what_fio_reads(tmp_path: Path) -> None:
     ("[global]\nrw=read\n", "no job section"),
     ("[a]\n[b]\n", "line 2: [b] runs at the same time as [a] in fio (no stonewall)"),
     ("[j]\ninclude other.fio\n", "line 2: 'include other.fio': include makes fio read another"),
-    ("[j]\nsize=${SIZE}\n", "line 2: 'size=${SIZE}': fio expands '$'"),
+    ("[j]\nsize=${SIZE}\n", "line 2: 'size=${SIZE}': ${SIZE} is not in the suite's [fio_vars] "
+                          "table, and fio would read it from root's environment"),
+    ("[j]\nbs=$pagesize\n", "line 2: 'bs=$pagesize': fio expands '$'"),
     ("[j]\nbs = 4k\n", "line 2: 'bs = 4k': a blank after '=' stays in fio's value"),
     ("[j]\nstonewall=yes\n", "[j] stonewall=yes: write stonewall"),
 ])
@@ -513,3 +519,41 @@ def test_a_run_resumes_and_shows_its_job_files_after_they_are_gone(tmp_path: Pat
     code, text = cli("export", "1", "--format", "suite", "--db", str(db))
     assert code == 0
     assert tomllib.loads(text)["jobfiles"] == files             # byte for byte, CRs included
+
+
+# -- issue 38: options made harmless, [fio_vars], and the kind of each refusal ----------------
+
+def test_flow_numa_threads_and_gtod_reduce_load_and_fio_parses_what_runs(tmp_path: Path) -> None:
+    fio = require("fio")
+    text = ("[global]\ngtod_reduce=1\nthread\nflow=2\nflow_sleep=100\n"
+            "[j]\nrw=${RW}\nbs=${BS}\nnuma_cpu_nodes=0\n")
+    suite = load_suite(jobfile_suite(tmp_path, {"j.fio": text},
+                                     extra='[fio_vars]\nRW = "randread"\nBS = "8k"\n'))
+    expansion = expand(suite)
+    workload, = expansion.workloads
+    assert (workload.rw, workload.bs) == ("randread", 8192)
+    assert dict(workload.options) == {"thread": "1", "flow": "2", "flow_sleep": "100",
+                                      "numa_cpu_nodes": "0"}
+    assert any("gtod_reduce not used" in n for n in expansion.notes)
+    job = job_text(workload, target={"filename": str(tmp_path / "f"), "size": "1m",
+                                     "ioengine": "null"}, ramp=0, runtime=1)
+    assert "$" not in job and "gtod_reduce" not in job
+    (tmp_path / "run.fio").write_text(job)
+    assert fio_parse_only(fio, tmp_path / "run.fio").returncode == 0
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ssd-test.fio", "loaded"), ("fio-rand-read.fio", SCOPE), ("rbd.fio", SCOPE),
+    ("gfapi.fio", SAFETY), ("exitwhat.fio", SAFETY), ("flow.fio", SCOPE)])
+def test_a_sample_of_fios_examples_each_refusal_says_its_kind(name: str, kind: str) -> None:
+    """A sample of fio's examples/ (bench/fio_examples.py counts them all): loaded, or refused
+    with the kind at the end of the message."""
+    path = FIO_EXAMPLES / name
+    if not path.exists():
+        pytest.skip(f"{path}: ./setup.sh --dev installs Debian's fio-examples")
+    found, why = fio_examples.verdict(path)
+    assert found == kind, why
+    if kind != "loaded":
+        with pytest.raises(JobFileError) as caught:
+            workloads(path.read_text(), engine=fio_examples.engine_of(path.read_text()))
+        assert str(caught.value).endswith(f"({kind})") and caught.value.kind == kind
