@@ -196,7 +196,8 @@ def round_values(run: StoredRun, metric: str) -> dict[tuple[str, str], dict[int,
     m = get_metric(metric)
     out: dict[tuple[str, str], dict[int, float]] = {}
     for t in run.trials:
-        if t.status == TrialStatus.OK and (v := m.of_sample(t.samples)) is not None:
+        if (t.status == TrialStatus.OK and (run.with_stalled or not t.stalled)
+                and (v := m.of_sample(t.samples)) is not None):
             out.setdefault((t.config_key, t.workload_key), {})[t.sample_index] = v
     if len(_ROUNDS) >= _GAINS_SIZE:
         _ROUNDS.pop(next(iter(_ROUNDS)))

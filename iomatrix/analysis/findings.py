@@ -51,6 +51,7 @@ from iomatrix.analysis.baselines import Straddle, run_versions, straddled
 from iomatrix.analysis.effects import ALPHA, Gain, axes_of, gains
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.analysis.pagecache import from_ram_by_level
+from iomatrix.analysis.stalls import by_config
 from iomatrix.analysis.stats import Comparison, adjust, percent_text
 from iomatrix.core.errors import AnalysisError, SuiteError
 from iomatrix.core.model import Frozen
@@ -141,6 +142,9 @@ class RunFindings(Frozen):
     family: int
     """Checks whose p-values were adjusted together (Holm)."""
     rules: str = RULES
+    stalls: tuple[str, ...] = ()
+    """The configurations that stalled, each with its count (``analysis.stalls``): a finding
+    of their own, whatever the claims."""
 
 
 # --- the claims --------------------------------------------------------------------------------
@@ -457,7 +461,8 @@ def evaluate(run: StoredRun, claims: Sequence[Finding] | None = None) -> RunFind
                                      verdict=first.verdict if first else NOT_MEASURABLE,
                                      mode=first.mode if first else None, checks=tuple(out),
                                      version_changes=straddled(finding.versions, versions)))
-    return RunFindings(run_id=run.id, source=source, results=tuple(results), family=len(prelim))
+    return RunFindings(run_id=run.id, source=source, results=tuple(results), family=len(prelim),
+                       stalls=tuple(s.text for s in by_config(run)))
 
 
 def _ram_caveat(run: StoredRun, finding: Finding, mode: str) -> str:

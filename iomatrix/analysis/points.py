@@ -62,6 +62,9 @@ class Point(Frozen):
     directions: dict[str, DirectionFigures] = {}
     """A mixed workload's directions ("read", "write") each on its own; empty when the point's
     samples measured one direction."""
+    stalled: int = 0
+    """Its ok trials that stalled (``iomatrix.analysis.stalls``): left out of ``samples`` and
+    every figure unless the run was loaded with them (``StoredRun.with_stalled``)."""
     device_share: DeviceShare | None = None
     """A configuration that uses the host page cache: the share of fio's read and write bytes
     that reached the target's device, mean over the samples (``iomatrix.telemetry.pagecache``);
@@ -215,6 +218,9 @@ def _points(run: StoredRun) -> list[Point]:
             if not trials:
                 continue
             ok = [t for t in trials if t.status == TrialStatus.OK]
+            stalls = sum(1 for t in ok if t.stalled)
+            if stalls and not run.with_stalled:
+                ok = [t for t in ok if not t.stalled]
             one = [t.samples[0] for t in ok if len(t.samples) == 1]
             if len(one) == len(ok):
                 figures, directions = _one_direction(one), {}
@@ -222,7 +228,7 @@ def _points(run: StoredRun) -> list[Point]:
                 figures, directions = _figures(ok), _directions(ok)
             out.append(Point(
                 config_key=config.key, workload_key=workload.key, samples=len(ok),
-                failed=len(trials) - len(ok),
+                stalled=stalls, failed=sum(1 for t in trials if t.status != TrialStatus.OK),
                 usr_cpu=_mean([t.usr_cpu for t in ok]),
                 sys_cpu=_mean([t.sys_cpu for t in ok]),
                 iops_ci=confidence_interval(figures["iops_samples"]) if len(ok) >= 2 else None,

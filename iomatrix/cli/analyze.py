@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from iomatrix.analysis.metrics import KEY_CHOICES, METRICS, OPTION_CHOICES, OPTION_HELP, metric_named
-from iomatrix.cli.common import DEFAULT_DB, EMULATED, Db, RunRef, load_run, out, p_column
+from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, WithStalled, load_run, out,
+                                 p_column)
 from iomatrix.core.errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -70,11 +71,12 @@ def effect(
     by: Annotated[str, typer.Option("--by", help="iodepth (one gain per queue depth, averaged over block sizes, as seed 000), workload (one per workload) or none (one over everything).")] = "iodepth",
     hold: Annotated[Optional[list[str]], typer.Option("--hold", help="Keep this other axis's levels apart (repeat, or comma-separate): --axis iothread --hold aio gives the iothread gain per aio mode.")] = None,
     db: Db = DEFAULT_DB,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Gain of each level of one axis over a reference level, all else held fixed (seed 000)."""
     from iomatrix.analysis.effects import axes_of, default_reference, gains
 
-    stored = load_run(db, run_ref)
+    stored = load_run(db, run_ref, with_stalled=with_stalled)
     if axis is None:
         _list_axes(stored)
         return

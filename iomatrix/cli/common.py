@@ -114,6 +114,10 @@ Db = Annotated[str, typer.Option("--db", envvar="IOMATRIX_DB", show_default=True
                                       "(postgresql://USER@HOST/DBNAME; the password from "
                                       "~/.pgpass or PGPASSWORD). Default from IOMATRIX_DB.")]
 RunRef = Annotated[str, typer.Argument(help="Run number (see `iomatrix runs`), or 'last'.")]
+WithStalled = Annotated[bool, typer.Option(
+    "--with-stalled", help="Keep the trials that stalled (a second or more without a completed "
+                           "request while fio kept I/O queued) in their points' figures and in "
+                           "gains; by default they are left out, and listed.")]
 DEFAULT_DB = "iomatrix.db"
 
 
@@ -139,18 +143,22 @@ def shown_db(db: str) -> str:
     return shown(db)
 
 
-def load_run(db: str, run_ref: str) -> StoredRun:
-    """The stored run ``run_ref`` (a number or 'last') of the database ``db``."""
+def load_run(db: str, run_ref: str, *, with_stalled: bool = False) -> StoredRun:
+    """The stored run ``run_ref`` (a number or 'last') of the database ``db``; its points keep
+    their stalled trials with ``with_stalled``."""
+    from iomatrix.analysis.stalls import with_stalled as keeping
+
     with open_store(db) as store:
-        return store.load_run(store.resolve(run_ref))
+        run = store.load_run(store.resolve(run_ref))
+    return keeping(run) if with_stalled else run
 
 
-def write_report(db: str, run_ref: str, out_dir: Path) -> Path:
+def write_report(db: str, run_ref: str, out_dir: Path, *, with_stalled: bool = False) -> Path:
     """The HTML report of run ``run_ref`` written into ``out_dir``; returns the page's path."""
     from iomatrix.report.data import build_report_data
     from iomatrix.report.html import write_report as write
 
-    return write(build_report_data(load_run(db, run_ref)), out_dir)
+    return write(build_report_data(load_run(db, run_ref, with_stalled=with_stalled)), out_dir)
 
 
 EMULATED = Text("EMULATED (TCG): guest figures measure QEMU's CPU emulator, not this hardware",

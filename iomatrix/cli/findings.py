@@ -18,6 +18,8 @@ def findings(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
               markup=False)
     if stored.emulated:
         out.print(EMULATED)
+    for line in result.stalls:      # a configuration that stalls is a finding in itself
+        out.print(f"stalled: {line}", markup=False, soft_wrap=True)
     if not result.results:
         out.print("this run's suite states no findings ([[finding]] tables): nothing to check",
                   markup=False)

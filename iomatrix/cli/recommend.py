@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from iomatrix.cli.common import DEFAULT_DB, Db, RunRef, load_run, out
+from iomatrix.cli.common import DEFAULT_DB, Db, RunRef, WithStalled, load_run, out
 from iomatrix.platform.proxmox import PLACEHOLDER_VMID, PLACEHOLDER_VOLUME
 from iomatrix.platform.proxmox import STORAGE_CHOICES as PROXMOX_STORAGES
 from iomatrix.recommend.defaults import PLATFORMS
@@ -42,6 +42,7 @@ def recommend(
     volume: Annotated[str, typer.Option(help="Proxmox volume (storage:volume) for the qm line.")] = PLACEHOLDER_VOLUME,
     image: Annotated[Optional[str], typer.Option(help="Image path for the libvirt XML and the QEMU arguments.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Also print the evidence behind each line: per parameter what it does, the platform's default, why, and every level's IOPS and latency against the reference; the notes and the rule.")] = False,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Recommend disk settings for Proxmox VE, libvirt or QEMU from a run: the verdict first
     (one line per setting: set, keep or not measured, with the gain and its 95 % CI), then the
@@ -53,7 +54,7 @@ def recommend(
 
     if platform is not None and platform not in PLATFORMS:
         raise typer.BadParameter(f"{platform!r}: choose {', '.join(PLATFORMS)}", param_hint="--for")
-    stored = load_run(db, run_ref)
+    stored = load_run(db, run_ref, with_stalled=with_stalled)
     why = None
     if platform is None:
         platform, why = made_for(stored)

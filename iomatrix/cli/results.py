@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from iomatrix.analysis.metrics import OPTION_CHOICES, OPTION_HELP, metric_named
-from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, environment, err, load_run,
-                                 open_store, out, write_report)
+from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, WithStalled, environment, err,
+                                 load_run, open_store, out, write_report)
 from iomatrix.core.files import write_file_atomically
 from iomatrix.core.text import printable
 from iomatrix.vocab.words import Accelerator, TrialStatus
@@ -59,6 +59,7 @@ def show(
     run_ref: RunRef,
     db: Db = DEFAULT_DB,
     command: Annotated[bool, typer.Option("--command", help="Also print, per configuration, the command lines that realized it and what QEMU applied.")] = False,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Print a run's points: IOPS, bandwidth and latency per configuration × workload."""
     from iomatrix.analysis.efficiency import efficiency
@@ -66,13 +67,18 @@ def show(
     from iomatrix.analysis.metrics import METRICS, figure_text, run_latency
     from iomatrix.analysis.pagecache import mark
     from iomatrix.analysis.points import points
+    from iomatrix.analysis.impossible import MARK as BARE
+    from iomatrix.analysis.impossible import RULE as BARE_RULE
+    from iomatrix.analysis.impossible import of_run
+    from iomatrix.analysis.stalls import MARK as STALL
 
-    stored = load_run(db, run_ref)
+    stored = load_run(db, run_ref, with_stalled=with_stalled)
     labels = {c.key: c.label for c in stored.configs}
     workloads = {w.key: w.label for w in stored.workloads}
     _heading(stored)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
     bare = efficiency(found, stored.configs)
+    faster = of_run(stored)
     latency = run_latency(stored)
     iops, bw, mean, p99 = (METRICS[k] for k in ("iops", "bw_bytes", "lat_mean_ns", "lat_p99_ns"))
     p50_heading = p99.heading_for(latency).replace("p99", "p50")
@@ -90,8 +96,12 @@ def show(
         ci = p.iops_ci
         label = labels[p.config_key] + (" [emulated]" if p.config_key in emulated else "")
         label += f" {mark(p)}" if mark(p) else ""
+        label += f" {STALL}" if p.stalled else ""
+        label += f" {BARE}" if (p.config_key, p.workload_key) in faster else ""
         row = [label, workloads[p.workload_key],
-               f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else ""),
+               f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else "")
+               + (f" ({p.stalled} stalled{', in' if stored.with_stalled else ''})"
+                  if p.stalled else ""),
                iops.text(p.iops),
                "—" if ci is None or ci.relative is None else f"±{ci.relative:.1%}",
                bw.text(p.bw_bytes), mean.text(p.lat_mean_ns),
@@ -116,10 +126,26 @@ def show(
                            for k, v in labels.items()}, workloads)
     _scaling_table(stored)
     _page_cache_legend(found)
+    _stall_legend(stored)
+    if faster:
+        out.print(BARE_RULE, markup=False, soft_wrap=True)
     if any(p.mixed for p in found):
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
                   "percentiles of reads and writes cannot be averaged into one", markup=False)
     _trials_and_notes(stored, labels, workloads, command=command)
+
+
+def _stall_legend(stored: Any) -> None:
+    """The legend of show's [STALL] mark and the configurations that stalled."""
+    from iomatrix.analysis.stalls import RULE, by_config
+
+    found = by_config(stored)
+    if not found:
+        return
+    out.print(RULE + (" (here they are in: --with-stalled)" if stored.with_stalled else ""),
+              markup=False, soft_wrap=True)
+    for one in found:
+        out.print(f"  stalls: {one.text}", markup=False, soft_wrap=True)
 
 
 def _heading(stored: Any) -> None:
@@ -225,6 +251,7 @@ def report(
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write index.html into.")] = Path("iomatrix-report"),
     metric: Annotated[str, typer.Option(help="A fleet page's metric: " + OPTION_HELP)] = "iops",
     db: Db = DEFAULT_DB,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Write a run's self-contained HTML report (charts and a table of every point). With several
     runs (nodes or storages of a fleet), one page that compares each with the first: which node
@@ -236,7 +263,7 @@ def report(
     if chosen is None:
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
     if len(run_refs) == 1:
-        out.print(f"report: {write_report(db, run_refs[0], out_dir)}")
+        out.print(f"report: {write_report(db, run_refs[0], out_dir, with_stalled=with_stalled)}")
         run = load_run(db, run_refs[0])
         if run.nodes:                # a cluster run: its nodes compared, on a page of their own
             from iomatrix.analysis.fleet import by_node

@@ -45,6 +45,9 @@ The rule (``RULE``, printed by ``iomatrix recommend``):
     (``recommend.threads``); an IOThread count, queue count, queue mapping or CPU affinity
     measured only in guests under TCG is not evaluated (their evidence measures the emulator); for Proxmox VE, what ``qm set`` can express of IOThreads, queues
     and affinity and what only ``args:`` can is said with the parameter.
+14. Points faster than the run's own bare metal (``show`` marks them [>BARE],
+    ``analysis.impossible``: a cache answered, or writes were not made durable) are left out of
+    the evidence, and a note says which.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Literal
 
 from iomatrix.analysis.cpucost import CpuPerIo, cpu_per_io
 from iomatrix.analysis.effects import Gain, axes_of, default_reference, overall
+from iomatrix.analysis.impossible import without_faster
 from iomatrix.analysis.pagecache import ADVICE, from_ram_by_level, share_range, working_set
 from iomatrix.analysis.points import only_configs
 from iomatrix.analysis.yourvm import VmGain, your_vm
@@ -86,7 +90,7 @@ RULE = (
     "\"in-ram\"; evidence holding such points carries a caveat. Each gain is shown with the "
     "host CPU per I/O it costs; several IOThreads per disk are compared with one IOThread. An "
     "IOThread count, queue count or CPU affinity measured only in guests under TCG is not "
-    "recommended.")
+    "recommended. Points faster than the run's own bare metal ([>BARE]) are no evidence.")
 
 IOPS = "iops"
 LATENCY = "lat_mean_ns"
@@ -238,12 +242,13 @@ def _parameters(run: StoredRun) -> list[str]:
 
 def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> Recommendation:
     """The recommendation for ``platform`` from ``run`` (see the module docstring for the rule)."""
+    run, left_out = without_faster(run)      # impossible figures are no evidence
     base = defaults(platform, storage=storage)
     parts = {mode: _only(run, mode) for mode in EVIDENCE_MODES
              if any(c.mode == mode for c in run.configs)}
     axes = {mode: axes_of(part) for mode, part in parts.items()}
     fixed = {mode: _fixed(part) for mode, part in parts.items()}
-    notes: list[str] = []
+    notes: list[str] = [left_out] if left_out else []
     decisions = [_decide(platform, axis, axis_default(base, axis), *_seen_as(axis, parts, axes),
                          fixed) for axis in _parameters(run)]
     if platform == "proxmox" and storage in NO_AIO_STORAGES:

@@ -41,6 +41,8 @@ STEADY_MISSED = "steady"
 CI_OVER = "ci"
 FAILED = "failed"
 FROM_RAM = "ram"
+STALLED = "stalled"
+FASTER_THAN_BARE = "bare"
 TCG_TAG = " [emulated: TCG]"
 
 
@@ -103,6 +105,9 @@ class PointView(Frozen):
     workload: int
     """Index into ``ReportData.workloads``."""
     samples: int
+    stalled: int = 0
+    """Its trials that stalled (``analysis.stalls.RULE``): left out of its figures unless the
+    report was made ``--with-stalled``."""
     failed: int = 0
     iops: float | None = None
     """Read + write IOPS."""
@@ -158,7 +163,9 @@ class PointView(Frozen):
     flags: tuple[str, ...] = ()
     """Why this point deserves less trust: ``STEADY_MISSED`` (some sample did not reach steady
     state), ``CI_OVER`` (the IOPS CI is wider than the target), ``FAILED`` (some sample failed),
-    ``FROM_RAM`` (served from the host page cache: ``analysis.pagecache.RULE``).
+    ``FROM_RAM`` (served from the host page cache: ``analysis.pagecache.RULE``), ``STALLED``
+    (some trial stalled: ``analysis.stalls.RULE``), ``FASTER_THAN_BARE`` (faster than the
+    run's bare metal: ``analysis.impossible.RULE``).
     A point with one sample has no CI and is not flagged for it (the quality summary counts
     them)."""
 
@@ -312,6 +319,12 @@ class QualityView(Frozen):
     ram_rule: str = ""
     ram_unknown: tuple[str, ...] = ()
     """Why the share is unknown, each reason once."""
+    stalls: tuple[str, ...] = ()
+    """The configurations that stalled, each with its count (``analysis.stalls``)."""
+    stall_rule: str = ""
+    points_faster: int = 0
+    """Points faster than the run's bare metal (``analysis.impossible.RULE``)."""
+    faster_rule: str = ""
 
 
 class FailureView(Frozen):
@@ -402,6 +415,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 def _build(run: "StoredRun") -> ReportData:
     from iomatrix import __version__
     from iomatrix.analysis.efficiency import efficiency
+    from iomatrix.analysis.impossible import of_run
     from iomatrix.analysis.metrics import run_latency
     from iomatrix.analysis.points import points
     from iomatrix.report.export import samples_csv
@@ -413,13 +427,15 @@ def _build(run: "StoredRun") -> ReportData:
     workload_index = {w.key: i for i, w in enumerate(workloads)}
     target, source = _ci_target(run.suite.method)
     eff = efficiency(pts, run.configs)
+    faster = of_run(run)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
         if trial.status == TrialStatus.OK:
             trials[(trial.config_key, trial.workload_key)].append(trial)
     views = [_point(p, config_index[p.config_key], workload_index[p.workload_key],
                     trials.get((p.config_key, p.workload_key), []),
-                    eff.get((p.config_key, p.workload_key)), target)
+                    eff.get((p.config_key, p.workload_key)), target,
+                    faster=(p.config_key, p.workload_key) in faster)
              for p in pts if p.samples > 0]
     failures = tuple(FailureView(config=config_index[t.config_key],
                                  workload=workload_index[t.workload_key],
@@ -607,7 +623,7 @@ def _vm_iops(trials: Sequence["TrialRecord"]) -> tuple[float, ...]:
 
 
 def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord"],
-           eff: Any, target: float) -> PointView:
+           eff: Any, target: float, *, faster: bool = False) -> PointView:
     ci = p.iops_ci
     bw_low, bw_high = _interval(p.bw_samples)
     mean_low, mean_high = _interval(p.lat_mean_samples)
@@ -623,9 +639,13 @@ def _point(p: "Point", config: int, workload: int, trials: Sequence["TrialRecord
         flags.append(FAILED)
     if p.from_ram:
         flags.append(FROM_RAM)
+    if p.stalled:
+        flags.append(STALLED)
+    if faster:
+        flags.append(FASTER_THAN_BARE)
     cpu = _cpu(trials)
     return PointView(
-        config=config, workload=workload, samples=p.samples, failed=p.failed,
+        config=config, workload=workload, samples=p.samples, failed=p.failed, stalled=p.stalled,
         iops=_finite(p.iops), iops_low=_finite(ci.low) if ci else None,
         iops_high=_finite(ci.high) if ci else None, ci_relative=relative,
         read_iops=_finite(p.read_iops), write_iops=_finite(p.write_iops),
@@ -652,8 +672,12 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
              source: str) -> QualityView:
     from iomatrix.analysis.pagecache import ADVICE, RULE, summary
     from iomatrix.analysis.points import points
+    from iomatrix.analysis.impossible import RULE as FASTER_RULE
+    from iomatrix.analysis.stalls import RULE as STALL_RULE
+    from iomatrix.analysis.stalls import by_config
 
     ram = summary(points(run))
+    stalled = by_config(run)
     unchecked: dict[str, int] = defaultdict(int)
     for t in run.trials:
         if t.status == TrialStatus.OK and t.steady is not None and not t.steady.checked:
@@ -671,7 +695,9 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
         points_flagged=sum(bool(v.flags) for v in views),
         points_page_cache=ram.points, points_from_ram=ram.from_ram,
         points_ram_unknown=ram.unknown, ram_rule=f"{RULE}; {ADVICE}" if ram.points else "",
-        ram_unknown=ram.reasons)
+        ram_unknown=ram.reasons, stalls=tuple(s.text for s in stalled), stall_rule=STALL_RULE,
+        points_faster=(bare := sum(FASTER_THAN_BARE in v.flags for v in views)),
+        faster_rule=FASTER_RULE if bare else "")
 
 
 def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:

@@ -30,7 +30,7 @@ from iomatrix.telemetry.host import HostSeries
 from iomatrix.telemetry.pagecache import DeviceShare
 from iomatrix.telemetry.probe import CpuRecord
 from iomatrix.telemetry.steady import SteadyState
-from iomatrix.vocab.words import Accelerator
+from iomatrix.vocab.words import Accelerator, TrialStatus
 
 __all__ = ["CpuRecord", "DepthRecord"]   # stored with its trial; what measures it defines it
 
@@ -138,6 +138,12 @@ class TrialRecord(Frozen):
     """For an ok trial of a configuration that uses the host page cache: the share of fio's
     bytes that reached the target's device, derived from the stored host telemetry and samples
     when the run is loaded (``iomatrix.telemetry.pagecache``); None otherwise."""
+
+    @property
+    def stalled(self) -> bool:
+        """Ok, and it stalled: left out of its point and of gains unless the run is loaded
+        ``with_stalled`` (``iomatrix.analysis.stalls``)."""
+        return self.status == TrialStatus.OK and self.stall is not None and self.stall.stalled
 
 
 class ConfigRecord(Frozen):
@@ -471,6 +477,9 @@ class StoredRun(Frozen):
     """Its trials, ok and failed."""
     nodes: tuple[NodeRecord, ...] = ()
     """The nodes of a cluster run, in the order given; empty for a run of one host."""
+    with_stalled: bool = Field(default=False, exclude=True)
+    """Whether its points keep their stalled trials in their figures (``--with-stalled``;
+    ``iomatrix.analysis.stalls``); not stored."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

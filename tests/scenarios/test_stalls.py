@@ -13,7 +13,11 @@ from iomatrix.drivers.guest import GuestSession
 from iomatrix.fio.persecond import QEMU_COUNTERS, STALL_S
 from iomatrix.qemu.args import disk_backend
 from iomatrix.qemu.qmp import qmp_execute
-from tests.conftest import run_guests
+from iomatrix.analysis.findings import evaluate
+from iomatrix.analysis.points import points
+from iomatrix.analysis.stalls import MARK, by_config, with_stalled
+from iomatrix.report.data import build_report_data
+from tests.conftest import cli, run_guests
 from tests.scenarios.test_guest import METHOD
 
 pytestmark = pytest.mark.slow
@@ -66,3 +70,21 @@ def test_a_guest_whose_disk_pauses_mid_trial_is_marked_stalled(
     assert PAUSE_S - 1.0 <= (first.stall.longest_s or 0) <= paused[0] + 1.0, first.stall
     assert second.stall.checked and (second.stall.longest_s or 0) < STALL_S, second.stall
     assert not [t for t in threading.enumerate() if t.name == "stall-sampler"]
+    # analysis: the stalled trial is left out of its point (and gains) unless asked, its
+    # configuration is a finding, show and the report mark it
+    (point,) = points(stored)
+    assert (point.samples, point.stalled) == (1, 1)
+    assert point.iops == pytest.approx(second.samples[0].iops)
+    (kept,) = points(with_stalled(stored))
+    assert (kept.samples, kept.stalled) == (2, 1)
+    (config,) = stored.configs
+    assert [s.text for s in by_config(stored)] == list(evaluate(stored).stalls) == [
+        f"{config.label}: 1 of 2 checked trials stalled (longest "
+        f"{first.stall.longest_s:.1f} s without a completion)"]
+    status, text = cli("show", "last", "--db", str(tmp_path / "r.db"))
+    assert status == 0 and f"{MARK}" in text and "1 (1 stalled)" in text, text
+    assert f"stalls: {config.label}: 1 of 2" in text, text
+    status, text = cli("show", "last", "--db", str(tmp_path / "r.db"), "--with-stalled")
+    assert status == 0 and "2 (1 stalled, in)" in text, text
+    quality = build_report_data(stored).quality
+    assert list(quality.stalls) == list(evaluate(stored).stalls)

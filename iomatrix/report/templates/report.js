@@ -64,6 +64,8 @@
     if (flag === "ci") return `95 % CI ±${fmt(p.ci_relative * 100, 1)} % of the mean, above the ${+(target * 100).toPrecision(6)} % target`;
     if (flag === "failed") return plural(p.failed ?? 0, "failed sample");
     if (flag === "ram") return "served from RAM: less than half of fio's bytes reached the device (host page cache)";
+    if (flag === "bare") return "faster than this run's bare metal: a cache answered, not the storage";
+    if (flag === "stalled") return `${plural(p.stalled ?? 0, "stalled trial")}: a second or more without a completion`;
     return flag;
   });
   const pctSigned = (v) => (v >= 0 ? "+" : "\u2212") + Math.abs(v).toFixed(1) + " %";
