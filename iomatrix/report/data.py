@@ -106,8 +106,7 @@ class PointView(Frozen):
     """Index into ``ReportData.workloads``."""
     samples: int
     stalled: int = 0
-    """Its trials that stalled (``analysis.stalls.RULE``): left out of its figures unless the
-    report was made ``--with-stalled``."""
+    """Its stalled trials: out of its figures unless ``--with-stalled``."""
     failed: int = 0
     iops: float | None = None
     """Read + write IOPS."""
@@ -164,8 +163,7 @@ class PointView(Frozen):
     """Why this point deserves less trust: ``STEADY_MISSED`` (some sample did not reach steady
     state), ``CI_OVER`` (the IOPS CI is wider than the target), ``FAILED`` (some sample failed),
     ``FROM_RAM`` (served from the host page cache: ``analysis.pagecache.RULE``), ``STALLED``
-    (some trial stalled: ``analysis.stalls.RULE``), ``FASTER_THAN_BARE`` (faster than the
-    run's bare metal: ``analysis.impossible.RULE``).
+    (``analysis.stalls.RULE``), ``FASTER_THAN_BARE`` (``analysis.impossible.RULE``).
     A point with one sample has no CI and is not flagged for it (the quality summary counts
     them)."""
 
@@ -320,10 +318,10 @@ class QualityView(Frozen):
     ram_unknown: tuple[str, ...] = ()
     """Why the share is unknown, each reason once."""
     stalls: tuple[str, ...] = ()
-    """The configurations that stalled, each with its count (``analysis.stalls``)."""
-    stall_rule: str = ""
+    """The configurations that stalled, each with its count (``analysis.stalls.RULE``)."""
     points_faster: int = 0
     """Points faster than the run's bare metal (``analysis.impossible.RULE``)."""
+    stall_rule: str = ""
     faster_rule: str = ""
 
 
@@ -672,12 +670,9 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
              source: str) -> QualityView:
     from iomatrix.analysis.pagecache import ADVICE, RULE, summary
     from iomatrix.analysis.points import points
-    from iomatrix.analysis.impossible import RULE as FASTER_RULE
-    from iomatrix.analysis.stalls import RULE as STALL_RULE
-    from iomatrix.analysis.stalls import by_config
+    from iomatrix.analysis import impossible, stalls
 
     ram = summary(points(run))
-    stalled = by_config(run)
     unchecked: dict[str, int] = defaultdict(int)
     for t in run.trials:
         if t.status == TrialStatus.OK and t.steady is not None and not t.steady.checked:
@@ -695,9 +690,9 @@ def _quality(run: "StoredRun", views: Sequence[PointView], target: float,
         points_flagged=sum(bool(v.flags) for v in views),
         points_page_cache=ram.points, points_from_ram=ram.from_ram,
         points_ram_unknown=ram.unknown, ram_rule=f"{RULE}; {ADVICE}" if ram.points else "",
-        ram_unknown=ram.reasons, stalls=tuple(s.text for s in stalled), stall_rule=STALL_RULE,
-        points_faster=(bare := sum(FASTER_THAN_BARE in v.flags for v in views)),
-        faster_rule=FASTER_RULE if bare else "")
+        ram_unknown=ram.reasons, stalls=tuple(s.text for s in stalls.by_config(run)),
+        stall_rule=stalls.RULE, faster_rule=impossible.RULE,
+        points_faster=sum(FASTER_THAN_BARE in v.flags for v in views))
 
 
 def _gains(run: "StoredRun") -> tuple[GainSetView, ...]:
