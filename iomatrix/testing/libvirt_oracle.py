@@ -12,10 +12,12 @@ iothread objects and controllers are compared as one more part, ``domain``."""
 
 from __future__ import annotations
 
+import collections
 import json
 import shlex
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
@@ -23,7 +25,7 @@ from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
 from iomatrix.platform import libvirt as lv
-from iomatrix.testing.libvirt_domains import TAG
+from iomatrix.testing.libvirt_domains import TAG, RandomPicker, domain
 from iomatrix.translate.vm import Translation, translate
 
 CONTROLLER_DEVICES = ("virtio-scsi-pci", "lsi", "megasas", "pvscsi", "mptsas1068", "ahci")
@@ -221,3 +223,30 @@ def _pair_unnamed(silent: list[str], noted: list[str], ours: dict[str, list[str]
         for line in unnamed:
             silent.remove(line)
             noted.append(line)
+
+
+def bench(count: int, *, seed: int = 36, uri: str = "qemu:///system", examples: int = 3,
+          show: str | None = None) -> tuple[str, collections.Counter[Outcome]]:
+    """``count`` generated domains (seeded) through both: a report (the versions, the cost, the
+    count of each outcome, ``examples`` of each fault and of ``show``) and the counts."""
+    from iomatrix.drivers import libvirt as lvd
+    versions = lvd.daemon_versions(uri)
+    domains = [domain(RandomPicker(seed * 1_000_003 + i), name=f"oracle{i}").xml
+               for i in range(count)]
+    started = time.monotonic()
+    real = native(domains, uri, timeout=lvd.PROBE_TIMEOUT)
+    virsh_s = time.monotonic() - started
+    started = time.monotonic()
+    results = [compare(xml, out, versions) for xml, out in zip(domains, real)]
+    compare_s = time.monotonic() - started
+    counts = collections.Counter(r.outcome for r in results)
+    lines = [f"{versions.label}: {count} domains (seed {seed}); virsh {virsh_s:.1f} s "
+             f"({1000 * virsh_s / max(count, 1):.1f} ms a domain), translate and compare "
+             f"{compare_s:.1f} s"]
+    lines += [f"  {o.value:40} {counts.get(o, 0):5}" for o in Outcome]
+    for outcome in Outcome:
+        if outcome.fault or outcome.value == show:
+            shown = [(i, r) for i, r in enumerate(results) if r.outcome == outcome]
+            lines += [f"\n== {outcome.value}: domain {i} ==\n{domains[i]}\n{r.detail}"
+                      for i, r in shown[:examples]]
+    return "\n".join(lines), counts

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from iomatrix.drivers import libvirt as lvd
 from iomatrix.platform import libvirt as lv
 from iomatrix.testing.libvirt_domains import DIR, Generated, domain
-from iomatrix.testing.libvirt_oracle import compare, native
+from iomatrix.testing.libvirt_oracle import bench, compare, native
 from tests.needs import needs
 
 pytestmark = [pytest.mark.slow, needs("libvirt"), pytest.mark.timeout(4 * lvd.PROBE_TIMEOUT)]
@@ -124,3 +124,14 @@ def test_hand_written_domains_differ_only_with_a_note(versions: lv.Versions) -> 
     faults = [f"{n}: {r.outcome.value}\n{r.detail}" for n, r in zip(names, results)
               if r.outcome.fault]
     assert not faults, "\n".join(faults)
+
+
+BENCH = int(os.environ.get("IOMATRIX_ORACLE_BENCH", "0"))
+
+
+@pytest.mark.skipif(not BENCH, reason="the bench's count (bench/translate_oracle.py), where "
+                    "only a test runs (the Debian 13 pass): IOMATRIX_ORACLE_BENCH=1000")
+def test_bench_counts() -> None:
+    report, counts = bench(BENCH)
+    print(report)
+    assert not [o for o in counts if o.fault], report
