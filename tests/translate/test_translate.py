@@ -325,10 +325,10 @@ def test_pve_discard_qemu_server_refuses() -> None:
 
 @pytest.mark.parametrize("attribute, level", [(" discard='unmap'", "unmap"),
                                               (" discard='ignore'", "ignore"),
-                                              (" discard='default'", None), ("", None)])
+                                              ("", None)])
 def test_libvirt_discard_is_read(attribute: str, level: str | None) -> None:
-    """virDomainDiskDiscard: default (or none), unmap, ignore; the format node the device sits
-    on carries the given one, libvirt's storage node always unmap."""
+    """virDomainDiskDiscard: none, unmap, ignore; the format node the device sits on carries
+    the given one, libvirt's storage node always unmap."""
     xml = LIBVIRT_ONE.format(attribute=attribute)
     (disk,) = translate(xml, libvirt=lv.Versions(libvirt=(11, 3, 0), qemu=(10, 0, 0))).disks
     assert disk.values is not None and disk.values.discard == level
@@ -337,9 +337,12 @@ def test_libvirt_discard_is_read(attribute: str, level: str | None) -> None:
     assert nodes[0]["discard"] == "unmap" and nodes[-1].get("discard") == level
 
 
-def test_libvirt_discard_libvirt_refuses() -> None:
-    with pytest.raises(ValueError, match="vda: <driver discard='on'>: libvirt takes unmap"):
-        translate(LIBVIRT_ONE.format(attribute=" discard='on'"))
+@pytest.mark.parametrize("value", ["on", "default"])
+def test_libvirt_discard_libvirt_refuses(value: str) -> None:
+    """libvirt's parser takes unmap or ignore (VIR_XML_PROP_NONZERO: not even default)."""
+    with pytest.raises(ValueError, match=f"libvirt refuses this domain: XML error: Invalid value "
+                       f"for attribute 'discard' in element 'driver': '{value}'"):
+        translate(LIBVIRT_ONE.format(attribute=f" discard='{value}'"))
 
 
 LIBVIRT_ONE = """<domain type='kvm'>

@@ -4,10 +4,10 @@ order, their drive addresses, and the controllers libvirt gives QEMU for them
 
 from __future__ import annotations
 
-import re
 from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
+from iomatrix.platform.libvirt.validate import disk_index, implicit_address, refusal
 
 
 DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size", "discard",
@@ -19,19 +19,6 @@ MAX_IOTHREADS = 65535
 UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
                        "transient", "encryption", "backingStore", "mirror", "throttlefilters",
                        "slices")
-_DISK_NAME = re.compile(r"^(fd|hd|vd|sd|xvd|ubd)([a-z]+)[0-9]*$")
-_UNITS = {"scsi": 7, "sata": 6}   # units per controller (SCSI: libvirt's narrow bus)
-
-
-def disk_index(dev: str) -> int:
-    """virDiskNameToIndex: ``sda`` → 0, ``hdz`` → 25, ``vdaa`` → 26; -1 for another name."""
-    found = _DISK_NAME.match(dev)
-    if found is None:
-        return -1
-    index = -1
-    for letter in found[2]:
-        index = (index + 1) * 26 + ord(letter) - ord("a")
-    return index
 
 
 class Controller(Frozen):
@@ -119,6 +106,9 @@ def parse_domain(text: str) -> Domain:
         raise ValueError(f"not well-formed XML: {exc}") from None
     if root.tag != "domain":
         raise ValueError(f"not a libvirt domain: root element <{root.tag}>")
+    refused = refusal(root)
+    if refused is not None:
+        raise ValueError(f"libvirt refuses this domain: {refused}")
     written = {(c.get("type", ""), int(c.get("index", "0"))): c
                for c in root.iterfind("./devices/controller")}
     disks: list[Disk] = []
@@ -225,12 +215,7 @@ def _address(bus: str, dev: str, element: ET.Element | None) -> tuple[int, int, 
     if element is not None and element.get("type") == "drive":
         return (int(element.get("controller", "0")), int(element.get("bus", "0")),
                 int(element.get("target", "0")), int(element.get("unit", "0")))
-    index = disk_index(dev)
-    if bus == "ide":
-        return index // 4, index % 4 // 2, 0, index % 2
-    if bus in _UNITS:
-        return index // _UNITS[bus], 0, 0, index % _UNITS[bus]
-    return 0, 0, 0, 0
+    return implicit_address(bus, dev)
 
 
 def _insert(disks: list[Disk], disk: Disk) -> None:
