@@ -368,9 +368,9 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     the suite's author may not ask (``precheck.check_author``) is refused first, in one line:
     before any node is asked or any target reached."""
     check_author(suite)
-    if suite.method.plans_rounds:
+    if suite.method.plans_rounds and not suite.method.concurrent_nodes:
         # each node's pilot would choose its own trial length or rounds: the nodes' figures
-        # would differ by it
+        # would differ by it (under cluster load the controller's one pilot loads every node)
         which = "pilot" if suite.method.pilot else "target_ci"
         raise SuiteError(f"{suite.source_path}: [method] {which} is not supported on a "
                          "cluster's nodes (each node's pilot would choose its own rounds)",

@@ -734,6 +734,10 @@ class _Runner:
         self.progress.trial_finished(self.n, False, reason)
 
 
+NODES_ALL = 1 << 16
+"""A configuration without a node count loads every node: more than any ``node_count``."""
+
+
 _Each = Callable[[Session, Path, Configuration, Workload, int], None]
 """What a block does with each of its workloads (``_Runner._trial``, or a pilot's)."""
 
@@ -741,7 +745,8 @@ _Each = Callable[[Session, Path, Configuration, Workload, int], None]
 def pilot_points(expansion: Expansion, seed: int) -> tuple[
         list[tuple[str, str]], dict[str, tuple[int, int, int]]]:
     """The (configuration, workload) points a pilot measures: per mode, its first two
-    configurations (not an A/A twin) on ``PILOT_WORKLOADS`` of their common workloads drawn
+    configurations (not an A/A twin; under cluster load, those that load the most nodes at
+    once, so that every node is measured in the one pilot) on ``PILOT_WORKLOADS`` of their common workloads drawn
     with ``seed`` (ioping workloads, whose length is a count of requests, left out); and per
     mode with such points, (trials a round, sessions a round, the fewest workloads at one
     queue depth: the pairs a gain per queue depth averages over)."""
@@ -751,7 +756,9 @@ def pilot_points(expansion: Expansion, seed: int) -> tuple[
     pairs: list[tuple[str, str]] = []
     per_mode: dict[str, tuple[int, int, int]] = {}
     for mode in dict.fromkeys(c.mode for c in expansion.configurations):
-        configs = [c for c in expansion.configurations if c.mode == mode and not c.aa][:2]
+        configs = [c for c in expansion.configurations if c.mode == mode and not c.aa]
+        # under cluster load, those with the most nodes first: the pilot loads every node
+        configs = sorted(configs, key=lambda c: -(c.node_count or NODES_ALL))[:2]
         common = [w for w in expansion.workloads_for(configs[0]) if not w.ioping and all(
             w in expansion.workloads_for(c) for c in configs)] if configs else []
         if not common:
