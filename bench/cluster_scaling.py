@@ -49,7 +49,7 @@ def suite_text(target: str, rounds: int, runtime: float, *, cluster: bool) -> st
         method += f"samples = {rounds}\nconcurrent_nodes = true\n"
         matrix = "[matrix]\nnode_count = [1, 2, 3]\n"
     else:
-        method += f"samples = {3 * rounds}\n"
+        method += f"samples = {3 * rounds}\nmax_samples = {3 * rounds}\n"
         matrix = ""
     return (f'[suite]\nname = "cluster-scaling"\n{target}'
             '[workloads]\nrw = "randread"\nbs = "4k"\niodepth = 8\n' + matrix + method)
