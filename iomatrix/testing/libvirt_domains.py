@@ -73,7 +73,8 @@ def domain(pick: Picker, name: str = "oracle") -> Generated:
     if iothreads:
         ET.SubElement(root, "iothreads").text = str(iothreads)
     os = ET.SubElement(root, "os")
-    ET.SubElement(os, "type", {"arch": "x86_64", "machine": pick.one(("pc", "q35"))}).text = "hvm"
+    machine = pick.one(("pc", "q35"))
+    ET.SubElement(os, "type", {"arch": "x86_64", "machine": machine}).text = "hvm"
     boot = pick.one(("none", "hd", "cdrom-hd", "hd-cdrom", "order", "network-hd"))
     if boot not in ("none", "order"):
         for dev in boot.split("-"):
@@ -83,7 +84,7 @@ def domain(pick: Picker, name: str = "oracle") -> Generated:
         devices.append(_controller(pick, index, iothreads))
     targets = []
     for _ in range(pick.number(1, 4)):
-        disk = _disk(pick, iothreads, boot == "order")
+        disk = _disk(pick, iothreads, boot == "order", machine == "q35")
         devices.append(disk)
         targets.append(disk.find("target").get("dev", ""))   # type: ignore[union-attr]
     return Generated(xml=ET.tostring(root, encoding="unicode"), targets=tuple(targets))
@@ -126,7 +127,14 @@ def _target(pick: Picker, bus: str) -> str:
     return base
 
 
-def _bus(pick: Picker, device: str) -> str:
+def _bus(pick: Picker, device: str, q35: bool) -> str:
+    bus = _any_bus(pick, device)
+    if bus == "ide" and q35 and not pick.chance(10):
+        return "sata"                         # q35 has no IDE: now and then tried all the same
+    return bus
+
+
+def _any_bus(pick: Picker, device: str) -> str:
     if device == "floppy":
         return "fdc"
     if device == "lun":
@@ -136,10 +144,11 @@ def _bus(pick: Picker, device: str) -> str:
     return pick.one(("virtio", "scsi", "sata", "ide", "virtio", "scsi", "usb"))
 
 
-def _disk(pick: Picker, iothreads: int, orders: bool) -> ET.Element:
+def _disk(pick: Picker, iothreads: int, orders: bool, q35: bool) -> ET.Element:
     device = pick.one(("disk", "disk", "disk", "cdrom", "floppy", "lun"))
-    bus = _bus(pick, device)
-    kind = pick.one(("file", "file", "block", "network", "volume", "nvme"))
+    bus = _bus(pick, device, q35)
+    kind = _odd(pick, ("file", "file", "file", "block", "block", "network", "nvme"), ("volume",),
+                8)
     if device in ("cdrom", "floppy") and kind not in ("file", "block"):
         kind = "file"
     if device == "lun":
@@ -172,8 +181,10 @@ def _driver(pick: Picker, bus: str, fmt: str, iothreads: int) -> ET.Element:
         value = _odd(pick, options, odd) if pick.chance(30) else None
         if value is not None:
             attrs[key] = value
-    if attrs.get("io") == "native" and attrs.get("cache") not in (None, "none", "directsync"):
-        attrs["cache"] = _odd(pick, ("none", "directsync"), (attrs["cache"],), 5)
+    if attrs.get("io") == "native" and attrs.get("cache") not in ("none", "directsync"):
+        cache = _odd(pick, ("none", "directsync"), (attrs.get("cache"),), 5)
+        if cache is not None:
+            attrs["cache"] = cache
     if bus == "virtio":
         if iothreads and pick.chance(40):
             attrs["iothread"] = str(pick.number(1, iothreads))

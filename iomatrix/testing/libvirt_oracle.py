@@ -197,8 +197,9 @@ def _notes(result: Translation) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for drive in result.drives:
         mine = [n for n in drive.notes if not drive.argv or _names(n)]
-        if mine:
-            out[drive.name] = mine
+        if mine:            # by its target, and by its device id where it opens nothing named
+            for key in {drive.name} | set(parts(list(drive.argv))) - {"domain"}:
+                out[key] = mine
     for note in result.notes:
         if not _names(note):
             continue
@@ -218,7 +219,8 @@ def _pair_unnamed(silent: list[str], noted: list[str], ours: dict[str, list[str]
     translate left out are noted when as many disks translate left out have a note."""
     unnamed = [line for line in silent if line.startswith("id:")
                and line.partition(":\n")[0] in theirs and line.partition(":\n")[0] not in ours]
-    left_out = [k for k in notes if k not in ("domain", "*") and k not in ours]
+    left_out = [k for k in notes if k not in ("domain", "*") and k not in ours
+                and k not in theirs]
     if unnamed and len(unnamed) <= len(left_out):
         for line in unnamed:
             silent.remove(line)
