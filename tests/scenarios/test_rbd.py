@@ -4,6 +4,7 @@ Debian's ceph-mon, ceph-mgr and ceph-osd are not installed (``./setup.sh --dev``
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.analysis.impossible import MARK, of_run, without_faster
 from iomatrix.cli.status import ExitStatus
 from iomatrix.drivers.guest import free_port
+from iomatrix.recommend.decide import recommend
+from iomatrix.report.data import FASTER_THAN_BARE, build_report_data
 from iomatrix.store.repo import Store
 from tests import ceph
-from tests.conftest import BOOT_TIMEOUT, cli_result
+from tests.conftest import BOOT_TIMEOUT, cli, cli_result
 from tests.needs import needs
 
 pytestmark = [pytest.mark.slow, needs("ceph")]
@@ -303,3 +307,50 @@ def test_conf_names_monitors_and_keyring(tmp_path: Path, cluster: ceph.Cluster) 
     done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 trials ok" in done.stdout and f"the monitors in {cluster.conf}" in done.stderr
+
+
+@contextlib.contextmanager
+def slowed(made: ceph.Cluster, seconds: float) -> Iterator[None]:
+    """Every op of the cluster's OSD held ``seconds`` while inside."""
+    def inject(probability: int) -> None:
+        made.ceph("tell", "osd.0", "injectargs",
+                  f"--osd_debug_inject_dispatch_delay_probability={probability} "
+                  f"--osd_debug_inject_dispatch_delay_duration={seconds}")
+    inject(1)
+    try:
+        yield
+    finally:
+        inject(0)
+
+
+def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
+        tmp_path: Path, cluster: ceph.Cluster) -> None:
+    """librbd's cache (QEMU turns rbd_cache on for cache=writeback) answers writes faster than
+    the pool can, so the point is faster than the run's own bare metal (fio's rbd engine,
+    rbd_cache off): marked in show and the report, kept out of recommend's evidence
+    (``analysis.impossible``); cache=none, which reaches the pool, is not. The OSD is slowed
+    for the run (every op held 5 ms), as a pool on disks is: the memstore OSD alone answers
+    about as fast as librbd's cache."""
+    suite = rbd_suite(tmp_path, cluster)
+    # flushes now and then: librbd's cache writes through until it has seen one
+    suite.write_text(suite.read_text().replace(
+        "iodepth = [4]", 'iodepth = [4]\noptions = { fsync = "16" }'))
+    db = tmp_path / "r.db"
+    with slowed(cluster, 0.005):
+        done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(db, readonly=True) as store:
+        run = store.load_run(1)
+    configs = {c.params.get("cache", "host"): c for c in run.configs}
+    faster = of_run(run)
+    assert [c for c, _ in faster] == [configs["writeback"].key], faster
+    (why,) = faster.values()
+    assert "mean latency" in why.text, why
+    status, text = cli("show", "1", "--db", str(db))
+    marked = [line for line in text.splitlines() if MARK in line and "QD4" in line]
+    assert status == 0 and len(marked) == 1 and configs["writeback"].label in marked[0], text
+    flags = {v.config: FASTER_THAN_BARE in v.flags for v in build_report_data(run).points}
+    assert sum(flags.values()) == 1
+    _, note = without_faster(run)
+    assert configs["writeback"].label in note and configs["none"].label not in note
+    assert note in recommend(run, "proxmox", storage="rbd").notes
