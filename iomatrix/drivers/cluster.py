@@ -275,6 +275,9 @@ class GuestRequest(Frozen):
     directory: str = Field(pattern=GUEST_DIRECTORY.pattern)
     images: tuple[Image, ...] = Field(min_length=1)
     """The node's guests' disks, which the controller made on the shared target."""
+    trusted: bool = False
+    """As ``iomatrix.measure.cluster.CheckRequest.trusted``: the suite is the controller's
+    user's (a keyring it names may then reach the monitors it names)."""
 
 
 class GuestsReady(Frozen):
@@ -641,6 +644,7 @@ class ClusterGuestDriver(Driver):
                     suite_source=self.suite.source_path,
                     config=config.key, accel=self.accelerator,  # type: ignore[arg-type]
                     directory=f"/tmp/iomatrix-guests-{secrets.token_hex(8)}",
+                    trusted=self.suite.author.trusted,
                     images=tuple(images[index * vms:(index + 1) * vms]))
                 # short names: Unix socket paths must stay under 108 bytes
                 base = self.workdir / f"n{self.sessions}-{index}"

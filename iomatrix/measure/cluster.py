@@ -120,7 +120,7 @@ class NodeFacts(Frozen):
 
 # --- the node's side ---------------------------------------------------------------------------
 
-def request_suite(request: CheckRequest | NodeRequest) -> Suite:
+def request_suite(request: CheckRequest | NodeRequest | GuestRequest) -> Suite:
     """The suite a request carries, as written by its author: us when the controller judged
     that nobody but root or its user could have written it (the request comes over an SSH
     session only they can open), else anyone (a file it names must be readable by every user,

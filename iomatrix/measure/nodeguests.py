@@ -30,7 +30,8 @@ from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL
 from iomatrix.drivers.guest import GuestSession
 from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
-from iomatrix.measure.cluster import request_spec, watch_stdin
+from iomatrix.measure.cluster import request_suite, watch_stdin
+from iomatrix.measure.nodepool import pool_images
 from iomatrix.measure.prepare import prepare
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
@@ -72,7 +73,7 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
 
 def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCommand],
            out: IO[str]) -> None:
-    suite = request_spec(request).suite(text=request.suite_text, source=request.suite_source)
+    suite = request_suite(request)
     prepared = prepare(suite, accel=request.accel)
     suite = prepared.suite
     config = next((c for c in prepared.full.configurations if c.key == request.config), None)
@@ -80,7 +81,8 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
         raise NodesError(f"the suite has no guest configuration {request.config!r} here")
     if kind_for(suite_kinds(suite), config).cluster_refusal is not None:
         raise NodesError("cluster load boots the appliance only, so far")
-    images = checked_images(request.images, config, suite)
+    images = (pool_images(request.images, config, suite, directory)
+              if suite.target.rbd is not None else checked_images(request.images, config, suite))
     notes: list[str] = []
     driver = driver_for(Mode.GUEST, suite.method, directory, accel=request.accel, note=notes.append)
     shared = getattr(driver, "shared_reason", None)

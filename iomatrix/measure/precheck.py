@@ -199,7 +199,7 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
         raise SuiteError("[method] concurrent_nodes loads a directory or device target only, "
                          f"so far (the target is {suite.target.kind})")
     if suite.target.rbd is not None:
-        check_pool_load(suite, expansion)
+        check_pool_load(suite)
     if any(c.mode == Mode.BLOCKLAYER for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads the target in host and guest mode "
                          "only: a blocklayer part would run on this host alone")
@@ -221,17 +221,13 @@ def check_node_counts(expansion: Expansion, nodes: Sequence[Node]) -> None:
                          hint="name more nodes in [nodes] or --nodes, or lower node_count")
 
 
-def check_pool_load(suite: Suite, expansion: Expansion) -> None:
-    """SuiteError for what cluster load on an rbd pool does not do yet: guests (the nodes'
-    QEMU would need the pool's ceph.conf of their own) and krbd (each node would map the
-    images in its kernel)."""
+def check_pool_load(suite: Suite) -> None:
+    """SuiteError for what cluster load on an rbd pool does not do yet: krbd (each node would
+    map the images in its kernel)."""
     assert suite.target.rbd is not None
     if suite.target.rbd.krbd:
         raise SuiteError("[method] concurrent_nodes on an rbd pool: krbd = true is not built "
-                         "(each node's fio reaches the pool through librbd)")
-    if any(c.mode == Mode.GUEST for c in expansion.configurations):
-        raise SuiteError("[method] concurrent_nodes on an rbd pool loads it in host mode only, "
-                         "so far (each node's fio through librbd)")
+                         "(each node's fio and QEMU reach the pool through librbd)")
 
 
 def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:

@@ -181,8 +181,8 @@ class Method(Frozen):
     target must be the same shared storage, at the same path, here and on every node. Host
     mode, or guest mode: each node boots ``vms`` guests, each on a disk of its own there, and
     every guest of every node gets the job (``iomatrix.drivers.cluster``). On an rbd pool
-    each node gets images of its own there (``shared_image``), reached by the fio (host mode)
-    on each node through librbd."""
+    each node gets images of its own there (``shared_image``), which its fio (host mode) or
+    its guests' QEMU reach through librbd."""
     shared_image: bool = False
     """With concurrent_nodes on an rbd pool: one image that every node loads at once, rather
     than an image of each node's own."""

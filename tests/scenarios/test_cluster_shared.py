@@ -20,10 +20,12 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.proc import wait_for
 from iomatrix.measure.precheck import check_cluster_load
+from iomatrix.store import Store
+from iomatrix.store.location import parse_location
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.expand import expand
 from tests import ceph
-from tests.conftest import REPO
+from tests.conftest import REPO, TCG_GUEST
 from tests.needs import needs
 from tests.scenarios.test_cluster_load import (IOMATRIX, alone_with_node_directories,  # noqa: F401
                                                finished, fio_on)
@@ -38,7 +40,7 @@ rbd = {{ pool = "{pool}", monitors = ["{monitor}"], client = "{client}", keyring
 rw = "randwrite"
 iodepth = 4
 [method]
-mode = "host"
+mode = "{mode}"
 ramp = 0
 runtime = "{runtime}"
 samples = 2
@@ -50,23 +52,29 @@ concurrent_nodes = true
 
 @pytest.fixture
 def pool(ssh_nodes: Callable[[int], SshCluster],
-         tmp_path: Path) -> Iterator[tuple[SshCluster, ceph.Cluster]]:
-    """Three nodes, and a Ceph cluster in the controller's namespace that each reaches."""
-    cluster = ssh_nodes(3)
-    made = ceph.Cluster(tmp_path / "ceph", cluster.shared_address(),
-                        cluster.controller([]))
-    made.dir.mkdir()
+         tmp_path: Path) -> Iterator[Callable[[int], tuple[SshCluster, ceph.Cluster]]]:
+    """``pool(n)``: n nodes, and a Ceph cluster in the controller's namespace that each
+    reaches."""
+    made: list[ceph.Cluster] = []
+
+    def make(count: int) -> tuple[SshCluster, ceph.Cluster]:
+        cluster = ssh_nodes(count)
+        made.append(ceph.Cluster(tmp_path / "ceph", cluster.shared_address(),
+                                 cluster.controller([])))
+        made[-1].dir.mkdir()
+        made[-1].start()
+        print(f"\nceph test cluster: started in {made[-1].start_seconds:.1f} s")
+        return cluster, made[-1]
     try:
-        made.start()
-        print(f"\nceph test cluster: started in {made.start_seconds:.1f} s")
-        yield cluster, made
+        yield make
     finally:
-        made.stop()
+        for one in made:
+            one.stop()
 
 
-def body(made: ceph.Cluster, runtime: str = "2s", extra: str = "") -> str:
+def body(made: ceph.Cluster, runtime: str = "2s", extra: str = "", mode: str = "host") -> str:
     return SUITE.format(pool=ceph.POOL, monitor=made.monitor, client=ceph.CLIENT,
-                        keyring=made.keyring, runtime=runtime, extra=extra)
+                        keyring=made.keyring, runtime=runtime, extra=extra, mode=mode)
 
 
 def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str,
@@ -85,11 +93,12 @@ def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str,
 
 
 def left(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> list[str]:
-    """fio servers and SSH sessions on the nodes, their directories, forwards' sockets, the
-    controller's processes besides Ceph's daemons, and the run's images in the pool."""
+    """fio servers and SSH sessions on the nodes (a session's shell removes its server's
+    directory last: /tmp/iomatrix-fio-* is not looked at, which another test process's nodes
+    may hold meanwhile), forwards' sockets, the controller's processes besides Ceph's daemons,
+    and the run's images in the pool."""
     daemons = {int(p.read_text()) for p in (made.dir / "run").glob("*.pid")}
     found = [p for node in cluster.nodes if node.alive for p in cluster.leftovers(node)]
-    found += [str(p) for p in Path("/tmp").glob("iomatrix-fio-*")]
     found += [str(p) for p in tmp_path.rglob("*.sock")]
     found += [f"{pid} {_cmdline(pid)} (controller)" for pid in _in_netns(cluster.controller_netns)
               if pid != cluster.controller_holder.pid and pid not in daemons]
@@ -98,8 +107,7 @@ def left(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> list[str]:
 
 def test_what_cluster_load_on_a_pool_refuses() -> None:
     rbd = '[target]\nsize = "1GiB"\nrbd = { pool = "p", monitors = ["10.0.0.1"] }\n'
-    for extra, says in [('mode = "guest"', "host mode only"),
-                        ('mode = "host"\nshared_image = false', None)]:
+    for extra, says in [('mode = "guest"', None), ('mode = "host"\nshared_image = false', None)]:
         suite = load_suite_text(f'[suite]\nname = "t"\n{rbd}[method]\nconcurrent_nodes = true\n'
                                 f'{extra}\n')
         if says is None:
@@ -107,6 +115,11 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
             continue
         with pytest.raises(SuiteError, match=says):
             check_cluster_load(suite, expand(suite))
+    krbd = rbd.replace('"10.0.0.1"] }', '"10.0.0.1"], krbd = true }')
+    suite = load_suite_text(f'[suite]\nname = "t"\n{krbd}[method]\nconcurrent_nodes = true\n'
+                            'mode = "host"\n')
+    with pytest.raises(SuiteError, match="krbd = true is not built"):
+        check_cluster_load(suite, expand(suite))
     with pytest.raises(SuiteError, match="shared_image is for concurrent_nodes"):
         load_suite_text('[suite]\nname = "t"\n[method]\nshared_image = true\n')
 
@@ -114,12 +127,12 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
 @needs("ceph")
 @pytest.mark.slow
 def test_three_nodes_load_a_pool_each_on_its_own_image(
-        pool: tuple[SshCluster, ceph.Cluster], tmp_path: Path) -> None:
+        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path) -> None:
     """Each node's fio on an image of its own (three in the pool while the run measures); the
     controller killed with -9 mid-run leaves nothing on the nodes, and ``--resume`` reclaims
     its images and finishes the run; then one image all nodes load (``shared_image``), with a
     node killed mid-run: the trial fails naming it, and nothing is left anywhere."""
-    cluster, made = pool
+    cluster, made = pool(3)
     db = str(tmp_path / "r.db")
     proc = controller(cluster, tmp_path, db, body(made, "3s"))
     # the first trial runs once the last node's server forked a process for its job
@@ -143,7 +156,8 @@ def test_three_nodes_load_a_pool_each_on_its_own_image(
     second = tmp_path / "s"
     second.mkdir()
     db2 = str(second / "r.db")
-    proc = controller(cluster, second, db2, body(made, "4s", "shared_image = true"))
+    proc = controller(cluster, second, db2, body(made, "3s", "shared_image = true").replace(
+        "samples = 2", "samples = 1"))
     victim = cluster.nodes[2]
     assert wait_for(lambda: len(fio_on(cluster, victim)) > 1 or proc.poll() is not None,
                     timeout=120)
@@ -157,3 +171,28 @@ def test_three_nodes_load_a_pool_each_on_its_own_image(
     (failed,) = [t for t in run.trials if t.status == "failed"]
     assert f"node {victim.name} dropped" in (failed.reason or "")
     assert left(cluster, made, second) == []
+
+
+@needs("ceph")
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_guests_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[SshCluster, ceph.Cluster]],
+                                       tmp_path: Path) -> None:
+    """Each node boots a TCG guest on an image of its own in the pool, reached by a ceph.conf
+    the node wrote itself: QEMU opened rbd on both nodes, each guest did I/O, and the images,
+    the guests and the sessions are gone after."""
+    cluster, made = pool(2)
+    db = str(tmp_path / "r.db")
+    guests = TCG_GUEST + '[matrix]\ncontroller = "virtio-blk"\niothread = false\ncache = "none"'
+    proc = controller(cluster, tmp_path, db, body(made, "1s", guests, "guest").replace(
+        "samples = 2", "samples = 1").replace("[workloads]", "[workloads]\nbs = \"4k\"", 1))
+    out, err = proc.communicate(timeout=800)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(db)) as store:
+        run = store.load_run(1)
+    (trial,) = [t for t in run.trials if t.config_key.startswith("guest/")]
+    assert trial.status == "ok", trial.reason
+    assert trial.applied["file0.driver"] == "rbd" and "node2:file0.driver" not in trial.applied
+    assert [s.vm for s in sorted(trial.vm_samples, key=lambda s: s.vm or 0)] == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    assert left(cluster, made, tmp_path) == []

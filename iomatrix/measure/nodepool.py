@@ -1,0 +1,45 @@
+"""A node's guests on an rbd pool under cluster load (``iomatrix node serve-guests``): the
+controller made each guest's image in the pool; the node reaches it by a ceph.conf of its own,
+written into the session's 0700 directory from the suite's ``[target] rbd`` as the node checks
+it (``rbd.locate``: the monitors, fsid and keyring's path, the keyring a file of secrets under
+rule 1 HERE, as the suite's author may use it), never by a path or option of the request's."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from iomatrix.core.errors import NodesError
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.model import Suite
+from iomatrix.targets import rbd
+from iomatrix.targets.workspace import Image
+
+IMAGE_NAME = re.compile(rf"^{re.escape(rbd.PREFIX)}[0-9a-z]{{1,20}}-[0-9a-f]{{6}}-[0-9]{{1,6}}$")
+"""The name the controller's ``RbdPool.image`` gives an image (``iomatrix-<run>-<token>-<n>``)."""
+
+
+def pool_images(images: Sequence[Image], config: Configuration, suite: Suite,
+                directory: Path) -> list[Image]:
+    """The controller's images for this node's guests, each checked to be a run's image in the
+    suite's pool (by its name alone), and reached through this node's own ceph.conf
+    (``directory``/ceph.conf); NodesError naming the first that is not."""
+    assert suite.target.rbd is not None
+    if len(images) != (config.vms or 1):
+        raise NodesError(f"{len(images)} disks for {config.vms or 1} guests")
+    location = rbd.locate(suite.target.rbd, author=suite.author)
+    pool = rbd.RbdPool(suite.target, author=suite.author)
+    pool.location = location
+    pool.conf = rbd.write_conf(directory / "ceph.conf",
+                               rbd.conf_text(location, rbd_cache="false"))
+    out = []
+    for image in images:
+        where, _, name = (image.network.name if image.network else "").rpartition("/")
+        if (image.network is None or image.network.protocol != "rbd" or where != location.spec
+                or not IMAGE_NAME.match(name)):
+            raise NodesError(f"disk {str(image.path)[:200]}: not an image of a run in the "
+                             f"suite's pool {location.spec}")
+        out.append(Image(path=Path(f"rbd:{location.spec}/{name}"), format="raw",
+                         preallocation="off", size=image.size, network=pool.volume(name)))
+    return out

@@ -1,0 +1,73 @@
+"""Issue 37, cluster load on an rbd pool: what a node's ``serve-guests`` hands QEMU comes from
+the suite's ``[target] rbd`` as the node checks it, never from the request's images: an image
+of another pool, one whose name is not a run's (option syntax of QEMU's rbd filename, a path),
+or a conf path the request names, is refused or never used; and the ceph.conf each node's fio
+server reads reaches the node as ONE word of the SSH command, whatever it holds."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from iomatrix.cluster.ssh import Node
+from iomatrix.core.errors import NodesError
+from iomatrix.core.trust import US
+from iomatrix.drivers.cluster import NodeServer
+from iomatrix.measure.nodepool import pool_images
+from iomatrix.suite import load_suite_text
+from iomatrix.suite.expand import expand
+from iomatrix.suite.load import with_author
+from iomatrix.targets.kind import NetworkVolume
+from iomatrix.targets.workspace import Image
+
+
+def suite_on(keyring: Path):  # type: ignore[no-untyped-def]
+    suite = load_suite_text(f"""[suite]
+name = "t"
+[target]
+size = "64MiB"
+rbd = {{ pool = "bench", monitors = ["192.0.2.1:3300"], client = "c", keyring = "{keyring}" }}
+[method]
+mode = "guest"
+concurrent_nodes = true
+""")
+    return with_author(suite, US)
+
+
+def image(spec: str, conf: str = "/tmp/planted.conf") -> Image:
+    return Image(path=Path(f"rbd:{spec}"), format="raw", preallocation="off", size=64 << 20,
+                 network=NetworkVolume(protocol="rbd", name=spec, client="x", fio={},
+                                       node={"driver": "rbd", "conf": conf},
+                                       drive_file=f"rbd:{spec}:conf={conf}"))
+
+
+def test_a_node_reaches_only_runs_images_in_the_suites_pool(tmp_path: Path) -> None:
+    keyring = tmp_path / "k.keyring"
+    keyring.write_text("[client.c]\n\tkey = AQ==\n")
+    keyring.chmod(0o600)
+    suite = suite_on(keyring)
+    config = next(c for c in expand(suite).configurations if c.mode == "guest")
+    for n, spec in enumerate(["other/iomatrix-1-abcdef-0", "bench/iomatrix-1-abcdef-0:conf=/x",
+                              "bench/iomatrix-1-abcdef-0 --x", "bench/vm-100-disk-0",
+                              "bench/../iomatrix-1-abcdef-0"]):
+        where = tmp_path / str(n)
+        where.mkdir()
+        with pytest.raises(NodesError, match="not an image of a run in the suite's pool bench"):
+            pool_images([image(spec)], config, suite, where)
+    where = tmp_path / "ok"
+    where.mkdir()
+    (got,) = pool_images([image("bench/iomatrix-7-abcdef-0")], config, suite, where)
+    assert got.network is not None and got.network.node["conf"] == str(where / "ceph.conf")
+    assert "/tmp/planted.conf" not in got.model_dump_json()
+    assert f"keyring = {keyring}" in (where / "ceph.conf").read_text()
+    assert (where / "ceph.conf").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_nodes_ceph_conf_is_one_word_of_the_ssh_command(tmp_path: Path) -> None:
+    hostile = "[global]\nmon_host = 192.0.2.1'; touch /tmp/pwned; '\n"
+    server = NodeServer(Node(host="192.0.2.9"), tmp_path / "s.sock", tmp_path / "log", hostile)
+    remote = server.argv()[-1]
+    assert shlex.split(remote)[-1] == hostile
+    assert shlex.split(remote)[:2] == ["sh", "-c"]
