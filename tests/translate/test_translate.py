@@ -356,3 +356,33 @@ LIBVIRT_ONE = """<domain type='kvm'>
   </devices>
 </domain>
 """
+
+
+def test_libvirt_every_attribute_is_rendered_or_named() -> None:
+    """issue 36: an attribute or child translate does not render, on <disk>, <driver>,
+    <source>, <target> or the disk's controller, is named in a note on that disk; one it
+    renders (rotation_rate, metadata_cache, cache='default') is not."""
+    xml = """<domain type='kvm'><name>x</name><devices>
+      <controller type='scsi' index='0' model='virtio-scsi' ports='4'>
+        <driver queues='2' ioeventfd='on'/><alias name='ua-ctl'/></controller>
+      <disk type='file' device='disk' snapshot='no'>
+        <driver name='qemu' type='qcow2' cache='default' copy_on_read='on'>
+          <metadata_cache><max_size unit='MiB'>4</max_size></metadata_cache></driver>
+        <source file='/i/a.qcow2' fdgroup='grp' startupPolicy='optional'>
+          <encryption format='luks'><secret type='passphrase' uuid='u'/></encryption></source>
+        <target dev='sda' bus='scsi' rotation_rate='1' tray='open'/>
+        <alias name='ua-disk'/>
+      </disk></devices></domain>"""
+    (disk,) = translate(xml, libvirt=lv.Versions()).disks
+    named = [n.removesuffix(" is not reproduced by iomatrix") for n in disk.notes
+             if n.endswith("is not reproduced by iomatrix")]
+    assert named == ["sda: <disk snapshot='no'>", "sda: <disk><alias>",
+                     "sda: <driver copy_on_read='on'>",
+                     "sda: <source fdgroup='grp'>", "sda: <source startupPolicy='optional'>",
+                     "sda: <source><encryption>", "sda: <target tray='open'>",
+                     "sda: <controller ports='4'>", "sda: <controller><alias>",
+                     "sda: <controller><driver ioeventfd='on'>"]
+    format_node = json.loads(disk.argv[3])
+    assert format_node["cache-size"] == 4 << 20 and "cache" not in format_node
+    assert '"rotation_rate":1' in disk.argv[-1] and "write-cache" not in disk.argv[-1]
+    assert disk.values is not None and disk.values.cache == "writeback"   # QEMU's default

@@ -8,9 +8,12 @@ against ``virsh domxml-to-native qemu-argv`` of libvirtd 9.0 (Debian 12, QEMU 7.
 * **Disk order.** Each disk joins the disks of its bus, ordered by the index of its target
   name; a disk of a bus not seen yet goes last (virDomainDiskInsert).
 * **Node numbers.** libvirt walks the disks from the last to the first and numbers each one,
+  every disk of the domain (those not rendered here too: network, floppy, USB, volume, NVMe),
   CD-ROMs included, an empty drive too (its number names no node: it opens nothing):
-  ``libvirt-N-storage`` and, where there is one, ``libvirt-N-format``. A qcow2 image's backing
-  chain, which a real start probes, numbers its images too; ``domxml-to-native`` does not.
+  ``libvirt-N-storage`` and, where there is one, ``libvirt-N-format``; then the disk's data
+  store (libvirt 10.10 on) and its ``<backingStore>`` images (:mod:`.elements`,
+  :mod:`.nodes`). A chain the XML does not give, which a real start probes, is not numbered by
+  ``domxml-to-native`` either.
 * **The nodes, by version** (:class:`Versions`). Up to libvirt 10.0 every disk gets a format
   node, also a raw one (qemuBlockStorageSourceNeedsFormatLayer in 10.0.0 skips it only for a
   raw ``<slice>``). From :data:`RAW_LAYER_DROPPED` a raw disk has none when the QEMU has
@@ -26,7 +29,7 @@ against ``virsh domxml-to-native qemu-argv`` of libvirtd 9.0 (Debian 12, QEMU 7.
   (virDomainDiskDefAssignAddress). A controller a disk names but the XML lacks is added (SCSI:
   lsilogic, QEMU's default on x86); the PIIX IDE of ``pc`` and the SATA of ``q35`` are built in.
 * **Devices.** ``bootindex`` from ``<boot order>`` or ``<os><boot dev>`` (default ``hd``): the
-  first disk gets the ``hd`` index, the first CD-ROM the ``cdrom`` one
+  first disk of any type and bus gets the ``hd`` index, the first CD-ROM the ``cdrom`` one
   (qemuProcessPrepareDeviceBootorder); ``write-cache`` where a cache mode is set; ``<serial>``
   (spaces escaped), SCSI's ``device_id`` (the serial, else ``drive-<id>``), ``werror``/``rerror``
   from the error policies. CD-ROMs are ``ide-cd``/``scsi-cd`` and read-only.
@@ -41,12 +44,13 @@ the XML a user pastes) and :mod:`.disk` (an iomatrix disk in a guest and a daemo
 
 from __future__ import annotations
 
-from iomatrix.platform.libvirt.args import (CACHE_FLAGS, SCSI_MODELS, DiskArgs, DomainArgs,
+from iomatrix.platform.libvirt.args import (SCSI_MODELS, DiskArgs, DomainArgs,
                                             disk_args, domain_args)
 from iomatrix.platform.libvirt.defaults import (BUS_OF, CONTROLLER_MODEL, GRAPH_DIFFERENCE,
                                                 MODEL_CONTROLLER, NAMES, PLACEHOLDER_IMAGE, TITLE,
                                                 UNEXPRESSIBLE, cputune_xml, defaults, disk_for,
                                                 disk_xml, pasted, refusal)
+from iomatrix.platform.libvirt.nodes import CACHE_FLAGS
 from iomatrix.platform.libvirt.disk import (DAEMON_BUS, configuration_of, graph_shape,
                                             guest_disk_argv, storage_graph)
 from iomatrix.platform.libvirt.domain import (CONTROLLER_DRIVER_ATTRS, DRIVER_ATTRS, MAX_IOTHREADS,

@@ -10,13 +10,11 @@ from typing import Any
 from iomatrix.core.model import Frozen
 from iomatrix.platform.libvirt.domain import (CONTROLLER_DRIVER_ATTRS, Controller, Disk, Domain,
                                               disk_index, one_disk_domain)
-from iomatrix.platform.libvirt.versions import PROPS_REORDERED, Versions
+from iomatrix.platform.libvirt.elements import numbers
+from iomatrix.platform.libvirt.nodes import CACHE_FLAGS, image_nodes
+from iomatrix.platform.libvirt.versions import Versions
 
 
-CACHE_FLAGS = {  # cache= → (direct, no-flush, device write-cache)
-    "none": (True, False, "on"), "writeback": (False, False, "on"),
-    "writethrough": (False, False, "off"), "directsync": (True, False, "off"),
-    "unsafe": (False, True, "on")}
 SCSI_MODELS = {"virtio-scsi": "virtio-scsi-pci", "lsilogic": "lsi", "lsisas1068": "mptsas1068",
                "lsisas1078": "megasas", "vmpvscsi": "pvscsi"}
 """``<controller type='scsi' model=…>`` → QEMU device (formatdomain "Controllers")."""
@@ -58,18 +56,13 @@ def domain_args(domain: Domain, versions: Versions, *, size: int | None = None) 
         argv, note = _controller_args(controller, versions)
         controllers += argv
         notes += note
-    boot = _boot_indexes(domain)
-    numbers = {i: len(domain.disks) - i for i in range(len(domain.disks))}
     scsi = {c.index: c for c in domain.controllers if c.type == "scsi"}
     disks = []
-    for i, disk in enumerate(domain.disks):
+    number = numbers(domain.slots, versions.data_store)
+    for disk in domain.disks:
         try:
-            if disk.bus == "scsi" and disk.controller_iothread_map:
-                refused = versions.mapping_refusal(scsi=True)
-                if refused is not None:
-                    raise ValueError(f"{disk.dev}: its controller's {refused}")
-            disks.append(_disk_args(disk, domain, versions, number=numbers[i],
-                                    bootindex=boot[i], scsi=scsi, size=size))
+            disks.append(_disk_args(disk, domain, versions, number=number[disk.slot], scsi=scsi,
+                                    size=size))
         except ValueError as exc:
             disks.append(DiskArgs(argv=(), notes=(str(exc),)))
     return DomainArgs(objects=tuple(objects), controllers=tuple(controllers), disks=tuple(disks),
@@ -82,7 +75,9 @@ def _controller_args(controller: Controller,
     if controller.iothread_map:
         refused = (versions.mapping_refusal(scsi=True) if controller.model == "virtio-scsi"
                    else f"<driver><iothreads> on a {controller.model} controller")
-        if refused is not None:
+        if refused is not None and versions.ignores_mapping(scsi=True):
+            controller = controller.model_copy(update={"iothread_map": ()})
+        elif refused is not None:
             return [], [f"{ident}: {refused}"]
     if controller.type == "sata":
         return ["-device", _json({"driver": "ahci", "id": ident})], []
@@ -90,8 +85,7 @@ def _controller_args(controller: Controller,
         return [], [f"{ident}: controller {controller.model or controller.type} is not modelled"]
     props: dict[str, Any] = {"driver": SCSI_MODELS[controller.model]}
     cdrv = dict(controller.driver)
-    notes = [f"{ident}: <controller><driver {k}='{v}'> is not reproduced by iomatrix"
-             for k, v in cdrv.items() if k not in CONTROLLER_DRIVER_ATTRS]
+    notes: list[str] = []     # what else it holds: named on each of its disks
     if controller.model == "virtio-scsi":
         if cdrv.get("iothread"):
             props["iothread"] = f"iothread{cdrv['iothread']}"
@@ -114,24 +108,18 @@ def _mapping(threads: tuple[tuple[int, tuple[int, ...]], ...]) -> list[dict[str,
             for ident, queues in threads]
 
 
-def _boot_indexes(domain: Domain) -> list[int | None]:
-    """qemuProcessPrepareDeviceBootorder: the first disk takes hd's place in <os><boot>, the
-    first CD-ROM cdrom's; <boot order> where the devices carry it."""
-    if not domain.boot:
-        return [d.boot for d in domain.disks]
-    places = {dev: i + 1 for i, dev in enumerate(domain.boot)}
-    out: list[int | None] = []
-    for disk in domain.disks:
-        key = "cdrom" if disk.device == "cdrom" else "hd"
-        out.append(places.pop(key, None))
-    return out
-
-
 def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
-               bootindex: int | None, scsi: dict[int, Controller],
-               size: int | None) -> DiskArgs:
-    notes = [f"{disk.dev}: {what} is not reproduced by iomatrix" for what in disk.unmodelled]
-    cache, aio = disk.get("cache"), disk.get("io")
+               scsi: dict[int, Controller], size: int | None) -> DiskArgs:
+    notes = [f"{disk.dev}: {what} is not reproduced by iomatrix"
+             for what in disk.unmodelled + disk.controller_unmodelled]
+    if disk.bus == "scsi" and disk.controller_iothread_map:
+        refused = versions.mapping_refusal(scsi=True)
+        if refused is not None and versions.ignores_mapping(scsi=True):
+            notes.append(f"{disk.dev}: its controller's <driver><iothreads> is ignored: "
+                         f"{refused}")
+        elif refused is not None:
+            raise ValueError(f"{disk.dev}: its controller's {refused}")
+    cache, aio = disk.cache, disk.get("io")
     if aio == "native" and cache not in ("none", "directsync"):
         raise ValueError(f"{disk.dev}: native I/O needs either no disk cache or directsync cache "
                          "mode, QEMU will fallback to aio=threads")
@@ -139,16 +127,19 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
         raise ValueError(f"{disk.dev}: cache mode {cache!r} is not modelled")
     if disk.bus != "virtio" and (disk.get("iothread") or disk.iothread_map):
         raise ValueError(f"{disk.dev}: IOThreads only available for virtio pci and virtio ccw disk")
-    if disk.iothread_map:
+    if disk.iothread_map and versions.ignores_mapping():
+        notes.append(f"{disk.dev}: <driver><iothreads> is ignored: {versions.mapping_refusal()}")
+        disk = disk.model_copy(update={"iothread_map": ()})
+    elif disk.iothread_map:
         _check_mapping(disk, domain, versions)
     argv: list[str] = []
     top = None
     if disk.source:
-        nodes = _nodes(disk, versions, number, size)
+        nodes = image_nodes(disk, versions, number, size, notes)
         top = json.loads(nodes[-1])["node-name"]
         for node in nodes:
             argv += ["-blockdev", node]
-    argv += ["-device", _json(_device(disk, domain, scsi, drive=top, bootindex=bootindex))]
+    argv += ["-device", _json(_device(disk, domain, scsi, drive=top, notes=notes))]
     return DiskArgs(argv=tuple(argv), notes=tuple(notes))
 
 
@@ -177,54 +168,8 @@ def _check_mapping(disk: Disk, domain: Domain, versions: Versions) -> None:
                          "IOThread at least one queue")
 
 
-def _nodes(disk: Disk, versions: Versions, number: int, size: int | None) -> list[str]:
-    """The disk's -blockdev values, bottom up."""
-    cache = disk.get("cache")
-    flags = None if cache is None else {"direct": CACHE_FLAGS[cache][0],
-                                        "no-flush": CACHE_FLAGS[cache][1]}
-    fmt = disk.get("type") or "raw"
-    discard = disk.get("discard")
-    if discard == "default":
-        discard = None       # VIR_DOMAIN_DISK_DISCARD_DEFAULT: libvirt passes no discard
-    zeroes = disk.get("detect_zeroes")
-    if zeroes == "default":
-        zeroes = None        # VIR_DOMAIN_DISK_DETECT_ZEROES_DEFAULT: libvirt passes none either
-    if zeroes == "unmap" and discard != "unmap":
-        zeroes = "on"        # virDomainDiskGetDetectZeroesMode
-    storage_name = f"libvirt-{number}-storage"
-    driver = {"block": "host_cdrom" if disk.device == "cdrom" else "host_device"}.get(disk.kind,
-                                                                                       "file")
-    storage: dict[str, Any] = {"driver": driver, "filename": disk.source}
-    if disk.get("io"):
-        storage["aio"] = disk.get("io")
-    storage["node-name"] = storage_name
-    effective: dict[str, Any] = {"read-only": disk.readonly}   # the node the device sits on
-    if discard:
-        effective["discard"] = discard
-    if zeroes:
-        effective["detect-zeroes"] = zeroes
-    if flags is not None:
-        effective["cache"] = flags
-    below: dict[str, Any] = {"auto-read-only": True, "discard": "unmap"}
-    if flags is not None:
-        below = ({"cache": flags} | below if versions.libvirt < PROPS_REORDERED
-                 else below | {"cache": flags})
-    if fmt == "raw" and size is not None and versions.libvirt >= PROPS_REORDERED:
-        # raw with a <slice>: the slice node is the disk's top (qemu_block.c 10.0 on)
-        sliced = {"driver": "raw", "file": storage_name, "offset": 0, "size": size,
-                  "node-name": f"libvirt-{number}-slice-sto"} | effective
-        return [_json(storage | below), _json(sliced)]
-    if fmt == "raw" and not versions.raw_format_node:
-        return [_json(storage | effective)]
-    node = {"node-name": f"libvirt-{number}-format"} | effective
-    node |= {"driver": fmt, "file": storage_name}
-    if size is not None and fmt == "raw":
-        node["size"] = size
-    return [_json(storage | below), _json(node)]
-
-
 def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: str | None,
-            bootindex: int | None) -> dict[str, Any]:
+            notes: list[str]) -> dict[str, Any]:
     """qemuBuildDiskDeviceProps, key by key (PCI placement left out)."""
     controller, bus, target, unit = disk.address
     cd = disk.device == "cdrom"
@@ -268,10 +213,18 @@ def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: s
     if drive is not None:
         props["drive"] = drive
     props["id"] = ident
-    if bootindex:
-        props["bootindex"] = bootindex
-    if disk.get("cache"):
-        props["write-cache"] = CACHE_FLAGS[str(disk.get("cache"))][2]
+    if disk.bootindex:
+        props["bootindex"] = disk.bootindex
+    if disk.rotation_rate:
+        props["rotation_rate"] = disk.rotation_rate
+    if disk.removable is not None:
+        if disk.bus == "scsi" and not cd:
+            props["removable"] = disk.removable == "on"
+        else:
+            notes.append(f"{disk.dev}: <target removable='{disk.removable}'> on a "
+                         f"{disk.bus} {disk.device} is not reproduced by iomatrix")
+    if disk.cache:
+        props["write-cache"] = CACHE_FLAGS[disk.cache][2]
     if disk.serial is not None:
         props["serial"] = disk.serial.replace(" ", "\\ ")
     werror, rerror = disk.get("error_policy"), disk.get("rerror_policy")
@@ -290,6 +243,10 @@ def disk_args(disk: Disk, versions: Versions, *, iothreads: int = 0,
               size: int | None = None) -> DiskArgs:
     """The arguments libvirt at ``versions`` generates for a domain of this one disk: iothread
     objects, its controller, nodes and device. ValueError for settings libvirt refuses."""
+    for mapped, scsi in ((disk.iothread_map, False), (disk.controller_iothread_map, True)):
+        refused = versions.mapping_refusal(scsi=scsi) if mapped else None
+        if refused is not None:      # iomatrix's own disk: never measured without its mapping
+            raise ValueError(refused)
     domain = one_disk_domain(disk, iothreads)
     out = domain_args(domain, versions, size=size)
     if not out.disks[0].argv:

@@ -37,9 +37,9 @@ def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
                          "controller per disk is what iomatrix calls virtio-scsi-single")
     else:
         controller = {"virtio": "virtio-blk", "sata": "sata", "ide": "ide"}.get(disk.bus)
-    cache = disk.get("cache")
+    cache = disk.cache
     if cache is None:
-        notes.append(f"{disk.dev}: no cache=: QEMU's default, writeback")
+        notes.append(f"{disk.dev}: no cache= (or cache='default'): QEMU's default, writeback")
     aio = disk.get("io")
     if aio is None:
         notes.append(f"{disk.dev}: no io=: QEMU's default, threads")

@@ -7,6 +7,10 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from iomatrix.core.model import Frozen
+from iomatrix.platform.libvirt.elements import (Image, Slot, backing_chain,
+                                                boot_indexes, controller_unmodelled,
+                                                data_store, disk_unmodelled, metadata_cache,
+                                                storage_slice)
 from iomatrix.platform.libvirt.validate import disk_index, implicit_address, refusal
 
 
@@ -17,8 +21,9 @@ CONTROLLER_DRIVER_ATTRS = ("iothread", "queues")
 MAX_IOTHREADS = 65535
 """The most ``<iothreads>`` iomatrix reads in a domain: it writes an ``-object`` for each."""
 UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
-                       "transient", "encryption", "backingStore", "mirror", "throttlefilters",
-                       "slices")
+                       "transient", "encryption", "mirror", "throttlefilters")
+"""Children of ``<disk>`` iomatrix does not render (examples: every child and attribute not
+rendered is named, :func:`.elements.disk_unmodelled`)."""
 
 
 class Controller(Frozen):
@@ -33,6 +38,8 @@ class Controller(Frozen):
     driver: tuple[tuple[str, str], ...] = ()
     iothread_map: tuple[tuple[int, tuple[int, ...]], ...] = ()
     """virtio-scsi: ``<driver><iothreads>`` (libvirt 11.2, QEMU 10.0), as a disk's."""
+    unmodelled: tuple[str, ...] = ()
+    """Its attributes and children iomatrix does not render, as ``<controller ports='4'>``."""
 
 
 class Disk(Frozen):
@@ -61,8 +68,36 @@ class Disk(Frozen):
     """``<driver><iothreads>``: each ``<iothread id=>`` with the ``<queue id=>`` it serves
     (none: round-robin), in the XML's order (libvirt 10.0, virtio disks only)."""
 
+    slot: int = 0
+    """Its place among every disk of the domain (:attr:`Domain.slots`), which libvirt numbers
+    (:func:`.elements.numbers`)."""
+    bootindex: int | None = None
+    """Its ``bootindex``: :func:`.elements.boot_indexes` over every disk of the domain."""
+    backing: tuple[Image, ...] = ()
+    """``<backingStore>``: the images under it, top down (local ones; others are named in
+    ``unmodelled``)."""
+    backing_closed: bool = False
+    """An empty ``<backingStore/>`` ends the chain: the last image gets ``backing: null``."""
+    data_store: Image | None = None
+    """``<source><dataStore>``: a qcow2 image's external data file."""
+    slice: tuple[int, int] | None = None
+    """``<source><slices><slice type='storage'>``: (offset, size)."""
+    metadata_cache: int | None = None
+    """``<driver><metadata_cache><max_size>`` in bytes: qcow2's ``cache-size``."""
+    rotation_rate: int | None = None
+    removable: str | None = None
+    """``<target rotation_rate= removable=>``."""
+    controller_unmodelled: tuple[str, ...] = ()
+    """What iomatrix does not render of the controller the disk sits on."""
+
     def get(self, name: str) -> str | None:
         return dict(self.driver).get(name)
+
+    @property
+    def cache(self) -> str | None:
+        """``<driver cache=>``; ``default`` (the hypervisor's default) is no cache= at all."""
+        cache = self.get("cache")
+        return None if cache == "default" else cache
 
 
 class CpuTune(Frozen):
@@ -94,6 +129,8 @@ class Domain(Frozen):
     boot: tuple[str, ...] = ("hd",)
     """``<os><boot dev=…>`` in order (none when the devices carry ``<boot order>``)."""
     skipped: tuple[str, ...] = ()
+    slots: tuple[Slot, ...] = ()
+    """Every ``<disk>``, rendered or not, in libvirt's order."""
 
 
 def parse_domain(text: str) -> Domain:
@@ -111,32 +148,47 @@ def parse_domain(text: str) -> Domain:
         raise ValueError(f"libvirt refuses this domain: {refused}")
     written = {(c.get("type", ""), int(c.get("index", "0"))): c
                for c in root.iterfind("./devices/controller")}
-    disks: list[Disk] = []
+    entries: list[tuple[Slot, Disk | None]] = []
     skipped: list[str] = []
     for element in root.iterfind("./devices/disk"):
-        disk = _disk(element, skipped)
-        if disk is not None:
-            _insert(disks, disk)
+        _insert(entries, (_slot(element), _disk(element, skipped)))
+    slots = [slot for slot, _ in entries]
+    boot = tuple(b.get("dev", "") for b in root.iterfind("./os/boot"))
+    if not boot and all(s.boot is None for s in slots):
+        boot = ("hd",)                       # virDomainDefBootOrderPostParse
+    disks = [d.model_copy(update={"slot": i, "bootindex": index})
+             for i, ((_, d), index) in enumerate(zip(entries, boot_indexes(slots, boot)))
+             if d is not None]
     machine = root.find("./os/type")
     machine_name = (machine.get("machine", "pc") if machine is not None else "pc") or "pc"
     controllers = _controllers(disks, written)
     models = {c.index: c for c in controllers if c.type == "scsi"}
     disks = [d.model_copy(update={"controller_model": models[d.address[0]].model,
                                   "controller_driver": models[d.address[0]].driver,
-                                  "controller_iothread_map": models[d.address[0]].iothread_map})
+                                  "controller_iothread_map": models[d.address[0]].iothread_map,
+                                  "controller_unmodelled": models[d.address[0]].unmodelled})
              if d.bus == "scsi" else d for d in disks]
-    boot = tuple(b.get("dev", "") for b in root.iterfind("./os/boot"))
-    if not boot and all(d.boot is None for d in disks):
-        boot = ("hd",)                       # virDomainDefBootOrderPostParse
     threads = root.find("iothreads")
     iothreads = int(threads.text or "0") if threads is not None else 0
     if not 0 <= iothreads <= MAX_IOTHREADS:
         raise ValueError(f"<iothreads>{iothreads}</iothreads>: iomatrix reads 0 to "
                          f"{MAX_IOTHREADS}")
     return Domain(name=root.findtext("name", ""), disks=tuple(disks), skipped=tuple(skipped),
+                  slots=tuple(slots),
                   iothreads=iothreads, cputune=_cputune(root.find("cputune"), root.find("vcpu")),
                   controllers=tuple(c for c in controllers if not _builtin(c, machine_name)),
                   machine=machine_name, boot=boot)
+
+
+def _slot(element: ET.Element) -> Slot:
+    """Any ``<disk>``, as libvirt numbers and boots it."""
+    target = element.find("target")
+    boot = element.find("boot")
+    return Slot(bus=target.get("bus", "virtio") if target is not None else "?",
+                dev=target.get("dev", "?") if target is not None else "?",
+                device=element.get("device", "disk"), images=1 + backing_chain(element)[0],
+                data_store=element.find("./source/dataStore") is not None,
+                boot=int(boot.get("order", "0")) if boot is not None else None)
 
 
 def _disk(element: ET.Element, skipped: list[str]) -> Disk | None:
@@ -164,15 +216,21 @@ def _disk(element: ET.Element, skipped: list[str]) -> Disk | None:
         return None
     driver = element.find("driver")
     attrs = dict(driver.attrib) if driver is not None else {}
-    unmodelled = [f"<driver {k}='{v}'>" for k, v in attrs.items() if k not in DRIVER_ATTRS]
-    unmodelled += [f"<{child.tag}>" for child in element if child.tag in UNMODELLED_CHILDREN]
+    _, chain, unmodelled, closed = backing_chain(element)
+    data, more = data_store(element)
+    unmodelled += more + disk_unmodelled(element, kind, DRIVER_ATTRS)
     mapping = _iothread_map(driver.find("iothreads") if driver is not None else None, dev)
     boot = element.find("boot")
+    rotation = target.get("rotation_rate") if target is not None else None
     return Disk(kind=kind, source=path, bus=bus, dev=dev, device=device,
                 driver=tuple(attrs.items()), address=_address(bus, dev, address),
                 readonly=device == "cdrom" or element.find("readonly") is not None,
                 serial=element.findtext("serial"), unmodelled=tuple(unmodelled),
-                iothread_map=mapping,
+                iothread_map=mapping, backing=chain, data_store=data, backing_closed=closed,
+                slice=storage_slice(element), metadata_cache=metadata_cache(element),
+                rotation_rate=_number(rotation, f"{dev}: <target rotation_rate=>")
+                if rotation is not None else None,
+                removable=target.get("removable") if target is not None else None,
                 boot=int(boot.get("order", "0")) if boot is not None else None)
 
 
@@ -218,14 +276,14 @@ def _address(bus: str, dev: str, element: ET.Element | None) -> tuple[int, int, 
     return implicit_address(bus, dev)
 
 
-def _insert(disks: list[Disk], disk: Disk) -> None:
+def _insert(disks: list[tuple[Slot, Disk | None]], disk: tuple[Slot, Disk | None]) -> None:
     """virDomainDiskInsert: after the last disk of the same bus, before the first of them
-    whose target name sorts after it."""
+    whose target name sorts after it (every disk, rendered or not)."""
     at = None
     for i in range(len(disks) - 1, -1, -1):
-        if disks[i].bus != disk.bus:
+        if disks[i][0].bus != disk[0].bus:
             continue
-        if disk_index(disks[i].dev) > disk_index(disk.dev):
+        if disk_index(disks[i][0].dev) > disk_index(disk[0].dev):
             at = i
         elif at is None:
             at = i + 1
@@ -252,7 +310,8 @@ def _controllers(disks: list[Disk],
             mapping = _iothread_map(cdrv.find("iothreads") if cdrv is not None else None,
                                     f"scsi{index}")
         out.append(Controller(type=bus, index=index, model=model, driver=driver or (),
-                              iothread_map=mapping))
+                              iothread_map=mapping, unmodelled=() if element is None else
+                              controller_unmodelled(element, CONTROLLER_DRIVER_ATTRS)))
     return out
 
 
@@ -271,4 +330,8 @@ def one_disk_domain(disk: Disk, iothreads: int = 0) -> Domain:
                                       iothread_map=disk.controller_iothread_map))
     elif disk.bus == "sata":
         controllers.append(Controller(type="sata"))
-    return Domain(disks=(disk,), controllers=tuple(controllers), iothreads=iothreads)
+    slot = Slot(bus=disk.bus, dev=disk.dev, device=disk.device, images=1 + len(disk.backing),
+                data_store=disk.data_store is not None)
+    return Domain(disks=(disk.model_copy(update={"slot": 0, "bootindex": (
+        1 if disk.device == "disk" else None)}),), controllers=tuple(controllers),
+        iothreads=iothreads, slots=(slot,))

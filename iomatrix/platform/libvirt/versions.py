@@ -32,6 +32,13 @@ SCSI_MAPPING: Version = (11, 2, 0)
 virtio-scsi ``iothread-vq-mapping``): KubeVirt's VEP 342 names it; 11.3's domxml-to-native
 checked in the Debian 13 pass."""
 SCSI_MAPPING_QEMU: Version = (10, 0, 0)
+ZEROES_CHAIN: Version = (10, 0, 0)
+"""The first libvirt taken to give a backing image the disk's ``detect-zeroes``: 9.0's
+domxml-to-native gives it the top image only, 11.3's every image (checked); the versions in
+between are not, and are modelled as 11.3 from 10.0, when the storage nodes were reworked."""
+DATA_STORE: Version = (10, 10, 0)
+"""The first libvirt that reads a qcow2 image's ``<source><dataStore>`` (formatdomain: "Since
+10.10.0"); 9.0 ignores the element (checked on this host), 11.3 gives ``data-file``."""
 DEFAULT_LIBVIRT: Version = (11, 3, 0)
 """The libvirt modelled where none is named or installed: Debian 13's."""
 DEFAULT_QEMU: Version = (10, 0, 0)
@@ -75,6 +82,23 @@ class Versions(Frozen):
             return (f"QEMU {shown(self.qemu)} has no iothread-vq-mapping on {what} (several "
                     f"IOThreads per disk): QEMU {shown(qemu)} or later needed")
         return None
+
+    def ignores_mapping(self, scsi: bool = False) -> bool:
+        """Whether this libvirt reads no ``<driver><iothreads>`` on a disk (``scsi``: a
+        virtio-scsi controller) at all: it gives the device no mapping, without a word
+        (libvirt 9.0's ``domxml-to-native``, checked on this host)."""
+        return self.libvirt < (SCSI_MAPPING if scsi else IOTHREAD_MAPPING)
+
+    @property
+    def zeroes_chain(self) -> bool:
+        """Whether a disk's ``detect_zeroes`` goes to every image of its backing chain (9.0:
+        the top image only; 11.3: every one, both checked; taken from 10.0)."""
+        return self.libvirt >= ZEROES_CHAIN
+
+    @property
+    def data_store(self) -> bool:
+        """Whether this libvirt renders ``<source><dataStore>`` (qcow2's ``data-file``)."""
+        return self.libvirt >= DATA_STORE
 
     @property
     def label(self) -> str:
