@@ -28,7 +28,8 @@ from iomatrix.core.owner import this_process
 from iomatrix.drivers.guest import free_port
 from tests.conftest import cli_result, write_suite
 from tests.needs import needs
-from tests.scenarios.test_libvirt import SLOW_LIBVIRT, URI, _disk_arguments
+from iomatrix.testing.libvirt_oracle import disk_arguments
+from tests.scenarios.test_libvirt import SLOW_LIBVIRT, URI
 
 from xml.etree import ElementTree as ET
 
@@ -119,7 +120,7 @@ def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
     if versions.mapping_refusal() is None:
         assert valid.returncode == 0, valid.stdout + valid.stderr
         ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
-        assert ours == _disk_arguments(real), versions.label
+        assert ours == disk_arguments(real), versions.label
         assert sum("iothread-vq-mapping" in a for a in ours) == 3     # 2 disks, 1 controller
         return
     # libvirt 9.0: its schema refuses <driver><iothreads> (the cputune alone it takes), but
@@ -131,7 +132,7 @@ def test_validated_and_equal_to_domxml_to_native(tmp_path: Path) -> None:
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert not any("iothread-vq-mapping" in a for a in real)
     ours = list(result.argv) + [a for disk in result.drives for a in disk.argv]
-    assert ours == _disk_arguments(real), versions.label       # the mapping ignored, as there
+    assert ours == disk_arguments(real), versions.label       # the mapping ignored, as there
     assert "is ignored: libvirt 9.0.0 has no" in result.disks[1].notes[-1]
 
 
