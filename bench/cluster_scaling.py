@@ -36,14 +36,15 @@ from bench.cluster_overhead import timed  # noqa: E402
 from iomatrix.analysis.scaling import Figure, scaling  # noqa: E402
 from iomatrix.store import Store  # noqa: E402
 from iomatrix.store.records import StoredRun  # noqa: E402
-from tests.sshnodes import problem, ssh_cluster  # noqa: E402
+from tests.sshnodes import SshCluster, problem, ssh_cluster  # noqa: E402
 
 MACHINE = ("these figures measure this 2-core machine (three nodes in network namespaces, their "
            "fio and the controller on the same cores and disk), not Ceph and not a cluster")
 
 
 def suite_text(target: str, rounds: int, runtime: float, *, cluster: bool) -> str:
-    method = (f'[method]\nmode = "host"\nengine = "libaio"\nramp = "0s"\nruntime = "{runtime}s"\n'
+    engine = "" if "rbd =" in target else 'engine = "libaio"\n'    # the pool: fio's rbd engine
+    method = (f'[method]\nmode = "host"\n{engine}ramp = "0s"\nruntime = "{runtime}s"\n'
               f"seed = 1\n")
     if cluster:
         method += f"samples = {rounds}\nconcurrent_nodes = true\n"
@@ -56,19 +57,22 @@ def suite_text(target: str, rounds: int, runtime: float, *, cluster: bool) -> st
 
 
 @contextlib.contextmanager
-def pool_target(work: Path) -> Iterator[str]:
-    """The [target] table of an rbd target on the tests' single-node Ceph, while it runs."""
-    from tests.ceph import CLIENT, POOL, Cluster, missing
-    why = missing()
+def pool_target(work: Path, cluster: SshCluster) -> Iterator[str]:
+    """The [target] table of an rbd target on the tests' single-node Ceph, served in the
+    controller's namespace where every node reaches it, while it runs."""
+    from tests import ceph
+    why = ceph.missing()
     if why:
         raise SystemExit(f"no Ceph here: {why}")
-    ceph = Cluster(work / "ceph")
-    ceph.start()
+    made = ceph.Cluster(work / "ceph", cluster.shared_address(), cluster.controller([]))
+    made.dir.mkdir()
     try:
-        yield (f'[target.rbd]\npool = "{POOL}"\nconf = "{ceph.conf}"\nkeyring = "{ceph.keyring}"\n'
-               f'user = "{CLIENT}"\nsize = "64MiB"\n')
+        made.start()
+        yield (f'[target]\nsize = "64MiB"\nrbd = {{ pool = "{ceph.POOL}", monitors = '
+               f'["{made.monitor}"], client = "{ceph.CLIENT}", keyring = "{made.keyring}", '
+               f"connect_timeout = 10 }}\n")
     finally:
-        ceph.stop()
+        made.stop()
 
 
 def overhead(stored: StoredRun, wall: float) -> float:
@@ -97,9 +101,9 @@ def main() -> None:
     iomatrix = str(REPO / ".venv" / "bin" / "iomatrix")
     with tempfile.TemporaryDirectory(prefix="iomatrix-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
-        target = (stack.enter_context(pool_target(work)) if args.pool else
-                  f'[target]\ndirectory = "{work / "target"}"\nsize = "64MiB"\n')
         cluster = stack.enter_context(ssh_cluster(work / "nodes", 3))
+        target = (stack.enter_context(pool_target(work, cluster)) if args.pool else
+                  f'[target]\ndirectory = "{work / "target"}"\nsize = "64MiB"\n')
         inventory = work / "nodes.toml"
         inventory.write_text(cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{iomatrix}"\n'))
         walls, runs = {}, {}
@@ -113,8 +117,9 @@ def main() -> None:
             walls[name] = timed(cluster.controller(argv))
             with Store(db) as store:
                 runs[name] = store.load_run(1)
-    where = "the tests' single-node Ceph pool (memstore)" if args.pool else "a directory here"
-    print(f"target: {where}; 4k randread QD8 (libaio), {args.runtime:g} s trials, "
+    where = ("the tests' single-node Ceph pool (memstore), fio's rbd engine" if args.pool
+             else "a directory here, libaio")
+    print(f"target: {where}; 4k randread QD8, {args.runtime:g} s trials, "
           f"{args.rounds} rounds, node counts 1, 2, 3 interleaved")
     for curve in scaling(runs["cluster"]):
         print(f"{'N':>2}  {'aggregate IOPS [95% CI]':>28}  {'per node':>24}  "
