@@ -25,14 +25,16 @@ _UNITS = {"scsi": 7, "sata": 6, "fdc": 2}   # units per controller (SCSI: libvir
 
 
 def disk_index(dev: str) -> int:
-    """virDiskNameToIndex: ``sda`` → 0, ``hdz`` → 25, ``vdaa`` → 26; -1 for another name."""
+    """virDiskNameToIndex: ``sda`` → 0, ``hdz`` → 25, ``vdaa`` → 26, in a C int (it wraps);
+    -1 for another name."""
     found = _DISK_NAME.match(dev)
     if found is None:
         return -1
     index = -1
     for letter in found[2]:
         index = (index + 1) * 26 + ord(letter) - ord("a")
-    return index
+        index = (index + 2 ** 31) % 2 ** 32 - 2 ** 31   # libvirt's int wraps: a long name's
+    return index                                          # index is 1030792150 (its ids say so)
 
 
 def implicit_address(bus: str, dev: str) -> tuple[int, int, int, int]:
