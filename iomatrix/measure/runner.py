@@ -27,6 +27,7 @@ from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
+from iomatrix.fio.persecond import not_judged
 from iomatrix.measure.stallwatch import StallWatch
 from iomatrix.measure.reclaim import RESOURCES, RunProcess, describe, reclaim, run_process
 from iomatrix.measure.trialkey import TrialKey
@@ -704,6 +705,7 @@ class _Runner:
             fio_version=done.version, fio_json=done.output, accelerator=self.accelerator,
             command=shlex.join(done.argv),
             steady=SteadyRecord(checked=False, reason="an ioping workload: a count of requests"),
+            stall=not_judged("an ioping workload paces itself"),
             cpu=probe.cost(samples, "ioping (host)"),   # the child it reaped is ioping, not fio
             telemetry=probe.host_series()))
         self.ok += 1

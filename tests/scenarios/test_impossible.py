@@ -1,0 +1,103 @@
+"""Impossible figures for real, from the host page cache: a device slower than the page cache
+(a loop device over a qemu-storage-daemon FUSE export throttled to 200 IOPS, the loop with
+direct I/O), measured bare (host mode, O_DIRECT), through QEMU's block layer with cache=none
+(to the device) and with cache=writeback (random writes the page cache absorbs). Only the
+writeback point is faster than the run's own bare metal: marked, reported and kept out of recommend's evidence.
+(librbd's cache: tests/scenarios/test_rbd.py; the rule on made-up runs:
+tests/analysis/test_impossible.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iomatrix.analysis.impossible import MARK, of_run, without_faster
+from iomatrix.analysis.pagecache import MARK as RAM
+from iomatrix.core.proc import managed, wait_for
+from iomatrix.recommend.decide import recommend
+from iomatrix.report.data import FASTER_THAN_BARE, FROM_RAM, build_report_data
+from iomatrix.store import Store
+from tests.conftest import cli, cli_result
+from tests.needs import lacking
+
+pytestmark = pytest.mark.slow
+
+IOPS = 200
+SUITE = """[suite]
+name = "slow"
+[target]
+device = "{device}"
+allow_destroy = true
+[matrix]
+aio = "threads"
+cache = ["none", "writeback"]
+format = "raw"
+iothread = false
+[[workloads]]
+rw = "randwrite"
+bs = "4k"
+iodepth = 4
+[method]
+mode = "blocklayer"
+baseline = true
+ramp = "300ms"
+runtime = "2s"
+samples = 1
+"""
+
+
+@pytest.fixture
+def slow_device(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB block device that serves ``IOPS`` requests a second (direct I/O throughout)."""
+    from iomatrix.diagnose.doctor import check_fuse
+
+    if not check_fuse().ok:
+        lacking("fuse", f"FUSE exports do not work here: {check_fuse().detail}")
+    image, disk = tmp_path / "slow.img", tmp_path / "slow.disk"
+    image.write_bytes(b"")
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    disk.touch()
+    argv = ["qemu-storage-daemon", "--object", f"throttle-group,id=tg,x-iops-total={IOPS}",
+            "--blockdev", f"file,filename={image},node-name=f,cache.direct=on",
+            "--blockdev", "throttle,node-name=t,throttle-group=tg,file=f",
+            "--export", f"fuse,id=e,node-name=t,mountpoint={disk},writable=on"]
+    with managed(argv, log=tmp_path / "qsd.log"):
+        assert wait_for(lambda: f" {disk} " in Path("/proc/self/mountinfo").read_text(),
+                        timeout=10), (tmp_path / "qsd.log").read_text()
+        try:
+            loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(disk)],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+            lacking("loop", f"loop devices unavailable here: {exc}")
+        try:
+            yield Path(loop)
+        finally:
+            subprocess.run(["losetup", "-d", loop], capture_output=True)
+
+
+def test_a_point_the_page_cache_served_is_faster_than_bare_metal(
+        tmp_path: Path, no_leftovers: None, slow_device: Path) -> None:
+    suite = tmp_path / "slow.toml"
+    suite.write_text(SUITE.format(device=slow_device))
+    db = tmp_path / "r.db"
+    done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(db, readonly=True) as store:
+        run = store.load_run(1)
+    configs = {c.params.get("cache", "host"): c for c in run.configs}
+    faster = of_run(run)
+    assert [c for c, _ in faster] == [configs["writeback"].key], faster
+    (why,) = faster.values()
+    assert why.why[0].startswith("IOPS ") and "write bandwidth" in why.text, why
+    status, text = cli("show", "1", "--db", str(db))
+    (marked,) = [line for line in text.splitlines() if MARK in line and "randwrite" in line]
+    assert status == 0 and configs["writeback"].label in marked and RAM in marked, text
+    views = build_report_data(run).points
+    assert [(FASTER_THAN_BARE in v.flags, FROM_RAM in v.flags) for v in views
+            if FASTER_THAN_BARE in v.flags or FROM_RAM in v.flags] == [(True, True)]
+    _, note = without_faster(run)
+    assert configs["writeback"].label in note and configs["none"].label not in note
+    assert note in recommend(run, "qemu").notes
