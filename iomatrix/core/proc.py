@@ -169,10 +169,14 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:
     """Terminate a process we started in a session of its own (TERM, then KILL to its whole
     process group) and reap it; then wait until nothing of its group is left (fio's job
     processes, which may still be ending their I/O after fio itself is reaped or killed), so
-    that what they used can be removed safely; idempotent."""
+    that what they used can be removed safely; idempotent. A stopped process (SIGSTOP) is
+    continued after its TERM, as a shell's ``kill`` does: else the TERM would wait, and the
+    process with it, for the whole ``timeout`` and the KILL."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
+            if is_stopped(proc.pid):
+                proc.send_signal(signal.SIGCONT)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -203,6 +207,17 @@ def _group_gone(pgid: int, *, timeout: float) -> None:
         if phase == 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP: state ``T`` in
+    /proc), where it answers nothing (a QEMU's monitor) and takes no signal but SIGKILL until
+    continued. False for a process gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].startswith("T")
 
 
 def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:

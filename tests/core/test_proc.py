@@ -3,12 +3,13 @@ everything of its group (fio's job processes), not only itself."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from iomatrix.core.proc import group_members, managed, stop
+from iomatrix.core.proc import group_members, is_stopped, managed, stop, wait_for
 
 # The leader ends on SIGTERM at once; its child (a job process, say) ignores SIGTERM and ends a
 # moment later by itself, or not at all with ``forever``.
@@ -52,3 +53,15 @@ def test_managed_leaves_no_member_of_its_group(tmp_path: Path) -> None:
         while not pidfile.exists() or not pidfile.read_text().strip():
             assert proc.poll() is None
     assert not _group_alive(proc.pid)
+
+
+def test_a_stopped_process_ends_on_its_sigterm(tmp_path: Path) -> None:
+    """A process stopped whole (SIGSTOP, as a stuck guest's QEMU was in CI) is continued after
+    its SIGTERM, so it ends on that (its TERM trap: status 0), not on the SIGKILL that a TERM
+    left pending would have come to after ``timeout``."""
+    proc, _ = _start(tmp_path, "sleep 1")
+    assert not is_stopped(proc.pid)
+    proc.send_signal(signal.SIGSTOP)
+    assert wait_for(lambda: is_stopped(proc.pid), timeout=30)
+    stop(proc, timeout=60)
+    assert proc.returncode == 0 and not is_stopped(proc.pid)

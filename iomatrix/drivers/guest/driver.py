@@ -32,8 +32,8 @@ from iomatrix.appliance.build import (GUEST_FIO_PORT, READY_MARKER, Appliance, G
 from iomatrix.appliance.ownimage import parse_guest_line, version_mismatch
 from iomatrix.appliance.protocol import console_tail
 from iomatrix.core.errors import EnvironmentProblem, ToolFailed, TrialFailed
-from iomatrix.core.proc import (log_tail, managed, private_network, private_network_problem,
-                                read_text, require, wait_for)
+from iomatrix.core.proc import (is_stopped, log_tail, managed, private_network,
+                                private_network_problem, read_text, require, wait_for)
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.drivers.guest.accel import resolve_accel
 from iomatrix.drivers.guest.kind import GuestKind, GuestRun
@@ -269,12 +269,15 @@ class GuestDriver(Driver):
         return applied, wrong
 
     def _quit(self, guests: list[Guest], procs: list) -> None:  # type: ignore[type-arg]
-        """Graceful stop: QMP quit to every guest; the context managers then reap (or kill)."""
-        for guest, proc in zip(guests, procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ToolFailed):
-                    qmp_execute(guest.qmp_socket, [("quit", None)], timeout=3)
-        for proc in procs:
+        """Graceful stop: QMP quit to every guest; the context managers then reap (or kill).
+        A QEMU stopped whole (SIGSTOP) answers no monitor: it is left to them (``proc.stop``
+        continues it after its SIGTERM) rather than waited for."""
+        quitting = [(guest, proc) for guest, proc in zip(guests, procs)
+                    if proc.poll() is None and not is_stopped(proc.pid)]
+        for guest, _ in quitting:
+            with contextlib.suppress(ToolFailed):
+                qmp_execute(guest.qmp_socket, [("quit", None)], timeout=3)
+        for _, proc in quitting:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=5)
 
