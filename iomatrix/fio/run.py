@@ -24,6 +24,11 @@ from iomatrix.core.units import format_bytes
 
 POLL_INTERVAL = 0.05
 """How often a running fio is checked: its exit, the observation time, the stop condition."""
+CLIENT_STOP = 1.0
+"""How long fio as a client of servers (``clients``) has to end on its SIGTERM when it is stopped
+before it ended (it outlasted its time, iomatrix is interrupted) before it is killed: it does no
+I/O of its own, and it would wait for a stopped guest's server to answer that never does (a
+server whose client is gone ends its job). fio with its own jobs gets 5 s: they end their I/O."""
 LOW_SPACE = 16 * 1024 * 1024
 """Free space below which a failed or unparsable fio run is blamed (also) on a full scratch
 directory: fio's JSON, status stream and console go there."""
@@ -94,7 +99,7 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
         interrupted = _wait(proc, t0, argv, timeout=timeout, during=during, during_at=during_at,
                             stop_when=stop_when, late=late)
     finally:
-        stop(proc, timeout=5)
+        stop(proc, timeout=CLIENT_STOP if clients else 5)
     wall = time.monotonic() - t0
     text = console_path.read_text(errors="replace") if console_path.exists() else ""
     raw = out_path.read_text(errors="replace") if out_path.exists() else ""
