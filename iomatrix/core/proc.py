@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -163,6 +164,73 @@ def reaper(daemon: subprocess.Popen[bytes], *, log: Path, unmount: Path | None =
             str(grace), *([os.fspath(unmount)] if unmount is not None else [])]
     with managed(argv, log=log, deathsig=script.ORPHANED.name.removeprefix("SIG")):
         yield
+
+
+@contextlib.contextmanager
+def reaped(pgid: int, argument: str) -> Iterator[None]:
+    """For the block, the process started in a session of its own as group ``pgid`` (fio),
+    and every process of this user with ``argument`` on its command line (fio's job processes,
+    forks of it in sessions of their own), are watched by this iomatrix's reaper
+    (``iomatrix.core.reaper --groups``, started with the first such block): killed outright,
+    iomatrix leaves none of them behind, not even a job of fio's that fio's SIGTERM could not
+    stop. ``argument``: one only that process has (fio's ``--output=`` file in the run's
+    private directory). Leave the block once they are gone (after :func:`stop`)."""
+    _GROUPS.tell(f"+{pgid} {os.fsencode(argument).hex()}\n")
+    try:
+        yield
+    finally:
+        _GROUPS.tell(f"-{pgid}\n")
+
+
+class _GroupReaper:
+    """One ``reaper.py --groups`` per iomatrix process, told the groups to watch through a pipe
+    whose write end only iomatrix holds (not inherited: ``os.pipe`` is close-on-exec), so
+    the reaper's input ends when iomatrix does, however it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner = 0             # the process that started it (a fork starts its own)
+        self._fd = -1
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def tell(self, line: str) -> None:
+        with self._lock:
+            if self._owner != os.getpid() or self._proc is None or self._proc.poll() is not None:
+                self._start()
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):      # the watchdog is a last resort
+                    os.write(self._fd, line.encode())
+
+    def _start(self) -> None:
+        from iomatrix.core import reaper as script
+
+        if self._owner == os.getpid() and self._fd >= 0:
+            os.close(self._fd)
+        self._owner, self._fd = os.getpid(), -1
+        read, write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", script.__file__, "--groups", str(REAPER_GRACE)],
+                stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+        except OSError:
+            os.close(write)
+            return
+        finally:
+            os.close(read)
+        self._fd = write
+        atexit.register(self._end, self._proc, write)
+
+    def _end(self, proc: subprocess.Popen[bytes], fd: int) -> None:
+        """At iomatrix's exit: its input ends, every group is gone already; reap it."""
+        if os.getpid() == self._owner and fd == self._fd:
+            os.close(fd)
+            self._fd = -1
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+
+_GROUPS = _GroupReaper()
 
 
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 5.0) -> None:

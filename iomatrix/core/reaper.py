@@ -13,7 +13,19 @@ so one that comes before Python has set up anything is not fatal and is caught b
 check instead), it gives the daemon ``GRACE`` seconds to end on its SIGTERM, then SIGKILLs it
 (the kernel then aborts the FUSE connection: fio's requests fail and fio ends), and lazily
 unmounts ``MOUNTPOINT`` if the export is still mounted there. SIGTERM (iomatrix stopping it
-when the daemon's session ends normally) ends it doing nothing."""
+when the daemon's session ends normally) ends it doing nothing.
+
+fio needs the same (``python -I reaper.py --groups GRACE``, one per iomatrix process, started
+by :func:`iomatrix.core.proc.reaped`): fio's parent-death SIGTERM reaches fio's main process
+only, which then stops its job processes; a job deadlocked (CI saw one in a futex wait after
+fio's main process had died) outlives both fio and iomatrix, in a session of its own (each fio
+job calls setsid), its parent gone. What still tells it is its command line, fio's own (a job is
+a fork), with an argument only that fio has (its ``--output=`` file in the run's private
+directory). So iomatrix tells this process each fio as it starts (``+PGID HEX``: fio's process
+group and that argument, hex-encoded, on its standard input) and again once it is stopped
+(``-PGID``); when the input ends (iomatrix gone, its end of the pipe closed with it, however it
+died), the processes left of each fio still listed (its group, and this user's processes with
+that argument) get ``GRACE`` seconds to end, then SIGKILL."""
 
 from __future__ import annotations
 
@@ -23,6 +35,7 @@ import re
 import select
 import signal
 import sys
+import time
 
 ORPHANED = signal.SIGURG
 """The parent-death signal this script is started with (``proc.reaper``)."""
@@ -30,6 +43,8 @@ _MNT_DETACH = 2
 
 
 def main(argv: list[str]) -> int:
+    if argv[1] == "--groups":
+        return groups(float(argv[2]))
     parent, pid, grace = int(argv[1]), int(argv[2]), float(argv[3])
     mountpoint = argv[4] if len(argv) > 4 else None
     signal.pthread_sigmask(signal.SIG_BLOCK, {ORPHANED, signal.SIGTERM})
@@ -46,6 +61,58 @@ def main(argv: list[str]) -> int:
     if mountpoint is not None and fuse_mounted(mountpoint):
         ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(mountpoint), _MNT_DETACH)
     return 0
+
+
+def groups(grace: float) -> int:
+    """Follow the processes iomatrix lists on standard input until it ends; then give those
+    still listed ``grace`` seconds, and SIGKILL what is left of them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # a terminal's Ctrl-C is iomatrix's
+    watched: dict[int, bytes] = {}
+    for line in sys.stdin.buffer:
+        sign, (number, _, argument) = line[:1], line[1:].strip().partition(b" ")
+        if sign in (b"+", b"-") and number.isdigit():
+            if sign == b"+":
+                watched[int(number)] = bytes.fromhex(argument.decode("ascii", "replace") or "")
+            else:
+                watched.pop(int(number), None)
+    deadline = time.monotonic() + grace
+    while left(watched) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left(watched):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:                     # gone meanwhile
+            continue
+        try:
+            if pid in left(watched):        # still that process (its pidfd holds it)
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+    return 0
+
+
+def left(watched: dict[int, bytes]) -> list[int]:
+    """The live (not zombie) processes of this user in a process group of ``watched`` or with
+    its argument on their command line (``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                text = stat.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        fields = text[text.rindex(b")") + 2:].split()        # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] != b"Z" and (
+                int(fields[2]) in watched
+                or any(a in argv for a in watched.values() if a)):
+            found.append(int(entry))
+    return found
 
 
 def ended(pidfd: int, timeout: float) -> bool:

@@ -17,7 +17,7 @@ from iomatrix.core.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.status import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.core.proc import orphan_guard, stop
+from iomatrix.core.proc import orphan_guard, reaped, stop
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_bytes
 
@@ -95,11 +95,12 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     except OSError as exc:
         raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
                         argv=argv, returncode=None) from exc
-    try:
-        interrupted = _wait(proc, t0, argv, timeout=timeout, during=during, during_at=during_at,
-                            stop_when=stop_when, late=late)
-    finally:
-        stop(proc, timeout=CLIENT_STOP if clients else 5)
+    with reaped(proc.pid, argv[2]):     # --output=: a job fio's SIGTERM cannot stop goes too
+        try:
+            interrupted = _wait(proc, t0, argv, timeout=timeout, during=during,
+                                during_at=during_at, stop_when=stop_when, late=late)
+        finally:
+            stop(proc, timeout=CLIENT_STOP if clients else 5)
     wall = time.monotonic() - t0
     text = console_path.read_text(errors="replace") if console_path.exists() else ""
     raw = out_path.read_text(errors="replace") if out_path.exists() else ""

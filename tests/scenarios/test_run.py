@@ -239,6 +239,19 @@ runtime = "500ms"
     assert loop_device.exists()       # the device itself is never removed
 
 
+def _fio_jobs(marker: str) -> list[int]:
+    """fio's job processes (a fio whose parent is a fio) that mention ``marker``."""
+    fio = {int(p.split()[0]) for p in our_processes(marker) if p.split(" ", 2)[1] == "fio:"}
+    jobs = []
+    for pid in fio:
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) in fio:
+                jobs.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return jobs
+
+
 @pytest.mark.parametrize("daemon", ["running", "stuck"])
 def test_kill_9_leaves_no_daemon_or_fio_running(tmp_path: Path, no_leftovers: None,
                                                 daemon: str) -> None:
@@ -247,7 +260,10 @@ def test_kill_9_leaves_no_daemon_or_fio_running(tmp_path: Path, no_leftovers: No
     daemon does not end on its SIGTERM (stopped with SIGSTOP just before the kill, a stand-in
     for the daemon CI once saw waiting on the FUSE export's in-flight I/O while fio waited on
     it): fio's job then waits in the kernel on the export, and only iomatrix's reaper (kill the
-    daemon, which aborts the FUSE connection, and unmount) ends both."""
+    daemon, which aborts the FUSE connection, and unmount) ends both. "running": fio's job
+    processes cannot stop (stopped with SIGSTOP just before the kill, a stand-in for the job
+    CI saw deadlocked in a futex wait once fio's main process had died, in a session of its
+    own): only iomatrix's reaper of fio (``proc.reaped``) ends them."""
     body = SMALL.replace('runtime = "1s"', 'runtime = "3s"').replace("iothread = false", "iothread = true")
     suite = write_suite(tmp_path, body, size="16MiB")
     proc = subprocess.Popen([*IOMATRIX, "run", str(suite), "--db", "r.db"], cwd=tmp_path,
@@ -263,6 +279,12 @@ def test_kill_9_leaves_no_daemon_or_fio_running(tmp_path: Path, no_leftovers: No
         for p in our_processes(str(tmp_path)):
             if "qemu-storage-da" in p:
                 os.kill(int(p.split()[0]), signal.SIGSTOP)
+    else:
+        while not (jobs := _fio_jobs(str(tmp_path))):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        for job in jobs:
+            os.kill(job, signal.SIGSTOP)
     proc.kill()
     proc.wait(timeout=10)
     deadline = time.monotonic() + 120     # the reaper's grace is 5 s; this only ends a hang
