@@ -71,6 +71,8 @@ class ScalingRow(Frozen):
     """aggregate(N) / (N × aggregate(1)), paired by round; None without a one-node count."""
     node_iops: dict[str, Figure] = {}
     """Each node's IOPS, by its name."""
+    node_latency_us: dict[str, Figure] = {}
+    """Each node's mean request latency (µs), by its name."""
     node_share: dict[str, Figure] = {}
     """Each node's IOPS / aggregate(1), paired by round (its share of the one-node figure)."""
     gain_to_next: Figure | None = None
@@ -149,17 +151,21 @@ def node_names(trial: TrialRecord) -> dict[int, str]:
     return names
 
 
-def _per_node(trial: TrialRecord) -> dict[str, float]:
-    """Each node's IOPS in a trial (its guests' summed); a trial of one client has no
-    per-client figures: its aggregate is that node's."""
+def _per_node(trial: TrialRecord) -> dict[str, tuple[float, float | None]]:
+    """Each node's IOPS in a trial (its guests' summed) and its mean latency over its
+    requests (µs); a trial of one client has no per-client figures: its own are that node's."""
     names = node_names(trial)
     if not trial.vm_samples and len(names) == 1:
-        return {names[0]: _iops(trial)}
-    out: dict[str, float] = defaultdict(float)
+        return {names[0]: (_iops(trial), _latency_us(trial))}
+    iops: dict[str, float] = defaultdict(float)
+    lat: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for s in trial.vm_samples:
         if s.vm is not None and s.vm in names:
-            out[names[s.vm]] += s.iops
-    return dict(out)
+            iops[names[s.vm]] += s.iops
+            if s.lat_mean_ns is not None and s.total_ios > 0:
+                lat[names[s.vm]].append((s.lat_mean_ns, s.total_ios))
+    return {name: (x, sum(m * n for m, n in lat[name]) / sum(n for _, n in lat[name]) / 1000
+                   if lat[name] else None) for name, x in iops.items()}
 
 
 def _curve(configs: Sequence[ConfigRecord], workload: WorkloadRecord,
@@ -173,9 +179,12 @@ def _curve(configs: Sequence[ConfigRecord], workload: WorkloadRecord,
         agg = {r: _iops(t) for r, t in rounds.items()}
         paired = [r for r in agg if r in one and _iops(one[r]) > 0]
         nodes: dict[str, dict[int, float]] = defaultdict(dict)
+        node_lat: dict[str, list[float]] = defaultdict(list)
         for r, t in rounds.items():
-            for name, iops in _per_node(t).items():
+            for name, (iops, lat) in _per_node(t).items():
                 nodes[name][r] = iops
+                if lat is not None:
+                    node_lat[name].append(lat)
         after = by_count[counts[i + 1]] if i + 1 < len(counts) else {}
         gains = [_iops(after[r]) - agg[r] for r in agg if r in after]
         latencies = [x for t in rounds.values() if (x := _latency_us(t)) is not None]
@@ -185,6 +194,7 @@ def _curve(configs: Sequence[ConfigRecord], workload: WorkloadRecord,
             latency_us=Figure.of(latencies),
             efficiency=Figure.of([agg[r] / (n * _iops(one[r])) for r in paired]),
             node_iops={name: f for name, v in nodes.items() if (f := Figure.of(list(v.values())))},
+            node_latency_us={name: f for name, v in node_lat.items() if (f := Figure.of(v))},
             node_share={name: f for name, v in nodes.items() if (f := Figure.of(
                 [v[r] / _iops(one[r]) for r in v if r in paired]))},
             gain_to_next=Figure.of(gains)))

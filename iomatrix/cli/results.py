@@ -323,12 +323,15 @@ def _scaling_table(stored: Any) -> None:
     for curve in curves:
         table = Table("nodes", "aggregate IOPS [95% CI]", "IOPS per node", "mean lat µs",
                       "aggregate / (N × one node)", "each node's share of one node",
+                      "each node's mean lat µs",
                       title=f"scaling: {curve.family} · {curve.workload_label}", box=None)
         for row in curve.rows:
             shares = "  ".join(f"{name}:{ci(f, percent=True)}"
                                for name, f in row.node_share.items())
+            lats = "  ".join(f"{name}:{ci(f)}" for name, f in row.node_latency_us.items())
             table.add_row(str(row.nodes), ci(row.aggregate_iops), ci(row.per_node_iops),
-                          ci(row.latency_us), ci(row.efficiency, percent=True), shares or "—")
+                          ci(row.latency_us), ci(row.efficiency, percent=True), shares or "—",
+                          lats or "—")
         out.print(table)
         out.print(f"scaling: {curve.saturation}", markup=False, soft_wrap=True)
     if curves:

@@ -71,6 +71,8 @@ def test_aggregate_efficiency_shares_and_where_adding_a_node_stops(tmp_path: Pat
         assert row.per_node_iops.mean == pytest.approx(ci.mean / row.nodes)
         assert row.latency_us is not None and row.latency_us.mean == pytest.approx(10 * row.nodes)
         assert sorted(row.node_iops) == list(NODES[:row.nodes])
+        assert {n: f.mean for n, f in row.node_latency_us.items()} == pytest.approx(
+            {n: 10 * row.nodes for n in NODES[:row.nodes]})
     # efficiency paired by round: aggregate(N) / (N × aggregate(1)) of the same round
     ratios = [a / (3 * o) for a, o in zip(aggregates[3], aggregates[1])]
     assert three.efficiency is not None
