@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from iomatrix.core.errors import SuiteError, TargetError
 from iomatrix.core.units import fio_duration
-from iomatrix.suite.fiooptions import fio_option_problem
+from iomatrix.fio.logs import job_lines as log_lines
+from iomatrix.suite.fiooptions import LOG_OPTIONS, fio_option_problem
 from iomatrix.suite.workloads import IOPING_WORKING_SET, Workload
 
 PERCENTILES = "50:90:99:99.9:99.99"
@@ -34,9 +36,10 @@ FILE_OPTIONS = ("filename",)
 
 
 def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runtime: float,
-             name: str = "iomatrix") -> str:
+             name: str = "iomatrix", logs: Path | None = None) -> str:
     """A job file measuring ``workload`` for ``runtime`` seconds after ``ramp``, on ``target``
-    (fio options naming the engine and the file, device or URI)."""
+    (fio options naming the engine and the file, device or URI); the logs the workload asks
+    for written into ``logs`` (the trial's own directory; None: left out, ``iomatrix.fio.logs``)."""
     lines = ["[global]"]
     lines += _target_lines(target)
     lines += [
@@ -55,7 +58,11 @@ def job_text(workload: Workload, *, target: Mapping[str, str], ramp: float, runt
     ]
     if workload.rate_iops:
         lines.append(f"rate_iops={int(workload.rate_iops)}")
-    lines += _option_lines(workload.options)
+    lines += _option_lines((k, v) for k, v in workload.options if k not in LOG_OPTIONS)
+    if logs is not None and _UNSAFE.search(str(logs)):
+        raise TargetError(f"{logs}: the trial's directory may not hold control characters, '$' "
+                          "or '\\'")
+    lines += log_lines(workload.options, logs)
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,7 @@ from iomatrix.core.errors import IomatrixError, ToolFailed, TrialFailed
 from iomatrix.fio.depth import achieved_depth
 from iomatrix.fio.ioping import IopingTool, run_ioping
 from iomatrix.fio.jobfile import fill_text, ioping_job_text, job_text
+from iomatrix.fio.logs import TrialLogs
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.measure.pvehost import detect_pve
 from iomatrix.fio.persecond import not_judged
@@ -623,8 +624,11 @@ class _Runner:
         ioping_file = session.ioping_path() if workload.ioping else None
         if self.ioping and ioping_file:
             return self._ioping_trial(session, self.ioping, ioping_file, config, workload, k)
+        stalls = StallWatch(session, workload, workdir)
+        logs = TrialLogs(workdir, remote=stalls.remote)
         jobs = [(ioping_job_text(workload, target=target) if workload.ioping else
-                 job_text(workload, target=target, ramp=method.ramp, runtime=method.window))
+                 job_text(workload, target=target, ramp=method.ramp, runtime=method.window,
+                          logs=logs.directory))
                 for target in session.job_targets()]
         seconds = trial_seconds(workload, method)
         guests = bool(session.clients())
@@ -637,8 +641,8 @@ class _Runner:
             watch = SteadyWatch(output_path(workdir), ramp=method.ramp > 0,
                                 min_seconds=method.min_runtime)
         probe = TrialProbe(session.pids(), self.device, self.perf)
-        stalls = StallWatch(session, workload, workdir)
         stalls.start()
+        logs.start()
         try:
             with probe:
                 fio = run_fio(stalls.job(jobs[0]), workdir=workdir, timeout=seconds + FIO_GRACE,
@@ -656,6 +660,7 @@ class _Runner:
             vm_samples = vm_samples_of(fio.result, session.clients())
         except IomatrixError as exc:
             stalls.finish()
+            logs.discard()
             self._failed(config, workload, k, session.failure(str(exc)), started=started,
                          applied=session.applied(), command=session.command())
             return
@@ -673,7 +678,7 @@ class _Runner:
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
             steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series(),
-            stall=stalls.finish(), depth=depth))
+            stall=stalls.finish(), depth=depth, logs=logs.collect()))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")

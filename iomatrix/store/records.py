@@ -81,6 +81,9 @@ class TrialResult(Frozen):
     telemetry: HostSeries | None = None
     stall: StallCheck | None = None
     depth: DepthRecord | None = None
+    logs: dict[str, str] = {}
+    """The latency, bandwidth and IOPS logs the workload asked for, by file name, as fio wrote
+    them into the trial's own directory (``iomatrix.fio.logs``)."""
 
 
 class TrialRecord(Frozen):
@@ -127,6 +130,9 @@ class TrialRecord(Frozen):
     depth: DepthRecord | None = None
     """The queue depth fio achieved beside the asked one, flagged when well short of it
     (``iomatrix.fio.depth``; None for failed trials, imported and older runs)."""
+    logs: dict[str, str] = {}
+    """fio's logs the workload asked for (``write_lat_log``...), by file name, kept with the run
+    (``iomatrix.fio.logs``); empty where it asked for none."""
     tool: str | None = None
     """What measured it, as it names itself: "fio-3.33", or "ioping 1.3" for an ioping
     workload in host mode (stored in the trial's fio_version); None for a failed trial."""

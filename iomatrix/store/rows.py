@@ -26,6 +26,7 @@ from iomatrix.cluster.ssh import Node
 from iomatrix.core.errors import DamagedStore
 from iomatrix.core.model import Frozen
 from iomatrix.core.text import printable
+from iomatrix.fio.logs import LOG_NAME
 from iomatrix.fio.persecond import StallCheck
 from iomatrix.store.records import CpuRecord, DepthRecord, SteadyRecord, TrialRecord
 from iomatrix.suite.fields import NODE_AXIS, TARGET_AXIS
@@ -121,6 +122,7 @@ Cpu = Annotated[CpuRecord | None, BeforeValidator(_none_if_empty)]
 Depth = Annotated[DepthRecord | None, BeforeValidator(_none_if_empty)]
 Telemetry = Annotated[HostSeries | None, BeforeValidator(_none_if_empty)]
 Stall = Annotated[StallCheck | None, BeforeValidator(_none_if_empty)]
+TrialLogs = dict[Annotated[str, Field(pattern=LOG_NAME)], str]
 
 NODE_KEYS = frozenset(f.name for f in fields(Node))
 _NODE = TypeAdapter(Node)
@@ -178,6 +180,7 @@ COLUMNS: dict[tuple[str, str], Any] = {
     ("trials", "steady_json"): Steady,
     ("trials", "cpu_json"): Cpu,
     ("trials", "depth_json"): Depth,
+    ("trials", "logs_json"): TrialLogs,
     ("trials", "telemetry_json"): Telemetry,
     ("trials", "stall_json"): Stall,
     ("trial_history", "trial_json"): TrialRecord,

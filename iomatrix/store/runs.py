@@ -95,7 +95,8 @@ class Runs(StoreBase):
                 "INSERT INTO trials (run_id, configuration_id, workload_id, sample_index, status, "
                 "reason, started_at, wall_seconds, fio_version, usr_cpu, sys_cpu, ctx, fio_json, "
                 "accelerator, applied_json, command, steady_json, cpu_json, telemetry_json, stall_json, "
-                "depth_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "depth_json, logs_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, cid, wid, result.sample_index, result.status, result.reason,
                  result.started_at, result.wall_seconds, result.fio_version, result.usr_cpu,
                  result.sys_cpu, result.ctx,
@@ -105,7 +106,8 @@ class Runs(StoreBase):
                  json.dumps(result.cpu.model_dump() if result.cpu else {}),
                  json.dumps(result.telemetry.model_dump() if result.telemetry else {}),
                  json.dumps(result.stall.model_dump() if result.stall else {}),
-                 json.dumps(result.depth.model_dump() if result.depth else {})))
+                 json.dumps(result.depth.model_dump() if result.depth else {}),
+                 json.dumps(result.logs, sort_keys=True)))
             placeholders = ", ".join("?" * (len(_SAMPLE_COLUMNS) + 1))
             for s in result.samples:
                 self.conn.execute(
@@ -337,11 +339,13 @@ class Runs(StoreBase):
                   cpu=decode("trials", "cpu_json", r[0], r[15]), tool=r[16],
                   stall=decode("trials", "stall_json", r[0], r[17]),
                   depth=decode("trials", "depth_json", r[0], r[18]),
+                  logs=decode("trials", "logs_json", r[0], r[19]),
                   samples=tuple(samples.get(r[0], ())), vm_samples=tuple(vm_samples.get(r[0], ())))
             for r in self.conn.execute(
                 "SELECT t.id, c.key, w.key, t.sample_index, t.status, t.reason, t.started_at, "
                 "t.wall_seconds, t.accelerator, t.usr_cpu, t.sys_cpu, t.ctx, t.applied_json, "
-                "t.command, t.steady_json, t.cpu_json, t.fio_version, t.stall_json, t.depth_json "
+                "t.command, t.steady_json, t.cpu_json, t.fio_version, t.stall_json, t.depth_json, "
+                "t.logs_json "
                 "FROM trials t "
                 "JOIN configurations c ON c.id = t.configuration_id "
                 f"JOIN workloads w ON w.id = t.workload_id WHERE {where} ORDER BY t.id",
@@ -418,7 +422,7 @@ def _text(table: str, column: str, row: object, value: Any) -> str:
 
 
 _TRIAL_COLUMNS = {"applied": "applied_json", "steady": "steady_json", "cpu": "cpu_json",
-                  "stall": "stall_json", "depth": "depth_json",
+                  "stall": "stall_json", "depth": "depth_json", "logs": "logs_json",
                   "tool": "fio_version", "config_key": "configuration_id",
                   "workload_key": "workload_id"}
 """The columns of ``trials`` that a ``TrialRecord``'s fields are read from, where the names

@@ -40,6 +40,9 @@ History:
   14 the queue depth each trial achieved beside the one it asked (``trials.depth_json``,
      ``iomatrix.fio.depth.DepthRecord``; a trial well short of its depth is flagged); {} for
      failed trials and the trials made before it
+  15 per trial: the latency, bandwidth and IOPS logs its workload asked for (``write_lat_log``
+     ...), as fio wrote them into the trial's own directory (``trials.logs_json``: file name →
+     text); {} where none was asked for
 
 Every migration also sets ``PRAGMA application_id`` to ``APPLICATION_ID``: the mark by which
 iomatrix knows its own files. Databases made before the mark are known by their tables. Anything
@@ -293,6 +296,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 14
     """
     ALTER TABLE trials ADD COLUMN depth_json TEXT NOT NULL DEFAULT '{}';
+    """,
+    # 15
+    """
+    ALTER TABLE trials ADD COLUMN logs_json TEXT NOT NULL DEFAULT '{}';
     """,
 )
 

@@ -100,6 +100,12 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
     "clat_percentiles": _BOOL, "slat_percentiles": _BOOL, "significant_figures": _UINT,
     "bwavgtime": _UINT, "iopsavgtime": _UINT, "disk_util": _BOOL,
     "clocksource": _choice("gettimeofday", "clock_gettime", "cpu"),
+    # fio's latency, bandwidth and IOPS logs: "1" only (the workload asked for it); iomatrix
+    # names the file, in the trial's own directory (iomatrix.fio.logs), never a path given here.
+    **{key: (r"1", "1: iomatrix writes the log into the trial's own directory")
+       for key in ("write_lat_log", "write_bw_log", "write_iops_log")},
+    # What those logs record beside each entry: on/off.
+    "log_offset": _BOOL, "log_max_value": _BOOL, "log_prio": _BOOL,
     # fio's own steady-state detection (README: "fio's own ss options can be passed").
     "steadystate": _choice("iops", "iops_slope", "bw", "bw_slope", param=_NUM),
     "ss": _choice("iops", "iops_slope", "bw", "bw_slope", param=_NUM),
@@ -114,6 +120,8 @@ FIO_OPTION_SHAPES: dict[str, tuple[str, str]] = {
 }
 """fio option → the shape its value must have: (regular expression matched whole, in words)."""
 WORKLOAD_FIO_OPTIONS = frozenset(FIO_OPTION_SHAPES)
+LOG_OPTIONS = frozenset({"write_lat_log", "write_bw_log", "write_iops_log"})
+"""The log options above: the job fio runs names each log itself (``iomatrix.fio.logs``)."""
 ENGINE_FIO_OPTIONS = frozenset({
     "userspace_reap", "nowait", "hipri", "fixedbufs", "registerfiles", "sqthread_poll",
     "sqthread_poll_cpu", "nonvectored", "force_async", "cmdprio_percentage", "cmdprio_class",

@@ -87,6 +87,10 @@ percentile_list, gtod_reduce       ``wait_for``, as in fio; gtod_reduce would tu
                                    latencies iomatrix reports)
 stonewall, wait_for_previous,      the order of the jobs (above); new_group only groups fio's
 wait_for, new_group                report
+write_lat_log, write_bw_log,       the workload's, its path never used (a file root's fio would
+write_iops_log, log_avg_msec       create): the log is written into the trial's own directory,
+                                   averaged over 250 ms, and stored with the run (noted;
+                                   ``iomatrix.fio.logs``)
 kb_base                            1024 (fio's default) only: the options iomatrix passes on keep
                                    their units and fio reads them with its default
 include                            refused: it makes fio read another file
@@ -112,7 +116,7 @@ from iomatrix.core.errors import SuiteError
 from iomatrix.core.files import read_beside
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import fio_size
-from iomatrix.suite.fiooptions import (ENGINE_FIO_OPTIONS, FIO_VAR, SAFETY, SCOPE,
+from iomatrix.suite.fiooptions import (ENGINE_FIO_OPTIONS, FIO_VAR, LOG_OPTIONS, SAFETY, SCOPE,
                                       WORKLOAD_FIO_OPTIONS, fio_option_problem, refusal_kind)
 from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite
@@ -155,10 +159,13 @@ ORDER = ("stonewall", "wait_for")
 """Options that order the jobs (checked across the file, not passed on)."""
 TAKES_VALUE = frozenset({*FIELDS, *REPLACED, *NOT_USED, *ORDER, "ioengine", "direct",
                          "buffered", "kb_base", *WORKLOAD_FIO_OPTIONS}
-                        - BARE_FLAGS - ENGINE_FIO_OPTIONS - {"buffer_pattern", "numa_cpu_nodes"})
+                        - BARE_FLAGS - ENGINE_FIO_OPTIONS - LOG_OPTIONS
+                        - {"buffer_pattern", "numa_cpu_nodes"})
 """Options iomatrix reads whose bare name fio refuses (canonical names; fio's engine options
 are known to fio only beside their engine, fio 3.33 crashes on a bare buffer_pattern and takes
-a bare numa_cpu_nodes)."""
+a bare numa_cpu_nodes or write_*_log)."""
+LOGGED = "a log in the trial's own directory, stored with the run"
+"""What replaces a job file's log path (``iomatrix.fio.logs``)."""
 FIO_SAYS = ("direct", "buffered", "bs", "iodepth", "numjobs", "rate_iops")
 """Those whose bare name fio refuses with "Option NAME requires an argument", quoted."""
 _KEY = re.compile(r"[a-z][a-z0-9_]*")
@@ -352,7 +359,7 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
     for option in job.options:
         key = ALIASES.get(option.key, option.key)
         value = option.value
-        if value is None and key not in BARE_FLAGS:
+        if value is None and key not in BARE_FLAGS | LOG_OPTIONS:
             raise JobFileError(option.line, f"[{job.name}] {_bare(option.key)}",
                                _bare_kind(option.key))
         try:
@@ -363,6 +370,12 @@ def workload(job: Job, *, engine: str) -> JobWorkload:
                 replaced.append((option.text, REPLACED[key]))
             elif key in NOT_USED:
                 unused.append(option.key)
+            elif key in LOG_OPTIONS:     # the path is never used: iomatrix names the log
+                if value != "0":
+                    options[key] = "1"
+                    replaced.append((option.text, LOGGED))
+            elif key == "log_avg_msec":
+                replaced.append((option.text, f"{LOGGED}, averaged as iomatrix averages it"))
             elif key in ORDER:                             # checked in ``_one_at_a_time``
                 if key == "stonewall" and value not in (None, "0", "1"):
                     raise ValueError("write stonewall, stonewall=1 or stonewall=0")

@@ -30,8 +30,8 @@ from iomatrix.fio.jobfile import fill_text, job_text
 from iomatrix.suite import expand, load_suite_text
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.fields import MIN_GUEST_MEMORY_MIB
-from iomatrix.suite.fiooptions import (FIO_OPTION_SHAPES, SET_BY_IOMATRIX, WORKLOAD_FIO_OPTIONS,
-                                       fio_option_problem)
+from iomatrix.suite.fiooptions import (FIO_OPTION_SHAPES, LOG_OPTIONS, SET_BY_IOMATRIX,
+                                       WORKLOAD_FIO_OPTIONS, fio_option_problem)
 from iomatrix.suite.target import Target
 from iomatrix.suite.workloads import Workload
 from iomatrix.targets.workspace import Image, target_notes
@@ -110,11 +110,21 @@ def test_every_allowed_option_and_choice_is_fios_own() -> None:
 
 
 def test_no_option_that_names_a_path_or_is_set_by_iomatrix_is_allowed() -> None:
-    assert not WORKLOAD_FIO_OPTIONS & PATH_OPTIONS
+    # the log options (issue 38) are allowed as "1" only: the job names the log itself, in the
+    # trial's own directory (iomatrix.fio.logs), whatever a suite or job file gave
+    assert not (WORKLOAD_FIO_OPTIONS - LOG_OPTIONS) & PATH_OPTIONS
+    assert all(FIO_OPTION_SHAPES[key][0] == "1" for key in LOG_OPTIONS)
     assert not WORKLOAD_FIO_OPTIONS & set(SET_BY_IOMATRIX)
     assert not any(name.startswith(("write_", "log_", "exec_", "cgroup", "trigger", "replay_",
                                     "verify", "read_iolog", "merge_blktrace"))
-                   for name in WORKLOAD_FIO_OPTIONS - {"write_barrier", "write_hint"})
+                   for name in WORKLOAD_FIO_OPTIONS - LOG_OPTIONS
+                   - {"write_barrier", "write_hint", "log_offset", "log_max_value", "log_prio"})
+    workload = Workload(rw="read", bs=4096, iodepth=1, options=(("write_lat_log", "1"),))
+    remote = job_text(workload, target={"filename": "/dev/null"}, ramp=0, runtime=1)
+    local = job_text(workload, target={"filename": "/dev/null"}, ramp=0, runtime=1,
+                     logs=Path("/run/trial/logs"))
+    assert "write_lat_log" not in remote
+    assert "write_lat_log=/run/trial/logs/workload\n" in local
 
 
 @pytest.mark.slow
@@ -153,7 +163,8 @@ def error(extra: str, base: str = BASE) -> str:
     ('{ mem = "mmap:/etc/passwd" }', "fio option 'mem' = 'mmap:/etc/passwd': a ':FILE'"),
     ('{ iomem = "mmaphuge:/hugetlbfs/x" }', "fio option 'iomem' = 'mmaphuge:/hugetlbfs/x'"),
     ('{ ioscheduler = "none" }', "'ioscheduler' is refused: it writes to the device's sysfs"),
-    ('{ write_bw_log = "bw" }', "'write_bw_log' is refused: it names, creates or reads files"),
+    ('{ write_bw_log = "bw" }', "'write_bw_log': value 'bw' is not one iomatrix passes on "
+                                "(expected 1: iomatrix writes the log into the trial's own"),
     ('{ log_avg_msec = 1000 }', "'log_avg_msec' is refused"),
     ('{ cgroup = "x" }', "'cgroup' is refused: it moves fio into another cgroup"),
     ('{ exec_prerun = "/bin/sh" }', "'exec_prerun' is refused: it runs a command"),

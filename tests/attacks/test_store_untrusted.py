@@ -107,6 +107,8 @@ VALID = {("runs", "host_json"): {"hostname": "h"}, ("runs", "notes_json"): ["a"]
          ("trials", "applied_json"): {"aio": "native"},
          ("trials", "steady_json"): {"checked": False, "reason": "off"},
          ("trials", "cpu_json"): {}, ("trials", "telemetry_json"): {},
+         ("trials", "stall_json"): {}, ("trials", "depth_json"): {},
+         ("trials", "logs_json"): {"workload_lat.1.log": "250, 81000, 0, 0, 0\n"},
          ("run_nodes", "node_json"): NODE, ("run_nodes", "host_json"): {"hostname": "n1"},
          ("runs", "spec_json"): {"version": 1, "tables": {"suite": {"name": "t"},
                                                           "target": {"directory": "/tmp/t"}}}}
@@ -121,6 +123,8 @@ def damages(table: str, column: str) -> dict[str, tuple[str, str]]:
     said = "unknown key"
     if isinstance(valid, list):
         extra, said = [*valid, {"k": 1}], "1: Input should be a valid string"
+    elif column == "logs_json":      # a log's name is a pattern: fio's names for iomatrix's
+        extra, said = {**valid, "../evil": "x"}, "bad key '../evil'"
     elif column != "applied_json":
         extra = {**valid, "proxy_command" if column == "node_json" else "evil": "x"}
     else:

@@ -169,8 +169,9 @@ def test_sizes_and_bare_flags_are_what_fio_reads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, expected", [
     ("[j]\nexec_prerun=/bin/true\n", "line 2: [j] exec_prerun=/bin/true: fio option "
                                      "'exec_prerun' is refused: it runs a command"),
-    ("[j]\nwrite_bw_log=bw\n", "line 2: [j] write_bw_log=bw: fio option 'write_bw_log' is "
-                               "refused: it names, creates or reads files"),
+    ("[j]\nwrite_lat_log=lat\nread_iolog=trace\n", "line 3: [j] read_iolog=trace: fio option "
+                                                 "'read_iolog' is refused: it names, creates or "
+                                                 "reads files"),
     ("[j]\ndirect=0\n", "line 2: [j] direct=0: iomatrix measures direct I/O only"),
     ("[j]\nbs=4KiB\n", "line 2: [j] bs=4KiB: block size 4000 is not a multiple of 512"),
     ("[j]\nbs=4k,64k\n", "[j] bs=4k,64k: a workload has one block size"),
