@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.analysis.impossible import MARK, of_run, without_faster
 from iomatrix.cli.status import ExitStatus
 from iomatrix.drivers.guest import free_port
-from iomatrix.recommend.decide import recommend
-from iomatrix.report.data import FASTER_THAN_BARE, build_report_data
 from iomatrix.store.repo import Store
 from tests import ceph
-from tests.conftest import BOOT_TIMEOUT, cli, cli_result
+from tests.conftest import BOOT_TIMEOUT, cli_result
 from tests.needs import needs
+from tests.scenarios.test_impossible import only_writeback_is_faster
 
 pytestmark = [pytest.mark.slow, needs("ceph")]
 
@@ -335,22 +333,8 @@ def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
     # flushes now and then: librbd's cache writes through until it has seen one
     suite.write_text(suite.read_text().replace(
         "iodepth = [4]", 'iodepth = [4]\noptions = { fsync = "16" }'))
-    db = tmp_path / "r.db"
     with slowed(cluster, 0.005):
-        done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+        done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    with Store(db, readonly=True) as store:
-        run = store.load_run(1)
-    configs = {c.params.get("cache", "host"): c for c in run.configs}
-    faster = of_run(run)
-    assert [c for c, _ in faster] == [configs["writeback"].key], faster
-    (why,) = faster.values()
+    _, why, _ = only_writeback_is_faster(tmp_path / "r.db", storage="rbd")
     assert "mean latency" in why.text, why
-    status, text = cli("show", "1", "--db", str(db))
-    marked = [line for line in text.splitlines() if MARK in line and "QD4" in line]
-    assert status == 0 and len(marked) == 1 and configs["writeback"].label in marked[0], text
-    flags = {v.config: FASTER_THAN_BARE in v.flags for v in build_report_data(run).points}
-    assert sum(flags.values()) == 1
-    _, note = without_faster(run)
-    assert configs["writeback"].label in note and configs["none"].label not in note
-    assert note in recommend(run, "proxmox", storage="rbd").notes
