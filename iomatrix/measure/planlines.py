@@ -11,7 +11,8 @@ from iomatrix.analysis.paired import stopping_rule
 from iomatrix.appliance.guestfio import guest_fio_status
 from iomatrix.appliance.kernel import default_cache_dir
 from iomatrix.appliance.ownimage import open_guest_image, overlay_worst_case
-from iomatrix.core.errors import EnvironmentProblem, SuiteError
+from iomatrix.appliance.winfio import BUILD_ESTIMATE, windows_fio
+from iomatrix.core.errors import EnvironmentProblem, GuestFioUnavailable, SuiteError
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_bytes
 from iomatrix.measure.prepare import PreparedRun
@@ -127,10 +128,28 @@ def _guest_notes(prepared: PreparedRun) -> list[Line]:
             "longer than the estimate says (Debian 12 with cloud-init: about a minute under "
             "TCG)")))
         lines.append(Line(text=_overlay_space(prepared)))
+        if own.os == "windows":
+            lines.append(Line(text=_windows_fio(), wrap=True))
     status = guest_fio_status(default_cache_dir())   # without building anything
     if not status.cached:
         lines.append(Line(text=status.detail if status.ok else f"warning: {status.detail}"))
     return lines
+
+
+def _windows_fio() -> str:
+    """Whether the Windows guest's fio.exe is cached, or what building it will cost or why it
+    cannot be had (nothing is built)."""
+    try:
+        found = windows_fio(default_cache_dir(), fetch=False)
+    except GuestFioUnavailable as exc:
+        if "not built yet" in str(exc):
+            return (f"the Windows guest's fio.exe is cross-built at the run's start from the host "
+                    f"fio's Debian source ({BUILD_ESTIMATE}, once)")
+        return f"warning: the Windows guest's fio.exe cannot be had: {exc}"
+    except EnvironmentProblem as exc:
+        return f"warning: {exc}"
+    return (f"the Windows guest's fio.exe: {found.version}, cross-built from the Debian source "
+            f"{found.source} (cached)")
 
 
 def _overlay_space(prepared: PreparedRun) -> str:

@@ -172,12 +172,18 @@ def test_the_windows_kind_boots_its_image_with_a_seed_cd_of_the_disks_size(
     from iomatrix.drivers.guest.windows import WindowsGuest
     from iomatrix.suite.load import load_suite_text
     from iomatrix.targets.kind import Image
+    from tests.conftest import cli
 
     image = tmp_path / "win.qcow2"
     run([require("qemu-img"), "create", "-f", "qcow2", str(image), "64M"], timeout=60)
-    suite = load_suite_text(f'[suite]\nname = "w"\n[target]\ndirectory = "{tmp_path}"\n'
-                            f'size = "64MiB"\n[method]\nmode = "guest"\n[guest]\n'
-                            f'image = "{image}"\nos = "windows"\n', source="w.toml")
+    text = (f'[suite]\nname = "w"\n[target]\ndirectory = "{tmp_path}"\nsize = "64MiB"\n'
+            f'[method]\nmode = "guest"\n[guest]\nimage = "{image}"\nos = "windows"\n')
+    (tmp_path / "w.toml").write_text(text)
+    status, plan = cli("run", "--plan", str(tmp_path / "w.toml"), cwd=tmp_path)
+    assert status == 0, plan                        # the plan says fio.exe is there, built
+    assert (f"the Windows guest's fio.exe: {HOST_FIO}, cross-built from the Debian source "
+            f"{windows_bundle.source} (cached)") in plan
+    suite = load_suite_text(text, source="w.toml")
     kind = suite_kinds(suite)[1]
     assert isinstance(kind, WindowsGuest)
     kind.open()
