@@ -22,7 +22,12 @@ from iomatrix.core.errors import NodesError
 from iomatrix.core.text import quoted
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import IO
+
     from pydantic import BaseModel
+
+    from iomatrix.drivers.cluster import GuestRequest
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -152,11 +157,27 @@ def forget() -> None:
 def serve_guests() -> None:
     """Boot one configuration's guests for cluster load ([method] concurrent_nodes), their fio
     servers on Unix sockets only; say so in one line, and stop them when stdin ends."""
-    from iomatrix.cli.run import _interrupt
-    from iomatrix.drivers.cluster import GuestRequest
     from iomatrix.measure.nodeguests import serve_guests as serve
 
-    request = _validated(GuestRequest, "a guest request")
+    _serve_session(serve, "a guest request")
+
+
+@app.command("serve-blocklayer")
+def serve_blocklayer() -> None:
+    """Start one blocklayer configuration's qemu-storage-daemon and a fio server beside it for
+    cluster load ([method] concurrent_nodes, an rbd pool), on Unix sockets only; say so in one
+    line, and stop them when stdin ends."""
+    from iomatrix.measure.nodeblock import serve_blocklayer as serve
+
+    _serve_session(serve, "a blocklayer request")
+
+
+def _serve_session(serve: Callable[[GuestRequest, int, IO[str]], None], what: str) -> None:
+    """Serve the controller's request (``what``) on stdin until stdin ends (SIGHUP)."""
+    from iomatrix.cli.run import _interrupt
+    from iomatrix.drivers.cluster import GuestRequest
+
+    request = _validated(GuestRequest, what)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     try:

@@ -68,6 +68,16 @@ def daemon_argv(config: Configuration, image: Image, workdir: Path, qsd: str,
                    "--export", f"type=nbd,{common},name=disk"]
 
 
+def export_target(config: Configuration, workdir: Path, engine: str,
+                  size: int) -> dict[str, str]:
+    """The fio options that reach a daemon's export in ``workdir`` (``daemon_argv``): its FUSE
+    file with an iothread, else its NBD socket."""
+    if config.iothread:
+        return {"ioengine": engine, "direct": "1", "filename": str(workdir / "fuse.img"),
+                "size": str(size)}
+    return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={workdir / 'nbd.sock'}"}
+
+
 class BlocklayerSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], workdir: Path,
                  argv: list[str], pid: int, nodes: dict[str, str], engine: str,
@@ -88,12 +98,8 @@ class BlocklayerSession(Session):
         """Every look of the current trial, merged."""
 
     def fio_target(self) -> dict[str, str]:
-        if self.config.iothread:
-            return {"ioengine": self.engine, "direct": "1",
-                    "filename": str(self.workdir / "fuse.img"), "size": str(self.image.size),
-                    **self.pinning.fio_options()}
-        return {"ioengine": "nbd", "uri": f"nbd+unix:///disk?socket={self.workdir / 'nbd.sock'}",
-                **self.pinning.fio_options()}
+        return export_target(self.config, self.workdir, self.engine, self.image.size) | \
+            self.pinning.fio_options()
 
     def new_trial(self) -> None:
         self.seen = None

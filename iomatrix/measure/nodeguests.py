@@ -32,7 +32,7 @@ from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.cluster import request_suite, watch_stdin
 from iomatrix.measure.nodepool import pool_images
-from iomatrix.measure.prepare import prepare
+from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
 from iomatrix.suite.workloads import Workload
@@ -73,12 +73,8 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
 
 def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCommand],
            out: IO[str]) -> None:
-    suite = request_suite(request)
-    prepared = prepare(suite, accel=request.accel)
+    prepared, config = requested(request, Mode.GUEST)
     suite = prepared.suite
-    config = next((c for c in prepared.full.configurations if c.key == request.config), None)
-    if config is None or config.mode != Mode.GUEST:
-        raise NodesError(f"the suite has no guest configuration {request.config!r} here")
     if kind_for(suite_kinds(suite), config).cluster_refusal is not None:
         raise NodesError("cluster load boots the appliance only, so far")
     images = (pool_images(request.images, config, suite, directory)
@@ -116,6 +112,17 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
             if told is not None:
                 out.write(_answer(session, told, workloads))
                 out.flush()
+
+
+def requested(request: GuestRequest, mode: Mode) -> tuple[PreparedRun, Configuration]:
+    """The run as the node prepares the request's suite (as the controller's user wrote it:
+    ``request_suite``), and the configuration of ``mode`` it asks for; NodesError when the
+    suite has none such."""
+    prepared = prepare(request_suite(request), accel=request.accel)
+    config = next((c for c in prepared.full.configurations if c.key == request.config), None)
+    if config is None or config.mode != mode:
+        raise NodesError(f"the suite has no {mode} configuration {request.config!r} here")
+    return prepared, config
 
 
 def _answer(session: GuestSession, told: GuestCommand, workloads: Mapping[str, Workload]) -> str:

@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
-from iomatrix.drivers.cluster import ClusterDriver, ClusterGuestDriver
+from iomatrix.drivers.clusterblock import on_the_nodes
 from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.drivers.registry import driver_for
@@ -159,11 +159,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         accelerator = drivers[Mode.GUEST].accelerator if Mode.GUEST in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
-            drivers[Mode.HOST] = ClusterDriver(suite.method, workdir, nodes,
-                                               workspace.node_client())
-            if Mode.GUEST in drivers:
-                drivers[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
-                                                      accelerator=accelerator)
+            drivers |= on_the_nodes(drivers, suite, workdir, nodes, accelerator,
+                                    workspace.node_client())
         started = _start(store, me, prepared.under(accelerator), workspace, resume=resume,
                          retry_failed=retry_failed, share=share, nodes=nodes)
         for text in started.notes:

@@ -223,9 +223,6 @@ class Method(Frozen):
         if self.pilot and self.steady_state:
             raise ValueError("pilot chooses each trial's runtime; steady_state lets each trial "
                              "choose its own: drop one")
-        if self.concurrent_nodes and self.mode not in (Mode.HOST, Mode.GUEST):
-            raise ValueError('concurrent_nodes loads the target from the nodes in mode = "host" '
-                             f'or "guest" only, so far (mode is "{self.mode}")')
         if self.concurrent_nodes and self.on_node_failure == "stop":
             raise ValueError('on_node_failure = "stop" is not built for concurrent_nodes, whose '
                              "trial fails where a node drops and whose next round starts it "

@@ -355,7 +355,7 @@ def test_a_trial_without_every_clients_result_is_not_one() -> None:
 
 
 @pytest.mark.parametrize("extra, says", [
-    ('[[part]]\nmode = "blocklayer"\n', "a blocklayer part would run on this host alone"),
+    ('[[part]]\nmode = "blocklayer"\n', "a blocklayer part on an rbd pool only"),
     ('[guest]\nname = "mine"\nimage = "/nonexistent.qcow2"\n', "your own image"),
 ])
 def test_what_cluster_load_of_guests_refuses(tmp_path: Path, extra: str, says: str) -> None:

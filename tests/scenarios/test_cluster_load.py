@@ -237,7 +237,6 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
 
 
 @pytest.mark.parametrize("extra, says", [
-    ('mode = "blocklayer"', '"host" or "guest" only'),
     ('mode = "host"\nsteady_state = true', "only when the trial ends"),
     ('mode = "host"\non_node_failure = "stop"', "not built for concurrent_nodes"),
 ])

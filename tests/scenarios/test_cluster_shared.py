@@ -120,6 +120,11 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
                             'mode = "host"\n')
     with pytest.raises(SuiteError, match="krbd = true is not built"):
         check_cluster_load(suite, expand(suite))
+    on_directory = load_suite_text('[suite]\nname = "t"\n[target]\ndirectory = "/tmp"\n'
+                                   'size = "1MiB"\n[method]\nconcurrent_nodes = true\n'
+                                   'mode = "blocklayer"\n')
+    with pytest.raises(SuiteError, match="blocklayer part on an rbd pool only"):
+        check_cluster_load(on_directory, expand(on_directory))
     with pytest.raises(SuiteError, match="shared_image is for concurrent_nodes"):
         load_suite_text('[suite]\nname = "t"\n[method]\nshared_image = true\n')
 
@@ -176,11 +181,12 @@ def test_three_nodes_load_a_pool_each_on_its_own_image(
 @needs("ceph")
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_guests_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[SshCluster, ceph.Cluster]],
+def test_guests_and_daemons_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[SshCluster, ceph.Cluster]],
                                        tmp_path: Path) -> None:
     """Each node boots a TCG guest on an image of its own in the pool, reached by a ceph.conf
     the node wrote itself: QEMU opened rbd on both nodes, each guest did I/O, and the images,
-    the guests and the sessions are gone after."""
+    the guests and the sessions are gone after; then blocklayer: each node's
+    qemu-storage-daemon on its own image, its fio server beside it."""
     cluster, made = pool(2)
     db = str(tmp_path / "r.db")
     guests = TCG_GUEST + '[matrix]\ncontroller = "virtio-blk"\niothread = false\ncache = "none"'
@@ -196,3 +202,20 @@ def test_guests_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[SshCluster, c
     assert [s.vm for s in sorted(trial.vm_samples, key=lambda s: s.vm or 0)] == [0, 1]
     assert all(s.total_ios > 0 for s in trial.vm_samples)
     assert left(cluster, made, tmp_path) == []
+
+    second = tmp_path / "b"                 # each node's qemu-storage-daemon on its own image
+    second.mkdir()
+    proc = controller(cluster, second, str(second / "r.db"), body(
+        made, "1s", '[matrix]\ncache = "none"\niothread = false', "blocklayer").replace(
+        "samples = 2", "samples = 1"))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(str(second / "r.db"))) as store:
+        run = store.load_run(1)
+    (trial,) = [t for t in run.trials if t.config_key.startswith("blocklayer/")]
+    assert trial.status == "ok", trial.reason
+    assert trial.applied["file0.driver"] == "rbd" and trial.applied["export"] == "nbd"
+    assert "node2:file0.driver" not in trial.applied
+    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    assert left(cluster, made, second) == []

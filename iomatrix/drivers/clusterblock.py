@@ -1,0 +1,149 @@
+"""blocklayer mode under cluster load (``[method] concurrent_nodes``) on an rbd pool: each node's
+SSH session runs ``iomatrix node serve-blocklayer`` (``iomatrix.measure.nodeblock``) with a
+:class:`~iomatrix.drivers.cluster.GuestRequest` on its standard input, which starts a local
+run's qemu-storage-daemon on the node's image in the pool (the same driver: the same graph,
+the same checks of what QEMU applied, read back over QMP) and a fio server beside it, both in
+a fresh 0700 directory the controller names, and says so in one line (:data:`BLOCK_READY`).
+The controller forwards the fio server's socket with ``ssh -L`` as in host mode and gives each
+node a job aimed at that node's own export (``blocklayer.export_target`` of the directory IT
+named: nothing the node prints is used as a path or a job option). The session owns the
+daemon and the server: when its standard input ends, the node stops both and removes the
+directory."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from iomatrix.cluster.ssh import Node
+from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.blocklayer import export_target
+from iomatrix.drivers.cluster import (GUEST_START_SLACK, ClusterDriver, ClusterGuestDriver,
+                                      ClusterGuestSession, GuestRequest, GuestsReady,
+                                      NodeGuests, NodesLoad, NodeSession, taking_part)
+from iomatrix.fio.models import FioResult
+from iomatrix.suite.configuration import Configuration
+from iomatrix.suite.method import Method
+from iomatrix.suite.model import Suite
+from iomatrix.suite.spec import RunSpec
+from iomatrix.suite.workloads import Workload
+from iomatrix.targets.workspace import Image
+from iomatrix.vocab.words import Mode
+
+BLOCK_READY = "IOMATRIX-BLOCK-READY"
+"""What a node's ``serve-blocklayer`` prints before its :class:`GuestsReady` line."""
+FIO_SOCKET = "fio.sock"
+DAEMON_DIRECTORY = "qsd"
+"""Where the node's blocklayer driver keeps its daemon's sockets, in the session's directory."""
+
+
+class NodeBlock(NodeGuests):
+    """One node's qemu-storage-daemon and fio server (blocklayer mode)."""
+
+    marker = BLOCK_READY
+
+    def __init__(self, node: Node, request: GuestRequest, local: Path, log: Path) -> None:
+        self.remote = Path(request.directory)
+        NodeSession.__init__(self, node, [(local, self.remote / FIO_SOCKET)], log)
+        self.guest_request = request
+        self.info: GuestsReady | None = None
+        self._read = 0
+
+    def labels(self) -> list[str]:
+        return [self.name]
+
+    def command(self) -> list[str]:
+        return [self.node.command, "node", "serve-blocklayer"]
+
+
+class ClusterBlockSession(ClusterGuestSession):
+    """A blocklayer configuration on every node at once: each node's fio on its own daemon's
+    export (what each applied as ``ClusterGuestSession.applied`` reports it)."""
+
+    def __init__(self, config: Configuration, images: Sequence[Image],
+                 servers: Sequence[NodeBlock], engine: str, own: bool) -> None:
+        NodesLoad.__init__(self, config, images)
+        self.servers = list(servers)
+        self.guests = list(servers)
+        self.infos = [s.info for s in servers if s.info is not None]
+        assert len(self.infos) == len(self.servers)
+        self._n = 0
+        self._answers = {}
+        self.engine = engine
+        self.own = own
+        """Each node on an image of its own (each preconditions its own)."""
+
+    def fio_target(self) -> dict[str, str]:
+        return self.client_targets()[0]
+
+    def client_targets(self) -> list[dict[str, str]]:
+        return [export_target(self.config, s.remote / DAEMON_DIRECTORY, self.engine,
+                              self.image.size) for s in self.servers]
+
+    def fio_output_format(self) -> str:
+        return "json"
+
+    def new_trial(self) -> None:
+        NodesLoad.new_trial(self)
+
+    def check_trial(self, result: FioResult, workload: Workload) -> None:
+        NodesLoad.check_trial(self, result, workload)
+
+    def precondition_clients(self) -> list[str]:
+        return self.fio_clients() if self.own else self.fio_clients()[:1]
+
+
+class ClusterBlockDriver(ClusterDriver):
+    """blocklayer mode on a cluster's nodes at once, on an rbd pool: each node's daemon on an
+    image of its own there (``own_images``), or on one for all (``shared_image``)."""
+
+    mode = Mode.BLOCKLAYER
+
+    def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
+                 accelerator: str, ceph_conf: str | None) -> None:
+        super().__init__(method, workdir, nodes, ceph_conf)
+        self.suite = suite
+        self.accelerator = accelerator
+
+    @contextlib.contextmanager
+    def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
+        self.sessions += 1
+        part = taking_part(config, self.nodes)
+        own = len(images) >= len(part) and not self.method.shared_image
+        with contextlib.ExitStack() as stack:
+            nodes = []
+            for index, node in enumerate(part):
+                request = GuestRequest(
+                    suite_text=self.suite.source_text, suite_spec=RunSpec.of(self.suite),
+                    suite_source=self.suite.source_path, config=config.key,
+                    accel="kvm" if self.accelerator == "kvm" else "tcg",   # no guest: unused
+                    directory=f"/tmp/iomatrix-guests-{secrets.token_hex(8)}",
+                    trusted=self.suite.author.trusted,
+                    images=(images[index if own else 0],))
+                base = self.workdir / f"b{self.sessions}-{index}"     # under 108 bytes
+                block = NodeBlock(node, request, Path(f"{base}.sock"), Path(f"{base}.log"))
+                stack.callback(block.close)
+                nodes.append(block.start())
+            for block in nodes:         # every node stops at once, then each is awaited
+                stack.callback(block.hang_up)
+            deadline = time.monotonic() + GUEST_START_SLACK
+            for block in nodes:
+                block.ready(deadline, "its qemu-storage-daemon was")
+            yield ClusterBlockSession(config, images, nodes, self.method.engine, own)
+
+
+def on_the_nodes(drivers: dict[str, Driver], suite: Suite, workdir: Path, nodes: Sequence[Node],
+                 accelerator: str, ceph_conf: str | None) -> dict[str, Driver]:
+    """The drivers of a run under cluster load, for the modes of ``drivers`` (a local run's):
+    each mode's on every node at once (``ceph_conf``: ``OpenTarget.node_client``)."""
+    out: dict[str, Driver] = {Mode.HOST: ClusterDriver(suite.method, workdir, nodes, ceph_conf)}
+    if Mode.BLOCKLAYER in drivers:
+        out[Mode.BLOCKLAYER] = ClusterBlockDriver(suite.method, workdir, nodes, suite=suite,
+                                                  accelerator=accelerator, ceph_conf=ceph_conf)
+    if Mode.GUEST in drivers:
+        out[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
+                                             accelerator=accelerator)
+    return out
