@@ -261,6 +261,15 @@ def test_fios_own_examples_are_read_as_fio_reads_them() -> None:
     assert files, f"no job files in {FIO_EXAMPLES}: ./setup.sh --dev installs Debian's fio-examples"
     verdicts = {path.name: verdict(fio, path) for path in files}
     assert {"loaded", "refused"} <= set(verdicts.values())
+    # bench/fio_examples.py's count (each refusal's kind), shown with -s: fio 3.33 and 3.39
+    kinds = {name: kind for name, (kind, _) in fio_examples.count(FIO_EXAMPLES).items()}
+    assert set(kinds) == set(verdicts) and set(kinds.values()) <= {"loaded", SAFETY, SCOPE}
+    # what loads with libaio loads in the count too (which may choose the file's own engine)
+    assert {n for n, v in verdicts.items() if v == "loaded"} <= \
+        {n for n, k in kinds.items() if k == "loaded"}
+    version = subprocess.run([fio, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"\nfio examples ({version}): " + ", ".join(f"{k}: {list(kinds.values()).count(k)}" for k in ("loaded", SAFETY, SCOPE))
+          + f" of {len(kinds)}")
     # waitfor.fio runs its four jobs one after another (wait_for): not refused for running them
     # at once (it is for threads=, which iomatrix does not pass on)
     with pytest.raises(JobFileError, match=r"\[writers\] threads=1: fio option 'threads'"):
