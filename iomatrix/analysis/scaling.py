@@ -110,7 +110,9 @@ def scaling(run: StoredRun) -> list[ScalingCurve]:
             families[(("mode", config.mode), *rest)].append(config)
     trials: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
     for trial in run.trials:
-        if trial.status == TrialStatus.OK and trial.samples:
+        # a stalled trial is left out, as from every point (unless loaded with them)
+        if (trial.status == TrialStatus.OK and trial.samples
+                and (run.with_stalled or not trial.stalled)):
             trials[(trial.config_key, trial.workload_key)].append(trial)
     curves = []
     for configs in families.values():

@@ -9,6 +9,7 @@ import pytest
 
 from iomatrix.analysis.scaling import has_scaling, scaling
 from iomatrix.analysis.stats import t_interval
+from iomatrix.fio.persecond import StallCheck
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
@@ -27,10 +28,12 @@ def _sample(iops: float, lat_us: float, vm: int | None = None) -> DirectionSampl
 
 
 def cluster_run(tmp_path: Path, per_node: dict[int, list[list[float]]],
-                counts: tuple[int, ...] = (1, 2, 3)) -> StoredRun:
+                counts: tuple[int, ...] = (1, 2, 3),
+                stalled: tuple[int, int] | None = None) -> StoredRun:
     """A stored run whose trial at n nodes in round r gives node i ``per_node[n][r][i]`` IOPS
     (latency: 10 µs × n), as a cluster-load run stores it: the aggregate, each node's share as
-    a per-client sample (none for one node), which node each is in ``cluster.nodes``."""
+    a per-client sample (none for one node), which node each is in ``cluster.nodes``;
+    ``stalled``: (n, r) the trial that stalled."""
     configs = [Configuration(mode="host", node_count=n) for n in counts]
     with Store(tmp_path / "r.db") as store:
         run_id = store.create_run(suite=StoredSuite(name="s", source="synthetic", text=""),
@@ -44,6 +47,8 @@ def cluster_run(tmp_path: Path, per_node: dict[int, list[list[float]]],
                     config_key=config.key, workload_key=WORKLOAD.key, sample_index=r,
                     status=TrialStatus.OK, started_at=f"2026-01-01T00:0{r}:0{n}",
                     samples=(_sample(sum(figures), 10 * n),), vm_samples=vms,
+                    stall=StallCheck(checked=True, stalls=1, longest_s=2.0, stalled_s=2.0)
+                    if stalled == (n, r) else None,
                     applied={"cluster.nodes": ", ".join(f"vm{i}={x}"
                                                         for i, x in enumerate(NODES[:n]))}))
         store.finish_run(run_id, RunStatus.COMPLETE)
@@ -107,3 +112,13 @@ def test_one_round_gives_figures_without_intervals(tmp_path: Path) -> None:
 def test_a_run_of_one_node_count_has_no_scaling(tmp_path: Path) -> None:
     run = cluster_run(tmp_path, {2: SATURATING[2]}, counts=(2,))
     assert not has_scaling(run) and scaling(run) == []
+
+
+def test_a_stalled_trial_is_left_out_as_from_every_point(tmp_path: Path) -> None:
+    run = cluster_run(tmp_path, SATURATING, stalled=(3, 1))
+    (curve,) = scaling(run)
+    assert curve.rows[2].aggregate_iops.n == 2 and curve.rows[1].aggregate_iops.n == 3
+    assert curve.rows[2].aggregate_iops.mean == pytest.approx(
+        (sum(SATURATING[3][0]) + sum(SATURATING[3][2])) / 2)
+    (kept,) = scaling(run.model_copy(update={"with_stalled": True}))
+    assert kept.rows[2].aggregate_iops.n == 3
