@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
+from iomatrix.analysis.baselines import Straddle
 from iomatrix.analysis.crossrun import Difference, RunComparison, compare_runs
 from iomatrix.analysis.effects import refuse_concurrent_nodes
 from iomatrix.analysis.metrics import METRICS
@@ -95,6 +96,8 @@ class Node(Frozen):
     verdict: str = ""
     differences: tuple[Difference, ...] = ()
     """Host metadata that differs from the reference's (besides the hostname)."""
+    version_changes: tuple[Straddle, ...] = ()
+    """Changes that move a baseline between the reference's versions and this node's."""
 
 
 class Fleet(Frozen):
@@ -187,7 +190,8 @@ def compare_fleet(runs: Sequence[StoredRun], *, metric: str = "iops") -> Fleet:
             points=n, better=s.better, worse=s.worse, no_difference=s.no_difference,
             not_judged=s.not_judged, change=change, low=low, high=high, p_value=p,
             noise_floor=floor, verdict=_verdict(standing, n, change, low, high, floor, metric),
-            differences=tuple(d for d in c.host_differences if d.key != "hostname")))
+            differences=tuple(d for d in c.host_differences if d.key != "hostname"),
+            version_changes=c.version_changes))
     return Fleet(metric=metric, higher_is_better=higher, reference=ref.id, nodes=tuple(nodes),
                  comparisons=tuple(comparisons))
 

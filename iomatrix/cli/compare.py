@@ -186,6 +186,9 @@ def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
         for d in n.differences:
             _line(f"  {n.node}: host {d.key} differs: reference {d.a or '(not recorded)'} · "
                   f"{d.b or '(not recorded)'}")
+        for v in n.version_changes:
+            _warn(f"{n.node} (run {n.run}) and the reference straddle a version change that "
+                  f"moves baselines: {v.text('reference', n.node)}")
     storages = by_storage(fleet)
     if len(storages) > 1:
         _line("by storage (median change of its nodes): " + ", ".join(

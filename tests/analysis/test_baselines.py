@@ -90,3 +90,14 @@ def test_findings_warn_when_the_study_and_the_run_straddle_a_change(tmp_path: Pa
     code, text = cli("findings", "last", "--db", str(tmp_path / "f.db"))
     assert code == 0
     assert text.count("straddle") == 1 and f"{FUA.name}: study 8.2 · run 10.0.3 (Debian)" in text
+
+
+def test_a_fleet_warns_for_the_node_across_the_change_only(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        for host, speed in ((BEFORE, 1.0), ({**AFTER, "hostname": "beta"}, 1.1),
+                            ({**BEFORE, "hostname": "gamma"}, 0.9)):
+            write_run(store, CONFIGS, WORKLOADS, figures(speed, shift=1), host=host)
+    proc = cli_result("compare", "1", "2", "3", "--db", "r.db", cwd=tmp_path, check=ExitStatus.OK)
+    warned = [line for line in proc.stderr.splitlines() if "straddle" in line]
+    assert len(warned) == 1 and "(run 2) and the reference straddle" in warned[0]
+    assert f"{FUA.name}: reference {BEFORE['qemu']} · " in warned[0]
