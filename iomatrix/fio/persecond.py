@@ -6,7 +6,9 @@ so each trial records whether it had one (``StallCheck``), from completions over
   ``write_iops_log`` into the trial's own directory with ``log_avg_msec`` = ``WINDOW_MS``. fio
   writes an entry per window that completed something and none for a window that completed
   nothing (checked with fio 3.33), so a stall is a gap between two entries: no completion
-  from the first entry's time to the second's minus one window. Only a local fio writes it:
+  from the first entry's time to the second's minus one window (or to the end of the
+  measured window: fio ends a job whose runtime ran out in a stall once the queued requests
+  complete, with no entry after them). Only a local fio writes it:
   fio's client writes a server's logs under the name the SERVER sends (a guest's fio, a node's),
   which no untrusted side may choose on this host.
 - QEMU's device counters (``query-blockstats``: requests completed), read about every
@@ -15,8 +17,9 @@ so each trial records whether it had one (``StallCheck``), from completions over
 
 Both see completions at a resolution: a stall is recorded when the span seen without one is
 ``STALL_S`` or longer, which a stall of ``STALL_S`` plus one window (or read interval) always
-gives; a shorter one may be missed, never invented. Only spans between the first completion and
-the last one count (before and after them fio was starting or ending), and a workload that
+gives; a shorter one may be missed, never invented. Only spans after the first completion count
+(before it fio was starting); QEMU's counters cannot tell a stall the trial ended in from fio
+having ended, so in guests only spans up to the last completion count. A workload that
 paces itself (a rate, think time, an ioping workload) is not judged: its gaps are its own."""
 
 from __future__ import annotations
@@ -123,22 +126,29 @@ def log_times(text: str) -> list[int]:
     return out
 
 
-def log_gaps(times: Sequence[int], window_ms: int = WINDOW_MS) -> list[float]:
+def log_gaps(times: Sequence[int], window_ms: int = WINDOW_MS,
+             end_ms: int | None = None) -> list[float]:
     """The spans (s) without a completion between consecutive entries of one or more jobs'
-    logs (``times``, merged): an entry at t counts what completed in the window before t."""
+    logs (``times``, merged): an entry at t counts what completed in the window before t.
+    With ``end_ms`` (the measured window's length: fio's times count from its start), also
+    from the last entry to the end: a stall fio's runtime ran out in (fio then waits for the
+    requests still queued) has no entry after it."""
     ordered = sorted(set(times))
+    if end_ms is not None and ordered:
+        ordered.append(max(end_ms, ordered[-1]))
     return [max(0, b - a - window_ms) / 1000 for a, b in zip(ordered, ordered[1:])]
 
 
-def check_logs(directory: Path) -> StallCheck:
-    """The check of a trial from the IOPS logs fio wrote into ``directory``."""
+def check_logs(directory: Path, runtime_ms: int | None = None) -> StallCheck:
+    """The check of a trial from the IOPS logs fio wrote into ``directory``; ``runtime_ms``:
+    its measured window, as fio reports it."""
     files = log_files(directory)
     if not files:
         return not_judged("fio wrote no IOPS log")
     times: list[int] = []
     for path in files:
         times += log_times(path.read_text(errors="replace"))
-    return from_gaps(log_gaps(times), FIO_LOG)
+    return from_gaps(log_gaps(times, end_ms=runtime_ms), FIO_LOG)
 
 
 # -- QEMU's counters -------------------------------------------------------------------------

@@ -675,7 +675,7 @@ class _Runner:
             sys_cpu=job_stats.sys_cpu, ctx=job_stats.ctx, fio_json=fio.raw_json,
             accelerator=self.accelerator, applied=session.applied(), command=session.command(),
             steady=_steady_record(watch), cpu=probe.cost(samples), telemetry=probe.host_series(),
-            stall=stalls.finish(), depth=depth, logs=logs.collect()))
+            stall=stalls.finish(samples), depth=depth, logs=logs.collect()))
         if wrong:
             self.failed += 1
             self.progress.trial_finished(self.n, False, reason or "")

@@ -4,11 +4,13 @@ fio's own IOPS log where fio runs on this host, QEMU's device counters where a r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from iomatrix.drivers.base import Session
 from iomatrix.fio.persecond import (CounterSampler, StallCheck, check_logs, not_judged, pacing,
                                     remove_logs, with_iops_log)
+from iomatrix.fio.samples import DirectionSample
 from iomatrix.suite.workloads import Workload
 
 
@@ -35,7 +37,9 @@ class StallWatch:
         if self.reason is None and self.remote:
             self._sampler = CounterSampler(self.session.completed_ios).start()
 
-    def finish(self) -> StallCheck:
+    def finish(self, samples: Sequence[DirectionSample] = ()) -> StallCheck:
+        """The check, from the trial's ``samples`` too (none after a failure)."""
+        runtime_ms = max((s.runtime_ms for s in samples), default=None)
         sampler, self._sampler = self._sampler, None
         try:
             if self.reason is not None:
@@ -44,6 +48,6 @@ class StallWatch:
                 return sampler.finish()
             if self.remote:
                 return not_judged("a remote fio's completions are not counted here")
-            return check_logs(self.workdir)
+            return check_logs(self.workdir, runtime_ms)
         finally:
             remove_logs(self.workdir)

@@ -39,6 +39,15 @@ def test_fio_logs_no_entry_for_a_window_without_completions(tmp_path: Path) -> N
     assert log_files(tmp_path) == []
 
 
+def test_a_stall_the_runtime_ran_out_in_counts_to_the_end() -> None:
+    """fio's log of a job whose last requests waited past its runtime (fio 3.33 on a device
+    held mid-trial: entries every 250 ms up to 1505 ms, the job's window 10,216 ms)."""
+    times = [250, 501, 753, 1004, 1254, 1505]
+    assert max(log_gaps(times)) < STALL_S
+    assert log_gaps(times, end_ms=10_216)[-1] == pytest.approx(8.461)
+    assert log_gaps(times, end_ms=1_600) == [*log_gaps(times), 0.0]
+
+
 def test_counter_gaps_are_between_the_first_and_last_completion() -> None:
     """The span before the first increase (fio connecting) and after the last (fio ended) are
     no stalls; between, a span is from the first read of a value to the last read of it;

@@ -27,6 +27,7 @@ from tests.needs import lacking
 pytestmark = pytest.mark.slow
 
 IOPS = 200
+QMP = "qsd.qmp"
 SUITE = """[suite]
 name = "slow"
 [target]
@@ -51,7 +52,8 @@ samples = 1
 
 @pytest.fixture
 def slow_device(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB block device that serves ``IOPS`` requests a second (direct I/O throughout)."""
+    """A 64 MiB block device that serves ``IOPS`` requests a second (direct I/O throughout):
+    throttle group ``tg`` of a qemu-storage-daemon whose QMP socket is ``QMP`` in ``tmp_path``."""
     from iomatrix.diagnose.doctor import check_fuse
 
     if not check_fuse().ok:
@@ -63,7 +65,9 @@ def slow_device(tmp_path: Path) -> Iterator[Path]:
     argv = ["qemu-storage-daemon", "--object", f"throttle-group,id=tg,x-iops-total={IOPS}",
             "--blockdev", f"file,filename={image},node-name=f,cache.direct=on",
             "--blockdev", "throttle,node-name=t,throttle-group=tg,file=f",
-            "--export", f"fuse,id=e,node-name=t,mountpoint={disk},writable=on"]
+            "--export", f"fuse,id=e,node-name=t,mountpoint={disk},writable=on",
+            "--chardev", f"socket,id=m,path={tmp_path / QMP},server=on,wait=off",
+            "--monitor", "chardev=m"]
     with managed(argv, log=tmp_path / "qsd.log"):
         assert wait_for(lambda: f" {disk} " in Path("/proc/self/mountinfo").read_text(),
                         timeout=10), (tmp_path / "qsd.log").read_text()
