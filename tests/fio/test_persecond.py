@@ -48,6 +48,17 @@ def test_a_stall_the_runtime_ran_out_in_counts_to_the_end() -> None:
     assert log_gaps(times, end_ms=1_600) == [*log_gaps(times), 0.0]
 
 
+def test_a_workloads_own_iops_log_is_read_and_kept(tmp_path: Path) -> None:
+    """A workload's write_iops_log overrides iomatrix's for its job (iomatrix.fio.logs names
+    it ``workload``): that log is read, and left for the trial's logs."""
+    own = tmp_path / "workload_iops.1.log"
+    own.write_text("250, 100, 0, 4096, 0\n2000, 100, 0, 4096, 0\n")
+    check = check_logs(tmp_path)
+    assert check.stalled and check.longest_s == 1.5, check
+    remove_logs(tmp_path)
+    assert own.exists()
+
+
 def test_counter_gaps_are_between_the_first_and_last_completion() -> None:
     """The span before the first increase (fio connecting) and after the last (fio ended) are
     no stalls; between, a span is from the first read of a value to the last read of it;
