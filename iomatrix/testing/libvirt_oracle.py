@@ -34,6 +34,9 @@ DISK_DEVICES = ("virtio-blk-pci", "scsi-hd", "scsi-cd", "scsi-block", "scsi-gene
 """The QEMU devices of disks (each closes a disk's arguments: its nodes come before it)."""
 DIFFERENCE_WORDS = ("not reproduced", "not modelled", "left out", "ignored", "not rendered")
 """A disk note with one of these names a difference from libvirt's arguments for that disk."""
+PCI_NOTE = "PCI addresses are left out"
+"""translate's note on what :func:`disk_arguments` takes away from both: it names no
+difference."""
 ENVIRONMENT = ("Storage pool not found", "Secret not found")
 """libvirt errors that are lookups of this host's objects (a pool, a secret), not refusals of
 the domain: translate cannot know them and must name the disk's part it does not render."""
@@ -198,7 +201,8 @@ def compare(xml: str, real: list[str] | str, versions: lv.Versions) -> Compared:
             continue
         line = (f"{key}:\n    libvirt:   {' '.join(theirs.get(key, ['(nothing)']))}\n"
                 f"    translate: {' '.join(ours.get(key, ['(nothing)']))}")
-        (noted if notes.get(key) else silent).append(line)
+        named = notes.get(key) or key == "domain" and _controllers_left_out(ours, theirs, notes)
+        (noted if named else silent).append(line)
     if isinstance(real, str):          # a host lookup libvirt failed: translate must note it
         return Compared(outcome=Outcome.NOTED if notes.get("*") else Outcome.SILENT,
                         detail=f"libvirt: {real}")
@@ -229,7 +233,25 @@ def _notes(result: Translation) -> dict[str, list[str]]:
 
 
 def _names(note: str) -> bool:
-    return any(word in note for word in DIFFERENCE_WORDS)
+    return any(word in note for word in DIFFERENCE_WORDS) and not note.startswith(PCI_NOTE)
+
+
+def _controllers_left_out(ours: dict[str, list[str]], theirs: dict[str, list[str]],
+                          notes: dict[str, list[str]]) -> bool:
+    """libvirt's domain part differs only by controllers no disk translate gives sits on,
+    and translate left a disk out with a note (the disk they were for)."""
+    mine = list(zip(ours.get("domain", [])[::2], ours.get("domain", [])[1::2]))
+    real = list(zip(theirs.get("domain", [])[::2], theirs.get("domain", [])[1::2]))
+    if [pair for pair in real if pair in mine] != mine:
+        return False
+    extra = [json.loads(value) for option, value in real if (option, value) not in mine
+             and option == "-device"]
+    if len(extra) != len([pair for pair in real if pair not in mine]):
+        return False
+    given = " ".join(arg for key, part in ours.items() if key != "domain" for arg in part)
+    left_out = [k for k in notes if k not in ("domain", "*") and k not in ours]
+    return bool(left_out) and all(d.get("driver") in CONTROLLER_DEVICES
+                                  and f'"bus":"{d.get("id")}.' not in given for d in extra)
 
 
 def _pair_unnamed(silent: list[str], noted: list[str], ours: dict[str, list[str]],

@@ -16,3 +16,18 @@ def test_translate_refuses_what_libvirt_refuses(name: str) -> None:
     with pytest.raises(ValueError, match="libvirt refuses this domain: ") as caught:
         translate(xml)
     assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize("where", ["<target dev='sdzzzzzz' bus='sata'/>",
+                                   "<target dev='sda' bus='scsi'/><address type='drive' "
+                                   "controller='100000000' bus='0' target='0' unit='0'/>",
+                                   "<target dev='sda' bus='scsi'/><address type='drive' "
+                                   "controller='-1' bus='0' target='0' unit='0'/>"])
+def test_a_controller_index_libvirt_would_add_for_ever_is_refused(where: str) -> None:
+    """libvirt adds every controller up to the highest a disk names (9.0 spins for ever on
+    sdzzzzzz); translate reads up to MAX_CONTROLLER and refuses beyond, with the disk named."""
+    xml = ("<domain type='kvm'><name>d</name><devices><disk type='file' device='disk'>"
+           f"<driver name='qemu' type='raw'/><source file='/x.raw'/>{where}</disk></devices>"
+           "</domain>")
+    with pytest.raises(ValueError, match="sda|sdzzzzzz"):
+        translate(xml)

@@ -18,6 +18,9 @@ DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size
                 "detect_zeroes", "error_policy", "rerror_policy")
 """``<driver>`` attributes modelled here; others are named as not reproduced."""
 CONTROLLER_DRIVER_ATTRS = ("iothread", "queues")
+MAX_CONTROLLER = 255
+"""The highest drive controller index iomatrix reads: libvirt gives QEMU every controller up to
+the highest a disk names (a target name like ``sdzzzzzz`` names controller 44,000,000)."""
 MAX_IOTHREADS = 65535
 """The most ``<iothreads>`` iomatrix reads in a domain: it writes an ``-object`` for each."""
 UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
@@ -270,10 +273,18 @@ def _cputune(element: ET.Element | None, vcpu: ET.Element | None) -> CpuTune:
 
 
 def _address(bus: str, dev: str, element: ET.Element | None) -> tuple[int, int, int, int]:
+    """The drive address, given or libvirt's from the target's index. ValueError for a
+    controller beyond :data:`MAX_CONTROLLER` (libvirt adds every controller up to it)."""
     if element is not None and element.get("type") == "drive":
-        return (int(element.get("controller", "0")), int(element.get("bus", "0")),
-                int(element.get("target", "0")), int(element.get("unit", "0")))
-    return implicit_address(bus, dev)
+        where = tuple(_number(element.get(k, "0"), f"{dev}: <address {k}=>")
+                      for k in ("controller", "bus", "target", "unit"))
+        address = (where[0], where[1], where[2], where[3])
+    else:
+        address = implicit_address(bus, dev)
+    if address[0] > MAX_CONTROLLER:
+        raise ValueError(f"{dev}: on {bus} controller {address[0]}: iomatrix reads controllers "
+                         f"0 to {MAX_CONTROLLER} (libvirt adds every one up to a disk's)")
+    return address
 
 
 def _insert(disks: list[tuple[Slot, Disk | None]], disk: tuple[Slot, Disk | None]) -> None:
@@ -293,8 +304,10 @@ def _insert(disks: list[tuple[Slot, Disk | None]], disk: tuple[Slot, Disk | None
 def _controllers(disks: list[Disk],
                  written: dict[tuple[str, int], ET.Element]) -> list[Controller]:
     """The SCSI, IDE and SATA controllers as written, and those the disks name that libvirt
-    adds, in the order libvirt gives them to QEMU."""
-    wanted = {(d.bus, d.address[0]) for d in disks if d.bus != "virtio"}
+    adds, every index up to the highest a disk names (virDomainDefAddDiskControllersForType:
+    a SATA disk on controller 1 brings sata0 too), in the order libvirt gives them to QEMU."""
+    wanted = {(d.bus, i) for d in disks if d.bus in ("scsi", "ide", "sata")
+              for i in range(d.address[0] + 1)}
     wanted |= {key for key in written if key[0] in ("scsi", "ide", "sata")}
     wanted = sorted(wanted, key=lambda k: (("scsi", "ide", "sata").index(k[0]), k[1]))
     out = []

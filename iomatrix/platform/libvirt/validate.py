@@ -129,8 +129,10 @@ def _addresses(disks: list[ET.Element], q35: bool) -> str | None:
         if bus not in DRIVE_BUSES:
             continue
         if address is not None:
-            where = tuple(int(address.get(k, "0")) for k in ("controller", "bus", "target",
-                                                             "unit"))
+            given = [address.get(k, "0") for k in ("controller", "bus", "target", "unit")]
+            if not all(v.isdigit() for v in given):
+                continue                  # parse_domain names the number it cannot read
+            where = tuple(map(int, given))
         else:
             where = implicit_address(bus, dev)
         if where[0] > 0 and bus in ("ide", "fdc"):
