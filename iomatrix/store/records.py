@@ -525,16 +525,20 @@ class ProcessRecord(Frozen):
 
 
 class ResourceRecord(Frozen):
-    """Something a process created on disk, recorded before it was created: a scratch
-    directory under $TMPDIR, an image directory in the target, or a target directory (and its
-    parents) that did not exist."""
+    """Something a process created or changed, recorded before it did: a scratch directory
+    under $TMPDIR, an image directory in the target, a target directory (and its parents) that
+    did not exist, what a target kind makes on its storage (an RBD image, an LVM volume), or an
+    IRQ a run steered."""
 
     id: int
     kind: str
-    """scratch | workspace | parent"""
+    """One of ``iomatrix.store.rows.KINDS``: scratch, workspace or parent (a directory), or a
+    kind of ``rows.RESOURCES`` (``rbd-image``: each says how a killed run's is removed or put
+    back)."""
     path: str
     within: str
-    """The directory it was created in (resolved): it is removed only while still there."""
+    """The directory it was created in (resolved): it is removed only while still there; for
+    a kind of ``rows.RESOURCES``, the connection it recorded (``rows.within``)."""
     keep: bool
     """Created by a run with --keep: never removed by iomatrix."""
     created_at: str

@@ -138,9 +138,17 @@ class OpenTarget:
     record: Recorder | None
     scratch: Path | None = None
     """The run's private scratch directory (files the clients read: a ceph.conf)."""
+    image_size: int | None = None
+    """The size of every image, once ``check`` has chosen it."""
 
     def check(self, configs: Iterable[Configuration]) -> "OpenTarget":
         raise NotImplementedError
+
+    @property
+    def size(self) -> int:
+        """The size of every image (``check`` first)."""
+        assert self.image_size is not None, "check() first"
+        return self.image_size
 
     def create(self) -> "OpenTarget":
         return self

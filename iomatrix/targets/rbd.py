@@ -476,11 +476,6 @@ class RbdPool(NetworkTarget):
         return conf_text(self.location, rbd_cache="false")
 
     # -- images ----------------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        assert self.image_size is not None, "check() first"
-        return self.image_size
-
     def image(self, config: Configuration, index: int = 0) -> Image:
         """The image for guest ``index`` (one image per guest index, shared by every
         configuration), created on first use."""

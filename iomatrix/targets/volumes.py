@@ -187,11 +187,6 @@ class VolumeTarget(OpenTarget):
         return image.path if image is not None else None
 
     # -- images ----------------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        assert self.image_size is not None, "check() first"
-        return self.image_size
-
     def name_of(self, fmt: str, prealloc: str, index: int) -> str:
         """The name of the run's volume for one image."""
         suffix = f"-vm{index}" if index else ""

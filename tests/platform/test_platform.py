@@ -38,11 +38,7 @@ from tests.needs import needs
 needs_qemu = needs("qemu")
 START_TIMEOUT = 15.0
 
-STORAGE_CFG = """\
-dir: local
-\tpath /var/lib/vz
-\tcontent iso,vztmpl,backup,images
-
+LVM_STORAGES = """\
 lvmthin: local-lvm
 \tthinpool data
 \tvgname pve
@@ -51,7 +47,14 @@ lvmthin: local-lvm
 lvm: thick
 \tvgname vg0
 \tcontent images
+"""
+"""A Proxmox VE host's LVM-thin and LVM storages (test_pvesm's simulated host has them too)."""
+STORAGE_CFG = """\
+dir: local
+\tpath /var/lib/vz
+\tcontent iso,vztmpl,backup,images
 
+""" + LVM_STORAGES + """
 cifs: smb
 \tpath /mnt/pve/smb
 \tserver 10.0.0.5

@@ -23,18 +23,10 @@ import pytest
 
 from iomatrix.store.repo import Store
 from tests.conftest import TCG_GUEST, PVEVERSION, cli_result, our_processes, standin
+from tests.platform.test_platform import LVM_STORAGES
 
 STANDINS = Path(__file__).parents[1] / "fixtures" / "standins"
-STORAGE_CFG = """\
-lvmthin: local-lvm
-\tthinpool data
-\tvgname pve
-\tcontent rootdir,images
-
-lvm: thick
-\tvgname vg0
-\tcontent images
-
+STORAGE_CFG = LVM_STORAGES + """
 lvmthin: idle
 \tthinpool data
 \tvgname pve2

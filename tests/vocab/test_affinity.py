@@ -5,36 +5,14 @@ suite that names none unchanged, a suite that names them keyed and labelled by t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from iomatrix.core import cpuset
 from iomatrix.core.errors import SuiteError
 from iomatrix.suite.expand import expand
-from iomatrix.suite.load import load_suite_text
 from iomatrix.vocab.axes import AFFINITY_AXES, CONFIG_AXES, MODE_AXES, NOT_SETTINGS, PARAMETERS
-
-SUITE = """
-[suite]
-name = "affinity"
-[target]
-directory = "/srv/bench"
-size = "64MiB"
-[method]
-mode = "{mode}"
-[matrix]
-aio = "io_uring"
-cache = "none"
-{matrix}
-[[workloads]]
-rw = "randread"
-"""
-
-
-def _suite(mode: str = "blocklayer", matrix: str = "") -> Any:
-    return load_suite_text(SUITE.format(mode=mode, matrix=matrix))
-
+from tests.vocab.test_discard import axis_suite
 
 def test_declared_once_with_their_modes() -> None:
     assert all(axis in CONFIG_AXES for axis in AFFINITY_AXES)
@@ -61,13 +39,13 @@ def test_cpu_sets_refused(text: str) -> None:
     with pytest.raises(ValueError):
         cpuset.level(text)
     with pytest.raises(SuiteError, match="vcpu_affinity"):
-        _suite(matrix=f'vcpu_affinity = ["{text}"]')
+        axis_suite(matrix=f'vcpu_affinity = ["{text}"]')
 
 
 def test_unset_changes_no_key_and_set_ones_are_keyed_and_labelled() -> None:
-    plain = expand(_suite()).configurations
+    plain = expand(axis_suite()).configurations
     assert all("affinity" not in c.key and "@" not in c.label for c in plain)
-    pinned = expand(_suite(matrix='vcpu_affinity = ["1,0", "1"]\niothread_affinity = "numa"\n'
+    pinned = expand(axis_suite(matrix='vcpu_affinity = ["1,0", "1"]\niothread_affinity = "numa"\n'
                                   'main_affinity = "0"')).configurations
     keys = [c.key for c in pinned]
     assert len(keys) == 2 and len(set(keys)) == 2
@@ -76,9 +54,9 @@ def test_unset_changes_no_key_and_set_ones_are_keyed_and_labelled() -> None:
     # blocklayer: fio runs where vcpu_affinity says
     assert {c.label.split(" fio@")[1] for c in pinned} == {"0-1", "1"}
     assert all(" iothread@numa main@0" in c.label for c in pinned)
-    guest = expand(_suite("guest", 'vcpu_affinity = "0"')).configurations
+    guest = expand(axis_suite("guest", 'vcpu_affinity = "0"')).configurations
     assert [c.label.count(" vcpu@0") for c in guest if c.mode == "guest"] == [1]
-    host = expand(_suite("host", 'vcpu_affinity = "1"')).configurations
+    host = expand(axis_suite("host", 'vcpu_affinity = "1"')).configurations
     assert [(c.key, c.label) for c in host] == [("host/vcpu_affinity=1",
                                                  "host (bare metal) fio@1")]
 

@@ -57,7 +57,9 @@ rw = "randwrite"
 """
 
 
-def _suite(mode: str = "blocklayer", matrix: str = "") -> Any:
+def axis_suite(mode: str = "blocklayer", matrix: str = "") -> Any:
+    """A suite of one configuration of ``mode`` whose [matrix] adds ``matrix`` (the axis a test
+    is about; test_affinity's too)."""
     return load_suite_text(SUITE.format(mode=mode, matrix=matrix))
 
 
@@ -85,9 +87,9 @@ def test_declared_once_and_derived() -> None:
 def test_a_suite_without_it_is_as_before() -> None:
     """No discard in [matrix]: no configuration names it (keys, labels and stored params as
     before the axis), and recommend decides it only for a run that measured it."""
-    plain = expand(_suite())
+    plain = expand(axis_suite())
     assert all(c.discard is None and "discard" not in c.key for c in plain.configurations)
-    both = expand(_suite(matrix='discard = ["ignore", "unmap"]'))
+    both = expand(axis_suite(matrix='discard = ["ignore", "unmap"]'))
     keys = [c.key for c in both.configurations if c.mode == "blocklayer"]
     assert [k.rpartition("/")[2] for k in keys] == ["discard=ignore", "discard=unmap"]
 
@@ -123,12 +125,12 @@ def test_recommend_decides_it_only_where_measured(tmp_path: Path) -> None:
 
 def test_a_level_it_does_not_have_is_refused_in_one_line() -> None:
     with pytest.raises(SuiteError) as caught:
-        _suite(matrix='discard = "on"')
+        axis_suite(matrix='discard = "on"')
     assert "discard" in str(caught.value) and "\n" not in str(caught.value).strip()
 
 
 def test_host_mode_says_it_is_ignored() -> None:
-    notes = expand(_suite("host", 'discard = ["unmap"]')).notes
+    notes = expand(axis_suite("host", 'discard = ["unmap"]')).notes
     assert any("discard is ignored in host mode" in n for n in notes)
 
 
