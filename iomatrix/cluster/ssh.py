@@ -41,7 +41,9 @@ CONNECT_TIMEOUT = 10
 """Seconds for SSH to reach a node and log in before it is refused."""
 
 ALIVE_INTERVAL, ALIVE_COUNT = 5, 3
-"""A node that answers no keepalive for 5 s × 3 is dropped: its session ends, its trials fail."""
+"""A node that answers no keepalive for 5 s × 3 is dropped: its session ends, its trials fail
+(the interval is a node's ``alive_interval``)."""
+MAX_ALIVE_INTERVAL = 3600
 
 DEFAULT_COMMAND = "iomatrix"
 """The iomatrix a node runs, found on the login PATH, unless a node says where it is."""
@@ -82,6 +84,9 @@ class Node:
     """An ssh_config file instead of ``~/.ssh/config`` (``ssh -F``)."""
     command: str = DEFAULT_COMMAND
     """The iomatrix program on the node."""
+    alive_interval: int = ALIVE_INTERVAL
+    """Seconds between SSH's keepalives (``ServerAliveInterval``): a node that answers none of
+    ``ALIVE_COUNT`` in a row is dropped."""
 
     @property
     def label(self) -> str:
@@ -103,8 +108,8 @@ would clear that forward too)."""
 
 
 def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNECT_TIMEOUT,
-             alive_interval: int = ALIVE_INTERVAL, alive_count: int = ALIVE_COUNT,
-             ssh: str = "ssh", options: Sequence[str] = ()) -> list[str]:
+             alive_count: int = ALIVE_COUNT, ssh: str = "ssh",
+             options: Sequence[str] = ()) -> list[str]:
     """The OpenSSH argv that runs ``command`` (an argv, quoted here for the node's login shell)
     on ``node``, with no terminal and no escape character (the session carries data on stdin).
     ``options``: more of ssh's own (a forward: ``-L``).
@@ -121,7 +126,7 @@ def ssh_argv(node: Node, command: Sequence[str], *, connect_timeout: int = CONNE
              "-o", "BatchMode=yes",
              "-o", "StrictHostKeyChecking=yes",
              "-o", f"ConnectTimeout={connect_timeout}",
-             "-o", f"ServerAliveInterval={alive_interval}",
+             "-o", f"ServerAliveInterval={node.alive_interval}",
              "-o", f"ServerAliveCountMax={alive_count}",
              *LENT_NOTHING]
     if not FORWARDS.intersection(options):
@@ -378,12 +383,13 @@ def stored_node(fields: object, name: str, where: str) -> Node:
     return untrusted(node, where)
 
 
-_TYPES: dict[str, tuple[type, ...]] = {"port": (int,)}
+_TYPES: dict[str, tuple[type, ...]] = {"port": (int,), "alive_interval": (int,)}
 
 
 def _checked(table: Mapping[str, object], where: str) -> dict[str, str | int]:
-    """A stored node's fields, each of the type a ``Node`` field has (a port an integer, the
-    others non-empty text); NodesError naming ``where`` for the first that is not."""
+    """A stored node's fields, each of the type a ``Node`` field has (a port and an
+    alive_interval integers in their ranges, the others non-empty text); NodesError naming
+    ``where`` for the first that is not."""
     out: dict[str, str | int] = {}
     for key, value in table.items():
         wanted = _TYPES.get(key, (str,))
@@ -392,6 +398,8 @@ def _checked(table: Mapping[str, object], where: str) -> dict[str, str | int]:
                              f" not {repr(value)[:60]}")
         if key == "port" and not 0 < value < 65536:
             raise NodesError(f"{where}: port {value} is not 1-65535")
+        if key == "alive_interval" and not 0 < value <= MAX_ALIVE_INTERVAL:
+            raise NodesError(f"{where}: alive_interval {value} is not 1-{MAX_ALIVE_INTERVAL}")
         if isinstance(value, str) and not value.strip():
             raise NodesError(f"{where}: {key} is empty")
         out[key] = value     # type: ignore[assignment]  # a str or an int: checked above

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from iomatrix.cluster.ssh import parse_destination, text_problem
+from iomatrix.cluster.ssh import MAX_ALIVE_INTERVAL, parse_destination, text_problem
 from iomatrix.core.errors import NodesError
 from iomatrix.core.model import Frozen
 
@@ -37,6 +37,10 @@ class Nodes(Frozen):
     command: str | None = None
     """Refused: the program a node runs is iomatrix on its login PATH, or what root's own
     inventory says (``iomatrix.cluster.ssh.untrusted``), never a suite's string."""
+    alive_interval: int | None = Field(default=None, ge=1, le=MAX_ALIVE_INTERVAL)
+    """Seconds between SSH's keepalives to every node (default 5): a node that answers none
+    of 3 in a row is dropped (its unmeasured trials fail, or with ``on_node_failure = "stop"``
+    every node stops). An inventory sets it for its own nodes."""
 
     @field_validator("hosts", "inventory", "user", "identity", "known_hosts")
     @classmethod
@@ -73,5 +77,5 @@ class Nodes(Frozen):
 
     def defaults(self) -> dict[str, Any]:
         """What the table sets for every node (``iomatrix.cluster.ssh.DEFAULT_KEYS``)."""
-        return {k: v for k in ("user", "port", "identity", "known_hosts")
+        return {k: v for k in ("user", "port", "identity", "known_hosts", "alive_interval")
                 if (v := getattr(self, k)) is not None}

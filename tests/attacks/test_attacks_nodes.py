@@ -243,7 +243,8 @@ def test_a_database_row_that_is_no_node_is_one_line_on_resume(
     for n, node_json in enumerate(['{"host": ', '["node1"]', '{"host": 7}',
                                    '{"host": "a", "pasword": 1}',
                                    '{"host": "-oProxyCommand=x", "name": "node1"}',
-                                   '{"host": "a\\u0000b", "name": "node1"}']):
+                                   '{"host": "a\\u0000b", "name": "node1"}',
+                                   '{"host": "a", "name": "node1", "alive_interval": "1 -oX=y"}']):
         db = _crafted(attacker, made_db, theirs, tmp_path / f"r{n}.db", node_json)
         done = _iomatrix(cluster, "run", "--resume", "1", "--db", str(db))
         line = one_line(done, ExitStatus(done.returncode))

@@ -45,10 +45,39 @@ def test_inventory_file(tmp_path: Path) -> None:
                       ('[[node]]\nhost = "a"\npasword = "x"', "unknown key 'pasword'"),
                       ('hosts = ["a"]\nhost_key_alias = "b"', "unknown key 'host_key_alias'"),
                       ('[[node]]\nhost = "a"\nname = "../x"', "name '../x' is not"),
+                      ('hosts = ["a"]\nalive_interval = 0', "alive_interval 0 is not 1-3600"),
+                      ('[[node]]\nhost = "a"\nalive_interval = "2"',
+                       "alive_interval must be an integer"),
                       ("hosts = [", "not TOML")]:
         (tmp_path / "bad.toml").write_text(text)
         with pytest.raises(NodesError, match=why):
             ssh.load_inventory(tmp_path / "bad.toml")
+
+
+def test_keepalives_are_a_node_s_alive_interval(tmp_path: Path) -> None:
+    """How soon a silent node is dropped: SSH's keepalive interval, 5 s unless an inventory
+    (for all its nodes, or one) or a suite's [nodes] says otherwise (a test's nodes: 2 s)."""
+    from iomatrix.core.errors import SuiteError
+    from iomatrix.measure.cluster import resolve_nodes
+    from iomatrix.suite import load_suite_text
+
+    (tmp_path / "nodes.toml").write_text('alive_interval = 2\nhosts = ["n1"]\n'
+                                         '[[node]]\nhost = "n2"\nalive_interval = 30\n')
+    nodes = ssh.resolve(str(tmp_path / "nodes.toml"))
+    assert [n.alive_interval for n in nodes] == [2, 30]
+    assert "ServerAliveInterval=2" in ssh.ssh_argv(nodes[0], ["true"])
+    assert "ServerAliveInterval=5" in ssh.ssh_argv(Node(host="n3"), ["true"])
+    suite = ('[suite]\nname = "c"\n[target]\ndirectory = "/srv/bench"\nsize = "1GiB"\n[workloads]\n'
+             'rw = "randread"\n[method]\nmode = "host"\n[nodes]\nhosts = ["n1", "n2"]\n')
+    listed = resolve_nodes(load_suite_text(suite + "alive_interval = 3\n", source="t"), None)
+    assert [n.alive_interval for n in listed] == [3, 3]
+    with pytest.raises(SuiteError, match="alive_interval"):
+        load_suite_text(suite + "alive_interval = 0\n", source="t")
+    # a database row's (untrusted) is held to the same: an integer in its range, or refused
+    assert ssh.stored_node({"host": "n1", "alive_interval": 7}, "n1", "row").alive_interval == 7
+    for bad in ("2 -oProxyCommand=x", 0, 3601, True, 2.5):
+        with pytest.raises(NodesError, match="^row: alive_interval"):
+            ssh.stored_node({"host": "n1", "alive_interval": bad}, "n1", "row")
 
 
 def test_proxmox_members(tmp_path: Path) -> None:
