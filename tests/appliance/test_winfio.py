@@ -160,6 +160,7 @@ def test_the_install_seed_holds_no_start_script(windows_bundle: WindowsFio,
     assert status != 0 and "exists" in output
 
 
+@pytest.mark.slow       # 2-7 s: `run --plan` and a seed ISO, one check each
 @needs("qemu", "xorriso")
 def test_the_windows_kind_boots_its_image_with_a_seed_cd_of_the_disks_size(
         windows_bundle: WindowsFio, tmp_path: Path) -> None:
