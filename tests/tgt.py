@@ -10,7 +10,7 @@ import random
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +61,11 @@ def tgt_problem() -> str | None:
 
 
 @contextlib.contextmanager
-def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None) -> Iterator[Tgt]:
+def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None,
+         address: str = "127.0.0.1", wrap: Sequence[str] = ()) -> Iterator[Tgt]:
     """tgtd with one LUN backed by ``backing`` (by default a new ``size`` file in
-    ``directory``); stopped on leaving."""
+    ``directory``), its portal on ``address`` (``wrap``: what tgtd is started under, in
+    another network namespace: ``SshCluster.controller``); stopped on leaving."""
     if backing is None:
         backing = directory / "lun.img"
         with open(backing, "wb") as f:
@@ -73,10 +75,10 @@ def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None) -> 
                    if not (CONTROL / f"socket.{n}").exists())
     log = open(directory / "tgtd.log", "wb")
     start = time.monotonic()
-    proc = subprocess.Popen(["tgtd", "-f", "-C", str(control),
-                             "--iscsi", f"portal=127.0.0.1:{port}"],
+    proc = subprocess.Popen([*wrap, "tgtd", "-f", "-C", str(control),
+                             "--iscsi", f"portal={address}:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    tgt = Tgt(portal=f"127.0.0.1:{port}", iqn=IQN, lun=LUN, backing=backing, control=control,
+    tgt = Tgt(portal=f"{address}:{port}", iqn=IQN, lun=LUN, backing=backing, control=control,
               started_s=0.0)
     try:
         deadline = time.monotonic() + 30

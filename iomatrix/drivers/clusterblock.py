@@ -20,7 +20,9 @@ from pathlib import Path
 
 from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.core.errors import TrialFailed
 from iomatrix.drivers.blocklayer import export_target
+from iomatrix.drivers.host import USERSPACE
 from iomatrix.drivers.cluster import (GUEST_START_SLACK, ClusterDriver, ClusterGuestDriver,
                                       ClusterGuestSession, GuestRequest, GuestsReady,
                                       NodeGuests, NodesLoad, NodeSession, taking_part)
@@ -30,6 +32,7 @@ from iomatrix.suite.method import Method
 from iomatrix.suite.model import Suite
 from iomatrix.suite.spec import RunSpec
 from iomatrix.suite.workloads import Workload
+from iomatrix.targets.kind import OpenTarget
 from iomatrix.targets.workspace import Image
 from iomatrix.vocab.words import Mode
 
@@ -64,7 +67,8 @@ class ClusterBlockSession(ClusterGuestSession):
     export (what each applied as ``ClusterGuestSession.applied`` reports it)."""
 
     def __init__(self, config: Configuration, images: Sequence[Image],
-                 servers: Sequence[NodeBlock], engine: str, own: bool) -> None:
+                 servers: Sequence[NodeBlock], engine: str, own: bool,
+                 regions: bool = False) -> None:
         NodesLoad.__init__(self, config, images)
         self.servers = list(servers)
         self.guests = list(servers)
@@ -73,15 +77,21 @@ class ClusterBlockSession(ClusterGuestSession):
         self._n = 0
         self._answers = {}
         self.engine = engine
-        self.own = own
-        """Each node on an image of its own (each preconditions its own)."""
+        self.own = own or regions
+        """Each node on an image (a region) of its own: each preconditions its own."""
+        self.regions = regions
+        """The nodes share one volume (a LUN), each on a region of it (``regions``)."""
 
     def fio_target(self) -> dict[str, str]:
         return self.client_targets()[0]
 
     def client_targets(self) -> list[dict[str, str]]:
-        return [export_target(self.config, s.remote / DAEMON_DIRECTORY, self.engine,
-                              self.image.size) for s in self.servers]
+        config = self.config.model_copy(update=USERSPACE) if self.regions else self.config
+        targets = [export_target(config, s.remote / DAEMON_DIRECTORY, self.engine,
+                                 self.image.size) for s in self.servers]
+        if not self.regions:
+            return targets
+        return [t | r for t, r in zip(targets, regions(self.image.size, len(targets)))]
 
     def fio_output_format(self) -> str:
         return "json"
@@ -96,11 +106,22 @@ class ClusterBlockSession(ClusterGuestSession):
         return self.fio_clients() if self.own else self.fio_clients()[:1]
 
 
+def regions(size: int, nodes: int) -> list[dict[str, str]]:
+    """fio's ``offset`` and ``size`` of each of ``nodes`` nodes' equal regions of a volume of
+    ``size`` bytes (whole MiB each, the rest unused)."""
+    each = size // nodes >> 20 << 20
+    if each <= 0:
+        raise TrialFailed(f"a volume of {size} bytes has no MiB for each of {nodes} nodes")
+    return [{"offset": str(i * each), "size": str(each)} for i in range(nodes)]
+
+
 class ClusterBlockDriver(ClusterDriver):
     """blocklayer mode on a cluster's nodes at once, on an rbd pool: each node's daemon on an
     image of its own there (``own_images``), or on one for all (``shared_image``)."""
 
     mode = Mode.BLOCKLAYER
+    regions = False
+    """Each node on a region of one volume (``ClusterLunDriver``)."""
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
                  accelerator: str, ceph_conf: str | None) -> None:
@@ -112,7 +133,7 @@ class ClusterBlockDriver(ClusterDriver):
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         self.sessions += 1
         part = taking_part(config, self.nodes)
-        own = len(images) >= len(part) and not self.method.shared_image
+        own = len(images) >= len(part) and not self.method.shared_image and not self.regions
         with contextlib.ExitStack() as stack:
             nodes = []
             for index, node in enumerate(part):
@@ -132,14 +153,30 @@ class ClusterBlockDriver(ClusterDriver):
             deadline = time.monotonic() + GUEST_START_SLACK
             for block in nodes:
                 block.ready(deadline, "its qemu-storage-daemon was")
-            yield ClusterBlockSession(config, images, nodes, self.method.engine, own)
+            yield ClusterBlockSession(config, images, nodes, self.method.engine, own,
+                                      self.regions)
+
+
+class ClusterLunDriver(ClusterBlockDriver):
+    """host mode on a cluster's nodes at once, on an iSCSI LUN: each node's fio on a region of
+    its own of the LUN (``regions``), through a qemu-storage-daemon of the node's (libiscsi,
+    raw, cache=none, NBD: as a local host-mode run reaches a LUN without the kernel
+    initiator)."""
+
+    mode = Mode.HOST
+    regions = True
 
 
 def on_the_nodes(drivers: dict[str, Driver], suite: Suite, workdir: Path, nodes: Sequence[Node],
-                 accelerator: str, ceph_conf: str | None) -> dict[str, Driver]:
+                 accelerator: str, target: OpenTarget) -> dict[str, Driver]:
     """The drivers of a run under cluster load, for the modes of ``drivers`` (a local run's):
-    each mode's on every node at once (``ceph_conf``: ``OpenTarget.node_client``)."""
+    each mode's on every node at once, as ``target`` is reached there (``node_client``: an rbd
+    pool; ``node_regions``: a LUN)."""
+    ceph_conf = target.node_client()
     out: dict[str, Driver] = {Mode.HOST: ClusterDriver(suite.method, workdir, nodes, ceph_conf)}
+    if target.node_regions():
+        out[Mode.HOST] = ClusterLunDriver(suite.method, workdir, nodes, suite=suite,
+                                          accelerator=accelerator, ceph_conf=None)
     if Mode.BLOCKLAYER in drivers:
         out[Mode.BLOCKLAYER] = ClusterBlockDriver(suite.method, workdir, nodes, suite=suite,
                                                   accelerator=accelerator, ceph_conf=ceph_conf)

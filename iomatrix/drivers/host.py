@@ -18,6 +18,11 @@ from iomatrix.targets.workspace import Image
 from iomatrix.vocab.words import Mode
 
 
+USERSPACE = {"cache": "none", "format": "raw", "aio": None, "iothread": False}
+"""A host-mode configuration as the qemu-storage-daemon that reaches a volume in userspace
+holds it (``NetworkVolume.host_daemon``): raw, cache=none, NBD."""
+
+
 class HostSession(Session):
     def __init__(self, config: Configuration, images: Sequence[Image], engine: str) -> None:
         super().__init__(config, images)
@@ -67,8 +72,7 @@ class HostDriver(Driver):
         if volume is None or why is None:
             yield HostSession(config, images, self.method.engine)
             return
-        userspace = config.model_copy(update={"cache": "none", "format": "raw", "aio": None,
-                                              "iothread": False})
+        userspace = config.model_copy(update=USERSPACE)
         daemon = BlocklayerDriver(self.method.model_copy(update={"platform": "qemu"}),
                                   self.workdir)
         with daemon.session(userspace, images) as session:

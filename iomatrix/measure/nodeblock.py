@@ -1,8 +1,9 @@
 """The node's side of blocklayer mode under cluster load (``iomatrix node serve-blocklayer``,
 started by the controller's ``iomatrix.drivers.clusterblock.ClusterBlockDriver`` over SSH): a
 local run's qemu-storage-daemon on the node's image in the suite's rbd pool (reached by the
-node's own ceph.conf: ``iomatrix.measure.nodepool``) and a fio server on a Unix socket beside
-it, both in a fresh 0700 directory, said in one line; kept until the session's standard input
+node's own ceph.conf: ``iomatrix.measure.nodepool``), or in host mode on the suite's iSCSI LUN
+(libiscsi, as a local host-mode run without the kernel initiator reaches it), and a fio server
+on a Unix socket beside it, both in a fresh 0700 directory, said in one line; kept until the session's standard input
 ends (SIGHUP), then stopped (every fio process of the server, found by its command line, as
 the host-mode session's shell finds them) and the directory removed. Nothing listens on a
 network: the daemon's export and the server are Unix sockets in that directory."""
@@ -21,10 +22,11 @@ from iomatrix.core.errors import NodesError, TrialFailed
 from iomatrix.core.proc import log_tail, managed, wait_for
 from iomatrix.drivers.cluster import GuestRequest, GuestsReady
 from iomatrix.drivers.clusterblock import BLOCK_READY, DAEMON_DIRECTORY, FIO_SOCKET
+from iomatrix.drivers.host import USERSPACE
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.cluster import watch_stdin
 from iomatrix.measure.nodeguests import requested
-from iomatrix.measure.nodepool import pool_images
+from iomatrix.measure.nodepool import lun_image, pool_images
 from iomatrix.vocab.words import Mode
 
 WATCH_SECONDS = 0.5
@@ -50,13 +52,21 @@ def serve_blocklayer(request: GuestRequest, stdin: int, out: IO[str]) -> None:
 
 
 def _serve(request: GuestRequest, directory: Path, out: IO[str]) -> None:
-    prepared, config = requested(request, Mode.BLOCKLAYER)
+    prepared, config = requested(request, Mode.BLOCKLAYER, Mode.HOST)
     suite = prepared.suite
-    if suite.target.rbd is None:
-        raise NodesError("blocklayer mode under cluster load is built for an rbd pool only")
-    images = pool_images(request.images, config.model_copy(update={"vms": 1}), suite, directory)
+    method = suite.method
+    if suite.target.iscsi is not None and config.mode == Mode.HOST:      # as HostDriver does
+        images = [lun_image(request.images, suite, directory)]
+        config = config.model_copy(update=USERSPACE)
+        method = method.model_copy(update={"platform": "qemu"})
+    elif suite.target.rbd is not None and config.mode == Mode.BLOCKLAYER:
+        images = pool_images(request.images, config.model_copy(update={"vms": 1}), suite,
+                             directory)
+    else:
+        raise NodesError("a daemon on the node under cluster load is built for an rbd pool "
+                         "(blocklayer mode) and an iSCSI LUN (host mode) only")
     notes: list[str] = []
-    driver = driver_for(Mode.BLOCKLAYER, suite.method, directory, accel=request.accel,
+    driver = driver_for(Mode.BLOCKLAYER, method, directory, accel=request.accel,
                         note=notes.append)
     socket = directory / FIO_SOCKET
     with driver.session(config, images) as session, \

@@ -114,14 +114,15 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
                 out.flush()
 
 
-def requested(request: GuestRequest, mode: Mode) -> tuple[PreparedRun, Configuration]:
+def requested(request: GuestRequest, *modes: Mode) -> tuple[PreparedRun, Configuration]:
     """The run as the node prepares the request's suite (as the controller's user wrote it:
-    ``request_suite``), and the configuration of ``mode`` it asks for; NodesError when the
-    suite has none such."""
+    ``request_suite``), and the configuration, of one of ``modes``, it asks for; NodesError
+    when the suite has none such."""
     prepared = prepare(request_suite(request), accel=request.accel)
     config = next((c for c in prepared.full.configurations if c.key == request.config), None)
-    if config is None or config.mode != mode:
-        raise NodesError(f"the suite has no {mode} configuration {request.config!r} here")
+    if config is None or config.mode not in modes:
+        raise NodesError(f"the suite has no {' or '.join(modes)} configuration "
+                         f"{request.config!r} here")
     return prepared, config
 
 

@@ -1,8 +1,10 @@
-"""A node's guests on an rbd pool under cluster load (``iomatrix node serve-guests``): the
-controller made each guest's image in the pool; the node reaches it by a ceph.conf of its own,
-written into the session's 0700 directory from the suite's ``[target] rbd`` as the node checks
-it (``rbd.locate``: the monitors, fsid and keyring's path, the keyring a file of secrets under
-rule 1 HERE, as the suite's author may use it), never by a path or option of the request's."""
+"""A node's disks on shared network storage under cluster load (``iomatrix node serve-guests``,
+``serve-blocklayer``): the controller made each image in an rbd pool, or names the suite's
+iSCSI LUN; the node reaches it by a ceph.conf (a CHAP secret) of its own, written into the
+session's 0700 directory from the suite's ``[target]`` as the node checks it (``rbd.locate``:
+the monitors, fsid and keyring's path, the keyring a file of secrets under rule 1 HERE, as the
+suite's author may use it; ``iscsi.read_chap`` likewise), never by a path or option of the
+request's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 from iomatrix.core.errors import NodesError
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
-from iomatrix.targets import rbd
+from iomatrix.targets import iscsi, rbd
 from iomatrix.targets.workspace import Image
 
 IMAGE_NAME = re.compile(rf"^{re.escape(rbd.PREFIX)}[0-9a-z]{{1,20}}-[0-9a-f]{{6}}-[0-9]{{1,6}}$")
@@ -43,3 +45,21 @@ def pool_images(images: Sequence[Image], config: Configuration, suite: Suite,
         out.append(Image(path=Path(f"rbd:{location.spec}/{name}"), format="raw",
                          preallocation="off", size=image.size, network=pool.volume(name)))
     return out
+
+
+def lun_image(images: Sequence[Image], suite: Suite, directory: Path) -> Image:
+    """The suite's iSCSI LUN, which the controller's request names (one image): reached by
+    this node's own volume (``iscsi.volume``: the CHAP file read here, under the same rules, its
+    password written into ``directory`` for QEMU's secret object); NodesError when the request
+    names anything else."""
+    lun = suite.target.iscsi
+    assert lun is not None
+    if len(images) != 1 or images[0].path != Path(lun.url) or not images[0].is_device:
+        raise NodesError(f"not the suite's LUN {lun.url}: "
+                         + ", ".join(str(i.path)[:200] for i in images))
+    chap = iscsi.read_chap(lun.chap, suite.author, lun.portal) if lun.chap else None
+    secret = directory / iscsi.SECRET_FILE
+    if chap is not None:
+        iscsi.write_secret(chap, secret)
+    return Image(path=Path(lun.url), format="raw", preallocation="off", size=images[0].size,
+                 is_device=True, network=iscsi.volume(lun, chap=chap, secret=secret))

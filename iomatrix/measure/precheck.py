@@ -200,6 +200,11 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
                          f"so far (the target is {suite.target.kind})")
     if suite.target.rbd is not None:
         check_pool_load(suite)
+    if suite.target.iscsi is not None and any(c.mode != Mode.HOST
+                                              for c in expansion.configurations):
+        raise SuiteError("[method] concurrent_nodes loads an iSCSI LUN in host mode only, so "
+                         "far (each node's fio on a region of its own, through a "
+                         "qemu-storage-daemon there)")
     if suite.target.rbd is None and any(c.mode == Mode.BLOCKLAYER
                                         for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads a blocklayer part on an rbd pool "

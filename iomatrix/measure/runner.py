@@ -159,8 +159,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
         accelerator = drivers[Mode.GUEST].accelerator if Mode.GUEST in drivers else "none"
         if suite.method.concurrent_nodes:
             # the nodes boot the guests, as this host would: under its accelerator
-            drivers |= on_the_nodes(drivers, suite, workdir, nodes, accelerator,
-                                    workspace.node_client())
+            drivers |= on_the_nodes(drivers, suite, workdir, nodes, accelerator, workspace)
         started = _start(store, me, prepared.under(accelerator), workspace, resume=resume,
                          retry_failed=retry_failed, share=share, nodes=nodes)
         for text in started.notes:

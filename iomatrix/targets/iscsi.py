@@ -138,7 +138,7 @@ def volume(lun: IscsiTarget, *, chap: Chap | None, secret: Path | None) -> Netwo
                        objects=objects, hidden=hidden, fio={}, client=HOST_CLIENT)
 
 
-def _write_secret(chap: Chap, path: Path) -> None:
+def write_secret(chap: Chap, path: Path) -> None:
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -154,7 +154,7 @@ def probe(lun: IscsiTarget, author: Author = US) -> int:
     with tempfile.TemporaryDirectory(prefix="iomatrix-iscsi-") as private:
         secret = Path(private) / SECRET_FILE
         if chap is not None:
-            _write_secret(chap, secret)
+            write_secret(chap, secret)
         vol = volume(lun, chap=chap, secret=secret)
         argv = [qemu_img, "info", "--output=json",
                 *(a for o in vol.objects for a in ("--object", o)), "--image-opts",
@@ -219,7 +219,7 @@ class IscsiLun(NetworkTarget):
         assert self.scratch is not None, "the runner gives a network target its scratch"
         if self._chap is not None:
             self._secret = self.scratch / SECRET_FILE
-            _write_secret(self._chap, self._secret)
+            write_secret(self._chap, self._secret)
         self._volume = volume(self.lun, chap=self._chap, secret=self._secret)
         return self
 
@@ -229,6 +229,9 @@ class IscsiLun(NetworkTarget):
 
     def host_fields(self) -> dict[str, str]:
         return {"target": self.lun.url, "target_fs": "(iSCSI LUN)"}
+
+    def node_regions(self) -> bool:
+        return True
 
     def images(self, config: Configuration) -> list[Image]:
         """The LUN, once per guest of the configuration (as a device target is)."""
@@ -307,7 +310,6 @@ class IscsiKind(TargetKind):
 
     keys = ("iscsi",)
     tools = ("qemu-img",)
-    cluster_load = False
     storage_types = ("iscsi", "iscsidirect")
     storage_volumes = True
 

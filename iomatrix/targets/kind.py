@@ -174,6 +174,11 @@ class OpenTarget:
         reach the target by its path."""
         return None
 
+    def node_regions(self) -> bool:
+        """Under cluster load, whether the nodes share ONE volume that each loads a region of,
+        through a qemu-storage-daemon of its own (an iSCSI LUN: libiscsi)."""
+        return False
+
     def storage_of(self, config: Configuration) -> Path | None:
         """No local device holds the storage: no host disk telemetry."""
         return None

@@ -1,8 +1,9 @@
-"""Issue 37, cluster load on an rbd pool: what a node's ``serve-guests`` hands QEMU comes from
-the suite's ``[target] rbd`` as the node checks it, never from the request's images: an image
-of another pool, one whose name is not a run's (option syntax of QEMU's rbd filename, a path),
-or a conf path the request names, is refused or never used; and the ceph.conf each node's fio
-server reads reaches the node as ONE word of the SSH command, whatever it holds."""
+"""Issue 37, cluster load on an rbd pool or an iSCSI LUN: what a node's ``serve-guests`` and
+``serve-blocklayer`` hand QEMU comes from the suite's ``[target]`` as the node checks it, never
+from the request's images: an image of another pool, one whose name is not a run's (option
+syntax of QEMU's rbd filename, a path), a conf path the request names, another LUN or a device
+is refused or never used; and the ceph.conf each node's fio server reads reaches the node as
+ONE word of the SSH command, whatever it holds."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from iomatrix.cluster.ssh import Node
 from iomatrix.core.errors import NodesError
 from iomatrix.core.trust import US
 from iomatrix.drivers.cluster import NodeServer
-from iomatrix.measure.nodepool import pool_images
+from iomatrix.measure.nodepool import lun_image, pool_images
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.expand import expand
 from iomatrix.suite.load import with_author
@@ -71,3 +72,32 @@ def test_the_nodes_ceph_conf_is_one_word_of_the_ssh_command(tmp_path: Path) -> N
     remote = server.argv()[-1]
     assert shlex.split(remote)[-1] == hostile
     assert shlex.split(remote)[:2] == ["sh", "-c"]
+
+
+def test_a_node_reaches_only_the_suites_lun(tmp_path: Path) -> None:
+    suite = with_author(load_suite_text("""[suite]
+name = "t"
+[target]
+allow_destroy = true
+[target.iscsi]
+portal = "192.0.2.1:3260"
+target = "iqn.2026-11.org.example:t"
+lun = 1
+[method]
+mode = "host"
+concurrent_nodes = true
+"""), US)
+    lun = suite.target.iscsi
+    assert lun is not None
+    for path in ["/dev/sda", "iscsi://192.0.2.66:3260/iqn.2026-11.org.example:t/1",
+                 "iscsi://192.0.2.1:3260/iqn.2026-11.org.example:t/2"]:
+        planted = Image(path=Path(path), format="raw", preallocation="off", size=1 << 20,
+                        is_device=True)
+        with pytest.raises(NodesError, match="not the suite's LUN"):
+            lun_image([planted], suite, tmp_path)
+    asked = Image(path=Path(lun.url), format="raw", preallocation="off", size=1 << 20,
+                  is_device=True, network=NetworkVolume(protocol="iscsi", name="x", client="x",
+                                                        fio={}, node={"portal": "192.0.2.66"},
+                                                        drive_file="iscsi://192.0.2.66/x"))
+    got = lun_image([asked], suite, tmp_path)
+    assert got.network is not None and got.network.node["portal"] == "192.0.2.1:3260"

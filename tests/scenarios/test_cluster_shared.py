@@ -30,6 +30,7 @@ from tests.needs import needs
 from tests.scenarios.test_cluster_load import (IOMATRIX, alone_with_node_directories,  # noqa: F401
                                                finished, fio_on)
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
+from tests.tgt import tgtd
 
 SUITE = """[suite]
 name = "t"
@@ -92,17 +93,22 @@ def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str,
                             env={**os.environ, "TMPDIR": str(tmp_path)})
 
 
-def left(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> list[str]:
+def left_nodes(cluster: SshCluster, tmp_path: Path, keep: set[int] = set()) -> list[str]:
     """fio servers and SSH sessions on the nodes (a session's shell removes its server's
     directory last: /tmp/iomatrix-fio-* is not looked at, which another test process's nodes
-    may hold meanwhile), forwards' sockets, the controller's processes besides Ceph's daemons,
-    and the run's images in the pool."""
-    daemons = {int(p.read_text()) for p in (made.dir / "run").glob("*.pid")}
+    may hold meanwhile), forwards' sockets, and the controller's processes but ``keep``."""
     found = [p for node in cluster.nodes if node.alive for p in cluster.leftovers(node)]
     found += [str(p) for p in tmp_path.rglob("*.sock")]
-    found += [f"{pid} {_cmdline(pid)} (controller)" for pid in _in_netns(cluster.controller_netns)
-              if pid != cluster.controller_holder.pid and pid not in daemons]
-    return found + [i for i in made.images() if i.startswith("iomatrix-")]
+    return found + [f"{pid} {_cmdline(pid)} (controller)"
+                    for pid in _in_netns(cluster.controller_netns)
+                    if pid != cluster.controller_holder.pid and pid not in keep]
+
+
+def left(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> list[str]:
+    """``left_nodes`` (Ceph's daemons kept), and the run's images in the pool."""
+    daemons = {int(p.read_text()) for p in (made.dir / "run").glob("*.pid")}
+    return left_nodes(cluster, tmp_path, daemons) + [i for i in made.images()
+                                                     if i.startswith("iomatrix-")]
 
 
 def test_what_cluster_load_on_a_pool_refuses() -> None:
@@ -125,6 +131,11 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
                                    'mode = "blocklayer"\n')
     with pytest.raises(SuiteError, match="blocklayer part on an rbd pool only"):
         check_cluster_load(on_directory, expand(on_directory))
+    lun = load_suite_text('[suite]\nname = "t"\n[target]\nallow_destroy = true\n'
+                          '[target.iscsi]\nportal = "192.0.2.1"\ntarget = "iqn.2026-11.a:b"\n'
+                          '[method]\nconcurrent_nodes = true\nmode = "guest"\n')
+    with pytest.raises(SuiteError, match="iSCSI LUN in host mode only"):
+        check_cluster_load(lun, expand(lun))
     with pytest.raises(SuiteError, match="shared_image is for concurrent_nodes"):
         load_suite_text('[suite]\nname = "t"\n[method]\nshared_image = true\n')
 
@@ -219,3 +230,61 @@ def test_guests_and_daemons_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[S
     assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
     assert all(s.total_ios > 0 for s in trial.vm_samples)
     assert left(cluster, made, second) == []
+
+
+LUN = """[suite]
+name = "t"
+[target]
+allow_destroy = true
+[target.iscsi]
+portal = "{portal}"
+target = "{iqn}"
+lun = {lun}
+connect_timeout = 20
+chap = "{chap}"
+[workloads]
+rw = "randwrite"
+bs = "4k"
+iodepth = 4
+[method]
+mode = "host"
+ramp = 0
+runtime = "1s"
+samples = 1
+concurrent_nodes = true
+"""
+
+
+@needs("tgt")
+@pytest.mark.slow
+def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+    """Host mode on an iSCSI LUN (tgtd in the controller's namespace, CHAP on): each node's fio
+    on its half of the LUN through a qemu-storage-daemon of its own (libiscsi, the CHAP file
+    read on the node): each node preconditioned its own half (neither half is left zero), each
+    did I/O, and no session is left on the target, nor anything on the nodes."""
+    cluster = ssh_nodes(2)
+    chap = tmp_path / "chap.toml"
+    chap.write_text('user = "u-cluster"\npassword = "p-cluster-secret"\n')
+    chap.chmod(0o600)
+    with tgtd(tmp_path, 32 << 20, address=cluster.shared_address(),
+              wrap=cluster.controller([])) as server:
+        server.require_chap("u-cluster", "p-cluster-secret")
+        db = str(tmp_path / "r.db")
+        proc = controller(cluster, tmp_path, db, LUN.format(
+            portal=server.portal, iqn=server.iqn, lun=server.lun, chap=chap))
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+        with Store(parse_location(db)) as store:
+            run = store.load_run(1)
+        (trial,) = run.trials
+        assert trial.status == "ok", trial.reason
+        assert trial.applied["file0.driver"] == "iscsi"
+        assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+        assert all(s.total_ios > 0 for s in trial.vm_samples)
+        data = server.backing.read_bytes()
+        half = len(data) // 2
+        assert data[:half].count(0) < half // 2 and data[half:].count(0) < half // 2
+        assert server.connections() == ""
+        assert "p-cluster-secret" not in out + err
+    assert left_nodes(cluster, tmp_path) == []

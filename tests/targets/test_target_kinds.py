@@ -48,7 +48,7 @@ def test_a_kind_opens_its_own_target(tmp_path: Path) -> None:
     assert registry.tools(directory) == ()
     assert registry.kind_of(Target(storage="local")) is None
     assert [k.cluster_load for k in (registry.kind_of(t) for t in (directory, rbd, lun))] == [
-        True, True, False]
+        True, True, True]
 
 
 def test_several_targets_open_as_a_set(tmp_path: Path) -> None:
