@@ -19,12 +19,12 @@ from tests.scenarios.test_cluster_load import (SUITE, alone_with_node_directorie
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401
 
 COUNTS = SUITE.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[method]").replace(
-    "samples = 2", "target_ci = 0.5\nmax_samples = 3")
+    "samples = 2", "target_ci = 0.5\nmax_samples = 3").replace('"1s"', '"0.5s"')
 """Node counts 1..3, and target_ci: the controller's one pilot chooses the rounds (3: the least
 it chooses, and the most this suite allows)."""
 
 
-@pytest.mark.slow     # ~80 s: 15 trials over SSH (a pilot of 6, 3 rounds of 3 counts), checked once
+@pytest.mark.slow     # ~70 s: 15 trials of 0.5 s over SSH (a pilot of 6, 3 rounds of 3 counts), checked once
 def test_node_counts_interleave_and_scale_after_one_pilot(ssh_nodes: Callable[[int], SshCluster],
                                           tmp_path: Path) -> None:
     cluster = ssh_nodes(3)
