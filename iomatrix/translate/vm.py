@@ -288,7 +288,7 @@ def _where(drive: pve.Drive, volume: pve.Volume | None) -> str:
 
 
 def _libvirt(text: str, versions: lv.Versions) -> Translation:
-    domain = lv.parse_domain(text)
+    domain = lv.parse_domain(text, versions)
     out = lv.domain_args(domain, versions)
     notes = ["PCI addresses are left out: they place a device, they do not change its I/O",
              *domain.skipped, *out.notes]

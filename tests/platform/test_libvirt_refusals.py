@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from iomatrix.platform import libvirt as lv
 from iomatrix.translate.vm import translate
 from tests.translate.test_libvirt_oracle import REFUSED
 
@@ -31,3 +32,21 @@ def test_a_controller_index_libvirt_would_add_for_ever_is_refused(where: str) ->
            "</domain>")
     with pytest.raises(ValueError, match="sda|sdzzzzzz"):
         translate(xml)
+
+
+OLD, NEW = lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)), lv.Versions()
+
+
+@pytest.mark.parametrize("disk, reason", [
+    ("<disk type='block' device='lun'><driver name='qemu' type='raw'/><source dev='/dev/x'/>"
+     "<target dev='vda' bus='virtio'/></disk>", "SCSI emulation with 'virtio-blk' device"),
+    ("<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/x.raw'/>"
+     f"<target dev='vd{'a' * 40}' bus='virtio'/></disk>", "invalid disk target"),
+])
+def test_what_only_newer_versions_refuse(disk: str, reason: str) -> None:
+    """libvirt 9.0 with QEMU 7.2 takes these (a virtio-blk LUN, a target whose index wraps its C
+    int); libvirt 11.3 with QEMU 10.0 refuses them, as the oracle found in Debian 13."""
+    xml = f"<domain type='kvm'><name>d</name><devices>{disk}</devices></domain>"
+    translate(xml, libvirt=OLD)
+    with pytest.raises(ValueError, match=reason):
+        translate(xml, libvirt=NEW)

@@ -12,6 +12,7 @@ from iomatrix.platform.libvirt.elements import (Image, Slot, backing_chain,
                                                 data_store, disk_unmodelled, metadata_cache,
                                                 storage_slice)
 from iomatrix.platform.libvirt.validate import disk_index, implicit_address, refusal
+from iomatrix.platform.libvirt.versions import Versions
 
 
 DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size", "discard",
@@ -136,17 +137,18 @@ class Domain(Frozen):
     """Every ``<disk>``, rendered or not, in libvirt's order."""
 
 
-def parse_domain(text: str) -> Domain:
+def parse_domain(text: str, versions: Versions | None = None) -> Domain:
     """``virsh dumpxml`` → its disks and CD-ROMs on virtio, SCSI, SATA and IDE (floppies, LUNs,
     network and other disks are named in ``skipped``). ValueError for text that is not a
-    domain."""
+    domain, or one libvirt refuses (at ``versions``, also what only that version refuses), with
+    libvirt's reason."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         raise ValueError(f"not well-formed XML: {exc}") from None
     if root.tag != "domain":
         raise ValueError(f"not a libvirt domain: root element <{root.tag}>")
-    refused = refusal(root)
+    refused = refusal(root, versions)
     if refused is not None:
         raise ValueError(f"libvirt refuses this domain: {refused}")
     written = {(c.get("type", ""), int(c.get("index", "0"))): c

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
+from iomatrix.platform.libvirt.versions import Version, Versions
+
 DRIVER_VALUES = {"discard": ("unmap", "ignore"), "detect_zeroes": ("off", "on", "unmap"),
                  "io": ("native", "threads", "io_uring"),
                  "error_policy": ("stop", "report", "ignore", "enospace"),
@@ -20,6 +22,9 @@ FORMAT_REFUSED = {
            "instead",
     "iso": "storage format 'iso' is not directly supported by QEMU, use 'raw' instead"}
 DRIVE_BUSES = ("scsi", "sata", "ide", "fdc")
+VIRTIO_LUN_DROPPED_QEMU: Version = (9, 1, 0)
+"""The first QEMU without virtio-blk's ``scsi`` property (SCSI passthrough on virtio-blk)."""
+INT_MAX = 2 ** 31 - 1
 _DISK_NAME = re.compile(r"^(fd|hd|vd|sd|xvd|ubd)([a-z]+)([0-9]*)$")
 _UNITS = {"scsi": 7, "sata": 6, "fdc": 2}   # units per controller (SCSI: libvirt's narrow bus)
 
@@ -48,8 +53,9 @@ def implicit_address(bus: str, dev: str) -> tuple[int, int, int, int]:
     return 0, 0, 0, 0
 
 
-def refusal(root: ET.Element) -> str | None:
-    """libvirt's reason for refusing the domain's disks, or None."""
+def refusal(root: ET.Element, versions: Versions | None = None) -> str | None:
+    """libvirt's reason for refusing the domain's disks, or None; ``versions``: also what that
+    libvirt and QEMU refuse and others take (:func:`_versioned`)."""
     machine = root.find("./os/type")
     q35 = "q35" in ((machine.get("machine") if machine is not None else None) or "pc")
     disks = root.findall("./devices/disk")
@@ -60,10 +66,35 @@ def refusal(root: ET.Element) -> str | None:
         if check is not None:
             return check
     for disk in disks:
-        for why in (_values(disk), _frontend(disk), _options(disk), _iothread(disk, count)):
+        for why in (_values(disk), _frontend(disk), _options(disk), _iothread(disk, count),
+                    _versioned(disk, versions)):
             if why is not None:
                 return why
     return None
+
+
+def _versioned(disk: ET.Element, versions: Versions | None) -> str | None:
+    """A LUN on virtio-blk where QEMU has no virtio-blk ``scsi`` (QEMU 9.1 removed it;
+    libvirt 11.3 with QEMU 10.0 refuses the disk); a target whose index overflows libvirt's C
+    int: libvirt 9.0 wraps it (:func:`disk_index`), 11.3 refuses it (versions other than 9.0
+    are taken to refuse it: the overflow is undefined in C, each build may differ)."""
+    if versions is None:
+        return None
+    dev, bus, device = _dev(disk)
+    if device == "lun" and bus == "virtio" and versions.qemu >= VIRTIO_LUN_DROPPED_QEMU:
+        return ("unsupported configuration: This QEMU doesn't support SCSI emulation with "
+                "'virtio-blk' device")
+    found = _DISK_NAME.match(dev)
+    if found and versions.libvirt[:2] != (9, 0) and _unwrapped(found[2]) > INT_MAX:
+        return f"unsupported configuration: invalid disk target '{dev}'"
+    return None
+
+
+def _unwrapped(letters: str) -> int:
+    index = -1
+    for letter in letters:
+        index = (index + 1) * 26 + ord(letter) - ord("a")
+    return index
 
 
 def _dev(disk: ET.Element) -> tuple[str, str, str]:
