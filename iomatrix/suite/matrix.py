@@ -142,8 +142,8 @@ class Matrix(Frozen):
     """With [method] concurrent_nodes: how many of the cluster's nodes load the shared target
     at once, each count a configuration of its own measured in the same rounds (interleaved):
     [1, 2, 3] measures the first node alone, the first two, then the first three ([nodes] or
-    --nodes order). Host and guest modes. Absent: every node in every trial, as before the axis
-    existed."""
+    --nodes order). Host, blocklayer and guest modes. Absent: every node in every trial, as
+    before the axis existed."""
     guest: axis_of(Annotated[str, Field(max_length=40, pattern=TARGET_NAME)]) | None = None
     """Which guest measures each configuration (guest mode): "appliance" and/or the [guest]
     image's name. Absent: the [guest] image when there is one, else the appliance (and then

@@ -160,8 +160,9 @@ AXES: tuple[Axis, ...] = (
          unset=0, what="entries per virtqueue"),
     Axis("vms", int, (Mode.GUEST,), label=lambda v: f" ×{v} VMs" if v and v > 1 else "",
          not_setting="the number of guests measured at once, not a disk setting"),
-    Axis("node_count", int, (Mode.HOST, Mode.GUEST),
+    Axis("node_count", int, (Mode.HOST, Mode.BLOCKLAYER, Mode.GUEST),
          label=lambda v: f" on {v} node{'s' if v != 1 else ''}" if v else "", claimed=False,
+         blocklayer="how many nodes' qemu-storage-daemons load the shared target at once",
          not_setting="how many of the cluster's nodes load the shared target at once "
                      "([method] concurrent_nodes), not a disk setting"),
     Axis("guest", str, (Mode.GUEST,), label=_named(" in {}"), claimed=False),

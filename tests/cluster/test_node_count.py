@@ -51,6 +51,12 @@ def test_node_counts_are_configurations_keyed_and_labelled_by_them() -> None:
         check_node_counts(prepare(suite).full, NODES[:2])
 
 
+def test_node_counts_in_blocklayer_mode() -> None:
+    suite = load_suite_text(SUITE.replace("vms = [2]\n", "").format(
+        mode="blocklayer", extra="concurrent_nodes = true"))
+    assert [c.node_count for c in prepare(suite).full.configurations] == [1, 3]
+
+
 def test_node_count_needs_cluster_load() -> None:
     with pytest.raises(SuiteError, match="needs \\[method\\] concurrent_nodes"):
         load_suite_text(SUITE.format(mode="host", extra=""))
