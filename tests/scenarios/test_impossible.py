@@ -2,13 +2,16 @@
 (a loop device over a qemu-storage-daemon FUSE export throttled to 200 IOPS, the loop with
 direct I/O), measured bare (host mode, O_DIRECT), through QEMU's block layer with cache=none
 (to the device) and with cache=writeback (random writes the page cache absorbs). Only the
-writeback point is faster than the run's own bare metal: marked, reported and kept out of recommend's evidence.
+writeback point is faster than the run's own bare metal: marked, reported and kept out of
+recommend's evidence. The same run holds the device mid-trial under cache=none: that trial is
+marked stalled, from fio's own IOPS log (blocklayer mode; guests: test_stalls.py).
 (librbd's cache: tests/scenarios/test_rbd.py; the rule on made-up runs:
 tests/analysis/test_impossible.py.)"""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,8 @@ import pytest
 from iomatrix.analysis.impossible import MARK, Faster, of_run, without_faster
 from iomatrix.analysis.pagecache import MARK as RAM
 from iomatrix.core.proc import managed, wait_for
+from iomatrix.fio.persecond import FIO_LOG, STALL_S
+from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.recommend.decide import recommend
 from iomatrix.report.data import FASTER_THAN_BARE, FROM_RAM, build_report_data
 from iomatrix.store import Store
@@ -105,13 +110,43 @@ def only_writeback_is_faster(db: Path, storage: str = "other") -> tuple[StoredRu
 
 
 def test_a_point_the_page_cache_served_is_faster_than_bare_metal(
-        tmp_path: Path, no_leftovers: None, slow_device: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None,
+        slow_device: Path) -> None:
+    from iomatrix.drivers.blocklayer import BlocklayerSession
+
+    observe, paused = BlocklayerSession.observe, []
+
+    def limits(bps: int) -> None:
+        qmp_execute(tmp_path / QMP, [("qom-set", {
+            "path": "/objects/tg", "property": "limits",
+            "value": {"iops-total": IOPS, "bps-total": bps}})])
+
+    def pause(self: BlocklayerSession, fio_pid: int) -> None:
+        """cache=none's trial: one 4 KiB request through in 2 s, for 1 s (a request already
+        waiting keeps its time: those fio keeps queued wait past the trial's runtime)."""
+        observe(self, fio_pid)
+        if self.config.cache == "none":
+            limits(2048)
+            time.sleep(1.0)
+            limits(0)
+            paused.append(self.config.key)
+
+    monkeypatch.setattr(BlocklayerSession, "observe", pause)
     suite = tmp_path / "slow.toml"
     suite.write_text(SUITE.format(device=slow_device))
     done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0 and paused, done.stdout + done.stderr
     run, why, line = only_writeback_is_faster(tmp_path / "r.db")
     assert why.why[0].startswith("IOPS ") and "write bandwidth" in why.text, why
     assert RAM in line
     views = build_report_data(run).points
     assert [FASTER_THAN_BARE in v.flags for v in views if FROM_RAM in v.flags] == [True]
+    # the held trial: stored ok and stalled, from fio's log, no longer than fio's slowest
+    # request waited (one was queued throughout); the others did not stall
+    stalled = {t.config_key: t for t in run.trials if t.stalled}
+    assert list(stalled) == paused, [(t.config_key, t.stall) for t in run.trials]
+    (trial,) = stalled.values()
+    assert trial.stall is not None and trial.stall.source == FIO_LOG, trial.stall
+    longest = (trial.samples[0].lat_max_ns or 0) / 1e9
+    assert STALL_S <= (trial.stall.longest_s or 0) <= longest + 0.1, (trial.stall, longest)
+    assert all(t.stall is not None and t.stall.checked for t in run.trials)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from iomatrix.drivers.guest import GuestSession
-from iomatrix.fio.persecond import FIO_LOG, QEMU_COUNTERS, STALL_S
+from iomatrix.fio.persecond import QEMU_COUNTERS, STALL_S
 from iomatrix.qemu.args import disk_backend
 from iomatrix.qemu.qmp import qmp_execute
 from iomatrix.analysis.findings import evaluate
@@ -18,9 +18,7 @@ from iomatrix.analysis.points import points
 from iomatrix.analysis.stalls import MARK, by_config, with_stalled
 from iomatrix.report.data import build_report_data
 from tests.conftest import cli, run_guests
-from iomatrix.store import Store
 from tests.scenarios.test_guest import METHOD
-from tests.scenarios.test_impossible import IOPS, QMP, slow_device  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -91,42 +89,3 @@ def test_a_guest_whose_disk_pauses_mid_trial_is_marked_stalled(
     quality = build_report_data(stored).quality
     assert list(quality.stalls) == list(evaluate(stored).stalls)
 
-
-def test_a_host_trial_whose_device_pauses_is_marked_stalled(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftovers: None,
-        slow_device: Path) -> None:
-    """Host mode, fio on a device served at 200 IOPS by a qemu-storage-daemon; mid-trial its
-    throttle group lets one 4 KiB request through in 2 s, for 1.5 s (a request already waiting
-    keeps its time: the requests fio keeps queued wait seconds, past the trial's runtime):
-    fio's own IOPS log shows the gap to the end of its window; stored ok and stalled."""
-    from iomatrix.drivers.host import HostSession
-
-    observe = HostSession.observe
-    paused: list[float] = []
-
-    def limits(bps: int) -> None:
-        qmp_execute(tmp_path / QMP, [("qom-set", {
-            "path": "/objects/tg", "property": "limits",
-            "value": {"iops-total": IOPS, "bps-total": bps}})])
-
-    def pause(self: HostSession, fio_pid: int) -> None:
-        observe(self, fio_pid)
-        limits(2048)
-        time.sleep(1.5)
-        limits(0)
-        paused.append(1.5)
-
-    monkeypatch.setattr(HostSession, "observe", pause)
-    suite = tmp_path / "s.toml"
-    suite.write_text(f'[suite]\nname = "pause"\n[target]\ndevice = "{slow_device}"\n'
-                     'allow_destroy = true\n[workloads]\nrw = "randread"\niodepth = 4\n'
-                     '[method]\nmode = "host"\nramp = 0\nruntime = "6s"\n')
-    status, text = cli("run", str(suite), "--db", str(tmp_path / "r.db"))
-    assert status == 0 and paused, text
-    with Store(tmp_path / "r.db", readonly=True) as store:
-        (trial,) = store.load_run(1).trials
-    assert trial.status == "ok" and trial.stall is not None, trial
-    assert trial.stall.source == FIO_LOG and trial.stall.stalled, trial.stall
-    # no longer than the longest request fio saw waited (one was queued throughout)
-    longest = (trial.samples[0].lat_max_ns or 0) / 1e9
-    assert STALL_S <= (trial.stall.longest_s or 0) <= longest + 0.1, (trial.stall, longest)
