@@ -78,14 +78,16 @@ def body(made: ceph.Cluster, runtime: str = "2s", extra: str = "", mode: str = "
                         keyring=made.keyring, runtime=runtime, extra=extra, mode=mode)
 
 
-def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str,
-               *args: str) -> subprocess.Popen[str]:
-    """``iomatrix run`` of ``suite`` (a run to resume: ``--resume N``) on the cluster's nodes,
-    started as the controller (in the namespace that reaches them)."""
+def controller(cluster: SshCluster, tmp_path: Path, db: str, suite: str, *args: str,
+               nodes: int = 0) -> subprocess.Popen[str]:
+    """``iomatrix run`` of ``suite`` (a run to resume: ``--resume N``) on the cluster's nodes
+    (the first ``nodes`` of them, when given), started as the controller (in the namespace
+    that reaches them)."""
     path = tmp_path / "t.toml"
     path.write_text(suite)
     inventory = tmp_path / "nodes.toml"
-    inventory.write_text(cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n'))
+    tables = cluster.inventory(extra=f'ssh_config = "none"\ncommand = "{IOMATRIX}"\n')
+    inventory.write_text("[[node]]".join(tables.split("[[node]]")[:nodes + 1 if nodes else None]))
     argv = [sys.executable, "-m", "iomatrix", "run", *(args or [str(path)]), "--nodes",
             str(inventory), "--db", db]
     return subprocess.Popen(cluster.controller(argv), cwd=REPO, text=True,
@@ -142,12 +144,17 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
 
 @needs("ceph")
 @pytest.mark.slow
-def test_three_nodes_load_a_pool_each_on_its_own_image(
+@pytest.mark.timeout(900)
+def test_a_pool_from_every_node_in_each_mode(
         pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path) -> None:
-    """Each node's fio on an image of its own (three in the pool while the run measures); the
-    controller killed with -9 mid-run leaves nothing on the nodes, and ``--resume`` reclaims
-    its images and finishes the run; then one image all nodes load (``shared_image``), with a
-    node killed mid-run: the trial fails naming it, and nothing is left anywhere."""
+    """Host mode, each node's fio on an image of its own (three in the pool while the run
+    measures); the controller killed with -9 mid-run leaves nothing on the nodes, ``clean``
+    would remove its three images, and ``--resume`` reclaims them and finishes the run. Then
+    one image all nodes load (``shared_image``), with a node's server killed mid-run: the trial
+    fails naming it. Then two nodes each boot a TCG guest on an image of its own, reached by a
+    ceph.conf the node wrote itself (QEMU opened rbd on both); then blocklayer, each node's
+    qemu-storage-daemon on its own image, a fio server beside it. After each run nothing is
+    left on the nodes, here, or in the pool."""
     cluster, made = pool(3)
     db = str(tmp_path / "r.db")
     proc = controller(cluster, tmp_path, db, body(made, "3s"))
@@ -160,6 +167,11 @@ def test_three_nodes_load_a_pool_each_on_its_own_image(
     proc.kill()
     proc.communicate(timeout=30)
     assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes), timeout=30)
+    dry = subprocess.run(cluster.controller([sys.executable, "-m", "iomatrix", "clean",
+                                             "--dry-run", "--db", db]),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert all(f"would remove RBD image {ceph.POOL}/{i}" in dry.stdout + dry.stderr
+               for i in images), dry.stdout + dry.stderr
     resumed = controller(cluster, tmp_path, db, "", "--resume", "1")
     run = finished(resumed, db)
     assert resumed.returncode == 0 and [t.status for t in run.trials] == ["ok", "ok"], \
@@ -189,20 +201,13 @@ def test_three_nodes_load_a_pool_each_on_its_own_image(
     assert left(cluster, made, second) == []
 
 
-@needs("ceph")
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_guests_and_daemons_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[SshCluster, ceph.Cluster]],
-                                       tmp_path: Path) -> None:
-    """Each node boots a TCG guest on an image of its own in the pool, reached by a ceph.conf
-    the node wrote itself: QEMU opened rbd on both nodes, each guest did I/O, and the images,
-    the guests and the sessions are gone after; then blocklayer: each node's
-    qemu-storage-daemon on its own image, its fio server beside it."""
-    cluster, made = pool(2)
-    db = str(tmp_path / "r.db")
+    third = tmp_path / "g"                  # each of two nodes boots a TCG guest on its own image
+    third.mkdir()
+    db = str(third / "r.db")
     guests = TCG_GUEST + '[matrix]\ncontroller = "virtio-blk"\niothread = false\ncache = "none"'
-    proc = controller(cluster, tmp_path, db, body(made, "1s", guests, "guest").replace(
-        "samples = 2", "samples = 1").replace("[workloads]", "[workloads]\nbs = \"4k\"", 1))
+    proc = controller(cluster, third, db, body(made, "1s", guests, "guest").replace(
+        "samples = 2", "samples = 1").replace("[workloads]", "[workloads]\nbs = \"4k\"", 1),
+        nodes=2)
     out, err = proc.communicate(timeout=800)
     assert proc.returncode == 0, out + err
     with Store(parse_location(db)) as store:
@@ -212,13 +217,13 @@ def test_guests_and_daemons_of_two_nodes_on_a_pool(pool: Callable[[int], tuple[S
     assert trial.applied["file0.driver"] == "rbd" and "node2:file0.driver" not in trial.applied
     assert [s.vm for s in sorted(trial.vm_samples, key=lambda s: s.vm or 0)] == [0, 1]
     assert all(s.total_ios > 0 for s in trial.vm_samples)
-    assert left(cluster, made, tmp_path) == []
+    assert left(cluster, made, third) == []
 
     second = tmp_path / "b"                 # each node's qemu-storage-daemon on its own image
     second.mkdir()
     proc = controller(cluster, second, str(second / "r.db"), body(
         made, "1s", '[matrix]\ncache = "none"\niothread = false', "blocklayer").replace(
-        "samples = 2", "samples = 1"))
+        "samples = 2", "samples = 1"), nodes=2)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
     with Store(parse_location(str(second / "r.db"))) as store:
