@@ -604,6 +604,10 @@ def workload_groups(suite: Suite, *, where: str = "",
                 said.setdefault(f"ioengine={job.engine} is [method] engine: fio's in host mode "
                                 "and on FUSE exports; NBD exports (blocklayer, iothread off) use "
                                 "fio's nbd engine, guests libaio", []).append(group.jobfile)
+            if Mode.GUEST in modes and LOG_OPTIONS & set(job.group.options):
+                said.setdefault("in guest mode the logs are not written: a remote fio's logs "
+                                "would be written under names the guest chooses", []).append(
+                                    group.jobfile)
             if job.unused:
                 said.setdefault(f"{', '.join(job.unused)} not used (iomatrix names and reports "
                                 "its jobs itself)", []).append(group.jobfile)

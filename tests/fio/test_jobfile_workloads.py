@@ -567,3 +567,14 @@ def test_a_sample_of_fios_examples_each_refusal_says_its_kind(name: str, kind: s
         with pytest.raises(JobFileError) as caught:
             workloads(path.read_text(), engine=fio_examples.engine_of(path.read_text()))
         assert str(caught.value).endswith(f"({kind})") and caught.value.kind == kind
+
+
+def test_logs_are_noted_replaced_and_left_out_in_guests(tmp_path: Path) -> None:
+    text = "[j]\nrw=randread\nwrite_lat_log=/etc/lat\nwrite_iops_log\n"
+    notes = expand(load_suite(jobfile_suite(tmp_path, {"j.fio": text},
+                                            extra='[[part]]\nmode = "guest"\n'))).notes
+    assert "job file j.fio: write_lat_log=/etc/lat, write_iops_log replaced by a log in the " \
+           "trial's own directory, stored with the run" in notes
+    assert any("in guest mode the logs are not written" in n for n in notes)
+    host_only = expand(load_suite(jobfile_suite(tmp_path / "h", {"j.fio": text}))).notes
+    assert not any("in guest mode" in n for n in host_only)
