@@ -76,6 +76,7 @@ def show(
     labels = {c.key: c.label for c in stored.configs}
     workloads = {w.key: w.label for w in stored.workloads}
     _heading(stored)
+    short = _short_depths(stored, labels, workloads)
     found = [p for p in points(stored) if not is_ioping(p.workload_key)]   # paced: own table
     bare = efficiency(found, stored.configs)
     faster = of_run(stored)
@@ -97,6 +98,7 @@ def show(
         label = labels[p.config_key] + (" [emulated]" if p.config_key in emulated else "")
         label += f" {mark(p)}" if mark(p) else ""
         label += f" {STALL}" if p.stalled else ""
+        label += f" {QD_SHORT}" if (p.config_key, p.workload_key) in short else ""
         label += f" {BARE}" if (p.config_key, p.workload_key) in faster else ""
         row = [label, workloads[p.workload_key],
                f"{p.samples}" + (f" ({p.failed} failed)" if p.failed else "")
@@ -133,6 +135,31 @@ def show(
         out.print("mixed workloads: percentiles per direction (the · read and · write rows); "
                   "percentiles of reads and writes cannot be averaged into one", markup=False)
     _trials_and_notes(stored, labels, workloads, command=command)
+
+
+QD_SHORT = "[QD short]"
+"""show's mark of a point with a trial whose achieved queue depth fell short (``iomatrix.fio.depth``)."""
+
+
+def _short_depths(stored: Any, labels: dict[str, str],
+                  workloads: dict[str, str]) -> set[tuple[str, str]]:
+    """The points with an ok trial short of its queue depth, said before the table (the mark's
+    legend, and per point the depth each such trial achieved)."""
+    from iomatrix.fio.depth import SHORT_RULE
+
+    short: dict[tuple[str, str], list[str]] = {}
+    for t in stored.trials:
+        if t.status == TrialStatus.OK and t.depth is not None and t.depth.short:
+            short.setdefault((t.config_key, t.workload_key), []).append(
+                f"{t.depth.achieved:.1f}")
+    if short:
+        out.print(f"{QD_SHORT}: a trial's {SHORT_RULE} (fio did not keep the asked depth queued)",
+                  markup=False, soft_wrap=True)
+    for (config, workload), achieved in short.items():
+        asked = next(w.iodepth for w in stored.workloads if w.key == workload)
+        out.print(f"  {labels[config]} · {workloads[workload]}: asked {asked}, achieved "
+                  f"{', '.join(achieved)}", markup=False, soft_wrap=True)
+    return set(short)
 
 
 def _stall_legend(stored: Any) -> None:

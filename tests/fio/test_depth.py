@@ -49,3 +49,7 @@ def test_a_run_stores_the_achieved_depth_beside_the_asked_one_and_says_when_shor
         (trial,) = store.load_run(1).trials
     assert trial.status == "ok" and trial.depth is not None
     assert (trial.depth.asked, trial.depth.achieved, trial.depth.short) == (16, 1.0, True)
+    status, shown = cli("show", "1", cwd=tmp_path)              # marked, with what it achieved
+    assert status == 0, shown
+    assert "[QD short]: a trial's achieved depth" in shown and "asked 16, achieved 1.0" in shown
+    assert sum("[QD short]" in line for line in shown.splitlines()) == 2     # legend and point
