@@ -223,8 +223,8 @@ if [ ! -x .venv/bin/uv ]; then
 fi
 if [ "$dev" = 1 ]; then
     .venv/bin/uv sync -q --frozen --inexact --compile-bytecode --extra dev --python .venv/bin/python
-    # The tests' Debian 12 guest image ([guest] image), built once into the cache the tests read
-    # (a few minutes), so the timed test suite finds it; they build it themselves where it is missing.
+    # The tests' Debian 12 guest image ([guest] image) and fio.exe, built once into the cache the tests read
+    # (a few minutes), so the timed test suite finds them; the tests build them where they are missing.
     .venv/bin/python -m iomatrix.testing.debianimage \
         || echo "setup.sh: the tests' Debian 12 guest image was not built (above); the own-guest tests build it when they run" >&2
 else

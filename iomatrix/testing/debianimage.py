@@ -203,10 +203,20 @@ def write_mbr(disk: Path, boot_img: bytes, core_img: bytes) -> None:
 
 def main() -> int:
     """``./setup.sh --dev``: build the image where the tests can use it (they need the guests'
-    static fio too: where that cannot be built, say so and build nothing)."""
+    static fio too: where that cannot be built, say so and build nothing), and fio.exe for the
+    Windows tests where mingw-w64 is installed, so the timed test suite finds both cached."""
     from iomatrix.appliance.guestfio import guest_fio
+    from iomatrix.appliance.winfio import CC, windows_fio
     from iomatrix.core.errors import IomatrixError
+    from iomatrix.core.proc import which
 
+    if which(CC) is not None:     # fio.exe for the Windows tests (tests/appliance/test_winfio)
+        try:
+            built = windows_fio(default_cache_dir())
+            print(f"setup.sh: fio.exe for Windows guests {'cached' if built.cached else 'built'}"
+                  f" ({built.build_seconds:.0f} s to build)")
+        except IomatrixError as exc:
+            print(f"setup.sh: no fio.exe for Windows guests (its tests skip): {exc}")
     try:
         guest_fio(default_cache_dir())
     except IomatrixError as exc:
