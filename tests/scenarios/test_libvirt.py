@@ -388,6 +388,46 @@ DOMAINS = {
     </disk>
   </devices>
 </domain>""",
+    # the device's own keys: <shareable/> (share-rw, and cache none where none is given),
+    # <blockio> (discard_granularity from libvirt 10), <wwn>, <vendor>, <product>
+    "device-keys": """<domain type='qemu'>
+  <name>keys</name>
+  <memory unit='MiB'>256</memory>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <devices>
+    <controller type='scsi' index='0' model='virtio-scsi'/>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='none'/>
+      <source file='{dir}/a.raw'/>
+      <target dev='sda' bus='scsi'/>
+      <shareable/>
+      <vendor>VEND</vendor>
+      <product>PROD X</product>
+      <wwn>5000c50015ea71ac</wwn>
+      <blockio logical_block_size='512' physical_block_size='4096' discard_granularity='4096'/>
+      <serial>S1</serial>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/b.raw'/>
+      <target dev='vda' bus='virtio'/>
+      <shareable/>
+      <blockio logical_block_size='4096' physical_block_size='4096'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/c.raw'/>
+      <target dev='hda' bus='ide'/>
+      <wwn>5000c50015ea71ad</wwn>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source file='{dir}/cd.iso'/>
+      <target dev='hdc' bus='ide'/>
+      <readonly/>
+    </disk>
+  </devices>
+</domain>""",
 }
 SINCE: dict[str, tuple[int, int, int]] = {}
 """The first libvirt that takes a fixture (an older one refuses it)."""

@@ -139,7 +139,8 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
         top = json.loads(nodes[-1])["node-name"]
         for node in nodes:
             argv += ["-blockdev", node]
-    argv += ["-device", _json(_device(disk, domain, scsi, drive=top, notes=notes))]
+    argv += ["-device", _json(_device(disk, domain, scsi, drive=top, notes=notes,
+                                       versions=versions))]
     return DiskArgs(argv=tuple(argv), notes=tuple(notes))
 
 
@@ -169,7 +170,7 @@ def _check_mapping(disk: Disk, domain: Domain, versions: Versions) -> None:
 
 
 def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: str | None,
-            notes: list[str]) -> dict[str, Any]:
+            notes: list[str], versions: Versions) -> dict[str, Any]:
     """qemuBuildDiskDeviceProps, key by key (PCI placement left out)."""
     controller, bus, target, unit = disk.address
     cd = disk.device == "cdrom"
@@ -208,15 +209,25 @@ def _device(disk: Disk, domain: Domain, scsi: dict[int, Controller], *, drive: s
         else:
             ident = f"ide{controller}-{bus}-{unit}"
             props |= {"bus": f"ide.{bus}", "unit": unit}
+    extra = dict(disk.device_props)
     if device_id is not None:
         props["device_id"] = device_id
+    if "share-rw" in extra:
+        props["share-rw"] = True
     if drive is not None:
         props["drive"] = drive
     props["id"] = ident
     if disk.bootindex:
         props["bootindex"] = disk.bootindex
+    if "discard_granularity" in extra and not versions.discard_granularity:
+        notes.append(f"{disk.dev}: <blockio discard_granularity=> is ignored by "
+                     f"{versions.label}")
+        del extra["discard_granularity"]
+    props |= {k: extra[k] for k in ("logical_block_size", "physical_block_size",
+                                    "discard_granularity", "wwn") if k in extra}
     if disk.rotation_rate:
         props["rotation_rate"] = disk.rotation_rate
+    props |= {k: extra[k] for k in ("vendor", "product") if k in extra}
     if disk.removable is not None:
         if disk.bus == "scsi" and not cd:
             props["removable"] = disk.removable == "on"

@@ -9,8 +9,8 @@ from xml.etree import ElementTree as ET
 from iomatrix.core.model import Frozen
 from iomatrix.platform.libvirt.elements import (Image, Slot, backing_chain,
                                                 boot_indexes, controller_unmodelled,
-                                                data_store, disk_unmodelled, metadata_cache,
-                                                storage_slice)
+                                                data_store, device_props, disk_unmodelled,
+                                                metadata_cache, storage_slice)
 from iomatrix.platform.libvirt.validate import disk_index, implicit_address, refusal
 from iomatrix.platform.libvirt.versions import Versions
 
@@ -24,8 +24,8 @@ MAX_CONTROLLER = 255
 the highest a disk names (a target name like ``sdzzzzzz`` names controller 44,000,000)."""
 MAX_IOTHREADS = 65535
 """The most ``<iothreads>`` iomatrix reads in a domain: it writes an ``-object`` for each."""
-UNMODELLED_CHILDREN = ("iotune", "blockio", "wwn", "geometry", "vendor", "product", "shareable",
-                       "transient", "encryption", "mirror", "throttlefilters")
+UNMODELLED_CHILDREN = ("iotune", "geometry", "transient", "encryption", "mirror",
+                       "throttlefilters")
 """Children of ``<disk>`` iomatrix does not render (examples: every child and attribute not
 rendered is named, :func:`.elements.disk_unmodelled`)."""
 
@@ -93,15 +93,23 @@ class Disk(Frozen):
     """``<target rotation_rate= removable=>``."""
     controller_unmodelled: tuple[str, ...] = ()
     """What iomatrix does not render of the controller the disk sits on."""
+    device_props: tuple[tuple[str, str | int | bool], ...] = ()
+    """``<shareable>``, ``<blockio>``, ``<wwn>``, ``<vendor>``, ``<product>`` as the device's
+    keys (:func:`.elements.device_props`)."""
 
     def get(self, name: str) -> str | None:
         return dict(self.driver).get(name)
 
     @property
     def cache(self) -> str | None:
-        """``<driver cache=>``; ``default`` (the hypervisor's default) is no cache= at all."""
+        """``<driver cache=>``; ``default`` (the hypervisor's default) is no cache= at all, but
+        for a writable ``<shareable/>`` disk, whose default libvirt makes ``none`` (checked on
+        9.0's domxml-to-native)."""
         cache = self.get("cache")
-        return None if cache == "default" else cache
+        cache = None if cache == "default" else cache
+        if cache is None and dict(self.device_props).get("share-rw") and not self.readonly:
+            return "none"
+        return cache
 
 
 class CpuTune(Frozen):
@@ -236,6 +244,7 @@ def _disk(element: ET.Element, skipped: list[str]) -> Disk | None:
                 rotation_rate=_number(rotation, f"{dev}: <target rotation_rate=>")
                 if rotation is not None else None,
                 removable=target.get("removable") if target is not None else None,
+                device_props=device_props(element),
                 boot=int(boot.get("order", "0")) if boot is not None else None)
 
 

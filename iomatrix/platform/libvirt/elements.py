@@ -39,7 +39,10 @@ class Slot(Frozen):
 
 DISK_KNOWN = ({"type", "device"},
               {"driver", "source", "target", "readonly", "serial", "boot", "address",
-               "backingStore"})
+               "backingStore", "shareable", "wwn", "vendor", "product", "blockio"})
+BLOCKIO = ("logical_block_size", "physical_block_size", "discard_granularity")
+"""``<blockio>`` attributes rendered (``discard_granularity`` by version:
+:attr:`.versions.Versions.discard_granularity`)."""
 DRIVER_KNOWN_CHILDREN = {"iothreads", "metadata_cache"}
 SOURCE_KNOWN_CHILDREN = {"slices", "dataStore"}
 TARGET_KNOWN = {"dev", "bus", "rotation_rate", "removable"}
@@ -80,7 +83,35 @@ def disk_unmodelled(element: ET.Element, kind: str, driver_attrs: tuple[str, ...
     target = element.find("target")
     if target is not None:
         out += unmodelled(target, TARGET_KNOWN, set())
+    blockio = element.find("blockio")
+    if blockio is not None:
+        out += unmodelled(blockio, set(BLOCKIO), set(), "disk><blockio")
     return out
+
+
+def device_props(element: ET.Element) -> tuple[tuple[str, str | int | bool], ...]:
+    """The device keys of ``<shareable/>`` (``share-rw``), ``<blockio>``, ``<wwn>`` (a number),
+    ``<vendor>`` and ``<product>``, in qemuBuildDiskDeviceProps' order (libvirt refuses them
+    on a bus that takes none: :mod:`.validate`)."""
+    out: list[tuple[str, str | int | bool]] = []
+    if element.find("shareable") is not None:
+        out.append(("share-rw", True))
+    blockio = element.find("blockio")
+    for key in BLOCKIO:
+        value = blockio.get(key) if blockio is not None else None
+        if value is not None:
+            out.append((key, scaled(value, None, f"<blockio {key}=>")))
+    wwn = element.findtext("wwn")
+    if wwn is not None:
+        try:
+            out.append(("wwn", int(wwn.strip(), 16)))
+        except ValueError:
+            raise ValueError(f"<wwn>{wwn}</wwn> is not a hexadecimal WWN") from None
+    for key in ("vendor", "product"):
+        text = element.findtext(key)
+        if text is not None:
+            out.append((key, text))
+    return tuple(out)
 
 
 def controller_unmodelled(element: ET.Element, driver_attrs: tuple[str, ...]) -> tuple[str, ...]:

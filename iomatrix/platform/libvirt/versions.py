@@ -36,6 +36,9 @@ ZEROES_CHAIN: Version = (10, 0, 0)
 """The first libvirt taken to give a backing image the disk's ``detect-zeroes``: 9.0's
 domxml-to-native gives it the top image only, 11.3's every image (checked); the versions in
 between are not, and are modelled as 11.3 from 10.0, when the storage nodes were reworked."""
+DISCARD_GRANULARITY: Version = (10, 0, 0)
+"""The first libvirt taken to give the device ``<blockio discard_granularity=>``: 9.0 ignores
+it, 11.3 gives it (both checked); the versions between are a guess."""
 DATA_STORE: Version = (10, 10, 0)
 """The first libvirt that reads a qcow2 image's ``<source><dataStore>`` (formatdomain: "Since
 10.10.0"); 9.0 ignores the element (checked on this host), 11.3 gives ``data-file``."""
@@ -94,6 +97,11 @@ class Versions(Frozen):
         """Whether a disk's ``detect_zeroes`` goes to every image of its backing chain (9.0:
         the top image only; 11.3: every one, both checked; taken from 10.0)."""
         return self.libvirt >= ZEROES_CHAIN
+
+    @property
+    def discard_granularity(self) -> bool:
+        """Whether this libvirt gives the device ``<blockio discard_granularity=>``."""
+        return self.libvirt >= DISCARD_GRANULARITY
 
     @property
     def data_store(self) -> bool:
