@@ -142,10 +142,11 @@ def test_a_point_the_page_cache_served_is_faster_than_bare_metal(
     views = build_report_data(run).points
     assert [FASTER_THAN_BARE in v.flags for v in views if FROM_RAM in v.flags] == [True]
     # the held trial: stored ok and stalled, from fio's log, no longer than fio's slowest
-    # request waited (one was queued throughout); the others did not stall
+    # request waited (one was queued throughout); whether this host's load stalled another is
+    # not assumed either way
     stalled = {t.config_key: t for t in run.trials if t.stalled}
-    assert list(stalled) == paused, [(t.config_key, t.stall) for t in run.trials]
-    (trial,) = stalled.values()
+    assert paused[0] in stalled, [(t.config_key, t.stall) for t in run.trials]
+    trial = stalled[paused[0]]
     assert trial.stall is not None and trial.stall.source == FIO_LOG, trial.stall
     longest = (trial.samples[0].lat_max_ns or 0) / 1e9
     assert STALL_S <= (trial.stall.longest_s or 0) <= longest + 0.1, (trial.stall, longest)
