@@ -209,6 +209,10 @@ def only_configs(run: StoredRun, keys: set[str]) -> StoredRun:
 
 def _points(run: StoredRun) -> list[Point]:
     groups: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
+    suite = run.suite.suite
+    # network storage QEMU reaches with a client of its own (librbd, libiscsi) has no host
+    # page cache between: its points are not judged for [RAM]
+    page_cache = suite is None or suite.target.host_page_cache
     for trial in run.trials:
         groups[(trial.config_key, trial.workload_key)].append(trial)
     out = []
@@ -238,6 +242,7 @@ def _points(run: StoredRun) -> list[Point]:
                 steady_reached=sum(1 for t in ok if t.steady is not None and t.steady.reached),
                 directions=directions,
                 device_share=(mean_share(t.device_share for t in ok if t.device_share)
-                              if uses_page_cache(config.mode, config.params) else None),
+                              if page_cache and uses_page_cache(config.mode, config.params)
+                              else None),
             ))
     return out

@@ -410,6 +410,15 @@ class Target(Frozen):
         return f"{self.kind} {where or self.storage}{fs}"
 
     @property
+    def host_page_cache(self) -> bool:
+        """QEMU reaches its images through this host's files or block devices, so a cache mode
+        without ``cache.direct`` goes through the host page cache (``[RAM]``); False for network
+        storage QEMU reaches with a client of its own (librbd, libiscsi), whose own caches
+        (``rbd_cache``) the faster-than-bare-metal rule judges instead."""
+        table = self.network
+        return table is None or table.local_volumes
+
+    @property
     def storage_kind(self) -> str | None:
         """What Proxmox VE's aio and cache rules see the target as: its table's
         (``KindTable.storage_kind``), else the type of the Proxmox VE storage it was resolved

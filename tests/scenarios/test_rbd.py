@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
 from iomatrix.drivers.guest import free_port
 from iomatrix.store.repo import Store
@@ -326,7 +327,8 @@ def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
     """librbd's cache (QEMU turns rbd_cache on for cache=writeback) answers writes faster than
     the pool can, so the point is faster than the run's own bare metal (fio's rbd engine,
     rbd_cache off): marked in show and the report, kept out of recommend's evidence
-    (``analysis.impossible``); cache=none, which reaches the pool, is not. The OSD is slowed
+    (``analysis.impossible``), and not judged by the host page cache's [RAM] rule; cache=none,
+    which reaches the pool, is not. The OSD is slowed
     for the run (every op held 5 ms), as a pool on disks is: the memstore OSD alone answers
     about as fast as librbd's cache."""
     suite = rbd_suite(tmp_path, cluster)
@@ -336,5 +338,8 @@ def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
     with slowed(cluster, 0.005):
         done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    _, why, _ = only_writeback_is_faster(tmp_path / "r.db", storage="rbd")
+    run, why, line = only_writeback_is_faster(tmp_path / "r.db", storage="rbd")
     assert "mean latency" in why.text, why
+    # librbd, not the host page cache, holds QEMU's writeback cache on a pool: no [RAM] rule
+    assert "[RAM" not in line, line
+    assert all(p.device_share is None for p in points(run))
