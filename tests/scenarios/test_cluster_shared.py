@@ -146,7 +146,8 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_pool_from_every_node_in_each_mode(
-        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path) -> None:
+        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path,
+        host_appliance: Path) -> None:
     """Host mode, each node's fio on an image of its own (three in the pool while the run
     measures); the controller killed with -9 mid-run leaves nothing on the nodes, ``clean``
     would remove its three images, and ``--resume`` reclaims them and finishes the run. Then
