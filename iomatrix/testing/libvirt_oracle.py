@@ -125,8 +125,8 @@ def native(xmls: Sequence[str], uri: str = "qemu:///system", *,
 
 def _lookup(xml: str) -> str | None:
     """What libvirt would look up on this host for the domain (a storage pool, a secret), as
-    the error it gives when there is none, or None. Such domains are not sent: libvirtd 11.3
-    in the Debian 13 root hangs looking a pool up."""
+    the error it gives when there is none, or None. Such domains are not sent: libvirt's answer
+    would depend on what this host has, not on the domain."""
     root = ET.fromstring(xml)
     if root.find("./devices/disk[@type='volume']") is not None:
         return f"{ENVIRONMENT[0]}: not asked (a volume disk needs a storage pool of this host)"
