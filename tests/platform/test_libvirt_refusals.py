@@ -42,10 +42,13 @@ OLD, NEW = lv.Versions(libvirt=(9, 0, 0), qemu=(7, 2, 0)), lv.Versions()
      "<target dev='vda' bus='virtio'/></disk>", "SCSI emulation with 'virtio-blk' device"),
     ("<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/x.raw'/>"
      f"<target dev='vd{'a' * 40}' bus='virtio'/></disk>", "invalid disk target"),
+    ("<disk type='file' device='cdrom'><driver name='qemu' type='raw'/>"
+     "<target dev='sda' bus='usb'/></disk>", "'usb' disk must not be empty"),
 ])
 def test_what_only_newer_versions_refuse(disk: str, reason: str) -> None:
     """libvirt 9.0 with QEMU 7.2 takes these (a virtio-blk LUN, a target whose index wraps its C
-    int); libvirt 11.3 with QEMU 10.0 refuses them, as the oracle found in Debian 13."""
+    int, an empty USB CD-ROM); libvirt 11.3 with QEMU 10.0 refuses them, as the oracle found in
+    Debian 13."""
     xml = f"<domain type='kvm'><name>d</name><devices>{disk}</devices></domain>"
     translate(xml, libvirt=OLD)
     with pytest.raises(ValueError, match=reason):

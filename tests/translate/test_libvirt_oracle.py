@@ -165,6 +165,6 @@ BENCH = int(os.environ.get("IOMATRIX_ORACLE_BENCH", "0"))
 @pytest.mark.skipif(not BENCH, reason="the bench's count (bench/translate_oracle.py), where "
                     "only a test runs (the Debian 13 pass): IOMATRIX_ORACLE_BENCH=1000")
 def test_bench_counts() -> None:
-    report, counts = bench(BENCH)
+    report, counts = bench(BENCH, examples=10, show=Outcome.TRANSLATE_REFUSES.value)
     print(report)
     assert not [o for o in counts if o.fault], report

@@ -25,6 +25,9 @@ DRIVE_BUSES = ("scsi", "sata", "ide", "fdc")
 VIRTIO_LUN_DROPPED_QEMU: Version = (9, 1, 0)
 """The first QEMU without virtio-blk's ``scsi`` property (SCSI passthrough on virtio-blk)."""
 INT_MAX = 2 ** 31 - 1
+NEWER_REFUSALS: Version = (10, 0, 0)
+"""From where iomatrix takes libvirt to refuse what 9.0 takes and 11.3 refuses (an overlong
+target, an empty USB drive): verified at those two, the versions between taken as 11.3."""
 _DISK_NAME = re.compile(r"^(fd|hd|vd|sd|xvd|ubd)([a-z]+)([0-9]*)$")
 _UNITS = {"scsi": 7, "sata": 6, "fdc": 2}   # units per controller (SCSI: libvirt's narrow bus)
 
@@ -75,18 +78,22 @@ def refusal(root: ET.Element, versions: Versions | None = None) -> str | None:
 
 def _versioned(disk: ET.Element, versions: Versions | None) -> str | None:
     """A LUN on virtio-blk where QEMU has no virtio-blk ``scsi`` (QEMU 9.1 removed it;
-    libvirt 11.3 with QEMU 10.0 refuses the disk); a target whose index overflows libvirt's C
-    int: libvirt 9.0 wraps it (:func:`disk_index`), 11.3 refuses it (versions other than 9.0
-    are taken to refuse it: the overflow is undefined in C, each build may differ)."""
+    libvirt 11.3 with QEMU 10.0 refuses the disk); from :data:`NEWER_REFUSALS`, a target whose
+    index overflows libvirt's C int (9.0 wraps it, :func:`disk_index`; the overflow is
+    undefined in C) and an empty USB drive (9.0 gives it a usb-storage without a drive)."""
     if versions is None:
         return None
     dev, bus, device = _dev(disk)
     if device == "lun" and bus == "virtio" and versions.qemu >= VIRTIO_LUN_DROPPED_QEMU:
         return ("unsupported configuration: This QEMU doesn't support SCSI emulation with "
                 "'virtio-blk' device")
+    if versions.libvirt < NEWER_REFUSALS:
+        return None
     found = _DISK_NAME.match(dev)
-    if found and versions.libvirt[:2] != (9, 0) and _unwrapped(found[2]) > INT_MAX:
+    if found and _unwrapped(found[2]) > INT_MAX:
         return f"unsupported configuration: invalid disk target '{dev}'"
+    if bus == "usb" and not _source(disk):
+        return "unsupported configuration: 'usb' disk must not be empty"
     return None
 
 
