@@ -389,7 +389,8 @@ DOMAINS = {
   </devices>
 </domain>""",
     # the device's own keys: <shareable/> (share-rw, and cache none where none is given),
-    # <blockio> (discard_granularity from libvirt 10), <wwn>, <vendor>, <product>
+    # <blockio> (discard_granularity from libvirt 10), <wwn>, <vendor>, <product>; a
+    # copy-on-read filter node (copy_on_read='on')
     "device-keys": """<domain type='qemu'>
   <name>keys</name>
   <memory unit='MiB'>256</memory>
@@ -415,7 +416,7 @@ DOMAINS = {
       <blockio logical_block_size='4096' physical_block_size='4096'/>
     </disk>
     <disk type='file' device='disk'>
-      <driver name='qemu' type='raw'/>
+      <driver name='qemu' type='raw' copy_on_read='on' cache='writeback'/>
       <source file='{dir}/c.raw'/>
       <target dev='hda' bus='ide'/>
       <wwn>5000c50015ea71ad</wwn>

@@ -137,6 +137,10 @@ def _disk_args(disk: Disk, domain: Domain, versions: Versions, *, number: int,
     if disk.source:
         nodes = image_nodes(disk, versions, number, size, notes)
         top = json.loads(nodes[-1])["node-name"]
+        if disk.get("copy_on_read") == "on":      # a copy-on-read filter over the disk's top
+            nodes.append(_json({"driver": "copy-on-read", "node-name": f"libvirt-CoR-{disk.dev}",
+                                "file": top, "discard": "unmap"}))
+            top = f"libvirt-CoR-{disk.dev}"
         for node in nodes:
             argv += ["-blockdev", node]
     argv += ["-device", _json(_device(disk, domain, scsi, drive=top, notes=notes,

@@ -40,6 +40,9 @@ def configuration_of(disk: Disk, cputune: CpuTune | None = None) -> DiskValues:
     cache = disk.cache
     if cache is None:
         notes.append(f"{disk.dev}: no cache= (or cache='default'): QEMU's default, writeback")
+    if disk.get("copy_on_read") == "on":
+        notes.append(f"{disk.dev}: copy_on_read='on': libvirt puts a copy-on-read filter over "
+                     "the disk, which iomatrix's configuration does not: measured without it")
     aio = disk.get("io")
     if aio is None:
         notes.append(f"{disk.dev}: no io=: QEMU's default, threads")

@@ -16,7 +16,7 @@ from iomatrix.platform.libvirt.versions import Versions
 
 
 DRIVER_ATTRS = ("name", "type", "cache", "io", "iothread", "queues", "queue_size", "discard",
-                "detect_zeroes", "error_policy", "rerror_policy")
+                "detect_zeroes", "error_policy", "rerror_policy", "copy_on_read")
 """``<driver>`` attributes modelled here; others are named as not reproduced."""
 CONTROLLER_DRIVER_ATTRS = ("iothread", "queues")
 MAX_CONTROLLER = 255
