@@ -366,7 +366,7 @@ def test_libvirt_every_attribute_is_rendered_or_named() -> None:
       <controller type='scsi' index='0' model='virtio-scsi' ports='4'>
         <driver queues='2' ioeventfd='on'/><alias name='ua-ctl'/></controller>
       <disk type='file' device='disk' snapshot='no'>
-        <driver name='qemu' type='qcow2' cache='default' copy_on_read='on'>
+        <driver name='qemu' type='qcow2' cache='default' discard_no_unref='on'>
           <metadata_cache><max_size unit='MiB'>4</max_size></metadata_cache></driver>
         <source file='/i/a.qcow2' fdgroup='grp' startupPolicy='optional'>
           <encryption format='luks'><secret type='passphrase' uuid='u'/></encryption></source>
@@ -377,7 +377,7 @@ def test_libvirt_every_attribute_is_rendered_or_named() -> None:
     named = [n.removesuffix(" is not reproduced by iomatrix") for n in disk.notes
              if n.endswith("is not reproduced by iomatrix")]
     assert named == ["sda: <disk snapshot='no'>", "sda: <disk><alias>",
-                     "sda: <driver copy_on_read='on'>",
+                     "sda: <driver discard_no_unref='on'>",
                      "sda: <source fdgroup='grp'>", "sda: <source startupPolicy='optional'>",
                      "sda: <source><encryption>", "sda: <target tray='open'>",
                      "sda: <controller ports='4'>", "sda: <controller><alias>",
