@@ -53,3 +53,19 @@ def test_what_only_newer_versions_refuse(disk: str, reason: str) -> None:
     translate(xml, libvirt=OLD)
     with pytest.raises(ValueError, match=reason):
         translate(xml, libvirt=NEW)
+
+
+@pytest.mark.parametrize("disk", [
+    "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/x.raw'/>"
+    "<target dev='sda' bus='scsi' removable='on'/></disk>",
+    "<disk type='nvme' device='disk'><driver name='qemu' type='raw'/><source type='pci' "
+    "managed='yes' namespace='1'><address domain='0x0000' bus='0x01' slot='0x00' "
+    "function='0x0'/></source><target dev='sda' bus='usb'/></disk>"])
+def test_what_only_older_versions_refuse(disk: str) -> None:
+    """A removable SCSI disk: libvirt 9.0 refuses it, 11.3 takes it (and an NVMe source on USB
+    is no empty USB drive): the oracle's 11.3 answers in Debian 13."""
+    xml = f"<domain type='kvm'><name>d</name><devices>{disk}</devices></domain>"
+    translate(xml, libvirt=NEW)
+    if "removable" in disk:
+        with pytest.raises(ValueError, match="removable is only valid for usb disks"):
+            translate(xml, libvirt=OLD)

@@ -26,9 +26,6 @@ T = TypeVar("T")
 EXAMPLES = int(os.environ.get("IOMATRIX_ORACLE_EXAMPLES", "40"))
 SHRINK = os.environ.get("IOMATRIX_ORACLE_SHRINK") == "1"
 """Shrink a failing domain to a smallest one (a few hundred virsh calls more)."""
-KNOWN = pytest.mark.xfail(reason="issue 36: translate's known differences (node numbers, "
-                          "bootindex, host_cdrom, unrendered settings, refusals) not yet fixed",
-                          strict=False)
 
 
 class _Draw:
@@ -58,7 +55,6 @@ def versions() -> lv.Versions:
     return lvd.daemon_versions(lvd.DEFAULT_URI)
 
 
-@KNOWN
 def test_generated_domains_differ_only_with_a_note(versions: lv.Versions) -> None:
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if SHRINK else [])
 
@@ -146,7 +142,6 @@ REFUSED = {   # (domain, part of libvirt's reason): issue 36's domains given arg
 }
 
 
-@KNOWN
 def test_hand_written_domains_differ_only_with_a_note(versions: lv.Versions) -> None:
     every = FIXTURES | {name: xml for name, (xml, _) in REFUSED.items()}
     names = sorted(every)

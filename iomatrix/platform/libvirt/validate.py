@@ -69,7 +69,7 @@ def refusal(root: ET.Element, versions: Versions | None = None) -> str | None:
         if check is not None:
             return check
     for disk in disks:
-        for why in (_values(disk), _frontend(disk), _options(disk), _iothread(disk, count),
+        for why in (_values(disk), _frontend(disk, versions), _options(disk), _iothread(disk, count),
                     _versioned(disk, versions)):
             if why is not None:
                 return why
@@ -80,7 +80,9 @@ def _versioned(disk: ET.Element, versions: Versions | None) -> str | None:
     """A LUN on virtio-blk where QEMU has no virtio-blk ``scsi`` (QEMU 9.1 removed it;
     libvirt 11.3 with QEMU 10.0 refuses the disk); from :data:`NEWER_REFUSALS`, a target whose
     index overflows libvirt's C int (9.0 wraps it, :func:`disk_index`; the overflow is
-    undefined in C) and an empty USB drive (9.0 gives it a usb-storage without a drive)."""
+    undefined in C) and an empty USB drive (9.0 gives it a usb-storage without a drive). From
+    there too ``<target removable>`` is taken on SCSI (libvirt 11.3 takes it, 9.0 refuses it:
+    :func:`_frontend`)."""
     if versions is None:
         return None
     dev, bus, device = _dev(disk)
@@ -92,7 +94,8 @@ def _versioned(disk: ET.Element, versions: Versions | None) -> str | None:
     found = _DISK_NAME.match(dev)
     if found and _unwrapped(found[2]) > INT_MAX:
         return f"unsupported configuration: invalid disk target '{dev}'"
-    if bus == "usb" and not _source(disk):
+    source = disk.find("source")
+    if bus == "usb" and (source is None or not (source.attrib or len(source))):
         return "unsupported configuration: 'usb' disk must not be empty"
     return None
 
@@ -228,7 +231,7 @@ def _readonly(disk: ET.Element) -> bool:
     return disk.find("readonly") is not None or disk.get("device") == "cdrom"
 
 
-def _frontend(disk: ET.Element) -> str | None:
+def _frontend(disk: ET.Element, versions: Versions | None) -> str | None:
     """What a disk's bus and device do not take: vendor, wwn, rotation rate, removable,
     read-only, a shareable image."""
     dev, bus, device = _dev(disk)
@@ -251,8 +254,10 @@ def _frontend(disk: ET.Element) -> str | None:
             return "internal error: rotation rate is only valid for SCSI/IDE/SATA bus"
         if device != "disk":
             return "internal error: rotation rate is only valid for disk device"
-    if target.get("removable") is not None and bus != "usb":
-        return "XML error: removable is only valid for usb disks"
+    newer = versions is not None and versions.libvirt >= NEWER_REFUSALS
+    if target.get("removable") is not None and bus not in (("usb", "scsi") if newer else ("usb",)):
+        return ("XML error: removable is only valid for usb" + (" or scsi" if newer else "")
+                + " disks")
     if device == "disk" and bus in ("ide", "sata") and disk.find("readonly") is not None:
         return f"unsupported configuration: readonly {bus} disks are not supported"
     driver = disk.find("driver")
