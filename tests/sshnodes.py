@@ -351,14 +351,36 @@ def _wait_listening(node: SshNode, log: Path) -> None:
         time.sleep(0.02)
 
 
+@contextlib.contextmanager
+def node_directories(tmp_path_factory: pytest.TempPathFactory, *, exclusive: bool) -> Iterator[None]:
+    """A lock over the nodes' fio server directories, ``/tmp/iomatrix-fio-<random>`` (the nodes
+    share this host's /tmp): a test that checks none is left holds it ``exclusive``, every other
+    test with nodes shared, so that no other xdist worker's nodes hold one meanwhile. The lock
+    file is in the session's own base directory (private, made by mkdtemp)."""
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    fd = os.open(shared / "cluster-nodes.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
-def ssh_nodes(tmp_path: Path) -> Iterator[Callable[[int], SshCluster]]:
+def ssh_nodes(tmp_path: Path, request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[int], SshCluster]]:
     """``ssh_nodes(n)``: n nodes over SSH (see the module); stopped after the test, and checked
-    to have left nothing."""
+    to have left nothing. A module whose tests check that no node directory is left says so
+    with ``CHECKS_NODE_DIRECTORIES = True`` (``node_directories``)."""
     reason = problem()
     if reason:
         lacking("sshd", reason)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(node_directories(
+            tmp_path_factory,
+            exclusive=getattr(request.module, "CHECKS_NODE_DIRECTORIES", False)))
         made: list[SshCluster] = []
 
         def make(count: int = 3) -> SshCluster:

@@ -52,21 +52,9 @@ def test_start_skew_from_fios_own_job_start() -> None:
     assert start_skew_ms(old) is None          # fio before 3.36 writes no job start
 
 
-@pytest.fixture(autouse=True)
-def alone_with_node_directories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One test of this module at a time across the xdist workers: a node's fio server
-    directory is ``/tmp/iomatrix-fio-<random>``, and the tests check that none is left, which
-    another worker's cluster-load test, running meanwhile, would hold. A lock in the session's
-    own base directory (private, made by mkdtemp), held by ``flock`` while the test runs."""
-    import fcntl
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if base.name.startswith("popen-gw") else base
-    fd = os.open(shared / "cluster-load.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+CHECKS_NODE_DIRECTORIES = True
+"""Its tests check that no node's fio server directory (/tmp/iomatrix-fio-*) is left: while
+one runs, no other xdist worker's nodes run (``tests.sshnodes.node_directories``)."""
 
 
 @pytest.fixture
