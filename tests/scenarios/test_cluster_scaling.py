@@ -14,9 +14,12 @@ from iomatrix.analysis.scaling import node_names, scaling
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from tests.conftest import cli_result
-from tests.scenarios.test_cluster_load import (SUITE, alone_with_node_directories,  # noqa: F401
-                                               finished, left_behind, run_controller)
+from tests.scenarios.test_cluster_load import SUITE, finished, left_behind, run_controller
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401
+
+CHECKS_NODE_DIRECTORIES = True
+"""``left_behind`` checks that no node's /tmp/iomatrix-fio-* is left
+(``tests.sshnodes.node_directories``)."""
 
 COUNTS = SUITE.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[method]").replace(
     "samples = 2", "target_ci = 0.5\nmax_samples = 3").replace('"1s"', '"0.5s"')

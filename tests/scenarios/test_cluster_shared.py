@@ -27,8 +27,7 @@ from iomatrix.suite.expand import expand
 from tests import ceph
 from tests.conftest import REPO, TCG_GUEST
 from tests.needs import needs
-from tests.scenarios.test_cluster_load import (IOMATRIX, alone_with_node_directories,  # noqa: F401
-                                               finished, fio_on)
+from tests.scenarios.test_cluster_load import IOMATRIX, finished, fio_on
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 from tests.tgt import tgtd
 
