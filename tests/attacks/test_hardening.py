@@ -100,7 +100,7 @@ def test_every_allowed_option_and_choice_is_fios_own() -> None:
     for alias in WORKLOAD_FIO_OPTIONS - known:      # an alias: fio names the option it stands for
         found = re.search(r"^\s*(\S+): .*\n\s+alias: (\S+)", fio_help(alias), re.M)
         assert found and found.group(2) == alias, alias
-        # both accepted: one shape; an option a newer fio renamed (3.36's log_window_value
+        # both accepted: one shape; an option a newer fio renamed (fio 3.39 has log_window_value
         # for log_max_value) is accepted under the name every fio knows, with its shape
         if found.group(1) in FIO_OPTION_SHAPES:
             assert FIO_OPTION_SHAPES[alias] == FIO_OPTION_SHAPES[found.group(1)], alias
