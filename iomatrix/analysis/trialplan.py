@@ -56,6 +56,7 @@ from scipy import stats as _scipy
 from iomatrix.core.model import Frozen
 from iomatrix.store.records import PilotTrial
 from iomatrix.store.rows import PlanChoice, StoredPlan
+from iomatrix.suite.method import Method
 
 MIN_ROUNDS = 3
 """A gain needs 2 degrees of freedom across rounds."""
@@ -147,25 +148,37 @@ def _variance(xs: Sequence[float]) -> tuple[float, int]:
 
 
 def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
-             sessions_per_round: int, pairs: int) -> Noise | None:
+             sessions_per_round: int, pairs: int,
+             nodes: Mapping[str, str] | None = None) -> Noise | None:
     """A class's noise and costs from its pilot trials (the module's method); None when the
-    pilot gave too little (fewer than two complete rounds)."""
+    pilot gave too little (fewer than two complete rounds).
+
+    ``nodes`` (a configuration's key → its node) is for a run whose nodes each measure their
+    own share: each node's pilot pairs two configurations of its own, and one estimate pools
+    the nodes, each node's workloads counted as workloads of their own (within-trial noise and
+    fixed costs averaged over every node; drift is what a round moves on all of them, a node's
+    own drift counted as within-trial noise). ``trials_per_round`` and ``sessions_per_round``
+    are then one node's (the nodes measure side by side)."""
     ok = [t for t in trials if t.mode == mode and t.iops is not None and t.iops > 0]
     mine = [t for t in trials if t.mode == mode]
-    configs = list(dict.fromkeys(t.config_key for t in mine))[:2]
+    node = (lambda key: nodes.get(key, "")) if nodes else (lambda key: "")
+    configs: dict[str, list[str]] = {}
+    for key in dict.fromkeys(t.config_key for t in mine):
+        configs.setdefault(node(key), []).append(key)
+    paired = bool(configs) and all(len(cs) >= 2 for cs in configs.values())
+    chosen = {g: cs[:2] if paired else cs[:1] for g, cs in configs.items()}
     lengths = sorted({t.runtime_s for t in ok})
-    if not lengths or not configs:
+    if not lengths or not chosen:
         return None
-    value: dict[tuple[str, int, float], float] = {}
-    for w in {t.workload_key for t in ok}:
-        for r in {t.round for t in ok}:
-            for length in lengths:
-                got = {t.config_key: math.log(t.iops) for t in ok  # type: ignore[arg-type]
-                       if t.workload_key == w and t.round == r and t.runtime_s == length}
-                if len(configs) == 2 and all(c in got for c in configs):
-                    value[(w, r, length)] = got[configs[0]] - got[configs[1]]
-                elif len(configs) == 1 and configs[0] in got:
-                    value[(w, r, length)] = got[configs[0]]
+    logs: dict[tuple[str, str, int, float], dict[str, float]] = {}
+    for t in ok:
+        logs.setdefault((node(t.config_key), t.workload_key, t.round, t.runtime_s), {})[
+            t.config_key] = math.log(t.iops)  # type: ignore[arg-type]
+    value: dict[tuple[tuple[str, str], int, float], float] = {}
+    for (g, w, r, length), got in logs.items():
+        cs = chosen.get(g, [])
+        if cs and all(c in got for c in cs):
+            value[((g, w), r, length)] = got[cs[0]] - got[cs[1]] if paired else got[cs[0]]
     found = (_by_lengths(value, lengths[0], lengths[-1]) if len(lengths) > 1
              else _by_workloads(value, lengths[0]))
     if found is None:
@@ -176,16 +189,19 @@ def estimate(trials: Sequence[PilotTrial], *, mode: str, trials_per_round: int,
     return Noise(mode=mode, within=within, drift=drift, fixed=max(0.0, float(np.mean(walls))),
                  session=float(np.mean(sessions)) if sessions else 0.0,
                  trials=trials_per_round, sessions=sessions_per_round,
-                 pairs=max(1, pairs) if len(configs) == 2 else 1, paired=len(configs) == 2,
-                 df=df)
+                 pairs=max(1, pairs) if paired else 1, paired=paired, df=df)
 
 
-def _by_lengths(value: Mapping[tuple[str, int, float], float], t1: float,
+Workload = tuple[str, str]
+"""A pilot workload as the estimate groups it: (its node, or "" on one host; its key)."""
+
+
+def _by_lengths(value: Mapping[tuple[Workload, int, float], float], t1: float,
                 t2: float) -> tuple[float, float, int] | None:
     """(within, drift, df) from two lengths: the T1 − T2 difference inside one round shares
     the round's drift (centred per workload); across rounds at each length, less within/T."""
     ss, df = 0.0, 0
-    groups: dict[str, list[float]] = {}
+    groups: dict[Workload, list[float]] = {}
     for (w, r, length), x in value.items():
         if length == t1 and (w, r, t2) in value:
             groups.setdefault(w, []).append(x - value[(w, r, t2)])
@@ -206,29 +222,50 @@ def _by_lengths(value: Mapping[tuple[str, int, float], float], t1: float,
     return within, max(0.0, float(np.mean(drifts))) if drifts else 0.0, df
 
 
-def _by_workloads(value: Mapping[tuple[str, int, float], float],
+def _by_workloads(value: Mapping[tuple[Workload, int, float], float],
                   length: float) -> tuple[float, float, int] | None:
     """(within, drift, df) from one length (the run's own trial, when the suite fixes it):
     workloads × rounds as a two-way layout, x = gain of the workload + drift of the round +
     residual. The residual mean square is what a round's workloads do not share (a/T, averaged
     down by a gain's pairs); (MS rounds − MS residual)/W is the drift they share (b). One
-    workload: everything across rounds is counted as drift (nothing to tell them apart)."""
-    workloads = sorted({w for w, _, _ in value})
-    rounds = sorted(r for r in {r for _, r, _ in value}
+    workload: everything across rounds is counted as drift (nothing to tell them apart).
+    Several nodes: a layout per node (a gain is one node's, and so is its drift), their sums
+    of squares pooled."""
+    layouts = [x for g in sorted({w[0] for w, _, _ in value})
+               if (x := _layout(value, g, length)) is not None]
+    if not layouts:
+        return None
+    many = [x for x in layouts if x.shape[0] > 1]
+    if not many:                # one workload a node
+        ss, df = 0.0, 0
+        for x in layouts:
+            s, d = _variance(list(x[0]))
+            ss, df = ss + s, df + d
+        return 0.0, ss / df, df
+    ss_resid, df = 0.0, 0
+    for x in many:
+        resid = x - x.mean(axis=1, keepdims=True) - x.mean(axis=0) + x.mean()
+        ss_resid, df = ss_resid + float((resid ** 2).sum()), df + (x.shape[0] - 1) * (x.shape[1] - 1)
+    ms_resid = ss_resid / df
+    drifts, weights = [], []
+    for x in many:
+        n_w, n_r = x.shape
+        by_round = x.mean(axis=0)
+        ms_rounds = n_w * float(((by_round - by_round.mean()) ** 2).sum()) / (n_r - 1)
+        drifts.append((ms_rounds - ms_resid) / n_w)
+        weights.append(n_r - 1)
+    return ms_resid * length, max(0.0, float(np.average(drifts, weights=weights))), df
+
+
+def _layout(value: Mapping[tuple[Workload, int, float], float], node: str,
+            length: float) -> np.ndarray | None:
+    """One node's workloads × its complete rounds (None: fewer than two)."""
+    workloads = sorted({w for w, _, _ in value if w[0] == node})
+    rounds = sorted(r for r in {r for w, r, _ in value if w[0] == node}
                     if all((w, r, length) in value for w in workloads))
     if len(rounds) < 2:
         return None
-    x = np.array([[value[(w, r, length)] for r in rounds] for w in workloads])
-    n_w, n_r = x.shape
-    by_round = x.mean(axis=0)
-    if n_w == 1:
-        s, d = _variance(list(x[0]))
-        return 0.0, s / d, d
-    resid = x - x.mean(axis=1, keepdims=True) - by_round + x.mean()
-    df = (n_w - 1) * (n_r - 1)
-    ms_resid = float((resid ** 2).sum()) / df
-    ms_rounds = n_w * float(((by_round - by_round.mean()) ** 2).sum()) / (n_r - 1)
-    return ms_resid * length, max(0.0, (ms_rounds - ms_resid) / n_w), df
+    return np.array([[value[(w, r, length)] for r in rounds] for w in workloads])
 
 
 def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
@@ -276,6 +313,32 @@ def choose(noises: Sequence[Noise], target: float, *, max_rounds: int,
     return Choice(runtime=t_used, rounds=r, seconds=seconds, half_width=half, target=target,
                   optimum=optimum, reached=best is not None, fixed_runtime=runtime is not None,
                   fixed_rounds=rounds is not None)
+
+
+def decide(trials: Sequence[PilotTrial], per_mode: Mapping[str, tuple[int, int, int]],
+           method: Method, seconds: float, lengths: Sequence[float],
+           nodes: Mapping[str, str] | None = None) -> tuple[StoredPlan, str]:
+    """The plan a pilot's ``trials`` choose under ``method`` (each class's ``estimate`` from
+    its (trials, sessions, pairs) a round in ``per_mode``, then ``choose``), and the run's note
+    saying what was measured and chosen; too little measured: no choice, the suite's runtime
+    and rounds kept. ``seconds``: the pilot's time; ``nodes`` as ``estimate``'s."""
+    _, samples = method.fixed_by_suite
+    noises = [n for mode, (per_round, sessions, pairs) in per_mode.items()
+              if (n := estimate(trials, mode=mode, trials_per_round=per_round,
+                                sessions_per_round=sessions, pairs=pairs,
+                                nodes=nodes)) is not None]
+    if not noises:
+        return trial_plan(seconds, (), None), (
+            f"pilot: {len(trials)} trials ({seconds:.0f} s) gave too little to choose from "
+            f"(failed trials, or a class with a single round); the suite's runtime "
+            f"({method.runtime:g} s) and rounds ({method.samples}) are used")
+    choice = choose(noises, method.target_ci or DEFAULT_TARGET, max_rounds=method.max_samples,
+                    max_runtime=method.max_runtime,
+                    runtime=None if method.chooses_runtime else method.window,
+                    rounds=samples if method.pilot else None, min_rounds=method.samples)
+    note = pilot_choice_note(noises, choice, seconds, len(trials), lengths,
+                             steady=method.steady_state)
+    return trial_plan(seconds, noises, choice), note
 
 
 def trial_plan(pilot_seconds: float, noises: Sequence[Noise], choice: Choice | None) -> StoredPlan:

@@ -177,6 +177,68 @@ def test_one_length_estimates_recover_the_model() -> None:
     assert one.drift == pytest.approx(0.004 / 2 + 1e-3, rel=0.2)
 
 
+def nodes_pilot(rng: np.random.Generator, a: float, b: float, c: float, *, nodes: int,
+                rounds: int, workloads: int = 2, lengths: tuple[float, ...] = tp.PILOT_LENGTHS
+                ) -> tuple[list[PilotTrial], dict[str, str]]:
+    """A cluster's pilot as the controller stores it when each node measures its own share:
+    every node's own two configurations (``A@n``, ``B@n``), each node at a level of its own
+    (nodes differ by up to a factor of e²) and drifting on its own; and the configurations'
+    nodes."""
+    out: list[PilotTrial] = []
+    node_of: dict[str, str] = {}
+    for n in range(nodes):
+        level = float(rng.uniform(-1.0, 1.0))
+        for t in pilot(rng, a, b, c, rounds=rounds, workloads=workloads, lengths=lengths):
+            key = f"{t.config_key}@n{n}"
+            node_of[key] = f"n{n}"
+            out.append(t.model_copy(update={"config_key": key, "iops": t.iops * math.exp(level)}))
+    return out, node_of
+
+
+@pytest.mark.parametrize("lengths,workloads", [(tp.PILOT_LENGTHS, 2), ((2.0,), 4)])
+def test_one_estimate_pools_every_nodes_pilot(lengths: tuple[float, ...],
+                                              workloads: int) -> None:
+    """Three nodes, each pairing its own configurations at its own level, drifting on its
+    own: one estimate over all their trials recovers the model (a node's drift is its gain's,
+    not shared by the others), with three times the degrees of freedom of one node's pilot;
+    the nodes' levels add nothing. Read as one host's pilot (no nodes given), the same trials
+    pair only the first node's configurations."""
+    rng = np.random.default_rng(11)
+    trials, node_of = nodes_pilot(rng, 0.004, 1e-3, 0.8, nodes=3, rounds=100,
+                                  workloads=workloads, lengths=lengths)
+    kw = dict(mode="blocklayer", trials_per_round=10, sessions_per_round=2, pairs=3)
+    got = tp.estimate(trials, nodes=node_of, **kw)
+    one = tp.estimate([t for t in trials if node_of[t.config_key] == "n0"], nodes=node_of, **kw)
+    host = tp.estimate(trials, **kw)
+    assert got is not None and one is not None and host is not None and got.paired
+    assert got.df == 3 * one.df and host.df == one.df
+    assert got.within == pytest.approx(0.004, rel=0.15)
+    assert got.drift == pytest.approx(1e-3, rel=0.25)
+    assert got.fixed == pytest.approx(0.8)
+    assert (got.trials, got.sessions, got.pairs) == (10, 2, 3)
+
+
+def test_a_plan_chosen_over_several_nodes_is_one_and_says_so() -> None:
+    """``decide`` (the one home of a pilot's plan, a host's or a cluster's): over the nodes'
+    trials it chooses one trial length and rounds, within the suite's bounds, and its note
+    counts every node's trials; a pilot whose trials all failed chooses nothing and says the
+    suite's runtime and rounds are kept."""
+    from iomatrix.suite.method import Method
+
+    rng = np.random.default_rng(5)
+    trials, node_of = nodes_pilot(rng, 0.004, 1e-4, 0.8, nodes=2, rounds=tp.PILOT_ROUNDS)
+    method = Method(mode="blocklayer", pilot=True, max_samples=6, max_runtime=10)
+    plan, note = tp.decide(trials, {"blocklayer": (4, 2, 2)}, method, 12.0, tp.PILOT_LENGTHS,
+                           nodes=node_of)
+    assert plan.choice is not None and len(plan.noise) == 1
+    assert tp.MIN_ROUNDS <= plan.choice.rounds <= 6 and plan.choice.runtime <= 10
+    assert note.startswith(f"pilot: {len(trials)} trials (12 s") and "chosen: trials of" in note
+    failed = [t.model_copy(update={"iops": None}) for t in trials]
+    none, said = tp.decide(failed, {"blocklayer": (4, 2, 2)}, method, 12.0, tp.PILOT_LENGTHS,
+                           nodes=node_of)
+    assert none.choice is None and "too little to choose from" in said
+
+
 def _aa_rates(runs: int, seed: int, *, lengths: tuple[float, ...] = tp.PILOT_LENGTHS,
               min_rounds: int = tp.MIN_ROUNDS) -> tuple[float, float, float]:
     """(false-difference rate with the pilot's fixed rounds, rate when stopping at the first
