@@ -19,7 +19,9 @@ Both see completions at a resolution: a stall is recorded when the span seen wit
 ``STALL_S`` or longer, which a stall of ``STALL_S`` plus one window (or read interval) always
 gives; a shorter one may be missed, never invented. Only spans after the first completion count
 (before it fio was starting); QEMU's counters cannot tell a stall the trial ended in from fio
-having ended, so in guests only spans up to the last completion count. A workload that
+having ended, so in guests only spans up to the last completion count: fio ends a job whose
+runtime ran out in a stall once its queued requests complete, so the counter is read once more
+after fio ended, and that last increase ends the span. A workload that
 paces itself (a rate, think time, an ioping workload) is not judged: its gaps are its own."""
 
 from __future__ import annotations
@@ -197,16 +199,24 @@ class CounterSampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            try:
-                value = self.read()
-            except Exception:      # a monitor gone mid-read: a missing reading, not a crash
-                value = None
-            self.readings.append((self.clock(), value))
+            self._read_once()
             self._stop.wait(self.interval_s)
 
+    def _read_once(self) -> None:
+        try:
+            value = self.read()
+        except Exception:          # a monitor gone mid-read: a missing reading, not a crash
+            value = None
+        self.readings.append((self.clock(), value))
+
     def finish(self) -> StallCheck:
+        """The check, from the readings and one more taken now that fio has ended: a stall
+        the trial's runtime ran out in ends with the requests it held completing as fio
+        ends, which the thread, waiting out its interval, may never read (its span would
+        then lie after the last increase it saw, and count for nothing)."""
         self._stop.set()
         self._thread.join()
+        self._read_once()
         if not any(c is not None for _, c in self.readings):
             return not_judged("no count of the disk's completed requests could be read (a "
                               "vhost-user-blk disk, which its daemon serves, or a node's)")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from iomatrix.fio.persecond import (FIO_LOG, STALL_S, check_logs, counter_gaps, log_files,
-                                    log_gaps, log_times, pacing, remove_logs, with_iops_log)
+from iomatrix.fio.persecond import (FIO_LOG, QEMU_COUNTERS, STALL_S, CounterSampler,
+                                    check_logs, counter_gaps, log_files, log_gaps, log_times,
+                                    pacing, remove_logs, with_iops_log)
 from tests.needs import needs
 
 
@@ -67,6 +68,31 @@ def test_counter_gaps_are_between_the_first_and_last_completion() -> None:
              (3.0, 40), (3.25, 40), (9.0, 40)]
     assert counter_gaps(reads) == [0.0, 1.5]
     assert counter_gaps([(0.0, 1), (5.0, 1)]) == []
+
+
+# QEMU 7.2's counters read every 250 ms around a TCG guest's 3 s randread trial (iodepth 4)
+# whose disk was held from 1.5 s in for 3 s: the runtime ran out in the hold, and the 4 requests
+# it held completed as it was released, fio then ending at once (its runtime_ms 4151)
+HELD = [(0.0, 19), (0.25, 19), (0.51, 1218), (0.76, 3139), (1.01, 5818), (1.28, 7883),
+        (1.53, 9544), (1.78, 9560), (2.03, 9560), (2.29, 9560), (2.54, 9560), (2.8, 9560),
+        (3.06, 9560), (3.31, 9560), (3.57, 9560), (3.83, 9560), (4.08, 9560), (4.34, 9560)]
+
+
+def test_a_guest_stall_the_runtime_ran_out_in_is_read_after_fio_ends() -> None:
+    """The held requests complete as fio ends, between two of the sampler's reads: the sampler
+    reads the counter once more when it is finished, so the span counts (it would lie after
+    the last increase read, and count for nothing)."""
+    assert max(counter_gaps(HELD)) < STALL_S    # what the thread alone had read
+    released: list[int] = []
+    sampler = CounterSampler(lambda: 9564 if released else 9560, interval_s=3600,
+                             clock=iter(4.4 + i / 10 for i in range(100)).__next__)
+    sampler.readings = list(HELD)
+    sampler.start()
+    released.append(1)                          # fio ended: its held requests completed
+    check = sampler.finish()
+    assert sampler.readings[-1][1] == 9564
+    assert check.checked and check.source == QEMU_COUNTERS and check.stalled, check
+    assert check.stalls == 1 and check.longest_s is not None and check.longest_s >= 2.5, check
 
 
 def test_a_workload_that_paces_itself_is_not_judged() -> None:
