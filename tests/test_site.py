@@ -134,12 +134,12 @@ def test_the_export_format_is_what_export_writes(site: Path, tmp_path: Path) -> 
                for aio in ("native", "io_uring")]
     with Store(tmp_path / "r.db") as store:
         write_run(store, configs, [Workload(rw="randread", bs=4096, iodepth=1)],
-                  lambda c, w, i: Figures(1000.0, 4096e3, 1e6, 2e6))
+                  lambda c, w, i: Figures(1000.0, 4096e3, 1e6, 2e6, stall_s=0.1))
     exported = json.loads(cli_result("export", "1", "--format", "json", "--db",
                                      str(tmp_path / "r.db")).stdout)
     assert list(exported)[0] == "format_version" and exported["format_version"] == EXPORT_FORMAT_VERSION
     keys = {*exported, *exported["configs"][0], *exported["workloads"][0], *exported["trials"][0],
-            *exported["trials"][0]["samples"][0]}
+            *exported["trials"][0]["samples"][0], *exported["trials"][0]["stall"]}
     assert [k for k in sorted(keys) if f" {k} " not in page] == []
     header = cli_result("export", "1", "--db", str(tmp_path / "r.db")).stdout.splitlines()[0]
     assert [c for c in header.split(",") if c not in ("aio", "cache", "format") and f" {c} " not in page

@@ -308,6 +308,7 @@ def _model_table(model: type[BaseModel], extra: tuple[tuple[str, str, str], ...]
 
 def export_reference() -> str:
     """Markdown: the keys of ``export --format json``, the run's and those of what it holds."""
+    from iomatrix.fio.persecond import StallCheck
     from iomatrix.fio.samples import DirectionSample
     from iomatrix.store.records import (ConfigRecord, NodeRecord, StoredRun, TrialRecord,
                                         WorkloadRecord)
@@ -326,6 +327,8 @@ def export_reference() -> str:
                           "configuration)", TrialRecord),
                          ("`samples` and `vm_samples` of a trial: one per direction (read, "
                           "write)", DirectionSample),
+                         ("`stall` of a trial: whether it stalled (null for a failed or "
+                          "imported trial)", StallCheck),
                          ("`nodes`: one per node of a cluster run", NodeRecord)):
         parts.append(f"### {title}\n\n{_model_table(model)}")
     return "\n".join(parts)

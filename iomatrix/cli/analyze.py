@@ -143,11 +143,12 @@ def scores(
     metrics: Annotated[str, typer.Option("--metrics", help="Comma-separated: iops, bw_bytes, qd1_lat, qd128_lat (seed 002's four, the default), qd1_p99, qd128_p99, or FIGURE@WORKLOAD (figure " + KEY_CHOICES + "; workload key or label).")] = "iops,bw_bytes,qd1_lat,qd128_lat",
     host: Annotated[bool, typer.Option("--host", help="Score the host baseline (bare metal) too.")] = False,
     db: Db = DEFAULT_DB,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Min-max normalized score per configuration, lower is better (seed 002)."""
     from iomatrix.analysis.scores import scores as score_run
 
-    stored = load_run(db, run_ref)
+    stored = load_run(db, run_ref, with_stalled=with_stalled)
     table_data = score_run(stored, [m.strip() for m in metrics.split(",") if m.strip()],
                            include_host=host)
     _header(stored, "normalized scores (0 best, 1 worst per metric; lower score is better)")

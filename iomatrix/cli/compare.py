@@ -13,7 +13,8 @@ from rich.text import Text
 
 from iomatrix.analysis.metrics import (OPTION_CHOICES, OPTION_HELP, Metric, metric_named,
                                        run_latency)
-from iomatrix.cli.common import DEFAULT_DB, Db, err, load_run, out, p_column, shown_db
+from iomatrix.cli.common import (DEFAULT_DB, Db, WithStalled, err, load_run, out, p_column,
+                                 shown_db)
 
 if TYPE_CHECKING:   # the analysis imports scipy: load it only when the command runs
     from iomatrix.analysis.crossrun import RunComparison, Side
@@ -114,6 +115,7 @@ def compare(
     db: Db = DEFAULT_DB,
     db_b: Annotated[Optional[str], typer.Option("--db-b", help="Read RUN_B from this database (a file or a PostgreSQL URL, e.g. copied from another host) instead of --db.")] = None,
     match: Annotated[Optional[list[str]], typer.Option("--match", metavar="workload|A=B", help="Pair configurations other than by name: 'workload' pairs the configuration each run measured a workload in; CONFIG_A=CONFIG_B (repeatable) pairs run A's configuration with run B's, by label, key or imported folder name. Runs of one configuration each are paired without it.")] = None,
+    with_stalled: WithStalled = False,
 ) -> None:
     """Compare the same points across two runs (another host, storage, or an upgrade): change of B
     against A, its 95 % CI and a multiple-comparison adjusted Welch test per point. With more
@@ -130,16 +132,16 @@ def compare(
         if db_b is not None or match:
             raise typer.BadParameter("a cluster run's nodes are compared within --db, by "
                                      "configuration", param_hint="--db-b/--match")
-        _fleet(by_node(load_run(db, run_a)), chosen, db)
+        _fleet(by_node(load_run(db, run_a, with_stalled=with_stalled)), chosen, db)
         return
     if len(run_b) > 1:
         if db_b is not None or match:
             raise typer.BadParameter("a fleet (3 runs or more) reads every run from --db and "
                                      "pairs configurations by name", param_hint="--db-b/--match")
-        _fleet([load_run(db, r) for r in (run_a, *run_b)], chosen, db)
+        _fleet([load_run(db, r, with_stalled=with_stalled) for r in (run_a, *run_b)], chosen, db)
         return
-    a = load_run(db, run_a)
-    b = load_run(db_b or db, run_b[0])
+    a = load_run(db, run_a, with_stalled=with_stalled)
+    b = load_run(db_b or db, run_b[0], with_stalled=with_stalled)
     result = compare_runs(a, b, metric=chosen.key, match=match or ())
     _line(_header("A", a, db))
     _line(_header("B", b, db_b or db))
@@ -160,6 +162,21 @@ def compare(
         d = result.latency_difference
         _warn(f"{d.key} is not the same latency: A {d.a} · B {d.b}")
     _print(result, chosen, (chosen.heading_for(run_latency(a)), chosen.heading_for(run_latency(b))))
+    _stalls(a, b, result)
+
+
+def _stalls(a: StoredRun, b: StoredRun, result: RunComparison) -> None:
+    """The configurations that stalled in either run, beside the other run's count: a
+    configuration that stalls in one run and not the other is a finding of the comparison."""
+    from iomatrix.analysis.stalls import RULE, contrast
+
+    found = contrast(a, b, [(p.a_key, p.b_key) for p in result.pairings])
+    if not found:
+        return
+    kept = " (here they are in: --with-stalled)" if a.with_stalled else ""
+    _line(RULE + kept)
+    for one in found:
+        _line(f"stalls: {one.text}")
 
 
 def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
@@ -194,3 +211,10 @@ def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
         _line("by storage (median change of its nodes): " + ", ".join(
             f"{k} {_pct(v)}" for k, v in storages.items()))
     _line(f"per point: {fleet.point_method}; per node: {fleet.node_method}")
+    from iomatrix.analysis.fleet import node_name
+    from iomatrix.analysis.stalls import by_config
+
+    for run in runs:                  # a node whose configurations stall: a finding in itself
+        for one in by_config(run):
+            _line(f"stalls: {node_name(run)} (run {run.id}): {one.text}"
+                  + (" (in its figures: --with-stalled)" if run.with_stalled else ""))

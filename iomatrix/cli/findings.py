@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from iomatrix.cli.common import DEFAULT_DB, EMULATED, Db, RunRef, load_run, out, p_column
+from iomatrix.cli.common import (DEFAULT_DB, EMULATED, Db, RunRef, WithStalled, load_run, out,
+                                 p_column)
 
 
-def findings(run_ref: RunRef, db: Db = DEFAULT_DB) -> None:
+def findings(run_ref: RunRef, db: Db = DEFAULT_DB, with_stalled: WithStalled = False) -> None:
     """Each claim of the study the suite transcribes, checked on this run: the published figure,
     what was measured (95 % CI, Holm-adjusted p) and a verdict."""
     from iomatrix.analysis.findings import NOT_MEASURABLE, check_text, effect_text, evaluate
 
-    stored = load_run(db, run_ref)
+    stored = load_run(db, run_ref, with_stalled=with_stalled)
     result = evaluate(stored)
     out.print(f"run {stored.id} · suite {stored.suite.name} · findings (from {result.source})",
               markup=False)
     if stored.emulated:
         out.print(EMULATED)
     for line in result.stalls:      # a configuration that stalls is a finding in itself
-        out.print(f"stalled: {line}", markup=False, soft_wrap=True)
+        out.print(f"stalled: {line}" + (" (in the figures: --with-stalled)" if with_stalled
+                                         else " (out of the figures)"),
+                  markup=False, soft_wrap=True)
     if not result.results:
         out.print("this run's suite states no findings ([[finding]] tables): nothing to check",
                   markup=False)

@@ -291,7 +291,7 @@ def report(
         raise typer.BadParameter(f"{metric!r}: choose {OPTION_CHOICES}", param_hint="--metric")
     if len(run_refs) == 1:
         out.print(f"report: {write_report(db, run_refs[0], out_dir, with_stalled=with_stalled)}")
-        run = load_run(db, run_refs[0])
+        run = load_run(db, run_refs[0], with_stalled=with_stalled)
         if run.nodes:                # a cluster run: its nodes compared, on a page of their own
             from iomatrix.analysis.fleet import by_node
 
@@ -299,7 +299,7 @@ def report(
                                       out_dir / "nodes")
             out.print(f"nodes report: {page}")
         return
-    runs = [load_run(db, r) for r in run_refs]
+    runs = [load_run(db, r, with_stalled=with_stalled) for r in run_refs]
     out.print(f"fleet report: {write_fleet_report(build_fleet_data(runs, metric=chosen.key), out_dir)}")
 
 

@@ -54,14 +54,17 @@ class StallCheck(Frozen):
     judged."""
 
     checked: bool
+    """Whether the trial was judged (false: ``reason`` says why)."""
     source: str | None = None
-    """What the completions were read from: ``FIO_LOG`` or ``QEMU_COUNTERS``."""
+    """What the completions were read from: "fio's IOPS log" (``FIO_LOG``) or "QEMU device
+    counters" (``QEMU_COUNTERS``)."""
     reason: str | None = None
     """Why it was not judged."""
     longest_s: float | None = None
     """The longest span seen without a completion, seconds."""
     stalls: int = 0
-    """Spans of ``STALL_S`` or more without a completion."""
+    """Spans of 1 s (``STALL_S``) or more without a completion: the trial stalled when it
+    had one."""
     stalled_s: float = 0.0
     """Their total length, seconds."""
 

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from iomatrix.fio.persecond import FIO_LOG, from_gaps
 from iomatrix.fio.samples import DirectionSample
 from iomatrix.store import Store
 from iomatrix.store.records import StoredRun, StoredSuite, TrialResult
@@ -23,13 +24,16 @@ NOTE = "SYNTHETIC: these figures were generated for a test or benchmark, not mea
 
 class Figures(NamedTuple):
     """One sample of one point: IOPS, bandwidth (bytes/s), mean and p99 latency (ns), and
-    optionally the host CPU per I/O (µs), stored as the trial's CPU record (one role)."""
+    optionally the host CPU per I/O (µs), stored as the trial's CPU record (one role), and the
+    longest span it went without a completion (s), stored as its stall check (a stall from
+    ``persecond.STALL_S``; None: not judged)."""
 
     iops: float
     bw_bytes: float
     lat_mean_ns: float
     p99_ns: float
     cpu_us_per_io: float | None = None
+    stall_s: float | None = None
 
 
 Generator = Callable[[Configuration, Workload, int], Figures | None]
@@ -77,7 +81,8 @@ def write_run(store: Store, configs: list[Configuration], workloads: list[Worklo
                 store.record_trial(run_id, TrialResult(
                     config_key=config.key, workload_key=workload.key, sample_index=index,
                     status=TrialStatus.OK, started_at="2026-01-01T00:00:00", samples=(sample,),
-                    wall_seconds=10.0, accelerator=accelerator, cpu=_cpu(f, sample)))
+                    wall_seconds=10.0, accelerator=accelerator, cpu=_cpu(f, sample),
+                    stall=None if f.stall_s is None else from_gaps([f.stall_s], FIO_LOG)))
     store.finish_run(run_id, RunStatus.COMPLETE)
     return run_id
 
