@@ -351,42 +351,66 @@ def _wait_listening(node: SshNode, log: Path) -> None:
         time.sleep(0.02)
 
 
-@contextlib.contextmanager
-def node_directories(tmp_path_factory: pytest.TempPathFactory, *, exclusive: bool) -> Iterator[None]:
+class NodeDirectories:
     """A lock over the nodes' fio server directories, ``/tmp/iomatrix-fio-<random>`` (the nodes
-    share this host's /tmp): a test that checks none is left holds it ``exclusive``, every other
+    share this host's /tmp): a test that checks none is left holds it exclusive, every other
     test with nodes shared, so that no other xdist worker's nodes hold one meanwhile. The lock
     file is in the session's own base directory (private, made by mkdtemp)."""
-    import fcntl
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if base.name.startswith("popen-gw") else base
-    fd = os.open(shared / "cluster-nodes.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        base = tmp_path_factory.getbasetemp()
+        shared = base.parent if base.name.startswith("popen-gw") else base
+        self.fd = os.open(shared / "cluster-nodes.lock",
+                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+    def take(self, *, exclusive: bool) -> None:
+        """Hold the lock shared or exclusive. From shared to exclusive it is let go first (two
+        tests each holding it shared and waiting for it exclusive would wait for ever): call it
+        only while this test's nodes hold no directory (between runs)."""
+        import fcntl
+        if exclusive:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        fcntl.flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class Nodes:
+    """What ``ssh_nodes`` gives: ``nodes(n)`` makes n nodes; ``nodes.check_directories()``
+    takes the node-directory lock exclusive, from then to the test's end (see
+    :class:`NodeDirectories`), before a check that no /tmp/iomatrix-fio-* is left."""
+
+    def __init__(self, stack: contextlib.ExitStack, tmp_path: Path, lock: NodeDirectories) -> None:
+        self.stack, self.tmp_path, self.lock = stack, tmp_path, lock
+        self.made: list[SshCluster] = []
+
+    def __call__(self, count: int = 3) -> SshCluster:
+        cluster = self.stack.enter_context(ssh_cluster(self.tmp_path / f"nodes{len(self.made)}",
+                                                       count))
+        self.made.append(cluster)
+        return cluster
+
+    def check_directories(self) -> None:
+        self.lock.take(exclusive=True)
 
 
 @pytest.fixture
 def ssh_nodes(tmp_path: Path, request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[int], SshCluster]]:
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """``ssh_nodes(n)``: n nodes over SSH (see the module); stopped after the test, and checked
     to have left nothing. A module whose tests check that no node directory is left says so
-    with ``CHECKS_NODE_DIRECTORIES = True`` (``node_directories``)."""
+    with ``CHECKS_NODE_DIRECTORIES = True`` (the lock exclusive from the start); a test that
+    checks it only after some runs calls ``ssh_nodes.check_directories()`` first."""
     reason = problem()
     if reason:
         lacking("sshd", reason)
+    lock = NodeDirectories(tmp_path_factory)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(node_directories(
-            tmp_path_factory,
-            exclusive=getattr(request.module, "CHECKS_NODE_DIRECTORIES", False)))
-        made: list[SshCluster] = []
-
-        def make(count: int = 3) -> SshCluster:
-            cluster = stack.enter_context(ssh_cluster(tmp_path / f"nodes{len(made)}", count))
-            made.append(cluster)
-            return cluster
-        yield make
+        stack.callback(lock.close)
+        lock.take(exclusive=getattr(request.module, "CHECKS_NODE_DIRECTORIES", False))
+        nodes = Nodes(stack, tmp_path, lock)
+        made = nodes.made
+        yield nodes
     for cluster in made:
         assert cluster.left == {}, f"processes left: {cluster.left}"

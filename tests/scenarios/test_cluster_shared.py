@@ -2,7 +2,8 @@
 three sshd nodes in network namespaces (``tests/sshnodes.py``) and the single-node Ceph
 (``tests/ceph.py``), served in the controller's namespace at an address every node reaches;
 each node's fio server reads the pool through librbd, on an image of its own (or, with
-``shared_image``, on one for all)."""
+``shared_image``, on one for all). The same three nodes then measure scaling (``[matrix]
+node_count``, ``analysis.scaling``) on a directory."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.analysis.scaling import node_names, scaling
 from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.proc import wait_for
@@ -25,10 +27,11 @@ from iomatrix.store.location import parse_location
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.expand import expand
 from tests import ceph
-from tests.conftest import REPO, TCG_GUEST
+from tests.conftest import REPO, TCG_GUEST, cli_result
 from tests.needs import needs
-from tests.scenarios.test_cluster_load import IOMATRIX, finished, fio_on
-from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
+from tests.scenarios.test_cluster_load import SUITE as ON_A_DIRECTORY
+from tests.scenarios.test_cluster_load import IOMATRIX, finished, fio_on, run_controller
+from tests.sshnodes import Nodes, SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 from tests.tgt import tgtd
 
 SUITE = """[suite]
@@ -145,8 +148,8 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_pool_from_every_node_in_each_mode(
-        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path,
-        host_appliance: Path) -> None:
+        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], ssh_nodes: Nodes,
+        tmp_path: Path, host_appliance: Path) -> None:
     """Host mode, each node's fio on an image of its own (three in the pool while the run
     measures); the controller killed with -9 mid-run leaves nothing on the nodes, ``clean``
     would remove its three images, and ``--resume`` reclaims them and finishes the run. Then
@@ -154,7 +157,8 @@ def test_a_pool_from_every_node_in_each_mode(
     fails naming it. Then two nodes each boot a TCG guest on an image of its own, reached by a
     ceph.conf the node wrote itself (QEMU opened rbd on both); then blocklayer, each node's
     qemu-storage-daemon on its own image, a fio server beside it. After each run nothing is
-    left on the nodes, here, or in the pool."""
+    left on the nodes, here, or in the pool. Last, on the same three nodes, the scaling run of
+    ``scales_after_one_pilot`` (node counts 1..3 on a directory, one pilot)."""
     cluster, made = pool(3)
     db = str(tmp_path / "r.db")
     proc = controller(cluster, tmp_path, db, body(made, "3s"))
@@ -235,6 +239,64 @@ def test_a_pool_from_every_node_in_each_mode(
     assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
     assert all(s.total_ios > 0 for s in trial.vm_samples)
     assert left(cluster, made, second) == []
+
+    scales_after_one_pilot(cluster, made, tmp_path / "n", ssh_nodes)
+
+
+COUNTS = ON_A_DIRECTORY.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[method]").replace(
+    "samples = 2", "target_ci = 0.5\nmax_samples = 3").replace('"1s"', '"0.5s"')
+"""Node counts 1..3, and target_ci: the controller's one pilot chooses the rounds (3: the least
+it chooses, and the most this suite allows)."""
+
+
+def scales_after_one_pilot(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path,
+                           nodes: Nodes) -> None:
+    """Scaling under cluster load (issue 37): ``[matrix] node_count`` measures 1..3 nodes
+    loading the shared target (a directory here) at once in the same run, interleaved round by
+    round (every count measured in a round before the next round starts); ``target_ci`` runs
+    one pilot for the whole cluster, before the rounds, every node measured in it; each trial
+    says which nodes took part (the first n) and gives a figure per node; ``analysis.scaling``
+    answers from it (aggregate IOPS the mean of the rounds' sums, per-node IOPS, efficiency 1.0
+    at one node, a saturation point, all shown by ``show``); nothing is left on the nodes, here,
+    or in /tmp/iomatrix-fio-* (checked under the exclusive node-directory lock). 15 trials of
+    0.5 s over SSH (a pilot of 6, 3 rounds of 3 counts)."""
+    tmp_path.mkdir()
+    names = [n.name for n in cluster.nodes]
+    db = str(tmp_path / "r.db")
+    proc = run_controller(cluster, tmp_path, db, COUNTS)
+    run = finished(proc, db)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(c.key for c in run.configs) == [f"host/node_count={n}" for n in (1, 2, 3)]
+    with Store(parse_location(db)) as store:
+        pilot, plan = store.load_pilot(1)
+    assert plan is not None and plan.choice is not None and pilot
+    assert {t.config_key for t in pilot} == {"host/node_count=3", "host/node_count=2"}
+    assert any(n.startswith("pilot: ") for n in run.notes)
+    rounds = plan.choice.rounds
+    assert all(t.status == "ok" for t in run.trials) and len(run.trials) == 3 * rounds
+    for trial in run.trials:
+        n = int(trial.config_key.rpartition("=")[2])
+        assert node_names(trial) == dict(enumerate(names[:n]))
+        # one client: its figures are the trial's own (fio gives no per-client result)
+        assert sorted(s.vm or 0 for s in trial.vm_samples) == (list(range(n)) if n > 1 else [])
+    order = [t.sample_index for t in sorted(run.trials, key=lambda t: t.started_at)]
+    assert order == [r for r in range(rounds) for _ in range(3)]
+    (curve,) = scaling(run)
+    assert [r.nodes for r in curve.rows] == [1, 2, 3]
+    for row in curve.rows:
+        mine = [t for t in run.trials if t.config_key == row.config_key]
+        sums = [sum(s.iops for s in t.samples) for t in mine]
+        assert row.aggregate_iops.mean == pytest.approx(sum(sums) / rounds)
+        assert row.aggregate_iops.low is not None and row.aggregate_iops.n == rounds
+        assert sorted(row.node_iops) == names[:row.nodes]
+        assert row.efficiency is not None
+    assert curve.rows[0].efficiency is not None and curve.rows[0].efficiency.mean == 1.0
+    assert curve.saturation
+    shown = cli_result("show", "1", "--db", db)
+    assert "scaling" in shown.stdout.lower() and curve.saturation.split(":")[0] in shown.stdout
+    nodes.check_directories()
+    assert left(cluster, made, tmp_path) + [str(p) for p in Path("/tmp").glob("iomatrix-fio-*")
+                                            ] == []
 
 
 LUN = """[suite]
