@@ -49,6 +49,9 @@ class Side(Frozen):
     failed: int
     emulated: bool
     ci: Interval | None
+    stalled: int = 0
+    """Its trials that stalled (``analysis.stalls``): out of ``n`` and the figures unless the
+    run was loaded with them."""
 
     @property
     def mean(self) -> float | None:
@@ -280,7 +283,7 @@ def _emulated_points(run: StoredRun) -> set[tuple[str, str]]:
 
 
 def _side(point: Point, values: tuple[float, ...], emulated: bool) -> Side:
-    return Side(n=len(values), failed=point.failed, emulated=emulated,
+    return Side(n=len(values), failed=point.failed, emulated=emulated, stalled=point.stalled,
                 ci=confidence_interval(values) if values else None)
 
 

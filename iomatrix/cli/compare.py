@@ -70,6 +70,7 @@ def _print(result: RunComparison, metric: Metric, headings: tuple[str, str]) -> 
     for p in result.points:
         c = p.comparison
         tags = [f"emulated in {s}" for s, side in (("A", p.a), ("B", p.b)) if side.emulated]
+        tags += [f"stalled in {s}" for s, side in (("A", p.a), ("B", p.b)) if side.stalled]
         name = p.config_label
         if renamed and p.config_label_b != p.config_label:
             name += f" ↔ {p.config_label_b}"

@@ -74,6 +74,10 @@ def test_compare_shows_where_one_run_stalls_and_the_other_not(db: Path) -> None:
     # in them with --with-stalled
     kept = _run("compare", "1", "2", "--db", str(db), "--with-stalled")
     assert "10,150" in text and "10,150" not in kept, (text, kept)
+    # each point with a stalled trial is tagged with the run it stalled in
+    rows = {line.split()[1]: line for line in text.splitlines() if line.startswith(" blocklayer")}
+    assert "[stalled in A]" in rows["native/none/raw"] and "[stalled in B]" in rows[
+        "threads/none/raw"] and "[stalled in B]" not in rows["native/none/raw"], rows
     assert "(here they are in: --with-stalled)" in kept and "here they are in" not in text
     # a fleet: each run's configurations that stalled, by node
     fleet = [line for line in _run("compare", "3", "1", "2", "--db", str(db)).splitlines()
