@@ -62,6 +62,16 @@ def by_node(run: StoredRun) -> list[StoredRun]:
     return out
 
 
+def stalls_by_node(runs: Sequence[StoredRun]) -> list[str]:
+    """Each run's configurations that stalled (``analysis.stalls``), named by node: a node
+    whose configurations stall is a finding in itself, whatever its figures."""
+    from iomatrix.analysis.stalls import by_config
+
+    kept = " (in its figures: --with-stalled)"
+    return [f"stalls: {node_name(run)} (run {run.id}): {one.text}"
+            + (kept if run.with_stalled else "") for run in runs for one in by_config(run)]
+
+
 def node_name(run: StoredRun) -> str:
     """The node a run measured: its hostname as the run recorded it."""
     return run.host.get("hostname") or f"run {run.id}"

@@ -181,7 +181,7 @@ def _stalls(a: StoredRun, b: StoredRun, result: RunComparison) -> None:
 
 
 def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
-    from iomatrix.analysis.fleet import by_storage, compare_fleet, slowest_first
+    from iomatrix.analysis.fleet import by_storage, compare_fleet, slowest_first, stalls_by_node
 
     fleet = compare_fleet(runs, metric=metric.key)
     _line(_header("reference", runs[0], db))
@@ -212,10 +212,5 @@ def _fleet(runs: list[StoredRun], metric: Metric, db: Path) -> None:
         _line("by storage (median change of its nodes): " + ", ".join(
             f"{k} {_pct(v)}" for k, v in storages.items()))
     _line(f"per point: {fleet.point_method}; per node: {fleet.node_method}")
-    from iomatrix.analysis.fleet import node_name
-    from iomatrix.analysis.stalls import by_config
-
-    for run in runs:                  # a node whose configurations stall: a finding in itself
-        for one in by_config(run):
-            _line(f"stalls: {node_name(run)} (run {run.id}): {one.text}"
-                  + (" (in its figures: --with-stalled)" if run.with_stalled else ""))
+    for line in stalls_by_node(runs):
+        _line(line)

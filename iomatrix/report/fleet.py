@@ -12,7 +12,8 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from iomatrix.analysis.fleet import Fleet, by_storage, compare_fleet, slowest_first
+from iomatrix.analysis.fleet import (Fleet, by_storage, compare_fleet, slowest_first,
+                                     stalls_by_node)
 from iomatrix.analysis.metrics import METRICS
 from iomatrix.core.files import output_directory, write_file_atomically
 from iomatrix.core.model import Frozen
@@ -93,7 +94,8 @@ def build_fleet_data(runs: Sequence[StoredRun], *, metric: str = "iops") -> Flee
         differences=tuple(f"{d.key}: {d.a or '(not recorded)'} → {d.b or '(not recorded)'}"
                           for d in n.differences))
         for n in slowest_first(fleet))
-    notes = tuple(dict.fromkeys(note for r in runs for note in r.notes))
+    notes = tuple(dict.fromkeys([*stalls_by_node(runs), *(note for r in runs
+                                                           for note in r.notes)]))
     return FleetData(metric=metric, metric_name=METRICS[metric].name,
                      higher_is_better=fleet.higher_is_better, reference=fleet.reference,
                      nodes=nodes, workloads=labels, matrix=_matrix(fleet, labels),

@@ -14,6 +14,7 @@ import pytest
 
 from iomatrix.analysis.stalls import contrast
 from iomatrix.fio.persecond import STALL_S
+from iomatrix.report.fleet import build_fleet_data
 from iomatrix.store import Store
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.workloads import Workload
@@ -85,6 +86,10 @@ def test_compare_shows_where_one_run_stalls_and_the_other_not(db: Path) -> None:
     assert fleet == [f"stalls: synthetic (run {run}): blocklayer {aio}/none/raw: 1 of 3 checked "
                      f"trials stalled (longest {HELD_S:.1f} s without a completion)"
                      for run, aio in ((1, "native"), (2, "threads"))]
+    # the fleet page says the same (its notes), from the same runs
+    with Store(db) as store:
+        runs = [store.load_run(r) for r in (3, 1, 2)]
+    assert list(build_fleet_data(runs).notes[:2]) == fleet
 
 
 def test_findings_and_scores_take_with_stalled(db: Path) -> None:
