@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from iomatrix.suite.model import Suite
 
 
+def _said_stalls(db: str, run_id: int) -> None:
+    """After a run, each configuration that stalled (``analysis.stalls``): a finding in itself,
+    and its stalled trials are out of the figures unless asked."""
+    from iomatrix.analysis.stalls import by_config
+    from iomatrix.cli.common import load_run
+
+    for one in by_config(load_run(db, str(run_id))):
+        out.print(f"stalled: {one.text} (out of its figures unless --with-stalled: "
+                  f"iomatrix show {run_id})", markup=False, soft_wrap=True)
+
+
 def _check_options(*, accel: str | None, retry_failed: bool, resume: str | None,
                    scale: str | None, seed: int | None, storage: str | None,
                    target: Path | None) -> None:
@@ -154,6 +165,7 @@ def _run_cluster(loaded: "Suite", nodes: "tuple[Node, ...]", db: str, *, keep: b
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
     out.print(f"run {outcome.run_id}: {len(nodes)} nodes, {outcome.trials_ok} trials ok, "
               f"{outcome.trials_failed} failed, {outcome.wall_seconds:.0f} s ({shown_db(db)})")
+    _said_stalls(db, outcome.run_id)
     if report is not None:
         out.print(f"report: {write_report(db, str(outcome.run_id), report)}")
     if outcome.trials_failed:
@@ -234,6 +246,7 @@ def _run_here(loaded: "Suite", cluster: "tuple[Node, ...]", db: str, *, keep: bo
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
     out.print(f"run {outcome.run_id}: {outcome.trials_ok} trials ok, {outcome.trials_failed} failed, "
               f"{outcome.wall_seconds:.0f} s ({shown_db(db)})")
+    _said_stalls(db, outcome.run_id)
     if report is not None:
         path = write_report(db, str(outcome.run_id), report)
         out.print(f"report: {path}")

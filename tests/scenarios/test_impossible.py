@@ -19,6 +19,7 @@ import pytest
 
 from iomatrix.analysis.impossible import MARK, Faster, of_run, without_faster
 from iomatrix.analysis.pagecache import MARK as RAM
+from iomatrix.analysis.stalls import by_config
 from iomatrix.core.proc import managed, wait_for
 from iomatrix.fio.persecond import FIO_LOG, STALL_S
 from iomatrix.qemu.qmp import qmp_execute
@@ -151,3 +152,7 @@ def test_a_point_the_page_cache_served_is_faster_than_bare_metal(
     longest = (trial.samples[0].lat_max_ns or 0) / 1e9
     assert STALL_S <= (trial.stall.longest_s or 0) <= longest + 0.1, (trial.stall, longest)
     assert all(t.stall is not None and t.stall.checked for t in run.trials)
+    # run says which configurations stalled, as show and findings do
+    said = [line for line in done.stdout.splitlines() if line.startswith("stalled: ")]
+    assert said == [f"stalled: {one.text} (out of its figures unless --with-stalled: iomatrix "
+                    f"show 1)" for one in by_config(run)] and said, done.stdout
