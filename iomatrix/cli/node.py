@@ -75,7 +75,7 @@ def _line(fd: int) -> bytes:
 
 def _share_path(request: dict[str, Any]) -> Path:
     from iomatrix.cluster.ssh import NODE_NAME
-    from iomatrix.measure.cluster import node_store_path
+    from iomatrix.measure.nodeside import node_store_path
 
     run_uuid, node = str(request.get("run_uuid", "")), str(request.get("node", ""))
     # both name a file: a uuid's hex digits and a node name, nothing else
@@ -89,7 +89,7 @@ def _share_path(request: dict[str, Any]) -> Path:
 @app.command()
 def check() -> None:
     """Print this node's facts for a preflight (versions, KVM, problems with the suite), JSON."""
-    from iomatrix.measure.cluster import CheckRequest, node_facts, request_suite
+    from iomatrix.measure.nodeside import CheckRequest, node_facts, request_suite
 
     request = _validated(CheckRequest, "a check request")
     suite = request_suite(request)
@@ -101,7 +101,7 @@ def run_share() -> None:
     """Measure this node's share of a cluster run; progress as JSON lines on stdout. Stops,
     cleaning up as Ctrl-C does, when stdin ends (the controller's session is gone)."""
     from iomatrix.cli.run import _interrupt
-    from iomatrix.measure.cluster import JsonProgress, NodeRequest, request_suite, watch_stdin
+    from iomatrix.measure.nodeside import JsonProgress, NodeRequest, request_suite, watch_stdin
     from iomatrix.translate.fromvm import resolve_vm
     from iomatrix.measure.runner import Share, run_suite
 
@@ -140,7 +140,7 @@ def run_share() -> None:
 @app.command()
 def export() -> None:
     """Write the store holding this node's share of a run (SQLite) to stdout."""
-    from iomatrix.measure.cluster import export_share
+    from iomatrix.measure.nodeside import export_share
 
     export_share(_share_path(_request()), sys.stdout.buffer)
 
@@ -148,7 +148,7 @@ def export() -> None:
 @app.command()
 def forget() -> None:
     """Remove the store holding this node's share of a run (once the controller has it)."""
-    from iomatrix.measure.cluster import forget_share
+    from iomatrix.measure.nodeside import forget_share
 
     forget_share(_share_path(_request()))
 

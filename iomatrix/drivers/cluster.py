@@ -276,7 +276,7 @@ class GuestRequest(Frozen):
     images: tuple[Image, ...] = Field(min_length=1)
     """The node's guests' disks, which the controller made on the shared target."""
     trusted: bool = False
-    """As ``iomatrix.measure.cluster.CheckRequest.trusted``: the suite is the controller's
+    """As ``iomatrix.measure.nodeside.CheckRequest.trusted``: the suite is the controller's
     user's (a keyring it names may then reach the monitors it names)."""
 
 

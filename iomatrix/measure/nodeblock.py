@@ -24,7 +24,7 @@ from iomatrix.drivers.cluster import GuestRequest, GuestsReady
 from iomatrix.drivers.clusterblock import BLOCK_READY, DAEMON_DIRECTORY, FIO_SOCKET
 from iomatrix.drivers.host import USERSPACE
 from iomatrix.drivers.registry import driver_for
-from iomatrix.measure.cluster import watch_stdin
+from iomatrix.measure.nodeside import watch_stdin
 from iomatrix.measure.nodeguests import requested
 from iomatrix.measure.nodepool import lun_image, pool_images
 from iomatrix.vocab.words import Mode

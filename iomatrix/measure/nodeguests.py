@@ -30,7 +30,7 @@ from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL
 from iomatrix.drivers.guest import GuestSession
 from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
-from iomatrix.measure.cluster import request_suite, watch_stdin
+from iomatrix.measure.nodeside import request_suite, watch_stdin
 from iomatrix.measure.nodepool import pool_images
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.suite.configuration import Configuration

@@ -67,7 +67,7 @@ def test_roots_own_suite_still_may(loop_device: Path, tmp_path: Path) -> None:
 def test_a_node_judges_the_suite_as_the_controller_did(loop_device: Path) -> None:
     """A node loads the suite from the controller's request: root's own suite stays root's there
     (it may destroy the device it names), another user's is anyone's (it may not)."""
-    from iomatrix.measure.cluster import NodeRequest, request_suite
+    from iomatrix.measure.nodeside import NodeRequest, request_suite
 
     text = ("[suite]\nname = \"wipe\"\n" + SUITE.split("\n", 2)[2]).format(dev=loop_device)
     asked = {"suite_text": text, "suite_source": "/etc/iomatrix/wipe.toml", "node": "n1",
