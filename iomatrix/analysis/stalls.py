@@ -102,7 +102,7 @@ def contrast(a: StoredRun, b: StoredRun,
     partner = dict(pairs)
     out: list[StallContrast] = []
     for key, label in labels_a.items():
-        other = partner.get(key)
+        other = partner.get(key, "")
         one = StallContrast(a=counted(a, key, label),
                             b=counted(b, other, labels_b[other]) if other in labels_b else None)
         if any(s is not None and s.stalled for s in (one.a, one.b)):
