@@ -266,7 +266,7 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
                          + (f"; {how}" if (how := platform_text(platform, axis)) else ""))
     config, decisions, dropped = _assemble(platform, storage, decisions)
     notes += dropped
-    warnings = []
+    warnings = stalled_warnings(run)
     if run.emulated:
         native = any(d.mode == Mode.BLOCKLAYER for d in decisions)
         warnings.append("EMULATED (TCG): the guests' CPU was emulated; guest evidence measures "
@@ -289,6 +289,17 @@ def recommend(run: StoredRun, platform: Platform, *, storage: str = "other") -> 
                           decisions=tuple(decisions),
                           config=config, fixed=fixed, warnings=tuple(warnings), notes=tuple(notes),
                           yours=_yours(run, config, decisions))
+
+
+def stalled_warnings(run: StoredRun) -> list[str]:
+    """Each configuration that stalled (``analysis.stalls``): a finding whatever its gains,
+    which are measured without its stalled trials unless the run was loaded with them."""
+    from iomatrix.analysis.stalls import by_config
+
+    how = ("its stalled trials are in the evidence (--with-stalled)" if run.with_stalled else
+           "its stalled trials are no evidence here (--with-stalled keeps them): a setting "
+           "that stalls is a finding whatever its gain")
+    return [f"stalled: {one.text}; {how}" for one in by_config(run)]
 
 
 def _yours(run: StoredRun, config: Configuration, decisions: list[Decision]

@@ -104,6 +104,18 @@ def test_findings_and_scores_take_with_stalled(db: Path) -> None:
     assert "10,150" in plain and "10,150" not in kept, (plain, kept)
 
 
+def test_recommend_warns_of_each_configuration_that_stalled(db: Path) -> None:
+    """Above the verdict (wrapped to the terminal: read as words)."""
+    text = " ".join(_run("recommend", "1", "--db", str(db), "--for", "qemu").split())
+    assert text.count("stalled: ") == 1, text
+    assert ("⚠ stalled: blocklayer native/none/raw: 1 of 3 checked trials stalled (longest "
+            f"{HELD_S:.1f} s without a completion); its stalled trials are no evidence here "
+            "(--with-stalled keeps them)") in text, text
+    kept = " ".join(_run("recommend", "1", "--db", str(db), "--for", "qemu",
+                         "--with-stalled").split())
+    assert "its stalled trials are in the evidence (--with-stalled)" in kept, kept
+
+
 def test_export_writes_every_trial_with_its_stall(db: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(_run("export", "1", "--db", str(db)))))
     assert len(rows) == 6                       # the stalled trial too
