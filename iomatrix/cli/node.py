@@ -103,6 +103,7 @@ def run_share() -> None:
     from iomatrix.cli.run import _interrupt
     from iomatrix.measure.nodeside import JsonProgress, NodeRequest, request_suite, watch_stdin
     from iomatrix.translate.fromvm import resolve_vm
+    from iomatrix.measure.clusterpilot import NodePilot
     from iomatrix.measure.runner import Share, run_suite
 
     request = _validated(NodeRequest, "a run request")
@@ -121,12 +122,14 @@ def run_share() -> None:
     share = Share(node=request.node, run_uuid=request.run_uuid, shared=shared)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    watch_stdin(sys.stdin.fileno())
+    # the cluster's one pilot: this node's trials to the controller, its plan back on stdin
+    pilot = NodePilot(request.plan, progress.emit) if suite.method.plans_rounds else None
+    watch_stdin(sys.stdin.fileno(), pilot.line if pilot else None)
     try:
         with open_store(db, must_exist=False) as store:
             outcome = run_suite(suite, store, keep=request.keep, progress=progress,
                                 accel=request.accel, seed=request.seed,
-                                retry_failed=request.retry_failed, share=share)
+                                retry_failed=request.retry_failed, share=share, pilot=pilot)
     except KeyboardInterrupt:
         progress.emit("interrupted")
         raise typer.Exit(ExitStatus.INTERRUPTED) from None

@@ -30,17 +30,19 @@ from typing import IO, Any, Protocol
 from pydantic import ValidationError
 
 from iomatrix.cluster.ssh import Node, ssh_argv
-from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound, SuiteError
+from iomatrix.core.errors import IomatrixError, NodesError, RunNotFound
 from iomatrix.core.proc import last_line, which
 from iomatrix.core.text import printable
+from iomatrix.measure.clusterpilot import ClusterPilot, plan_every_node, planned_keys
 from iomatrix.measure.prepare import prepare
 from iomatrix.measure.reclaim import run_process
 from iomatrix.measure.nodeside import CheckRequest, NodeFacts, NodeRequest, node_facts
 from iomatrix.measure.precheck import check_author
-from iomatrix.measure.runner import RunOutcome
+from iomatrix.measure.runner import RunOutcome, pilot_points
 from iomatrix.measure.trialkey import TrialKey
 from iomatrix.store.records import StoredSuite, TrialResult
 from iomatrix.store.repo import Store, now
+from iomatrix.store.rows import StoredPlan
 from iomatrix.suite.expand import Expansion
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
@@ -181,14 +183,6 @@ def preflight(suite: Suite, nodes: Sequence[Node], *, accel: str | None = None,
     the suite's author may not ask (``precheck.check_author``) is refused first, in one line:
     before any node is asked or any target reached."""
     check_author(suite)
-    if suite.method.plans_rounds and not suite.method.concurrent_nodes:
-        # each node's pilot would choose its own trial length or rounds: the nodes' figures
-        # would differ by it (under cluster load the controller's one pilot loads every node)
-        which = "pilot" if suite.method.pilot else "target_ci"
-        raise SuiteError(f"{suite.source_path}: [method] {which} is not supported on a "
-                         "cluster's nodes (each node's pilot would choose its own rounds)",
-                         hint="give runtime and samples, or run the pilot on one node and use "
-                              "what it chose")
     from iomatrix.cluster.ssh import check_nodes
 
     check_nodes(nodes)              # rule 1, before any ssh starts (however the nodes came)
@@ -270,6 +264,10 @@ class _Node:
         """The controller ended the session's stdin: the node was told to stop."""
         self.shared = False
         """The node writes its trials into the run's store itself (``nodes_store``)."""
+        self.share = share
+        self.told = 0
+        """The trials the node said it measures (its pilot's, then its rounds')."""
+        self.ended = False
 
     @property
     def name(self) -> str:
@@ -320,14 +318,21 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
         stopped = False
         try:
             shares = {name: prepared.expansion.on_node(name) for name in names}
-            planned = {name: [TrialKey(c.key, w.key, k) for c in share.configurations
-                              for w in share.workloads_for(c) for k in range(suite.method.samples)]
-                       for name, share in shares.items()}
+            # [method] pilot or target_ci: one plan, the run's stored one (resumed), else
+            # chosen over every node's pilot (``clusterpilot``), the rounds then replanned
+            plan = store.load_pilot(run_id)[1] if suite.method.plans_rounds else None
+            pilot = (ClusterPilot.of(
+                         store, run_id, suite.method, shares,
+                         pilot_points(next(iter(shares.values())), run_seed)[1])
+                     if suite.method.plans_rounds and plan is None else None)
+            rounds = plan.choice.rounds if plan and plan.choice else suite.method.samples
+            planned = {name: planned_keys(share, rounds) for name, share in shares.items()}
             estimates = {name: estimate_seconds(prepared.on_node(name).blocks, suite.method)
                          for name in names}
             stopped = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
                              planned=planned, estimates=estimates, db=db, keep=keep, accel=accel,
-                             retry_failed=retry_failed, progress=progress)
+                             retry_failed=retry_failed, progress=progress, plan=plan,
+                             pilot=pilot)
             status = RunStatus.INTERRUPTED if stopped else RunStatus.COMPLETE
         except KeyboardInterrupt:
             status = RunStatus.INTERRUPTED
@@ -350,7 +355,8 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
            run_seed: int, *, shares: Mapping[str, Expansion],
            planned: Mapping[str, list[TrialKey]], estimates: Mapping[str, float],
            db: str | None, keep: bool, accel: str | None, retry_failed: bool,
-           progress: ClusterProgress) -> bool:
+           progress: ClusterProgress, plan: StoredPlan | None = None,
+           pilot: ClusterPilot | None = None) -> bool:
     """Start every node's share, follow their progress until all ended, and account for each
     (its share copied in, or its missing trials failed with the reason); True when a failed
     node stopped them all (``on_node_failure = "stop"``)."""
@@ -369,7 +375,8 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
             request = NodeRequest(suite_text=suite.source_text, suite_spec=RunSpec.of(suite),
                                   suite_source=suite.source_path,
                                   trusted=suite.author.trusted, node=s.name, run_uuid=run_uuid, seed=run_seed, db=db,
-                                  accel=accel, keep=keep, retry_failed=retry_failed)
+                                  accel=accel, keep=keep, retry_failed=retry_failed,
+                                  plan=plan)
             _start(s, request, events)
             store.set_node(run_id, s.name, QueueStatus.RUNNING)
         running = len(sessions)
@@ -377,9 +384,18 @@ def _drive(suite: Suite, nodes: Sequence[Node], store: Store, run_id: int, run_u
         while running:
             s, event = events.get()
             if event is not None:
-                _follow(s, event, progress)
+                if pilot is not None and event.get("event") == "pilot":
+                    if dropped := pilot.received(s.name, event):
+                        progress.note(f"{s.name}: {dropped} pilot trials not its own dropped")
+                else:
+                    _follow(s, event, progress)
+                if pilot is not None:
+                    plan_every_node(pilot, sessions, progress.note)
                 continue
             running -= 1
+            s.ended = True
+            if pilot is not None:       # the others' pilots may be all in now
+                plan_every_node(pilot, sessions, progress.note)
             # with "stop", a failed node's trials stay unmeasured, for --resume to measure
             failed = _ended(s, store, run_id, progress, planned[s.name]
                             if suite.method.on_node_failure == "continue" else [])
@@ -435,16 +451,16 @@ def _start(s: _Node, request: NodeRequest,
 
 
 def _follow(s: _Node, event: dict[str, Any], progress: ClusterProgress) -> None:
-    """A node's progress event (``JsonProgress``), told as the node's. (A node's plan grows,
-    "more", only after a pilot, which a cluster run refuses.)"""
+    """A node's progress event (``JsonProgress``), told as the node's (its count grows,
+    "more", after its pilot)."""
     kind = event.get("event")
     if kind == "done":
         s.finished = True
         return
     try:                    # the event read here; told below, where no error of it is caught
-        if kind == "start":
-            tell = partial(progress.node_started, s.name, int(event["trials"]),
-                           float(event["seconds"]))
+        if kind in ("start", "more"):       # "more": the rounds after its pilot
+            s.told = int(event["trials"]) + (s.told if kind == "more" else 0)
+            tell = partial(progress.node_started, s.name, s.told, float(event["seconds"]))
         elif kind == "trial_started":
             tell = partial(progress.trial_started, s.name, s.configs[event["config"]],
                            s.workloads[event["workload"]], int(event["sample"]))

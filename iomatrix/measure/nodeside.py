@@ -23,6 +23,7 @@ from pydantic import Field
 from iomatrix import __version__
 from iomatrix.core.errors import IomatrixError, RunNotFound
 from iomatrix.core.model import Frozen
+from iomatrix.store.rows import StoredPlan
 from iomatrix.core.proc import first_line, which
 from iomatrix.core.trust import ANYONE, Author
 from iomatrix.drivers.cluster import GuestRequest
@@ -68,6 +69,10 @@ class NodeRequest(Frozen):
     accel: str | None = None
     keep: bool = False
     retry_failed: bool = False
+    plan: StoredPlan | None = None
+    """The run's plan, chosen by the controller from one pilot over every node (a resumed
+    run's): the node measures no pilot. None with [method] pilot or target_ci: the node
+    measures its pilot, sends its trials and waits for the plan (``clusterpilot``)."""
 
 
 Said = Annotated[str, Field(max_length=4096)]

@@ -9,7 +9,7 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 
 from iomatrix.cluster.ssh import Node
@@ -49,6 +49,9 @@ from iomatrix.telemetry.perf import perf_problem
 from iomatrix.telemetry.probe import TrialProbe
 from iomatrix.core.model import Frozen
 from iomatrix.vocab.words import Accelerator, Mode, RunStatus, TrialStatus
+
+if TYPE_CHECKING:
+    from iomatrix.measure.clusterpilot import NodePilot
 
 FIO_GRACE = 60.0
 STOP_RETRIES = 2
@@ -106,7 +109,7 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
               progress: Progress | None = None, accel: str | None = None,
               seed: int | None = None, resume: int | None = None,
               retry_failed: bool = False, share: Share | None = None,
-              nodes: Sequence[Node] = ()) -> RunOutcome:
+              nodes: Sequence[Node] = (), pilot: NodePilot | None = None) -> RunOutcome:
     """Measure every trial of ``suite`` and store it; returns how it went. The run is prepared
     as ``run --plan`` shows it (``measure.prepare``: ``accel`` and ``seed`` override the
     suite's [method] accel and seed). ``resume`` continues that stored run (whose suite must be
@@ -124,7 +127,8 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
 
     With ``share`` this process measures a node's share of a cluster run (``Share``): it
     continues the share where its store has it already, and never owns or ends the cluster's
-    own run."""
+    own run; with ``pilot`` its pilot's trials go to the cluster's controller, which chooses
+    the plan every node follows (``iomatrix.measure.clusterpilot``)."""
     progress = progress or SilentProgress()
     t0 = time.monotonic()
     # a stored run keeps the platform it was started with
@@ -149,21 +153,22 @@ def run_suite(suite: Suite, store: Store, *, keep: bool = False,
             progress.note(text)
         workspace.for_run(record=me.record, scratch=workdir, run_id=started.run_id)
         runner = _measure(started, store, progress, workspace, workdir, drivers,
-                          owned=share is None or not share.shared, process=me.id)
+                          owned=share is None or not share.shared, process=me.id,
+                          pilot=pilot)
     return RunOutcome(run_id=started.run_id, trials_ok=runner.ok, trials_failed=runner.failed,
                       measured_seconds=runner.measured, wall_seconds=time.monotonic() - t0)
 
 
 def _measure(started: Started, store: Store, progress: Progress, workspace: OpenTarget,
              workdir: Path, drivers: dict[str, Driver], *, owned: bool,
-             process: int) -> "_Runner":
+             process: int, pilot: NodePilot | None = None) -> "_Runner":
     """Make the target and measure the run's trials (the pilot's first, when it plans its
     rounds); the run ends complete, failed or interrupted (unless ``owned`` is False: a
     cluster's controller ends it)."""
     status = RunStatus.FAILED
     try:
         runner = _Runner(started.prepared, store, started.run_id, progress, started.done,
-                         started.retry)
+                         started.retry, cluster=pilot)
         with workspace, steered_irqs(started, store, progress.note, process):
             workspace.create()
             late_notes(store, started.run_id, progress.note, started.notes, workspace.notes)
@@ -195,7 +200,8 @@ def _drivers(suite: Suite, expansion: Expansion, workdir: Path, accel: str,
 class _Runner:
     def __init__(self, prepared: PreparedRun, store: Store, run_id: int, progress: Progress,
                  done: set[TrialKey],
-                 retry: set[TrialKey] | None = None) -> None:
+                 retry: set[TrialKey] | None = None, *,
+                 cluster: NodePilot | None = None) -> None:
         self.prepared = prepared
         self.suite = prepared.suite
         self.method = prepared.suite.method
@@ -207,6 +213,8 @@ class _Runner:
         self.done = done
         self.retry = set(retry or ())
         """Failed trials to measure again (--retry-failed), until they are."""
+        self.cluster = cluster
+        """A node's share: the cluster's one pilot (``clusterpilot``) chooses the plan."""
         self.ok = self.failed = 0
         self.measured = 0.0
         self.accelerator = "none"
@@ -249,7 +257,9 @@ class _Runner:
         resumed run keeps the plan it stored; a run without one (new, or stopped during its
         pilot) measures the pilot first, stores its trials apart from the run's (never part
         of a gain) and says in the run's notes what was measured and chosen."""
-        _, plan = self.store.load_pilot(self.run_id)
+        # a node's share follows the controller's plan: one it has, else its pilot's trials
+        # go to the controller, which chooses over every node's
+        plan = self.cluster.given if self.cluster else self.store.load_pilot(self.run_id)[1]
         if plan is None:
             plan = self._pilot(workspace, workdir, drivers)
         if plan.choice is None:
@@ -259,12 +269,12 @@ class _Runner:
 
     def _pilot(self, workspace: OpenTarget, workdir: Path,
                drivers: dict[str, Driver]) -> StoredPlan:
-        """Measure the pilot, choose, store both and note them; the plan stored."""
+        """Measure the pilot, choose, store both and note them; the plan stored (a node's
+        share: its trials sent to the controller, and the plan it chose over every node's)."""
         from iomatrix.analysis import trialplan as tp   # scipy: loaded only when asked for
 
         t0 = time.monotonic()
         base = self.method
-        _, samples = base.fixed_by_suite
         lengths = tp.pilot_lengths(base.chooses_runtime, base.window)
         pairs, per_mode = pilot_points(self.expansion, self.seed)
         rounds = [plan_round(self.expansion, -1 - r, self.seed, pairs)
@@ -293,27 +303,9 @@ class _Runner:
         finally:
             self.method, self.pilot = base, None
             self.ok, self.failed, self.measured = counts
-        noises = []
-        for mode, (trials, sessions, gain_pairs) in per_mode.items():
-            noise = tp.estimate(collected, mode=mode, trials_per_round=trials,
-                                sessions_per_round=sessions, pairs=gain_pairs)
-            if noise is not None:
-                noises.append(noise)
-        seconds = time.monotonic() - t0
-        choice = None
-        if noises:
-            choice = tp.choose(noises, base.target_ci or tp.DEFAULT_TARGET,
-                               max_rounds=base.max_samples, max_runtime=base.max_runtime,
-                               runtime=None if base.chooses_runtime else base.window,
-                               rounds=samples if base.pilot else None,
-                               min_rounds=base.samples)
-            note = tp.pilot_choice_note(noises, choice, seconds, len(collected), lengths,
-                                        steady=base.steady_state)
-        else:
-            note = (f"pilot: {len(collected)} trials ({seconds:.0f} s) gave too little to choose "
-                    f"from (failed trials, or a class with a single round); the suite's runtime "
-                    f"({base.runtime:g} s) and rounds ({base.samples}) are used")
-        plan = tp.trial_plan(seconds, noises, choice)
+        if self.cluster is not None:        # the controller stores it, with every node's
+            return self.cluster.plan(collected)
+        plan, note = tp.decide(collected, per_mode, base, time.monotonic() - t0, lengths)
         self.store.record_pilot(self.run_id, collected, plan)
         self.store.add_notes(self.run_id, [note])
         self.progress.note(note)

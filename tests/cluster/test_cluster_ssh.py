@@ -124,23 +124,3 @@ def test_ssh_argv_reaches_a_node_and_refuses_what_it_must(ssh_nodes) -> None:  #
     # an address where nothing answers is given up within the connect timeout
     silent = run(Node(**{**node.__dict__, "host": "10.77.200.2"}), "true")
     assert silent.returncode == 255
-
-
-@pytest.mark.parametrize("rule", ["pilot = true", "target_ci = 0.05"])
-def test_a_pilot_on_a_cluster_is_refused_before_any_node_is_reached(tmp_path: Path,
-                                                                    rule: str) -> None:
-    """Each node's pilot would choose its own rounds (and, with pilot, trial length), so the
-    nodes' figures would differ by it: refused in one line before SSH reaches anything (the
-    node's address is one where nothing answers)."""
-    from iomatrix.cli.status import ExitStatus
-    from tests.conftest import cli_result
-
-    suite = tmp_path / "s.toml"
-    suite.write_text(f'[suite]\nname = "c"\n[target]\ndirectory = "{tmp_path / "t"}"\n'
-                     'size = "16MiB"\n[workloads]\nrw = "randread"\n[method]\nmode = "host"\n'
-                     f'{rule}\n[nodes]\nhosts = ["10.77.99.2"]\n')
-    done = cli_result("run", str(suite), "--db", str(tmp_path / "r.db"))
-    assert done.returncode == ExitStatus.SUITE_INVALID, done
-    assert rule.split(" ")[0] + " is not supported on a cluster's nodes" in done.stderr
-    assert done.stderr.count("\n") == 2 and "hint:" in done.stderr        # a line and its hint
-    assert not (tmp_path / "r.db").exists()
