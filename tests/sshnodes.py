@@ -127,6 +127,10 @@ class SshCluster:
     controller_netns_fd: int = -1
     left: dict[str, list[int]] = field(default_factory=dict)
     """After ``stop()``: the processes still in each namespace (none, if all went)."""
+    check_directories: Callable[[], None] = lambda: None
+    """Takes the node-directory lock exclusive, to the test's end (``Nodes.check_directories``),
+    before a check that no /tmp/iomatrix-fio-* is left: call it once this cluster's nodes hold
+    none."""
 
     def controller(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run where the controller is: in the network namespace reaching the nodes
@@ -362,24 +366,30 @@ class NodeDirectories:
         shared = base.parent if base.name.startswith("popen-gw") else base
         self.fd = os.open(shared / "cluster-nodes.lock",
                           os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.exclusive = False
 
     def take(self, *, exclusive: bool) -> None:
         """Hold the lock shared or exclusive. From shared to exclusive it is let go first (two
         tests each holding it shared and waiting for it exclusive would wait for ever): call it
         only while this test's nodes hold no directory (between runs)."""
         import fcntl
+        if exclusive and self.exclusive:
+            return
         if exclusive:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         fcntl.flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.exclusive = exclusive
 
     def close(self) -> None:
         os.close(self.fd)
 
 
 class Nodes:
-    """What ``ssh_nodes`` gives: ``nodes(n)`` makes n nodes; ``nodes.check_directories()``
-    takes the node-directory lock exclusive, from then to the test's end (see
-    :class:`NodeDirectories`), before a check that no /tmp/iomatrix-fio-* is left."""
+    """What ``ssh_nodes`` gives: ``nodes(n)`` makes n nodes; ``nodes.check_directories()`` (or
+    a cluster's) takes the node-directory lock exclusive, from then to the test's end (see
+    :class:`NodeDirectories`), before a check that no /tmp/iomatrix-fio-* is left. Taken only
+    then, not for the whole test: while a test's runs run, other workers' tests with nodes run
+    too."""
 
     def __init__(self, stack: contextlib.ExitStack, tmp_path: Path, lock: NodeDirectories) -> None:
         self.stack, self.tmp_path, self.lock = stack, tmp_path, lock
@@ -388,6 +398,7 @@ class Nodes:
     def __call__(self, count: int = 3) -> SshCluster:
         cluster = self.stack.enter_context(ssh_cluster(self.tmp_path / f"nodes{len(self.made)}",
                                                        count))
+        cluster.check_directories = self.check_directories
         self.made.append(cluster)
         return cluster
 

@@ -52,11 +52,6 @@ def test_start_skew_from_fios_own_job_start() -> None:
     assert start_skew_ms(old) is None          # fio before 3.36 writes no job start
 
 
-CHECKS_NODE_DIRECTORIES = True
-"""Its tests check that no node's fio server directory (/tmp/iomatrix-fio-*) is left: while
-one runs, no other xdist worker's nodes run (``tests.sshnodes.node_directories``)."""
-
-
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[Path]]:
     """Two fio servers on Unix sockets of the test's directory (as nodes' forwards are)."""
@@ -133,7 +128,10 @@ def fio_on(cluster: SshCluster, node: SshNode) -> list[int]:
 
 
 def left_behind(cluster: SshCluster, tmp_path: Path) -> list[str]:
-    """fio servers, SSH sessions, forwards' sockets and node directories still there."""
+    """fio servers, SSH sessions, forwards' sockets and node directories still there (once the
+    run ended: the node-directory lock is taken exclusive first, so no other xdist worker's
+    nodes hold one)."""
+    cluster.check_directories()
     left = [p for node in cluster.nodes if node.alive for p in cluster.leftovers(node)]
     left += [str(p) for p in Path("/tmp").glob("iomatrix-fio-*")]
     left += [str(p) for p in tmp_path.rglob("*.sock")]
@@ -208,9 +206,10 @@ def test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes(
                     timeout=120)
     proc.kill()                                            # kill -9: no clean-up of its own
     proc.communicate(timeout=30)
-    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
-                    and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
+    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes), timeout=30), \
         [cluster.leftovers(n) for n in cluster.nodes]
+    cluster.check_directories()           # its nodes' sessions ended: none of theirs is held
+    assert wait_for(lambda: not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30)
     # its nodes named again, by the inventory that named them (a stored row's command is not
     # taken on trust)
     resumed = subprocess.Popen(cluster.controller(
@@ -251,6 +250,7 @@ def test_a_controller_killed_while_nodes_start_leaves_nothing(
                     timeout=120, interval=0.005)
     proc.kill()
     proc.communicate(timeout=30)
-    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes)
-                    and not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30), \
+    assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes), timeout=30), \
         [cluster.leftovers(n) for n in cluster.nodes]
+    cluster.check_directories()           # its nodes' sessions ended: none of theirs is held
+    assert wait_for(lambda: not list(Path("/tmp").glob("iomatrix-fio-*")), timeout=30)

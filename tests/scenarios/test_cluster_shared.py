@@ -31,7 +31,7 @@ from tests.conftest import REPO, TCG_GUEST, cli_result
 from tests.needs import needs
 from tests.scenarios.test_cluster_load import SUITE as ON_A_DIRECTORY
 from tests.scenarios.test_cluster_load import IOMATRIX, finished, fio_on, run_controller
-from tests.sshnodes import Nodes, SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
+from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
 from tests.tgt import tgtd
 
 SUITE = """[suite]
@@ -148,8 +148,8 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_pool_from_every_node_in_each_mode(
-        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], ssh_nodes: Nodes,
-        tmp_path: Path, host_appliance: Path) -> None:
+        pool: Callable[[int], tuple[SshCluster, ceph.Cluster]], tmp_path: Path,
+        host_appliance: Path) -> None:
     """Host mode, each node's fio on an image of its own (three in the pool while the run
     measures); the controller killed with -9 mid-run leaves nothing on the nodes, ``clean``
     would remove its three images, and ``--resume`` reclaims them and finishes the run. Then
@@ -240,7 +240,7 @@ def test_a_pool_from_every_node_in_each_mode(
     assert all(s.total_ios > 0 for s in trial.vm_samples)
     assert left(cluster, made, second) == []
 
-    scales_after_one_pilot(cluster, made, tmp_path / "n", ssh_nodes)
+    scales_after_one_pilot(cluster, made, tmp_path / "n")
 
 
 COUNTS = ON_A_DIRECTORY.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[method]").replace(
@@ -249,8 +249,7 @@ COUNTS = ON_A_DIRECTORY.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[
 it chooses, and the most this suite allows)."""
 
 
-def scales_after_one_pilot(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path,
-                           nodes: Nodes) -> None:
+def scales_after_one_pilot(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> None:
     """Scaling under cluster load (issue 37): ``[matrix] node_count`` measures 1..3 nodes
     loading the shared target (a directory here) at once in the same run, interleaved round by
     round (every count measured in a round before the next round starts); ``target_ci`` runs
@@ -294,7 +293,7 @@ def scales_after_one_pilot(cluster: SshCluster, made: ceph.Cluster, tmp_path: Pa
     assert curve.saturation
     shown = cli_result("show", "1", "--db", db)
     assert "scaling" in shown.stdout.lower() and curve.saturation.split(":")[0] in shown.stdout
-    nodes.check_directories()
+    cluster.check_directories()
     assert left(cluster, made, tmp_path) + [str(p) for p in Path("/tmp").glob("iomatrix-fio-*")
                                             ] == []
 
