@@ -109,7 +109,7 @@ FIRST = (
     "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode",
     "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate",
     "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000",
-    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given",
+    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance",
     "tests/analysis/test_trialplan.py::test_a_real_blocklayer_run_stores_its_pilot_and_its_choice",
     "tests/attacks/test_attacks_fuzz.py::test_every_suite_key_takes_any_value_or_refuses_it_in_one_line",
     "tests/scenarios/test_run.py::test_run_stores_every_trial_and_cleans_up",
