@@ -40,9 +40,11 @@ configuration fails the same way before fio starts.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -50,11 +52,16 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from iomatrix.appliance.ownimage import ImageFile
+from iomatrix.cluster.imagecopy import send_image
 from iomatrix.cluster.ssh import Node, ssh_argv
 from iomatrix.core.errors import TrialFailed
 from iomatrix.core.model import Frozen
 from iomatrix.core.proc import orphan_guard, read_text, stop, wait_for
 from iomatrix.drivers.base import Driver, Session
+from iomatrix.drivers.guest.image import ImageGuest
+from iomatrix.drivers.guest.kind import GuestKind
+from iomatrix.drivers.guest.kinds import kind_for
 from iomatrix.drivers.host import HostSession
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.samples import client_job, start_skew_ms
@@ -278,6 +285,10 @@ class GuestRequest(Frozen):
     trusted: bool = False
     """As ``iomatrix.measure.nodeside.CheckRequest.trusted``: the suite is the controller's
     user's (a keyring it names may then reach the monitors it names)."""
+    image_size: int | None = Field(default=None, ge=0)
+    """The configuration boots the user's own image ([guest] image): the controller sends it
+    after this request (``iomatrix.cluster.imagecopy``), this many bytes, and the node boots its
+    guests on that copy; None: the appliance."""
 
 
 class GuestsReady(Frozen):
@@ -325,11 +336,13 @@ class NodeGuests(NodeSession):
     stop_timeout = GUEST_STOP_TIMEOUT
 
     def __init__(self, node: Node, request: GuestRequest, locals_: Sequence[Path],
-                 log: Path) -> None:
+                 log: Path, image: ImageFile | None = None) -> None:
         self.remote = Path(request.directory)
         super().__init__(node, [(local, self.remote / f"vm{i}.sock")
                                 for i, local in enumerate(locals_)], log)
         self.guest_request = request
+        self.image = image
+        """The user's image the request's ``image_size`` announces, sent after it."""
         self.info: GuestsReady | None = None
         self._read = 0
         """How far the log has been read for answers (whole lines)."""
@@ -342,6 +355,24 @@ class NodeGuests(NodeSession):
 
     def request(self) -> bytes:
         return (self.guest_request.model_dump_json() + "\n").encode()
+
+    def start(self) -> NodeGuests:
+        """Log in, send the request, and the user's image after it (from a thread: the nodes
+        receive theirs side by side; a session that ends first says why in ``ready``)."""
+        super().start()
+        size = self.guest_request.image_size
+        stdin = self.proc.stdin if self.proc is not None else None
+        if self.image is not None and size is not None and stdin is not None:
+            fd = self.image.descriptor()
+
+            def send() -> None:
+                try:
+                    with contextlib.suppress(OSError, ValueError):
+                        send_image(fd, size, stdin)
+                finally:
+                    os.close(fd)
+            threading.Thread(target=send, name=f"image-{self.name}", daemon=True).start()
+        return self
 
     def said_ready(self, text: str) -> bool:
         """The node's ready line, checked: it must parse, and name exactly the sockets asked
@@ -616,12 +647,14 @@ class ClusterGuestDriver(Driver):
     mode = Mode.GUEST
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
-                 accelerator: str) -> None:
+                 accelerator: str, kinds: Sequence[GuestKind] = ()) -> None:
         super().__init__(method, workdir)
         self.nodes = list(nodes)
         self.suite = suite
         self.accelerator = accelerator
         self.sessions = 0
+        self.kinds = list(kinds)
+        """The suite's kinds of guest as this host opened them (the user's image: sent)."""
 
     def images_of(self, config: Configuration) -> Configuration:
         return on_every_node(config, len(self.nodes))
@@ -636,6 +669,8 @@ class ClusterGuestDriver(Driver):
                               f"{len(part)} nodes")
         if self.accelerator not in tuple(Accelerator):
             raise TrialFailed(f"guests cannot run under {self.accelerator!r}")
+        own = own_image(self.kinds, config)
+        image = own.image if own is not None else None
         with contextlib.ExitStack() as stack:
             nodes = []
             for index, node in enumerate(part):
@@ -645,17 +680,27 @@ class ClusterGuestDriver(Driver):
                     config=config.key, accel=self.accelerator,  # type: ignore[arg-type]
                     directory=f"/tmp/iomatrix-guests-{secrets.token_hex(8)}",
                     trusted=self.suite.author.trusted,
-                    images=tuple(images[index * vms:(index + 1) * vms]))
+                    images=tuple(images[index * vms:(index + 1) * vms]),
+                    image_size=None if image is None else os.fstat(image.fd).st_size)
                 # short names: Unix socket paths must stay under 108 bytes
                 base = self.workdir / f"n{self.sessions}-{index}"
                 guests = NodeGuests(node, request, [Path(f"{base}v{j}.sock") for j in range(vms)],
-                                    Path(f"{base}.log"))
+                                    Path(f"{base}.log"), image)
                 stack.callback(guests.close)
                 nodes.append(guests.start())
             for guests in nodes:         # every node stops its guests at once, then each is awaited
                 stack.callback(guests.hang_up)
             # the nodes boot side by side
-            deadline = time.monotonic() + self.method.boot_timeout + GUEST_START_SLACK
+            boot = self.method.boot_timeout
+            if own is not None:
+                boot = max(boot, own.own.ready_seconds(self.accelerator))
+            deadline = time.monotonic() + boot + GUEST_START_SLACK
             for guests in nodes:
                 guests.ready(deadline, "its guests were")
             yield ClusterGuestSession(config, images, nodes)
+
+
+def own_image(kinds: Sequence[GuestKind], config: Configuration) -> ImageGuest | None:
+    """The user's image (opened here) that ``config``'s guests boot, or None (the appliance)."""
+    kind = kind_for(kinds, config) if kinds else None
+    return kind if isinstance(kind, ImageGuest) and kind.image is not None else None

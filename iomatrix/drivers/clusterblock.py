@@ -22,6 +22,7 @@ from iomatrix.cluster.ssh import Node
 from iomatrix.drivers.base import Driver, Session
 from iomatrix.core.errors import TrialFailed
 from iomatrix.drivers.blocklayer import export_target
+from iomatrix.drivers.guest import GuestDriver
 from iomatrix.drivers.host import USERSPACE
 from iomatrix.drivers.cluster import (GUEST_START_SLACK, ClusterDriver, ClusterGuestDriver,
                                       ClusterGuestSession, GuestRequest, GuestsReady,
@@ -181,6 +182,8 @@ def on_the_nodes(drivers: dict[str, Driver], suite: Suite, workdir: Path, nodes:
         out[Mode.BLOCKLAYER] = ClusterBlockDriver(suite.method, workdir, nodes, suite=suite,
                                                   accelerator=accelerator, ceph_conf=ceph_conf)
     if Mode.GUEST in drivers:
+        local = drivers[Mode.GUEST]       # the suite's kinds of guest, opened here
         out[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
-                                             accelerator=accelerator)
+                                             accelerator=accelerator,
+                                             kinds=local.kinds if isinstance(local, GuestDriver) else ())
     return out

@@ -23,12 +23,16 @@ from pathlib import Path
 from typing import IO
 
 from iomatrix.cluster.relay import Relay
-from iomatrix.core.errors import NodesError, TrialFailed
+from iomatrix.cluster.imagecopy import receive_image
+from iomatrix.core.errors import EnvironmentProblem, NodesError, TrialFailed
+from iomatrix.core.proc import first_line
 from iomatrix.appliance.protocol import console_tail
 from iomatrix.drivers.cluster import (GUESTS_CHECKED, GUESTS_READY, GUESTS_TRIAL, GuestCommand,
                                       GuestRequest, GuestsAnswer, GuestsReady)
-from iomatrix.drivers.guest import GuestSession
-from iomatrix.drivers.guest.kinds import kind_for, suite_kinds
+from iomatrix.drivers.guest import GuestDriver, GuestSession
+from iomatrix.drivers.guest.image import ImageGuest
+from iomatrix.drivers.guest.kind import GuestKind
+from iomatrix.drivers.guest.kinds import DEFAULT_KIND, kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.nodeside import request_suite, watch_stdin
 from iomatrix.measure.nodepool import pool_images
@@ -41,6 +45,9 @@ from iomatrix.vocab.words import Mode
 
 WATCH_SECONDS = 0.5
 """How often the node looks whether a guest has ended while it serves."""
+SENT_IMAGE = "guest-image"
+"""The file of the session's directory the user's image is written to, as the controller sends
+it (``iomatrix.cluster.imagecopy``)."""
 _RUN_DIRECTORY = re.compile(rf"^{re.escape(PREFIX)}[0-9a-f]{{8}}$")
 
 
@@ -55,7 +62,6 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
     def command(line: bytes) -> None:
         with contextlib.suppress(ValueError):           # not a command: ignored
             commands.put(GuestCommand.model_validate_json(line))
-    watch_stdin(stdin, command)
     directory = Path(request.directory)
     made = False
     try:
@@ -65,6 +71,9 @@ def serve_guests(request: GuestRequest, stdin: int, out: IO[str]) -> None:
         except OSError as exc:
             raise NodesError(f"cannot make {directory}: {exc.strerror} (a directory planted "
                              "there is never used)") from None
+        if request.image_size is not None:    # the user's image comes first (a short one: refused)
+            receive_image(stdin, directory / SENT_IMAGE, request.image_size)
+        watch_stdin(stdin, command)
         _serve(request, directory, commands, out)
     finally:
         if made:
@@ -75,8 +84,7 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
            out: IO[str]) -> None:
     prepared, config = requested(request, Mode.GUEST)
     suite = prepared.suite
-    if kind_for(suite_kinds(suite), config).cluster_refusal is not None:
-        raise NodesError("cluster load boots the appliance only, so far")
+    kinds = sent_kinds(suite, config, request, directory)
     images = (pool_images(request.images, config, suite, directory)
               if suite.target.rbd is not None else checked_images(request.images, config, suite))
     notes: list[str] = []
@@ -86,6 +94,9 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
         raise NodesError(f"the guests cannot have a private network namespace here ({shared}): "
                          "cluster load never opens their fio servers on the node's network; "
                          "run iomatrix as root on the node")
+    if len(kinds) > 1:
+        assert isinstance(driver, GuestDriver)
+        driver.use_kinds(kinds, notes.append, [config])
     with driver.session(config, images) as session, contextlib.ExitStack() as relays:
         assert isinstance(session, GuestSession)
         sockets = []
@@ -112,6 +123,34 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
             if told is not None:
                 out.write(_answer(session, told, workloads))
                 out.flush()
+
+
+def sent_kinds(suite: Suite, config: Configuration, request: GuestRequest,
+               directory: Path) -> list[GuestKind]:
+    """The kinds of guest the node boots ``config`` with: the appliance, and where the
+    configuration boots the user's image, that kind on the copy the controller sent
+    (``SENT_IMAGE`` in ``directory``), opened and inspected as a local run opens the user's image
+    (raw or qcow2, with no backing or data file). The suite's [guest] image path is the
+    controller's, never opened here. NodesError when the configuration's kind cannot boot
+    here, or the image was not sent or sent for the appliance."""
+    kind = kind_for(suite_kinds(suite), config)
+    if kind.cluster_refusal is not None:
+        raise NodesError(f"cluster load: {kind.cluster_refusal}")
+    if not isinstance(kind, ImageGuest):
+        if request.image_size is not None:
+            raise NodesError("a guest image was sent for a configuration that boots the "
+                             "appliance")
+        return [DEFAULT_KIND()]
+    if request.image_size is None:
+        raise NodesError(f"the configuration boots [guest] {kind.label}, whose image was not "
+                         "sent")
+    copy = ImageGuest(kind.own.model_copy(update={"image": directory / SENT_IMAGE,
+                                                   "name": kind.label}))
+    try:
+        copy.open()
+    except EnvironmentProblem as exc:
+        raise NodesError(f"the guest image sent: {first_line(str(exc))}") from None
+    return [DEFAULT_KIND(), copy]
 
 
 def requested(request: GuestRequest, *modes: Mode) -> tuple[PreparedRun, Configuration]:

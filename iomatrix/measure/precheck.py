@@ -215,8 +215,7 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
         raise SuiteError(f"[method] concurrent_nodes: {pinned[0]} is not applied on the nodes "
                          "(iomatrix pins threads on this host only, so far)")
     if (refused := cluster_refusal(suite)) is not None:
-        raise SuiteError(f"[method] concurrent_nodes boots the appliance on the nodes, so far: "
-                         f"{refused}")
+        raise SuiteError(f"[method] concurrent_nodes: {refused}")
 
 
 def check_node_counts(expansion: Expansion, nodes: Sequence[Node]) -> None:

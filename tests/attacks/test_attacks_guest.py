@@ -11,6 +11,7 @@ five of the guest's lines, escaped."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -323,3 +324,68 @@ def test_a_failure_reason_keeps_a_few_escaped_lines_of_the_console(
     assert len(reason) < 2000, len(reason)
     said = reason.split("; console: ")[0]
     assert ("did not boot: \\x1b]0;root-owned\\x07 \\u202egnp" in said) == error_line, said
+
+
+def test_f6_an_image_sent_to_a_node_is_checked_there_and_written_only_where_it_chose(
+        roots: Path, tmp_path: Path, attack: Attack) -> None:
+    """Cluster load of the user's own image: what a node is sent after the guest request is
+    untrusted input. A qcow2 naming a backing file (a root-only file of the node's) is refused
+    there before any guest boots, by the checks a local run makes of the user's image (the
+    external data file of F6 too); a stream naming bytes beyond the size announced, or cut
+    short, is refused. The suite's [guest] image path (the controller's) is never opened on
+    the node, and the session's directory, with the copy, is gone after a refusal."""
+    from iomatrix.cluster.imagecopy import HEADER, receive_image, send_image
+    from iomatrix.core.errors import NodesError
+    from iomatrix.measure.prepare import prepare
+    from tests.scenarios.test_cluster_guests import serve
+
+    attack("F6 an image sent to a node under cluster load", "refused")
+    secret = roots / "secret-node-file"
+    secret.write_bytes(b"root only")
+    secret.chmod(0o600)
+    body = (GUEST_RUN.replace("[matrix]\n", '[matrix]\nguest = ["appliance", "mine"]\n')
+            + 'concurrent_nodes = true\n[guest]\nname = "mine"\n'
+            'image = "/nonexistent/controllers-image.qcow2"\n')
+    suite = write_suite(tmp_path, body)
+    keys = {c.guest: c.key for c in prepare(load_suite(suite)).full.configurations}
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"")
+
+    def request(guest: str, size: int | None) -> dict[str, object]:
+        return {"suite_text": suite.read_text(), "suite_source": str(suite),
+                "config": keys[guest], "accel": "tcg", "image_size": size,
+                "directory": f"/tmp/iomatrix-guests-{os.urandom(8).hex()}",
+                "images": [{"path": str(disk), "format": "raw", "preallocation": "off",
+                            "size": 1 << 20}]}
+
+    def stream(image: Path) -> tuple[int, bytes]:
+        out = io.BytesIO()
+        with open(image, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            send_image(f.fileno(), size, out)
+        return size, out.getvalue()
+
+    image = _qcow2(roots / "b.qcow2", "-F", "raw", "-b", str(secret))
+    size, data = stream(image)
+    asked = request("mine", size)
+    done = serve(asked, data)
+    err = done.stderr
+    assert done.returncode != 0 and "the guest image sent: " in err, err
+    assert "has a backing file" in err and len(err.strip().splitlines()) == 1, err
+    assert not Path(str(asked["directory"])).exists()
+    small = tmp_path / "small.raw"               # 8 KiB of data, the rest a hole: not sent
+    small.write_bytes(b"\1" * 8192)
+    os.truncate(small, 1 << 20)
+    size, data = stream(small)
+    assert len(data) < 3 * 8192
+    for cut, says in [(HEADER.pack(size, 4096) + b"x" * 4096, "beyond its"),
+                      (data[:-HEADER.size - 10], "cut short")]:
+        read, write = os.pipe()
+        os.write(write, cut)                     # small enough for the pipe's buffer
+        os.close(write)
+        try:
+            with pytest.raises(NodesError, match=says):
+                receive_image(read, tmp_path / f"copy-{len(cut)}", size)
+        finally:
+            os.close(read)
+    assert "controllers-image" not in err

@@ -29,10 +29,11 @@ from iomatrix.targets.workspace import Image
 class ImageGuest(GuestKind):
     """[guest]: the user's Linux image (see the module docstring)."""
 
-    cluster_refusal = "[guest] (your own image) is not built for it"
-
     def __init__(self, own: OwnGuest) -> None:
         self.own = own
+        if own.kernel is not None:     # the image alone is sent to the nodes
+            self.cluster_refusal = ("[guest] kernel and initrd are not sent to the nodes, so "
+                                    "far: boot the image through its own bootloader")
         self.image: ImageFile | None = None
         """The image opened once, before the run: each QEMU reads that file by descriptor."""
         self.fio: Path | None = None
