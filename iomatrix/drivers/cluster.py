@@ -30,6 +30,8 @@ controller checks against what it asked). The controller forwards each of those 
 them, and its namespace, relays and directory go with them. Meanwhile that input carries a
 command before and after each trial (:class:`GuestCommand`), by which each node makes a local
 run's foreign-I/O check of its own guests (``GuestSession.check_io``) and answers in a line.
+A configuration of the user's own image ([guest]) has the image this host opened sent after
+the request (``iomatrix.cluster.imagecopy``); the node boots its guests on that copy.
 
 **A node that drops fails the trial.** When a node's ssh ends during a trial (the node died,
 the network went), fio's client returns without that node's result and fails; the trial fails

@@ -48,7 +48,9 @@ def test_a_suite_boots_the_appliance_and_the_kind_its_guest_table_asks_for(
     assert kind_for(both, _config("deb")) is both[1]
     with pytest.raises(TrialFailed, match="no guest called 'other' in this run"):
         kind_for(both, _config("other"))
-    assert cluster_refusal(own) == "[guest] (your own image) is not built for it"
+    assert cluster_refusal(own) is None           # the image is sent to the nodes
+    booted = _suite(tmp_path, '[guest]\nimage = "/srv/deb.raw"\nkernel = "/srv/vmlinuz"\n')
+    assert "kernel and initrd are not sent to the nodes" in (cluster_refusal(booted) or "")
 
 
 def test_a_kind_listed_before_the_image_takes_the_guest_tables_it_claims(

@@ -360,7 +360,8 @@ def test_a_trial_without_every_clients_result_is_not_one() -> None:
 
 @pytest.mark.parametrize("extra, says", [
     ('[[part]]\nmode = "blocklayer"\n', "a blocklayer part on an rbd pool only"),
-    ('[guest]\nname = "mine"\nimage = "/nonexistent.qcow2"\n', "your own image"),
+    ('[guest]\nname = "mine"\nimage = "/nonexistent.raw"\nkernel = "/nonexistent"\n',
+     "kernel and initrd are not sent to the nodes"),
 ])
 def test_what_cluster_load_of_guests_refuses(tmp_path: Path, extra: str, says: str) -> None:
     suite = load_suite(write_suite(tmp_path, GUESTS + extra))
