@@ -117,7 +117,7 @@ def node_facts(suite: Suite) -> NodeFacts:
     reached: ``precheck.check_author``; tools missing, target unusable or too small)."""
     problems: list[str] = []
     try:
-        check_author(suite)
+        check_author(suite, guest_files=not suite.method.concurrent_nodes)
         prepared = prepare(suite)
         for tool in tools_for(prepared.full):
             if which(tool) is None:

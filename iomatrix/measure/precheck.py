@@ -68,17 +68,20 @@ def check_run(prepared: PreparedRun, keep: bool,
     return workspace, guests
 
 
-def check_author(suite: Suite) -> None:
+def check_author(suite: Suite, *, guest_files: bool = True) -> None:
     """What the suite's author (``Suite.author``) may not have this host do, refused in one line
     (``UntrustedFile``) before anything starts, is stored, or logs in anywhere (a node, a
     portal, a monitor): destroy a device or LUN (``Suite.destroy_refused``); hand QEMU a
     [guest] file they could not choose or read (``check_guest_files``); send a key of a file
     they cannot read to monitors or a portal they chose (each target kind's ``check_author``:
-    ``rbd.locate``, ``iscsi.read_chap``)."""
+    ``rbd.locate``, ``iscsi.read_chap``). Without ``guest_files``, the [guest] files are not
+    looked at (a node's preflight under cluster load: they are the controller's, which sends
+    the image; the node checks its copy)."""
     if (refused := suite.destroy_refused()) is not None:
         raise UntrustedFile(refused, hint="destroy a device only with a suite that only root "
                                           "(or you) can write, in a directory likewise")
-    check_kinds(suite)
+    if guest_files:
+        check_kinds(suite)
     registry.check_author((suite.target, *suite.targets), suite.author)
 
 

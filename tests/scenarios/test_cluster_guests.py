@@ -30,7 +30,7 @@ from iomatrix.measure.runner import run_suite
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from iomatrix.store.records import StoredRun, TrialRecord
-from iomatrix.suite import load_suite
+from iomatrix.suite import load_suite, load_suite_text
 from iomatrix.targets.workspace import Image
 from tests.conftest import BOOT_TIMEOUT, REPO, cli_result, write_suite
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
@@ -402,3 +402,18 @@ def test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own(
     assert str(debian12.image) not in trial.command
     assert _sha256(debian12.image) == before
     nothing_left(cluster, tmp_path, guest_directories([trial.command]))
+
+
+def test_a_nodes_preflight_leaves_the_controllers_guest_image_to_the_controller(
+        tmp_path: Path) -> None:
+    """Under cluster load the [guest] image named in the suite is the controller's (it sends
+    it; the node checks the copy): a node's preflight does not look for it there. A node that
+    measures its own share runs the image itself, and says it is missing."""
+    from iomatrix.measure.nodeside import node_facts
+
+    for load, said in (("true", ()), ("false", ("[guest] image: /nonexistent/c.qcow2 does not "
+                                                "exist",))):
+        text = (f'[suite]\nname = "t"\n[target]\ndirectory = "{tmp_path}"\nsize = "16MiB"\n'
+                f'[method]\nmode = "guest"\nconcurrent_nodes = {load}\n'
+                '[guest]\nimage = "/nonexistent/c.qcow2"\n')
+        assert node_facts(load_suite_text(text, source="t")).problems == said
