@@ -317,17 +317,20 @@ def run_cluster(suite: Suite, nodes: Sequence[Node], store: Store, *, db: str | 
         status = RunStatus.FAILED
         stopped = False
         try:
-            shares = {name: prepared.expansion.on_node(name) for name in names}
             # [method] pilot or target_ci: one plan, the run's stored one (resumed), else
             # chosen over every node's pilot (``clusterpilot``), the rounds then replanned
             plan = store.load_pilot(run_id)[1] if suite.method.plans_rounds else None
+            if plan is not None and plan.choice is not None:
+                prepared = prepared.chosen(plan.choice)     # its rounds, in the estimates
+            shares = {name: prepared.expansion.on_node(name) for name in names}
             pilot = (ClusterPilot.of(
                          store, run_id, suite.method, shares,
                          pilot_points(next(iter(shares.values())), run_seed)[1])
                      if suite.method.plans_rounds and plan is None else None)
             rounds = plan.choice.rounds if plan and plan.choice else suite.method.samples
             planned = {name: planned_keys(share, rounds) for name, share in shares.items()}
-            estimates = {name: estimate_seconds(prepared.on_node(name).blocks, suite.method)
+            estimates = {name: estimate_seconds(prepared.on_node(name).blocks,
+                                          prepared.suite.method)
                          for name in names}
             stopped = _drive(suite, nodes, store, run_id, run_uuid, run_seed, shares=shares,
                              planned=planned, estimates=estimates, db=db, keep=keep, accel=accel,

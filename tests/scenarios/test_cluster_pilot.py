@@ -1,10 +1,12 @@
 """One pilot for a cluster whose nodes each measure their own share (issue 37, item 3): every
 node measures its pilot at once, the controller stores all their pilot trials and chooses one
-plan over them, and every node then measures exactly that plan. One short real run on two sshd
-nodes (tests/sshnodes.py)."""
+plan over them, and every node then measures exactly that plan, also when the controller is
+killed once the plan is chosen and the run resumed (no second pilot). One short real run on two
+sshd nodes (tests/sshnodes.py)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,13 +15,15 @@ import pytest
 from iomatrix.analysis import trialplan as tp
 from iomatrix.store import Store
 from tests.conftest import cli_result
-from tests.scenarios.test_cluster import _iomatrix, _nothing_left, _suite
+from tests.scenarios.test_cluster import (_interrupted, _iomatrix, _nothing_left,
+                                          _nothing_left_but_shares, _suite)
 from tests.sshnodes import SshCluster, ssh_nodes  # noqa: F401 (a fixture)
 
 WORKLOADS = 2
 
 
-@pytest.mark.slow     # ~40 s: per node a pilot of 6 trials of 1 s, then 3 or 4 rounds of 2
+@pytest.mark.slow     # ~50 s (80 s at load 11): per node a pilot of 6 trials of 1 s, the
+# controller killed, then 3 or 4 rounds of 2 on --resume
 def test_nodes_measuring_their_own_share_follow_one_pilot(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
     cluster = ssh_nodes(2)
@@ -27,11 +31,19 @@ def test_nodes_measuring_their_own_share_follow_one_pilot(
     suite = _suite(tmp_path, cluster, workloads=WORKLOADS,
                    extra='target_ci = "50%"\nmax_samples = 4\n')
     db = str(tmp_path / "r.db")
-    done = _iomatrix(cluster, "run", str(suite), "--db", db)
+    # the controller killed as soon as it has chosen: the pilot and plan are stored
+    _interrupted(cluster, suite, db, ("chosen: trials of",),
+                 lambda proc: proc.send_signal(signal.SIGKILL))
+    _nothing_left_but_shares(cluster)
+    with Store(db) as store:
+        first = store.load_pilot(1)
+    done = _iomatrix(cluster, "run", "--resume", "1", "--db", db)
     assert done.returncode == 0, done.stderr
+    assert "pilot: " not in done.stderr          # no node measured a second pilot
     with Store(db) as store:
         run = store.load_run(1)
         pilot, plan = store.load_pilot(1)
+    assert (pilot, plan) == first and run.status == "complete"
     node_of = {c.key: c.params.get("node", "") for c in run.configs}
     # every node's pilot trials, on the controller: each node measured its own, at the run's
     # own trial length (target_ci chooses the rounds only), in every pilot round
