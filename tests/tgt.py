@@ -31,6 +31,8 @@ class Tgt:
     control: int
     started_s: float
     """Seconds from starting tgtd to the LUN being served."""
+    pid: int = 0
+    """tgtd's process (what a check of processes left behind keeps)."""
 
     def adm(self, *args: str, check: bool = True) -> str:
         done = subprocess.run(["tgtadm", "-C", str(self.control), "--lld", "iscsi", *args],
@@ -79,7 +81,7 @@ def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None,
                              "--iscsi", f"portal={address}:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     tgt = Tgt(portal=f"{address}:{port}", iqn=IQN, lun=LUN, backing=backing, control=control,
-              started_s=0.0)
+              started_s=0.0, pid=proc.pid)
     try:
         deadline = time.monotonic() + 30
         while subprocess.run(["tgtadm", "-C", str(control), "--op", "show", "--mode", "sys"],

@@ -48,7 +48,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -644,12 +644,14 @@ class ClusterGuestSession(NodesLoad):
 
 class ClusterGuestDriver(Driver):
     """guest mode on a cluster's nodes at once (``[method] concurrent_nodes``): each node
-    boots ``vms`` guests on disks the controller made on the shared target."""
+    boots ``vms`` guests on disks the controller made on the shared target, or on a LUN each
+    on a region of its own of it (``regions``: the LUN split per node, then per guest)."""
 
     mode = Mode.GUEST
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
-                 accelerator: str, kinds: Sequence[GuestKind] = ()) -> None:
+                 accelerator: str, kinds: Sequence[GuestKind] = (),
+                 regions: Callable[[Image, int, int], list[Image]] | None = None) -> None:
         super().__init__(method, workdir)
         self.nodes = list(nodes)
         self.suite = suite
@@ -657,6 +659,7 @@ class ClusterGuestDriver(Driver):
         self.sessions = 0
         self.kinds = list(kinds)
         """The suite's kinds of guest as this host opened them (the user's image: sent)."""
+        self.regions = regions
 
     def images_of(self, config: Configuration) -> Configuration:
         return on_every_node(config, len(self.nodes))
@@ -666,6 +669,8 @@ class ClusterGuestDriver(Driver):
         self.sessions += 1
         vms = config.vms or 1
         part = taking_part(config, self.nodes)
+        if self.regions is not None:
+            images = self.regions(images[0], len(part), vms)
         if len(images) != vms * len(part):
             raise TrialFailed(f"{len(images)} disks for {vms} guests on each of "
                               f"{len(part)} nodes")

@@ -1,4 +1,5 @@
-"""blocklayer mode under cluster load (``[method] concurrent_nodes``) on an rbd pool: each node's
+"""blocklayer mode under cluster load (``[method] concurrent_nodes``) on an rbd pool or an iSCSI
+LUN (each node on a region of its own of it: ``region_images``): each node's
 SSH session runs ``iomatrix node serve-blocklayer`` (``iomatrix.measure.nodeblock``) with a
 :class:`~iomatrix.drivers.cluster.GuestRequest` on its standard input, which starts a local
 run's qemu-storage-daemon on the node's image in the pool (the same driver: the same graph,
@@ -116,25 +117,44 @@ def regions(size: int, nodes: int) -> list[dict[str, str]]:
     return [{"offset": str(i * each), "size": str(each)} for i in range(nodes)]
 
 
+def region_images(image: Image, nodes: int, vms: int = 1) -> list[Image]:
+    """A LUN (``image``) split as cluster load splits it: one equal region per node, as fio's
+    in host mode (``regions``), each split again into one per guest, node by node: each a disk
+    that is a raw node over the LUN limited to its region (``Image.offset``, ``Image.size``),
+    from the LUN's size as the controller found it (``IscsiLun.check``)."""
+    out = []
+    for node in regions(image.size, nodes):
+        start = int(node["offset"])
+        for vm in regions(int(node["size"]), vms):
+            out.append(image.model_copy(update={"offset": start + int(vm["offset"]),
+                                                "size": int(vm["size"])}))
+    return out
+
+
 class ClusterBlockDriver(ClusterDriver):
     """blocklayer mode on a cluster's nodes at once, on an rbd pool: each node's daemon on an
-    image of its own there (``own_images``), or on one for all (``shared_image``)."""
+    image of its own there (``own_images``), or on one for all (``shared_image``); on an iSCSI
+    LUN (``lun``), each node's daemon on a region of its own of it (``region_images``)."""
 
     mode = Mode.BLOCKLAYER
     regions = False
     """Each node on a region of one volume (``ClusterLunDriver``)."""
 
     def __init__(self, method: Method, workdir: Path, nodes: Sequence[Node], *, suite: Suite,
-                 accelerator: str, ceph_conf: str | None) -> None:
+                 accelerator: str, ceph_conf: str | None, lun: bool = False) -> None:
         super().__init__(method, workdir, nodes, ceph_conf)
         self.suite = suite
         self.accelerator = accelerator
+        self.lun = lun
 
     @contextlib.contextmanager
     def session(self, config: Configuration, images: Sequence[Image]) -> Iterator[Session]:
         self.sessions += 1
         part = taking_part(config, self.nodes)
-        own = len(images) >= len(part) and not self.method.shared_image and not self.regions
+        if self.lun:
+            images = region_images(images[0], len(part))
+        own = self.lun or (len(images) >= len(part) and not self.method.shared_image
+                           and not self.regions)
         with contextlib.ExitStack() as stack:
             nodes = []
             for index, node in enumerate(part):
@@ -180,10 +200,13 @@ def on_the_nodes(drivers: dict[str, Driver], suite: Suite, workdir: Path, nodes:
                                           accelerator=accelerator, ceph_conf=None)
     if Mode.BLOCKLAYER in drivers:
         out[Mode.BLOCKLAYER] = ClusterBlockDriver(suite.method, workdir, nodes, suite=suite,
-                                                  accelerator=accelerator, ceph_conf=ceph_conf)
+                                                  accelerator=accelerator, ceph_conf=ceph_conf,
+                                                  lun=target.node_regions())
     if Mode.GUEST in drivers:
         local = drivers[Mode.GUEST]       # the suite's kinds of guest, opened here
         out[Mode.GUEST] = ClusterGuestDriver(suite.method, workdir, nodes, suite=suite,
                                              accelerator=accelerator,
-                                             kinds=local.kinds if isinstance(local, GuestDriver) else ())
+                                             kinds=local.kinds if isinstance(local, GuestDriver) else (),
+                                             regions=region_images if target.node_regions()
+                                             else None)
     return out

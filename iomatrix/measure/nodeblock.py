@@ -1,8 +1,9 @@
 """The node's side of blocklayer mode under cluster load (``iomatrix node serve-blocklayer``,
 started by the controller's ``iomatrix.drivers.clusterblock.ClusterBlockDriver`` over SSH): a
 local run's qemu-storage-daemon on the node's image in the suite's rbd pool (reached by the
-node's own ceph.conf: ``iomatrix.measure.nodepool``), or in host mode on the suite's iSCSI LUN
-(libiscsi, as a local host-mode run without the kernel initiator reaches it), and a fio server
+node's own ceph.conf: ``iomatrix.measure.nodepool``), or on the suite's iSCSI LUN (libiscsi, as
+a local host-mode run without the kernel initiator reaches it; in blocklayer mode a raw node
+limited to the node's region of it: ``nodepool.lun_regions``), and a fio server
 on a Unix socket beside it, both in a fresh 0700 directory, said in one line; kept until the session's standard input
 ends (SIGHUP), then stopped (every fio process of the server, found by its command line, as
 the host-mode session's shell finds them) and the directory removed. Nothing listens on a
@@ -26,7 +27,7 @@ from iomatrix.drivers.host import USERSPACE
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.nodeside import watch_stdin
 from iomatrix.measure.nodeguests import requested
-from iomatrix.measure.nodepool import lun_image, pool_images
+from iomatrix.measure.nodepool import lun_image, lun_regions, pool_images
 from iomatrix.vocab.words import Mode
 
 WATCH_SECONDS = 0.5
@@ -62,9 +63,12 @@ def _serve(request: GuestRequest, directory: Path, out: IO[str]) -> None:
     elif suite.target.rbd is not None and config.mode == Mode.BLOCKLAYER:
         images = pool_images(request.images, config.model_copy(update={"vms": 1}), suite,
                              directory)
+    elif suite.target.iscsi is not None and config.mode == Mode.BLOCKLAYER:
+        images = lun_regions(request.images, config.model_copy(update={"vms": 1}), suite,
+                             directory)
     else:
         raise NodesError("a daemon on the node under cluster load is built for an rbd pool "
-                         "(blocklayer mode) and an iSCSI LUN (host mode) only")
+                         "and an iSCSI LUN only")
     notes: list[str] = []
     driver = driver_for(Mode.BLOCKLAYER, method, directory, accel=request.accel,
                         note=notes.append)

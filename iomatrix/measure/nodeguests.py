@@ -35,7 +35,7 @@ from iomatrix.drivers.guest.kind import GuestKind
 from iomatrix.drivers.guest.kinds import DEFAULT_KIND, kind_for, suite_kinds
 from iomatrix.drivers.registry import driver_for
 from iomatrix.measure.nodeside import request_suite, watch_stdin
-from iomatrix.measure.nodepool import pool_images
+from iomatrix.measure.nodepool import lun_regions, pool_images
 from iomatrix.measure.prepare import PreparedRun, prepare
 from iomatrix.suite.configuration import Configuration
 from iomatrix.suite.model import Suite
@@ -86,7 +86,10 @@ def _serve(request: GuestRequest, directory: Path, commands: queue.Queue[GuestCo
     suite = prepared.suite
     kinds = sent_kinds(suite, config, request, directory)
     images = (pool_images(request.images, config, suite, directory)
-              if suite.target.rbd is not None else checked_images(request.images, config, suite))
+              if suite.target.rbd is not None else
+              lun_regions(request.images, config, suite, directory)
+              if suite.target.iscsi is not None else
+              checked_images(request.images, config, suite))
     notes: list[str] = []
     driver = driver_for(Mode.GUEST, suite.method, directory, accel=request.accel, note=notes.append)
     shared = getattr(driver, "shared_reason", None)

@@ -18,6 +18,11 @@ from iomatrix.suite.model import Suite
 from iomatrix.targets import iscsi, rbd
 from iomatrix.targets.workspace import Image
 
+REGION_ALIGN = 1 << 20
+"""What a region of a LUN is aligned to, its start and its size (the controller splits in whole
+MiB: ``clusterblock.regions``): a multiple of every logical block size a LUN has (512 B to
+4 KiB), so no block is shared by two regions, which QEMU would read-modify-write."""
+
 IMAGE_NAME = re.compile(rf"^{re.escape(rbd.PREFIX)}[0-9a-z]{{1,20}}-[0-9a-f]{{6}}-[0-9]{{1,6}}$")
 """The name the controller's ``RbdPool.image`` gives an image (``iomatrix-<run>-<token>-<n>``)."""
 
@@ -63,3 +68,34 @@ def lun_image(images: Sequence[Image], suite: Suite, directory: Path) -> Image:
         iscsi.write_secret(chap, secret)
     return Image(path=Path(lun.url), format="raw", preallocation="off", size=images[0].size,
                  is_device=True, network=iscsi.volume(lun, chap=chap, secret=secret))
+
+
+def lun_regions(images: Sequence[Image], config: Configuration, suite: Suite,
+                directory: Path) -> list[Image]:
+    """This node's guests' disks (one in blocklayer mode), each a region of the suite's iSCSI
+    LUN that the controller split (``clusterblock.region_images``), checked here: the LUN
+    itself, each region aligned (:data:`REGION_ALIGN`), inside the LUN as this node finds its
+    size (``iscsi.probe``), none overlapping another; each reached by this node's own volume
+    (``lun_image``) as a raw node limited to its region (QEMU raw's ``offset`` and ``size``,
+    platform qemu's graph); NodesError in one line for the first that is not."""
+    lun = suite.target.iscsi
+    assert lun is not None
+    if len(images) != (config.vms or 1):
+        raise NodesError(f"{len(images)} disks for {config.vms or 1} guests")
+    if suite.method.platform != "qemu":
+        raise NodesError(f"a region of a LUN is built on platform qemu's graph only, not "
+                         f"{suite.method.platform}'s")
+    whole = lun_image(images[:1], suite, directory)
+    real = iscsi.probe(lun, suite.author)
+    end = 0
+    for image in sorted(images, key=lambda i: i.offset):
+        lun_image([image], suite, directory)            # the LUN, and nothing else
+        where = f"the region {image.offset}+{image.size} of the LUN {lun.url}"
+        if image.offset % REGION_ALIGN or image.size % REGION_ALIGN or image.size <= 0:
+            raise NodesError(f"{where}: not aligned to {REGION_ALIGN >> 20} MiB")
+        if image.offset + image.size > real:
+            raise NodesError(f"{where}: beyond the LUN's {real} bytes")
+        if image.offset < end:
+            raise NodesError(f"{where}: overlaps another disk's region")
+        end = image.offset + image.size
+    return [whole.model_copy(update={"offset": i.offset, "size": i.size}) for i in images]

@@ -203,15 +203,13 @@ def check_cluster_load(suite: Suite, expansion: Expansion) -> None:
                          f"so far (the target is {suite.target.kind})")
     if suite.target.rbd is not None:
         check_pool_load(suite)
-    if suite.target.iscsi is not None and any(c.mode != Mode.HOST
-                                              for c in expansion.configurations):
-        raise SuiteError("[method] concurrent_nodes loads an iSCSI LUN in host mode only, so "
-                         "far (each node's fio on a region of its own, through a "
-                         "qemu-storage-daemon there)")
-    if suite.target.rbd is None and any(c.mode == Mode.BLOCKLAYER
-                                        for c in expansion.configurations):
+    if suite.target.iscsi is not None:
+        check_lun_load(suite, expansion)
+    if suite.target.rbd is None and suite.target.iscsi is None and any(
+            c.mode == Mode.BLOCKLAYER for c in expansion.configurations):
         raise SuiteError("[method] concurrent_nodes loads a blocklayer part on an rbd pool "
-                         "only, so far (each node's qemu-storage-daemon on its own image)")
+                         "or an iSCSI LUN only, so far (each node's qemu-storage-daemon on "
+                         "its own image, or its own region of the LUN)")
     pinned = sorted({axis for c in expansion.configurations for axis in AFFINITY_AXES
                      if getattr(c, axis) is not None})
     if pinned:
@@ -227,6 +225,18 @@ def check_node_counts(expansion: Expansion, nodes: Sequence[Node]) -> None:
     if most > len(nodes):
         raise SuiteError(f"[matrix] node_count {most}: the run has {len(nodes)} node(s)",
                          hint="name more nodes in [nodes] or --nodes, or lower node_count")
+
+
+def check_lun_load(suite: Suite, expansion: Expansion) -> None:
+    """SuiteError for what cluster load on an iSCSI LUN does not do: guest and blocklayer
+    modes give each node's disks a region of the LUN as platform qemu's graph (a raw node's
+    ``offset`` and ``size``) only."""
+    if suite.method.platform != "qemu" and any(c.mode != Mode.HOST
+                                               for c in expansion.configurations):
+        raise SuiteError("[method] concurrent_nodes on an iSCSI LUN: guest and blocklayer "
+                         "modes build each node's region of the LUN on platform qemu's graph "
+                         f"only (not {suite.method.platform}'s)",
+                         hint='leave [method] platform out, or set it to "qemu"')
 
 
 def check_pool_load(suite: Suite) -> None:

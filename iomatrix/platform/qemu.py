@@ -240,6 +240,8 @@ def blockdev_nodes(settings: DiskSettings, image: DiskImage) -> list[dict[str, A
     }
     if image.size is not None and (settings.format or "raw") == "raw":
         format_node["size"] = image.size
+        if image.offset:
+            format_node["offset"] = image.offset
     if settings.discard is not None:
         file_node["discard"] = format_node["discard"] = settings.discard
     chain = _backing_nodes(file_node, format_node, image)

@@ -44,6 +44,9 @@ class DiskImage(Frozen):
     path: str
     is_device: bool = False
     size: int | None = None
+    offset: int = 0
+    """Where a raw format node's region of the device starts (QEMU raw's ``offset``; 0: the
+    start), ``size`` bytes long."""
     network: NetworkNode | None = None
     backing: tuple[str, ...] = ()
     """A qcow2 image's backing chain, nearest first (each a qcow2 on a device or file like

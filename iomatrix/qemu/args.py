@@ -145,7 +145,7 @@ def storage_daemon_argv(config: Configuration, image: Image, *, qmp_socket: Path
     graph = daemon_graph(config, image.path, is_device=image.is_device,
                          size=image.size if image.is_device else None, platform=platform,
                          pve_version=pve_version, libvirt=libvirt, network=image.network,
-                         backing=image.backing)
+                         backing=image.backing, offset=image.offset if image.is_device else 0)
     for obj in graph.objects:
         argv += ["--object", obj]
     for node in graph.blockdevs:
@@ -410,7 +410,8 @@ def platform_disk_argv(config: Configuration, image: Image, *, platform: Platfor
     """The disk's arguments as ``platform`` generates them for the configuration's settings
     (Proxmox VE: the drive line a user would write, with the image as an absolute path)."""
     disk = DiskImage(path=str(image.path), is_device=image.is_device,
-                     size=image.size if image.is_device else None, network=image.network,
+                     size=image.size if image.is_device else None,
+                     offset=image.offset if image.is_device else 0, network=image.network,
                      backing=tuple(str(path) for path in image.backing))
     try:
         return PLATFORMS[platform].guest_disk_argv(config, disk,

@@ -52,15 +52,16 @@ def daemon_graph(config: Configuration, image: Path, *, is_device: bool = False,
                  pve_version: PveVersion | None = None,
                  libvirt: Versions | None = None,
                  network: NetworkNode | None = None,
-                 backing: tuple[Path, ...] = ()) -> StorageGraph:
+                 backing: tuple[Path, ...] = (), offset: int = 0) -> StorageGraph:
     """The image's block graph in a qemu-storage-daemon as ``platform`` builds a disk's graph
     for the configuration's settings (``PLATFORMS[platform].storage_graph``): qemu, iomatrix's
     own two nodes; libvirt (at ``libvirt``), its storage and format nodes; proxmox (PVE
     ``pve_version``), qemu-server's layers. A ``network`` volume (rbd) is opened by its
     protocol driver (libvirt's graph of one is not modelled: ValueError); a qcow2's
-    ``backing`` chain (nearest first) gets nodes of its own. The export goes on
-    ``export_node``."""
-    disk = DiskImage(path=str(image), is_device=is_device, size=size, network=network,
+    ``backing`` chain (nearest first) gets nodes of its own; a device's raw node from ``offset``
+    (``size`` bytes: a region of it). The export goes on ``export_node``."""
+    disk = DiskImage(path=str(image), is_device=is_device, size=size, offset=offset,
+                     network=network,
                      backing=tuple(str(path) for path in backing))
     return PLATFORMS[platform].storage_graph(config, disk, platform_version(pve_version, libvirt))
 

@@ -81,6 +81,9 @@ class Image(Frozen):
     preallocation: str
     size: int
     is_device: bool = False
+    offset: int = Field(default=0, ge=0)
+    """Where the disk starts on a device: a region of it (``size`` bytes from here), which a raw
+    format node limits QEMU to (a node's region of a shared iSCSI LUN under cluster load)."""
     network: NetworkVolume | None = None
     """How QEMU and fio reach a volume on network storage (``iomatrix.targets.remote``)."""
     backing: tuple[Path, ...] = ()

@@ -7,6 +7,7 @@ ONE word of the SSH command, whatever it holds."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -16,12 +17,15 @@ from iomatrix.cluster.ssh import Node
 from iomatrix.core.errors import NodesError
 from iomatrix.core.trust import US
 from iomatrix.drivers.cluster import NodeServer
-from iomatrix.measure.nodepool import lun_image, pool_images
+from iomatrix.measure.nodepool import lun_image, lun_regions, pool_images
+from iomatrix.qemu.args import storage_daemon_argv
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.expand import expand
 from iomatrix.suite.load import with_author
 from iomatrix.targets.kind import NetworkVolume
 from iomatrix.targets.workspace import Image
+from tests.needs import needs
+from tests.tgt import tgtd
 
 
 def suite_on(keyring: Path):  # type: ignore[no-untyped-def]
@@ -101,3 +105,52 @@ concurrent_nodes = true
                                                         drive_file="iscsi://192.0.2.66/x"))
     got = lun_image([asked], suite, tmp_path)
     assert got.network is not None and got.network.node["portal"] == "192.0.2.1:3260"
+
+
+@needs("tgt")
+def test_a_node_takes_only_aligned_regions_inside_the_lun_none_overlapping(
+        tmp_path: Path) -> None:
+    """Guest and blocklayer modes on a LUN: each disk a request names is a region (offset,
+    size) of the suite's LUN; the node refuses, in one line, a region past the LUN's end as it
+    finds it (tgtd's 8 MiB LUN, probed there), one overlapping another disk's, one not aligned
+    to a MiB, and one of no bytes; regions it takes become QEMU raw's ``offset`` and ``size``."""
+    with tgtd(tmp_path, 8 << 20) as server:
+        suite = with_author(load_suite_text(f"""[suite]
+name = "t"
+[target]
+allow_destroy = true
+[target.iscsi]
+portal = "{server.portal}"
+target = "{server.iqn}"
+lun = {server.lun}
+[method]
+mode = "blocklayer"
+concurrent_nodes = true
+"""), US)
+        config = expand(suite).configurations[0].model_copy(update={"vms": 2})
+        lun = suite.target.iscsi
+        assert lun is not None
+
+        def region(offset: int, size: int) -> Image:
+            return Image(path=Path(lun.url), format="raw", preallocation="off", size=size,
+                         offset=offset, is_device=True)
+        mib = 1 << 20
+        for asked, says in [
+                ((region(0, 4 * mib), region(6 * mib, 4 * mib)), "beyond the LUN's 8388608 bytes"),
+                ((region(0, 4 * mib), region(3 * mib, 2 * mib)), "overlaps another disk's region"),
+                ((region(4096, mib), region(4 * mib, mib)), "not aligned to 1 MiB"),
+                ((region(0, mib), region(mib, mib + 512)), "not aligned to 1 MiB"),
+                ((region(0, mib), region(2 * mib, 0)), "not aligned to 1 MiB"),
+                ((region(0, mib),), "1 disks for 2 guests")]:
+            with pytest.raises(NodesError, match=says) as refused:
+                lun_regions(asked, config, suite, tmp_path)
+            assert "\n" not in str(refused.value)
+        with pytest.raises(ValueError, match="greater than or equal to 0"):
+            region(-mib, mib)
+        got = lun_regions((region(4 * mib, 4 * mib), region(0, 4 * mib)), config, suite,
+                          tmp_path)
+        assert [(i.offset, i.size) for i in got] == [(4 * mib, 4 * mib), (0, 4 * mib)]
+        argv = storage_daemon_argv(config, got[0], qmp_socket=tmp_path / "q.sock")
+        raw = [json.loads(a) for a in argv if a.startswith("{") and '"raw"' in a]
+        assert [(n["offset"], n["size"]) for n in raw] == [(4 * mib, 4 * mib)]
+        assert server.connections() == ""

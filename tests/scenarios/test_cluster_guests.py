@@ -359,7 +359,7 @@ def test_a_trial_without_every_clients_result_is_not_one() -> None:
 
 
 @pytest.mark.parametrize("extra, says", [
-    ('[[part]]\nmode = "blocklayer"\n', "a blocklayer part on an rbd pool only"),
+    ('[[part]]\nmode = "blocklayer"\n', "a blocklayer part on an rbd pool or an iSCSI LUN only"),
     ('[guest]\nname = "mine"\nimage = "/nonexistent.raw"\nkernel = "/nonexistent"\n',
      "kernel and initrd are not sent to the nodes"),
 ])

@@ -32,7 +32,7 @@ from tests.needs import needs
 from tests.scenarios.test_cluster_load import SUITE as ON_A_DIRECTORY
 from tests.scenarios.test_cluster_load import IOMATRIX, finished, fio_on, run_controller
 from tests.sshnodes import SshCluster, _cmdline, _in_netns, ssh_nodes  # noqa: F401
-from tests.tgt import tgtd
+from tests.tgt import Tgt, tgtd
 
 SUITE = """[suite]
 name = "t"
@@ -133,12 +133,14 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
     on_directory = load_suite_text('[suite]\nname = "t"\n[target]\ndirectory = "/tmp"\n'
                                    'size = "1MiB"\n[method]\nconcurrent_nodes = true\n'
                                    'mode = "blocklayer"\n')
-    with pytest.raises(SuiteError, match="blocklayer part on an rbd pool only"):
+    with pytest.raises(SuiteError, match="blocklayer part on an rbd pool or an iSCSI LUN only"):
         check_cluster_load(on_directory, expand(on_directory))
     lun = load_suite_text('[suite]\nname = "t"\n[target]\nallow_destroy = true\n'
                           '[target.iscsi]\nportal = "192.0.2.1"\ntarget = "iqn.2026-11.a:b"\n'
                           '[method]\nconcurrent_nodes = true\nmode = "guest"\n')
-    with pytest.raises(SuiteError, match="iSCSI LUN in host mode only"):
+    check_cluster_load(lun, expand(lun))        # each node's guests on regions of the LUN
+    lun = load_suite_text(lun.source_text + 'platform = "proxmox"\n')
+    with pytest.raises(SuiteError, match="region of the LUN on platform qemu's graph only"):
         check_cluster_load(lun, expand(lun))
     with pytest.raises(SuiteError, match="shared_image is for concurrent_nodes"):
         load_suite_text('[suite]\nname = "t"\n[method]\nshared_image = true\n')
@@ -328,12 +330,15 @@ def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
     """Host mode on an iSCSI LUN (tgtd in the controller's namespace, CHAP on): each node's fio
     on its half of the LUN through a qemu-storage-daemon of its own (libiscsi, the CHAP file
     read on the node): each node preconditioned its own half (neither half is left zero), each
-    did I/O, and no session is left on the target, nor anything on the nodes."""
+    did I/O, and no session is left on the target, nor anything on the nodes. Then blocklayer
+    and guest (TCG) modes, each node's daemon or guest on a raw node limited to its region
+    (``lun_regions``), the LUN zeroed before each: each region written, and the MiB past the
+    regions (the LUN is 33 MiB, two regions of 16) never."""
     cluster = ssh_nodes(2)
     chap = tmp_path / "chap.toml"
     chap.write_text('user = "u-cluster"\npassword = "p-cluster-secret"\n')
     chap.chmod(0o600)
-    with tgtd(tmp_path, 32 << 20, address=cluster.shared_address(),
+    with tgtd(tmp_path, 33 << 20, address=cluster.shared_address(),
               wrap=cluster.controller([])) as server:
         server.require_chap("u-cluster", "p-cluster-secret")
         db = str(tmp_path / "r.db")
@@ -353,4 +358,38 @@ def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
         assert data[:half].count(0) < half // 2 and data[half:].count(0) < half // 2
         assert server.connections() == ""
         assert "p-cluster-secret" not in out + err
-    assert left_nodes(cluster, tmp_path) == []
+        assert left_nodes(cluster, tmp_path, {server.pid}) == []
+        for mode, extra in [("blocklayer", '[matrix]\ncache = "none"\niothread = false\n'),
+                            ("guest", TCG_GUEST + '\n[matrix]\ncontroller = "virtio-blk"\n'
+                             'iothread = false\ncache = "none"\n')]:
+            _lun_region_run(cluster, tmp_path / mode[0], server, chap, mode, extra)
+
+
+def _lun_region_run(cluster: SshCluster, where: Path, server: Tgt, chap: Path, mode: str,
+                    extra: str) -> None:
+    """One run of ``mode`` on two nodes on the LUN zeroed first: ok, each node's disk a 16 MiB
+    region (what its guest saw, or its export), each region preconditioned by its node, the
+    rest of the LUN untouched, and nothing left."""
+    where.mkdir()
+    server.backing.write_bytes(bytes(server.backing.stat().st_size))
+    db = str(where / "r.db")
+    proc = controller(cluster, where, db, LUN.format(
+        portal=server.portal, iqn=server.iqn, lun=server.lun, chap=chap).replace(
+            'mode = "host"', f'mode = "{mode}"') + extra)
+    out, err = proc.communicate(timeout=800)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(db)) as store:
+        (trial,) = store.load_run(1).trials
+    assert trial.status == "ok", trial.reason
+    assert trial.applied["file0.driver"] == "iscsi"
+    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    data = server.backing.read_bytes()
+    mib = 1 << 20
+    assert len(data) == 33 * mib
+    for start in (0, 16 * mib):         # each node's region, written whole by its precondition
+        assert data[start:start + 16 * mib].count(0) < 8 * mib, (mode, start)
+    assert data[32 * mib:] == bytes(mib), mode       # past both regions: nobody wrote there
+    assert server.connections() == ""
+    assert "p-cluster-secret" not in out + err
+    assert left_nodes(cluster, where, {server.pid}) == []
