@@ -56,6 +56,8 @@ class NodeBlock(NodeGuests):
         self.guest_request = request
         self.info: GuestsReady | None = None
         self._read = 0
+        self.image = None
+        """No user's guest image to send (``NodeGuests.start``): a daemon boots no guest."""
 
     def labels(self) -> list[str]:
         return [self.name]
