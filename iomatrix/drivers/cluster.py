@@ -336,6 +336,9 @@ class NodeGuests(NodeSession):
 
     marker = GUESTS_READY
     stop_timeout = GUEST_STOP_TIMEOUT
+    image: ImageFile | None = None
+    """The user's image the request's ``image_size`` announces, sent after it (a subclass's
+    session, which boots no guest, has none)."""
 
     def __init__(self, node: Node, request: GuestRequest, locals_: Sequence[Path],
                  log: Path, image: ImageFile | None = None) -> None:
@@ -344,7 +347,6 @@ class NodeGuests(NodeSession):
                                 for i, local in enumerate(locals_)], log)
         self.guest_request = request
         self.image = image
-        """The user's image the request's ``image_size`` announces, sent after it."""
         self.info: GuestsReady | None = None
         self._read = 0
         """How far the log has been read for answers (whole lines)."""
