@@ -173,7 +173,9 @@ class Method(Frozen):
     least wall time to target_ci (±2 pp when absent) on every gain (``analysis.trialplan``),
     with trials of at most max_runtime and at most max_samples rounds. A runtime or samples the
     suite gives is kept and only the other chosen (a runtime: the pilot measures at it alone,
-    as for target_ci). The rounds are then fixed: no look at the gains decides when to stop."""
+    as for target_ci). The rounds are then fixed: no look at the gains decides when to stop.
+    On a cluster's nodes (``[nodes]``) one pilot serves the whole cluster and every node
+    follows its one plan."""
     concurrent_nodes: bool = False
     """Cluster load: every node of the run loads the shared target at once, each trial driven
     by one fio client here through each node's SSH session (``iomatrix.drivers.cluster``);
