@@ -369,13 +369,26 @@ def _lun_region_run(cluster: SshCluster, where: Path, server: Tgt, chap: Path, m
                     extra: str) -> None:
     """One run of ``mode`` on two nodes on the LUN zeroed first: ok, each node's disk a 16 MiB
     region (what its guest saw, or its export), each region preconditioned by its node, the
-    rest of the LUN untouched, and nothing left."""
+    rest of the LUN untouched, and nothing left. In blocklayer mode the controller is killed
+    (-9) once both nodes' daemons are up: no daemon or iSCSI session outlives it, and
+    ``--resume`` finishes the run."""
     where.mkdir()
     server.backing.write_bytes(bytes(server.backing.stat().st_size))
     db = str(where / "r.db")
     proc = controller(cluster, where, db, LUN.format(
         portal=server.portal, iqn=server.iqn, lun=server.lun, chap=chap).replace(
             'mode = "host"', f'mode = "{mode}"') + extra)
+    if mode == "blocklayer":
+        assert wait_for(lambda: proc.poll() is not None or all(
+            any("qemu-storage-daemon" in p for p in cluster.leftovers(n))
+            for n in cluster.nodes), timeout=120)
+        assert proc.poll() is None, proc.communicate()
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert wait_for(lambda: not any(cluster.leftovers(n) for n in cluster.nodes),
+                        timeout=30), [cluster.leftovers(n) for n in cluster.nodes]
+        assert wait_for(lambda: server.connections() == "", timeout=30), server.connections()
+        proc = controller(cluster, where, db, "", "--resume", "1")
     out, err = proc.communicate(timeout=800)
     assert proc.returncode == 0, out + err
     with Store(parse_location(db)) as store:
