@@ -110,12 +110,12 @@ class ClusterBlockSession(ClusterGuestSession):
         return self.fio_clients() if self.own else self.fio_clients()[:1]
 
 
-def regions(size: int, nodes: int) -> list[dict[str, str]]:
-    """fio's ``offset`` and ``size`` of each of ``nodes`` nodes' equal regions of a volume of
-    ``size`` bytes (whole MiB each, the rest unused)."""
+def regions(size: int, nodes: int, what: str = "nodes") -> list[dict[str, str]]:
+    """fio's ``offset`` and ``size`` of each of ``nodes`` nodes' (``what``) equal regions of a
+    volume of ``size`` bytes (whole MiB each, the rest unused)."""
     each = size // nodes >> 20 << 20
     if each <= 0:
-        raise TrialFailed(f"a volume of {size} bytes has no MiB for each of {nodes} nodes")
+        raise TrialFailed(f"a volume of {size} bytes has no MiB for each of {nodes} {what}")
     return [{"offset": str(i * each), "size": str(each)} for i in range(nodes)]
 
 
@@ -127,7 +127,7 @@ def region_images(image: Image, nodes: int, vms: int = 1) -> list[Image]:
     out = []
     for node in regions(image.size, nodes):
         start = int(node["offset"])
-        for vm in regions(int(node["size"]), vms):
+        for vm in regions(int(node["size"]), vms, "guests of a node"):
             out.append(image.model_copy(update={"offset": start + int(vm["offset"]),
                                                 "size": int(vm["size"])}))
     return out
