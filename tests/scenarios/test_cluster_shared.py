@@ -325,8 +325,9 @@ concurrent_nodes = true
 
 @needs("tgt")
 @pytest.mark.slow
+@pytest.mark.timeout(600)           # the guest appliance built first, where none is cached
 def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
-        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path) -> None:
+        ssh_nodes: Callable[[int], SshCluster], tmp_path: Path, host_appliance: Path) -> None:
     """Host mode on an iSCSI LUN (tgtd in the controller's namespace, CHAP on): each node's fio
     on its half of the LUN through a qemu-storage-daemon of its own (libiscsi, the CHAP file
     read on the node): each node preconditioned its own half (neither half is left zero), each
