@@ -107,6 +107,7 @@ FIRST = (
     "tests/scenarios/test_guest.py::test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot",
     "tests/scenarios/test_own_guest.py::test_a_debian_12_cloud_image_boots_through_grub_beside_the_appliance_and_kill_9_leaves_nothing",
     "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode",
+    "tests/scenarios/test_cluster_guests.py::test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own",
     "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate",
     "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000",
     "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance",
