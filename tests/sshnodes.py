@@ -358,14 +358,14 @@ def _wait_listening(node: SshNode, log: Path) -> None:
 class NodeDirectories:
     """A lock over the nodes' fio server directories, ``/tmp/iomatrix-fio-<random>`` (the nodes
     share this host's /tmp): a test that checks none is left holds it exclusive, every other
-    test with nodes shared, so that no other xdist worker's nodes hold one meanwhile. The lock
-    file is in the session's own base directory (private, made by mkdtemp)."""
+    test with nodes shared, so that no other test's nodes hold one meanwhile: another xdist
+    worker's, or another pytest session's on this host (two worktrees' suites at once). The lock
+    file is in /run (root's alone: nodes need root), kept there like /run/sshd."""
 
-    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
-        base = tmp_path_factory.getbasetemp()
-        shared = base.parent if base.name.startswith("popen-gw") else base
-        self.fd = os.open(shared / "cluster-nodes.lock",
-                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    PATH = Path("/run/iomatrix-tests-nodes.lock")
+
+    def __init__(self) -> None:
+        self.fd = os.open(self.PATH, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self.exclusive = False
 
     def take(self, *, exclusive: bool) -> None:
@@ -407,16 +407,16 @@ class Nodes:
 
 
 @pytest.fixture
-def ssh_nodes(tmp_path: Path, request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def ssh_nodes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Nodes]:
     """``ssh_nodes(n)``: n nodes over SSH (see the module); stopped after the test, and checked
     to have left nothing. A module whose tests check that no node directory is left says so
     with ``CHECKS_NODE_DIRECTORIES = True`` (the lock exclusive from the start); a test that
-    checks it only after some runs calls ``ssh_nodes.check_directories()`` first."""
+    checks it once its runs ended calls ``cluster.check_directories()`` first
+    (``test_cluster_load.left_behind`` does)."""
     reason = problem()
     if reason:
         lacking("sshd", reason)
-    lock = NodeDirectories(tmp_path_factory)
+    lock = NodeDirectories()
     with contextlib.ExitStack() as stack:
         stack.callback(lock.close)
         lock.take(exclusive=getattr(request.module, "CHECKS_NODE_DIRECTORIES", False))
