@@ -244,8 +244,12 @@ def check_pool_load(suite: Suite) -> None:
     map the images in its kernel)."""
     assert suite.target.rbd is not None
     if suite.target.rbd.krbd:
-        raise SuiteError("[method] concurrent_nodes on an rbd pool: krbd = true is not built "
-                         "(each node's fio and QEMU reach the pool through librbd)")
+        origin = suite.target.from_storage
+        given = (f"krbd 1 of Proxmox VE storage {origin.id}" if origin is not None
+                 else "krbd = true")
+        raise SuiteError(f"[method] concurrent_nodes on an rbd pool: {given} is not built: each "
+                         "node would map the images in its own kernel; the nodes reach the pool "
+                         "through librbd only")
 
 
 def workspace_of(prepared: PreparedRun, keep: bool) -> OpenTarget:

@@ -359,7 +359,10 @@ class _Runner:
                         self.progress.note(f"preconditioning {', '.join(p.name for p in fresh)}"
                                            f" (writing fully once) through {config.label}")
                         t = time.monotonic()
-                        self._precondition(session, workdir)
+                        try:
+                            self._precondition(session, workdir)
+                        except (TrialFailed, ToolFailed) as exc:   # a node gone: named
+                            raise TrialFailed(session.failure(str(exc))) from exc
                         self.preconditioning += time.monotonic() - t
                         workspace.preconditioned.update(fresh)
                     while trials:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
+import re
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ from iomatrix.cli.status import ExitStatus
 from iomatrix.core.errors import SuiteError
 from iomatrix.core.proc import wait_for
 from iomatrix.measure.precheck import check_cluster_load
+from iomatrix.measure.prepare import for_command_line
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
 from iomatrix.suite import load_suite_text
@@ -128,8 +131,18 @@ def test_what_cluster_load_on_a_pool_refuses() -> None:
     krbd = rbd.replace('"10.0.0.1"] }', '"10.0.0.1"], krbd = true }')
     suite = load_suite_text(f'[suite]\nname = "t"\n{krbd}[method]\nconcurrent_nodes = true\n'
                             'mode = "host"\n')
-    with pytest.raises(SuiteError, match="krbd = true is not built"):
+    with pytest.raises(SuiteError, match="krbd = true is not built: each node would map"):
         check_cluster_load(suite, expand(suite))
+    # a Proxmox VE rbd storage with krbd 1, resolved on the controller: refused, naming it
+    cfg = "rbd: ceph-k\n\tmonhost 10.0.0.1\n\tpool p\n\tkrbd 1\n\tcontent images\n"
+    by_id = for_command_line(load_suite_text(
+        '[suite]\nname = "t"\n[target]\nsize = "1GiB"\nstorage = "ceph-k"\n[method]\n'
+        'concurrent_nodes = true\nmode = "host"\n'), storage_cfg=(cfg, Path("/nonexistent")))
+    with pytest.raises(SuiteError) as refused:
+        check_cluster_load(by_id, expand(by_id))
+    assert str(refused.value).startswith("[method] concurrent_nodes on an rbd pool: krbd 1 of "
+                                         "Proxmox VE storage ceph-k is not built: each node ")
+    assert "\n" not in str(refused.value)
     on_directory = load_suite_text('[suite]\nname = "t"\n[target]\ndirectory = "/tmp"\n'
                                    'size = "1MiB"\n[method]\nconcurrent_nodes = true\n'
                                    'mode = "blocklayer"\n')
@@ -155,14 +168,14 @@ def test_a_pool_from_every_node_in_each_mode(
     """Host mode, each node's fio on an image of its own (``node_count`` 2 and 3: three in the
     pool while the 3-node configuration measures); the controller killed with -9 mid-run leaves
     nothing on the nodes, ``clean`` would remove its images, and ``--resume`` reclaims them and
-    finishes the run, each trial on its first n nodes. Then
-    one image all nodes load (``shared_image``), with a node's server killed mid-run: the trial
-    fails naming it. Then two nodes each boot a TCG guest on an image of its own, reached by a
+    finishes the run, each trial on its first n nodes. Then a Proxmox VE rbd storage id, one
+    image both nodes load (``shared_image``: ``by_storage_id``). Then two nodes each boot a TCG guest on an image of its own, reached by a
     ceph.conf the node wrote itself (QEMU opened rbd on both); then blocklayer, each node's
     qemu-storage-daemon on its own image, a fio server beside it; both with ``node_count`` 1
     and 2 (the first node alone, then both). After each run nothing is
     left on the nodes, here, or in the pool. Last, on the same three nodes, the scaling run of
-    ``scales_after_one_pilot`` (node counts 1..3 on a directory, one pilot)."""
+    ``scales_after_one_pilot`` (node counts 1..3 on a directory, one pilot), then node3 powered
+    off mid-run (``powered_off_mid_run``)."""
     cluster, made = pool(3)
     db = str(tmp_path / "r.db")
     proc = controller(cluster, tmp_path, db, body(made, "3s", "[matrix]\nnode_count = [2, 3]"))
@@ -192,25 +205,7 @@ def test_a_pool_from_every_node_in_each_mode(
                                                                  for s in per_node)
     assert left(cluster, made, tmp_path) == []
 
-    second = tmp_path / "s"
-    second.mkdir()
-    db2 = str(second / "r.db")
-    proc = controller(cluster, second, db2, body(made, "3s", "shared_image = true").replace(
-        "samples = 2", "samples = 1"))
-    victim = cluster.nodes[2]
-    assert wait_for(lambda: len(fio_on(cluster, victim)) > 1 or proc.poll() is not None,
-                    timeout=120)
-    assert proc.poll() is None, proc.communicate()
-    assert len([i for i in made.images() if i.startswith("iomatrix-1-")]) == 1, made.images()
-    for pid in fio_on(cluster, victim):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    run = finished(proc, db2)
-    assert proc.returncode == ExitStatus.TRIALS_FAILED
-    (failed,) = [t for t in run.trials if t.status == "failed"]
-    assert f"node {victim.name} dropped" in (failed.reason or "")
-    assert left(cluster, made, second) == []
-
+    by_storage_id(cluster, made, tmp_path / "id")     # shared_image, two nodes
 
     third = tmp_path / "g"                  # each of two nodes boots a TCG guest on its own image
     third.mkdir()
@@ -259,7 +254,90 @@ def test_a_pool_from_every_node_in_each_mode(
     assert left(cluster, made, second) == []
 
     scales_after_one_pilot(cluster, made, tmp_path / "n")
+    powered_off_mid_run(cluster, made, tmp_path / "off")    # last: node3 stays off
 
+
+def storage_cfg(directory: Path, stanza: str, keyring: Path | None = None) -> Path:
+    """A Proxmox VE directory of the tests' own (``directory``/pve) whose storage.cfg holds
+    ``stanza``, and the storage's keyring priv/ceph/ID.keyring (0600) when given."""
+    pve = directory / "pve"
+    (pve / "priv" / "ceph").mkdir(parents=True)
+    (pve / "storage.cfg").write_text(f"dir: local\n\tpath /var/lib/vz\n\n{stanza}")
+    if keyring is not None:
+        ident = stanza.split(":", 1)[1].split()[0]
+        copy = pve / "priv" / "ceph" / f"{ident}.keyring"
+        copy.write_text(keyring.read_text())
+        copy.chmod(0o600)
+    return pve / "storage.cfg"
+
+
+def by_storage_id(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> None:
+    """``[target] storage = "ceph-vm"``, a Proxmox VE rbd storage, under cluster load: the
+    controller resolves it once from --storage-cfg (monhost, pool, username; the keyring beside
+    it, as /etc/pve/priv/ceph keeps it on every node) and sends the nodes the resolved
+    ``[target] rbd``, which each node checks as it checks a suite's own (``nodepool``); two
+    nodes on one image for both (``shared_image``): one image recorded, both nodes did I/O, the
+    run stored the storage it came from, nothing left."""
+    tmp_path.mkdir()
+    cfg = storage_cfg(tmp_path, f"rbd: ceph-vm\n\tmonhost {made.monitor}\n\tpool {ceph.POOL}\n"
+                      f"\tusername {ceph.CLIENT}\n\tcontent images\n", made.keyring)
+    text = body(made, "1s", "shared_image = true").replace("samples = 2", "samples = 1")
+    start = text.index("rbd = {")
+    text = text[:start] + 'storage = "ceph-vm"' + text[text.index("}\n", start) + 1:]
+    db = str(tmp_path / "r.db")
+    proc = controller(cluster, tmp_path, db, text, str(tmp_path / "t.toml"), "--storage-cfg",
+                      str(cfg), nodes=2)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(db)) as store:
+        run = store.load_run(1)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        made_images = conn.execute("SELECT path FROM resources WHERE kind = 'rbd-image'"
+                                   ).fetchall()
+    (trial,) = run.trials
+    assert trial.status == "ok", trial.reason
+    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    assert len(made_images) == 1, made_images               # shared_image: one for both
+    assert run.suite.spec is not None
+    assert run.suite.spec.tables["target"]["from_storage"]["id"] == "ceph-vm"
+    assert left(cluster, made, tmp_path) == []
+
+
+def powered_off_mid_run(cluster: SshCluster, made: ceph.Cluster, tmp_path: Path) -> None:
+    """node3 powered off mid-run (``SshCluster.kill``: SIGKILL to every process of its
+    namespace, sshd and all under it, then its link gone) while it writes its image, in a run
+    of ``node_count`` 2 and 3 (two rounds, interleaved): each trial that takes node3 fails
+    naming it (the one it went in mid-write, and the next round's, whose login fails); the
+    two-node trials go on, ok in both rounds; the controller reclaims every image (one per
+    node) from the pool; nothing is left on the nodes still on, or here. This proves what
+    killing a node's fio server mid-trial did (the trial fails naming the node), and more.
+    node3 stays off: this is the chain's last run. Its fio server's directory, which a node
+    that lost power keeps on its disk (this host's /tmp here), is removed by the test."""
+    tmp_path.mkdir()
+    db = str(tmp_path / "r.db")
+    proc = controller(cluster, tmp_path, db, body(
+        made, "2s", "[matrix]\nnode_count = [2, 3]"))
+    victim = cluster.nodes[2]
+    assert wait_for(lambda: len(fio_on(cluster, victim)) > 1 or proc.poll() is not None,
+                    timeout=120)
+    assert proc.poll() is None, proc.communicate()
+    assert len([i for i in made.images() if i.startswith("iomatrix-1-")]) == 3, made.images()
+    lost = {m for pid in cluster.processes(victim)
+            for m in re.findall(r"/tmp/iomatrix-fio-[0-9a-f]{16}", _cmdline(pid))}
+    assert lost
+    cluster.kill(victim)
+    for directory in lost:      # what the node kept on its disk, which is this one's
+        shutil.rmtree(directory, ignore_errors=True)
+    run = finished(proc, db)
+    assert proc.returncode == ExitStatus.TRIALS_FAILED, proc.stderr
+    by_count = {n: [t for t in run.trials if t.config_key.endswith(f"node_count={n}")]
+                for n in (2, 3)}
+    assert [t.status for t in by_count[2]] == ["ok", "ok"], [t.reason for t in by_count[2]]
+    assert [t.status for t in by_count[3]] == ["failed", "failed"]
+    for trial in by_count[3]:
+        assert f"node {victim.name}" in (trial.reason or ""), trial.reason
+    assert left(cluster, made, tmp_path) == []
 
 COUNTS = ON_A_DIRECTORY.replace("[method]", "[matrix]\nnode_count = [1, 2, 3]\n[method]").replace(
     "samples = 2", "target_ci = 0.5\nmax_samples = 3").replace('"1s"', '"0.5s"')
@@ -357,6 +435,7 @@ def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
     chap.chmod(0o600)
     with tgtd(tmp_path, 33 << 20, address=cluster.shared_address(),
               wrap=cluster.controller([])) as server:
+        lun_by_storage_id(cluster, server, tmp_path / "id")
         server.require_chap("u-cluster", "p-cluster-secret")
         db = str(tmp_path / "r.db")
         proc = controller(cluster, tmp_path, db, LUN.format(
@@ -423,3 +502,32 @@ def _lun_region_run(cluster: SshCluster, where: Path, server: Tgt, chap: Path, m
     assert server.connections() == ""
     assert "p-cluster-secret" not in out + err
     assert left_nodes(cluster, where, {server.pid}) == []
+
+
+def lun_by_storage_id(cluster: SshCluster, server: Tgt, tmp_path: Path) -> None:
+    """``[target] storage = "san:lun1"``, a Proxmox VE iscsi storage (no CHAP: storage.cfg
+    has none), under cluster load: the controller resolves it once from --storage-cfg (portal,
+    target, the LUN as Proxmox VE names it) and sends the nodes the resolved ``[target]
+    iscsi``, which each node's ``lun_image`` holds its request to; each node on its region of
+    it, both did I/O, the run stored the storage it came from, no session left."""
+    tmp_path.mkdir()
+    cfg = storage_cfg(tmp_path, f"iscsi: san\n\tportal {server.portal}\n\ttarget "
+                      f"{server.iqn}\n\tcontent images\n")
+    text = LUN[:LUN.index("[target.iscsi]")] + f'storage = "san:lun{server.lun}"\n' + \
+        LUN[LUN.index("[workloads]"):]
+    db = str(tmp_path / "r.db")
+    proc = controller(cluster, tmp_path, db, text, str(tmp_path / "t.toml"), "--storage-cfg",
+                      str(cfg))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(db)) as store:
+        run = store.load_run(1)
+    (trial,) = run.trials
+    assert trial.status == "ok", trial.reason
+    assert trial.applied["file0.driver"] == "iscsi"
+    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    assert run.suite.spec is not None
+    assert run.suite.spec.tables["target"]["from_storage"]["id"] == f"san:lun{server.lun}"
+    assert server.connections() == ""
+    assert left_nodes(cluster, tmp_path, {server.pid}) == []
