@@ -102,31 +102,56 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     check_needs(item)
 
 
-FIRST = (
-    "tests/scenarios/test_guest.py::test_every_controller_boots_and_measures",
-    "tests/scenarios/test_guest.py::test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot",
-    "tests/scenarios/test_own_guest.py::test_a_debian_12_cloud_image_boots_through_grub_beside_the_appliance_and_kill_9_leaves_nothing",
-    "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode",
-    "tests/scenarios/test_cluster_guests.py::test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own",
-    "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate",
-    "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000",
-    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance",
-    "tests/analysis/test_trialplan.py::test_a_real_blocklayer_run_stores_its_pilot_and_its_choice",
-    "tests/attacks/test_attacks_fuzz.py::test_every_suite_key_takes_any_value_or_refuses_it_in_one_line",
-    "tests/scenarios/test_run.py::test_run_stores_every_trial_and_cleans_up",
-    "tests/scenarios/test_cluster_guests.py::test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes",
-    "tests/scenarios/test_cluster.py::test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on",
-)
-"""The suite's longest tests (CI's "slowest durations", longest first), run before the rest: xdist's
-worksteal gives each worker a contiguous half of the tests and an idle worker steals from the
-end of the other's queue, so a long test left to the end keeps one worker busy while the other
-has nothing to take. A name here that no longer exists only stops being moved."""
+FIRST = {
+    "tests/scenarios/test_cluster_guests.py::test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own": 200,
+    "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode": 150,
+    "tests/scenarios/test_guest.py::test_every_controller_boots_and_measures": 96,
+    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance": 61,
+    "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate": 61,
+    "tests/scenarios/test_guest.py::test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot": 57,
+    "tests/scenarios/test_guest.py::test_after_a_stop_not_measured_again_the_next_trial_boots_afresh": 57,
+    "tests/scenarios/test_cluster_pilot.py::test_nodes_measuring_their_own_share_follow_one_pilot": 50,
+    "tests/scenarios/test_own_guest.py::test_a_debian_12_cloud_image_boots_through_grub_beside_the_appliance_and_kill_9_leaves_nothing": 47,
+    "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000": 44,
+    "tests/scenarios/test_cluster_shared.py::test_two_nodes_load_a_lun_each_on_a_region_of_its_own": 40,
+    "tests/analysis/test_trialplan.py::test_a_real_blocklayer_run_stores_its_pilot_and_its_choice": 34,
+    "tests/attacks/test_attacks_fuzz.py::test_every_suite_key_takes_any_value_or_refuses_it_in_one_line": 27,
+    "tests/scenarios/test_cluster.py::test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on": 25,
+    "tests/scenarios/test_run.py::test_run_stores_every_trial_and_cleans_up": 24,
+    "tests/scenarios/test_cluster_guests.py::test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes": 22,
+}
+"""The suite's longest tests with their seconds in CI (its "slowest durations", this host), run
+first and shared out between the workers: xdist's worksteal gives each of N workers a
+contiguous 1/N of the tests (worker i the i-th slice) and an idle worker steals from the end of
+another's queue, so every long test in one slice would run one after the other on one worker
+while the other has nothing left to take. A name here that no longer exists only stops being
+moved; a wrong figure only balances less well."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests in ``FIRST`` first, in its order; the others as collected."""
-    rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.partition("[")[0], len(FIRST)))
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests in ``FIRST`` shared out longest first, each to the worker with the least of
+    them so far, at the start of that worker's slice (as ``WorkStealingScheduling`` cuts it:
+    the i-th of n takes len // (n - i) of what is left); the others as collected. Without
+    workers, ``FIRST`` first."""
+    def name(item: pytest.Item) -> str:
+        return item.nodeid.partition("[")[0]
+
+    long = sorted((i for i in items if name(i) in FIRST), key=lambda i: -FIRST[name(i)])
+    rest = [i for i in items if name(i) not in FIRST]
+    workers = getattr(config.option, "numprocesses", None)
+    n = workers if isinstance(workers, int) and workers > 1 else 1
+    bins: list[list[pytest.Item]] = [[] for _ in range(n)]
+    for item in long:
+        min(bins, key=lambda b: sum(FIRST[name(i)] for i in b)).append(item)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for k, mine in enumerate(bins):
+        size = left // (n - k)
+        take = max(0, size - len(mine))
+        ordered += mine + rest[:take]
+        rest = rest[take:]
+        left -= size
+    items[:] = ordered + rest
 
 
 _STARTED = pytest.StashKey[float]()
