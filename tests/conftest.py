@@ -103,29 +103,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 FIRST = {
-    "tests/scenarios/test_cluster_guests.py::test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own": 200,
-    "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode": 150,
-    "tests/scenarios/test_guest.py::test_every_controller_boots_and_measures": 96,
-    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance": 61,
-    "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate": 61,
-    "tests/scenarios/test_guest.py::test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot": 57,
-    "tests/scenarios/test_guest.py::test_after_a_stop_not_measured_again_the_next_trial_boots_afresh": 57,
-    "tests/scenarios/test_cluster_pilot.py::test_nodes_measuring_their_own_share_follow_one_pilot": 50,
-    "tests/scenarios/test_own_guest.py::test_a_debian_12_cloud_image_boots_through_grub_beside_the_appliance_and_kill_9_leaves_nothing": 47,
-    "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000": 44,
-    "tests/scenarios/test_cluster_shared.py::test_two_nodes_load_a_lun_each_on_a_region_of_its_own": 40,
-    "tests/analysis/test_trialplan.py::test_a_real_blocklayer_run_stores_its_pilot_and_its_choice": 34,
-    "tests/attacks/test_attacks_fuzz.py::test_every_suite_key_takes_any_value_or_refuses_it_in_one_line": 27,
-    "tests/scenarios/test_cluster.py::test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on": 25,
-    "tests/scenarios/test_run.py::test_run_stores_every_trial_and_cleans_up": 24,
-    "tests/scenarios/test_cluster_guests.py::test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes": 22,
+    "tests/scenarios/test_cluster_guests.py::test_the_users_own_image_boots_on_two_nodes_each_from_a_copy_of_its_own": 66,
+    "tests/scenarios/test_cluster_shared.py::test_a_pool_from_every_node_in_each_mode": 142,
+    "tests/scenarios/test_guest.py::test_every_controller_boots_and_measures": 41,
+    "tests/scenarios/test_own_guest.py::test_two_guests_of_the_image_boot_the_kernel_given_beside_the_appliance": 70,
+    "tests/analysis/test_paired.py::test_a_real_aa_run_is_called_different_at_most_at_the_nominal_rate": 46,
+    "tests/scenarios/test_guest.py::test_trials_whose_guest_stops_are_measured_again_in_a_fresh_boot": 56,
+    "tests/scenarios/test_guest.py::test_after_a_stop_not_measured_again_the_next_trial_boots_afresh": 39,
+    "tests/scenarios/test_cluster_pilot.py::test_nodes_measuring_their_own_share_follow_one_pilot": 28,
+    "tests/scenarios/test_own_guest.py::test_a_debian_12_cloud_image_boots_through_grub_beside_the_appliance_and_kill_9_leaves_nothing": 68,
+    "tests/analysis/test_findings.py::test_a_real_quick_run_of_seed_000": 46,
+    "tests/scenarios/test_cluster_shared.py::test_two_nodes_load_a_lun_each_on_a_region_of_its_own": 35,
+    "tests/analysis/test_trialplan.py::test_a_real_blocklayer_run_stores_its_pilot_and_its_choice": 33,
+    "tests/attacks/test_attacks_fuzz.py::test_every_suite_key_takes_any_value_or_refuses_it_in_one_line": 25,
+    "tests/scenarios/test_cluster.py::test_nodes_lost_mid_run_fail_their_trials_and_the_others_go_on": 26,
+    "tests/scenarios/test_run.py::test_run_stores_every_trial_and_cleans_up": 23,
+    "tests/scenarios/test_cluster_load.py::test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes": 25,
+    "tests/scenarios/test_cluster_guests.py::test_a_killed_controller_leaves_nothing_on_the_nodes_and_resumes": 20,
 }
-"""The suite's longest tests with their seconds in CI (its "slowest durations", this host), run
-first and shared out between the workers: xdist's worksteal gives each of N workers a
-contiguous 1/N of the tests (worker i the i-th slice) and an idle worker steals from the end of
-another's queue, so every long test in one slice would run one after the other on one worker
-while the other has nothing left to take. A name here that no longer exists only stops being
-moved; a wrong figure only balances less well."""
+"""The suite's longest tests with their seconds (a whole run here, 2 workers: its "slowest
+durations"), run first and shared out between the workers: xdist's worksteal gives each of N
+workers a contiguous 1/N of the tests (worker i the i-th slice) and an idle worker steals from
+the end of another's queue, so every long test in one slice would run one after the other on
+one worker while the other has nothing left to take. A name here that no longer exists only
+stops being moved; a wrong figure only balances less well."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import IO
 from pathlib import Path
 
 from iomatrix.drivers.guest import free_port
@@ -72,23 +73,12 @@ def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None,
         backing = directory / "lun.img"
         with open(backing, "wb") as f:
             f.truncate(size)
-    port = free_port()
-    control = next(n for n in iter(lambda: random.randrange(1000, 2000), None)
-                   if not (CONTROL / f"socket.{n}").exists())
     log = open(directory / "tgtd.log", "wb")
     start = time.monotonic()
-    proc = subprocess.Popen([*wrap, "tgtd", "-f", "-C", str(control),
-                             "--iscsi", f"portal={address}:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc, port, control = _start(wrap, address, log, directory)
     tgt = Tgt(portal=f"{address}:{port}", iqn=IQN, lun=LUN, backing=backing, control=control,
               started_s=0.0, pid=proc.pid)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["tgtadm", "-C", str(control), "--op", "show", "--mode", "sys"],
-                             capture_output=True, timeout=10).returncode != 0:
-            assert proc.poll() is None, (directory / "tgtd.log").read_text()
-            assert time.monotonic() < deadline, "tgtd did not start"
-            time.sleep(0.05)
         tgt.adm("--op", "new", "--mode", "target", "--tid", "1", "-T", IQN)
         tgt.adm("--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", str(LUN),
                 "-b", str(backing))
@@ -103,3 +93,33 @@ def tgtd(directory: Path, size: int = 64 << 20, backing: Path | None = None,
         log.close()
         for leftover in (CONTROL / f"socket.{control}", CONTROL / f"socket.{control}.lock"):
             leftover.unlink(missing_ok=True)
+
+
+def _start(wrap: Sequence[str], address: str, log: IO[bytes],
+           directory: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    """tgtd started on a free port and control number, answering tgtadm, and the one listening
+    on that port: ``free_port`` only says the port was free a moment before, and a port another
+    process took meanwhile (a guest's forwarded fio port) would take the initiator's login and
+    never answer it (QEMU's iscsi driver then waits for ever). Tried again on another port."""
+    for _ in range(5):
+        port = free_port()
+        control = next(n for n in iter(lambda: random.randrange(1000, 2000), None)
+                       if not (CONTROL / f"socket.{n}").exists())
+        proc = subprocess.Popen([*wrap, "tgtd", "-f", "-C", str(control),
+                                 "--iscsi", f"portal={address}:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while subprocess.run(["tgtadm", "-C", str(control), "--op", "show", "--mode", "sys"],
+                             capture_output=True, timeout=10).returncode != 0:
+            assert proc.poll() is None, (directory / "tgtd.log").read_text()
+            assert time.monotonic() < deadline, "tgtd did not start"
+            time.sleep(0.05)
+        listening = subprocess.run([*wrap, "ss", "-Hltnp", f"sport = :{port}"],
+                                   capture_output=True, text=True, timeout=10).stdout
+        if f"pid={proc.pid}," in listening:
+            return proc, port, control
+        proc.kill()
+        proc.wait(timeout=10)
+        for leftover in (CONTROL / f"socket.{control}", CONTROL / f"socket.{control}.lock"):
+            leftover.unlink(missing_ok=True)
+    raise AssertionError(f"tgtd never got a port of its own: {listening!r}")

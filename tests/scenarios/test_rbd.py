@@ -324,12 +324,14 @@ def slowed(made: ceph.Cluster, seconds: float) -> Iterator[None]:
 
 
 def slowed_run(tmp_path: Path, suite: Path, made: ceph.Cluster) -> Path:
-    """The database of ``suite`` run with the OSD slowed 5 ms an op. Once so far (one CI run of
-    four; 16 runs here under load did not reproduce it) the cache=none point came out as fast
-    (mean latency 0.05x bare metal's, where the OSD's injected delay alone is 5 ms an op):
-    the test cluster's injected delay, not iomatrix, is the suspect (QEMU's rbd driver sets
-    rbd_cache=false for cache=none; the run's ceph.conf says so too), so such a run is repeated
-    once, its figures printed; a second one fails the test."""
+    """The database of ``suite`` run with the OSD slowed 5 ms an op. Twice so far in CI-sized
+    runs of the whole suite (16 runs of this test alone, under load, never) the figures did not
+    show the slowed pool: once cache=none came out as fast as librbd's cache (mean latency 0.05x
+    bare metal's, where the injected delay alone is 5 ms an op), once cache=writeback no faster
+    than bare metal. QEMU's rbd driver sets rbd_cache=false for cache=none and true for
+    writeback, and the run's ceph.conf turns it off for fio: the test cluster's injected delay,
+    not iomatrix, is the suspect. So a run whose faster-than-bare-metal points are not exactly
+    cache=writeback's is repeated once, its figures printed; a second one fails the test."""
     for attempt in (1, 2):
         db = tmp_path / f"r{attempt}.db"
         with slowed(made, 0.005):
@@ -337,9 +339,10 @@ def slowed_run(tmp_path: Path, suite: Path, made: ceph.Cluster) -> Path:
         assert done.returncode == 0, done.stdout + done.stderr
         with Store(db, readonly=True) as store:
             faster = of_run(store.load_run(1))
-        if attempt == 2 or all("cache=none" not in key for key, _ in faster):
+        keys = [key for key, _ in faster]
+        if attempt == 2 or (keys and all("cache=writeback" in key for key in keys)):
             return db
-        print(f"attempt 1: cache=none faster than bare metal, run again: {faster}\n"
+        print(f"attempt 1: faster than bare metal {list(faster)}, run again\n"
               + cli_result("show", "1", "--db", str(db), cwd=tmp_path).stdout)
     raise AssertionError("unreachable")
 
