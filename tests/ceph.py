@@ -155,8 +155,8 @@ keyring = {d}/osd.$id/keyring
         out = self._run("rbd", "-c", str(self.conf), "-k", str(self.admin_keyring), "ls", POOL)
         return out.split()
 
-    def stop(self) -> float:
-        """End the daemons (SIGTERM, SIGKILL after 10 s); the seconds it took."""
+    def stop(self, grace: float = 10) -> float:
+        """End the daemons (SIGTERM, SIGKILL after ``grace`` seconds); the seconds it took."""
         t0 = time.monotonic()
         pids = []
         for pidfile in (self.dir / "run").glob("*.pid"):
@@ -169,7 +169,7 @@ keyring = {d}/osd.$id/keyring
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.1)
         for pid in pids:
