@@ -17,7 +17,7 @@ from iomatrix.core.errors import FioFailed, FioParseError
 from iomatrix.fio.models import FioResult
 from iomatrix.fio.status import SIGINT_EXIT, last_result
 from iomatrix.fio.parse import parse_fio_output
-from iomatrix.core.proc import orphan_guard, reaped, stop
+from iomatrix.core.proc import orphan_guard, reaped, signals_deferred, stop
 from iomatrix.core.model import Frozen
 from iomatrix.core.units import format_bytes
 
@@ -43,6 +43,31 @@ class FioRun(Frozen):
     wall_seconds: float
     stopped_early: bool = False
     """fio was stopped (SIGINT) before its runtime ended, as ``stop_when`` asked."""
+
+
+def _start(argv: Sequence[str], console_path: Path, workdir: Path,
+           env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+    """fio started (its console a file: it can never block on a pipe; its cwd the job's private
+    directory, where a relative name it might still open lands), Ctrl-C held back meanwhile: a
+    SIGINT between the fork and the caller holding ``proc`` would leave fio running after
+    iomatrix ends (its parent-death SIGTERM comes, but only after). A signal that came then is
+    raised once fio is held, and fio is stopped."""
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with signals_deferred(), open(console_path, "wb") as console:
+            proc = subprocess.Popen(orphan_guard(argv), stdout=console, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=console_path.parent,
+                                    env={**os.environ, **env} if env else None)
+    except OSError as exc:
+        raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
+                        argv=argv, returncode=None) from exc
+    except BaseException:
+        if proc is not None:
+            stop(proc)
+        raise
+    assert proc is not None
+    return proc
 
 
 def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
@@ -85,22 +110,18 @@ def run_fio(job: str, *, workdir: Path, timeout: float, fio: str = "fio",
     argv = (fio, f"--output-format={output_format}", f"--output={out_path}", *status,
             *extra_args, *jobs)
     t0 = time.monotonic()
+    proc = _start(argv, console_path, workdir, env)
+    grace = CLIENT_STOP if clients else 5
     try:
-        with open(console_path, "wb") as console:   # a file: fio can never block on a pipe
-            # cwd: a relative name fio might still open lands in the run's private directory
-            proc = subprocess.Popen(orphan_guard(argv), stdout=console, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=job_path.parent,
-                                    env={**os.environ, **env} if env else None)
-    except OSError as exc:
-        raise FioFailed(f"cannot start fio: {exc.strerror or exc}" + _space_cause(workdir),
-                        argv=argv, returncode=None) from exc
-    with reaped(proc.pid, argv[2]):     # --output=: a job fio's SIGTERM cannot stop goes too
-        try:
-            interrupted = _wait(proc, t0, argv, timeout=timeout, during=during,
-                                during_at=during_at, stop_when=stop_when, late=late)
-        finally:
-            stop(proc, timeout=CLIENT_STOP if clients else 5)
+        with reaped(proc.pid, argv[2]):     # --output=: a job fio's SIGTERM cannot stop goes too
+            try:
+                interrupted = _wait(proc, t0, argv, timeout=timeout, during=during,
+                                    during_at=during_at, stop_when=stop_when, late=late)
+            finally:
+                stop(proc, timeout=grace)
+    except BaseException:
+        stop(proc, timeout=grace)           # a Ctrl-C while the reaper was being told
+        raise
     wall = time.monotonic() - t0
     text = console_path.read_text(errors="replace") if console_path.exists() else ""
     raw = out_path.read_text(errors="replace") if out_path.exists() else ""
