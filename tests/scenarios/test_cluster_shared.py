@@ -27,6 +27,7 @@ from iomatrix.measure.precheck import check_cluster_load
 from iomatrix.measure.prepare import for_command_line
 from iomatrix.store import Store
 from iomatrix.store.location import parse_location
+from iomatrix.store.records import StoredRun
 from iomatrix.suite import load_suite_text
 from iomatrix.suite.expand import expand
 from tests import ceph
@@ -420,6 +421,21 @@ concurrent_nodes = true
 @needs("tgt")
 @pytest.mark.slow
 @pytest.mark.timeout(600)           # the guest appliance built first, where none is cached
+def lun_run(proc: subprocess.Popen[str], db: str, timeout: float = 300) -> tuple[StoredRun, str]:
+    """The run ``proc`` stored in ``db``, checked (it ended well, its one trial ok, through
+    QEMU's iscsi driver, both nodes with I/O), and what it printed."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out + err
+    with Store(parse_location(db)) as store:
+        run = store.load_run(1)
+    (trial,) = run.trials
+    assert trial.status == "ok", trial.reason
+    assert trial.applied["file0.driver"] == "iscsi"
+    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
+    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    return run, out + err
+
+
 def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
         ssh_nodes: Callable[[int], SshCluster], tmp_path: Path, host_appliance: Path) -> None:
     """Host mode on an iSCSI LUN (tgtd in the controller's namespace, CHAP on): each node's fio
@@ -440,20 +456,12 @@ def test_two_nodes_load_a_lun_each_on_a_region_of_its_own(
         db = str(tmp_path / "r.db")
         proc = controller(cluster, tmp_path, db, LUN.format(
             portal=server.portal, iqn=server.iqn, lun=server.lun, chap=chap))
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, out + err
-        with Store(parse_location(db)) as store:
-            run = store.load_run(1)
-        (trial,) = run.trials
-        assert trial.status == "ok", trial.reason
-        assert trial.applied["file0.driver"] == "iscsi"
-        assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
-        assert all(s.total_ios > 0 for s in trial.vm_samples)
+        _, said = lun_run(proc, db)
         data = server.backing.read_bytes()
         half = len(data) // 2
         assert data[:half].count(0) < half // 2 and data[half:].count(0) < half // 2
         assert server.connections() == ""
-        assert "p-cluster-secret" not in out + err
+        assert "p-cluster-secret" not in said
         assert left_nodes(cluster, tmp_path, {server.pid}) == []
         for mode, extra in [("blocklayer", '[matrix]\ncache = "none"\niothread = false\n'),
                             ("guest", TCG_GUEST + '\n[matrix]\ncontroller = "virtio-blk"\n'
@@ -485,14 +493,7 @@ def _lun_region_run(cluster: SshCluster, where: Path, server: Tgt, chap: Path, m
                         timeout=30), [cluster.leftovers(n) for n in cluster.nodes]
         assert wait_for(lambda: server.connections() == "", timeout=30), server.connections()
         proc = controller(cluster, where, db, "", "--resume", "1")
-    out, err = proc.communicate(timeout=800)
-    assert proc.returncode == 0, out + err
-    with Store(parse_location(db)) as store:
-        (trial,) = store.load_run(1).trials
-    assert trial.status == "ok", trial.reason
-    assert trial.applied["file0.driver"] == "iscsi"
-    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
-    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    _, said = lun_run(proc, db, timeout=800)
     data = server.backing.read_bytes()
     mib = 1 << 20
     assert len(data) == 33 * mib
@@ -500,7 +501,7 @@ def _lun_region_run(cluster: SshCluster, where: Path, server: Tgt, chap: Path, m
         assert data[start:start + 16 * mib].count(0) < 8 * mib, (mode, start)
     assert data[32 * mib:] == bytes(mib), mode       # past both regions: nobody wrote there
     assert server.connections() == ""
-    assert "p-cluster-secret" not in out + err
+    assert "p-cluster-secret" not in said
     assert left_nodes(cluster, where, {server.pid}) == []
 
 
@@ -518,15 +519,7 @@ def lun_by_storage_id(cluster: SshCluster, server: Tgt, tmp_path: Path) -> None:
     db = str(tmp_path / "r.db")
     proc = controller(cluster, tmp_path, db, text, str(tmp_path / "t.toml"), "--storage-cfg",
                       str(cfg))
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out + err
-    with Store(parse_location(db)) as store:
-        run = store.load_run(1)
-    (trial,) = run.trials
-    assert trial.status == "ok", trial.reason
-    assert trial.applied["file0.driver"] == "iscsi"
-    assert sorted(s.vm or 0 for s in trial.vm_samples) == [0, 1]
-    assert all(s.total_ios > 0 for s in trial.vm_samples)
+    run, _ = lun_run(proc, db)
     assert run.suite.spec is not None
     assert run.suite.spec.tables["target"]["from_storage"]["id"] == f"san:lun{server.lun}"
     assert server.connections() == ""
